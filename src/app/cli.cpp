@@ -1,0 +1,92 @@
+// cli.cpp: command-line parsing with Boost.Program_options; --section.key=value arguments are
+// passed through to the configuration.
+#include "app/cli.h"
+
+#include <algorithm>
+#include <boost/program_options.hpp>
+
+#include "core/error.h"
+#include "io/config.h"
+#include "io/config_schema.h"
+
+namespace po = boost::program_options;
+
+namespace mgrl::app {
+
+std::string usage() {
+  std::string modes;
+  for (const auto& m : io::mgrl_modes()) modes += (modes.empty() ? "" : ", ") + m;
+  return "usage: mgrl [MODE] [INPUT.toml] [--section.key=value ...]\n"
+         "       mgrl --help | --version\n"
+         "\n"
+         "Fine-tunes language models with LoRA (SFT, GRPO), one MPI rank per GPU:\n"
+         "  srun -n 4 mgrl input.toml        mpirun -n 2 mgrl info\n"
+         "\n"
+         "MODE     " + modes + " (or the key `mode` of INPUT.toml)\n"
+         "INPUT    a TOML file describing the run; every key has a default\n"
+         "--section.key=value  sets any configuration key, over the file's value\n"
+         "\n"
+         "mgrl help-config prints every key with its type, default and meaning.\n";
+}
+
+Cli parse_cli(int argc, char** argv) {
+  Cli cli;
+  po::options_description opts("options");
+  opts.add_options()("help,h", "print usage")("version", "print the version");
+  po::options_description hidden;
+  hidden.add_options()("positional", po::value<std::vector<std::string>>(), "mode and input file");
+  po::options_description all;
+  all.add(opts).add(hidden);
+  po::positional_options_description pos;
+  pos.add("positional", -1);
+
+  po::variables_map vm;
+  std::vector<std::string> unknown;
+  try {
+    const auto parsed = po::command_line_parser(argc, argv)
+                            .options(all)
+                            .positional(pos)
+                            .allow_unregistered()
+                            .style(po::command_line_style::unix_style ^ po::command_line_style::allow_guessing)
+                            .run();
+    po::store(parsed, vm);
+    unknown = po::collect_unrecognized(parsed.options, po::exclude_positional);
+  } catch (const po::error& e) {
+    throw UserError(std::string("command line: ") + e.what());
+  }
+  cli.help = vm.count("help") != 0;
+  cli.version = vm.count("version") != 0;
+
+  // Unregistered options: --section.key=value (kept whole for the configuration).
+  for (const auto& u : unknown) {
+    if (u.rfind("--", 0) != 0 || u.size() < 3)
+      throw UserError("command line: unknown option '" + u + "' (configuration keys are given as --section.key=value)");
+    cli.overrides.push_back(u);
+  }
+
+  std::vector<std::string> positional;
+  if (vm.count("positional")) positional = vm["positional"].as<std::vector<std::string>>();
+  const auto& modes = io::mgrl_modes();
+  auto is_mode = [&](const std::string& s) { return std::find(modes.begin(), modes.end(), s) != modes.end(); };
+  for (std::size_t i = 0; i < positional.size(); ++i) {
+    const std::string& p = positional[i];
+    if (i == 0 && is_mode(p)) {
+      cli.mode = p;
+    } else if (cli.input.empty() && p.size() > 5 && p.compare(p.size() - 5, 5, ".toml") == 0) {
+      cli.input = p;
+    } else if (i == 0 && p.find('.') == std::string::npos && p.find('/') == std::string::npos) {
+      const std::string near = io::closest(p, modes);
+      std::string msg = "command line: unknown mode '" + p + "'";
+      if (!near.empty()) msg += " (did you mean '" + near + "'?)";
+      std::string list;
+      for (const auto& m : modes) list += (list.empty() ? "" : ", ") + m;
+      throw UserError(msg + "; modes: " + list);
+    } else {
+      throw UserError("command line: unexpected argument '" + p +
+                      "' (expected: mgrl [MODE] [INPUT.toml] [--section.key=value ...])");
+    }
+  }
+  return cli;
+}
+
+}  // namespace mgrl::app

@@ -1,0 +1,76 @@
+// run.cpp: command line -> configuration -> device -> mode, and the error policy: errors every
+// rank meets are agreed on and reported once (exit 2 for user errors); errors of one rank end
+// the whole job.
+#include "app/run.h"
+
+#include <iostream>
+#include <memory>
+
+#include "app/cli.h"
+#include "app/modes.h"
+#include "core/build_info.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "dist/comm.h"
+#include "dist/device.h"
+#include "dist/mpi_env.h"
+#include "io/config.h"
+#include "io/config_schema.h"
+#include "kernels/cpu/blas_info.h"
+
+namespace mgrl::app {
+
+int run(dist::MpiEnv& env, int argc, char** argv) {
+  try {
+    Cli cli;
+    io::Config cfg;
+    env.agree([&] {
+      cli = parse_cli(argc, argv);
+      if (cli.help || cli.version) return;
+      // help-config needs no valid file: it only prints the schema.
+      if (cli.mode == "help-config") return;
+      cfg = io::Config::load(io::mgrl_schema(), cli.input, cli.overrides, cli.mode);
+      log::set_level(log::parse_level(cfg.get_string("log.level")));
+    });
+    if (cli.help) {
+      if (env.rank() == 0) std::cout << usage();
+      return 0;
+    }
+    if (cli.version) {
+      if (env.rank() == 0) std::cout << "mgrl " << build_info().version << " (" << build_info().git_sha << ")\n";
+      return 0;
+    }
+    const std::string mode = cli.mode == "help-config" ? cli.mode : cfg.get_string("mode");
+    if (mode == "help-config") {
+      if (env.rank() == 0)
+        std::cout << io::help_config(io::mgrl_schema(), std::string("mgrl ") + build_info().version +
+                                                            ": configuration keys (mgrl help-config)");
+      return 0;
+    }
+
+    dist::Device device;
+    env.agree([&] {
+      device = dist::choose_device(env, cfg.get_string("runtime.backend"),
+                                   static_cast<int>(cfg.get_int("runtime.threads")));
+    });
+    kernels::cpu::set_blas_threads(device.cpu_threads);
+    std::unique_ptr<dist::Comm> comm;
+    env.agree([&] { comm = dist::make_comm(env, device, cfg.get_float("runtime.comm_timeout_s")); });
+
+    Context ctx{env, cfg, device, *comm};
+    if (mode == "info") return run_info(ctx);
+    throw UserError("mode '" + mode + "' is not implemented in this build");
+  } catch (const dist::JobFailed& f) {
+    return f.exit_code;  // every rank is here; rank 0 has printed the reason
+  } catch (const UserError& e) {
+    log::error(e.what());
+    if (env.size() == 1) return kExitUserError;
+    dist::abort_job(kExitUserError);
+  } catch (const std::exception& e) {
+    log::error(e.what());
+    if (env.size() == 1) return kExitFatal;
+    dist::abort_job(kExitFatal);
+  }
+}
+
+}  // namespace mgrl::app

@@ -1,0 +1,37 @@
+// error.h: the two error kinds (user error -> exit 2, fatal error -> whole job ends) and the
+// base of the check-macro family (MGRL_CHECK here; CUDA/cuBLAS in core/check_cuda.h,
+// MPI/NCCL in dist/check_mpi.h, HDF5 in io/check_hdf5.h).
+#pragma once
+#include <stdexcept>
+#include <string>
+
+namespace mgrl {
+
+// Bad input, bad config, missing or corrupt files: one clear line, exit code 2.
+class UserError : public std::runtime_error {
+ public:
+  explicit UserError(const std::string& what) : std::runtime_error(what) {}
+};
+
+// A failed library call or a broken invariant: reported with file, line and rank; ends the job.
+class FatalError : public std::runtime_error {
+ public:
+  explicit FatalError(const std::string& what) : std::runtime_error(what) {}
+};
+
+inline constexpr int kExitUserError = 2;
+inline constexpr int kExitFatal = 1;
+
+// Throws FatalError "<lib> error at <file>:<line> (rank R): <expr> failed: <detail>".
+[[noreturn]] void check_failed(const char* lib, const char* expr, const std::string& detail, const char* file,
+                               int line);
+
+// Path of a source file relative to the source tree (for messages).
+const char* source_relative(const char* file);
+
+}  // namespace mgrl
+
+#define MGRL_CHECK(cond, msg)                                              \
+  do {                                                                     \
+    if (!(cond)) ::mgrl::check_failed("mgrl", #cond, (msg), __FILE__, __LINE__); \
+  } while (0)

@@ -1,0 +1,164 @@
+// device.cpp: GPU discovery, CPU facts and the collective choice of the backend.
+#include "dist/device.h"
+
+#include <sched.h>
+
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "core/build_info.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "dist/mpi_env.h"
+
+#if MGRL_WITH_CUDA
+#include "core/check_cuda.h"
+#endif
+
+namespace mgrl::dist {
+
+const char* backend_name(Backend b) { return b == Backend::Cuda ? "cuda" : "cpu"; }
+
+int cuda_device_count() {
+#if MGRL_WITH_CUDA
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // no driver or no device: not an error for discovery
+    return 0;
+  }
+  return n;
+#else
+  return 0;
+#endif
+}
+
+GpuInfo cuda_device_info(int index) {
+  GpuInfo g;
+  g.index = index;
+#if MGRL_WITH_CUDA
+  cudaDeviceProp p{};
+  CUDA_CHECK(cudaGetDeviceProperties(&p, index));
+  g.name = p.name;
+  g.cc_major = p.major;
+  g.cc_minor = p.minor;
+  g.memory_bytes = p.totalGlobalMem;
+  char bus[32] = {0};
+  if (cudaDeviceGetPCIBusId(bus, sizeof(bus), index) == cudaSuccess) g.pci_bus_id = bus;
+#endif
+  return g;
+}
+
+namespace {
+[[maybe_unused]] std::string version_string(int v) {
+  // CUDA encodes 1000 * major + 10 * minor.
+  return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
+}
+}  // namespace
+
+std::string cuda_runtime_version() {
+#if MGRL_WITH_CUDA
+  int v = 0;
+  if (cudaRuntimeGetVersion(&v) == cudaSuccess && v > 0) return version_string(v);
+#endif
+  return "none";
+}
+
+std::string cuda_driver_version() {
+#if MGRL_WITH_CUDA
+  int v = 0;
+  if (cudaDriverGetVersion(&v) == cudaSuccess && v > 0) return version_string(v);
+#endif
+  return "none";
+}
+
+std::vector<std::string> cuda_p2p_matrix() {
+  std::vector<std::string> rows;
+#if MGRL_WITH_CUDA
+  const int n = cuda_device_count();
+  if (n == 0) return rows;
+  std::ostringstream head;
+  head << "     ";
+  for (int j = 0; j < n; ++j) head << " GPU" << j;
+  rows.push_back(head.str());
+  for (int i = 0; i < n; ++i) {
+    std::ostringstream row;
+    row << "GPU" << i << " ";
+    for (int j = 0; j < n; ++j) {
+      int ok = 0;
+      if (i != j) CUDA_CHECK(cudaDeviceCanAccessPeer(&ok, i, j));
+      row << "    " << (i == j ? "-" : (ok ? "Y" : "N"));
+    }
+    rows.push_back(row.str());
+  }
+#endif
+  return rows;
+}
+
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(line.find_first_not_of(" \t", colon + 1));
+    }
+  }
+  return "unknown CPU";
+}
+
+int default_cpu_threads(int local_size) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  int allowed = 0;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) allowed = CPU_COUNT(&set);
+  const int hw = static_cast<int>(std::thread::hardware_concurrency());
+  if (allowed <= 0) allowed = hw > 0 ? hw : 1;
+  // Bound by the launcher (srun --cpu-bind, mpirun --bind-to): the mask is this rank's own.
+  // Unbound (mask = whole machine): share the cores among the node's ranks.
+  if (hw > 0 && allowed >= hw && local_size > 1) allowed = hw / local_size;
+  return allowed > 0 ? allowed : 1;
+}
+
+Device choose_device(const MpiEnv& env, const std::string& requested, int threads) {
+  if (requested != "auto" && requested != "cpu" && requested != "cuda")
+    throw UserError("runtime.backend must be \"auto\", \"cpu\" or \"cuda\" (got \"" + requested + "\")");
+  const int count = cuda_device_count();
+  const bool has_own_gpu = count > 0 && env.local_rank() < count;
+  const int all_have_gpu = env.allreduce_min(has_own_gpu ? 1 : 0);
+  const int any_gpu = env.allreduce_max(count > 0 ? 1 : 0);
+  // The node that has the fewest GPUs per rank names itself in messages.
+  const int short_node_rank = env.allreduce_min(has_own_gpu ? env.size() : env.rank());
+  const std::string short_note =
+      short_node_rank < env.size()
+          ? env.broadcast(env.host() + " runs " + std::to_string(env.local_size()) + " ranks but has " +
+                              std::to_string(count) + " GPU" + (count == 1 ? "" : "s"),
+                          short_node_rank)
+          : std::string();
+
+  Device d;
+  d.cpu_model = cpu_model_name();
+  d.cpu_threads = threads > 0 ? threads : default_cpu_threads(env.local_size());
+  if (requested == "cuda") {
+    if (!build_info().with_cuda)
+      throw UserError("runtime.backend = \"cuda\" but this mgrl was built without the CUDA backend "
+                      "(configure with -DMGRL_CUDA=ON)");
+    if (!all_have_gpu)
+      throw UserError("runtime.backend = \"cuda\" needs one GPU per rank, but " + short_note +
+                      "; start at most one rank per GPU, or use --runtime.backend=cpu");
+  }
+  if (requested == "cpu" || !all_have_gpu) {
+    if (requested == "auto" && any_gpu)
+      log::warn_once("using the CPU backend: " + short_note + " (one rank per GPU is needed for the CUDA backend)");
+    d.backend = Backend::Cpu;
+    return d;
+  }
+  d.backend = Backend::Cuda;
+  d.gpu = cuda_device_info(env.local_rank());
+#if MGRL_WITH_CUDA
+  CUDA_CHECK(cudaSetDevice(env.local_rank()));
+#endif
+  return d;
+}
+
+}  // namespace mgrl::dist

@@ -1,0 +1,48 @@
+// device.h: the compute device of each rank. CUDA when every rank has a GPU of its own
+// (GPU = node-local rank), the CPU otherwise; the choice is made collectively so that all
+// ranks use the same backend.
+#pragma once
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace mgrl::dist {
+
+class MpiEnv;
+
+enum class Backend { Cpu, Cuda };
+const char* backend_name(Backend b);
+
+struct GpuInfo {
+  int index = -1;
+  std::string name;
+  int cc_major = 0, cc_minor = 0;
+  std::size_t memory_bytes = 0;
+  std::string pci_bus_id;
+};
+
+struct Device {
+  Backend backend = Backend::Cpu;
+  GpuInfo gpu;             // valid for Backend::Cuda
+  int cpu_threads = 1;     // threads for the CPU backend (and host-side work)
+  std::string cpu_model;   // from /proc/cpuinfo
+};
+
+// Number of CUDA devices this process sees (0 without CUDA, a driver or a GPU).
+int cuda_device_count();
+GpuInfo cuda_device_info(int index);
+// "13.0" or "none"
+std::string cuda_runtime_version();
+std::string cuda_driver_version();
+// P2P access matrix of the GPUs of this node, one text row per GPU ("" without GPUs).
+std::vector<std::string> cuda_p2p_matrix();
+
+std::string cpu_model_name();
+// Cores this rank may use: its affinity mask, shared among the node's ranks when unbound.
+int default_cpu_threads(int local_size);
+
+// Collective. requested: "auto", "cpu" or "cuda"; threads: 0 = default_cpu_threads.
+// Throws UserError (same on every rank) when "cuda" is asked for and cannot be had.
+Device choose_device(const MpiEnv& env, const std::string& requested, int threads);
+
+}  // namespace mgrl::dist

@@ -1,0 +1,165 @@
+// mpi_env.cpp: MPI initialisation, node-local ranks, gathers and collective error agreement.
+#include "dist/mpi_env.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+
+#include "core/log.h"
+#include "dist/check_mpi.h"
+
+namespace mgrl::dist {
+namespace {
+bool g_mpi_up = false;
+
+void on_terminate() {
+  // An exception escaped or std::terminate was called: never leave the other ranks waiting.
+  std::string what = "unknown exception";
+  if (auto ep = std::current_exception()) {
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+  }
+  log::error("terminating: " + what);
+  abort_job(kExitFatal);
+}
+}  // namespace
+
+void abort_job(int exit_code) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, exit_code);
+  _exit(exit_code);
+}
+
+MpiEnv::MpiEnv(int* argc, char*** argv) {
+  int provided = 0;
+  // THREAD_MULTIPLE: the watchdog thread may call MPI_Abort while the main thread is inside MPI.
+  MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
+  g_mpi_up = true;
+  std::set_terminate(on_terminate);
+  MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
+  MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
+  log::set_rank(rank_);
+
+  MPI_Comm local;
+  MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local));
+  MPI_CHECK(MPI_Comm_rank(local, &local_rank_));
+  MPI_CHECK(MPI_Comm_size(local, &local_size_));
+  MPI_CHECK(MPI_Comm_free(&local));
+  num_nodes_ = static_cast<int>(allreduce_sum(local_rank_ == 0 ? 1 : 0));
+
+  char name[MPI_MAX_PROCESSOR_NAME];
+  int len = 0;
+  MPI_CHECK(MPI_Get_processor_name(name, &len));
+  host_.assign(name, static_cast<std::size_t>(len));
+}
+
+MpiEnv::~MpiEnv() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+  g_mpi_up = false;
+}
+
+std::string MpiEnv::library_version() const {
+  char buf[MPI_MAX_LIBRARY_VERSION_STRING];
+  int len = 0;
+  MPI_CHECK(MPI_Get_library_version(buf, &len));
+  std::string s(buf, static_cast<std::size_t>(len));
+  const auto nl = s.find_first_of("\r\n");
+  if (nl != std::string::npos) s.resize(nl);
+  while (!s.empty() && (s.back() == ',' || s.back() == ' ' || s.back() == '\0')) s.pop_back();
+  return s;
+}
+
+std::string MpiEnv::standard_version() const {
+  int major = 0, minor = 0;
+  MPI_CHECK(MPI_Get_version(&major, &minor));
+  return std::to_string(major) + "." + std::to_string(minor);
+}
+
+void MpiEnv::barrier() const { MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); }
+
+int MpiEnv::allreduce_max(int v) const {
+  int out = 0;
+  MPI_CHECK(MPI_Allreduce(&v, &out, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+  return out;
+}
+
+int MpiEnv::allreduce_min(int v) const {
+  int out = 0;
+  MPI_CHECK(MPI_Allreduce(&v, &out, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  return out;
+}
+
+long long MpiEnv::allreduce_sum(long long v) const {
+  long long out = 0;
+  MPI_CHECK(MPI_Allreduce(&v, &out, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD));
+  return out;
+}
+
+std::vector<std::string> MpiEnv::gather_to_root(const std::string& s) const {
+  int len = static_cast<int>(s.size());
+  std::vector<int> lens(rank_ == 0 ? size_ : 0), displs(rank_ == 0 ? size_ : 0);
+  MPI_CHECK(MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD));
+  std::string all;
+  if (rank_ == 0) {
+    int total = 0;
+    for (int r = 0; r < size_; ++r) {
+      displs[r] = total;
+      total += lens[r];
+    }
+    all.resize(static_cast<std::size_t>(total));
+  }
+  MPI_CHECK(MPI_Gatherv(s.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, 0,
+                        MPI_COMM_WORLD));
+  std::vector<std::string> out;
+  if (rank_ == 0) {
+    for (int r = 0; r < size_; ++r) out.push_back(all.substr(displs[r], lens[r]));
+  }
+  return out;
+}
+
+std::string MpiEnv::broadcast(const std::string& s, int root) const {
+  int len = static_cast<int>(s.size());
+  MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, root, MPI_COMM_WORLD));
+  std::string out = rank_ == root ? s : std::string(static_cast<std::size_t>(len), '\0');
+  MPI_CHECK(MPI_Bcast(out.data(), len, MPI_CHAR, root, MPI_COMM_WORLD));
+  return out;
+}
+
+void MpiEnv::agree(const std::function<void()>& fn) const {
+  int code = 0;
+  std::string msg;
+  try {
+    fn();
+  } catch (const UserError& e) {
+    code = kExitUserError;
+    msg = e.what();
+  } catch (const std::exception& e) {
+    code = kExitFatal;
+    msg = e.what();
+  }
+  const int worst = allreduce_max(code);
+  if (worst == 0) return;
+  // The lowest rank with the worst outcome speaks for the job.
+  const int speaker = allreduce_min(code == worst ? rank_ : size_);
+  const std::string text = broadcast(msg, speaker);
+  if (rank_ == 0) {
+    const bool rank_specific = size_ > 1 && worst == kExitFatal;
+    log::error((rank_specific ? "rank " + std::to_string(speaker) + ": " : std::string()) + text);
+  }
+  throw JobFailed{worst};
+}
+
+}  // namespace mgrl::dist

@@ -1,0 +1,54 @@
+// mpi_env.h: the MPI environment of the process: init/finalize, rank, size, node-local rank,
+// host name, rank-0 gathering of lines, collective agreement on errors, job-wide abort.
+// MPI types stay inside src/dist; callers see plain C++.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace mgrl::dist {
+
+class MpiEnv {
+ public:
+  MpiEnv(int* argc, char*** argv);  // MPI_Init_thread once per process
+  ~MpiEnv();                        // MPI_Finalize
+  MpiEnv(const MpiEnv&) = delete;
+  MpiEnv& operator=(const MpiEnv&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int local_rank() const { return local_rank_; }  // rank among the ranks of this node
+  int local_size() const { return local_size_; }
+  int num_nodes() const { return num_nodes_; }
+  const std::string& host() const { return host_; }
+  std::string library_version() const;  // MPI_Get_library_version, first line
+  std::string standard_version() const;  // "3.1"
+
+  void barrier() const;
+  int allreduce_max(int v) const;
+  int allreduce_min(int v) const;
+  long long allreduce_sum(long long v) const;
+  // Every rank's string, in rank order, on rank 0 (empty vector elsewhere).
+  std::vector<std::string> gather_to_root(const std::string& s) const;
+  // Rank `root`'s string on every rank.
+  std::string broadcast(const std::string& s, int root) const;
+
+  // Runs fn on every rank and agrees on the outcome: if any rank threw, every rank throws
+  // JobFailed with the same exit code, after rank 0 printed the lowest failing rank's message.
+  // fn must not itself enter collectives that other ranks could skip.
+  void agree(const std::function<void()>& fn) const;
+
+ private:
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, num_nodes_ = 1;
+  std::string host_;
+};
+
+// Thrown by MpiEnv::agree on every rank when some rank failed; the message is already printed.
+struct JobFailed {
+  int exit_code;
+};
+
+// Ends every rank of the job now (MPI_Abort when MPI is up, _exit otherwise).
+[[noreturn]] void abort_job(int exit_code);
+
+}  // namespace mgrl::dist

@@ -1,0 +1,69 @@
+// watchdog.h: a thread that ends the job when a communication call does not complete in time.
+// Blocking calls are watched by a Guard; asynchronous ones (NCCL on a stream) by a poll function.
+#pragma once
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace mgrl::dist {
+
+class Watchdog {
+ public:
+  // timeout_s <= 0: no time limit (asynchronous failures are still reported). on_timeout runs
+  // before the job is aborted.
+  Watchdog(double timeout_s, std::function<void()> on_timeout = {});
+  ~Watchdog();
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+  class Guard {
+   public:
+    Guard(Watchdog* w, std::uint64_t id) : w_(w), id_(id) {}
+    Guard(Guard&& o) noexcept : w_(o.w_), id_(o.id_) { o.w_ = nullptr; }
+    Guard(const Guard&) = delete;
+    Guard& operator=(const Guard&) = delete;
+    ~Guard();
+
+   private:
+    Watchdog* w_;
+    std::uint64_t id_;
+  };
+
+  // Watches a blocking call for the lifetime of the returned guard.
+  Guard watch(std::string what);
+  // Watches an asynchronous operation until done() returns true (polled from the watchdog thread).
+  // done() may throw to report an asynchronous failure; it is then treated as fatal.
+  // release() runs on the watchdog thread once done() returned true (e.g. to free an event).
+  void watch_async(std::string what, std::function<bool()> done, std::function<void()> release = {});
+  // Outstanding asynchronous operations.
+  std::size_t pending() const;
+  double timeout_s() const { return timeout_s_; }
+
+ private:
+  struct Entry {
+    std::uint64_t id;
+    std::string what;
+    std::chrono::steady_clock::time_point start;
+    std::function<bool()> done;  // empty for a guard
+    std::function<void()> release;
+  };
+  void loop();
+  void unwatch(std::uint64_t id);
+  [[noreturn]] void fire(const std::string& message);
+
+  double timeout_s_;
+  std::function<void()> on_timeout_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::list<Entry> entries_;
+  std::uint64_t next_id_ = 1;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace mgrl::dist

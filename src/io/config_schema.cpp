@@ -1,0 +1,36 @@
+// config_schema.cpp: mgrl's configuration keys. Add a key here and nowhere else; docs/config.md
+// is `mgrl help-config` and a test keeps the two in step.
+#include "io/config_schema.h"
+
+namespace mgrl::io {
+
+const std::vector<std::string>& mgrl_modes() {
+  static const std::vector<std::string> modes{"info", "help-config"};
+  return modes;
+}
+
+const Schema& mgrl_schema() {
+  using T = ValueType;
+  static const Schema schema = [] {
+    Schema s;
+    auto add = [&s](KeySpec k) { s.push_back(std::move(k)); };
+    add({"mode", T::String, std::nullopt,
+         "what to run: info (ranks, devices, versions) or help-config (this list); the command line may name it instead",
+         mgrl_modes(), {}, {}, {}});
+    add({"runtime.backend", T::String, Value(std::string("auto")),
+         "compute backend: auto (CUDA when every rank has a GPU of its own, else CPU), cpu or cuda",
+         {"auto", "cpu", "cuda"}, {}, {}, {}});
+    add({"runtime.threads", T::Int, Value(std::int64_t{0}),
+         "CPU threads per rank; 0: the cores this rank may use (its affinity mask, shared when unbound)",
+         {}, 0.0, 4096.0, {}});
+    add({"runtime.comm_timeout_s", T::Float, Value(600.0),
+         "seconds a collective may take before the job is ended with a message naming it; 0: no limit",
+         {}, 0.0, std::nullopt, {}});
+    add({"log.level", T::String, Value(std::string("info")), "least severe messages printed: debug, info, warn or error",
+         {"debug", "info", "warn", "error"}, {}, {}, {}});
+    return s;
+  }();
+  return schema;
+}
+
+}  // namespace mgrl::io
