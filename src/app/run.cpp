@@ -21,7 +21,7 @@
 namespace mgrl::app {
 
 int run(dist::MpiEnv& env, int argc, char** argv) {
-  try {
+  return dist::run_guarded(env, [&]() -> int {
     Cli cli;
     io::Config cfg;
     env.agree([&] {
@@ -60,17 +60,7 @@ int run(dist::MpiEnv& env, int argc, char** argv) {
     Context ctx{env, cfg, device, *comm};
     if (mode == "info") return run_info(ctx);
     throw UserError("mode '" + mode + "' is not implemented in this build");
-  } catch (const dist::JobFailed& f) {
-    return f.exit_code;  // every rank is here; rank 0 has printed the reason
-  } catch (const UserError& e) {
-    log::error(e.what());
-    if (env.size() == 1) return kExitUserError;
-    dist::abort_job(kExitUserError);
-  } catch (const std::exception& e) {
-    log::error(e.what());
-    if (env.size() == 1) return kExitFatal;
-    dist::abort_job(kExitFatal);
-  }
+  });
 }
 
 }  // namespace mgrl::app

@@ -131,7 +131,7 @@ Device choose_device(const MpiEnv& env, const std::string& requested, int thread
   const int short_node_rank = env.allreduce_min(has_own_gpu ? env.size() : env.rank());
   const std::string short_note =
       short_node_rank < env.size()
-          ? env.broadcast(env.host() + " runs " + std::to_string(env.local_size()) + " ranks but has " +
+          ? env.broadcast("host " + env.host() + " runs " + std::to_string(env.local_size()) + " ranks and has " +
                               std::to_string(count) + " GPU" + (count == 1 ? "" : "s"),
                           short_node_rank)
           : std::string();

@@ -162,4 +162,20 @@ void MpiEnv::agree(const std::function<void()>& fn) const {
   throw JobFailed{worst};
 }
 
+int run_guarded(const MpiEnv& env, const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const JobFailed& f) {
+    return f.exit_code;
+  } catch (const UserError& e) {
+    log::error(e.what());
+    if (env.size() == 1) return kExitUserError;
+    abort_job(kExitUserError);
+  } catch (const std::exception& e) {
+    log::error(e.what());
+    if (env.size() == 1) return kExitFatal;
+    abort_job(kExitFatal);
+  }
+}
+
 }  // namespace mgrl::dist

@@ -48,6 +48,12 @@ struct JobFailed {
   int exit_code;
 };
 
+// Runs the body of a program and applies the error policy; returns the exit code:
+//  - JobFailed (an error every rank agreed on, already printed): its code, on every rank;
+//  - UserError / other exceptions on some ranks only: the rank prints one line and the whole job
+//    ends (MPI_Abort) with code 2 / 1, so that no other rank is left waiting.
+int run_guarded(const MpiEnv& env, const std::function<int()>& body);
+
 // Ends every rank of the job now (MPI_Abort when MPI is up, _exit otherwise).
 [[noreturn]] void abort_job(int exit_code);
 

@@ -194,6 +194,10 @@ std::optional<Value> from_text(const KeySpec& ks, const std::string& text) {
   return std::nullopt;
 }
 
+std::string format_bound(const KeySpec& ks, double b) {
+  return ks.type == ValueType::Int ? std::to_string(static_cast<long long>(b)) : format_double(b);
+}
+
 // Checks choices and bounds; returns "" when fine.
 std::string check_value(const KeySpec& ks, const Value& v) {
   if (!ks.choices.empty() && ks.type == ValueType::String) {
@@ -211,9 +215,9 @@ std::string check_value(const KeySpec& ks, const Value& v) {
     const double d = ks.type == ValueType::Int ? static_cast<double>(std::get<std::int64_t>(v)) : std::get<double>(v);
     if ((ks.min && d < *ks.min) || (ks.max && d > *ks.max)) {
       std::string msg = "key '" + ks.name + "' must be";
-      if (ks.min) msg += " >= " + format_double(*ks.min);
+      if (ks.min) msg += " >= " + format_bound(ks, *ks.min);
       if (ks.min && ks.max) msg += " and";
-      if (ks.max) msg += " <= " + format_double(*ks.max);
+      if (ks.max) msg += " <= " + format_bound(ks, *ks.max);
       return msg + " (got " + to_toml_literal(v) + ")";
     }
   }
@@ -437,8 +441,8 @@ std::string help_config(const Schema& schema, const std::string& title) {
       out << "; one of";
       for (std::size_t i = 0; i < ks.choices.size(); ++i) out << (i ? ", " : " ") << ks.choices[i];
     }
-    if (ks.min) out << "; >= " << format_double(*ks.min);
-    if (ks.max) out << "; <= " << format_double(*ks.max);
+    if (ks.min) out << "; >= " << format_bound(ks, *ks.min);
+    if (ks.max) out << "; <= " << format_bound(ks, *ks.max);
     if (!ks.def) {
       out << "; required";
       if (!ks.required_modes.empty()) {

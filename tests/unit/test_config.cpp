@@ -1,0 +1,202 @@
+// test_config.cpp: the configuration reader against its own small schemas and mgrl's schema.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "core/error.h"
+#include "io/config.h"
+#include "io/config_schema.h"
+
+namespace mgrl::io {
+namespace {
+
+const Schema& test_schema() {
+  using T = ValueType;
+  static const Schema s{
+      {"mode", T::String, std::nullopt, "mode", {"train", "eval"}, {}, {}, {}},
+      {"model.path", T::String, std::nullopt, "model directory", {}, {}, {}, {"train"}},
+      {"model.kind", T::String, Value(std::string("llama")), "arch", {"llama", "qwen2"}, {}, {}, {}},
+      {"train.steps", T::Int, Value(std::int64_t{10}), "steps", {}, 1.0, 1000.0, {}},
+      {"train.lr", T::Float, Value(1e-4), "learning rate", {}, 0.0, {}, {}},
+      {"train.shuffle", T::Bool, Value(true), "shuffle", {}, {}, {}, {}},
+      {"lora.targets", T::StringList, Value(std::vector<std::string>{"q_proj", "v_proj"}), "modules", {}, {}, {}, {}},
+  };
+  return s;
+}
+
+std::string write_file(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+// The message of the UserError that f throws ("" if none).
+template <typename F>
+std::string user_error(F&& f) {
+  try {
+    f();
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Config, DefaultsWhenNothingGiven) {
+  const auto c = Config::load(test_schema(), "", {}, "eval");
+  EXPECT_EQ(c.get_string("mode"), "eval");
+  EXPECT_EQ(c.get_string("model.kind"), "llama");
+  EXPECT_EQ(c.get_int("train.steps"), 10);
+  EXPECT_DOUBLE_EQ(c.get_float("train.lr"), 1e-4);
+  EXPECT_TRUE(c.get_bool("train.shuffle"));
+  EXPECT_EQ(c.get_strings("lora.targets"), (std::vector<std::string>{"q_proj", "v_proj"}));
+  EXPECT_EQ(c.origin("train.steps").kind, Origin::Default);
+  EXPECT_FALSE(c.is_set("model.path"));
+}
+
+TEST(Config, FileValuesAndOrigins) {
+  const auto path = write_file("good.toml",
+                               "mode = \"train\"\n[model]\npath = \"/m\"\nkind = \"qwen2\"\n[train]\nsteps = 42\nlr = 3\n"
+                               "shuffle = false\n[lora]\ntargets = [\"o_proj\"]\n");
+  const auto c = Config::load(test_schema(), path, {});
+  EXPECT_EQ(c.get_string("model.path"), "/m");
+  EXPECT_EQ(c.get_string("model.kind"), "qwen2");
+  EXPECT_EQ(c.get_int("train.steps"), 42);
+  EXPECT_DOUBLE_EQ(c.get_float("train.lr"), 3.0);  // an integer is accepted where a number is expected
+  EXPECT_FALSE(c.get_bool("train.shuffle"));
+  EXPECT_EQ(c.get_strings("lora.targets"), std::vector<std::string>{"o_proj"});
+  EXPECT_EQ(c.origin("train.steps").kind, Origin::File);
+  EXPECT_EQ(c.origin("train.steps").line, 6);
+}
+
+TEST(Config, CommandLineOverridesFile) {
+  const auto path = write_file("over.toml", "mode = \"train\"\n[model]\npath = \"/m\"\n[train]\nsteps = 42\n");
+  const auto c = Config::load(test_schema(), path,
+                              {"--train.steps=7", "--train.lr=2.5e-5", "--train.shuffle=false", "--model.path=\"/x y\"",
+                               "--lora.targets=a,b,c", "--model.kind=qwen2"},
+                              "eval");
+  EXPECT_EQ(c.get_int("train.steps"), 7);
+  EXPECT_DOUBLE_EQ(c.get_float("train.lr"), 2.5e-5);
+  EXPECT_FALSE(c.get_bool("train.shuffle"));
+  EXPECT_EQ(c.get_string("model.path"), "/x y");
+  EXPECT_EQ(c.get_strings("lora.targets"), (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_EQ(c.get_string("mode"), "eval");  // the command line's mode wins over the file's
+  EXPECT_EQ(c.origin("train.steps").kind, Origin::CommandLine);
+  const auto d = Config::load(test_schema(), "", {"--lora.targets=[\"x\", \"y\"]"}, "eval");
+  EXPECT_EQ(d.get_strings("lora.targets"), (std::vector<std::string>{"x", "y"}));
+}
+
+TEST(Config, UnknownKeyNamesKeyLineAndClosestKey) {
+  const auto path = write_file("unknown.toml", "mode = \"eval\"\n\n[train]\nstep = 3\n");
+  const auto msg = user_error([&] { Config::load(test_schema(), path, {}); });
+  EXPECT_NE(msg.find("unknown.toml:4: unknown key 'train.step' (did you mean 'train.steps'?)"), std::string::npos) << msg;
+  // The same key in the wrong section.
+  const auto path2 = write_file("section.toml", "mode = \"eval\"\n[model]\nsteps = 3\n");
+  const auto msg2 = user_error([&] { Config::load(test_schema(), path2, {}); });
+  EXPECT_NE(msg2.find("unknown key 'model.steps' (did you mean 'train.steps'?)"), std::string::npos) << msg2;
+  // Nothing close: no suggestion, a pointer to help-config.
+  const auto msg3 = user_error([&] { Config::load(test_schema(), "", {"--completely.different=1"}, "eval"); });
+  EXPECT_NE(msg3.find("unknown key 'completely.different' (mgrl help-config lists every key)"), std::string::npos)
+      << msg3;
+}
+
+TEST(Config, WrongTypeNamesFileLineAndExpectedType) {
+  const auto path = write_file("type.toml", "mode = \"eval\"\n[train]\nlr = 0.1\nsteps = \"many\"\n");
+  const auto msg = user_error([&] { Config::load(test_schema(), path, {}); });
+  EXPECT_NE(msg.find("type.toml:4: key 'train.steps' must be an integer, not a string"), std::string::npos) << msg;
+  const auto path2 = write_file("type2.toml", "mode = \"eval\"\n[lora]\ntargets = [\"a\", 3]\n");
+  const auto msg2 = user_error([&] { Config::load(test_schema(), path2, {}); });
+  EXPECT_NE(msg2.find("type2.toml:3: key 'lora.targets' must be a list of strings, not an array"), std::string::npos)
+      << msg2;
+  const auto msg3 = user_error([&] { Config::load(test_schema(), "", {"--train.steps=1.5"}, "eval"); });
+  EXPECT_NE(msg3.find("'--train.steps=1.5': key 'train.steps' must be an integer"), std::string::npos) << msg3;
+  const auto msg4 = user_error([&] { Config::load(test_schema(), "", {"--train.shuffle=maybe"}, "eval"); });
+  EXPECT_NE(msg4.find("must be a boolean"), std::string::npos) << msg4;
+}
+
+TEST(Config, SyntaxErrorNamesLineAndColumn) {
+  const auto path = write_file("syntax.toml", "mode = \"eval\"\n[train]\nsteps = = 3\n");
+  const auto msg = user_error([&] { Config::load(test_schema(), path, {}); });
+  EXPECT_NE(msg.find("syntax.toml:3:"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("invalid TOML"), std::string::npos) << msg;
+}
+
+TEST(Config, MissingFileIsAUserError) {
+  const auto msg = user_error([&] { Config::load(test_schema(), "/nonexistent/x.toml", {}, "eval"); });
+  EXPECT_NE(msg.find("/nonexistent/x.toml: cannot open"), std::string::npos) << msg;
+}
+
+TEST(Config, ChoicesAndBounds) {
+  auto msg = user_error([&] { Config::load(test_schema(), "", {"--model.kind=qwen"}, "eval"); });
+  EXPECT_NE(msg.find("key 'model.kind' must be one of llama, qwen2 (got \"qwen\"); did you mean \"qwen2\"?"),
+            std::string::npos)
+      << msg;
+  msg = user_error([&] { Config::load(test_schema(), "", {"--train.steps=0"}, "eval"); });
+  EXPECT_NE(msg.find("key 'train.steps' must be >= 1 and <= 1000 (got 0)"), std::string::npos) << msg;
+  const auto path = write_file("bounds.toml", "mode = \"eval\"\n[train]\nlr = -1.0\n");
+  msg = user_error([&] { Config::load(test_schema(), path, {}); });
+  EXPECT_NE(msg.find("bounds.toml:3: key 'train.lr' must be >= 0.0"), std::string::npos) << msg;
+}
+
+TEST(Config, RequiredKeysAndModes) {
+  auto msg = user_error([&] { Config::load(test_schema(), "", {}); });
+  EXPECT_NE(msg.find("no mode given"), std::string::npos) << msg;
+  msg = user_error([&] { Config::load(test_schema(), "", {}, "train"); });
+  EXPECT_NE(msg.find("missing required key 'model.path' for mode train"), std::string::npos) << msg;
+  msg = user_error([&] { Config::load(test_schema(), "", {}, "fly"); });
+  EXPECT_NE(msg.find("key 'mode' must be one of train, eval"), std::string::npos) << msg;
+  // The command line alone can give every required key: no file needed.
+  const auto c = Config::load(test_schema(), "", {"--model.path=/models/tiny"}, "train");
+  EXPECT_EQ(c.get_string("model.path"), "/models/tiny");
+}
+
+TEST(Config, MalformedArguments) {
+  auto msg = user_error([&] { Config::load(test_schema(), "", {"--train.steps"}, "eval"); });
+  EXPECT_NE(msg.find("option '--train.steps' needs a value"), std::string::npos) << msg;
+  msg = user_error([&] { Config::load(test_schema(), "", {"train.steps=3"}, "eval"); });
+  EXPECT_NE(msg.find("unexpected argument 'train.steps=3'"), std::string::npos) << msg;
+}
+
+TEST(Config, NestedTablesAndUnknownSectionsAreRejected) {
+  const auto path = write_file("nested.toml", "mode = \"eval\"\n[train.inner]\nx = 1\n");
+  auto msg = user_error([&] { Config::load(test_schema(), path, {}); });
+  EXPECT_NE(msg.find("unknown key 'train.inner'"), std::string::npos) << msg;
+  const auto path2 = write_file("emptysec.toml", "mode = \"eval\"\n[nothing]\n");
+  msg = user_error([&] { Config::load(test_schema(), path2, {}); });
+  EXPECT_NE(msg.find("emptysec.toml:2: unknown section [nothing]"), std::string::npos) << msg;
+}
+
+TEST(Config, EffectiveConfigRoundTrips) {
+  const auto c = Config::load(test_schema(), "", {"--model.path=/a \"b\"", "--train.lr=0.125", "--train.steps=5"},
+                              "train");
+  const auto text = c.to_toml();
+  const auto d = Config::from_string(test_schema(), text, "roundtrip");
+  for (const auto& k : {"mode", "model.path", "model.kind"}) EXPECT_EQ(d.get_string(k), c.get_string(k)) << k;
+  EXPECT_EQ(d.get_int("train.steps"), 5);
+  EXPECT_DOUBLE_EQ(d.get_float("train.lr"), 0.125);
+  EXPECT_EQ(d.get_strings("lora.targets"), c.get_strings("lora.targets"));
+}
+
+TEST(Config, HelpConfigDocumentsEveryKeyAndParsesBack) {
+  const auto text = help_config(mgrl_schema(), "test");
+  for (const auto& ks : mgrl_schema()) {
+    const auto local = ks.name.substr(ks.name.find('.') + 1);
+    EXPECT_NE(text.find(ks.doc), std::string::npos) << ks.name;
+    EXPECT_NE(text.find(local + " ="), std::string::npos) << ks.name;
+    EXPECT_FALSE(ks.doc.empty()) << ks.name;
+  }
+  // It is a valid input file: its values are the defaults.
+  const auto c = Config::from_string(mgrl_schema(), text, "help");
+  for (const auto& ks : mgrl_schema())
+    if (ks.def) {
+      EXPECT_EQ(c.origin(ks.name).kind, Origin::File) << ks.name;
+    }
+}
+
+TEST(Config, ClosestSuggestsOnlyNearNames) {
+  EXPECT_EQ(closest("runtime.backnd", {"runtime.backend", "log.level"}), "runtime.backend");
+  EXPECT_EQ(closest("xyz", {"runtime.backend", "log.level"}), "");
+}
+
+}  // namespace
+}  // namespace mgrl::io
