@@ -123,18 +123,30 @@ int default_cpu_threads(int local_size) {
 Device choose_device(const MpiEnv& env, const std::string& requested, int threads) {
   if (requested != "auto" && requested != "cpu" && requested != "cuda")
     throw UserError("runtime.backend must be \"auto\", \"cpu\" or \"cuda\" (got \"" + requested + "\")");
+  // This rank's GPU: the node-local rank when the rank sees every GPU of the node; when the
+  // launcher shows each rank fewer GPUs (srun --gpus-per-task=1), one of those it sees.
   const int count = cuda_device_count();
-  const bool has_own_gpu = count > 0 && env.local_rank() < count;
-  const int all_have_gpu = env.allreduce_min(has_own_gpu ? 1 : 0);
-  const int any_gpu = env.allreduce_max(count > 0 ? 1 : 0);
-  // The node that has the fewest GPUs per rank names itself in messages.
-  const int short_node_rank = env.allreduce_min(has_own_gpu ? env.size() : env.rank());
-  const std::string short_note =
-      short_node_rank < env.size()
-          ? env.broadcast("host " + env.host() + " runs " + std::to_string(env.local_size()) + " ranks and has " +
-                              std::to_string(count) + " GPU" + (count == 1 ? "" : "s"),
-                          short_node_rank)
-          : std::string();
+  const int index = count == 0 ? -1 : (count >= env.local_size() ? env.local_rank() : env.local_rank() % count);
+  const std::string bus = index >= 0 ? cuda_device_info(index).pci_bus_id : std::string();
+
+  // Two ranks of a node on one GPU is a launch mistake; find the first such pair.
+  const auto keys = env.gather_to_root(index >= 0 ? env.host() + " " + bus : std::string());
+  std::string shared;
+  for (std::size_t a = 0; a < keys.size() && shared.empty(); ++a)
+    for (std::size_t b = a + 1; b < keys.size() && shared.empty(); ++b)
+      if (!keys[a].empty() && keys[a] == keys[b])
+        shared = "ranks " + std::to_string(a) + " and " + std::to_string(b) + " would share the GPU at " +
+                 keys[a].substr(keys[a].find(' ') + 1) + " on host " + keys[a].substr(0, keys[a].find(' '));
+  shared = env.broadcast(shared, 0);
+  const int all_have_gpu = env.allreduce_min(index >= 0 ? 1 : 0);
+  const int any_gpu = env.allreduce_max(index >= 0 ? 1 : 0);
+  std::string why_not;
+  if (!shared.empty()) {
+    why_not = shared;
+  } else if (!all_have_gpu) {
+    const int first = env.allreduce_min(index >= 0 ? env.size() : env.rank());
+    why_not = env.broadcast("rank " + std::to_string(env.rank()) + " on host " + env.host() + " sees no GPU", first);
+  }
 
   Device d;
   d.cpu_model = cpu_model_name();
@@ -143,20 +155,20 @@ Device choose_device(const MpiEnv& env, const std::string& requested, int thread
     if (!build_info().with_cuda)
       throw UserError("runtime.backend = \"cuda\" but this mgrl was built without the CUDA backend "
                       "(configure with -DMGRL_CUDA=ON)");
-    if (!all_have_gpu)
-      throw UserError("runtime.backend = \"cuda\" needs one GPU per rank, but " + short_note +
-                      "; start at most one rank per GPU, or use --runtime.backend=cpu");
+    if (!why_not.empty())
+      throw UserError("runtime.backend = \"cuda\" needs one GPU per rank, but " + why_not +
+                      "; start one rank per GPU, or use --runtime.backend=cpu");
   }
-  if (requested == "cpu" || !all_have_gpu) {
+  if (requested == "cpu" || !why_not.empty()) {
     if (requested == "auto" && any_gpu)
-      log::warn_once("using the CPU backend: " + short_note + " (one rank per GPU is needed for the CUDA backend)");
+      log::warn_once("using the CPU backend: " + why_not + " (the CUDA backend needs one GPU per rank)");
     d.backend = Backend::Cpu;
     return d;
   }
   d.backend = Backend::Cuda;
-  d.gpu = cuda_device_info(env.local_rank());
+  d.gpu = cuda_device_info(index);
 #if MGRL_WITH_CUDA
-  CUDA_CHECK(cudaSetDevice(env.local_rank()));
+  CUDA_CHECK(cudaSetDevice(index));
 #endif
   return d;
 }

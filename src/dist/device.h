@@ -1,6 +1,6 @@
 // device.h: the compute device of each rank. CUDA when every rank has a GPU of its own
-// (GPU = node-local rank), the CPU otherwise; the choice is made collectively so that all
-// ranks use the same backend.
+// (the node-local rank's GPU, or the one GPU the launcher shows the rank), the CPU otherwise;
+// the choice is made collectively so that all ranks use the same backend.
 #pragma once
 #include <cstddef>
 #include <string>
