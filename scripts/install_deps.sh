@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# install_deps.sh: installs what mgrl needs to build and run on Debian 12 / Ubuntu 24.04
+# (apt; with sudo when not root). Installs only the packages that are missing.
+# The CUDA toolkit and NCCL are not apt packages here: install them from NVIDIA, or build
+# without them (the CPU backend is then the only one; see README.md).
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build git pkg-config
+  openmpi-bin libopenmpi-dev
+  libhdf5-openmpi-dev hdf5-tools
+  libboost-program-options-dev libtomlplusplus-dev nlohmann-json3-dev
+  libopenblas-dev
+  libgtest-dev libbenchmark-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install_deps: all ${#packages[@]} packages are installed"
+  exit 0
+fi
+if ! command -v apt-get >/dev/null; then
+  echo "install_deps: no apt-get here; install these (or your distribution's equivalents) by hand: ${missing[*]}" >&2
+  exit 1
+fi
+sudo=""
+if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+echo "install_deps: installing ${missing[*]}"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "install_deps: done"
