@@ -1,0 +1,127 @@
+// cpu_ops.cpp: the CPU backend of the op interface (kernels/ops.h): fp32 storage, host memory,
+// each op delegating to its kernels/cpu reference implementation.
+#include <cstdlib>
+#include <cstring>
+
+#include "core/error.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/embedding.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/lm_head.h"
+#include "kernels/cpu/lora.h"
+#include "kernels/cpu/residual.h"
+#include "kernels/cpu/rmsnorm.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/swiglu.h"
+#include "kernels/ops.h"
+
+namespace mgrl::kernels {
+namespace {
+
+inline float* F(void* p) { return static_cast<float*>(p); }
+inline const float* F(const void* p) { return static_cast<const float*>(p); }
+
+class CpuOps final : public Ops {
+ public:
+  const char* name() const override { return "cpu"; }
+  DType storage() const override { return DType::F32; }
+
+  void* alloc(std::size_t bytes) override {
+    void* p = std::calloc(bytes ? bytes : 1, 1);
+    if (!p) throw FatalError("out of host memory allocating " + std::to_string(bytes) + " bytes");
+    return p;
+  }
+  void release(void* p) override { std::free(p); }
+  void upload(void* dst, const void* host, std::size_t bytes) override { copy(dst, host, bytes); }
+  void download(void* host, const void* src, std::size_t bytes) override { copy(host, src, bytes); }
+  void copy(void* dst, const void* src, std::size_t bytes) override {
+    if (bytes) std::memmove(dst, src, bytes);
+  }
+  void zero(void* p, std::size_t bytes) override {
+    if (bytes) std::memset(p, 0, bytes);
+  }
+  void upload_f32_as_storage(void* dst, const float* host, std::size_t n) override { copy(dst, host, n * 4); }
+  void download_storage_as_f32(float* host, const void* src, std::size_t n) override { copy(host, src, n * 4); }
+  void synchronize() override {}
+
+  void embedding_forward(void* out, const std::int32_t* ids, const void* table, int T, int V, int D) override {
+    cpu::embedding_forward(F(out), ids, F(table), T, V, D);
+  }
+  void embedding_backward(float* dtable, const void* dout, const std::int32_t* ids, int T, int V, int D) override {
+    cpu::embedding_backward(dtable, F(dout), ids, T, V, D);
+  }
+  void rmsnorm_forward(void* out, float* rstd, const void* x, const void* w, int rows, int dim, float eps) override {
+    cpu::rmsnorm_forward(F(out), rstd, F(x), F(w), rows, dim, eps);
+  }
+  void rmsnorm_backward(void* dx, float* dw, const void* dout, const void* x, const void* w, const float* rstd,
+                        int rows, int dim, bool accumulate) override {
+    cpu::rmsnorm_backward(F(dx), dw, F(dout), F(x), F(w), rstd, rows, dim, accumulate);
+  }
+  void linear_forward(void* y, const void* x, const void* W, const void* bias, int T, int in, int out) override {
+    cpu::linear_forward(F(y), F(x), F(W), F(bias), T, in, out);
+  }
+  void linear_backward(void* dx, float* dW, float* dbias, const void* dy, const void* x, const void* W, int T, int in,
+                       int out, bool accumulate_dx) override {
+    cpu::linear_backward(F(dx), dW, dbias, F(dy), F(x), F(W), T, in, out, accumulate_dx);
+  }
+  void lora_forward(void* y, float* xa, const void* x, const float* A, const float* B, float scale, int T, int in,
+                    int r, int out) override {
+    cpu::lora_forward(F(y), xa, F(x), A, B, scale, T, in, r, out);
+  }
+  void lora_backward(void* dx, float* dA, float* dB, const void* dy, const void* x, const float* xa, const float* A,
+                     const float* B, float scale, int T, int in, int r, int out, float* scratch) override {
+    cpu::lora_backward(F(dx), dA, dB, F(dy), F(x), xa, A, B, scale, T, in, r, out, scratch);
+  }
+  void dropout(void* out, const void* x, std::int64_t n, float p, std::uint64_t seed) override {
+    const float keep_scale = 1.0f / (1.0f - p);
+    for (std::int64_t i = 0; i < n; ++i)
+      F(out)[i] = dropout_keep(seed, static_cast<std::uint64_t>(i), p) ? F(x)[i] * keep_scale : 0.0f;
+  }
+  void rope_forward(void* x, const std::int32_t* pos, const float* inv_freq, int T, int n_heads,
+                    int head_dim) override {
+    cpu::rope_forward(F(x), pos, inv_freq, T, n_heads, head_dim);
+  }
+  void rope_backward(void* dx, const std::int32_t* pos, const float* inv_freq, int T, int n_heads,
+                     int head_dim) override {
+    cpu::rope_backward(F(dx), pos, inv_freq, T, n_heads, head_dim);
+  }
+  void attention_forward(void* out, float* lse, const void* q, const void* k, const void* v,
+                         const std::int32_t* lengths, int B, int L, int n_heads, int n_kv, int head_dim) override {
+    cpu::attention_forward(F(out), lse, F(q), F(k), F(v), lengths, B, L, n_heads, n_kv, head_dim);
+  }
+  void attention_backward(void* dq, void* dk, void* dv, const void* dout, const void* q, const void* k, const void* v,
+                          const float* lse, const std::int32_t* lengths, int B, int L, int n_heads, int n_kv,
+                          int head_dim) override {
+    cpu::attention_backward(F(dq), F(dk), F(dv), F(dout), F(q), F(k), F(v), lse, lengths, B, L, n_heads, n_kv,
+                            head_dim);
+  }
+  void swiglu_forward(void* out, const void* gate, const void* up, std::int64_t n) override {
+    cpu::swiglu_forward(F(out), F(gate), F(up), n);
+  }
+  void swiglu_backward(void* dgate, void* dup, const void* dout, const void* gate, const void* up,
+                       std::int64_t n) override {
+    cpu::swiglu_backward(F(dgate), F(dup), F(dout), F(gate), F(up), n);
+  }
+  void residual_forward(void* x, const void* y, std::int64_t n) override { cpu::residual_forward(F(x), F(y), n); }
+  std::size_t lm_head_scratch_bytes(int V) const override {
+    return static_cast<std::size_t>(cpu::lm_head_scratch_floats(V)) * sizeof(float);
+  }
+  void lm_head_logprob_forward(float* logprob, float* lse, const void* h, const void* W, const std::int32_t* targets,
+                               int T, int D, int V, float logit_scale, void* scratch) override {
+    cpu::lm_head_logprob_forward(logprob, lse, F(h), F(W), targets, T, D, V, logit_scale, F(scratch));
+  }
+  void lm_head_logprob_backward(void* dh, float* dW, const float* weights, const void* h, const void* W,
+                                const std::int32_t* targets, const float* lse, int T, int D, int V, float logit_scale,
+                                void* scratch) override {
+    cpu::lm_head_logprob_backward(F(dh), dW, weights, F(h), F(W), targets, lse, T, D, V, logit_scale, F(scratch));
+  }
+  void lm_head_logits(float* logits, const void* h, const void* W, int T, int D, int V, float logit_scale) override {
+    cpu::lm_head_logits(logits, F(h), F(W), T, D, V, logit_scale);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Ops> make_cpu_ops() { return std::make_unique<CpuOps>(); }
+
+}  // namespace mgrl::kernels

@@ -1,0 +1,95 @@
+// lm_head.cpp: chunked lm_head + log-softmax (per-token logprob and logsumexp) and its backward.
+#include "kernels/cpu/lm_head.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+
+namespace mgrl::kernels::cpu {
+
+namespace {
+
+void check_target(int32_t target, int V) {
+  MGRL_CHECK(target < V, "target id " + std::to_string(target) + " out of range (vocab " + std::to_string(V) + ")");
+}
+
+// logits[n, V] = logit_scale * h[n, D] @ W[V, D]^T
+void chunk_logits(float* logits, const float* h, const float* W, int n, int D, int V, float logit_scale) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, V, D, logit_scale, h, D, W, D, 0.0f, logits, V);
+}
+
+}  // namespace
+
+void lm_head_logits(float* logits, const float* h, const float* W, int T, int D, int V, float logit_scale) {
+  if (T <= 0) return;
+  chunk_logits(logits, h, W, T, D, V, logit_scale);
+}
+
+void lm_head_logprob_forward(float* logprob, float* lse, const float* h, const float* W, const int32_t* targets, int T,
+                             int D, int V, float logit_scale, float* scratch) {
+  std::vector<float> own;
+  if (!scratch) {
+    own.resize(static_cast<size_t>(lm_head_scratch_floats(V)));
+    scratch = own.data();
+  }
+  for (int t0 = 0; t0 < T; t0 += kLmHeadChunkRows) {
+    const int n = std::min(kLmHeadChunkRows, T - t0);
+    chunk_logits(scratch, h + static_cast<int64_t>(t0) * D, W, n, D, V, logit_scale);
+    for (int r = 0; r < n; ++r) {
+      const int t = t0 + r;
+      const float* l = scratch + static_cast<int64_t>(r) * V;
+      float m = -INFINITY;
+      for (int v = 0; v < V; ++v) m = std::max(m, l[v]);
+      double sum = 0.0;
+      for (int v = 0; v < V; ++v) sum += std::exp(static_cast<double>(l[v] - m));
+      lse[t] = m + static_cast<float>(std::log(sum));
+      const int32_t target = targets[t];
+      check_target(target, V);
+      logprob[t] = target < 0 ? 0.0f : l[target] - lse[t];
+    }
+  }
+}
+
+void lm_head_logprob_backward(float* dh, float* dW, const float* weights, const float* h, const float* W,
+                              const int32_t* targets, const float* lse, int T, int D, int V, float logit_scale,
+                              float* scratch) {
+  std::vector<float> own;
+  if (!scratch) {
+    own.resize(static_cast<size_t>(lm_head_scratch_floats(V)));
+    scratch = own.data();
+  }
+  for (int t0 = 0; t0 < T; t0 += kLmHeadChunkRows) {
+    const int n = std::min(kLmHeadChunkRows, T - t0);
+    const float* hc = h + static_cast<int64_t>(t0) * D;
+    chunk_logits(scratch, hc, W, n, D, V, logit_scale);
+    // scratch becomes logit_scale * dlogits, row by row.
+    for (int r = 0; r < n; ++r) {
+      const int t = t0 + r;
+      float* l = scratch + static_cast<int64_t>(r) * V;
+      const int32_t target = targets[t];
+      check_target(target, V);
+      const float w = target < 0 ? 0.0f : weights[t];
+      if (w == 0.0f) {
+        std::fill(l, l + V, 0.0f);
+        continue;
+      }
+      const float c = w * logit_scale;
+      for (int v = 0; v < V; ++v) l[v] = c * std::exp(l[v] - lse[t]);
+      l[target] -= c;
+    }
+    // dh[n, D] = dl[n, V] @ W[V, D]
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, D, V, 1.0f, scratch, V, W, D, 0.0f,
+                dh + static_cast<int64_t>(t0) * D, D);
+    if (dW) {
+      // dW[V, D] += dl[n, V]^T @ h[n, D]
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, D, n, 1.0f, scratch, V, hc, D, 1.0f, dW, D);
+    }
+  }
+}
+
+}  // namespace mgrl::kernels::cpu

@@ -1,0 +1,33 @@
+// lm_head.h: the output layer fused with log-softmax: per-token log p(target) without the full [T, V] logits.
+#pragma once
+#include <cstdint>
+
+namespace mgrl::kernels::cpu {
+
+// Rows of logits held at a time: the scratch these ops need is kLmHeadChunkRows * V floats.
+inline constexpr int kLmHeadChunkRows = 32;
+inline int64_t lm_head_scratch_floats(int V) { return static_cast<int64_t>(kLmHeadChunkRows) * V; }
+
+// h [T, D] (final hidden states), W [V, D] (lm_head or tied embedding), targets [T] (-1 = ignored).
+// logits = logit_scale * h @ W^T (logit_scale = 1, or 1 / temperature as TRL's GRPO does), computed
+// kLmHeadChunkRows rows at a time:
+//   lse[t]     = logsumexp_v logits[t, v]               (every row, ignored ones too)
+//   logprob[t] = logits[t, targets[t]] - lse[t]         (0 where targets[t] < 0)
+// scratch: lm_head_scratch_floats(V) floats, or null to let the op allocate it.
+void lm_head_logprob_forward(float* logprob, float* lse, const float* h, const float* W, const int32_t* targets, int T,
+                             int D, int V, float logit_scale, float* scratch);
+
+// Backward of loss = -sum_t weights[t] * logprob[t] (any loss: pass weights[t] = -dloss/dlogprob[t]).
+// Recomputes each chunk's logits and uses the forward's lse:
+//   dlogits[t, v] = weights[t] * (softmax(logits[t])[v] - [v == targets[t]])   (0 for ignored rows)
+//   dh[T, D]  = logit_scale * dlogits @ W          (written)
+//   dW[V, D] += logit_scale * dlogits^T @ h        (accumulates; skipped when dW is null)
+// scratch: lm_head_scratch_floats(V) floats, or null to let the op allocate it.
+void lm_head_logprob_backward(float* dh, float* dW, const float* weights, const float* h, const float* W,
+                              const int32_t* targets, const float* lse, int T, int D, int V, float logit_scale,
+                              float* scratch);
+
+// Full logits[T, V] = logit_scale * h @ W^T, for a few rows (tests, debugging, sampling).
+void lm_head_logits(float* logits, const float* h, const float* W, int T, int D, int V, float logit_scale);
+
+}  // namespace mgrl::kernels::cpu

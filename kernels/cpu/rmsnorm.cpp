@@ -1,0 +1,42 @@
+// rmsnorm.cpp: RMSNorm forward (saves per-row rstd) and backward (dx, accumulated dw).
+#include "kernels/cpu/rmsnorm.h"
+
+#include <cmath>
+#include <cstdint>
+
+namespace mgrl::kernels::cpu {
+
+void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int rows, int dim, float eps) {
+  for (int r = 0; r < rows; ++r) {
+    const float* xr = x + static_cast<int64_t>(r) * dim;
+    float* o = out + static_cast<int64_t>(r) * dim;
+    double ss = 0.0;
+    for (int i = 0; i < dim; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+    const float s = static_cast<float>(1.0 / std::sqrt(ss / dim + static_cast<double>(eps)));
+    rstd[r] = s;
+    for (int i = 0; i < dim; ++i) o[i] = (xr[i] * s) * w[i];
+  }
+}
+
+void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w, const float* rstd,
+                      int rows, int dim, bool accumulate) {
+  for (int r = 0; r < rows; ++r) {
+    const float* xr = x + static_cast<int64_t>(r) * dim;
+    const float* g = dout + static_cast<int64_t>(r) * dim;
+    const float s = rstd[r];
+    if (dw) {
+      for (int i = 0; i < dim; ++i) dw[i] += g[i] * xr[i] * s;
+    }
+    if (!dx) continue;
+    double dot = 0.0;  // sum(dout * w * x)
+    for (int i = 0; i < dim; ++i) dot += static_cast<double>(g[i]) * w[i] * xr[i];
+    const float c = static_cast<float>(dot * s * s * s / dim);
+    float* d = dx + static_cast<int64_t>(r) * dim;
+    for (int i = 0; i < dim; ++i) {
+      const float v = s * g[i] * w[i] - c * xr[i];
+      d[i] = accumulate ? d[i] + v : v;
+    }
+  }
+}
+
+}  // namespace mgrl::kernels::cpu

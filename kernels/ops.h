@@ -1,0 +1,98 @@
+// ops.h: the op interface the model is written against, implemented by the CPU backend (fp32
+// reference, kernels/cpu) and the CUDA backend (kernels/cuda). All pointers are backend memory.
+// "Storage" tensors (activations, frozen base weights, biases, norm weights) are void* in the
+// backend's storage dtype (CPU: f32; CUDA: bf16 or f16); LoRA weights, every gradient of a
+// trainable tensor and the per-row statistics (rstd, lse, log-probs) are always f32.
+// Shapes and semantics are those of the kernels/cpu headers named beside each op.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "core/dtype.h"
+
+namespace mgrl::kernels {
+
+class Ops {
+ public:
+  virtual ~Ops() = default;
+  virtual const char* name() const = 0;
+  virtual DType storage() const = 0;
+  std::size_t storage_size() const { return dtype_size(storage()); }
+
+  // ---- memory ----
+  virtual void* alloc(std::size_t bytes) = 0;  // zero-filled
+  virtual void release(void* p) = 0;
+  virtual void upload(void* dst, const void* host, std::size_t bytes) = 0;
+  virtual void download(void* host, const void* src, std::size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, std::size_t bytes) = 0;
+  virtual void zero(void* p, std::size_t bytes) = 0;
+  // host f32 -> storage dtype, and back.
+  virtual void upload_f32_as_storage(void* dst, const float* host, std::size_t n) = 0;
+  virtual void download_storage_as_f32(float* host, const void* src, std::size_t n) = 0;
+  virtual void synchronize() = 0;
+
+  // ---- ops (forward next to backward) ----
+  // embedding.h
+  virtual void embedding_forward(void* out, const std::int32_t* ids, const void* table, int T, int V, int D) = 0;
+  virtual void embedding_backward(float* dtable, const void* dout, const std::int32_t* ids, int T, int V, int D) = 0;
+  // rmsnorm.h (dw: f32 grad, may be null)
+  virtual void rmsnorm_forward(void* out, float* rstd, const void* x, const void* w, int rows, int dim,
+                               float eps) = 0;
+  virtual void rmsnorm_backward(void* dx, float* dw, const void* dout, const void* x, const void* w, const float* rstd,
+                                int rows, int dim, bool accumulate) = 0;
+  // linear.h (dW, dbias: f32 grads, may be null)
+  virtual void linear_forward(void* y, const void* x, const void* W, const void* bias, int T, int in, int out) = 0;
+  virtual void linear_backward(void* dx, float* dW, float* dbias, const void* dy, const void* x, const void* W, int T,
+                               int in, int out, bool accumulate_dx) = 0;
+  // lora.h (A, B, dA, dB, xa, scratch: f32)
+  virtual void lora_forward(void* y, float* xa, const void* x, const float* A, const float* B, float scale, int T,
+                            int in, int r, int out) = 0;
+  virtual void lora_backward(void* dx, float* dA, float* dB, const void* dy, const void* x, const float* xa,
+                             const float* A, const float* B, float scale, int T, int in, int r, int out,
+                             float* scratch) = 0;
+  // Inverted dropout with a counter-based mask: out[i] = x[i] * keep(seed, i) / (1 - p). The mask of
+  // element i depends only on (seed, i), so every backend draws the same one.
+  virtual void dropout(void* out, const void* x, std::int64_t n, float p, std::uint64_t seed) = 0;
+  // rope.h (inv_freq: f32 [head_dim / 2])
+  virtual void rope_forward(void* x, const std::int32_t* pos, const float* inv_freq, int T, int n_heads,
+                            int head_dim) = 0;
+  virtual void rope_backward(void* dx, const std::int32_t* pos, const float* inv_freq, int T, int n_heads,
+                             int head_dim) = 0;
+  // attention.h (lse: f32 [B, n_heads, L])
+  virtual void attention_forward(void* out, float* lse, const void* q, const void* k, const void* v,
+                                 const std::int32_t* lengths, int B, int L, int n_heads, int n_kv, int head_dim) = 0;
+  virtual void attention_backward(void* dq, void* dk, void* dv, const void* dout, const void* q, const void* k,
+                                  const void* v, const float* lse, const std::int32_t* lengths, int B, int L,
+                                  int n_heads, int n_kv, int head_dim) = 0;
+  // swiglu.h
+  virtual void swiglu_forward(void* out, const void* gate, const void* up, std::int64_t n) = 0;
+  virtual void swiglu_backward(void* dgate, void* dup, const void* dout, const void* gate, const void* up,
+                               std::int64_t n) = 0;
+  // residual.h
+  virtual void residual_forward(void* x, const void* y, std::int64_t n) = 0;
+  // lm_head.h (logprob, lse, weights: f32; dW: f32 grad, may be null; scratch: lm_head_scratch_bytes)
+  virtual std::size_t lm_head_scratch_bytes(int V) const = 0;
+  virtual void lm_head_logprob_forward(float* logprob, float* lse, const void* h, const void* W,
+                                       const std::int32_t* targets, int T, int D, int V, float logit_scale,
+                                       void* scratch) = 0;
+  virtual void lm_head_logprob_backward(void* dh, float* dW, const float* weights, const void* h, const void* W,
+                                        const std::int32_t* targets, const float* lse, int T, int D, int V,
+                                        float logit_scale, void* scratch) = 0;
+  virtual void lm_head_logits(float* logits, const void* h, const void* W, int T, int D, int V,
+                              float logit_scale) = 0;
+};
+
+std::unique_ptr<Ops> make_cpu_ops();
+
+// The keep decision of inverted dropout for element i (shared by every backend's dropout).
+inline bool dropout_keep(std::uint64_t seed, std::uint64_t i, float p) {
+  std::uint64_t z = seed + 0x9E3779B97F4A7C15ull * (i + 1);  // splitmix64 of (seed, i)
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  const float u = static_cast<float>(z >> 40) * (1.0f / 16777216.0f);  // 24 random bits -> [0, 1)
+  return u >= p;
+}
+
+}  // namespace mgrl::kernels

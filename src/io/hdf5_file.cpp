@@ -1,0 +1,249 @@
+// hdf5_file.cpp: H5Writer (temporary file, fsync, rename) and H5Reader over the HDF5 C API.
+#include "io/hdf5_file.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+#include "core/error.h"
+#include "io/check_hdf5.h"
+
+namespace mgrl::io {
+namespace {
+
+// HDF5 prints its error stack on every failure by default; mgrl reports its own one line.
+void quiet_hdf5() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+
+hid_t h5_type(DType t) {
+  switch (t) {
+    case DType::F32: return H5T_NATIVE_FLOAT;
+    case DType::F64: return H5T_NATIVE_DOUBLE;
+    case DType::I32: return H5T_NATIVE_INT32;
+    case DType::I64: return H5T_NATIVE_INT64;
+    case DType::F16:
+    case DType::BF16: break;
+  }
+  throw FatalError(std::string("HDF5 files hold no ") + dtype_name(t) + " data in mgrl");
+}
+
+// Closes an HDF5 handle at scope exit.
+struct Handle {
+  hid_t id;
+  herr_t (*close)(hid_t);
+  ~Handle() {
+    if (id >= 0) close(id);
+  }
+};
+
+std::string parent_dir(const std::string& path) {
+  const auto slash = path.rfind('/');
+  return slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+}
+
+void fsync_path(const std::string& path, bool directory) {
+  const int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+}  // namespace
+
+H5Writer::H5Writer(std::string path) : path_(std::move(path)) {
+  quiet_hdf5();
+  tmp_ = path_ + ".tmp." + std::to_string(::getpid());
+  file_ = H5Fcreate(tmp_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  if (file_ < 0) throw UserError(path_ + ": cannot create the HDF5 file (" + std::strerror(errno) + ")");
+}
+
+H5Writer::~H5Writer() {
+  if (file_ >= 0) {
+    H5Fclose(file_);
+    std::remove(tmp_.c_str());
+  }
+}
+
+void H5Writer::write(const std::string& name, DType type, const std::vector<std::uint64_t>& shape,
+                     const void* data) {
+  MGRL_CHECK(file_ >= 0, "write after commit");
+  std::vector<hsize_t> dims(shape.begin(), shape.end());
+  Handle space{H5_CHECK(shape.empty() ? H5Screate(H5S_SCALAR)
+                                      : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)),
+               H5Sclose};
+  Handle lcpl{H5_CHECK(H5Pcreate(H5P_LINK_CREATE)), H5Pclose};
+  H5_CHECK(H5Pset_create_intermediate_group(lcpl.id, 1));
+  Handle set{H5_CHECK(H5Dcreate2(file_, name.c_str(), h5_type(type), space.id, lcpl.id, H5P_DEFAULT, H5P_DEFAULT)),
+             H5Dclose};
+  H5_CHECK(H5Dwrite(set.id, h5_type(type), H5S_ALL, H5S_ALL, H5P_DEFAULT, data));
+}
+
+namespace {
+hid_t string_type(std::size_t n) {
+  const hid_t t = H5_CHECK(H5Tcopy(H5T_C_S1));
+  H5_CHECK(H5Tset_size(t, std::max<std::size_t>(n, 1)));
+  H5_CHECK(H5Tset_cset(t, H5T_CSET_UTF8));
+  return t;
+}
+}  // namespace
+
+void H5Writer::write_string(const std::string& name, const std::string& value) {
+  MGRL_CHECK(file_ >= 0, "write after commit");
+  Handle type{string_type(value.size()), H5Tclose};
+  Handle space{H5_CHECK(H5Screate(H5S_SCALAR)), H5Sclose};
+  Handle lcpl{H5_CHECK(H5Pcreate(H5P_LINK_CREATE)), H5Pclose};
+  H5_CHECK(H5Pset_create_intermediate_group(lcpl.id, 1));
+  Handle set{H5_CHECK(H5Dcreate2(file_, name.c_str(), type.id, space.id, lcpl.id, H5P_DEFAULT, H5P_DEFAULT)),
+             H5Dclose};
+  std::string padded = value.empty() ? std::string(1, '\0') : value;
+  H5_CHECK(H5Dwrite(set.id, type.id, H5S_ALL, H5S_ALL, H5P_DEFAULT, padded.data()));
+}
+
+void H5Writer::attr(const std::string& object, const std::string& name, const std::string& value) {
+  Handle type{string_type(value.size()), H5Tclose};
+  Handle space{H5_CHECK(H5Screate(H5S_SCALAR)), H5Sclose};
+  Handle a{H5_CHECK(H5Acreate_by_name(file_, object.c_str(), name.c_str(), type.id, space.id, H5P_DEFAULT,
+                                      H5P_DEFAULT, H5P_DEFAULT)),
+           H5Aclose};
+  std::string padded = value.empty() ? std::string(1, '\0') : value;
+  H5_CHECK(H5Awrite(a.id, type.id, padded.data()));
+}
+
+void H5Writer::attr(const std::string& object, const std::string& name, std::int64_t value) {
+  Handle space{H5_CHECK(H5Screate(H5S_SCALAR)), H5Sclose};
+  Handle a{H5_CHECK(H5Acreate_by_name(file_, object.c_str(), name.c_str(), H5T_NATIVE_INT64, space.id, H5P_DEFAULT,
+                                      H5P_DEFAULT, H5P_DEFAULT)),
+           H5Aclose};
+  H5_CHECK(H5Awrite(a.id, H5T_NATIVE_INT64, &value));
+}
+
+void H5Writer::commit() {
+  MGRL_CHECK(file_ >= 0, "commit twice");
+  H5_CHECK(H5Fflush(file_, H5F_SCOPE_GLOBAL));
+  const herr_t closed = H5Fclose(file_);
+  file_ = -1;
+  if (closed < 0) {
+    std::remove(tmp_.c_str());
+    throw FatalError(path_ + ": closing the HDF5 file failed");
+  }
+  fsync_path(tmp_, false);
+  if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    std::remove(tmp_.c_str());
+    throw UserError(path_ + ": cannot move the finished file into place (" + why + ")");
+  }
+  fsync_path(parent_dir(path_), true);
+}
+
+H5Reader::H5Reader(std::string path) : path_(std::move(path)) {
+  quiet_hdf5();
+  if (::access(path_.c_str(), R_OK) != 0)
+    throw UserError(path_ + ": cannot open (" + std::string(std::strerror(errno)) + ")");
+  if (H5Fis_hdf5(path_.c_str()) <= 0) throw UserError(path_ + ": not an HDF5 file (or a truncated one)");
+  file_ = H5Fopen(path_.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (file_ < 0) throw UserError(path_ + ": the HDF5 file cannot be opened (corrupt or truncated?)");
+}
+
+H5Reader::~H5Reader() {
+  if (file_ >= 0) H5Fclose(file_);
+}
+
+bool H5Reader::has(const std::string& name) const {
+  // Walk the path one link at a time: H5Lexists fails on a missing intermediate group.
+  std::string partial;
+  std::size_t start = name.front() == '/' ? 1 : 0;
+  while (start <= name.size()) {
+    const auto slash = name.find('/', start);
+    partial = name.substr(0, slash);
+    if (H5Lexists(file_, partial.c_str(), H5P_DEFAULT) <= 0) return false;
+    if (slash == std::string::npos) break;
+    start = slash + 1;
+  }
+  return true;
+}
+
+std::int64_t H5Reader::open_dataset(const std::string& name) const {
+  if (!has(name)) throw UserError(path_ + ": no dataset '" + name + "'");
+  const hid_t d = H5Dopen2(file_, name.c_str(), H5P_DEFAULT);
+  if (d < 0) throw UserError(path_ + ": '" + name + "' is not a readable dataset");
+  return d;
+}
+
+std::vector<std::uint64_t> H5Reader::shape(const std::string& name) const {
+  Handle set{open_dataset(name), H5Dclose};
+  Handle space{H5_CHECK(H5Dget_space(set.id)), H5Sclose};
+  const int rank = H5_CHECK(H5Sget_simple_extent_ndims(space.id));
+  std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
+  H5_CHECK(H5Sget_simple_extent_dims(space.id, dims.data(), nullptr));
+  return std::vector<std::uint64_t>(dims.begin(), dims.end());
+}
+
+DType H5Reader::dtype(const std::string& name) const {
+  Handle set{open_dataset(name), H5Dclose};
+  Handle type{H5_CHECK(H5Dget_type(set.id)), H5Tclose};
+  const auto cls = H5Tget_class(type.id);
+  const auto size = H5Tget_size(type.id);
+  if (cls == H5T_FLOAT) return size == 8 ? DType::F64 : DType::F32;
+  if (cls == H5T_INTEGER) return size == 8 ? DType::I64 : DType::I32;
+  throw UserError(path_ + ": dataset '" + name + "' is not numeric");
+}
+
+void H5Reader::read(const std::string& name, DType type, void* out) const {
+  Handle set{open_dataset(name), H5Dclose};
+  if (H5Dread(set.id, h5_type(type), H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0)
+    throw UserError(path_ + ": cannot read dataset '" + name + "' (corrupt or truncated?)");
+}
+
+std::string H5Reader::read_string(const std::string& name) const {
+  Handle set{open_dataset(name), H5Dclose};
+  Handle type{H5_CHECK(H5Dget_type(set.id)), H5Tclose};
+  if (H5Tget_class(type.id) != H5T_STRING || H5Tis_variable_str(type.id) > 0)
+    throw UserError(path_ + ": '" + name + "' is not a fixed-length string");
+  std::string s(H5Tget_size(type.id), '\0');
+  H5_CHECK(H5Dread(set.id, type.id, H5S_ALL, H5S_ALL, H5P_DEFAULT, s.data()));
+  s.resize(std::strlen(s.c_str()));
+  return s;
+}
+
+std::string H5Reader::attr_string(const std::string& object, const std::string& name) const {
+  if (H5Aexists_by_name(file_, object.c_str(), name.c_str(), H5P_DEFAULT) <= 0)
+    throw UserError(path_ + ": no attribute '" + name + "' on '" + object + "'");
+  Handle a{H5_CHECK(H5Aopen_by_name(file_, object.c_str(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT)), H5Aclose};
+  Handle type{H5_CHECK(H5Aget_type(a.id)), H5Tclose};
+  if (H5Tget_class(type.id) != H5T_STRING || H5Tis_variable_str(type.id) > 0)
+    throw UserError(path_ + ": attribute '" + name + "' is not a fixed-length string");
+  std::string s(H5Tget_size(type.id), '\0');
+  H5_CHECK(H5Aread(a.id, type.id, s.data()));
+  s.resize(std::strlen(s.c_str()));
+  return s;
+}
+
+std::int64_t H5Reader::attr_int(const std::string& object, const std::string& name) const {
+  if (H5Aexists_by_name(file_, object.c_str(), name.c_str(), H5P_DEFAULT) <= 0)
+    throw UserError(path_ + ": no attribute '" + name + "' on '" + object + "'");
+  Handle a{H5_CHECK(H5Aopen_by_name(file_, object.c_str(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT)), H5Aclose};
+  std::int64_t v = 0;
+  H5_CHECK(H5Aread(a.id, H5T_NATIVE_INT64, &v));
+  return v;
+}
+
+std::vector<std::string> H5Reader::list(const std::string& group) const {
+  if (!has(group) && group != "/") throw UserError(path_ + ": no group '" + group + "'");
+  Handle g{H5_CHECK(H5Gopen2(file_, group.c_str(), H5P_DEFAULT)), H5Gclose};
+  H5G_info_t info;
+  H5_CHECK(H5Gget_info(g.id, &info));
+  std::vector<std::string> names;
+  for (hsize_t i = 0; i < info.nlinks; ++i) {
+    const ssize_t n = H5Lget_name_by_idx(g.id, ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
+    std::string s(static_cast<std::size_t>(n) + 1, '\0');
+    H5Lget_name_by_idx(g.id, ".", H5_INDEX_NAME, H5_ITER_INC, i, s.data(), s.size(), H5P_DEFAULT);
+    s.resize(static_cast<std::size_t>(n));
+    names.push_back(s);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+}  // namespace mgrl::io

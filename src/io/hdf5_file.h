@@ -1,0 +1,69 @@
+// hdf5_file.h: small HDF5 file access for checkpoints, score outputs and rollout buffers:
+// a writer that builds a file under a temporary name and renames it into place when complete
+// (fsync'ed, so a crash never leaves a half-written file under the final name), and a reader.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace mgrl::io {
+
+class H5Writer {
+ public:
+  // Creates "<path>.tmp.<pid>" next to path; nothing exists under path until commit().
+  explicit H5Writer(std::string path);
+  ~H5Writer();  // without commit(): the temporary file is removed
+  H5Writer(const H5Writer&) = delete;
+  H5Writer& operator=(const H5Writer&) = delete;
+
+  // A dataset at `name` ("a/b/c": groups are created as needed). shape {} is a scalar.
+  void write(const std::string& name, DType type, const std::vector<std::uint64_t>& shape, const void* data);
+  void write_string(const std::string& name, const std::string& value);  // a scalar string dataset
+  // Attributes on an existing object ("/" for the file).
+  void attr(const std::string& object, const std::string& name, const std::string& value);
+  void attr(const std::string& object, const std::string& name, std::int64_t value);
+  // Flushes, closes, fsyncs and renames the file to its final path.
+  void commit();
+
+ private:
+  std::string path_, tmp_;
+  std::int64_t file_ = -1;
+};
+
+class H5Reader {
+ public:
+  // Throws UserError naming the path when it is missing or not an HDF5 file.
+  explicit H5Reader(std::string path);
+  ~H5Reader();
+  H5Reader(const H5Reader&) = delete;
+  H5Reader& operator=(const H5Reader&) = delete;
+
+  bool has(const std::string& name) const;
+  std::vector<std::uint64_t> shape(const std::string& name) const;
+  DType dtype(const std::string& name) const;
+  // Reads the whole dataset converted to `type` into out (prod(shape) elements).
+  void read(const std::string& name, DType type, void* out) const;
+  template <typename T>
+  std::vector<T> read_all(const std::string& name, DType type) const {
+    std::size_t n = 1;
+    for (auto d : shape(name)) n *= static_cast<std::size_t>(d);
+    std::vector<T> v(n);
+    read(name, type, v.data());
+    return v;
+  }
+  std::string read_string(const std::string& name) const;
+  std::string attr_string(const std::string& object, const std::string& name) const;
+  std::int64_t attr_int(const std::string& object, const std::string& name) const;
+  // Names of the members of a group, sorted.
+  std::vector<std::string> list(const std::string& group) const;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::int64_t open_dataset(const std::string& name) const;
+  std::string path_;
+  std::int64_t file_ = -1;
+};
+
+}  // namespace mgrl::io

@@ -1,0 +1,289 @@
+// hf_config.cpp: reading config.json of Llama/Qwen2/Qwen3 models, and the list of tensors a model needs.
+#include "io/hf_config.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace mgrl::io {
+
+using json = nlohmann::json;
+
+const char* architecture_name(Architecture a) {
+  switch (a) {
+    case Architecture::Llama: return "LlamaForCausalLM";
+    case Architecture::Qwen2: return "Qwen2ForCausalLM";
+    case Architecture::Qwen3: return "Qwen3ForCausalLM";
+  }
+  return "?";
+}
+
+namespace {
+
+constexpr const char* kSupported = "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM";
+
+// What a JSON value is, for messages: "a string (\"x\")", "null", ...
+std::string describe(const json& v) {
+  std::string text = v.dump();
+  if (text.size() > 40) text = text.substr(0, 37) + "...";
+  if (v.is_null()) return "null";
+  if (v.is_string()) return "a string (" + text + ")";
+  if (v.is_boolean()) return "a boolean (" + text + ")";
+  if (v.is_number()) return "a number (" + text + ")";
+  if (v.is_array()) return "a list";
+  return "an object";
+}
+
+// Typed access to the keys of one JSON object, with messages naming the file and the key.
+class Keys {
+ public:
+  Keys(const json& obj, std::string file, std::string prefix = "")
+      : obj_(obj), file_(std::move(file)), prefix_(std::move(prefix)) {}
+
+  // The value of key, or nullptr when absent or null.
+  const json* find(const std::string& key) const {
+    const auto it = obj_.find(key);
+    return it == obj_.end() || it->is_null() ? nullptr : &*it;
+  }
+  [[noreturn]] void fail(const std::string& key, const std::string& what) const {
+    throw UserError(file_ + ": key '" + prefix_ + key + "' " + what);
+  }
+  const json& require(const std::string& key) const {
+    const json* v = find(key);
+    if (!v) throw UserError(file_ + ": missing required key '" + prefix_ + key + "'");
+    return *v;
+  }
+
+  std::int64_t int_of(const std::string& key, const json& v) const {
+    if (!v.is_number_integer()) fail(key, "must be an integer, not " + describe(v));
+    return v.get<std::int64_t>();
+  }
+  std::int64_t get_int(const std::string& key) const { return int_of(key, require(key)); }
+  std::int64_t get_int(const std::string& key, std::int64_t def) const {
+    const json* v = find(key);
+    return v ? int_of(key, *v) : def;
+  }
+  std::int64_t get_positive(const std::string& key) const {
+    const std::int64_t v = get_int(key);
+    if (v <= 0) fail(key, "must be positive (got " + std::to_string(v) + ")");
+    return v;
+  }
+  double num_of(const std::string& key, const json& v) const {
+    if (!v.is_number()) fail(key, "must be a number, not " + describe(v));
+    return v.get<double>();
+  }
+  double get_number(const std::string& key) const { return num_of(key, require(key)); }
+  double get_number(const std::string& key, double def) const {
+    const json* v = find(key);
+    return v ? num_of(key, *v) : def;
+  }
+  bool get_bool(const std::string& key, bool def) const {
+    const json* v = find(key);
+    if (!v) return def;
+    if (!v->is_boolean()) fail(key, "must be true or false, not " + describe(*v));
+    return v->get<bool>();
+  }
+  std::string get_string(const std::string& key, const std::string& def) const {
+    const json* v = find(key);
+    if (!v) return def;
+    if (!v->is_string()) fail(key, "must be a string, not " + describe(*v));
+    return v->get<std::string>();
+  }
+
+ private:
+  const json& obj_;
+  std::string file_;
+  std::string prefix_;
+};
+
+Architecture parse_architecture(const json& j, const Keys& k, const std::string& file) {
+  if (const json* a = k.find("architectures")) {
+    if (!a->is_array() || a->empty()) k.fail("architectures", "must be a non-empty list of strings");
+    std::string names;
+    for (const json& n : *a) {
+      if (!n.is_string()) k.fail("architectures", "must be a non-empty list of strings");
+      const std::string s = n.get<std::string>();
+      if (s == "LlamaForCausalLM") return Architecture::Llama;
+      if (s == "Qwen2ForCausalLM") return Architecture::Qwen2;
+      if (s == "Qwen3ForCausalLM") return Architecture::Qwen3;
+      names += (names.empty() ? "'" : ", '") + s + "'";
+    }
+    throw UserError(file + ": unsupported architecture " + names + " (supported: " + kSupported + ")");
+  }
+  // No "architectures": fall back on model_type, as transformers' AutoConfig does.
+  if (j.contains("model_type")) {
+    const std::string t = k.get_string("model_type", "");
+    if (t == "llama") return Architecture::Llama;
+    if (t == "qwen2") return Architecture::Qwen2;
+    if (t == "qwen3") return Architecture::Qwen3;
+    throw UserError(file + ": unsupported model_type '" + t + "' and no \"architectures\" (supported: " +
+                    kSupported + ")");
+  }
+  throw UserError(file + ": missing required key 'architectures' (one of " + kSupported + ")");
+}
+
+// rope_scaling (4.x) or rope_parameters (5.x): none for type "default", the llama3 parameters, or an error.
+std::optional<RopeScaling> parse_rope(const json& obj, const std::string& key, const std::string& file) {
+  if (!obj.is_object()) {
+    throw UserError(file + ": key '" + key + "' must be an object or null, not " + describe(obj));
+  }
+  const Keys r(obj, file, key + ".");
+  std::string type;
+  if (r.find("rope_type")) {
+    type = r.get_string("rope_type", "");
+  } else if (r.find("type")) {
+    type = r.get_string("type", "");  // the name before transformers 4.43
+  } else {
+    throw UserError(file + ": key '" + key + "' has no 'rope_type'");
+  }
+  if (type == "default") return std::nullopt;
+  if (type != "llama3") {
+    throw UserError(file + ": unsupported rope_scaling type '" + type + "' in key '" + key +
+                    "' (supported: llama3, or none)");
+  }
+  RopeScaling s;
+  s.rope_type = type;
+  s.factor = r.get_number("factor");
+  s.low_freq_factor = r.get_number("low_freq_factor");
+  s.high_freq_factor = r.get_number("high_freq_factor");
+  s.original_max_position_embeddings = r.get_int("original_max_position_embeddings");
+  if (!(s.factor > 0)) r.fail("factor", "must be positive");
+  if (!(s.low_freq_factor > 0)) r.fail("low_freq_factor", "must be positive");
+  if (!(s.high_freq_factor >= s.low_freq_factor)) r.fail("high_freq_factor", "must be >= low_freq_factor");
+  if (s.original_max_position_embeddings <= 0) r.fail("original_max_position_embeddings", "must be positive");
+  return s;
+}
+
+}  // namespace
+
+ModelConfig parse_hf_config(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UserError(path + ": cannot open the model config (" + std::strerror(errno) + ")");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  json j;
+  try {
+    j = json::parse(ss.str());
+  } catch (const json::exception& e) {
+    throw UserError(path + ": invalid JSON: " + e.what());
+  }
+  if (!j.is_object()) throw UserError(path + ": not a JSON object");
+  const Keys k(j, path);
+
+  ModelConfig c;
+  c.arch = parse_architecture(j, k, path);
+  c.vocab_size = k.get_positive("vocab_size");
+  c.hidden_size = k.get_positive("hidden_size");
+  c.intermediate_size = k.get_positive("intermediate_size");
+  c.num_hidden_layers = k.get_positive("num_hidden_layers");
+  c.num_attention_heads = k.get_positive("num_attention_heads");
+  c.num_key_value_heads = k.get_int("num_key_value_heads", c.num_attention_heads);
+  if (c.num_key_value_heads <= 0 || c.num_attention_heads % c.num_key_value_heads != 0) {
+    k.fail("num_key_value_heads", "must divide num_attention_heads (" + std::to_string(c.num_attention_heads) +
+                                      "), got " + std::to_string(c.num_key_value_heads));
+  }
+  if (k.find("head_dim")) {
+    c.head_dim = k.get_positive("head_dim");
+  } else if (c.arch == Architecture::Qwen3) {
+    // transformers' Qwen3 default (128) is not hidden_size / num_attention_heads; its configs name it.
+    throw UserError(path + ": missing required key 'head_dim' (Qwen3 configs give it)");
+  } else {
+    if (c.hidden_size % c.num_attention_heads != 0) {
+      k.fail("num_attention_heads", "must divide hidden_size (" + std::to_string(c.hidden_size) +
+                                        ") when there is no head_dim");
+    }
+    c.head_dim = c.hidden_size / c.num_attention_heads;
+  }
+  c.rms_norm_eps = k.get_number("rms_norm_eps");
+  if (!(c.rms_norm_eps > 0)) k.fail("rms_norm_eps", "must be positive");
+  c.max_position_embeddings = k.get_positive("max_position_embeddings");
+
+  // RoPE: rope_theta + rope_scaling (transformers 4.x), or rope_parameters holding both (5.x).
+  const json* params = k.find("rope_parameters");
+  if (params && !params->is_object()) k.fail("rope_parameters", "must be an object, not " + describe(*params));
+  if (k.find("rope_theta")) {
+    c.rope_theta = k.get_number("rope_theta");
+  } else if (params && params->contains("rope_theta")) {
+    c.rope_theta = Keys(*params, path, "rope_parameters.").get_number("rope_theta");
+  } else {
+    c.rope_theta = 10000.0;  // transformers' default for these architectures
+  }
+  if (!(c.rope_theta > 0)) k.fail("rope_theta", "must be positive");
+  if (const json* s = k.find("rope_scaling")) {
+    c.rope_scaling = parse_rope(*s, "rope_scaling", path);
+  } else if (params) {
+    c.rope_scaling = parse_rope(*params, "rope_parameters", path);
+  }
+
+  c.hidden_act = k.get_string("hidden_act", "silu");
+  if (c.hidden_act != "silu") k.fail("hidden_act", "is '" + c.hidden_act + "'; only 'silu' is supported");
+  c.tie_word_embeddings = k.get_bool("tie_word_embeddings", false);
+  switch (c.arch) {
+    case Architecture::Llama:
+      c.qkv_bias = c.o_bias = k.get_bool("attention_bias", false);
+      if (k.get_bool("mlp_bias", false)) k.fail("mlp_bias", "is true: MLP biases are not supported");
+      break;
+    case Architecture::Qwen2:
+      c.qkv_bias = true;
+      c.o_bias = false;
+      break;
+    case Architecture::Qwen3:
+      c.qkv_bias = c.o_bias = k.get_bool("attention_bias", false);
+      c.qk_norm = true;
+      break;
+  }
+  if (c.arch != Architecture::Llama && k.get_bool("use_sliding_window", false)) {
+    k.fail("use_sliding_window", "is true: sliding-window attention is not supported");
+  }
+  c.torch_dtype = k.find("torch_dtype") ? k.get_string("torch_dtype", "") : k.get_string("dtype", "");
+
+  if (k.find("bos_token_id")) c.bos_token_id = k.get_int("bos_token_id");
+  if (const json* e = k.find("eos_token_id")) {
+    if (e->is_array()) {
+      for (const json& id : *e) {
+        if (!id.is_number_integer()) k.fail("eos_token_id", "must be an integer or a list of integers");
+        c.eos_token_ids.push_back(id.get<std::int64_t>());
+      }
+    } else {
+      if (!e->is_number_integer()) k.fail("eos_token_id", "must be an integer or a list of integers");
+      c.eos_token_ids.push_back(e->get<std::int64_t>());
+    }
+  }
+  return c;
+}
+
+std::vector<TensorSpec> expected_tensors(const ModelConfig& c) {
+  const std::int64_t h = c.hidden_size, q = c.q_dim(), kv = c.kv_dim(), f = c.intermediate_size;
+  std::vector<TensorSpec> out;
+  out.push_back({"model.embed_tokens.weight", {c.vocab_size, h}});
+  for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    out.push_back({p + "input_layernorm.weight", {h}});
+    out.push_back({p + "self_attn.q_proj.weight", {q, h}});
+    if (c.qkv_bias) out.push_back({p + "self_attn.q_proj.bias", {q}});
+    out.push_back({p + "self_attn.k_proj.weight", {kv, h}});
+    if (c.qkv_bias) out.push_back({p + "self_attn.k_proj.bias", {kv}});
+    out.push_back({p + "self_attn.v_proj.weight", {kv, h}});
+    if (c.qkv_bias) out.push_back({p + "self_attn.v_proj.bias", {kv}});
+    out.push_back({p + "self_attn.o_proj.weight", {h, q}});
+    if (c.o_bias) out.push_back({p + "self_attn.o_proj.bias", {h}});
+    if (c.qk_norm) {
+      out.push_back({p + "self_attn.q_norm.weight", {c.head_dim}});
+      out.push_back({p + "self_attn.k_norm.weight", {c.head_dim}});
+    }
+    out.push_back({p + "post_attention_layernorm.weight", {h}});
+    out.push_back({p + "mlp.gate_proj.weight", {f, h}});
+    out.push_back({p + "mlp.up_proj.weight", {f, h}});
+    out.push_back({p + "mlp.down_proj.weight", {h, f}});
+  }
+  out.push_back({"model.norm.weight", {h}});
+  if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", {c.vocab_size, h}});
+  return out;
+}
+
+}  // namespace mgrl::io

@@ -1,0 +1,230 @@
+// lora.cpp: LoRA slots, PEFT names and files, initialisation.
+#include "model/lora.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "io/safetensors.h"
+
+namespace mgrl::model {
+
+const char* module_name(Module m) {
+  static const char* names[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  return names[static_cast<int>(m)];
+}
+
+const char* module_path(Module m) {
+  static const char* paths[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                                "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
+  return paths[static_cast<int>(m)];
+}
+
+bool parse_module(const std::string& name, Module* out) {
+  for (int i = 0; i < kNumModules; ++i)
+    if (name == module_name(static_cast<Module>(i))) {
+      *out = static_cast<Module>(i);
+      return true;
+    }
+  return false;
+}
+
+int module_in(const io::ModelConfig& c, Module m) {
+  switch (m) {
+    case Module::O: return static_cast<int>(c.q_dim());
+    case Module::Down: return static_cast<int>(c.intermediate_size);
+    default: return static_cast<int>(c.hidden_size);
+  }
+}
+
+int module_out(const io::ModelConfig& c, Module m) {
+  switch (m) {
+    case Module::Q: return static_cast<int>(c.q_dim());
+    case Module::K:
+    case Module::V: return static_cast<int>(c.kv_dim());
+    case Module::Gate:
+    case Module::Up: return static_cast<int>(c.intermediate_size);
+    default: return static_cast<int>(c.hidden_size);
+  }
+}
+
+float LoraConfig::scale() const {
+  return static_cast<float>(use_rslora ? alpha / std::sqrt(static_cast<double>(r)) : alpha / r);
+}
+
+LoraConfig read_peft_config(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw UserError(path + ": cannot open the adapter configuration");
+  nlohmann::json j;
+  try {
+    in >> j;
+  } catch (const nlohmann::json::exception& e) {
+    throw UserError(path + ": invalid JSON (" + e.what() + ")");
+  }
+  auto fail = [&](const std::string& what) -> void { throw UserError(path + ": " + what); };
+  if (j.value("peft_type", std::string("LORA")) != "LORA") fail("peft_type must be LORA");
+  LoraConfig c;
+  try {
+    c.r = j.at("r").get<int>();
+    c.alpha = j.at("lora_alpha").get<double>();
+    c.dropout = j.value("lora_dropout", 0.0);
+    c.use_rslora = j.value("use_rslora", false);
+    const auto& t = j.at("target_modules");
+    if (t.is_string()) fail("target_modules as a regular expression is not supported; list the module names");
+    c.targets = t.get<std::vector<std::string>>();
+  } catch (const nlohmann::json::exception& e) {
+    fail(std::string("missing or mistyped key: ") + e.what());
+  }
+  if (c.r <= 0) fail("r must be positive");
+  if (j.value("use_dora", false)) fail("DoRA adapters (use_dora) are not supported");
+  if (j.value("fan_in_fan_out", false)) fail("fan_in_fan_out adapters are not supported");
+  if (j.contains("bias") && j["bias"].is_string() && j["bias"] != "none") fail("adapter biases are not supported");
+  for (const char* k : {"rank_pattern", "alpha_pattern"})
+    if (j.contains(k) && j[k].is_object() && !j[k].empty()) fail(std::string(k) + " is not supported");
+  if (j.contains("layers_to_transform") && !j["layers_to_transform"].is_null())
+    fail("layers_to_transform is not supported");
+  for (const auto& t : c.targets) {
+    Module m;
+    if (!parse_module(t, &m)) fail("target module '" + t + "' is not a linear layer of a Llama/Qwen block");
+  }
+  return c;
+}
+
+LoraParams::LoraParams(const io::ModelConfig& model, LoraConfig cfg, kernels::Ops& ops)
+    : cfg_(std::move(cfg)), ops_(ops) {
+  if (cfg_.r <= 0) throw UserError("lora.r must be positive");
+  std::vector<bool> on(kNumModules, false);
+  for (const auto& t : cfg_.targets) {
+    Module m;
+    if (!parse_module(t, &m))
+      throw UserError("lora.targets: '" + t + "' is not one of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "
+                      "down_proj");
+    on[static_cast<int>(m)] = true;
+  }
+  for (int l = 0; l < model.num_hidden_layers; ++l)
+    for (int i = 0; i < kNumModules; ++i) {
+      if (!on[i]) continue;
+      const Module m = static_cast<Module>(i);
+      LoraSlot s{l, m, module_in(model, m), module_out(model, m), 0, 0};
+      s.a_offset = numel_;
+      numel_ += static_cast<std::size_t>(cfg_.r) * s.in;
+      s.b_offset = numel_;
+      numel_ += static_cast<std::size_t>(s.out) * cfg_.r;
+      slots_.push_back(s);
+    }
+  params_ = static_cast<float*>(ops_.alloc(numel_ * sizeof(float)));
+  grads_ = static_cast<float*>(ops_.alloc(numel_ * sizeof(float)));
+}
+
+LoraParams::~LoraParams() {
+  ops_.release(params_);
+  ops_.release(grads_);
+}
+
+const LoraSlot* LoraParams::find(int layer, Module m) const {
+  for (const auto& s : slots_)
+    if (s.layer == layer && s.module == m) return &s;
+  return nullptr;
+}
+
+void LoraParams::zero_grads() { ops_.zero(grads_, numel_ * sizeof(float)); }
+
+std::string LoraParams::peft_name(const LoraSlot& s, bool a) {
+  return "base_model.model.model.layers." + std::to_string(s.layer) + "." + module_path(s.module) +
+         (a ? ".lora_A.weight" : ".lora_B.weight");
+}
+
+void LoraParams::init(std::uint64_t seed) {
+  std::vector<float> host(numel_, 0.0f);
+  for (const auto& s : slots_) {
+    const double bound = 1.0 / std::sqrt(static_cast<double>(s.in));
+    for (std::size_t i = 0; i < static_cast<std::size_t>(cfg_.r) * s.in; ++i) {
+      // splitmix64 of (seed, slot, i) -> uniform in [-bound, bound)
+      std::uint64_t z = seed + 0x9E3779B97F4A7C15ull * (s.a_offset + i + 1);
+      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+      z ^= z >> 31;
+      const double u = static_cast<double>(z >> 11) * (1.0 / 9007199254740992.0);
+      host[s.a_offset + i] = static_cast<float>((2.0 * u - 1.0) * bound);
+    }
+  }
+  from_host(host);
+  zero_grads();
+}
+
+std::vector<float> LoraParams::to_host() const {
+  std::vector<float> v(numel_);
+  ops_.download(v.data(), params_, numel_ * sizeof(float));
+  return v;
+}
+
+void LoraParams::from_host(const std::vector<float>& v) {
+  MGRL_CHECK(v.size() == numel_, "LoRA parameter count mismatch");
+  ops_.upload(params_, v.data(), numel_ * sizeof(float));
+}
+
+void LoraParams::load_peft(const std::string& dir) {
+  const std::string path = dir + "/adapter_model.safetensors";
+  io::SafetensorsFile f(path);
+  std::vector<float> host(numel_);
+  for (const auto& s : slots_) {
+    for (const bool a : {true, false}) {
+      const std::string name = peft_name(s, a);
+      const io::TensorInfo& t = f.get(name);
+      const io::Shape want = a ? io::Shape{cfg_.r, s.in} : io::Shape{s.out, cfg_.r};
+      io::check_shape(t, want, path);
+      io::copy_to_f32(t, host.data() + (a ? s.a_offset : s.b_offset));
+    }
+  }
+  // Tensors of the adapter that this model would not use are a sign of a mismatched adapter.
+  for (const auto& t : f.tensors()) {
+    bool used = false;
+    for (const auto& s : slots_) used = used || t.name == peft_name(s, true) || t.name == peft_name(s, false);
+    if (!used) throw UserError(path + ": tensor '" + t.name + "' does not belong to a LoRA slot of this model");
+  }
+  from_host(host);
+}
+
+void LoraParams::save_peft(const std::string& dir, const std::string& base_model_path) const {
+  ::mkdir(dir.c_str(), 0755);
+  const auto host = to_host();
+  std::vector<io::TensorToWrite> tensors;
+  std::vector<std::string> names;
+  names.reserve(2 * slots_.size());
+  for (const auto& s : slots_) {
+    names.push_back(peft_name(s, true));
+    tensors.push_back({names.back(), DType::F32, {cfg_.r, s.in}, host.data() + s.a_offset});
+    names.push_back(peft_name(s, false));
+    tensors.push_back({names.back(), DType::F32, {s.out, cfg_.r}, host.data() + s.b_offset});
+  }
+  io::write_safetensors(dir + "/adapter_model.safetensors", tensors, {{"format", "pt"}});
+  nlohmann::json j = {{"peft_type", "LORA"},
+                      {"task_type", "CAUSAL_LM"},
+                      {"base_model_name_or_path", base_model_path},
+                      {"r", cfg_.r},
+                      {"lora_alpha", cfg_.alpha},
+                      {"lora_dropout", cfg_.dropout},
+                      {"use_rslora", cfg_.use_rslora},
+                      {"target_modules", cfg_.targets},
+                      {"bias", "none"},
+                      {"fan_in_fan_out", false},
+                      {"inference_mode", true},
+                      {"init_lora_weights", true},
+                      {"use_dora", false},
+                      {"layers_to_transform", nullptr},
+                      {"modules_to_save", nullptr}};
+  const std::string tmp = dir + "/adapter_config.json.tmp";
+  {
+    std::ofstream out(tmp);
+    out << j.dump(2) << "\n";
+    if (!out) throw UserError(dir + ": cannot write adapter_config.json");
+  }
+  if (std::rename(tmp.c_str(), (dir + "/adapter_config.json").c_str()) != 0)
+    throw UserError(dir + ": cannot write adapter_config.json");
+}
+
+}  // namespace mgrl::model

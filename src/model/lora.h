@@ -1,0 +1,85 @@
+// lora.h: LoRA adapters as PEFT defines them: which linear layers carry one (by module name),
+// rank r, alpha, scaling (alpha / r, or alpha / sqrt(r) with rsLoRA), dropout; the parameters of
+// all adapters in one flat f32 buffer (and their gradients in another, same layout), PEFT names,
+// initialisation (A kaiming-uniform, B zero) and the PEFT adapter directory format.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "io/hf_config.h"
+#include "kernels/ops.h"
+
+namespace mgrl::model {
+
+// The seven linear layers of a Llama/Qwen block, in block order.
+enum class Module { Q, K, V, O, Gate, Up, Down };
+inline constexpr int kNumModules = 7;
+const char* module_name(Module m);  // "q_proj", ...
+const char* module_path(Module m);  // "self_attn.q_proj", "mlp.gate_proj", ...
+bool parse_module(const std::string& name, Module* out);
+// in / out features of a module in a model.
+int module_in(const io::ModelConfig& c, Module m);
+int module_out(const io::ModelConfig& c, Module m);
+
+struct LoraConfig {
+  int r = 8;
+  double alpha = 16.0;
+  double dropout = 0.0;
+  bool use_rslora = false;
+  std::vector<std::string> targets{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  float scale() const;
+};
+
+// Reads a PEFT adapter_config.json (LoRA only). Throws UserError naming the file for features mgrl
+// does not implement (DoRA, rank or alpha patterns, layers_to_transform, biases, fan_in_fan_out).
+LoraConfig read_peft_config(const std::string& adapter_config_json);
+
+struct LoraSlot {
+  int layer;
+  Module module;
+  int in, out;
+  std::size_t a_offset, b_offset;  // in floats, into params() / grads()
+};
+
+class LoraParams {
+ public:
+  LoraParams(const io::ModelConfig& model, LoraConfig cfg, kernels::Ops& ops);
+  ~LoraParams();
+  LoraParams(const LoraParams&) = delete;
+  LoraParams& operator=(const LoraParams&) = delete;
+
+  const LoraConfig& config() const { return cfg_; }
+  const std::vector<LoraSlot>& slots() const { return slots_; }
+  const LoraSlot* find(int layer, Module m) const;  // nullptr: no adapter there
+  std::size_t numel() const { return numel_; }
+  float* params() { return params_; }  // backend memory
+  float* grads() { return grads_; }
+  const float* A(const LoraSlot& s) const { return params_ + s.a_offset; }
+  const float* B(const LoraSlot& s) const { return params_ + s.b_offset; }
+  float* dA(const LoraSlot& s) { return grads_ + s.a_offset; }
+  float* dB(const LoraSlot& s) { return grads_ + s.b_offset; }
+  void zero_grads();
+
+  // "base_model.model.model.layers.3.self_attn.q_proj.lora_A.weight"
+  static std::string peft_name(const LoraSlot& s, bool a);
+  // PEFT's initialisation: A ~ U(-1/sqrt(in), 1/sqrt(in)) (kaiming-uniform with a = sqrt(5)), B = 0.
+  void init(std::uint64_t seed);
+  // Loads adapter_model.safetensors of a PEFT directory; every slot must be present with its shape.
+  void load_peft(const std::string& dir);
+  // Writes adapter_config.json + adapter_model.safetensors.
+  void save_peft(const std::string& dir, const std::string& base_model_path) const;
+  // All parameters as host f32 (slot order), and back.
+  std::vector<float> to_host() const;
+  void from_host(const std::vector<float>& v);
+
+ private:
+  LoraConfig cfg_;
+  kernels::Ops& ops_;
+  std::vector<LoraSlot> slots_;
+  std::size_t numel_ = 0;
+  float* params_ = nullptr;
+  float* grads_ = nullptr;
+};
+
+}  // namespace mgrl::model

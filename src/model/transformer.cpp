@@ -1,0 +1,498 @@
+// transformer.cpp: forward and backward of the Llama / Qwen2 / Qwen3 decoder with LoRA over kernels::Ops.
+#include "model/transformer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "io/safetensors.h"
+#include "kernels/cpu/rope.h"
+
+namespace mgrl::model {
+
+Batch Batch::from_sequences(const std::vector<std::vector<std::int32_t>>& seqs) {
+  Batch b;
+  b.B = static_cast<int>(seqs.size());
+  for (const auto& s : seqs) b.L = std::max(b.L, static_cast<int>(s.size()));
+  b.tokens.assign(static_cast<std::size_t>(b.B) * b.L, 0);
+  for (int i = 0; i < b.B; ++i) {
+    b.lengths.push_back(static_cast<std::int32_t>(seqs[i].size()));
+    std::copy(seqs[i].begin(), seqs[i].end(), b.tokens.begin() + static_cast<std::ptrdiff_t>(i) * b.L);
+  }
+  return b;
+}
+
+// Pointers to one layer's base weights (storage dtype) and, for full fine-tuning, their f32 gradients.
+struct Transformer::LayerW {
+  const void *attn_norm, *q_norm, *k_norm, *mlp_norm;
+  const void* W[kNumModules];
+  const void* bias[kNumModules];
+  float *d_attn_norm, *d_q_norm, *d_k_norm, *d_mlp_norm;
+  float* dW[kNumModules];
+  float* dbias[kNumModules];
+};
+
+// What one layer keeps from its forward for its backward.
+struct Transformer::Acts {
+  void *h1, *q, *k, *v, *q_pre, *k_pre, *attn, *x_mid, *h2, *gate, *up, *act;
+  float *rstd1, *rstd_q, *rstd_k, *lse, *rstd2;
+  float* xa[kNumModules];
+  void* xd[kNumModules];  // LoRA inputs after dropout (training with dropout only)
+};
+
+// Buffers shared by all layers.
+struct Transformer::Work {
+  std::vector<void*> xs;  // residual stream at the input of each layer, and after the last
+  void *tmp, *xf, *recompute_out;
+  float *rstd_f, *lse_head, *lp, *wrow, *lora_scratch;
+  std::int32_t *ids, *targets, *pos, *lengths;
+  void* head_scratch;
+  void *dx, *dh, *dq, *dk, *dv, *dq2, *dk2, *dattn, *dgate, *dup, *dact, *dxf, *dlora;
+  std::vector<std::int32_t> host_ids, host_lengths;  // of the last forward
+};
+
+namespace {
+std::string layer_name(int l, const std::string& rest) { return "model.layers." + std::to_string(l) + "." + rest; }
+
+std::uint64_t mix_seed(std::uint64_t seed, int layer, int module) {
+  std::uint64_t z = seed ^ (0x9E3779B97F4A7C15ull * static_cast<std::uint64_t>(layer * kNumModules + module + 1));
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+}  // namespace
+
+Transformer::Transformer(io::ModelConfig cfg, kernels::Ops& ops, ModelOptions opts)
+    : cfg_(std::move(cfg)), ops_(ops), opts_(opts) {
+  if (cfg_.head_dim % 2 != 0) throw UserError("head_dim must be even for rotary embeddings");
+  for (const auto& t : io::expected_tensors(cfg_)) {
+    base_.push_back({t.name, t.shape, base_numel_});
+    base_numel_ += static_cast<std::size_t>(io::shape_numel(t.shape));
+  }
+  weights_ = ops_.alloc(base_numel_ * ops_.storage_size());
+  if (opts_.full_finetune) base_grads_ = static_cast<float*>(ops_.alloc(base_numel_ * sizeof(float)));
+
+  layers_.resize(static_cast<std::size_t>(cfg_.num_hidden_layers));
+  for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
+    LayerW& L = layers_[l];
+    L.attn_norm = w(layer_name(l, "input_layernorm.weight"));
+    L.mlp_norm = w(layer_name(l, "post_attention_layernorm.weight"));
+    L.q_norm = cfg_.qk_norm ? w(layer_name(l, "self_attn.q_norm.weight")) : nullptr;
+    L.k_norm = cfg_.qk_norm ? w(layer_name(l, "self_attn.k_norm.weight")) : nullptr;
+    L.d_attn_norm = g(layer_name(l, "input_layernorm.weight"));
+    L.d_mlp_norm = g(layer_name(l, "post_attention_layernorm.weight"));
+    L.d_q_norm = cfg_.qk_norm ? g(layer_name(l, "self_attn.q_norm.weight")) : nullptr;
+    L.d_k_norm = cfg_.qk_norm ? g(layer_name(l, "self_attn.k_norm.weight")) : nullptr;
+    for (int m = 0; m < kNumModules; ++m) {
+      const std::string base = layer_name(l, module_path(static_cast<Module>(m)));
+      L.W[m] = w(base + ".weight");
+      L.dW[m] = g(base + ".weight");
+      const bool has_bias = std::any_of(base_.begin(), base_.end(), [&](const BaseTensor& t) {
+        return t.name == base + ".bias";
+      });
+      L.bias[m] = has_bias ? w(base + ".bias") : nullptr;
+      L.dbias[m] = has_bias ? g(base + ".bias") : nullptr;
+    }
+  }
+  // Rotary inverse frequencies, computed once on the host as transformers does.
+  std::vector<float> inv(static_cast<std::size_t>(cfg_.head_dim / 2));
+  kernels::cpu::Llama3RopeScaling scaling{};
+  if (cfg_.rope_scaling) {
+    scaling.factor = cfg_.rope_scaling->factor;
+    scaling.low_freq_factor = cfg_.rope_scaling->low_freq_factor;
+    scaling.high_freq_factor = cfg_.rope_scaling->high_freq_factor;
+    scaling.original_max_position_embeddings =
+        static_cast<double>(cfg_.rope_scaling->original_max_position_embeddings);
+  }
+  kernels::cpu::rope_inv_freq(inv.data(), static_cast<int>(cfg_.head_dim), cfg_.rope_theta,
+                              cfg_.rope_scaling ? &scaling : nullptr);
+  inv_freq_ = static_cast<float*>(ops_.alloc(inv.size() * sizeof(float)));
+  ops_.upload(inv_freq_, inv.data(), inv.size() * sizeof(float));
+}
+
+Transformer::~Transformer() {
+  for (void* p : allocations_) ops_.release(p);
+  ops_.release(inv_freq_);
+  ops_.release(weights_);
+  if (base_grads_) ops_.release(base_grads_);
+}
+
+const void* Transformer::w(const std::string& name) const {
+  for (const auto& t : base_)
+    if (t.name == name) return static_cast<const char*>(weights_) + t.offset * ops_.storage_size();
+  throw FatalError("model tensor '" + name + "' is not part of this architecture");
+}
+
+float* Transformer::g(const std::string& name) {
+  if (!base_grads_) return nullptr;
+  for (const auto& t : base_)
+    if (t.name == name) return base_grads_ + t.offset;
+  throw FatalError("model tensor '" + name + "' is not part of this architecture");
+}
+
+void Transformer::load_weights(const std::string& dir) {
+  io::SafetensorsModel model(dir);
+  std::vector<float> host;
+  for (const auto& t : base_) {
+    const io::TensorInfo& info = model.get(t.name, t.shape);
+    host.resize(static_cast<std::size_t>(info.numel()));
+    io::copy_to_f32(info, host.data());
+    ops_.upload_f32_as_storage(const_cast<void*>(w(t.name)), host.data(), host.size());
+  }
+}
+
+void Transformer::init_random(std::uint64_t seed, float std) {
+  std::vector<float> host;
+  std::uint64_t counter = 0;
+  auto uniform = [&] {  // splitmix64 stream -> (0, 1)
+    std::uint64_t z = seed + 0x9E3779B97F4A7C15ull * ++counter;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (static_cast<double>(z >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+  };
+  for (const auto& t : base_) {
+    host.assign(static_cast<std::size_t>(io::shape_numel(t.shape)), 0.0f);
+    const bool norm = t.name.find("norm") != std::string::npos;
+    const bool bias = t.name.size() > 5 && t.name.compare(t.name.size() - 5, 5, ".bias") == 0;
+    for (auto& x : host) {
+      if (norm) x = 1.0f;
+      else if (!bias) x = static_cast<float>(std * std::sqrt(-2.0 * std::log(uniform())) * std::cos(6.283185307179586 * uniform()));
+    }
+    ops_.upload_f32_as_storage(const_cast<void*>(w(t.name)), host.data(), host.size());
+  }
+}
+
+LoraParams& Transformer::add_lora(const LoraConfig& cfg, std::uint64_t seed) {
+  lora_ = std::make_unique<LoraParams>(cfg_, cfg, ops_);
+  lora_->init(seed);
+  if (cap_T_ > 0) {  // LoRA buffers depend on r: rebuild the arena on the next forward
+    for (void* p : allocations_) ops_.release(p);
+    allocations_.clear();
+    acts_.clear();
+    work_.reset();
+    cap_T_ = 0;
+  }
+  return *lora_;
+}
+
+void Transformer::reserve(int B, int L) {
+  const int T = B * L;
+  if (T <= cap_T_) return;
+  for (void* p : allocations_) ops_.release(p);
+  allocations_.clear();
+  acts_.clear();
+  cap_T_ = T;
+  const std::size_t S = ops_.storage_size();
+  const std::size_t t = static_cast<std::size_t>(T);
+  const std::size_t D = cfg_.hidden_size, Q = cfg_.q_dim(), K = cfg_.kv_dim(), I = cfg_.intermediate_size;
+  const std::size_t nh = cfg_.num_attention_heads, nkv = cfg_.num_key_value_heads;
+  const std::size_t r = lora_ ? static_cast<std::size_t>(lora_->config().r) : 0;
+  const bool dropout = lora_ && lora_->config().dropout > 0;
+  auto st = [&](std::size_t n) {  // storage-dtype buffer
+    void* p = ops_.alloc(n * S);
+    allocations_.push_back(p);
+    return p;
+  };
+  auto f32 = [&](std::size_t n) {
+    void* p = ops_.alloc(n * sizeof(float));
+    allocations_.push_back(p);
+    return static_cast<float*>(p);
+  };
+  auto i32 = [&](std::size_t n) {
+    void* p = ops_.alloc(n * sizeof(std::int32_t));
+    allocations_.push_back(p);
+    return static_cast<std::int32_t*>(p);
+  };
+  const int n_acts = opts_.recompute ? 1 : static_cast<int>(cfg_.num_hidden_layers);
+  for (int i = 0; i < n_acts; ++i) {
+    auto a = std::make_unique<Acts>();
+    a->h1 = st(t * D);
+    a->q = st(t * Q);
+    a->k = st(t * K);
+    a->v = st(t * K);
+    a->q_pre = cfg_.qk_norm ? st(t * Q) : nullptr;
+    a->k_pre = cfg_.qk_norm ? st(t * K) : nullptr;
+    a->attn = st(t * Q);
+    a->x_mid = st(t * D);
+    a->h2 = st(t * D);
+    a->gate = st(t * I);
+    a->up = st(t * I);
+    a->act = st(t * I);
+    a->rstd1 = f32(t);
+    a->rstd2 = f32(t);
+    a->rstd_q = cfg_.qk_norm ? f32(t * nh) : nullptr;
+    a->rstd_k = cfg_.qk_norm ? f32(t * nkv) : nullptr;
+    a->lse = f32(t * nh);
+    for (int m = 0; m < kNumModules; ++m) {
+      const auto mod = static_cast<Module>(m);
+      const bool on = lora_ && lora_->find(0, mod) != nullptr;
+      a->xa[m] = on ? f32(t * r) : nullptr;
+      a->xd[m] = on && dropout ? st(t * static_cast<std::size_t>(module_in(cfg_, mod))) : nullptr;
+    }
+    acts_.push_back(std::move(a));
+  }
+  work_ = std::make_unique<Work>();
+  Work& W = *work_;
+  for (int l = 0; l <= cfg_.num_hidden_layers; ++l) W.xs.push_back(st(t * D));
+  W.tmp = st(t * D);
+  W.xf = st(t * D);
+  W.recompute_out = opts_.recompute ? st(t * D) : nullptr;
+  W.rstd_f = f32(t);
+  W.lse_head = f32(t);
+  W.lp = f32(t);
+  W.wrow = f32(t);
+  W.lora_scratch = r ? f32(t * r) : nullptr;
+  W.ids = i32(t);
+  W.targets = i32(t);
+  W.pos = i32(t);
+  W.lengths = i32(t);
+  W.head_scratch = ops_.alloc(ops_.lm_head_scratch_bytes(static_cast<int>(cfg_.vocab_size)));
+  allocations_.push_back(W.head_scratch);
+  W.dx = st(t * D);
+  W.dh = st(t * D);
+  W.dq = st(t * Q);
+  W.dk = st(t * K);
+  W.dv = st(t * K);
+  W.dq2 = cfg_.qk_norm ? st(t * Q) : nullptr;
+  W.dk2 = cfg_.qk_norm ? st(t * K) : nullptr;
+  W.dattn = st(t * Q);
+  W.dgate = st(t * I);
+  W.dup = st(t * I);
+  W.dact = st(t * I);
+  W.dxf = st(t * D);
+  W.dlora = dropout ? st(t * std::max({D, Q, I})) : nullptr;
+}
+
+void Transformer::linear_with_lora(int l, Module m, void* y, const void* x, const void* W, const void* bias, int T,
+                                   Acts& a, bool use_lora, bool train, std::uint64_t seed) {
+  const int in = module_in(cfg_, m), out = module_out(cfg_, m);
+  ops_.linear_forward(y, x, W, bias, T, in, out);
+  const LoraSlot* s = use_lora && lora_ ? lora_->find(l, m) : nullptr;
+  if (!s) return;
+  const int mi = static_cast<int>(m);
+  const void* xin = x;
+  const float p = static_cast<float>(lora_->config().dropout);
+  if (train && p > 0) {
+    ops_.dropout(a.xd[mi], x, static_cast<std::int64_t>(T) * in, p, mix_seed(seed, l, mi));
+    xin = a.xd[mi];
+  }
+  ops_.lora_forward(y, a.xa[mi], xin, lora_->A(*s), lora_->B(*s), lora_->config().scale(), T, in,
+                    lora_->config().r, out);
+}
+
+void Transformer::linear_with_lora_backward(int l, Module m, void* dx, const void* dy, const void* x, const void* W,
+                                            float* dW, float* dbias, int T, Acts& a, bool accumulate) {
+  const int in = module_in(cfg_, m), out = module_out(cfg_, m);
+  ops_.linear_backward(dx, dW, dbias, dy, x, W, T, in, out, accumulate);
+  const LoraSlot* s = last_lora_ && lora_ ? lora_->find(l, m) : nullptr;
+  if (!s) return;
+  const int mi = static_cast<int>(m);
+  const auto& c = lora_->config();
+  const float p = static_cast<float>(c.dropout);
+  if (p > 0) {
+    // The adapter saw dropout(x): its input gradient goes back through the same mask.
+    const std::size_t n = static_cast<std::size_t>(T) * in;
+    ops_.zero(work_->dlora, n * ops_.storage_size());
+    ops_.lora_backward(work_->dlora, lora_->dA(*s), lora_->dB(*s), dy, a.xd[mi], a.xa[mi], lora_->A(*s),
+                       lora_->B(*s), c.scale(), T, in, c.r, out, work_->lora_scratch);
+    ops_.dropout(work_->dlora, work_->dlora, static_cast<std::int64_t>(n), p, mix_seed(last_seed_, l, mi));
+    ops_.residual_forward(dx, work_->dlora, static_cast<std::int64_t>(n));
+  } else {
+    ops_.lora_backward(dx, lora_->dA(*s), lora_->dB(*s), dy, x, a.xa[mi], lora_->A(*s), lora_->B(*s), c.scale(), T,
+                       in, c.r, out, work_->lora_scratch);
+  }
+}
+
+void Transformer::layer_forward(int l, const void* x_in, void* x_out, Acts& a, bool use_lora, bool train,
+                                std::uint64_t seed) {
+  const LayerW& Lw = layers_[l];
+  Work& W = *work_;
+  const int T = B_ * L_;
+  const int D = static_cast<int>(cfg_.hidden_size), I = static_cast<int>(cfg_.intermediate_size);
+  const int nh = static_cast<int>(cfg_.num_attention_heads), nkv = static_cast<int>(cfg_.num_key_value_heads);
+  const int hd = static_cast<int>(cfg_.head_dim);
+  const float eps = static_cast<float>(cfg_.rms_norm_eps);
+  const std::size_t S = ops_.storage_size();
+
+  ops_.rmsnorm_forward(a.h1, a.rstd1, x_in, Lw.attn_norm, T, D, eps);
+  auto lin = [&](Module m, void* y, const void* x) {
+    const int mi = static_cast<int>(m);
+    linear_with_lora(l, m, y, x, Lw.W[mi], Lw.bias[mi], T, a, use_lora, train, seed);
+  };
+  lin(Module::Q, cfg_.qk_norm ? a.q_pre : a.q, a.h1);
+  lin(Module::K, cfg_.qk_norm ? a.k_pre : a.k, a.h1);
+  lin(Module::V, a.v, a.h1);
+  if (cfg_.qk_norm) {
+    ops_.rmsnorm_forward(a.q, a.rstd_q, a.q_pre, Lw.q_norm, T * nh, hd, eps);
+    ops_.rmsnorm_forward(a.k, a.rstd_k, a.k_pre, Lw.k_norm, T * nkv, hd, eps);
+  }
+  ops_.rope_forward(a.q, W.pos, inv_freq_, T, nh, hd);
+  ops_.rope_forward(a.k, W.pos, inv_freq_, T, nkv, hd);
+  ops_.attention_forward(a.attn, a.lse, a.q, a.k, a.v, W.lengths, B_, L_, nh, nkv, hd);
+  lin(Module::O, W.tmp, a.attn);
+  ops_.copy(a.x_mid, x_in, static_cast<std::size_t>(T) * D * S);
+  ops_.residual_forward(a.x_mid, W.tmp, static_cast<std::int64_t>(T) * D);
+
+  ops_.rmsnorm_forward(a.h2, a.rstd2, a.x_mid, Lw.mlp_norm, T, D, eps);
+  lin(Module::Gate, a.gate, a.h2);
+  lin(Module::Up, a.up, a.h2);
+  ops_.swiglu_forward(a.act, a.gate, a.up, static_cast<std::int64_t>(T) * I);
+  lin(Module::Down, W.tmp, a.act);
+  ops_.copy(x_out, a.x_mid, static_cast<std::size_t>(T) * D * S);
+  ops_.residual_forward(x_out, W.tmp, static_cast<std::int64_t>(T) * D);
+}
+
+void Transformer::layer_backward(int l, Acts& a, void* dx) {
+  const LayerW& Lw = layers_[l];
+  Work& W = *work_;
+  const int T = B_ * L_;
+  const int D = static_cast<int>(cfg_.hidden_size), I = static_cast<int>(cfg_.intermediate_size);
+  const int nh = static_cast<int>(cfg_.num_attention_heads), nkv = static_cast<int>(cfg_.num_key_value_heads);
+  const int hd = static_cast<int>(cfg_.head_dim);
+  auto lin_back = [&](Module m, void* dxin, const void* dy, const void* x, bool accumulate) {
+    const int mi = static_cast<int>(m);
+    linear_with_lora_backward(l, m, dxin, dy, x, Lw.W[mi], Lw.dW[mi], Lw.dbias[mi], T, a, accumulate);
+  };
+  // MLP: out = x_mid + down(swiglu(gate(h2), up(h2))), h2 = norm(x_mid)
+  lin_back(Module::Down, W.dact, dx, a.act, false);
+  ops_.swiglu_backward(W.dgate, W.dup, W.dact, a.gate, a.up, static_cast<std::int64_t>(T) * I);
+  lin_back(Module::Gate, W.dh, W.dgate, a.h2, false);
+  lin_back(Module::Up, W.dh, W.dup, a.h2, true);
+  ops_.rmsnorm_backward(dx, Lw.d_mlp_norm, W.dh, a.x_mid, Lw.mlp_norm, a.rstd2, T, D, true);  // dx = d(x_mid)
+  // Attention: x_mid = x_in + o(attention(rope(q), rope(k), v)), q/k/v from h1 = norm(x_in)
+  lin_back(Module::O, W.dattn, dx, a.attn, false);
+  ops_.attention_backward(W.dq, W.dk, W.dv, W.dattn, a.q, a.k, a.v, a.lse, W.lengths, B_, L_, nh, nkv, hd);
+  ops_.rope_backward(W.dq, W.pos, inv_freq_, T, nh, hd);
+  ops_.rope_backward(W.dk, W.pos, inv_freq_, T, nkv, hd);
+  void* dq = W.dq;
+  void* dk = W.dk;
+  if (cfg_.qk_norm) {
+    ops_.rmsnorm_backward(W.dq2, Lw.d_q_norm, W.dq, a.q_pre, Lw.q_norm, a.rstd_q, T * nh, hd, false);
+    ops_.rmsnorm_backward(W.dk2, Lw.d_k_norm, W.dk, a.k_pre, Lw.k_norm, a.rstd_k, T * nkv, hd, false);
+    dq = W.dq2;
+    dk = W.dk2;
+  }
+  lin_back(Module::Q, W.dh, dq, a.h1, false);
+  lin_back(Module::K, W.dh, dk, a.h1, true);
+  lin_back(Module::V, W.dh, W.dv, a.h1, true);
+  ops_.rmsnorm_backward(dx, Lw.d_attn_norm, W.dh, W.xs[l], Lw.attn_norm, a.rstd1, T, D, true);  // dx = d(x_in)
+}
+
+void Transformer::forward(const Batch& batch, float* logprobs, bool use_lora, bool train, std::uint64_t dropout_seed) {
+  const int B = batch.B, L = batch.L, T = B * L;
+  const int V = static_cast<int>(cfg_.vocab_size), D = static_cast<int>(cfg_.hidden_size);
+  MGRL_CHECK(B > 0 && L > 0 && batch.tokens.size() == static_cast<std::size_t>(T) &&
+                 batch.lengths.size() == static_cast<std::size_t>(B),
+             "malformed batch");
+  reserve(B, L);
+  B_ = B;
+  L_ = L;
+  last_train_ = train;
+  last_lora_ = use_lora && lora_ != nullptr;
+  last_seed_ = dropout_seed;
+  Work& W = *work_;
+
+  W.host_ids.assign(static_cast<std::size_t>(T), -1);
+  std::vector<std::int32_t> targets(static_cast<std::size_t>(T), -1), pos(static_cast<std::size_t>(T), 0);
+  for (int b = 0; b < B; ++b) {
+    const int len = batch.lengths[b];
+    if (len < 1 || len > L) throw UserError("sequence " + std::to_string(b) + " of the batch has length " +
+                                            std::to_string(len) + " (must be 1.." + std::to_string(L) + ")");
+    if (len > cfg_.max_position_embeddings && cfg_.max_position_embeddings > 0)
+      throw UserError("a sequence of " + std::to_string(len) + " tokens is longer than the model's " +
+                      "max_position_embeddings (" + std::to_string(cfg_.max_position_embeddings) + ")");
+    for (int t = 0; t < L; ++t) {
+      const std::size_t i = static_cast<std::size_t>(b) * L + t;
+      pos[i] = t;
+      if (t >= len) continue;
+      const std::int32_t id = batch.tokens[i];
+      if (id < 0 || id >= V)
+        throw UserError("token id " + std::to_string(id) + " is outside the vocabulary (size " + std::to_string(V) +
+                        ")");
+      W.host_ids[i] = id;
+      if (t + 1 < len) targets[i] = batch.tokens[i + 1];
+    }
+  }
+  W.host_lengths = batch.lengths;
+  ops_.upload(W.ids, W.host_ids.data(), static_cast<std::size_t>(T) * 4);
+  ops_.upload(W.targets, targets.data(), static_cast<std::size_t>(T) * 4);
+  ops_.upload(W.pos, pos.data(), static_cast<std::size_t>(T) * 4);
+  ops_.upload(W.lengths, batch.lengths.data(), static_cast<std::size_t>(B) * 4);
+
+  const void* embed = w("model.embed_tokens.weight");
+  const void* head = cfg_.tie_word_embeddings ? embed : w("lm_head.weight");
+  ops_.embedding_forward(W.xs[0], W.ids, embed, T, V, D);
+  for (int l = 0; l < cfg_.num_hidden_layers; ++l)
+    layer_forward(l, W.xs[l], W.xs[l + 1], *acts_[opts_.recompute ? 0 : l], use_lora, train, dropout_seed);
+  ops_.rmsnorm_forward(W.xf, W.rstd_f, W.xs[cfg_.num_hidden_layers], w("model.norm.weight"), T, D,
+                       static_cast<float>(cfg_.rms_norm_eps));
+  ops_.lm_head_logprob_forward(W.lp, W.lse_head, W.xf, head, W.targets, T, D, V, 1.0f, W.head_scratch);
+
+  // Row t predicts token t + 1.
+  std::vector<float> lp(static_cast<std::size_t>(T));
+  ops_.download(lp.data(), W.lp, lp.size() * sizeof(float));
+  std::fill(logprobs, logprobs + T, 0.0f);
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t + 1 < batch.lengths[b]; ++t) logprobs[b * L + t + 1] = lp[static_cast<std::size_t>(b) * L + t];
+}
+
+void Transformer::backward(const float* weights) {
+  MGRL_CHECK(work_ && last_train_, "backward() needs a forward(train = true) first");
+  MGRL_CHECK(last_lora_ || opts_.full_finetune, "backward() with nothing trainable");
+  Work& W = *work_;
+  const int B = B_, L = L_, T = B * L;
+  const int V = static_cast<int>(cfg_.vocab_size), D = static_cast<int>(cfg_.hidden_size);
+  std::vector<float> wrow(static_cast<std::size_t>(T), 0.0f);
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t + 1 < W.host_lengths[b]; ++t) wrow[static_cast<std::size_t>(b) * L + t] = weights[b * L + t + 1];
+  ops_.upload(W.wrow, wrow.data(), wrow.size() * sizeof(float));
+
+  const void* embed = w("model.embed_tokens.weight");
+  const void* head = cfg_.tie_word_embeddings ? embed : w("lm_head.weight");
+  float* dhead = base_grads_ ? g(cfg_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight") : nullptr;
+  ops_.lm_head_logprob_backward(W.dxf, dhead, W.wrow, W.xf, head, W.targets, W.lse_head, T, D, V, 1.0f,
+                                W.head_scratch);
+  ops_.rmsnorm_backward(W.dx, g("model.norm.weight"), W.dxf, W.xs[cfg_.num_hidden_layers], w("model.norm.weight"),
+                        W.rstd_f, T, D, false);
+  for (int l = cfg_.num_hidden_layers - 1; l >= 0; --l) {
+    Acts& a = *acts_[opts_.recompute ? 0 : l];
+    if (opts_.recompute) layer_forward(l, W.xs[l], W.recompute_out, a, last_lora_, true, last_seed_);
+    layer_backward(l, a, W.dx);
+  }
+  if (base_grads_) ops_.embedding_backward(g("model.embed_tokens.weight"), W.dx, W.ids, T, V, D);
+}
+
+std::vector<float> Transformer::input_embedding_grad() const {
+  MGRL_CHECK(work_ != nullptr, "no backward yet");
+  const std::size_t n = static_cast<std::size_t>(B_) * L_ * cfg_.hidden_size;
+  std::vector<float> out(n);
+  ops_.download_storage_as_f32(out.data(), work_->dx, n);
+  return out;
+}
+
+std::vector<float> Transformer::logits() const {
+  MGRL_CHECK(work_ != nullptr, "no forward yet");
+  const int T = B_ * L_, V = static_cast<int>(cfg_.vocab_size), D = static_cast<int>(cfg_.hidden_size);
+  const void* embed = w("model.embed_tokens.weight");
+  const void* head = cfg_.tie_word_embeddings ? embed : w("lm_head.weight");
+  std::vector<float> out(static_cast<std::size_t>(T) * V);
+  float* dev = static_cast<float*>(ops_.alloc(out.size() * sizeof(float)));
+  ops_.lm_head_logits(dev, work_->xf, head, T, D, V, 1.0f);
+  ops_.download(out.data(), dev, out.size() * sizeof(float));
+  ops_.release(dev);
+  return out;
+}
+
+std::vector<float> Transformer::base_tensor_host(const std::string& name) const {
+  for (const auto& t : base_)
+    if (t.name == name) {
+      std::vector<float> out(static_cast<std::size_t>(io::shape_numel(t.shape)));
+      ops_.download_storage_as_f32(out.data(), w(name), out.size());
+      return out;
+    }
+  throw FatalError("no base tensor '" + name + "'");
+}
+
+}  // namespace mgrl::model

@@ -1,0 +1,109 @@
+// transformer.h: the decoder-only transformer (Llama / Qwen2 / Qwen3) with LoRA: weights from a
+// Hugging Face directory, forward to per-token log-probs (the LM head fused with log-softmax) and
+// backward to LoRA (or, for full fine-tuning, base) gradients, written once against kernels::Ops.
+// Single-device: the model knows nothing of ranks.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/hf_config.h"
+#include "kernels/ops.h"
+#include "model/lora.h"
+
+namespace mgrl::model {
+
+struct ModelOptions {
+  bool full_finetune = false;  // base weights trainable (gradients for every tensor)
+  bool recompute = false;      // keep only each layer's input; recompute the layer in the backward
+};
+
+// A padded batch: B sequences of up to L tokens, right padding.
+struct Batch {
+  int B = 0, L = 0;
+  std::vector<std::int32_t> tokens;   // [B * L], padding positions may hold anything
+  std::vector<std::int32_t> lengths;  // [B], 1 <= lengths[b] <= L
+  static Batch from_sequences(const std::vector<std::vector<std::int32_t>>& seqs);
+};
+
+class Transformer {
+ public:
+  Transformer(io::ModelConfig cfg, kernels::Ops& ops, ModelOptions opts = {});
+  ~Transformer();
+  Transformer(const Transformer&) = delete;
+  Transformer& operator=(const Transformer&) = delete;
+
+  // Base weights from a Hugging Face directory (safetensors, single or sharded; f32, bf16 or f16),
+  // checked against the config: a missing tensor or a wrong shape is a UserError naming it.
+  void load_weights(const std::string& dir);
+  // Random weights (normal(0, std) for matrices, 1 for norm weights, 0 for biases).
+  void init_random(std::uint64_t seed, float std);
+  // Adds LoRA adapters (replacing any); they start as PEFT initialises them unless loaded.
+  LoraParams& add_lora(const LoraConfig& cfg, std::uint64_t seed);
+  LoraParams* lora() { return lora_.get(); }
+  const io::ModelConfig& config() const { return cfg_; }
+  kernels::Ops& ops() { return ops_; }
+
+  // Forward. logprobs (host, [B * L]): logprobs[b, t] = log p(tokens[b, t] | tokens[b, <t]) for
+  // 1 <= t < lengths[b], 0 elsewhere. use_lora = false runs the base model (GRPO's reference policy).
+  // train = true keeps what backward() needs and applies LoRA dropout (seeded by dropout_seed).
+  void forward(const Batch& batch, float* logprobs, bool use_lora = true, bool train = false,
+               std::uint64_t dropout_seed = 0);
+  // Backward of loss = -sum_{b,t} weights[b, t] * logprobs[b, t] (weights host, [B * L]) for the last
+  // forward(train = true). Gradients accumulate into lora()->grads() (and base_grads() when full FT).
+  void backward(const float* weights);
+  // Gradient of the last backward's loss with respect to the input embeddings, host [B * L, hidden].
+  std::vector<float> input_embedding_grad() const;
+  // Full logits of the last forward, host [B * L, vocab] (tests, debugging).
+  std::vector<float> logits() const;
+
+  // Full fine-tuning: all base tensors in one flat f32 gradient buffer, in expected_tensors() order.
+  struct BaseTensor {
+    std::string name;
+    io::Shape shape;
+    std::size_t offset;  // elements into the base arena / gradient buffer
+  };
+  const std::vector<BaseTensor>& base_tensors() const { return base_; }
+  std::size_t base_numel() const { return base_numel_; }
+  void* base_weights() { return weights_; }  // storage dtype
+  float* base_grads() { return base_grads_; }  // nullptr unless full_finetune
+  std::vector<float> base_tensor_host(const std::string& name) const;
+
+ private:
+  struct Acts;
+  struct LayerW;
+  void reserve(int B, int L);
+  void layer_forward(int l, const void* x_in, void* x_out, Acts& a, bool use_lora, bool train, std::uint64_t seed);
+  void layer_backward(int l, Acts& a, void* dx);
+  void linear_with_lora(int l, Module m, void* y, const void* x, const void* W, const void* bias, int T, Acts& a,
+                        bool use_lora, bool train, std::uint64_t seed);
+  void linear_with_lora_backward(int l, Module m, void* dx, const void* dy, const void* x, const void* W, float* dW,
+                                 float* dbias, int T, Acts& a, bool accumulate);
+  const void* w(const std::string& name) const;
+  float* g(const std::string& name);
+
+  io::ModelConfig cfg_;
+  kernels::Ops& ops_;
+  ModelOptions opts_;
+  std::vector<BaseTensor> base_;
+  std::size_t base_numel_ = 0;
+  void* weights_ = nullptr;
+  float* base_grads_ = nullptr;
+  std::vector<LayerW> layers_;
+  std::unique_ptr<LoraParams> lora_;
+  float* inv_freq_ = nullptr;
+
+  // Activation arena for batches up to (cap_B_, cap_L_).
+  int cap_T_ = 0;
+  std::vector<void*> allocations_;
+  std::vector<std::unique_ptr<Acts>> acts_;
+  struct Work;
+  std::unique_ptr<Work> work_;
+  // The last forward.
+  int B_ = 0, L_ = 0;
+  bool last_train_ = false, last_lora_ = false;
+  std::uint64_t last_seed_ = 0;
+};
+
+}  // namespace mgrl::model

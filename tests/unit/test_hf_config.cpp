@@ -1,0 +1,495 @@
+// test_hf_config.cpp: config.json of Llama-3, Qwen2 and Qwen3 models, its errors, the expected tensor lists, and
+// (when tests/data/models/ holds them) the real fixture models written by transformers.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "core/error.h"
+#include "io/hf_config.h"
+#include "io/safetensors.h"
+
+namespace mgrl::io {
+namespace {
+
+std::string write_config(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + "mgrl_hf_" + name + ".json";
+  std::ofstream(path) << text;
+  return path;
+}
+
+template <typename F>
+std::string user_error(F&& f) {
+  try {
+    f();
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "(no UserError)";
+}
+
+// Llama 3.1 8B, as published (GQA: 32 query heads, 8 key/value heads; llama3 rope scaling).
+const char* kLlama3 = R"({
+  "architectures": ["LlamaForCausalLM"],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "bos_token_id": 128000,
+  "eos_token_id": [128001, 128008, 128009],
+  "hidden_act": "silu",
+  "hidden_size": 4096,
+  "initializer_range": 0.02,
+  "intermediate_size": 14336,
+  "max_position_embeddings": 131072,
+  "mlp_bias": false,
+  "model_type": "llama",
+  "num_attention_heads": 32,
+  "num_hidden_layers": 32,
+  "num_key_value_heads": 8,
+  "pretraining_tp": 1,
+  "rms_norm_eps": 1e-05,
+  "rope_scaling": {
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+    "rope_type": "llama3"
+  },
+  "rope_theta": 500000.0,
+  "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.43.0.dev0",
+  "use_cache": true,
+  "vocab_size": 128256
+})";
+
+// Qwen2.5 0.5B: q/k/v biases, tied embeddings, head_dim = 896 / 14 = 64.
+const char* kQwen2 = R"({
+  "architectures": ["Qwen2ForCausalLM"],
+  "attention_dropout": 0.0,
+  "bos_token_id": 151643,
+  "eos_token_id": 151643,
+  "hidden_act": "silu",
+  "hidden_size": 896,
+  "initializer_range": 0.02,
+  "intermediate_size": 4864,
+  "max_position_embeddings": 32768,
+  "max_window_layers": 24,
+  "model_type": "qwen2",
+  "num_attention_heads": 14,
+  "num_hidden_layers": 24,
+  "num_key_value_heads": 2,
+  "rms_norm_eps": 1e-06,
+  "rope_theta": 1000000.0,
+  "sliding_window": 32768,
+  "tie_word_embeddings": true,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.40.1",
+  "use_cache": true,
+  "use_sliding_window": false,
+  "vocab_size": 151936
+})";
+
+// Qwen3 0.6B: head_dim 128 although hidden_size / num_attention_heads = 64; q/k norms.
+const char* kQwen3 = R"({
+  "architectures": ["Qwen3ForCausalLM"],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "bos_token_id": 151643,
+  "eos_token_id": 151645,
+  "head_dim": 128,
+  "hidden_act": "silu",
+  "hidden_size": 1024,
+  "initializer_range": 0.02,
+  "intermediate_size": 3072,
+  "max_position_embeddings": 40960,
+  "max_window_layers": 28,
+  "model_type": "qwen3",
+  "num_attention_heads": 16,
+  "num_hidden_layers": 28,
+  "num_key_value_heads": 8,
+  "rms_norm_eps": 1e-06,
+  "rope_scaling": null,
+  "rope_theta": 1000000,
+  "sliding_window": null,
+  "tie_word_embeddings": true,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.51.0",
+  "use_cache": true,
+  "use_sliding_window": false,
+  "vocab_size": 151936
+})";
+
+// name -> shape of a tensor list (and checks names are unique).
+std::map<std::string, Shape> by_name(const std::vector<TensorSpec>& v) {
+  std::map<std::string, Shape> m;
+  for (const TensorSpec& t : v) EXPECT_TRUE(m.emplace(t.name, t.shape).second) << "duplicate " << t.name;
+  return m;
+}
+
+TEST(HfConfig, Llama3) {
+  const ModelConfig c = parse_hf_config(write_config("llama3", kLlama3));
+  EXPECT_EQ(c.arch, Architecture::Llama);
+  EXPECT_STREQ(architecture_name(c.arch), "LlamaForCausalLM");
+  EXPECT_EQ(c.vocab_size, 128256);
+  EXPECT_EQ(c.hidden_size, 4096);
+  EXPECT_EQ(c.intermediate_size, 14336);
+  EXPECT_EQ(c.num_hidden_layers, 32);
+  EXPECT_EQ(c.num_attention_heads, 32);
+  EXPECT_EQ(c.num_key_value_heads, 8);
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.q_dim(), 4096);
+  EXPECT_EQ(c.kv_dim(), 1024);
+  EXPECT_DOUBLE_EQ(c.rms_norm_eps, 1e-5);
+  EXPECT_DOUBLE_EQ(c.rope_theta, 500000.0);
+  ASSERT_TRUE(c.rope_scaling.has_value());
+  EXPECT_EQ(c.rope_scaling->rope_type, "llama3");
+  EXPECT_DOUBLE_EQ(c.rope_scaling->factor, 8.0);
+  EXPECT_DOUBLE_EQ(c.rope_scaling->low_freq_factor, 1.0);
+  EXPECT_DOUBLE_EQ(c.rope_scaling->high_freq_factor, 4.0);
+  EXPECT_EQ(c.rope_scaling->original_max_position_embeddings, 8192);
+  EXPECT_EQ(c.max_position_embeddings, 131072);
+  EXPECT_FALSE(c.tie_word_embeddings);
+  EXPECT_FALSE(c.qkv_bias);
+  EXPECT_FALSE(c.o_bias);
+  EXPECT_FALSE(c.qk_norm);
+  EXPECT_EQ(c.hidden_act, "silu");
+  EXPECT_EQ(c.torch_dtype, "bfloat16");
+  EXPECT_EQ(c.bos_token_id, 128000);
+  EXPECT_EQ(c.eos_token_ids, (std::vector<std::int64_t>{128001, 128008, 128009}));
+
+  const auto t = expected_tensors(c);
+  EXPECT_EQ(t.size(), 1u + 32 * 9 + 1 + 1);
+  EXPECT_EQ(t.front().name, "model.embed_tokens.weight");
+  EXPECT_EQ(t.back().name, "lm_head.weight");
+  const auto m = by_name(t);
+  EXPECT_EQ(m.at("model.embed_tokens.weight"), (Shape{128256, 4096}));
+  EXPECT_EQ(m.at("model.layers.0.input_layernorm.weight"), (Shape{4096}));
+  EXPECT_EQ(m.at("model.layers.0.self_attn.q_proj.weight"), (Shape{4096, 4096}));
+  EXPECT_EQ(m.at("model.layers.0.self_attn.k_proj.weight"), (Shape{1024, 4096}));
+  EXPECT_EQ(m.at("model.layers.0.self_attn.v_proj.weight"), (Shape{1024, 4096}));
+  EXPECT_EQ(m.at("model.layers.0.self_attn.o_proj.weight"), (Shape{4096, 4096}));
+  EXPECT_EQ(m.at("model.layers.31.post_attention_layernorm.weight"), (Shape{4096}));
+  EXPECT_EQ(m.at("model.layers.31.mlp.gate_proj.weight"), (Shape{14336, 4096}));
+  EXPECT_EQ(m.at("model.layers.31.mlp.up_proj.weight"), (Shape{14336, 4096}));
+  EXPECT_EQ(m.at("model.layers.31.mlp.down_proj.weight"), (Shape{4096, 14336}));
+  EXPECT_EQ(m.at("model.norm.weight"), (Shape{4096}));
+  EXPECT_EQ(m.at("lm_head.weight"), (Shape{128256, 4096}));
+  EXPECT_EQ(m.count("model.layers.0.self_attn.q_proj.bias"), 0u);
+  EXPECT_EQ(m.count("model.layers.32.input_layernorm.weight"), 0u);
+}
+
+TEST(HfConfig, Qwen2) {
+  const ModelConfig c = parse_hf_config(write_config("qwen2", kQwen2));
+  EXPECT_EQ(c.arch, Architecture::Qwen2);
+  EXPECT_EQ(c.head_dim, 64);
+  EXPECT_EQ(c.num_key_value_heads, 2);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_TRUE(c.qkv_bias);
+  EXPECT_FALSE(c.o_bias);
+  EXPECT_FALSE(c.qk_norm);
+  EXPECT_FALSE(c.rope_scaling.has_value());
+  EXPECT_DOUBLE_EQ(c.rope_theta, 1e6);
+  EXPECT_DOUBLE_EQ(c.rms_norm_eps, 1e-6);
+  EXPECT_EQ(c.eos_token_ids, std::vector<std::int64_t>{151643});
+
+  const auto t = expected_tensors(c);
+  EXPECT_EQ(t.size(), 1u + 24 * 12 + 1);
+  const auto m = by_name(t);
+  EXPECT_EQ(m.at("model.layers.5.self_attn.q_proj.weight"), (Shape{896, 896}));
+  EXPECT_EQ(m.at("model.layers.5.self_attn.q_proj.bias"), (Shape{896}));
+  EXPECT_EQ(m.at("model.layers.5.self_attn.k_proj.weight"), (Shape{128, 896}));
+  EXPECT_EQ(m.at("model.layers.5.self_attn.k_proj.bias"), (Shape{128}));
+  EXPECT_EQ(m.at("model.layers.5.self_attn.v_proj.bias"), (Shape{128}));
+  EXPECT_EQ(m.count("model.layers.5.self_attn.o_proj.bias"), 0u);
+  EXPECT_EQ(m.count("lm_head.weight"), 0u);  // tied
+  EXPECT_EQ(m.at("model.layers.23.mlp.down_proj.weight"), (Shape{896, 4864}));
+}
+
+TEST(HfConfig, Qwen3) {
+  const ModelConfig c = parse_hf_config(write_config("qwen3", kQwen3));
+  EXPECT_EQ(c.arch, Architecture::Qwen3);
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.q_dim(), 2048);
+  EXPECT_EQ(c.kv_dim(), 1024);
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_FALSE(c.qkv_bias);
+  EXPECT_FALSE(c.o_bias);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_FALSE(c.rope_scaling.has_value());
+  EXPECT_DOUBLE_EQ(c.rope_theta, 1e6);  // an integer in the file
+
+  const auto t = expected_tensors(c);
+  EXPECT_EQ(t.size(), 1u + 28 * 11 + 1);
+  const auto m = by_name(t);
+  EXPECT_EQ(m.at("model.layers.0.self_attn.q_proj.weight"), (Shape{2048, 1024}));
+  EXPECT_EQ(m.at("model.layers.0.self_attn.k_proj.weight"), (Shape{1024, 1024}));
+  EXPECT_EQ(m.at("model.layers.0.self_attn.o_proj.weight"), (Shape{1024, 2048}));
+  EXPECT_EQ(m.at("model.layers.0.self_attn.q_norm.weight"), (Shape{128}));
+  EXPECT_EQ(m.at("model.layers.27.self_attn.k_norm.weight"), (Shape{128}));
+  EXPECT_EQ(m.count("model.layers.0.self_attn.q_proj.bias"), 0u);
+  EXPECT_EQ(m.count("lm_head.weight"), 0u);
+}
+
+// A small Llama config to edit: replace "key": value, or add keys.
+std::string llama_with(const std::string& extra, const std::string& drop = "") {
+  std::string base = R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 256, "hidden_size": 64,
+    "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "rms_norm_eps": 1e-6,
+    "max_position_embeddings": 512)";
+  if (!drop.empty()) {
+    const std::size_t at = base.find("\"" + drop + "\"");
+    const std::size_t comma = base.find_first_of(",}", at);
+    base.erase(at, comma + 1 - at);
+    if (base.back() == ' ') base.pop_back();
+    while (!base.empty() && (base.back() == ' ' || base.back() == '\n' || base.back() == ',')) base.pop_back();
+  }
+  return base + (extra.empty() ? "" : ", " + extra) + "}";
+}
+
+TEST(HfConfig, Defaults) {
+  const ModelConfig c = parse_hf_config(write_config("defaults", llama_with("")));
+  EXPECT_EQ(c.num_key_value_heads, 4);
+  EXPECT_EQ(c.head_dim, 16);
+  EXPECT_FALSE(c.tie_word_embeddings);
+  EXPECT_FALSE(c.qkv_bias);
+  EXPECT_DOUBLE_EQ(c.rope_theta, 10000.0);
+  EXPECT_FALSE(c.rope_scaling.has_value());
+  EXPECT_EQ(c.hidden_act, "silu");
+  EXPECT_EQ(c.torch_dtype, "");
+  EXPECT_FALSE(c.bos_token_id.has_value());
+  EXPECT_TRUE(c.eos_token_ids.empty());
+  EXPECT_EQ(expected_tensors(c).size(), 1u + 2 * 9 + 2);
+}
+
+TEST(HfConfig, LlamaAttentionBiasAndHeadDim) {
+  const ModelConfig c =
+      parse_hf_config(write_config("llama_bias", llama_with(R"("attention_bias": true, "head_dim": 32,
+        "num_key_value_heads": 2, "rope_scaling": null, "bos_token_id": null, "eos_token_id": 2)")));
+  EXPECT_TRUE(c.qkv_bias);
+  EXPECT_TRUE(c.o_bias);  // Llama's attention_bias covers o_proj too
+  EXPECT_EQ(c.head_dim, 32);
+  EXPECT_EQ(c.eos_token_ids, std::vector<std::int64_t>{2});
+  const auto m = by_name(expected_tensors(c));
+  EXPECT_EQ(m.at("model.layers.1.self_attn.q_proj.weight"), (Shape{128, 64}));
+  EXPECT_EQ(m.at("model.layers.1.self_attn.q_proj.bias"), (Shape{128}));
+  EXPECT_EQ(m.at("model.layers.1.self_attn.v_proj.bias"), (Shape{64}));
+  EXPECT_EQ(m.at("model.layers.1.self_attn.o_proj.weight"), (Shape{64, 128}));
+  EXPECT_EQ(m.at("model.layers.1.self_attn.o_proj.bias"), (Shape{64}));
+}
+
+TEST(HfConfig, Qwen3AttentionBias) {
+  std::string text = kQwen3;
+  text.replace(text.find("\"attention_bias\": false"), 23, "\"attention_bias\": true");
+  const ModelConfig c = parse_hf_config(write_config("qwen3_bias", text));
+  EXPECT_TRUE(c.qkv_bias && c.o_bias && c.qk_norm);
+}
+
+TEST(HfConfig, OlderAndNewerRopeLayouts) {
+  // Before transformers 4.43 the type was "type".
+  ModelConfig c = parse_hf_config(write_config("rope_old", llama_with(R"("rope_scaling": {"type": "llama3",
+      "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+      "rope_theta": 500000.0)")));
+  ASSERT_TRUE(c.rope_scaling.has_value());
+  EXPECT_DOUBLE_EQ(c.rope_scaling->factor, 32.0);
+  // transformers 5: rope_parameters holds rope_theta and the scaling; dtype instead of torch_dtype.
+  c = parse_hf_config(write_config("rope_v5", llama_with(R"("rope_parameters": {"rope_type": "llama3",
+      "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+      "original_max_position_embeddings": 8192}, "dtype": "float32")")));
+  EXPECT_DOUBLE_EQ(c.rope_theta, 500000.0);
+  ASSERT_TRUE(c.rope_scaling.has_value());
+  EXPECT_DOUBLE_EQ(c.rope_scaling->high_freq_factor, 4.0);
+  EXPECT_EQ(c.torch_dtype, "float32");
+  c = parse_hf_config(
+      write_config("rope_v5_default", llama_with(R"("rope_parameters": {"rope_type": "default", "rope_theta": 1e6})")));
+  EXPECT_DOUBLE_EQ(c.rope_theta, 1e6);
+  EXPECT_FALSE(c.rope_scaling.has_value());
+}
+
+// The message of parsing this config text, checked to start with the file's name.
+std::string config_error(const std::string& name, const std::string& text) {
+  const std::string p = write_config(name, text);
+  const std::string msg = user_error([&] { parse_hf_config(p); });
+  EXPECT_EQ(msg.rfind(p + ": ", 0), 0u) << msg;
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  return msg.substr(std::min(msg.size(), p.size() + 2));
+}
+
+TEST(HfConfigErrors, FileAndJson) {
+  const std::string missing = ::testing::TempDir() + "mgrl_hf_missing/config.json";
+  EXPECT_EQ(user_error([&] { parse_hf_config(missing); }).rfind(missing + ": cannot open", 0), 0u);
+  EXPECT_EQ(config_error("badjson", "{\"vocab_size\": 1,").rfind("invalid JSON: ", 0), 0u);
+  EXPECT_EQ(config_error("notobject", "[1]"), "not a JSON object");
+}
+
+TEST(HfConfigErrors, Architecture) {
+  std::string text = kQwen2;
+  text.replace(text.find("Qwen2ForCausalLM"), 16, "MistralForCausalLM");
+  EXPECT_EQ(config_error("mistral", text), "unsupported architecture 'MistralForCausalLM' (supported: "
+                                           "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)");
+  EXPECT_EQ(config_error("noarch", llama_with("", "architectures")),
+            "missing required key 'architectures' (one of LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)");
+  // Without "architectures", model_type decides.
+  EXPECT_EQ(parse_hf_config(write_config("modeltype", llama_with(R"("model_type": "qwen2")", "architectures"))).arch,
+            Architecture::Qwen2);
+  EXPECT_EQ(config_error("archtype", llama_with(R"("architectures": "LlamaForCausalLM")", "architectures")),
+            "key 'architectures' must be a non-empty list of strings");
+}
+
+TEST(HfConfigErrors, MissingAndWrongKeys) {
+  for (const char* key : {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                          "num_attention_heads", "rms_norm_eps", "max_position_embeddings"}) {
+    EXPECT_EQ(config_error(std::string("missing_") + key, llama_with("", key)),
+              std::string("missing required key '") + key + "'");
+  }
+  EXPECT_EQ(config_error("null_vocab", llama_with(R"("vocab_size": null)", "vocab_size")),
+            "missing required key 'vocab_size'");
+  EXPECT_EQ(config_error("str_hidden", llama_with(R"("hidden_size": "64")", "hidden_size")),
+            "key 'hidden_size' must be an integer, not a string (\"64\")");
+  EXPECT_EQ(config_error("float_layers", llama_with(R"("num_hidden_layers": 2.5)", "num_hidden_layers")),
+            "key 'num_hidden_layers' must be an integer, not a number (2.5)");
+  EXPECT_EQ(config_error("zero_heads", llama_with(R"("num_attention_heads": 0)", "num_attention_heads")),
+            "key 'num_attention_heads' must be positive (got 0)");
+  EXPECT_EQ(config_error("eps_str", llama_with(R"("rms_norm_eps": "1e-6")", "rms_norm_eps")),
+            "key 'rms_norm_eps' must be a number, not a string (\"1e-6\")");
+  EXPECT_EQ(config_error("tie_int", llama_with(R"("tie_word_embeddings": 1)")),
+            "key 'tie_word_embeddings' must be true or false, not a number (1)");
+  EXPECT_EQ(config_error("kv", llama_with(R"("num_key_value_heads": 3)")),
+            "key 'num_key_value_heads' must divide num_attention_heads (4), got 3");
+  EXPECT_EQ(config_error("headdiv", llama_with(R"("num_attention_heads": 5)", "num_attention_heads")),
+            "key 'num_attention_heads' must divide hidden_size (64) when there is no head_dim");
+  EXPECT_EQ(config_error("act", llama_with(R"("hidden_act": "gelu")")),
+            "key 'hidden_act' is 'gelu'; only 'silu' is supported");
+  EXPECT_EQ(config_error("eos", llama_with(R"("eos_token_id": [1, "x"])")),
+            "key 'eos_token_id' must be an integer or a list of integers");
+  EXPECT_EQ(config_error("mlpbias", llama_with(R"("mlp_bias": true)")),
+            "key 'mlp_bias' is true: MLP biases are not supported");
+  std::string q3 = kQwen3;
+  q3.erase(q3.find("\"head_dim\": 128,"), 16);
+  EXPECT_EQ(config_error("qwen3_nohd", q3), "missing required key 'head_dim' (Qwen3 configs give it)");
+  std::string q2 = kQwen2;
+  q2.replace(q2.find("\"use_sliding_window\": false"), 27, "\"use_sliding_window\": true");
+  EXPECT_EQ(config_error("sliding", q2), "key 'use_sliding_window' is true: sliding-window attention is not supported");
+}
+
+TEST(HfConfigErrors, RopeScaling) {
+  EXPECT_EQ(config_error("yarn", llama_with(R"("rope_scaling": {"rope_type": "yarn", "factor": 4.0})")),
+            "unsupported rope_scaling type 'yarn' in key 'rope_scaling' (supported: llama3, or none)");
+  EXPECT_EQ(config_error("linear", llama_with(R"("rope_scaling": {"type": "linear", "factor": 2.0})")),
+            "unsupported rope_scaling type 'linear' in key 'rope_scaling' (supported: llama3, or none)");
+  EXPECT_EQ(config_error("v5yarn", llama_with(R"("rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4})")),
+            "unsupported rope_scaling type 'yarn' in key 'rope_parameters' (supported: llama3, or none)");
+  EXPECT_EQ(config_error("notype", llama_with(R"("rope_scaling": {"factor": 4.0})")),
+            "key 'rope_scaling' has no 'rope_type'");
+  EXPECT_EQ(config_error("nofactor", llama_with(R"("rope_scaling": {"rope_type": "llama3", "low_freq_factor": 1.0,
+      "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})")),
+            "missing required key 'rope_scaling.factor'");
+  EXPECT_EQ(config_error("ropestr", llama_with(R"("rope_scaling": "llama3")")),
+            "key 'rope_scaling' must be an object or null, not a string (\"llama3\")");
+  EXPECT_EQ(config_error("theta", llama_with(R"("rope_theta": "big")")),
+            "key 'rope_theta' must be a number, not a string (\"big\")");
+}
+
+// ---- the fixture models written by transformers (tests/data/models/<name>), when present ----
+
+bool is_dir(const std::string& p) {
+  struct stat st {};
+  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+class FixtureModel : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(FixtureModel, HasEveryExpectedTensor) {
+  const std::string dir = std::string(MGRL_TEST_DATA_DIR) + "/models/" + GetParam();
+  if (!is_dir(dir)) GTEST_SKIP() << dir << " is absent";
+  const ModelConfig c = parse_hf_config(dir + "/config.json");
+  const SafetensorsModel model(dir);
+  const auto expected = expected_tensors(c);
+  std::set<std::string> names;
+  for (const TensorSpec& t : expected) {
+    names.insert(t.name);
+    const TensorInfo* info = model.find(t.name);
+    if (!info) {
+      ADD_FAILURE() << dir << ": tensor '" << t.name << "' not found";
+      continue;
+    }
+    EXPECT_EQ(info->shape, t.shape) << t.name;
+    EXPECT_TRUE(dtype_is_float(info->dtype)) << t.name;
+    EXPECT_EQ(static_cast<std::size_t>(info->numel()), to_f32(*info).size());
+  }
+  // And nothing the model would not use.
+  for (const std::string& n : model.names()) EXPECT_TRUE(names.count(n)) << "unexpected tensor " << n;
+
+  // The same config in the transformers 4.x layout (rope_theta/rope_scaling/torch_dtype), when there is one.
+  const std::string v4 = dir + "/config.transformers4.json";
+  if (std::ifstream(v4).good()) {
+    const ModelConfig o = parse_hf_config(v4);
+    EXPECT_EQ(o.arch, c.arch);
+    EXPECT_EQ(o.head_dim, c.head_dim);
+    EXPECT_EQ(o.num_key_value_heads, c.num_key_value_heads);
+    EXPECT_EQ(o.rope_theta, c.rope_theta);
+    EXPECT_EQ(o.rope_scaling.has_value(), c.rope_scaling.has_value());
+    if (o.rope_scaling && c.rope_scaling) {
+      EXPECT_EQ(o.rope_scaling->factor, c.rope_scaling->factor);
+      EXPECT_EQ(o.rope_scaling->original_max_position_embeddings, c.rope_scaling->original_max_position_embeddings);
+    }
+    EXPECT_EQ(o.torch_dtype, c.torch_dtype);
+    EXPECT_EQ(o.tie_word_embeddings, c.tie_word_embeddings);
+    EXPECT_EQ(o.eos_token_ids, c.eos_token_ids);
+  }
+
+  // Our writer reproduces the tensors of a file written by the safetensors library.
+  const SafetensorsFile original(dir + "/model.safetensors");
+  std::vector<TensorToWrite> out;
+  for (const TensorInfo& t : original.tensors()) out.push_back({t.name, t.dtype, t.shape, t.data});
+  const std::string copy = ::testing::TempDir() + "mgrl_hf_copy_" + GetParam() + ".safetensors";
+  write_safetensors(copy, out, original.metadata());
+  const SafetensorsFile again(copy);
+  ASSERT_EQ(again.tensors().size(), original.tensors().size());
+  for (const TensorInfo& t : original.tensors()) {
+    const TensorInfo& u = again.get(t.name);
+    EXPECT_EQ(u.shape, t.shape);
+    ASSERT_EQ(u.nbytes, t.nbytes);
+    EXPECT_EQ(std::memcmp(u.data, t.data, t.nbytes), 0) << t.name;
+  }
+  EXPECT_EQ(again.metadata(), original.metadata());
+
+  // The other safetensors files beside it (PEFT adapters, reference outputs) read as well.
+  for (const char* other : {"/adapter_model.safetensors", "/reference.safetensors"}) {
+    if (std::ifstream(dir + other).good()) {
+      EXPECT_FALSE(SafetensorsFile(dir + other).tensors().empty()) << other;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, FixtureModel, ::testing::Values("llama_gqa", "qwen2_bias_tied", "qwen3_qknorm"));
+
+TEST(FixtureModelFacts, WhatEachFixtureExercises) {
+  const std::string base = std::string(MGRL_TEST_DATA_DIR) + "/models/";
+  int found = 0;
+  if (is_dir(base + "llama_gqa")) {
+    const ModelConfig c = parse_hf_config(base + "llama_gqa/config.json");
+    EXPECT_EQ(c.arch, Architecture::Llama);
+    EXPECT_LT(c.num_key_value_heads, c.num_attention_heads);
+    EXPECT_TRUE(c.rope_scaling.has_value());
+    ++found;
+  }
+  if (is_dir(base + "qwen2_bias_tied")) {
+    const ModelConfig c = parse_hf_config(base + "qwen2_bias_tied/config.json");
+    EXPECT_EQ(c.arch, Architecture::Qwen2);
+    EXPECT_TRUE(c.tie_word_embeddings);
+    EXPECT_TRUE(c.qkv_bias);
+    ++found;
+  }
+  if (is_dir(base + "qwen3_qknorm")) {
+    const ModelConfig c = parse_hf_config(base + "qwen3_qknorm/config.json");
+    EXPECT_EQ(c.arch, Architecture::Qwen3);
+    EXPECT_TRUE(c.qk_norm);
+    ++found;
+  }
+  if (found == 0) GTEST_SKIP() << base << " holds no fixture models";
+}
+
+}  // namespace
+}  // namespace mgrl::io

@@ -1,0 +1,738 @@
+// test_ops_cpu.cpp: the fp32 CPU reference ops: forwards against naive double loops, backwards against
+// central finite differences, padding and GQA behaviour of attention, chunked lm_head against full logits.
+#include <gtest/gtest-spi.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/embedding.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/lm_head.h"
+#include "kernels/cpu/lora.h"
+#include "kernels/cpu/residual.h"
+#include "kernels/cpu/rmsnorm.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/swiglu.h"
+
+namespace mgrl::kernels::cpu {
+namespace {
+
+using Vec = std::vector<float>;
+
+Vec randn(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  Vec v(n);
+  for (auto& x : v) x = dist(gen);
+  return v;
+}
+
+// sum(out * w) in double: the scalar loss the finite differences are taken of.
+double dot(const Vec& out, const Vec& w) {
+  double s = 0.0;
+  for (size_t i = 0; i < out.size(); ++i) s += static_cast<double>(out[i]) * w[i];
+  return s;
+}
+
+// Checks grad (analytic dloss/dparam) against central differences of loss() in param. The perturbation is the
+// fp32-representable step actually taken. A coordinate passes when
+//   |numeric - analytic| <= rtol * (|analytic| + rms(analytic))
+// i.e. relative for large entries and relative to the gradient's scale for entries near zero. All coordinates
+// are checked up to max_coords, a fixed random sample beyond.
+void check_grad(const std::string& name, Vec& param, const Vec& grad, const std::function<double()>& loss,
+                double eps = 1e-3, double rtol = 1e-2, size_t max_coords = 2000) {
+  ASSERT_EQ(param.size(), grad.size()) << name;
+  std::vector<size_t> idx(param.size());
+  for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+  if (idx.size() > max_coords) {
+    std::mt19937 gen(1234);
+    std::shuffle(idx.begin(), idx.end(), gen);
+    idx.resize(max_coords);
+  }
+  double ss = 0.0;
+  for (size_t i : idx) ss += static_cast<double>(grad[i]) * grad[i];
+  const double rms = std::sqrt(ss / static_cast<double>(idx.size()));
+  ASSERT_GT(rms, 0.0) << name << ": analytic gradient is all zero";
+  int failures = 0;
+  double worst = 0.0;
+  for (size_t i : idx) {
+    const float orig = param[i];
+    const float xp = static_cast<float>(orig + eps), xm = static_cast<float>(orig - eps);
+    param[i] = xp;
+    const double lp = loss();
+    param[i] = xm;
+    const double lm = loss();
+    param[i] = orig;
+    const double num = (lp - lm) / (static_cast<double>(xp) - static_cast<double>(xm));
+    const double err = std::abs(num - grad[i]) / (std::abs(grad[i]) + rms);
+    worst = std::max(worst, err);
+    if (err > rtol && failures++ < 5) {
+      ADD_FAILURE() << name << "[" << i << "]: numeric " << num << " vs analytic " << grad[i];
+    }
+  }
+  if (std::getenv("MGRL_TEST_VERBOSE"))
+    std::printf("  %-18s %5zu coords, worst %.2e\n", name.c_str(), idx.size(), worst);
+  EXPECT_EQ(failures, 0) << name << ": " << failures << " of " << idx.size() << " coordinates off (worst " << worst
+                         << ")";
+}
+
+// Relative tolerance of the finite-difference checks: 2e-3 for the ops built from products and elementwise
+// functions, 1e-2 (the default) for attention and lm_head, whose softmax sums add fp32 noise to the loss.
+constexpr double kTightRtol = 2e-3;
+
+void expect_near_vec(const Vec& got, const std::vector<double>& want, double atol, const std::string& name) {
+  ASSERT_EQ(got.size(), want.size()) << name;
+  int bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::abs(got[i] - want[i]) > atol * (1.0 + std::abs(want[i])) && bad++ < 5) {
+      ADD_FAILURE() << name << "[" << i << "]: " << got[i] << " vs " << want[i];
+    }
+  }
+  EXPECT_EQ(bad, 0) << name;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// embedding
+
+TEST(OpsCpu, EmbeddingForwardGathersAndPaddingIsZero) {
+  const int V = 11, D = 7;
+  const std::vector<int32_t> ids = {3, 0, 10, 3, -1, 5, 3, 7, -1};
+  const int T = static_cast<int>(ids.size());
+  Vec table = randn(static_cast<size_t>(V) * D, 1);
+  Vec out(static_cast<size_t>(T) * D, 42.0f);
+  embedding_forward(out.data(), ids.data(), table.data(), T, V, D);
+  for (int t = 0; t < T; ++t) {
+    for (int d = 0; d < D; ++d) {
+      const float want = ids[t] < 0 ? 0.0f : table[static_cast<size_t>(ids[t]) * D + d];
+      EXPECT_EQ(out[static_cast<size_t>(t) * D + d], want) << t << "," << d;
+    }
+  }
+  const std::vector<int32_t> bad = {V};
+  EXPECT_THROW(embedding_forward(out.data(), bad.data(), table.data(), 1, V, D), FatalError);
+}
+
+TEST(OpsCpu, EmbeddingBackwardScatterAddsMatchesFiniteDifferences) {
+  const int V = 11, D = 7;
+  const std::vector<int32_t> ids = {3, 0, 10, 3, -1, 5, 3, 7, -1};
+  const int T = static_cast<int>(ids.size());
+  Vec table = randn(static_cast<size_t>(V) * D, 2);
+  const Vec rw = randn(static_cast<size_t>(T) * D, 3);
+  Vec out(rw.size());
+  auto loss = [&] {
+    embedding_forward(out.data(), ids.data(), table.data(), T, V, D);
+    return dot(out, rw);
+  };
+  Vec dtable(table.size(), 0.5f);  // accumulates onto what is there
+  embedding_backward(dtable.data(), rw.data(), ids.data(), T, V, D);
+  for (auto& g : dtable) g -= 0.5f;
+  // id 3 appears three times: its row is the sum of three dout rows.
+  for (int d = 0; d < D; ++d) {
+    const double want = static_cast<double>(rw[0 * D + d]) + rw[3 * D + d] + rw[6 * D + d];
+    EXPECT_NEAR(dtable[3 * D + d], want, 1e-5);
+  }
+  check_grad("dtable", table, dtable, loss, 1e-3, kTightRtol);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// rmsnorm
+
+std::vector<double> naive_rmsnorm(const Vec& x, const Vec& w, int rows, int dim, double eps) {
+  std::vector<double> y(x.size());
+  for (int r = 0; r < rows; ++r) {
+    double ss = 0.0;
+    for (int i = 0; i < dim; ++i) ss += static_cast<double>(x[r * dim + i]) * x[r * dim + i];
+    const double s = 1.0 / std::sqrt(ss / dim + eps);
+    for (int i = 0; i < dim; ++i) y[r * dim + i] = x[r * dim + i] * s * w[i];
+  }
+  return y;
+}
+
+void rmsnorm_case(int rows, int dim, uint32_t seed) {
+  const float eps = 1e-5f;
+  Vec x = randn(static_cast<size_t>(rows) * dim, seed);
+  Vec w = randn(static_cast<size_t>(dim), seed + 1, 0.5f);
+  for (auto& v : w) v += 1.0f;
+  const Vec rw = randn(x.size(), seed + 2);
+  Vec out(x.size()), rstd(static_cast<size_t>(rows));
+  rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), rows, dim, eps);
+  expect_near_vec(out, naive_rmsnorm(x, w, rows, dim, eps), 1e-6, "rmsnorm out");
+
+  Vec dx(x.size()), dw(w.size(), 0.0f);
+  rmsnorm_backward(dx.data(), dw.data(), rw.data(), x.data(), w.data(), rstd.data(), rows, dim, false);
+  auto loss = [&] {
+    Vec o(x.size()), r(static_cast<size_t>(rows));
+    rmsnorm_forward(o.data(), r.data(), x.data(), w.data(), rows, dim, eps);
+    return dot(o, rw);
+  };
+  check_grad("rmsnorm dx", x, dx, loss, 1e-3, kTightRtol);
+  check_grad("rmsnorm dw", w, dw, loss, 1e-3, kTightRtol);
+
+  // accumulate: dx += ..., dw += ... again
+  Vec dx2(x.size(), 1.0f), dw2 = dw;
+  rmsnorm_backward(dx2.data(), dw2.data(), rw.data(), x.data(), w.data(), rstd.data(), rows, dim, true);
+  for (size_t i = 0; i < dx.size(); ++i) EXPECT_NEAR(dx2[i], 1.0f + dx[i], 1e-5);
+  for (size_t i = 0; i < dw.size(); ++i) EXPECT_NEAR(dw2[i], 2.0f * dw[i], 1e-4 * (1 + std::abs(dw[i])));
+}
+
+TEST(OpsCpu, RmsnormForwardAndBackward) { rmsnorm_case(5, 13, 10); }
+
+// Qwen3 q_norm / k_norm: rows of head_dim, one weight of head_dim shared by every head.
+TEST(OpsCpu, RmsnormPerHead) {
+  const int T = 3, n_heads = 4, head_dim = 6;
+  rmsnorm_case(T * n_heads, head_dim, 20);
+}
+
+TEST(OpsCpu, RmsnormInPlace) {
+  const int rows = 3, dim = 9;
+  Vec x = randn(static_cast<size_t>(rows) * dim, 30), w = randn(static_cast<size_t>(dim), 31);
+  Vec out(x.size()), r1(rows), r2(rows);
+  rmsnorm_forward(out.data(), r1.data(), x.data(), w.data(), rows, dim, 1e-6f);
+  rmsnorm_forward(x.data(), r2.data(), x.data(), w.data(), rows, dim, 1e-6f);
+  EXPECT_EQ(out, x);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// linear and LoRA
+
+std::vector<double> naive_linear(const Vec& x, const Vec& W, const float* bias, int T, int in, int out) {
+  std::vector<double> y(static_cast<size_t>(T) * out);
+  for (int t = 0; t < T; ++t) {
+    for (int o = 0; o < out; ++o) {
+      double s = bias ? bias[o] : 0.0;
+      for (int i = 0; i < in; ++i) s += static_cast<double>(x[t * in + i]) * W[o * in + i];
+      y[t * out + o] = s;
+    }
+  }
+  return y;
+}
+
+TEST(OpsCpu, LinearForwardAndBackward) {
+  const int T = 7, in = 9, out = 5;
+  Vec x = randn(static_cast<size_t>(T) * in, 40), W = randn(static_cast<size_t>(out) * in, 41),
+      bias = randn(static_cast<size_t>(out), 42);
+  const Vec rw = randn(static_cast<size_t>(T) * out, 43);
+  Vec y(rw.size(), 99.0f);
+  linear_forward(y.data(), x.data(), W.data(), bias.data(), T, in, out);
+  expect_near_vec(y, naive_linear(x, W, bias.data(), T, in, out), 1e-5, "linear y (bias)");
+  linear_forward(y.data(), x.data(), W.data(), nullptr, T, in, out);
+  expect_near_vec(y, naive_linear(x, W, nullptr, T, in, out), 1e-5, "linear y (no bias)");
+
+  auto loss = [&] {
+    Vec o(rw.size());
+    linear_forward(o.data(), x.data(), W.data(), bias.data(), T, in, out);
+    return dot(o, rw);
+  };
+  Vec dx(x.size(), 7.0f), dW(W.size(), 0.0f), db(bias.size(), 0.0f);
+  linear_backward(dx.data(), dW.data(), db.data(), rw.data(), x.data(), W.data(), T, in, out, false);
+  check_grad("linear dx", x, dx, loss, 1e-3, kTightRtol);
+  check_grad("linear dW", W, dW, loss, 1e-3, kTightRtol);
+  check_grad("linear dbias", bias, db, loss, 1e-3, kTightRtol);
+
+  // accumulate_dx adds; dW/dbias accumulate; null outputs are skipped.
+  Vec dx2(x.size(), 1.0f), dW2 = dW;
+  linear_backward(dx2.data(), dW2.data(), nullptr, rw.data(), x.data(), W.data(), T, in, out, true);
+  for (size_t i = 0; i < dx.size(); ++i) EXPECT_NEAR(dx2[i], 1.0f + dx[i], 1e-5);
+  for (size_t i = 0; i < dW.size(); ++i) EXPECT_NEAR(dW2[i], 2.0f * dW[i], 1e-5 * (1 + std::abs(dW[i])));
+  Vec dW3(W.size(), 0.0f);
+  linear_backward(nullptr, dW3.data(), nullptr, rw.data(), x.data(), W.data(), T, in, out, false);
+  for (size_t i = 0; i < dW.size(); ++i) EXPECT_FLOAT_EQ(dW3[i], dW[i]);
+}
+
+TEST(OpsCpu, LoraForwardAndBackward) {
+  const int T = 7, in = 9, r = 3, out = 5;
+  const float scale = 16.0f / 3.0f;  // lora_alpha / r
+  Vec x = randn(static_cast<size_t>(T) * in, 50), A = randn(static_cast<size_t>(r) * in, 51, 0.3f),
+      B = randn(static_cast<size_t>(out) * r, 52, 0.3f);
+  const Vec base = randn(static_cast<size_t>(T) * out, 53);
+  const Vec rw = randn(base.size(), 54);
+
+  Vec y = base, xa(static_cast<size_t>(T) * r);
+  lora_forward(y.data(), xa.data(), x.data(), A.data(), B.data(), scale, T, in, r, out);
+  const std::vector<double> xa_want = naive_linear(x, A, nullptr, T, in, r);
+  expect_near_vec(xa, xa_want, 1e-5, "lora xa");
+  std::vector<double> y_want(base.size());
+  for (int t = 0; t < T; ++t) {
+    for (int o = 0; o < out; ++o) {
+      double s = 0.0;
+      for (int j = 0; j < r; ++j) s += xa_want[t * r + j] * B[o * r + j];
+      y_want[t * out + o] = base[t * out + o] + scale * s;
+    }
+  }
+  expect_near_vec(y, y_want, 1e-5, "lora y");
+
+  auto loss = [&] {
+    Vec o = base, s(static_cast<size_t>(T) * r);
+    lora_forward(o.data(), s.data(), x.data(), A.data(), B.data(), scale, T, in, r, out);
+    return dot(o, rw);
+  };
+  const Vec dx0 = randn(x.size(), 55);  // the base layer's dx: LoRA adds to it
+  Vec dx = dx0, dA(A.size(), 0.0f), dB(B.size(), 0.0f), scratch(static_cast<size_t>(T) * r);
+  lora_backward(dx.data(), dA.data(), dB.data(), rw.data(), x.data(), xa.data(), A.data(), B.data(), scale, T, in, r,
+                out, scratch.data());
+  Vec dx_lora(dx.size());
+  for (size_t i = 0; i < dx.size(); ++i) dx_lora[i] = dx[i] - dx0[i];
+  check_grad("lora dx", x, dx_lora, loss, 1e-3, kTightRtol);
+  check_grad("lora dA", A, dA, loss, 1e-3, kTightRtol);
+  check_grad("lora dB", B, dB, loss, 1e-3, kTightRtol);
+
+  // Without a scratch buffer (allocated inside) the result is the same.
+  Vec dx2 = dx0, dA2(A.size(), 0.0f), dB2(B.size(), 0.0f);
+  lora_backward(dx2.data(), dA2.data(), dB2.data(), rw.data(), x.data(), xa.data(), A.data(), B.data(), scale, T, in, r,
+                out, nullptr);
+  EXPECT_EQ(dx2, dx);
+  EXPECT_EQ(dA2, dA);
+  EXPECT_EQ(dB2, dB);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// rope
+
+TEST(OpsCpu, RopeDefaultInverseFrequencies) {
+  for (double theta : {10000.0, 1000000.0}) {
+    const int hd = 10;
+    Vec f(hd / 2);
+    rope_inv_freq(f.data(), hd, theta, nullptr);
+    for (int j = 0; j < hd / 2; ++j) {
+      // transformers takes the exponent 2j/dim in fp32 (0.6f = 0.60000002), which moves theta^-0.6 by ~2e-7:
+      // tight against that, looser against the exact value.
+      const double e32 = static_cast<double>(static_cast<float>(2 * j) / static_cast<float>(hd));
+      const double want32 = 1.0 / std::pow(theta, e32), exact = 1.0 / std::pow(theta, 2.0 * j / hd);
+      EXPECT_NEAR(f[j], want32, 1.2e-7 * want32) << theta << " j=" << j;
+      EXPECT_NEAR(f[j], exact, 1e-6 * exact) << theta << " j=" << j;
+    }
+  }
+  EXPECT_THROW(rope_inv_freq(nullptr, 7, 10000.0, nullptr), FatalError);
+}
+
+// Llama 3.2 1B: rope_theta 500000, head_dim 64, rope_scaling {factor 32, low 1, high 4, original 8192}.
+// By hand: wavelen_j = 2*pi * 500000^(j/32) is below high_wl = 8192/4 = 2048 for j <= 14 (kept), above
+// low_wl = 8192 for j >= 18 (divided by the factor), and in between for j = 15, 16, 17 (smoothed).
+TEST(OpsCpu, RopeLlama3InverseFrequencies) {
+  const int hd = 64, half = hd / 2;
+  const double theta = 500000.0, factor = 32.0, low = 1.0, high = 4.0, orig = 8192.0;
+  Llama3RopeScaling sc;
+  sc.factor = factor;
+  sc.low_freq_factor = low;
+  sc.high_freq_factor = high;
+  sc.original_max_position_embeddings = orig;
+  Vec plain(half), scaled(half);
+  rope_inv_freq(plain.data(), hd, theta, nullptr);
+  rope_inv_freq(scaled.data(), hd, theta, &sc);
+  for (int j = 0; j <= 14; ++j) EXPECT_EQ(scaled[j], plain[j]) << j;
+  for (int j = 18; j < half; ++j) EXPECT_EQ(scaled[j], plain[j] / 32.0f) << j;
+  for (int j = 15; j <= 17; ++j) {
+    const double f = 1.0 / std::pow(theta, 2.0 * j / hd);
+    const double wavelen = 2.0 * M_PI / f;
+    ASSERT_GE(wavelen, orig / high);
+    ASSERT_LE(wavelen, orig / low);
+    const double s = (orig / wavelen - low) / (high - low);
+    const double want = (1.0 - s) * f / factor + s * f;
+    EXPECT_NEAR(scaled[j], want, 1e-6 * want) << j;
+    EXPECT_LT(scaled[j], plain[j]);
+    EXPECT_GT(scaled[j], plain[j] / 32.0f);
+  }
+  // Two values worked out by hand from the formula (j = 16: f = 500000^-0.5).
+  EXPECT_NEAR(scaled[0], 1.0f, 0.0f);
+  const double f16 = 1.0 / std::sqrt(500000.0);
+  const double s16 = (8192.0 * f16 / (2.0 * M_PI) - 1.0) / 3.0;
+  EXPECT_NEAR(scaled[16], (1.0 - s16) * f16 / 32.0 + s16 * f16, 1e-6 * f16);
+}
+
+std::vector<double> naive_rope(const Vec& x, const std::vector<int32_t>& pos, const Vec& inv_freq, int T, int nh,
+                               int hd) {
+  std::vector<double> y(x.size());
+  const int half = hd / 2;
+  for (int t = 0; t < T; ++t) {
+    for (int h = 0; h < nh; ++h) {
+      const size_t base = (static_cast<size_t>(t) * nh + h) * hd;
+      for (int i = 0; i < hd; ++i) {
+        // q * cos + rotate_half(q) * sin, rotate_half(q) = cat(-q2, q1), cos/sin = cat(freqs, freqs)
+        const double a = static_cast<double>(pos[t]) * inv_freq[i % half];
+        const double rot = i < half ? -static_cast<double>(x[base + i + half]) : x[base + i - half];
+        y[base + i] = x[base + i] * std::cos(a) + rot * std::sin(a);
+      }
+    }
+  }
+  return y;
+}
+
+TEST(OpsCpu, RopeForwardBackwardAndRoundTrip) {
+  const int T = 5, hd = 8;
+  const std::vector<int32_t> pos = {0, 3, 1, 17, 250};
+  Vec inv(hd / 2);
+  rope_inv_freq(inv.data(), hd, 10000.0, nullptr);
+  for (int nh : {6, 2}) {  // q with 6 heads, k with 2
+    Vec x = randn(static_cast<size_t>(T) * nh * hd, 60 + nh);
+    Vec y = x;
+    rope_forward(y.data(), pos.data(), inv.data(), T, nh, hd);
+    // The op takes the angle as an fp32 product (like transformers): |error| <= pos * inv * 2^-24.
+    expect_near_vec(y, naive_rope(x, pos, inv, T, nh, hd), 3e-5, "rope");
+    for (int i = 0; i < nh * hd; ++i) EXPECT_EQ(y[i], x[i]) << "position 0 is the identity";
+
+    Vec back = y;
+    rope_backward(back.data(), pos.data(), inv.data(), T, nh, hd);
+    for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(back[i], x[i], 1e-5);
+
+    const Vec rw = randn(x.size(), 70 + nh);
+    Vec dx = rw;
+    rope_backward(dx.data(), pos.data(), inv.data(), T, nh, hd);
+    auto loss = [&] {
+      Vec o = x;
+      rope_forward(o.data(), pos.data(), inv.data(), T, nh, hd);
+      return dot(o, rw);
+    };
+    check_grad("rope dx", x, dx, loss, 1e-3, kTightRtol);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// attention
+
+struct AttnShape {
+  int B, L, nh, nkv, hd;
+  std::vector<int32_t> lengths;
+};
+
+// Explicit loops in double: out and lse.
+void naive_attention(const AttnShape& s, const Vec& q, const Vec& k, const Vec& v, std::vector<double>& out,
+                     std::vector<double>& lse) {
+  const int group = s.nh / s.nkv;
+  out.assign(static_cast<size_t>(s.B) * s.L * s.nh * s.hd, 0.0);
+  lse.assign(static_cast<size_t>(s.B) * s.nh * s.L, 0.0);
+  auto qi = [&](int b, int t, int h, int d) { return q[((static_cast<size_t>(b) * s.L + t) * s.nh + h) * s.hd + d]; };
+  auto ki = [&](int b, int t, int h, int d) { return k[((static_cast<size_t>(b) * s.L + t) * s.nkv + h) * s.hd + d]; };
+  auto vi = [&](int b, int t, int h, int d) { return v[((static_cast<size_t>(b) * s.L + t) * s.nkv + h) * s.hd + d]; };
+  for (int b = 0; b < s.B; ++b) {
+    for (int h = 0; h < s.nh; ++h) {
+      const int kh = h / group;
+      for (int t = 0; t < s.lengths[b]; ++t) {
+        std::vector<double> sc(static_cast<size_t>(t) + 1);
+        double m = -INFINITY;
+        for (int u = 0; u <= t; ++u) {
+          double d = 0.0;
+          for (int e = 0; e < s.hd; ++e) d += static_cast<double>(qi(b, t, h, e)) * ki(b, u, kh, e);
+          sc[u] = d / std::sqrt(static_cast<double>(s.hd));
+          m = std::max(m, sc[u]);
+        }
+        double z = 0.0;
+        for (int u = 0; u <= t; ++u) z += std::exp(sc[u] - m);
+        lse[(static_cast<size_t>(b) * s.nh + h) * s.L + t] = m + std::log(z);
+        for (int u = 0; u <= t; ++u) {
+          const double p = std::exp(sc[u] - m) / z;
+          for (int e = 0; e < s.hd; ++e) {
+            out[((static_cast<size_t>(b) * s.L + t) * s.nh + h) * s.hd + e] += p * vi(b, u, kh, e);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(OpsCpu, AttentionForwardMatchesNaiveGqaMhaMqa) {
+  const std::vector<AttnShape> shapes = {
+      {4, 7, 6, 2, 5, {7, 4, 1, 0}},  // GQA, groups of 3; one full, two padded, one empty sequence
+      {2, 5, 3, 3, 4, {5, 3}},        // MHA
+      {2, 6, 4, 1, 3, {2, 6}},        // MQA
+  };
+  uint32_t seed = 100;
+  for (const auto& s : shapes) {
+    const size_t nq = static_cast<size_t>(s.B) * s.L * s.nh * s.hd, nk = static_cast<size_t>(s.B) * s.L * s.nkv * s.hd;
+    const Vec q = randn(nq, seed++), k = randn(nk, seed++), v = randn(nk, seed++);
+    Vec out(nq, 5.0f), lse(static_cast<size_t>(s.B) * s.nh * s.L, 5.0f);
+    attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), s.lengths.data(), s.B, s.L, s.nh, s.nkv,
+                      s.hd);
+    std::vector<double> out_want, lse_want;
+    naive_attention(s, q, k, v, out_want, lse_want);
+    expect_near_vec(out, out_want, 2e-6, "attention out nh=" + std::to_string(s.nh));
+    expect_near_vec(lse, lse_want, 2e-6, "attention lse nh=" + std::to_string(s.nh));
+  }
+  std::vector<int32_t> bad = {3};
+  Vec buf(64);
+  EXPECT_THROW(attention_forward(buf.data(), buf.data(), buf.data(), buf.data(), buf.data(), bad.data(), 1, 2, 4, 3, 2),
+               FatalError);
+  EXPECT_THROW(attention_forward(buf.data(), buf.data(), buf.data(), buf.data(), buf.data(), bad.data(), 1, 2, 2, 1, 2),
+               FatalError);
+}
+
+TEST(OpsCpu, AttentionPaddingIsZeroAndIgnored) {
+  const AttnShape s = {3, 6, 6, 2, 4, {6, 2, 4}};
+  const size_t nq = static_cast<size_t>(s.B) * s.L * s.nh * s.hd, nk = static_cast<size_t>(s.B) * s.L * s.nkv * s.hd;
+  Vec q = randn(nq, 200), k = randn(nk, 201), v = randn(nk, 202);
+  Vec out(nq, 3.0f), lse(static_cast<size_t>(s.B) * s.nh * s.L, 3.0f);
+  attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), s.lengths.data(), s.B, s.L, s.nh, s.nkv,
+                    s.hd);
+  for (int b = 0; b < s.B; ++b) {
+    for (int t = s.lengths[b]; t < s.L; ++t) {
+      for (int i = 0; i < s.nh * s.hd; ++i) EXPECT_EQ(out[(static_cast<size_t>(b) * s.L + t) * s.nh * s.hd + i], 0.0f);
+    }
+  }
+  // Garbage (even NaN) in q, k and v at padded positions changes nothing.
+  Vec q2 = q, k2 = k, v2 = v;
+  for (int b = 0; b < s.B; ++b) {
+    for (int t = s.lengths[b]; t < s.L; ++t) {
+      const size_t r = static_cast<size_t>(b) * s.L + t;
+      for (int i = 0; i < s.nh * s.hd; ++i) q2[r * s.nh * s.hd + i] = NAN;
+      for (int i = 0; i < s.nkv * s.hd; ++i) {
+        k2[r * s.nkv * s.hd + i] = 1e3f * (i + 1);
+        v2[r * s.nkv * s.hd + i] = NAN;
+      }
+    }
+  }
+  Vec out2(nq), lse2(lse.size());
+  attention_forward(out2.data(), lse2.data(), q2.data(), k2.data(), v2.data(), s.lengths.data(), s.B, s.L, s.nh, s.nkv,
+                    s.hd);
+  EXPECT_EQ(out2, out);
+  EXPECT_EQ(lse2, lse);
+
+  // Backward: gradients at padded rows are zero, and padded dout does not leak.
+  Vec dout = randn(nq, 203);
+  Vec dq(nq, 1.0f), dk(nk, 1.0f), dv(nk, 1.0f);
+  attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), lse.data(),
+                     s.lengths.data(), s.B, s.L, s.nh, s.nkv, s.hd);
+  Vec dout2 = dout;
+  for (int b = 0; b < s.B; ++b) {
+    for (int t = s.lengths[b]; t < s.L; ++t) {
+      const size_t r = static_cast<size_t>(b) * s.L + t;
+      for (int i = 0; i < s.nh * s.hd; ++i) {
+        EXPECT_EQ(dq[r * s.nh * s.hd + i], 0.0f);
+        dout2[r * s.nh * s.hd + i] = NAN;
+      }
+      for (int i = 0; i < s.nkv * s.hd; ++i) {
+        EXPECT_EQ(dk[r * s.nkv * s.hd + i], 0.0f);
+        EXPECT_EQ(dv[r * s.nkv * s.hd + i], 0.0f);
+      }
+    }
+  }
+  Vec dq2(nq), dk2(nk), dv2(nk);
+  attention_backward(dq2.data(), dk2.data(), dv2.data(), dout2.data(), q2.data(), k2.data(), v2.data(), lse.data(),
+                     s.lengths.data(), s.B, s.L, s.nh, s.nkv, s.hd);
+  EXPECT_EQ(dq2, dq);
+  EXPECT_EQ(dk2, dk);
+  EXPECT_EQ(dv2, dv);
+}
+
+TEST(OpsCpu, AttentionBackwardMatchesFiniteDifferences) {
+  const AttnShape s = {3, 7, 6, 2, 5, {7, 4, 1}};  // GQA 6 / 2, different lengths
+  const size_t nq = static_cast<size_t>(s.B) * s.L * s.nh * s.hd, nk = static_cast<size_t>(s.B) * s.L * s.nkv * s.hd;
+  Vec q = randn(nq, 300), k = randn(nk, 301), v = randn(nk, 302);
+  const Vec rw = randn(nq, 303);
+  Vec out(nq), lse(static_cast<size_t>(s.B) * s.nh * s.L);
+  attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), s.lengths.data(), s.B, s.L, s.nh, s.nkv,
+                    s.hd);
+  Vec dq(nq), dk(nk), dv(nk);
+  attention_backward(dq.data(), dk.data(), dv.data(), rw.data(), q.data(), k.data(), v.data(), lse.data(),
+                     s.lengths.data(), s.B, s.L, s.nh, s.nkv, s.hd);
+  auto loss = [&] {
+    Vec o(nq), l(lse.size());
+    attention_forward(o.data(), l.data(), q.data(), k.data(), v.data(), s.lengths.data(), s.B, s.L, s.nh, s.nkv, s.hd);
+    return dot(o, rw);
+  };
+  check_grad("attention dq", q, dq, loss);
+  check_grad("attention dk", k, dk, loss);
+  check_grad("attention dv", v, dv, loss);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// swiglu and residual
+
+TEST(OpsCpu, SwigluForwardAndBackward) {
+  const int n = 37;
+  Vec gate = randn(n, 400, 2.0f), up = randn(n, 401);
+  gate[0] = 30.0f;  // saturated sigmoid both ways: no inf / NaN
+  gate[1] = -30.0f;
+  const Vec rw = randn(n, 402);
+  Vec out(n);
+  swiglu_forward(out.data(), gate.data(), up.data(), n);
+  std::vector<double> want(n);
+  for (int i = 0; i < n; ++i) want[i] = gate[i] / (1.0 + std::exp(-static_cast<double>(gate[i]))) * up[i];
+  expect_near_vec(out, want, 1e-6, "swiglu");
+  Vec dg(n), du(n);
+  swiglu_backward(dg.data(), du.data(), rw.data(), gate.data(), up.data(), n);
+  for (int i = 0; i < n; ++i) ASSERT_TRUE(std::isfinite(dg[i]) && std::isfinite(du[i])) << i;
+  auto loss = [&] {
+    Vec o(n);
+    swiglu_forward(o.data(), gate.data(), up.data(), n);
+    return dot(o, rw);
+  };
+  check_grad("swiglu dgate", gate, dg, loss, 1e-3, kTightRtol);
+  check_grad("swiglu dup", up, du, loss, 1e-3, kTightRtol);
+  // dgate / dup may alias dout.
+  Vec d1 = rw, d2(n);
+  swiglu_backward(d1.data(), d2.data(), d1.data(), gate.data(), up.data(), n);
+  EXPECT_EQ(d1, dg);
+  EXPECT_EQ(d2, du);
+}
+
+TEST(OpsCpu, ResidualForwardAndIdentityBackward) {
+  const int n = 13;
+  const Vec x0 = randn(n, 500), y = randn(n, 501), dout = randn(n, 502);
+  Vec x = x0;
+  residual_forward(x.data(), y.data(), n);
+  for (int i = 0; i < n; ++i) EXPECT_EQ(x[i], x0[i] + y[i]);
+  Vec dy(n, 9.0f);
+  residual_backward(dy.data(), dout.data(), n, false);
+  EXPECT_EQ(dy, dout);
+  residual_backward(dy.data(), dout.data(), n, true);
+  for (int i = 0; i < n; ++i) EXPECT_EQ(dy[i], 2.0f * dout[i]);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// lm_head + log-softmax
+
+// Full logits and log_softmax in double.
+void naive_logprob(const Vec& h, const Vec& W, const std::vector<int32_t>& targets, int T, int D, int V, double scale,
+                   std::vector<double>& logprob, std::vector<double>& lse) {
+  logprob.assign(T, 0.0);
+  lse.assign(T, 0.0);
+  for (int t = 0; t < T; ++t) {
+    std::vector<double> l(V);
+    double m = -INFINITY;
+    for (int v = 0; v < V; ++v) {
+      double s = 0.0;
+      for (int d = 0; d < D; ++d) s += static_cast<double>(h[t * D + d]) * W[v * D + d];
+      l[v] = scale * s;
+      m = std::max(m, l[v]);
+    }
+    double z = 0.0;
+    for (int v = 0; v < V; ++v) z += std::exp(l[v] - m);
+    lse[t] = m + std::log(z);
+    logprob[t] = targets[t] < 0 ? 0.0 : l[targets[t]] - lse[t];
+  }
+}
+
+struct LmHeadCase {
+  int T = 45, D = 19, V = 37;  // 45 rows: one full chunk of 32 and a partial one of 13
+  Vec h, W, weights;
+  std::vector<int32_t> targets;
+  explicit LmHeadCase(uint32_t seed) {
+    h = randn(static_cast<size_t>(T) * D, seed);
+    W = randn(static_cast<size_t>(V) * D, seed + 1, 0.5f);
+    weights = randn(static_cast<size_t>(T), seed + 2);  // GRPO-like: either sign
+    std::mt19937 gen(seed + 3);
+    for (int t = 0; t < T; ++t) targets.push_back(static_cast<int32_t>(gen() % V));
+    for (int t : {0, 5, 33, 44}) targets[t] = -1;  // ignored, in both chunks
+    weights[7] = 0.0f;
+  }
+};
+
+TEST(OpsCpu, LmHeadChunkedMatchesFullLogSoftmax) {
+  LmHeadCase c(600);
+  for (float scale : {1.0f, 1.0f / 0.7f}) {
+    Vec logprob(c.T, 9.0f), lse(c.T, 9.0f);
+    lm_head_logprob_forward(logprob.data(), lse.data(), c.h.data(), c.W.data(), c.targets.data(), c.T, c.D, c.V, scale,
+                            nullptr);
+    std::vector<double> lp_want, lse_want;
+    naive_logprob(c.h, c.W, c.targets, c.T, c.D, c.V, scale, lp_want, lse_want);
+    expect_near_vec(logprob, lp_want, 2e-6, "lm_head logprob");
+    expect_near_vec(lse, lse_want, 2e-6, "lm_head lse");
+    for (int t : {0, 5, 33, 44}) EXPECT_EQ(logprob[t], 0.0f);
+
+    // A caller-provided scratch buffer gives the same numbers.
+    Vec scratch(static_cast<size_t>(lm_head_scratch_floats(c.V)));
+    Vec lp2(c.T), lse2(c.T);
+    lm_head_logprob_forward(lp2.data(), lse2.data(), c.h.data(), c.W.data(), c.targets.data(), c.T, c.D, c.V, scale,
+                            scratch.data());
+    EXPECT_EQ(lp2, logprob);
+    EXPECT_EQ(lse2, lse);
+
+    // Full logits for a few rows.
+    const int rows = 3;
+    Vec logits(static_cast<size_t>(rows) * c.V);
+    lm_head_logits(logits.data(), c.h.data(), c.W.data(), rows, c.D, c.V, scale);
+    std::vector<double> lw = naive_linear(c.h, c.W, nullptr, rows, c.D, c.V);
+    for (auto& x : lw) x *= scale;
+    expect_near_vec(logits, lw, 2e-6, "lm_head logits");
+  }
+  std::vector<int32_t> bad(c.T, 0);
+  bad[40] = c.V;
+  Vec a(c.T), b(c.T);
+  EXPECT_THROW(
+      lm_head_logprob_forward(a.data(), b.data(), c.h.data(), c.W.data(), bad.data(), c.T, c.D, c.V, 1.0f, nullptr),
+      FatalError);
+}
+
+TEST(OpsCpu, LmHeadBackwardMatchesFiniteDifferences) {
+  LmHeadCase c(700);
+  const float scale = 1.0f / 0.9f;
+  Vec logprob(c.T), lse(c.T);
+  lm_head_logprob_forward(logprob.data(), lse.data(), c.h.data(), c.W.data(), c.targets.data(), c.T, c.D, c.V, scale,
+                          nullptr);
+  Vec dh(c.h.size(), 5.0f), dW(c.W.size(), 0.0f);
+  lm_head_logprob_backward(dh.data(), dW.data(), c.weights.data(), c.h.data(), c.W.data(), c.targets.data(), lse.data(),
+                           c.T, c.D, c.V, scale, nullptr);
+  auto loss = [&] {  // -sum_t w_t * logprob_t
+    Vec lp(c.T), l(c.T);
+    lm_head_logprob_forward(lp.data(), l.data(), c.h.data(), c.W.data(), c.targets.data(), c.T, c.D, c.V, scale,
+                            nullptr);
+    return -dot(lp, c.weights);
+  };
+  check_grad("lm_head dh", c.h, dh, loss);
+  check_grad("lm_head dW", c.W, dW, loss);
+  for (int t : {0, 5, 7, 33, 44}) {  // ignored or zero weight: no gradient
+    for (int d = 0; d < c.D; ++d) EXPECT_EQ(dh[static_cast<size_t>(t) * c.D + d], 0.0f) << t;
+  }
+  // dW accumulates and may be skipped; a caller scratch buffer gives the same numbers.
+  Vec scratch(static_cast<size_t>(lm_head_scratch_floats(c.V)));
+  Vec dh2(c.h.size()), dW2 = dW;
+  lm_head_logprob_backward(dh2.data(), dW2.data(), c.weights.data(), c.h.data(), c.W.data(), c.targets.data(),
+                           lse.data(), c.T, c.D, c.V, scale, scratch.data());
+  EXPECT_EQ(dh2, dh);
+  for (size_t i = 0; i < dW.size(); ++i) EXPECT_NEAR(dW2[i], 2.0f * dW[i], 1e-5 * (1 + std::abs(dW[i])));
+  Vec dh3(c.h.size());
+  lm_head_logprob_backward(dh3.data(), nullptr, c.weights.data(), c.h.data(), c.W.data(), c.targets.data(), lse.data(),
+                           c.T, c.D, c.V, scale, scratch.data());
+  EXPECT_EQ(dh3, dh);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// the checker itself: a gradient that is 3% off, or one wrong coordinate, does not pass.
+
+void check_wrong_gradient(float factor, int wrong_coord) {
+  const int n = 37;
+  Vec gate = randn(n, 800, 2.0f), up = randn(n, 801);
+  const Vec rw = randn(n, 802);
+  Vec dg(n), du(n);
+  swiglu_backward(dg.data(), du.data(), rw.data(), gate.data(), up.data(), n);
+  for (auto& g : dg) g *= factor;
+  if (wrong_coord >= 0) dg[wrong_coord] += 0.05f;
+  auto loss = [&] {
+    Vec o(n);
+    swiglu_forward(o.data(), gate.data(), up.data(), n);
+    return dot(o, rw);
+  };
+  check_grad("wrong dgate", gate, dg, loss, 1e-3, kTightRtol);
+}
+
+// The failures check_grad reports for a wrong gradient, intercepted.
+std::string intercepted_failures(float factor, int wrong_coord) {
+  testing::TestPartResultArray results;
+  {
+    testing::ScopedFakeTestPartResultReporter reporter(
+        testing::ScopedFakeTestPartResultReporter::INTERCEPT_ONLY_CURRENT_THREAD, &results);
+    check_wrong_gradient(factor, wrong_coord);
+  }
+  std::string all;
+  for (int i = 0; i < results.size(); ++i) all += results.GetTestPartResult(i).message();
+  return all;
+}
+
+TEST(OpsCpu, FiniteDifferenceCheckCatchesWrongGradients) {
+  EXPECT_EQ(intercepted_failures(1.0f, -1), "");  // the right gradient passes
+  EXPECT_NE(intercepted_failures(1.03f, -1).find("coordinates off"), std::string::npos);
+  const std::string one = intercepted_failures(1.0f, 11);
+  EXPECT_NE(one.find("wrong dgate[11]"), std::string::npos) << one;
+  EXPECT_NE(one.find("1 of 37 coordinates off"), std::string::npos) << one;
+}
+
+}  // namespace
+}  // namespace mgrl::kernels::cpu
