@@ -1,0 +1,221 @@
+// test_model_fixtures.cpp: the transformer with LoRA on the CPU backend against Hugging Face
+// transformers + PEFT (tests/data/models, written by tools/make_fixtures.py): log-probs, logits
+// with and without the adapter, loss, LoRA gradients and input-embedding gradients; recompute
+// gives the same; full fine-tuning and LoRA dropout gradients against finite differences.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "io/hf_config.h"
+#include "io/safetensors.h"
+#include "kernels/ops.h"
+#include "model/lora.h"
+#include "model/transformer.h"
+
+namespace mgrl::model {
+namespace {
+
+const std::string kData = MGRL_TEST_DATA_DIR "/models/";
+
+double rel_error(const std::vector<float>& got, const std::vector<float>& want) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    num += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
+    den += static_cast<double>(want[i]) * want[i];
+  }
+  return std::sqrt(num / (den > 0 ? den : 1));
+}
+
+std::vector<std::int32_t> read_i32(const io::TensorInfo& t) {
+  std::vector<std::int32_t> v(static_cast<std::size_t>(t.numel()));
+  EXPECT_EQ(t.dtype, DType::I32) << t.name;
+  std::memcpy(v.data(), t.data, v.size() * sizeof(std::int32_t));
+  return v;
+}
+
+struct Fixture {
+  io::ModelConfig cfg;
+  std::unique_ptr<kernels::Ops> ops = kernels::make_cpu_ops();
+  std::unique_ptr<Transformer> model;
+  io::SafetensorsFile ref;
+  Batch batch;
+  std::vector<float> weights;  // 1 / N at every valid target: the mean loss
+  int n_targets = 0;
+
+  Fixture(const std::string& name, ModelOptions opts = {})
+      : cfg(io::parse_hf_config(kData + name + "/config.json")), ref(kData + name + "/reference.safetensors") {
+    model = std::make_unique<Transformer>(cfg, *ops, opts);
+    model->load_weights(kData + name);
+    model->add_lora(read_peft_config(kData + name + "/adapter_config.json"), 0).load_peft(kData + name);
+    batch.B = static_cast<int>(ref.get("input_ids").shape[0]);
+    batch.L = static_cast<int>(ref.get("input_ids").shape[1]);
+    batch.tokens = read_i32(ref.get("input_ids"));
+    batch.lengths = read_i32(ref.get("lengths"));
+    weights.assign(batch.tokens.size(), 0.0f);
+    for (int b = 0; b < batch.B; ++b) n_targets += batch.lengths[b] - 1;
+    for (int b = 0; b < batch.B; ++b)
+      for (int t = 1; t < batch.lengths[b]; ++t) weights[b * batch.L + t] = 1.0f / n_targets;
+  }
+  std::vector<float> reference(const std::string& name) const { return io::to_f32(ref.get(name)); }
+  // Values of a [B, L, X] tensor at valid positions only.
+  std::vector<float> valid_rows(const std::vector<float>& v, std::size_t width) const {
+    std::vector<float> out;
+    for (int b = 0; b < batch.B; ++b)
+      for (int t = 0; t < batch.lengths[b]; ++t)
+        for (std::size_t j = 0; j < width; ++j) out.push_back(v[(static_cast<std::size_t>(b) * batch.L + t) * width + j]);
+    return out;
+  }
+  double loss(const std::vector<float>& lp) const {
+    double s = 0;
+    for (std::size_t i = 0; i < lp.size(); ++i) s -= static_cast<double>(weights[i]) * lp[i];
+    return s;
+  }
+};
+
+class ModelFixture : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ModelFixture, MatchesHuggingFace) {
+  Fixture f(GetParam());
+  const std::size_t BL = f.batch.tokens.size();
+  const std::size_t V = f.cfg.vocab_size, H = f.cfg.hidden_size;
+
+  std::vector<float> lp(BL);
+  f.model->forward(f.batch, lp.data(), /*use_lora=*/true, /*train=*/true);
+  const auto want_lp = f.reference("logprobs");
+  EXPECT_LE(rel_error(lp, want_lp), 1e-5) << "log-probs";
+  for (std::size_t i = 0; i < BL; ++i) EXPECT_NEAR(lp[i], want_lp[i], 1e-4) << "log-prob " << i;
+  EXPECT_LE(rel_error(f.valid_rows(f.model->logits(), V), f.valid_rows(f.reference("logits"), V)), 1e-5) << "logits";
+  const double want_loss = f.reference("loss")[0];
+  EXPECT_NEAR(f.loss(lp), want_loss, 1e-5 * std::abs(want_loss)) << "loss";
+
+  f.model->lora()->zero_grads();
+  f.model->backward(f.weights.data());
+  LoraParams& lora = *f.model->lora();
+  std::vector<float> grads(lora.numel());
+  f.ops->download(grads.data(), lora.grads(), grads.size() * sizeof(float));
+  int checked = 0;
+  for (const auto& s : lora.slots()) {
+    for (const bool a : {true, false}) {
+      const auto want = f.reference("grad." + LoraParams::peft_name(s, a));
+      const std::size_t off = a ? s.a_offset : s.b_offset;
+      const std::vector<float> got(grads.begin() + static_cast<std::ptrdiff_t>(off),
+                                   grads.begin() + static_cast<std::ptrdiff_t>(off + want.size()));
+      EXPECT_LE(rel_error(got, want), 1e-4) << LoraParams::peft_name(s, a);
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 28);
+  EXPECT_LE(rel_error(f.model->input_embedding_grad(), f.reference("grad.inputs_embeds")), 1e-4) << "d inputs_embeds";
+
+  // The base model: the adapter switched off for one call.
+  std::vector<float> lp_base(BL);
+  f.model->forward(f.batch, lp_base.data(), /*use_lora=*/false);
+  EXPECT_LE(rel_error(f.valid_rows(f.model->logits(), V), f.valid_rows(f.reference("logits_base"), V)), 1e-5)
+      << "logits without the adapter";
+  (void)H;
+}
+
+TEST_P(ModelFixture, RecomputeGivesTheSameGradients) {
+  Fixture plain(GetParam()), recompute(GetParam(), ModelOptions{false, true});
+  std::vector<float> lp1(plain.batch.tokens.size()), lp2(lp1.size());
+  plain.model->forward(plain.batch, lp1.data(), true, true);
+  recompute.model->forward(recompute.batch, lp2.data(), true, true);
+  EXPECT_EQ(lp1, lp2);
+  plain.model->lora()->zero_grads();
+  recompute.model->lora()->zero_grads();
+  plain.model->backward(plain.weights.data());
+  recompute.model->backward(recompute.weights.data());
+  std::vector<float> g1(plain.model->lora()->numel()), g2(g1.size());
+  plain.ops->download(g1.data(), plain.model->lora()->grads(), g1.size() * 4);
+  recompute.ops->download(g2.data(), recompute.model->lora()->grads(), g2.size() * 4);
+  EXPECT_EQ(g1, g2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Hf, ModelFixture, ::testing::Values("llama_gqa", "qwen2_bias_tied", "qwen3_qknorm"));
+
+// d loss / d x by central differences with Richardson extrapolation (steps h and h/2, error O(h^4)),
+// the loss summed in double; set(v) writes the coordinate.
+template <typename Set>
+double numeric_grad(Fixture& f, bool train, std::uint64_t seed, Set&& set, float x0) {
+  std::vector<float> lp(f.batch.tokens.size());
+  auto central = [&](float h) {
+    set(x0 + h);
+    f.model->forward(f.batch, lp.data(), true, train, seed);
+    const double up = f.loss(lp);
+    set(x0 - h);
+    f.model->forward(f.batch, lp.data(), true, train, seed);
+    const double down = f.loss(lp);
+    set(x0);
+    return (up - down) / (2.0 * h);
+  };
+  const float h = 2e-2f * std::max(1.0f, std::abs(x0));
+  return (4.0 * central(h / 2) - central(h)) / 3.0;
+}
+
+TEST(ModelGradients, FullFineTuningMatchesFiniteDifferences) {
+  Fixture f("qwen2_bias_tied", ModelOptions{true, false});
+  std::vector<float> lp(f.batch.tokens.size());
+  f.model->forward(f.batch, lp.data(), true, true);
+  f.model->backward(f.weights.data());
+  std::vector<float> grads(f.model->base_numel());
+  f.ops->download(grads.data(), f.model->base_grads(), grads.size() * 4);
+  float* base = static_cast<float*>(f.model->base_weights());  // CPU storage is f32 host memory
+  int checked = 0;
+  for (const auto& t : f.model->base_tensors()) {
+    // Two coordinates of every tensor (embeddings, tied head, norms, q/k/v biases, projections).
+    const std::size_t n = static_cast<std::size_t>(io::shape_numel(t.shape));
+    for (const std::size_t i : {std::size_t{0}, (n * 7) / 11}) {
+      float* p = base + t.offset + i;
+      const double num = numeric_grad(f, true, 0, [&](float v) { *p = v; }, *p);
+      const double ana = grads[t.offset + i];
+      EXPECT_NEAR(ana, num, 2e-3 * std::max(1e-2, std::abs(num))) << t.name << "[" << i << "]";
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 20);
+}
+
+TEST(ModelGradients, LoraDropoutGradientsMatchFiniteDifferences) {
+  Fixture f("llama_gqa");
+  LoraConfig c = read_peft_config(kData + "llama_gqa/adapter_config.json");
+  c.dropout = 0.3;
+  const auto saved = f.model->lora()->to_host();
+  f.model->add_lora(c, 0).from_host(saved);
+  const std::uint64_t seed = 1234;
+  std::vector<float> lp(f.batch.tokens.size()), lp_eval(lp.size());
+  f.model->forward(f.batch, lp.data(), true, true, seed);
+  f.model->forward(f.batch, lp_eval.data(), true, false, seed);
+  EXPECT_NE(lp, lp_eval) << "dropout changes the training forward";
+  f.model->forward(f.batch, lp.data(), true, true, seed);
+  f.model->lora()->zero_grads();
+  f.model->backward(f.weights.data());
+  LoraParams& lora = *f.model->lora();
+  std::vector<float> grads(lora.numel());
+  f.ops->download(grads.data(), lora.grads(), grads.size() * 4);
+  float* params = lora.params();  // host memory on the CPU backend
+  for (const auto& s : lora.slots()) {
+    for (const std::size_t off : {s.a_offset + 1, s.b_offset + 2}) {
+      const double num = numeric_grad(f, true, seed, [&](float v) { params[off] = v; }, params[off]);
+      EXPECT_NEAR(grads[off], num, 2e-3 * std::max(1e-2, std::abs(num)))
+          << "layer " << s.layer << " " << module_name(s.module) << " offset " << off;
+    }
+  }
+}
+
+TEST(ModelErrors, BadTokensAndLengthsAreUserErrors) {
+  Fixture f("llama_gqa");
+  std::vector<float> lp(f.batch.tokens.size());
+  Batch bad = f.batch;
+  bad.tokens[1] = static_cast<std::int32_t>(f.cfg.vocab_size);
+  EXPECT_THROW(f.model->forward(bad, lp.data()), UserError);
+  bad = f.batch;
+  bad.lengths[0] = 0;
+  EXPECT_THROW(f.model->forward(bad, lp.data()), UserError);
+}
+
+}  // namespace
+}  // namespace mgrl::model
