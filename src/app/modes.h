@@ -1,5 +1,6 @@
 // modes.h: what a mode receives, and the modes.
 #pragma once
+#include <memory>
 
 namespace mgrl::dist {
 class MpiEnv;
@@ -8,6 +9,9 @@ struct Device;
 }  // namespace mgrl::dist
 namespace mgrl::io {
 class Config;
+}
+namespace mgrl::kernels {
+class Ops;
 }
 
 namespace mgrl::app {
@@ -21,5 +25,10 @@ struct Context {
 
 // `mgrl info`: one line per rank (in rank order), then versions, build options, P2P matrix.
 int run_info(Context& ctx);
+// `mgrl score`: per-token log-probs of JSONL token sequences into an HDF5 file (docs/score.md).
+int run_score(Context& ctx);
+
+// The op backend for the rank's device.
+std::unique_ptr<kernels::Ops> make_ops(const dist::Device& device);
 
 }  // namespace mgrl::app

@@ -102,6 +102,12 @@ int MpiEnv::allreduce_min(int v) const {
   return out;
 }
 
+double MpiEnv::allreduce_max(double v) const {
+  double out = 0;
+  MPI_CHECK(MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+  return out;
+}
+
 long long MpiEnv::allreduce_sum(long long v) const {
   long long out = 0;
   MPI_CHECK(MPI_Allreduce(&v, &out, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD));

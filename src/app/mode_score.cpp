@@ -1,0 +1,138 @@
+// mode_score.cpp: `mgrl score`: log p(token_t | tokens_<t) of every token of every input sequence,
+// sharded over ranks, written by rank 0 in input order to one HDF5 file.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+
+#include "app/modes.h"
+#include "core/build_info.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "dist/mpi_env.h"
+#include "io/config.h"
+#include "io/hdf5_file.h"
+#include "io/hf_config.h"
+#include "io/jsonl.h"
+#include "model/lora.h"
+#include "model/transformer.h"
+
+namespace mgrl::app {
+
+int run_score(Context& ctx) {
+  const auto& env = ctx.env;
+  const auto& cfg = ctx.cfg;
+  const std::string model_dir = cfg.get_string("model.path");
+  const std::string adapter = cfg.get_string("lora.adapter");
+  const std::string input = cfg.get_string("data.input");
+  const std::string output = cfg.get_string("score.output");
+  const int batch_size = static_cast<int>(cfg.get_int("score.batch_size"));
+
+  // Every rank reads and checks everything, so that every input error is reported once, collectively.
+  io::ModelConfig mc;
+  std::vector<std::vector<std::int32_t>> seqs;
+  std::unique_ptr<io::H5Writer> writer;
+  env.agree([&] {
+    mc = io::parse_hf_config(model_dir + "/config.json");
+    io::read_jsonl(input, [&](const nlohmann::json& j, int line) {
+      if (j.contains("text"))
+        io::jsonl_error(input, line, "\"text\" input needs mgrl's tokenizer, which this version does not have yet; "
+                                     "give \"tokens\": [ids...]");
+      if (!j.contains("tokens")) io::jsonl_error(input, line, "expected a \"tokens\" array of token ids");
+      const auto& t = j["tokens"];
+      if (!t.is_array() || t.empty()) io::jsonl_error(input, line, "\"tokens\" must be a non-empty array of token ids");
+      std::vector<std::int32_t> ids;
+      for (const auto& v : t) {
+        if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() >= mc.vocab_size)
+          io::jsonl_error(input, line, "token " + v.dump() + " is not an id of the model's vocabulary (0.." +
+                                           std::to_string(mc.vocab_size - 1) + ")");
+        ids.push_back(v.get<std::int32_t>());
+      }
+      if (mc.max_position_embeddings > 0 && static_cast<std::int64_t>(ids.size()) > mc.max_position_embeddings)
+        io::jsonl_error(input, line, std::to_string(ids.size()) + " tokens is more than the model's " +
+                                         "max_position_embeddings (" + std::to_string(mc.max_position_embeddings) +
+                                         ")");
+      seqs.push_back(std::move(ids));
+    });
+    if (seqs.empty()) throw UserError(input + ": no sequences to score");
+    if (env.rank() == 0) writer = std::make_unique<io::H5Writer>(output);  // fails early if unwritable
+  });
+
+  auto ops = make_ops(ctx.device);
+  model::Transformer net(mc, *ops);
+  env.agree([&] {
+    net.load_weights(model_dir);
+    if (!adapter.empty())
+      net.add_lora(model::read_peft_config(adapter + "/adapter_config.json"), 0).load_peft(adapter);
+  });
+
+  // This rank's contiguous shard, batched by similar lengths to save padding.
+  const std::size_t N = seqs.size();
+  const std::size_t lo = N * env.rank() / env.size(), hi = N * (env.rank() + 1) / env.size();
+  std::vector<std::size_t> order(hi - lo);
+  std::iota(order.begin(), order.end(), lo);
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return seqs[a].size() < seqs[b].size(); });
+  std::vector<std::vector<float>> result(hi - lo);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::size_t tokens = 0;
+  for (std::size_t start = 0; start < order.size(); start += batch_size) {
+    const std::size_t end = std::min(order.size(), start + static_cast<std::size_t>(batch_size));
+    std::vector<std::vector<std::int32_t>> chunk;
+    for (std::size_t i = start; i < end; ++i) chunk.push_back(seqs[order[i]]);
+    const auto batch = model::Batch::from_sequences(chunk);
+    std::vector<float> lp(batch.tokens.size());
+    net.forward(batch, lp.data(), !adapter.empty());
+    for (std::size_t i = start; i < end; ++i) {
+      const std::size_t len = seqs[order[i]].size(), row = i - start;
+      result[order[i] - lo].assign(lp.begin() + static_cast<std::ptrdiff_t>(row * batch.L),
+                                   lp.begin() + static_cast<std::ptrdiff_t>(row * batch.L + len));
+      tokens += len;
+    }
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  // Gather to rank 0 in input order: every rank knows every length, so raw floats suffice.
+  std::string bytes;
+  for (const auto& r : result) bytes.append(reinterpret_cast<const char*>(r.data()), r.size() * sizeof(float));
+  const auto parts = env.gather_to_root(bytes);
+  const auto total_tokens = env.allreduce_sum(static_cast<long long>(tokens));
+  const double slowest = env.allreduce_max(secs);
+  if (env.rank() != 0) return 0;
+
+  std::size_t Lmax = 0;
+  for (const auto& s : seqs) Lmax = std::max(Lmax, s.size());
+  std::vector<std::int32_t> tok(N * Lmax, -1), lengths(N);
+  std::vector<float> logprobs(N * Lmax, std::nanf(""));
+  std::size_t seq = 0;
+  for (int r = 0; r < env.size(); ++r) {
+    const char* p = parts[r].data();
+    const std::size_t rlo = N * r / env.size(), rhi = N * (r + 1) / env.size();
+    for (seq = rlo; seq < rhi; ++seq) {
+      const std::size_t len = seqs[seq].size();
+      lengths[seq] = static_cast<std::int32_t>(len);
+      std::copy(seqs[seq].begin(), seqs[seq].end(), tok.begin() + static_cast<std::ptrdiff_t>(seq * Lmax));
+      // log p(token_0) is undefined: NaN, as in the padding.
+      std::memcpy(&logprobs[seq * Lmax + 1], p + sizeof(float), (len - 1) * sizeof(float));
+      p += len * sizeof(float);
+    }
+  }
+  const std::uint64_t n = N, L = Lmax;
+  writer->write("tokens", DType::I32, {n, L}, tok.data());
+  writer->write("lengths", DType::I32, {n}, lengths.data());
+  writer->write("logprobs", DType::F32, {n, L}, logprobs.data());
+  writer->attr("/", "model", model_dir);
+  writer->attr("/", "adapter", adapter);
+  writer->attr("/", "input", input);
+  writer->attr("/", "mgrl_version", build_info().version);
+  writer->commit();
+  char line[256];
+  std::snprintf(line, sizeof(line), "score: %zu sequences, %lld tokens in %.3f s on %d rank%s (%.0f tokens/s); wrote %s",
+                N, total_tokens, slowest, env.size(), env.size() == 1 ? "" : "s",
+                slowest > 0 ? static_cast<double>(total_tokens) / slowest : 0.0, output.c_str());
+  log::info(line);
+  return 0;
+}
+
+}  // namespace mgrl::app

@@ -1,0 +1,16 @@
+// jsonl.h: JSON Lines input (one JSON object per line), with errors naming file and line.
+#pragma once
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace mgrl::io {
+
+// Calls fn(object, line_number) for every non-empty line of path (1-based line numbers). A line that
+// is not a JSON object is a UserError "path:line: ...". fn may throw UserError via jsonl_error().
+void read_jsonl(const std::string& path, const std::function<void(const nlohmann::json&, int)>& fn);
+
+// UserError "path:line: what".
+[[noreturn]] void jsonl_error(const std::string& path, int line, const std::string& what);
+
+}  // namespace mgrl::io
