@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "core/dtype.h"
+#include "core/random.h"
 
 namespace mgrl::kernels {
 
@@ -86,12 +87,8 @@ class Ops {
 std::unique_ptr<Ops> make_cpu_ops();
 
 // The keep decision of inverted dropout for element i (shared by every backend's dropout).
-inline bool dropout_keep(std::uint64_t seed, std::uint64_t i, float p) {
-  std::uint64_t z = seed + 0x9E3779B97F4A7C15ull * (i + 1);  // splitmix64 of (seed, i)
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
-  const float u = static_cast<float>(z >> 40) * (1.0f / 16777216.0f);  // 24 random bits -> [0, 1)
+MGRL_HOST_DEVICE inline bool dropout_keep(std::uint64_t seed, std::uint64_t i, float p) {
+  const float u = static_cast<float>(random_bits(seed, i) >> 40) * (1.0f / 16777216.0f);  // 24 bits -> [0, 1)
   return u >= p;
 }
 

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "io/jsonl.h"
 
 namespace mgrl::io {
 
@@ -162,16 +163,7 @@ std::optional<RopeScaling> parse_rope(const json& obj, const std::string& key, c
 }  // namespace
 
 ModelConfig parse_hf_config(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UserError(path + ": cannot open the model config (" + std::strerror(errno) + ")");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  json j;
-  try {
-    j = json::parse(ss.str());
-  } catch (const json::exception& e) {
-    throw UserError(path + ": invalid JSON: " + e.what());
-  }
+  const json j = read_json_file(path, "the model config");
   if (!j.is_object()) throw UserError(path + ": not a JSON object");
   const Keys k(j, path);
 

@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <sstream>
 
 #include "core/error.h"
 
@@ -11,6 +12,18 @@ namespace mgrl::io {
 
 void jsonl_error(const std::string& path, int line, const std::string& what) {
   throw UserError(path + ":" + std::to_string(line) + ": " + what);
+}
+
+nlohmann::json read_json_file(const std::string& path, const std::string& what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UserError(path + ": cannot open" + (what.empty() ? "" : " " + what) + " (" + std::strerror(errno) + ")");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  try {
+    return nlohmann::json::parse(ss.str());
+  } catch (const nlohmann::json::exception& e) {
+    throw UserError(path + ": invalid JSON: " + e.what());
+  }
 }
 
 void read_jsonl(const std::string& path, const std::function<void(const nlohmann::json&, int)>& fn) {

@@ -1,4 +1,4 @@
-// jsonl.h: JSON Lines input (one JSON object per line), with errors naming file and line.
+// jsonl.h: JSON files and JSON Lines input (one JSON object per line), with errors naming file and line.
 #pragma once
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -9,6 +9,9 @@ namespace mgrl::io {
 // Calls fn(object, line_number) for every non-empty line of path (1-based line numbers). A line that
 // is not a JSON object is a UserError "path:line: ...". fn may throw UserError via jsonl_error().
 void read_jsonl(const std::string& path, const std::function<void(const nlohmann::json&, int)>& fn);
+
+// A whole JSON file; UserError "path: cannot open (...)" or "path: invalid JSON: ..." (what: e.g. "the model config").
+nlohmann::json read_json_file(const std::string& path, const std::string& what = "");
 
 // UserError "path:line: what".
 [[noreturn]] void jsonl_error(const std::string& path, int line, const std::string& what);

@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "io/jsonl.h"
 
 namespace mgrl::io {
 
@@ -401,16 +402,7 @@ SafetensorsModel::SafetensorsModel(const std::string& dir) : dir_(dir) {
     throw UserError(dir_ + ": no model.safetensors or model.safetensors.index.json in the model directory");
   }
 
-  std::ifstream in(index, std::ios::binary);
-  if (!in) throw UserError(index + ": cannot open (" + std::strerror(errno) + ")");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  json j;
-  try {
-    j = json::parse(ss.str());
-  } catch (const json::exception& e) {
-    throw UserError(index + ": invalid JSON: " + e.what());
-  }
+  const json j = read_json_file(index);
   if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object()) {
     throw UserError(index + ": no \"weight_map\" object");
   }

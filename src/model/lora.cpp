@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/random.h"
+#include "io/jsonl.h"
 #include "io/safetensors.h"
 
 namespace mgrl::model {
@@ -57,14 +59,8 @@ float LoraConfig::scale() const {
 }
 
 LoraConfig read_peft_config(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw UserError(path + ": cannot open the adapter configuration");
-  nlohmann::json j;
-  try {
-    in >> j;
-  } catch (const nlohmann::json::exception& e) {
-    throw UserError(path + ": invalid JSON (" + e.what() + ")");
-  }
+  using io::read_json_file;
+  const nlohmann::json j = read_json_file(path, "the adapter configuration");
   auto fail = [&](const std::string& what) -> void { throw UserError(path + ": " + what); };
   if (j.value("peft_type", std::string("LORA")) != "LORA") fail("peft_type must be LORA");
   LoraConfig c;
@@ -143,12 +139,7 @@ void LoraParams::init(std::uint64_t seed) {
   for (const auto& s : slots_) {
     const double bound = 1.0 / std::sqrt(static_cast<double>(s.in));
     for (std::size_t i = 0; i < static_cast<std::size_t>(cfg_.r) * s.in; ++i) {
-      // splitmix64 of (seed, slot, i) -> uniform in [-bound, bound)
-      std::uint64_t z = seed + 0x9E3779B97F4A7C15ull * (s.a_offset + i + 1);
-      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-      z ^= z >> 31;
-      const double u = static_cast<double>(z >> 11) * (1.0 / 9007199254740992.0);
+      const double u = random_uniform(seed, s.a_offset + i);  // uniform in [-bound, bound)
       host[s.a_offset + i] = static_cast<float>((2.0 * u - 1.0) * bound);
     }
   }

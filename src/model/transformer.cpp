@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/random.h"
 #include "io/safetensors.h"
 #include "kernels/cpu/rope.h"
 
@@ -55,11 +56,9 @@ struct Transformer::Work {
 namespace {
 std::string layer_name(int l, const std::string& rest) { return "model.layers." + std::to_string(l) + "." + rest; }
 
+// The dropout stream of one adapter in one step.
 std::uint64_t mix_seed(std::uint64_t seed, int layer, int module) {
-  std::uint64_t z = seed ^ (0x9E3779B97F4A7C15ull * static_cast<std::uint64_t>(layer * kNumModules + module + 1));
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
+  return random_bits(seed, static_cast<std::uint64_t>(layer * kNumModules + module));
 }
 }  // namespace
 
@@ -118,6 +117,10 @@ Transformer::~Transformer() {
   if (base_grads_) ops_.release(base_grads_);
 }
 
+const void* Transformer::head() const {
+  return w(cfg_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
+}
+
 const void* Transformer::w(const std::string& name) const {
   for (const auto& t : base_)
     if (t.name == name) return static_cast<const char*>(weights_) + t.offset * ops_.storage_size();
@@ -145,13 +148,7 @@ void Transformer::load_weights(const std::string& dir) {
 void Transformer::init_random(std::uint64_t seed, float std) {
   std::vector<float> host;
   std::uint64_t counter = 0;
-  auto uniform = [&] {  // splitmix64 stream -> (0, 1)
-    std::uint64_t z = seed + 0x9E3779B97F4A7C15ull * ++counter;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return (static_cast<double>(z >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-  };
+  auto uniform = [&] { return random_uniform(seed, counter++) + 0.5 / 9007199254740992.0; };  // in (0, 1)
   for (const auto& t : base_) {
     host.assign(static_cast<std::size_t>(io::shape_numel(t.shape)), 0.0f);
     const bool norm = t.name.find("norm") != std::string::npos;
@@ -421,14 +418,12 @@ void Transformer::forward(const Batch& batch, float* logprobs, bool use_lora, bo
   ops_.upload(W.pos, pos.data(), static_cast<std::size_t>(T) * 4);
   ops_.upload(W.lengths, batch.lengths.data(), static_cast<std::size_t>(B) * 4);
 
-  const void* embed = w("model.embed_tokens.weight");
-  const void* head = cfg_.tie_word_embeddings ? embed : w("lm_head.weight");
-  ops_.embedding_forward(W.xs[0], W.ids, embed, T, V, D);
+  ops_.embedding_forward(W.xs[0], W.ids, w("model.embed_tokens.weight"), T, V, D);
   for (int l = 0; l < cfg_.num_hidden_layers; ++l)
     layer_forward(l, W.xs[l], W.xs[l + 1], *acts_[opts_.recompute ? 0 : l], use_lora, train, dropout_seed);
   ops_.rmsnorm_forward(W.xf, W.rstd_f, W.xs[cfg_.num_hidden_layers], w("model.norm.weight"), T, D,
                        static_cast<float>(cfg_.rms_norm_eps));
-  ops_.lm_head_logprob_forward(W.lp, W.lse_head, W.xf, head, W.targets, T, D, V, 1.0f, W.head_scratch);
+  ops_.lm_head_logprob_forward(W.lp, W.lse_head, W.xf, head(), W.targets, T, D, V, 1.0f, W.head_scratch);
 
   // Row t predicts token t + 1.
   std::vector<float> lp(static_cast<std::size_t>(T));
@@ -449,10 +444,8 @@ void Transformer::backward(const float* weights) {
     for (int t = 0; t + 1 < W.host_lengths[b]; ++t) wrow[static_cast<std::size_t>(b) * L + t] = weights[b * L + t + 1];
   ops_.upload(W.wrow, wrow.data(), wrow.size() * sizeof(float));
 
-  const void* embed = w("model.embed_tokens.weight");
-  const void* head = cfg_.tie_word_embeddings ? embed : w("lm_head.weight");
   float* dhead = base_grads_ ? g(cfg_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight") : nullptr;
-  ops_.lm_head_logprob_backward(W.dxf, dhead, W.wrow, W.xf, head, W.targets, W.lse_head, T, D, V, 1.0f,
+  ops_.lm_head_logprob_backward(W.dxf, dhead, W.wrow, W.xf, head(), W.targets, W.lse_head, T, D, V, 1.0f,
                                 W.head_scratch);
   ops_.rmsnorm_backward(W.dx, g("model.norm.weight"), W.dxf, W.xs[cfg_.num_hidden_layers], w("model.norm.weight"),
                         W.rstd_f, T, D, false);
@@ -475,11 +468,9 @@ std::vector<float> Transformer::input_embedding_grad() const {
 std::vector<float> Transformer::logits() const {
   MGRL_CHECK(work_ != nullptr, "no forward yet");
   const int T = B_ * L_, V = static_cast<int>(cfg_.vocab_size), D = static_cast<int>(cfg_.hidden_size);
-  const void* embed = w("model.embed_tokens.weight");
-  const void* head = cfg_.tie_word_embeddings ? embed : w("lm_head.weight");
   std::vector<float> out(static_cast<std::size_t>(T) * V);
   float* dev = static_cast<float*>(ops_.alloc(out.size() * sizeof(float)));
-  ops_.lm_head_logits(dev, work_->xf, head, T, D, V, 1.0f);
+  ops_.lm_head_logits(dev, work_->xf, head(), T, D, V, 1.0f);
   ops_.download(out.data(), dev, out.size() * sizeof(float));
   ops_.release(dev);
   return out;

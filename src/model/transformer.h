@@ -81,6 +81,7 @@ class Transformer {
   void linear_with_lora_backward(int l, Module m, void* dx, const void* dy, const void* x, const void* W, float* dW,
                                  float* dbias, int T, Acts& a, bool accumulate);
   const void* w(const std::string& name) const;
+  const void* head() const;  // lm_head.weight, or the embeddings when tied
   float* g(const std::string& name);
 
   io::ModelConfig cfg_;

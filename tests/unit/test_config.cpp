@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "io/config.h"
 #include "io/config_schema.h"
+#include "tests/unit/test_util.h"
 
 namespace mgrl::io {
 namespace {
@@ -25,22 +26,7 @@ const Schema& test_schema() {
   return s;
 }
 
-std::string write_file(const std::string& name, const std::string& text) {
-  const std::string path = ::testing::TempDir() + name;
-  std::ofstream(path) << text;
-  return path;
-}
 
-// The message of the UserError that f throws ("" if none).
-template <typename F>
-std::string user_error(F&& f) {
-  try {
-    f();
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  return "";
-}
 
 TEST(Config, DefaultsWhenNothingGiven) {
   const auto c = Config::load(test_schema(), "", {}, "eval");
@@ -55,7 +41,7 @@ TEST(Config, DefaultsWhenNothingGiven) {
 }
 
 TEST(Config, FileValuesAndOrigins) {
-  const auto path = write_file("good.toml",
+  const auto path = test::write_temp("good.toml",
                                "mode = \"train\"\n[model]\npath = \"/m\"\nkind = \"qwen2\"\n[train]\nsteps = 42\nlr = 3\n"
                                "shuffle = false\n[lora]\ntargets = [\"o_proj\"]\n");
   const auto c = Config::load(test_schema(), path, {});
@@ -70,7 +56,7 @@ TEST(Config, FileValuesAndOrigins) {
 }
 
 TEST(Config, CommandLineOverridesFile) {
-  const auto path = write_file("over.toml", "mode = \"train\"\n[model]\npath = \"/m\"\n[train]\nsteps = 42\n");
+  const auto path = test::write_temp("over.toml", "mode = \"train\"\n[model]\npath = \"/m\"\n[train]\nsteps = 42\n");
   const auto c = Config::load(test_schema(), path,
                               {"--train.steps=7", "--train.lr=2.5e-5", "--train.shuffle=false", "--model.path=\"/x y\"",
                                "--lora.targets=a,b,c", "--model.kind=qwen2"},
@@ -87,63 +73,63 @@ TEST(Config, CommandLineOverridesFile) {
 }
 
 TEST(Config, UnknownKeyNamesKeyLineAndClosestKey) {
-  const auto path = write_file("unknown.toml", "mode = \"eval\"\n\n[train]\nstep = 3\n");
-  const auto msg = user_error([&] { Config::load(test_schema(), path, {}); });
+  const auto path = test::write_temp("unknown.toml", "mode = \"eval\"\n\n[train]\nstep = 3\n");
+  const auto msg = test::error_of([&] { Config::load(test_schema(), path, {}); });
   EXPECT_NE(msg.find("unknown.toml:4: unknown key 'train.step' (did you mean 'train.steps'?)"), std::string::npos) << msg;
   // The same key in the wrong section.
-  const auto path2 = write_file("section.toml", "mode = \"eval\"\n[model]\nsteps = 3\n");
-  const auto msg2 = user_error([&] { Config::load(test_schema(), path2, {}); });
+  const auto path2 = test::write_temp("section.toml", "mode = \"eval\"\n[model]\nsteps = 3\n");
+  const auto msg2 = test::error_of([&] { Config::load(test_schema(), path2, {}); });
   EXPECT_NE(msg2.find("unknown key 'model.steps' (did you mean 'train.steps'?)"), std::string::npos) << msg2;
   // Nothing close: no suggestion, a pointer to help-config.
-  const auto msg3 = user_error([&] { Config::load(test_schema(), "", {"--completely.different=1"}, "eval"); });
+  const auto msg3 = test::error_of([&] { Config::load(test_schema(), "", {"--completely.different=1"}, "eval"); });
   EXPECT_NE(msg3.find("unknown key 'completely.different' (mgrl help-config lists every key)"), std::string::npos)
       << msg3;
 }
 
 TEST(Config, WrongTypeNamesFileLineAndExpectedType) {
-  const auto path = write_file("type.toml", "mode = \"eval\"\n[train]\nlr = 0.1\nsteps = \"many\"\n");
-  const auto msg = user_error([&] { Config::load(test_schema(), path, {}); });
+  const auto path = test::write_temp("type.toml", "mode = \"eval\"\n[train]\nlr = 0.1\nsteps = \"many\"\n");
+  const auto msg = test::error_of([&] { Config::load(test_schema(), path, {}); });
   EXPECT_NE(msg.find("type.toml:4: key 'train.steps' must be an integer, not a string"), std::string::npos) << msg;
-  const auto path2 = write_file("type2.toml", "mode = \"eval\"\n[lora]\ntargets = [\"a\", 3]\n");
-  const auto msg2 = user_error([&] { Config::load(test_schema(), path2, {}); });
+  const auto path2 = test::write_temp("type2.toml", "mode = \"eval\"\n[lora]\ntargets = [\"a\", 3]\n");
+  const auto msg2 = test::error_of([&] { Config::load(test_schema(), path2, {}); });
   EXPECT_NE(msg2.find("type2.toml:3: key 'lora.targets' must be a list of strings, not an array"), std::string::npos)
       << msg2;
-  const auto msg3 = user_error([&] { Config::load(test_schema(), "", {"--train.steps=1.5"}, "eval"); });
+  const auto msg3 = test::error_of([&] { Config::load(test_schema(), "", {"--train.steps=1.5"}, "eval"); });
   EXPECT_NE(msg3.find("'--train.steps=1.5': key 'train.steps' must be an integer"), std::string::npos) << msg3;
-  const auto msg4 = user_error([&] { Config::load(test_schema(), "", {"--train.shuffle=maybe"}, "eval"); });
+  const auto msg4 = test::error_of([&] { Config::load(test_schema(), "", {"--train.shuffle=maybe"}, "eval"); });
   EXPECT_NE(msg4.find("must be a boolean"), std::string::npos) << msg4;
 }
 
 TEST(Config, SyntaxErrorNamesLineAndColumn) {
-  const auto path = write_file("syntax.toml", "mode = \"eval\"\n[train]\nsteps = = 3\n");
-  const auto msg = user_error([&] { Config::load(test_schema(), path, {}); });
+  const auto path = test::write_temp("syntax.toml", "mode = \"eval\"\n[train]\nsteps = = 3\n");
+  const auto msg = test::error_of([&] { Config::load(test_schema(), path, {}); });
   EXPECT_NE(msg.find("syntax.toml:3:"), std::string::npos) << msg;
   EXPECT_NE(msg.find("invalid TOML"), std::string::npos) << msg;
 }
 
 TEST(Config, MissingFileIsAUserError) {
-  const auto msg = user_error([&] { Config::load(test_schema(), "/nonexistent/x.toml", {}, "eval"); });
+  const auto msg = test::error_of([&] { Config::load(test_schema(), "/nonexistent/x.toml", {}, "eval"); });
   EXPECT_NE(msg.find("/nonexistent/x.toml: cannot open"), std::string::npos) << msg;
 }
 
 TEST(Config, ChoicesAndBounds) {
-  auto msg = user_error([&] { Config::load(test_schema(), "", {"--model.kind=qwen"}, "eval"); });
+  auto msg = test::error_of([&] { Config::load(test_schema(), "", {"--model.kind=qwen"}, "eval"); });
   EXPECT_NE(msg.find("key 'model.kind' must be one of llama, qwen2 (got \"qwen\"); did you mean \"qwen2\"?"),
             std::string::npos)
       << msg;
-  msg = user_error([&] { Config::load(test_schema(), "", {"--train.steps=0"}, "eval"); });
+  msg = test::error_of([&] { Config::load(test_schema(), "", {"--train.steps=0"}, "eval"); });
   EXPECT_NE(msg.find("key 'train.steps' must be >= 1 and <= 1000 (got 0)"), std::string::npos) << msg;
-  const auto path = write_file("bounds.toml", "mode = \"eval\"\n[train]\nlr = -1.0\n");
-  msg = user_error([&] { Config::load(test_schema(), path, {}); });
+  const auto path = test::write_temp("bounds.toml", "mode = \"eval\"\n[train]\nlr = -1.0\n");
+  msg = test::error_of([&] { Config::load(test_schema(), path, {}); });
   EXPECT_NE(msg.find("bounds.toml:3: key 'train.lr' must be >= 0.0"), std::string::npos) << msg;
 }
 
 TEST(Config, RequiredKeysAndModes) {
-  auto msg = user_error([&] { Config::load(test_schema(), "", {}); });
+  auto msg = test::error_of([&] { Config::load(test_schema(), "", {}); });
   EXPECT_NE(msg.find("no mode given"), std::string::npos) << msg;
-  msg = user_error([&] { Config::load(test_schema(), "", {}, "train"); });
+  msg = test::error_of([&] { Config::load(test_schema(), "", {}, "train"); });
   EXPECT_NE(msg.find("missing required key 'model.path' for mode train"), std::string::npos) << msg;
-  msg = user_error([&] { Config::load(test_schema(), "", {}, "fly"); });
+  msg = test::error_of([&] { Config::load(test_schema(), "", {}, "fly"); });
   EXPECT_NE(msg.find("key 'mode' must be one of train, eval"), std::string::npos) << msg;
   // The command line alone can give every required key: no file needed.
   const auto c = Config::load(test_schema(), "", {"--model.path=/models/tiny"}, "train");
@@ -151,18 +137,18 @@ TEST(Config, RequiredKeysAndModes) {
 }
 
 TEST(Config, MalformedArguments) {
-  auto msg = user_error([&] { Config::load(test_schema(), "", {"--train.steps"}, "eval"); });
+  auto msg = test::error_of([&] { Config::load(test_schema(), "", {"--train.steps"}, "eval"); });
   EXPECT_NE(msg.find("option '--train.steps' needs a value"), std::string::npos) << msg;
-  msg = user_error([&] { Config::load(test_schema(), "", {"train.steps=3"}, "eval"); });
+  msg = test::error_of([&] { Config::load(test_schema(), "", {"train.steps=3"}, "eval"); });
   EXPECT_NE(msg.find("unexpected argument 'train.steps=3'"), std::string::npos) << msg;
 }
 
 TEST(Config, NestedTablesAndUnknownSectionsAreRejected) {
-  const auto path = write_file("nested.toml", "mode = \"eval\"\n[train.inner]\nx = 1\n");
-  auto msg = user_error([&] { Config::load(test_schema(), path, {}); });
+  const auto path = test::write_temp("nested.toml", "mode = \"eval\"\n[train.inner]\nx = 1\n");
+  auto msg = test::error_of([&] { Config::load(test_schema(), path, {}); });
   EXPECT_NE(msg.find("unknown key 'train.inner'"), std::string::npos) << msg;
-  const auto path2 = write_file("emptysec.toml", "mode = \"eval\"\n[nothing]\n");
-  msg = user_error([&] { Config::load(test_schema(), path2, {}); });
+  const auto path2 = test::write_temp("emptysec.toml", "mode = \"eval\"\n[nothing]\n");
+  msg = test::error_of([&] { Config::load(test_schema(), path2, {}); });
   EXPECT_NE(msg.find("emptysec.toml:2: unknown section [nothing]"), std::string::npos) << msg;
 }
 

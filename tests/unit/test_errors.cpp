@@ -4,18 +4,12 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "io/check_hdf5.h"
+#include "tests/unit/test_util.h"
 
 namespace mgrl {
 namespace {
 
-std::string fatal_message(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const FatalError& e) {
-    return e.what();
-  }
-  return "";
-}
+std::string fatal_message(const std::function<void()>& f) { return test::error_of<FatalError>(f); }
 
 TEST(Errors, CheckReportsFileLineRankAndExpression) {
   log::set_rank(3);

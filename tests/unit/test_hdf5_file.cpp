@@ -7,22 +7,14 @@
 
 #include "core/error.h"
 #include "io/hdf5_file.h"
+#include "tests/unit/test_util.h"
 
 namespace mgrl::io {
 namespace {
 
-std::string tmp(const std::string& name) { return ::testing::TempDir() + name; }
+std::string tmp(const std::string& name) { return test::temp_path(name); }
 bool exists(const std::string& p) { return ::access(p.c_str(), F_OK) == 0; }
 
-template <typename F>
-std::string user_error(F&& f) {
-  try {
-    f();
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  return "";
-}
 
 TEST(Hdf5File, RoundTripOfEveryTypeStringsAndAttributes) {
   const auto path = tmp("round.h5");
@@ -101,11 +93,11 @@ TEST(Hdf5File, CommitReplacesAnOldFileOnlyWhenComplete) {
 }
 
 TEST(Hdf5File, BadFilesAreUserErrorsNamingThePath) {
-  auto msg = user_error([] { H5Reader r(tmp("missing.h5")); });
+  auto msg = test::error_of([] { H5Reader r(tmp("missing.h5")); });
   EXPECT_NE(msg.find("missing.h5: cannot open"), std::string::npos) << msg;
   const auto text = tmp("text.h5");
   std::ofstream(text) << "this is not hdf5\n";
-  msg = user_error([&] { H5Reader r(text); });
+  msg = test::error_of([&] { H5Reader r(text); });
   EXPECT_NE(msg.find("text.h5: not an HDF5 file"), std::string::npos) << msg;
   // A truncated file.
   const auto full = tmp("full.h5"), cut = tmp("cut.h5");
@@ -118,13 +110,13 @@ TEST(Hdf5File, BadFilesAreUserErrorsNamingThePath) {
   std::ifstream in(full, std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::ofstream(cut, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
-  msg = user_error([&] {
+  msg = test::error_of([&] {
     H5Reader r(cut);
     r.read_all<float>("big", DType::F32);
   });
   EXPECT_NE(msg.find("cut.h5"), std::string::npos) << msg;
   H5Reader ok(full);
-  msg = user_error([&] { ok.shape("nope"); });
+  msg = test::error_of([&] { ok.shape("nope"); });
   EXPECT_NE(msg.find("full.h5: no dataset 'nope'"), std::string::npos) << msg;
 }
 

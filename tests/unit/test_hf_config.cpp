@@ -11,25 +11,15 @@
 #include "core/error.h"
 #include "io/hf_config.h"
 #include "io/safetensors.h"
+#include "tests/unit/test_util.h"
 
 namespace mgrl::io {
 namespace {
 
 std::string write_config(const std::string& name, const std::string& text) {
-  const std::string path = ::testing::TempDir() + "mgrl_hf_" + name + ".json";
-  std::ofstream(path) << text;
-  return path;
+  return test::write_temp("hf_" + name + ".json", text);
 }
 
-template <typename F>
-std::string user_error(F&& f) {
-  try {
-    f();
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  return "(no UserError)";
-}
 
 // Llama 3.1 8B, as published (GQA: 32 query heads, 8 key/value heads; llama3 rope scaling).
 const char* kLlama3 = R"({
@@ -310,7 +300,7 @@ TEST(HfConfig, OlderAndNewerRopeLayouts) {
 // The message of parsing this config text, checked to start with the file's name.
 std::string config_error(const std::string& name, const std::string& text) {
   const std::string p = write_config(name, text);
-  const std::string msg = user_error([&] { parse_hf_config(p); });
+  const std::string msg = test::error_of([&] { parse_hf_config(p); });
   EXPECT_EQ(msg.rfind(p + ": ", 0), 0u) << msg;
   EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
   return msg.substr(std::min(msg.size(), p.size() + 2));
@@ -318,7 +308,7 @@ std::string config_error(const std::string& name, const std::string& text) {
 
 TEST(HfConfigErrors, FileAndJson) {
   const std::string missing = ::testing::TempDir() + "mgrl_hf_missing/config.json";
-  EXPECT_EQ(user_error([&] { parse_hf_config(missing); }).rfind(missing + ": cannot open", 0), 0u);
+  EXPECT_EQ(test::error_of([&] { parse_hf_config(missing); }).rfind(missing + ": cannot open", 0), 0u);
   EXPECT_EQ(config_error("badjson", "{\"vocab_size\": 1,").rfind("invalid JSON: ", 0), 0u);
   EXPECT_EQ(config_error("notobject", "[1]"), "not a JSON object");
 }

@@ -15,13 +15,14 @@
 
 #include "core/error.h"
 #include "io/safetensors.h"
+#include "tests/unit/test_util.h"
 
 namespace mgrl::io {
 namespace {
 
 using Bytes = std::vector<unsigned char>;
 
-std::string tmp_path(const std::string& name) { return ::testing::TempDir() + "mgrl_st_" + name; }
+std::string tmp_path(const std::string& name) { return test::temp_path("st_" + name); }
 
 Bytes read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -48,15 +49,6 @@ Bytes make_file(const std::string& header, const Bytes& data) {
   return b;
 }
 
-template <typename F>
-std::string user_error(F&& f) {
-  try {
-    f();
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  return "(no UserError)";
-}
 
 std::string header_text(const Bytes& file) {
   std::uint64_t n = 0;
@@ -120,7 +112,7 @@ TEST(Safetensors, RoundTripEveryDtype) {
   EXPECT_EQ(f.metadata().at("format"), "pt");
   EXPECT_EQ(f.metadata().at("producer"), "mgrl test");
   EXPECT_EQ(f.find("nope"), nullptr);
-  const std::string msg = user_error([&] { f.get("nope"); });
+  const std::string msg = test::error_of([&] { f.get("nope"); });
   EXPECT_EQ(msg, p + ": tensor 'nope' not found");
   // tensors() lists them in data order, which is the order they were written in.
   EXPECT_EQ(f.tensors().front().name, "weights.f32");
@@ -173,7 +165,7 @@ TEST(Safetensors, WriterIsDeterministicAndLeavesNoTmp) {
 TEST(Safetensors, WriterErrors) {
   const float one = 1.0f;
   const std::string p = ::testing::TempDir() + "no/such/dir/x.safetensors";
-  const std::string msg = user_error([&] { write_safetensors(p, {{"x", DType::F32, {1}, &one}}); });
+  const std::string msg = test::error_of([&] { write_safetensors(p, {{"x", DType::F32, {1}, &one}}); });
   EXPECT_NE(msg.find(p), std::string::npos) << msg;
   EXPECT_THROW(write_safetensors(tmp_path("dup.safetensors"),
                                  {{"x", DType::F32, {1}, &one}, {"x", DType::F32, {1}, &one}}),
@@ -213,7 +205,7 @@ TEST(Safetensors, MoveKeepsTheMapping) {
 std::string open_error(const std::string& name, const Bytes& bytes) {
   const std::string p = tmp_path(name);
   write_bytes(p, bytes);
-  const std::string msg = user_error([&] { SafetensorsFile f(p); });
+  const std::string msg = test::error_of([&] { SafetensorsFile f(p); });
   EXPECT_EQ(msg.rfind(p + ": ", 0), 0u) << msg;
   EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
   return msg;
@@ -316,9 +308,9 @@ TEST(SafetensorsCorrupt, AcceptsWhatIsValid) {
 
 TEST(SafetensorsCorrupt, NotAFile) {
   const std::string missing = tmp_path("does_not_exist.safetensors");
-  EXPECT_EQ(user_error([&] { SafetensorsFile f(missing); }).rfind(missing + ": cannot open", 0), 0u);
+  EXPECT_EQ(test::error_of([&] { SafetensorsFile f(missing); }).rfind(missing + ": cannot open", 0), 0u);
   const std::string dir = ::testing::TempDir();
-  EXPECT_NE(user_error([&] { SafetensorsFile f(dir); }).find("not a regular file"), std::string::npos);
+  EXPECT_NE(test::error_of([&] { SafetensorsFile f(dir); }).find("not a regular file"), std::string::npos);
 }
 
 // ---- model directories ----
@@ -343,8 +335,8 @@ TEST(SafetensorsModel, SingleFile) {
   EXPECT_EQ(m.names().size(), s.tensors().size());
   EXPECT_EQ(m.get("c.f64", {2}).dtype, DType::F64);
   EXPECT_EQ(m.find("zzz"), nullptr);
-  EXPECT_EQ(user_error([&] { m.get("x"); }), d + ": tensor 'x' not found");
-  EXPECT_EQ(user_error([&] { m.get("weights.f32", {3, 2}); }),
+  EXPECT_EQ(test::error_of([&] { m.get("x"); }), d + ": tensor 'x' not found");
+  EXPECT_EQ(test::error_of([&] { m.get("weights.f32", {3, 2}); }),
             d + ": tensor 'weights.f32' has shape [2, 3], expected [3, 2]");
 }
 
@@ -365,7 +357,7 @@ TEST(SafetensorsModel, Sharded) {
   EXPECT_EQ(to_f32(m.get("layer.1.w")), y);
   EXPECT_EQ(to_f32(m.get("layer.1.h")), (std::vector<float>{1.0f, 2.0f}));
   EXPECT_EQ(m.get("layer.1.h").file, d + "/b.safetensors");
-  EXPECT_EQ(user_error([&] { m.get("layer.2.w"); }), d + ": tensor 'layer.2.w' not found");
+  EXPECT_EQ(test::error_of([&] { m.get("layer.2.w"); }), d + ": tensor 'layer.2.w' not found");
 
   // A moved model keeps its tensors.
   const SafetensorsModel moved(std::move(m));
@@ -374,30 +366,30 @@ TEST(SafetensorsModel, Sharded) {
 
 TEST(SafetensorsModel, BadDirectories) {
   const std::string missing = tmp_path("no_such_model");
-  EXPECT_EQ(user_error([&] { SafetensorsModel m(missing); }).rfind(missing + ": cannot open", 0), 0u);
+  EXPECT_EQ(test::error_of([&] { SafetensorsModel m(missing); }).rfind(missing + ": cannot open", 0), 0u);
 
   const std::string empty = make_dir("model_empty");
-  EXPECT_EQ(user_error([&] { SafetensorsModel m(empty); }),
+  EXPECT_EQ(test::error_of([&] { SafetensorsModel m(empty); }),
             empty + ": no model.safetensors or model.safetensors.index.json in the model directory");
 
   const std::string d = make_dir("model_badindex");
   const std::string index = d + "/model.safetensors.index.json";
   write_text(index, "{\"weight_map\": ");
-  EXPECT_EQ(user_error([&] { SafetensorsModel m(d); }).rfind(index + ": invalid JSON", 0), 0u);
+  EXPECT_EQ(test::error_of([&] { SafetensorsModel m(d); }).rfind(index + ": invalid JSON", 0), 0u);
   write_text(index, "{\"metadata\": {}}");
-  EXPECT_EQ(user_error([&] { SafetensorsModel m(d); }), index + ": no \"weight_map\" object");
+  EXPECT_EQ(test::error_of([&] { SafetensorsModel m(d); }), index + ": no \"weight_map\" object");
   write_text(index, R"({"weight_map": {"w": "../escape.safetensors"}})");
-  EXPECT_NE(user_error([&] { SafetensorsModel m(d); }).find("is not a file name in the model directory"),
+  EXPECT_NE(test::error_of([&] { SafetensorsModel m(d); }).find("is not a file name in the model directory"),
             std::string::npos);
   write_text(index, R"({"weight_map": {"w": "a.safetensors"}})");
-  EXPECT_EQ(user_error([&] { SafetensorsModel m(d); }).rfind(d + "/a.safetensors: cannot open", 0), 0u);
+  EXPECT_EQ(test::error_of([&] { SafetensorsModel m(d); }).rfind(d + "/a.safetensors: cannot open", 0), 0u);
   const float one = 1;
   write_safetensors(d + "/a.safetensors", {{"v", DType::F32, {1}, &one}});
-  EXPECT_EQ(user_error([&] { SafetensorsModel m(d); }),
+  EXPECT_EQ(test::error_of([&] { SafetensorsModel m(d); }),
             index + ": tensor 'w' is mapped to 'a.safetensors', which does not hold it");
   // A corrupt shard is named.
   write_bytes(d + "/a.safetensors", Bytes{1, 2, 3});
-  EXPECT_EQ(user_error([&] { SafetensorsModel m(d); }).rfind(d + "/a.safetensors: ", 0), 0u);
+  EXPECT_EQ(test::error_of([&] { SafetensorsModel m(d); }).rfind(d + "/a.safetensors: ", 0), 0u);
 }
 
 // ---- conversions ----
@@ -508,7 +500,7 @@ TEST(Conversion, TensorsToF32) {
   EXPECT_EQ(to_f32(f.get("c.f64")), (std::vector<float>{3.14159265f, -INFINITY}));
   EXPECT_EQ(to_f32(f.get("scalar")), std::vector<float>{42.0f});
   EXPECT_TRUE(to_f32(f.get("empty")).empty());
-  EXPECT_EQ(user_error([&] { to_f32(f.get("d.i32")); }),
+  EXPECT_EQ(test::error_of([&] { to_f32(f.get("d.i32")); }),
             f.path() + ": tensor 'd.i32' has dtype I32, not a floating-point type");
 }
 
