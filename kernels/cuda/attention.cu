@@ -1,0 +1,288 @@
+// attention.cu: causal grouped-query attention over a right-padded batch, forward (saves lse) and backward.
+//
+// Straightforward kernels, written to be checked by reading (no tiling, no tensor cores):
+//   forward       one block per query row (b, h, t): pass 1 finds the max score over keys u <= t, pass 2 sums
+//                 exp(s - max) and the weighted v rows; out = acc / sum, lse = max + log(sum).
+//   backward dq   one block per query row: pass 1 computes Drow = sum_u p_u dp_u (p from the saved lse),
+//                 pass 2 dq = scale * sum_u p_u (dp_u - Drow) k_u; Drow is saved to scratch.
+//   backward dkv  one block per key row (b, kv head, u): loops over the group's query heads and queries
+//                 u <= t < len, recomputing p and ds; dk = sum ds q, dv = sum p dout. No atomics: deterministic.
+// Within a block each of the kAttnWarps warps takes every kAttnWarps-th key (or query); a dot product over
+// head_dim is lane-strided plus a warp reduction; per-warp accumulators of head_dim floats sit in shared memory and
+// are summed over warps at the end. Work: O(B * n_heads * L^2 * head_dim) for each kernel (the forward computes each
+// score twice, the backward four times), with k/v (q/dout) rows re-read from L2 by every block.
+#include "kernels/cuda/attention.cuh"
+
+#include <string>
+
+namespace mgrl::kernels::cuda {
+namespace {
+
+constexpr int kAttnWarps = 4;
+constexpr int kAttnThreads = 32 * kAttnWarps;
+
+// Length of sequence b clamped to [0, L]; a bad one is flagged.
+__device__ __forceinline__ int seq_len(const std::int32_t* lengths, int b, int L, int* err) {
+  const int len = lengths[b];
+  if (len < 0 || len > L) {
+    if (threadIdx.x == 0) atomicOr(err, kErrLength);
+    return len < 0 ? 0 : L;
+  }
+  return len;
+}
+
+// Lane-strided dot product of a shared fp32 row with a storage row, reduced over the warp (all lanes get it).
+template <class S>
+__device__ __forceinline__ float warp_dot(const float* a, const S* b, int n) {
+  const int lane = threadIdx.x & 31;
+  float s = 0.0f;
+  for (int d = lane; d < n; d += 32) s += a[d] * to_f32(b[d]);
+  return warp_sum(s);
+}
+
+// grid.x = B * n_heads * L (block id = (b * n_heads + h) * L + t, which is also the index of lse), kAttnThreads.
+template <class S>
+__global__ void attention_forward_kernel(S* out, float* lse, const S* q, const S* k, const S* v,
+                                         const std::int32_t* lengths, int L, int n_heads, int n_kv, int hd,
+                                         float scale, int* err) {
+  __shared__ float qs[kMaxHeadDim];
+  __shared__ float acc[kAttnWarps][kMaxHeadDim];
+  __shared__ float red[kAttnWarps];
+  const std::int64_t bid = blockIdx.x;
+  const int t = static_cast<int>(bid % L);
+  const std::int64_t bh = bid / L;
+  const int h = static_cast<int>(bh % n_heads);
+  const int b = static_cast<int>(bh / n_heads);
+  const int kvh = h / (n_heads / n_kv);
+  const std::int64_t qstride = static_cast<std::int64_t>(n_heads) * hd;  // token row strides
+  const std::int64_t kstride = static_cast<std::int64_t>(n_kv) * hd;
+  const std::int64_t row0 = static_cast<std::int64_t>(b) * L;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  S* o = out + (row0 + t) * qstride + static_cast<std::int64_t>(h) * hd;
+  const int len = seq_len(lengths, b, L, err);
+  if (t >= len) {  // padding query row (uniform over the block)
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) o[d] = from_f32<S>(0.0f);
+    if (threadIdx.x == 0) lse[bid] = 0.0f;
+    return;
+  }
+  const S* qi = q + (row0 + t) * qstride + static_cast<std::int64_t>(h) * hd;
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) qs[d] = to_f32(qi[d]);
+  for (int d = lane; d < hd; d += 32) acc[warp][d] = 0.0f;
+  __syncthreads();
+  const S* kb = k + row0 * kstride + static_cast<std::int64_t>(kvh) * hd;  // key u at kb + u * kstride
+  const S* vb = v + row0 * kstride + static_cast<std::int64_t>(kvh) * hd;
+
+  // Pass 1: the row max of s_u = scale * q . k_u over u <= t.
+  float m = -INFINITY;
+  for (int u = warp; u <= t; u += kAttnWarps) m = fmaxf(m, scale * warp_dot(qs, kb + u * kstride, hd));
+  if (lane == 0) red[warp] = m;
+  __syncthreads();
+  float mx = red[0];
+  for (int w = 1; w < kAttnWarps; ++w) mx = fmaxf(mx, red[w]);  // finite: warp 0 always has key u = 0
+  __syncthreads();  // red is written again below
+
+  // Pass 2: l = sum_u exp(s_u - mx), acc = sum_u exp(s_u - mx) v_u (per warp).
+  float l = 0.0f;
+  for (int u = warp; u <= t; u += kAttnWarps) {
+    const float p = expf(scale * warp_dot(qs, kb + u * kstride, hd) - mx);
+    l += p;
+    const S* vu = vb + u * kstride;
+    for (int d = lane; d < hd; d += 32) acc[warp][d] += p * to_f32(vu[d]);
+  }
+  if (lane == 0) red[warp] = l;
+  __syncthreads();
+  float sum = 0.0f;
+  for (int w = 0; w < kAttnWarps; ++w) sum += red[w];
+  const float inv = 1.0f / sum;
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+    float a = 0.0f;
+    for (int w = 0; w < kAttnWarps; ++w) a += acc[w][d];
+    o[d] = from_f32<S>(a * inv);
+  }
+  if (threadIdx.x == 0) lse[bid] = mx + logf(sum);
+}
+
+// grid.x = B * n_heads * L (block id as in the forward), kAttnThreads. Writes dq (0 on padding rows) and
+// Drow[bid] = sum_u p_u dp_u (0 on padding rows).
+template <class S>
+__global__ void attention_backward_dq_kernel(S* dq, float* Drow, const S* dout, const S* q, const S* k, const S* v,
+                                             const float* lse, const std::int32_t* lengths, int L, int n_heads,
+                                             int n_kv, int hd, float scale, int* err) {
+  __shared__ float qs[kMaxHeadDim];
+  __shared__ float gs[kMaxHeadDim];
+  __shared__ float acc[kAttnWarps][kMaxHeadDim];
+  __shared__ float red[kAttnWarps];
+  const std::int64_t bid = blockIdx.x;
+  const int t = static_cast<int>(bid % L);
+  const std::int64_t bh = bid / L;
+  const int h = static_cast<int>(bh % n_heads);
+  const int b = static_cast<int>(bh / n_heads);
+  const int kvh = h / (n_heads / n_kv);
+  const std::int64_t qstride = static_cast<std::int64_t>(n_heads) * hd;
+  const std::int64_t kstride = static_cast<std::int64_t>(n_kv) * hd;
+  const std::int64_t row0 = static_cast<std::int64_t>(b) * L;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const std::int64_t qoff = (row0 + t) * qstride + static_cast<std::int64_t>(h) * hd;
+  S* dqi = dq + qoff;
+  const int len = seq_len(lengths, b, L, err);
+  if (t >= len) {
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) dqi[d] = from_f32<S>(0.0f);
+    if (threadIdx.x == 0) Drow[bid] = 0.0f;
+    return;
+  }
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+    qs[d] = to_f32(q[qoff + d]);
+    gs[d] = to_f32(dout[qoff + d]);
+  }
+  for (int d = lane; d < hd; d += 32) acc[warp][d] = 0.0f;
+  __syncthreads();
+  const S* kb = k + row0 * kstride + static_cast<std::int64_t>(kvh) * hd;
+  const S* vb = v + row0 * kstride + static_cast<std::int64_t>(kvh) * hd;
+  const float lse_t = lse[bid];
+
+  // Pass 1: Drow = sum_u p_u dp_u with p_u = exp(scale * q . k_u - lse), dp_u = dout . v_u.
+  float dsum = 0.0f;
+  for (int u = warp; u <= t; u += kAttnWarps) {
+    const float p = expf(scale * warp_dot(qs, kb + u * kstride, hd) - lse_t);
+    const float dp = warp_dot(gs, vb + u * kstride, hd);
+    dsum += p * dp;
+  }
+  if (lane == 0) red[warp] = dsum;
+  __syncthreads();
+  float D = 0.0f;
+  for (int w = 0; w < kAttnWarps; ++w) D += red[w];
+
+  // Pass 2: dq = sum_u ds_u k_u with ds_u = scale * p_u * (dp_u - D).
+  for (int u = warp; u <= t; u += kAttnWarps) {
+    const S* ku = kb + u * kstride;
+    const float p = expf(scale * warp_dot(qs, ku, hd) - lse_t);
+    const float dp = warp_dot(gs, vb + u * kstride, hd);
+    const float ds = scale * p * (dp - D);
+    for (int d = lane; d < hd; d += 32) acc[warp][d] += ds * to_f32(ku[d]);
+  }
+  __syncthreads();
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+    float a = 0.0f;
+    for (int w = 0; w < kAttnWarps; ++w) a += acc[w][d];
+    dqi[d] = from_f32<S>(a);
+  }
+  if (threadIdx.x == 0) Drow[bid] = D;
+}
+
+// grid.x = B * n_kv * L (block id = (b * n_kv + kvh) * L + u), kAttnThreads. Writes dk and dv of key row u
+// (0 on padding rows): sums over the group's query heads h and queries t in [u, len).
+template <class S>
+__global__ void attention_backward_dkv_kernel(S* dk, S* dv, const S* dout, const S* q, const S* k, const S* v,
+                                              const float* lse, const float* Drow, const std::int32_t* lengths,
+                                              int L, int n_heads, int n_kv, int hd, float scale, int* err) {
+  __shared__ float ks[kMaxHeadDim];
+  __shared__ float vs[kMaxHeadDim];
+  __shared__ float dk_acc[kAttnWarps][kMaxHeadDim];
+  __shared__ float dv_acc[kAttnWarps][kMaxHeadDim];
+  const std::int64_t bid = blockIdx.x;
+  const int u = static_cast<int>(bid % L);
+  const std::int64_t bk = bid / L;
+  const int kvh = static_cast<int>(bk % n_kv);
+  const int b = static_cast<int>(bk / n_kv);
+  const int group = n_heads / n_kv;
+  const std::int64_t qstride = static_cast<std::int64_t>(n_heads) * hd;
+  const std::int64_t kstride = static_cast<std::int64_t>(n_kv) * hd;
+  const std::int64_t row0 = static_cast<std::int64_t>(b) * L;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const std::int64_t koff = (row0 + u) * kstride + static_cast<std::int64_t>(kvh) * hd;
+  const int len = seq_len(lengths, b, L, err);
+  if (u >= len) {
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+      dk[koff + d] = from_f32<S>(0.0f);
+      dv[koff + d] = from_f32<S>(0.0f);
+    }
+    return;
+  }
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+    ks[d] = to_f32(k[koff + d]);
+    vs[d] = to_f32(v[koff + d]);
+  }
+  for (int d = lane; d < hd; d += 32) {
+    dk_acc[warp][d] = 0.0f;
+    dv_acc[warp][d] = 0.0f;
+  }
+  __syncthreads();
+  const int nq = len - u;  // queries t = u .. len-1 see key u
+  const std::int64_t pairs = static_cast<std::int64_t>(group) * nq;
+  for (std::int64_t idx = warp; idx < pairs; idx += kAttnWarps) {
+    const int h = kvh * group + static_cast<int>(idx / nq);
+    const int t = u + static_cast<int>(idx % nq);
+    const std::int64_t qoff = (row0 + t) * qstride + static_cast<std::int64_t>(h) * hd;
+    const std::int64_t r = (static_cast<std::int64_t>(b) * n_heads + h) * L + t;  // index into lse and Drow
+    const float p = expf(scale * warp_dot(ks, q + qoff, hd) - lse[r]);
+    const float dp = warp_dot(vs, dout + qoff, hd);
+    const float ds = scale * p * (dp - Drow[r]);
+    for (int d = lane; d < hd; d += 32) {
+      dk_acc[warp][d] += ds * to_f32(q[qoff + d]);
+      dv_acc[warp][d] += p * to_f32(dout[qoff + d]);
+    }
+  }
+  __syncthreads();
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+    float a = 0.0f, g = 0.0f;
+    for (int w = 0; w < kAttnWarps; ++w) {
+      a += dk_acc[w][d];
+      g += dv_acc[w][d];
+    }
+    dk[koff + d] = from_f32<S>(a);
+    dv[koff + d] = from_f32<S>(g);
+  }
+}
+
+void check_shapes(int B, int L, int n_heads, int n_kv, int head_dim) {
+  MGRL_CHECK(n_kv > 0 && n_heads % n_kv == 0,
+             "n_heads (" + std::to_string(n_heads) + ") must be a multiple of n_kv (" + std::to_string(n_kv) + ")");
+  MGRL_CHECK(head_dim > 0 && head_dim <= kMaxHeadDim,
+             "the CUDA attention kernels take head_dim in [1, " + std::to_string(kMaxHeadDim) + "] (got " +
+                 std::to_string(head_dim) + ")");
+  MGRL_CHECK(B >= 0 && L >= 0, "negative attention sizes");
+  MGRL_CHECK(static_cast<std::int64_t>(B) * n_heads * L < (std::int64_t{1} << 31), "attention grid too large");
+}
+
+}  // namespace
+
+void attention_forward(const Ctx& c, void* out, float* lse, const void* q, const void* k, const void* v,
+                       const std::int32_t* lengths, int B, int L, int n_heads, int n_kv, int head_dim) {
+  check_shapes(B, L, n_heads, n_kv, head_dim);
+  const std::int64_t rows = static_cast<std::int64_t>(B) * n_heads * L;
+  if (rows == 0) return;
+  const float scale = 1.0f / sqrtf(static_cast<float>(head_dim));
+  dispatch(c.st, [&](auto tag) {
+    using S = decltype(tag);
+    attention_forward_kernel<S><<<static_cast<unsigned>(rows), kAttnThreads, 0, c.stream>>>(
+        static_cast<S*>(out), lse, static_cast<const S*>(q), static_cast<const S*>(k), static_cast<const S*>(v),
+        lengths, L, n_heads, n_kv, head_dim, scale, c.err);
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+void attention_backward(const Ctx& c, void* dq, void* dk, void* dv, const void* dout, const void* q, const void* k,
+                        const void* v, const float* lse, const std::int32_t* lengths, int B, int L, int n_heads,
+                        int n_kv, int head_dim) {
+  check_shapes(B, L, n_heads, n_kv, head_dim);
+  const std::int64_t rows = static_cast<std::int64_t>(B) * n_heads * L;
+  const std::int64_t kv_rows = static_cast<std::int64_t>(B) * n_kv * L;
+  if (rows == 0) return;
+  const float scale = 1.0f / sqrtf(static_cast<float>(head_dim));
+  float* Drow = static_cast<float*>(scratch_alloc(sizeof(float) * static_cast<std::size_t>(rows), c.stream));
+  dispatch(c.st, [&](auto tag) {
+    using S = decltype(tag);
+    attention_backward_dq_kernel<S><<<static_cast<unsigned>(rows), kAttnThreads, 0, c.stream>>>(
+        static_cast<S*>(dq), Drow, static_cast<const S*>(dout), static_cast<const S*>(q), static_cast<const S*>(k),
+        static_cast<const S*>(v), lse, lengths, L, n_heads, n_kv, head_dim, scale, c.err);
+    CUDA_CHECK_LAUNCH();
+    attention_backward_dkv_kernel<S><<<static_cast<unsigned>(kv_rows), kAttnThreads, 0, c.stream>>>(
+        static_cast<S*>(dk), static_cast<S*>(dv), static_cast<const S*>(dout), static_cast<const S*>(q),
+        static_cast<const S*>(k), static_cast<const S*>(v), lse, Drow, lengths, L, n_heads, n_kv, head_dim, scale,
+        c.err);
+    CUDA_CHECK_LAUNCH();
+  });
+  scratch_free(Drow, c.stream);
+}
+
+}  // namespace mgrl::kernels::cuda

@@ -1,0 +1,117 @@
+// common.cuh: shared device helpers of the CUDA backend: storage <-> fp32 conversion, warp/block reductions, grids.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "core/check_cuda.h"
+#include "core/dtype.h"
+
+namespace mgrl::kernels::cuda {
+
+// What every launcher needs: the storage dtype (BF16 or F16), the stream everything runs on, the cuBLAS
+// handle bound to that stream, and a device int that kernels set to nonzero when they meet an id out of range
+// (the host reads it at the next synchronisation; kernels cannot throw).
+struct Ctx {
+  DType st;
+  cudaStream_t stream;
+  cublasHandle_t blas;
+  int* err;
+};
+
+// Error codes a kernel may OR into *Ctx::err.
+inline constexpr int kErrTokenId = 1;   // embedding id >= V
+inline constexpr int kErrTargetId = 2;  // lm_head target >= V
+inline constexpr int kErrLength = 4;    // attention sequence length outside [0, L]
+
+// Stream-ordered scratch memory (cudaMallocAsync from the device's default pool: no host synchronisation);
+// give it back with scratch_free on the same stream once the kernels that use it are queued.
+inline void* scratch_alloc(std::size_t bytes, cudaStream_t s) {
+  void* p = nullptr;
+  CUDA_CHECK(cudaMallocAsync(&p, bytes ? bytes : 1, s));
+  return p;
+}
+inline void scratch_free(void* p, cudaStream_t s) { CUDA_CHECK(cudaFreeAsync(p, s)); }
+
+// Threads per block of the elementwise and row kernels (a multiple of 32, at most 1024).
+inline constexpr int kThreads = 256;
+
+// ---- storage <-> fp32 (round to nearest even on the way in) ----
+__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_f32(float v) { return v; }
+
+template <class T>
+__device__ __forceinline__ T from_f32(float v);
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+template <>
+__device__ __forceinline__ __half from_f32<__half>(float v) {
+  return __float2half_rn(v);
+}
+template <>
+__device__ __forceinline__ float from_f32<float>(float v) {
+  return v;
+}
+
+// ---- reductions (full warps: blockDim.x must be a multiple of 32) ----
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;  // every lane holds the sum
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Sum over the whole block; every thread gets the result. Call from every thread of the block (it holds
+// __syncthreads). The leading barrier makes back-to-back calls safe (a warp may still be reading buf).
+__device__ __forceinline__ float block_sum(float v) {
+  __shared__ float buf[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  v = warp_sum(v);
+  __syncthreads();
+  if (lane == 0) buf[warp] = v;
+  __syncthreads();
+  return warp_sum(lane < nw ? buf[lane] : 0.0f);
+}
+__device__ __forceinline__ float block_max(float v) {
+  __shared__ float buf[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) buf[warp] = v;
+  __syncthreads();
+  return warp_max(lane < nw ? buf[lane] : -INFINITY);
+}
+
+// ---- launch helpers ----
+// Blocks for a grid-stride loop over n elements (n > 0): one element per thread, capped (the loop does the rest).
+inline unsigned grid_for(std::int64_t n, int threads = kThreads) {
+  const std::int64_t b = (n + threads - 1) / threads;
+  return static_cast<unsigned>(std::min<std::int64_t>(std::max<std::int64_t>(b, 1), 65536));
+}
+// Index and stride of a grid-stride loop, in 64 bits.
+__device__ __forceinline__ std::int64_t gs_begin() {
+  return static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ std::int64_t gs_stride() { return static_cast<std::int64_t>(gridDim.x) * blockDim.x; }
+
+// Calls f with a value of the storage type of st (bf16, else fp16), used as
+//   dispatch(st, [&](auto tag) { using T = decltype(tag); kernel<T><<<...>>>(...); });
+template <class F>
+void dispatch(DType st, F&& f) {
+  if (st == DType::BF16)
+    f(__nv_bfloat16{});
+  else
+    f(__half{});
+}
+
+}  // namespace mgrl::kernels::cuda

@@ -1,0 +1,242 @@
+// cuda_ops.cu: the CUDA backend of the op interface (kernels/ops.h): owns the stream, the cuBLAS handle and the
+// device error word; memory and copies here, each op forwarding to its kernels/cuda launcher.
+#include "kernels/cuda/cuda_ops.h"
+
+#include <cstdint>
+#include <string>
+
+#include "core/check_cuda.h"
+#include "core/error.h"
+#include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/convert.cuh"
+#include "kernels/cuda/dropout.cuh"
+#include "kernels/cuda/embedding.cuh"
+#include "kernels/cuda/linear.cuh"
+#include "kernels/cuda/lm_head.cuh"
+#include "kernels/cuda/lora.cuh"
+#include "kernels/cuda/residual.cuh"
+#include "kernels/cuda/rmsnorm.cuh"
+#include "kernels/cuda/rope.cuh"
+#include "kernels/cuda/swiglu.cuh"
+
+namespace mgrl::kernels {
+namespace {
+
+class CudaOps final : public Ops {
+ public:
+  CudaOps(int device, DType storage) : st_(storage) {
+    CUDA_CHECK(cudaSetDevice(device));
+    int pools = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device));
+    MGRL_CHECK(pools != 0, "CUDA device " + std::to_string(device) +
+                               " does not support stream-ordered allocation (cudaMallocAsync), which the CUDA "
+                               "backend uses for op scratch");
+    // Scratch freed with cudaFreeAsync stays in the device's default pool (no return to the driver at each sync).
+    cudaMemPool_t pool;
+    CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+    std::uint64_t threshold = UINT64_MAX;
+    CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    CUBLAS_CHECK(cublasCreate(&blas_));
+    CUBLAS_CHECK(cublasSetStream(blas_, stream_));
+    CUDA_CHECK(cudaMalloc(&err_, sizeof(int)));
+    CUDA_CHECK(cudaMemsetAsync(err_, 0, sizeof(int), stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  ~CudaOps() override {
+    // Teardown must not throw: errors here are ignored.
+    (void)cudaStreamSynchronize(stream_);
+    (void)cublasDestroy(blas_);
+    (void)cudaFree(err_);
+    (void)cudaStreamDestroy(stream_);
+  }
+  CudaOps(const CudaOps&) = delete;
+  CudaOps& operator=(const CudaOps&) = delete;
+
+  cudaStream_t stream() const { return stream_; }
+
+  const char* name() const override { return "cuda"; }
+  DType storage() const override { return st_; }
+
+  // ---- memory (setup time: these synchronise) ----
+  void* alloc(std::size_t bytes) override {
+    const std::size_t n = bytes ? bytes : 1;
+    void* p = nullptr;
+    CUDA_CHECK(cudaMalloc(&p, n));
+    CUDA_CHECK(cudaMemsetAsync(p, 0, n, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return p;
+  }
+  void release(void* p) override {
+    if (!p) return;
+    CUDA_CHECK(cudaStreamSynchronize(stream_));  // no queued op may still use p
+    CUDA_CHECK(cudaFree(p));
+  }
+  // From pageable host memory cudaMemcpyAsync returns once the data is staged, so `host` may be reused at once;
+  // from pinned host memory the caller must not touch `host` before the next synchronisation.
+  void upload(void* dst, const void* host, std::size_t bytes) override {
+    if (bytes) CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_));
+  }
+  void download(void* host, const void* src, std::size_t bytes) override {
+    if (!bytes) return;
+    CUDA_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    check_device_errors();
+  }
+  // dst and src must not overlap (cudaMemcpy), unlike the CPU backend's memmove.
+  void copy(void* dst, const void* src, std::size_t bytes) override {
+    if (bytes && dst != src) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+  }
+  void zero(void* p, std::size_t bytes) override {
+    if (bytes) CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
+  }
+  void upload_f32_as_storage(void* dst, const float* host, std::size_t n) override {
+    if (!n) return;
+    float* tmp = static_cast<float*>(cuda::scratch_alloc(n * sizeof(float), stream_));
+    CUDA_CHECK(cudaMemcpyAsync(tmp, host, n * sizeof(float), cudaMemcpyHostToDevice, stream_));
+    cuda::f32_to_storage(ctx(), dst, tmp, static_cast<std::int64_t>(n));
+    cuda::scratch_free(tmp, stream_);
+  }
+  void download_storage_as_f32(float* host, const void* src, std::size_t n) override {
+    if (!n) return;
+    float* tmp = static_cast<float*>(cuda::scratch_alloc(n * sizeof(float), stream_));
+    cuda::storage_to_f32(ctx(), tmp, src, static_cast<std::int64_t>(n));
+    CUDA_CHECK(cudaMemcpyAsync(host, tmp, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    cuda::scratch_free(tmp, stream_);
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    check_device_errors();
+  }
+  void synchronize() override {
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    check_device_errors();
+  }
+
+  // ---- ops ----
+  void embedding_forward(void* out, const std::int32_t* ids, const void* table, int T, int V, int D) override {
+    cuda::embedding_forward(ctx(), out, ids, table, T, V, D);
+  }
+  void embedding_backward(float* dtable, const void* dout, const std::int32_t* ids, int T, int V, int D) override {
+    cuda::embedding_backward(ctx(), dtable, dout, ids, T, V, D);
+  }
+  void rmsnorm_forward(void* out, float* rstd, const void* x, const void* w, int rows, int dim, float eps) override {
+    cuda::rmsnorm_forward(ctx(), out, rstd, x, w, rows, dim, eps);
+  }
+  void rmsnorm_backward(void* dx, float* dw, const void* dout, const void* x, const void* w, const float* rstd,
+                        int rows, int dim, bool accumulate) override {
+    cuda::rmsnorm_backward(ctx(), dx, dw, dout, x, w, rstd, rows, dim, accumulate);
+  }
+  void linear_forward(void* y, const void* x, const void* W, const void* bias, int T, int in, int out) override {
+    cuda::linear_forward(ctx(), y, x, W, bias, T, in, out);
+  }
+  void linear_backward(void* dx, float* dW, float* dbias, const void* dy, const void* x, const void* W, int T, int in,
+                       int out, bool accumulate_dx) override {
+    cuda::linear_backward(ctx(), dx, dW, dbias, dy, x, W, T, in, out, accumulate_dx);
+  }
+  void lora_forward(void* y, float* xa, const void* x, const float* A, const float* B, float scale, int T, int in,
+                    int r, int out) override {
+    cuda::lora_forward(ctx(), y, xa, x, A, B, scale, T, in, r, out);
+  }
+  void lora_backward(void* dx, float* dA, float* dB, const void* dy, const void* x, const float* xa, const float* A,
+                     const float* B, float scale, int T, int in, int r, int out, float* scratch) override {
+    cuda::lora_backward(ctx(), dx, dA, dB, dy, x, xa, A, B, scale, T, in, r, out, scratch);
+  }
+  void dropout(void* out, const void* x, std::int64_t n, float p, std::uint64_t seed) override {
+    cuda::dropout(ctx(), out, x, n, p, seed);
+  }
+  void rope_forward(void* x, const std::int32_t* pos, const float* inv_freq, int T, int n_heads,
+                    int head_dim) override {
+    cuda::rope_forward(ctx(), x, pos, inv_freq, T, n_heads, head_dim);
+  }
+  void rope_backward(void* dx, const std::int32_t* pos, const float* inv_freq, int T, int n_heads,
+                     int head_dim) override {
+    cuda::rope_backward(ctx(), dx, pos, inv_freq, T, n_heads, head_dim);
+  }
+  void attention_forward(void* out, float* lse, const void* q, const void* k, const void* v,
+                         const std::int32_t* lengths, int B, int L, int n_heads, int n_kv, int head_dim) override {
+    cuda::attention_forward(ctx(), out, lse, q, k, v, lengths, B, L, n_heads, n_kv, head_dim);
+  }
+  void attention_backward(void* dq, void* dk, void* dv, const void* dout, const void* q, const void* k, const void* v,
+                          const float* lse, const std::int32_t* lengths, int B, int L, int n_heads, int n_kv,
+                          int head_dim) override {
+    cuda::attention_backward(ctx(), dq, dk, dv, dout, q, k, v, lse, lengths, B, L, n_heads, n_kv, head_dim);
+  }
+  void swiglu_forward(void* out, const void* gate, const void* up, std::int64_t n) override {
+    cuda::swiglu_forward(ctx(), out, gate, up, n);
+  }
+  void swiglu_backward(void* dgate, void* dup, const void* dout, const void* gate, const void* up,
+                       std::int64_t n) override {
+    cuda::swiglu_backward(ctx(), dgate, dup, dout, gate, up, n);
+  }
+  void residual_forward(void* x, const void* y, std::int64_t n) override { cuda::residual_forward(ctx(), x, y, n); }
+  std::size_t lm_head_scratch_bytes(int V) const override { return cuda::lm_head_scratch_bytes(st_, V); }
+  void lm_head_logprob_forward(float* logprob, float* lse, const void* h, const void* W, const std::int32_t* targets,
+                               int T, int D, int V, float logit_scale, void* scratch) override {
+    cuda::lm_head_logprob_forward(ctx(), logprob, lse, h, W, targets, T, D, V, logit_scale, scratch);
+  }
+  void lm_head_logprob_backward(void* dh, float* dW, const float* weights, const void* h, const void* W,
+                                const std::int32_t* targets, const float* lse, int T, int D, int V, float logit_scale,
+                                void* scratch) override {
+    cuda::lm_head_logprob_backward(ctx(), dh, dW, weights, h, W, targets, lse, T, D, V, logit_scale, scratch);
+  }
+  void lm_head_logits(float* logits, const void* h, const void* W, int T, int D, int V, float logit_scale) override {
+    cuda::lm_head_logits(ctx(), logits, h, W, T, D, V, logit_scale);
+  }
+
+ private:
+  cuda::Ctx ctx() const { return cuda::Ctx{st_, stream_, blas_, err_}; }
+
+  // Reads (and clears) the error word kernels set when they meet bad ids; call after a stream sync.
+  void check_device_errors() {
+    int bits = 0;
+    CUDA_CHECK(cudaMemcpyAsync(&bits, err_, sizeof(int), cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (bits == 0) return;
+    CUDA_CHECK(cudaMemsetAsync(err_, 0, sizeof(int), stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    std::string what;
+    if (bits & cuda::kErrTokenId) what += " a token id >= vocab size (embedding);";
+    if (bits & cuda::kErrTargetId) what += " a target id >= vocab size (lm_head);";
+    if (bits & cuda::kErrLength) what += " a sequence length outside [0, L] (attention);";
+    MGRL_CHECK(bits == 0, "CUDA kernels met invalid input since the last synchronisation:" + what);
+  }
+
+  DType st_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+  int* err_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<Ops> make_cuda_ops(int device, DType storage) {
+  int count = 0;
+  CUDA_CHECK(cudaGetDeviceCount(&count));
+  MGRL_CHECK(device >= 0 && device < count,
+             "CUDA device " + std::to_string(device) + " does not exist (" + std::to_string(count) + " visible)");
+  MGRL_CHECK(storage == DType::BF16 || storage == DType::F16,
+             std::string("the CUDA backend stores bf16 or f16, not ") + dtype_name(storage));
+  int major = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  MGRL_CHECK(storage != DType::BF16 || major >= 8,
+             "bf16 storage needs compute capability 8.0 or newer (device " + std::to_string(device) + " is " +
+                 std::to_string(major) + ".x)");
+  return std::make_unique<CudaOps>(device, storage);
+}
+
+void* cuda_stream(const Ops& ops) {
+  const auto* c = dynamic_cast<const CudaOps*>(&ops);
+  return c ? static_cast<void*>(c->stream()) : nullptr;
+}
+
+std::unique_ptr<Ops> make_cuda_ops(int device) {
+  int count = 0;
+  CUDA_CHECK(cudaGetDeviceCount(&count));
+  MGRL_CHECK(device >= 0 && device < count,
+             "CUDA device " + std::to_string(device) + " does not exist (" + std::to_string(count) + " visible)");
+  int major = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  return make_cuda_ops(device, major >= 8 ? DType::BF16 : DType::F16);
+}
+
+}  // namespace mgrl::kernels

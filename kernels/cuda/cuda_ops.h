@@ -1,0 +1,27 @@
+// cuda_ops.h: the CUDA backend of the op interface (kernels/ops.h): bf16 or fp16 storage, fp32 accumulation.
+// Host-only header: it can be included from plain C++ code of a build with MGRL_WITH_CUDA.
+#pragma once
+#include <memory>
+
+#include "core/dtype.h"
+#include "kernels/ops.h"
+
+namespace mgrl::kernels {
+
+// Ops on CUDA device `device`, storage dtype chosen by its compute capability: bf16 on sm_80 and newer, fp16
+// before (V100 and T4 have no bf16). Owns a non-blocking stream and a cuBLAS handle bound to it; every op is
+// queued on that stream without host synchronisation (download, download_storage_as_f32, synchronize, alloc and
+// release synchronise).
+std::unique_ptr<Ops> make_cuda_ops(int device);
+
+// The same with the storage dtype forced: DType::F16 (any device), or DType::BF16 (sm_80 and newer). Tests use it
+// to run the fp16 kernels on a bf16-capable GPU.
+std::unique_ptr<Ops> make_cuda_ops(int device, DType storage);
+
+// The cudaStream_t (as void*) that a CUDA backend's ops run on, nullptr for any other backend. The stream is
+// non-blocking: it does not order with the legacy default stream, so work on another stream that reads or writes
+// op buffers (e.g. a dist::Comm allreduce) must be ordered after this stream (pass it as the Comm's Stream) or
+// follow ops.synchronize().
+void* cuda_stream(const Ops& ops);
+
+}  // namespace mgrl::kernels

@@ -1,0 +1,68 @@
+// embedding.cu: token embedding lookup (gather rows of a [V, D] table) and its backward (f32 scatter-add).
+#include "kernels/cuda/embedding.cuh"
+
+namespace mgrl::kernels::cuda {
+namespace {
+
+// One thread per output element (t, d), grid-stride.
+template <class S>
+__global__ void embedding_forward_kernel(S* out, const std::int32_t* ids, const S* table, int T, int V, int D,
+                                         int* err) {
+  const std::int64_t n = static_cast<std::int64_t>(T) * D;
+  for (std::int64_t i = gs_begin(); i < n; i += gs_stride()) {
+    const std::int64_t t = i / D, d = i % D;
+    const std::int32_t id = ids[t];
+    if (id >= V) {
+      if (d == 0) atomicOr(err, kErrTokenId);
+      out[i] = from_f32<S>(0.0f);
+    } else if (id < 0) {
+      out[i] = from_f32<S>(0.0f);
+    } else {
+      out[i] = table[static_cast<std::int64_t>(id) * D + d];
+    }
+  }
+}
+
+// One thread per element (t, d) of dout, fp32 atomicAdd into dtable[ids[t], d] (rows with the same id add up;
+// the order of the additions, hence the last bits, is not deterministic).
+template <class S>
+__global__ void embedding_backward_kernel(float* dtable, const S* dout, const std::int32_t* ids, int T, int V, int D,
+                                          int* err) {
+  const std::int64_t n = static_cast<std::int64_t>(T) * D;
+  for (std::int64_t i = gs_begin(); i < n; i += gs_stride()) {
+    const std::int64_t t = i / D, d = i % D;
+    const std::int32_t id = ids[t];
+    if (id >= V) {
+      if (d == 0) atomicOr(err, kErrTokenId);
+      continue;
+    }
+    if (id < 0) continue;
+    atomicAdd(dtable + static_cast<std::int64_t>(id) * D + d, to_f32(dout[i]));
+  }
+}
+
+}  // namespace
+
+void embedding_forward(const Ctx& c, void* out, const std::int32_t* ids, const void* table, int T, int V, int D) {
+  const std::int64_t n = static_cast<std::int64_t>(T) * D;
+  if (n <= 0) return;
+  dispatch(c.st, [&](auto tag) {
+    using S = decltype(tag);
+    embedding_forward_kernel<S><<<grid_for(n), kThreads, 0, c.stream>>>(
+        static_cast<S*>(out), ids, static_cast<const S*>(table), T, V, D, c.err);
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+void embedding_backward(const Ctx& c, float* dtable, const void* dout, const std::int32_t* ids, int T, int V, int D) {
+  const std::int64_t n = static_cast<std::int64_t>(T) * D;
+  if (n <= 0) return;
+  dispatch(c.st, [&](auto tag) {
+    using S = decltype(tag);
+    embedding_backward_kernel<S><<<grid_for(n), kThreads, 0, c.stream>>>(dtable, static_cast<const S*>(dout), ids, T,
+                                                                           V, D, c.err);
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace mgrl::kernels::cuda

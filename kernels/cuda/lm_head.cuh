@@ -1,0 +1,30 @@
+// lm_head.cuh: the output layer fused with log-softmax, in chunks of rows (cuBLAS GEMM into fp32 scratch, then a
+// row kernel for logsumexp and the target's log-prob), its backward, and full logits.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda/common.cuh"
+
+namespace mgrl::kernels::cuda {
+
+// Rows of logits held at a time.
+inline constexpr int kLmHeadChunkRows = 128;
+
+// Scratch the logprob ops need: fp32 logits [kLmHeadChunkRows, V], then (256-byte aligned) the storage-dtype
+// dlogits [kLmHeadChunkRows, V] of the backward.
+std::size_t lm_head_scratch_bytes(DType st, int V);
+
+// Semantics of kernels/cpu/lm_head.h: h [T, D] and W [V, D] in storage dtype; logprob, lse, weights [T] and dW
+// [V, D] f32; dh [T, D] storage. scratch: lm_head_scratch_bytes(st, V) bytes of device memory, or null (then the
+// op takes stream-ordered scratch itself). A target >= V is treated as ignored and sets kErrTargetId in *c.err.
+void lm_head_logprob_forward(const Ctx& c, float* logprob, float* lse, const void* h, const void* W,
+                             const std::int32_t* targets, int T, int D, int V, float logit_scale, void* scratch);
+void lm_head_logprob_backward(const Ctx& c, void* dh, float* dW, const float* weights, const void* h, const void* W,
+                              const std::int32_t* targets, const float* lse, int T, int D, int V, float logit_scale,
+                              void* scratch);
+// logits [T, V] f32 = logit_scale * h @ W^T, in one GEMM.
+void lm_head_logits(const Ctx& c, float* logits, const void* h, const void* W, int T, int D, int V,
+                    float logit_scale);
+
+}  // namespace mgrl::kernels::cuda

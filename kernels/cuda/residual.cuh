@@ -1,0 +1,12 @@
+// residual.cuh: the residual connection x += y in place (elementwise, fp32 add, one rounding).
+#pragma once
+#include <cstdint>
+
+#include "kernels/cuda/common.cuh"
+
+namespace mgrl::kernels::cuda {
+
+// Semantics of kernels/cpu/residual.h (storage dtype). x may equal y (x = 2x).
+void residual_forward(const Ctx& c, void* x, const void* y, std::int64_t n);
+
+}  // namespace mgrl::kernels::cuda

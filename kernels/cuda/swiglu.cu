@@ -1,0 +1,53 @@
+// swiglu.cu: the SwiGLU gate of the Llama/Qwen MLP, out = silu(gate) * up, and its backward (elementwise).
+#include "kernels/cuda/swiglu.cuh"
+
+namespace mgrl::kernels::cuda {
+namespace {
+
+// One thread per element, grid-stride; every input of element i is read before element i is written, so the
+// allowed aliasing is safe. fp32 math with the accurate expf.
+template <class S>
+__global__ void swiglu_forward_kernel(S* out, const S* gate, const S* up, std::int64_t n) {
+  for (std::int64_t i = gs_begin(); i < n; i += gs_stride()) {
+    const float g = to_f32(gate[i]), u = to_f32(up[i]);
+    const float sig = 1.0f / (1.0f + expf(-g));
+    out[i] = from_f32<S>(g * sig * u);
+  }
+}
+
+template <class S>
+__global__ void swiglu_backward_kernel(S* dgate, S* dup, const S* dout, const S* gate, const S* up, std::int64_t n) {
+  for (std::int64_t i = gs_begin(); i < n; i += gs_stride()) {
+    const float g = to_f32(gate[i]), u = to_f32(up[i]), d = to_f32(dout[i]);
+    const float sig = 1.0f / (1.0f + expf(-g));
+    const float silu = g * sig;
+    dgate[i] = from_f32<S>(d * u * sig * (1.0f + g * (1.0f - sig)));
+    dup[i] = from_f32<S>(d * silu);
+  }
+}
+
+}  // namespace
+
+void swiglu_forward(const Ctx& c, void* out, const void* gate, const void* up, std::int64_t n) {
+  if (n <= 0) return;
+  dispatch(c.st, [&](auto tag) {
+    using S = decltype(tag);
+    swiglu_forward_kernel<S><<<grid_for(n), kThreads, 0, c.stream>>>(static_cast<S*>(out), static_cast<const S*>(gate),
+                                                                     static_cast<const S*>(up), n);
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+void swiglu_backward(const Ctx& c, void* dgate, void* dup, const void* dout, const void* gate, const void* up,
+                     std::int64_t n) {
+  if (n <= 0) return;
+  dispatch(c.st, [&](auto tag) {
+    using S = decltype(tag);
+    swiglu_backward_kernel<S><<<grid_for(n), kThreads, 0, c.stream>>>(
+        static_cast<S*>(dgate), static_cast<S*>(dup), static_cast<const S*>(dout), static_cast<const S*>(gate),
+        static_cast<const S*>(up), n);
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace mgrl::kernels::cuda

@@ -1,0 +1,113 @@
+// test_model_cuda.cpp: the whole model on the CUDA backend against the CPU backend, on the Hugging
+// Face fixtures: log-probs, LoRA gradients and input-embedding gradients, in bf16 (where the GPU has
+// it) and fp16 storage; also with the adapter off and with recompute. Exits 77 (skipped) without a GPU.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "io/hf_config.h"
+#include "io/safetensors.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/ops.h"
+#include "model/transformer.h"
+
+namespace mgrl::model {
+namespace {
+
+const std::string kData = MGRL_TEST_DATA_DIR "/models/";
+
+double rel_error(const std::vector<float>& got, const std::vector<float>& want) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    num += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
+    den += static_cast<double>(want[i]) * want[i];
+  }
+  return std::sqrt(num / (den > 0 ? den : 1));
+}
+
+struct Outputs {
+  std::vector<float> lp, lp_base, grads, dembed;
+};
+
+// Forward with and without the adapter, then the backward of the mean loss, on one backend.
+Outputs run(kernels::Ops& ops, const std::string& name, bool recompute) {
+  const auto cfg = io::parse_hf_config(kData + name + "/config.json");
+  Transformer m(cfg, ops, ModelOptions{false, recompute});
+  m.load_weights(kData + name);
+  m.add_lora(read_peft_config(kData + name + "/adapter_config.json"), 0).load_peft(kData + name);
+  io::SafetensorsFile ref(kData + name + "/reference.safetensors");
+  Batch b;
+  b.B = static_cast<int>(ref.get("input_ids").shape[0]);
+  b.L = static_cast<int>(ref.get("input_ids").shape[1]);
+  b.tokens.resize(static_cast<std::size_t>(b.B) * b.L);
+  b.lengths.resize(static_cast<std::size_t>(b.B));
+  std::memcpy(b.tokens.data(), ref.get("input_ids").data, b.tokens.size() * 4);
+  std::memcpy(b.lengths.data(), ref.get("lengths").data, b.lengths.size() * 4);
+  Outputs r;
+  r.lp.resize(b.tokens.size());
+  r.lp_base.resize(b.tokens.size());
+  m.forward(b, r.lp_base.data(), false);
+  m.forward(b, r.lp.data(), true, true);
+  int n = 0;
+  for (int s = 0; s < b.B; ++s) n += b.lengths[s] - 1;
+  std::vector<float> w(b.tokens.size(), 0.0f);
+  for (int s = 0; s < b.B; ++s)
+    for (int t = 1; t < b.lengths[s]; ++t) w[s * b.L + t] = 1.0f / n;
+  m.lora()->zero_grads();
+  m.backward(w.data());
+  r.grads.resize(m.lora()->numel());
+  ops.download(r.grads.data(), m.lora()->grads(), r.grads.size() * 4);
+  r.dembed = m.input_embedding_grad();
+  return r;
+}
+
+struct Case {
+  std::string model;
+  DType storage;
+  bool recompute;
+};
+
+class ModelCuda : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ModelCuda, MatchesCpu) {
+  const Case c = GetParam();
+  int major = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+  if (c.storage == DType::BF16 && major < 8) GTEST_SKIP() << "no bf16 before sm_80";
+  auto cpu = kernels::make_cpu_ops();
+  auto gpu = kernels::make_cuda_ops(0, c.storage);
+  const Outputs want = run(*cpu, c.model, false);
+  const Outputs got = run(*gpu, c.model, c.recompute);
+  const double tol = c.storage == DType::BF16 ? 2e-2 : 1e-2;
+  const double e_lp = rel_error(got.lp, want.lp), e_base = rel_error(got.lp_base, want.lp_base);
+  const double e_g = rel_error(got.grads, want.grads), e_x = rel_error(got.dembed, want.dembed);
+  std::printf("%s %s%s: logprobs %.2e, base %.2e, LoRA grads %.2e, d embeddings %.2e\n", c.model.c_str(),
+              dtype_name(c.storage), c.recompute ? " recompute" : "", e_lp, e_base, e_g, e_x);
+  EXPECT_LE(e_lp, tol);
+  EXPECT_LE(e_base, tol);
+  EXPECT_LE(e_g, tol);
+  EXPECT_LE(e_x, tol);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, ModelCuda,
+                         ::testing::Values(Case{"llama_gqa", DType::BF16, false}, Case{"llama_gqa", DType::F16, false},
+                                           Case{"qwen2_bias_tied", DType::BF16, false},
+                                           Case{"qwen2_bias_tied", DType::F16, true},
+                                           Case{"qwen3_qknorm", DType::BF16, true},
+                                           Case{"qwen3_qknorm", DType::F16, false}));
+
+}  // namespace
+}  // namespace mgrl::model
+
+int main(int argc, char** argv) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    std::printf("test_model_cuda: no usable CUDA device: skipped\n");
+    return 77;
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

@@ -1,0 +1,542 @@
+// test_ops_cuda.cpp: every op of the CUDA backend against the CPU reference backend on the same random inputs
+// (rounded to the storage dtype first, so both compute on identical values), for bf16 (sm_80+) and fp16 storage.
+// Without a usable CUDA device the binary exits 77 (CTest: skipped).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/ops.h"
+
+namespace mgrl::kernels {
+namespace {
+
+using Vec = std::vector<float>;
+using Ids = std::vector<std::int32_t>;
+
+// Tolerances (relative error = |got - ref| / |ref| over the whole tensor, 2-norms):
+//  - storage-dtype outputs: one final rounding (bf16 2^-9, fp16 2^-12 relative) plus fp32 summation-order noise;
+//    and, for lm_head dW, dlogits rounded to the storage dtype before the GEMM.
+//  - f32 outputs computed in fp32 from identical inputs on both sides (LoRA xa/dA/dB, rstd, lse, log-probs,
+//    dbias, embedding dtable): only the order of fp32 sums differs (~1e-6); 1e-4 leaves a wide margin.
+//  - f32 outputs of cuBLAS GEMMs (linear dW, logits): 1e-3 (fp32 accumulation, algorithm-dependent order).
+constexpr double kF32Tol = 1e-4;
+constexpr double kGemmF32Tol = 1e-3;
+
+Vec randu(std::size_t n, std::uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  Vec v(n);
+  for (auto& x : v) x = dist(gen);
+  return v;
+}
+
+std::size_t sz(std::int64_t a, std::int64_t b = 1, std::int64_t c = 1, std::int64_t d = 1) {
+  return static_cast<std::size_t>(a * b * c * d);
+}
+
+class OpsCuda : public ::testing::TestWithParam<DType> {
+ protected:
+  void SetUp() override {
+    int major = 0;
+    ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+    if (GetParam() == DType::BF16 && major < 8) GTEST_SKIP() << "bf16 storage needs compute capability 8.0+";
+    cpu_ = make_cpu_ops();
+    gpu_ = make_cuda_ops(0, GetParam());
+  }
+  void TearDown() override {
+    for (auto& [ops, p] : owned_) ops->release(p);
+    owned_.clear();
+  }
+
+  DType st() const { return GetParam(); }
+  double tol() const { return st() == DType::BF16 ? 2e-2 : 1e-2; }
+
+  // v rounded to the storage dtype (host conversion, round to nearest even) and back to f32.
+  Vec rounded(Vec v) const {
+    for (auto& x : v)
+      x = st() == DType::BF16 ? __bfloat162float(__float2bfloat16_rn(x)) : __half2float(__float2half_rn(x));
+    return v;
+  }
+
+  // A tensor on both backends holding the same values: storage dtype (values rounded first) or f32.
+  struct Pair {
+    void* c = nullptr;
+    void* g = nullptr;
+    std::size_t n = 0;
+    bool storage = false;
+  };
+  void* own(Ops& ops, std::size_t bytes) {
+    void* p = ops.alloc(bytes);
+    owned_.emplace_back(&ops, p);
+    return p;
+  }
+  Pair storage(const Vec& v) {
+    const Vec r = rounded(v);
+    Pair p{own(*cpu_, r.size() * 4), own(*gpu_, r.size() * gpu_->storage_size()), r.size(), true};
+    cpu_->upload(p.c, r.data(), r.size() * 4);
+    gpu_->upload_f32_as_storage(p.g, r.data(), r.size());
+    return p;
+  }
+  Pair f32(const Vec& v) {
+    Pair p{own(*cpu_, v.size() * 4), own(*gpu_, v.size() * 4), v.size(), false};
+    cpu_->upload(p.c, v.data(), v.size() * 4);
+    gpu_->upload(p.g, v.data(), v.size() * 4);
+    return p;
+  }
+  Pair i32(const Ids& v) {
+    Pair p{own(*cpu_, v.size() * 4), own(*gpu_, v.size() * 4), v.size(), false};
+    cpu_->upload(p.c, v.data(), v.size() * 4);
+    gpu_->upload(p.g, v.data(), v.size() * 4);
+    return p;
+  }
+  Vec cpu_values(const Pair& p) const {
+    Vec v(p.n);
+    cpu_->download(v.data(), p.c, p.n * 4);
+    return v;
+  }
+  Vec gpu_values(const Pair& p) const {
+    Vec v(p.n);
+    if (p.storage)
+      gpu_->download_storage_as_f32(v.data(), p.g, p.n);
+    else
+      gpu_->download(v.data(), p.g, p.n * 4);
+    return v;
+  }
+
+  // Relative 2-norm error of the GPU values of p against the CPU values of p.
+  void expect_close(const std::string& what, const Pair& p, double tolerance) const {
+    expect_close_vec(what, cpu_values(p), gpu_values(p), tolerance);
+  }
+  void expect_close_vec(const std::string& what, const Vec& ref, const Vec& got, double tolerance) const {
+    ASSERT_EQ(ref.size(), got.size()) << what;
+    double num = 0.0, den = 0.0;
+    std::size_t nonfinite = 0;
+    for (std::size_t i = 0; i < ref.size(); ++i) {
+      if (!std::isfinite(got[i])) ++nonfinite;
+      const double d = static_cast<double>(got[i]) - ref[i];
+      num += d * d;
+      den += static_cast<double>(ref[i]) * ref[i];
+    }
+    EXPECT_EQ(nonfinite, 0u) << what << ": non-finite values";
+    const double rel = den > 0.0 ? std::sqrt(num / den) : std::sqrt(num);
+    std::printf("  [%s] %-28s rel %.3e (tol %.0e, n %zu)\n", dtype_name(st()), what.c_str(), rel, tolerance,
+                ref.size());
+    EXPECT_LE(rel, tolerance) << what << " (" << dtype_name(st()) << ")";
+  }
+
+  std::unique_ptr<Ops> cpu_, gpu_;
+  std::vector<std::pair<Ops*, void*>> owned_;
+};
+
+// ---------------------------------------------------------------------------------------------------------------
+
+TEST_P(OpsCuda, BackendBasics) {
+  EXPECT_STREQ(gpu_->name(), "cuda");
+  EXPECT_EQ(gpu_->storage(), st());
+  EXPECT_EQ(gpu_->storage_size(), 2u);
+  EXPECT_NE(cuda_stream(*gpu_), nullptr);
+  EXPECT_EQ(cuda_stream(*cpu_), nullptr);
+  // upload / copy / zero / download round trip of raw bytes, and zero-filled alloc.
+  const Vec v = randu(1001, 1);
+  Pair a = f32(v), b = f32(Vec(v.size(), 0.0f));
+  EXPECT_EQ(gpu_values(b), Vec(v.size(), 0.0f));
+  gpu_->copy(b.g, a.g, v.size() * 4);
+  EXPECT_EQ(gpu_values(b), v);
+  gpu_->zero(b.g, 10 * 4);
+  Vec want = v;
+  for (int i = 0; i < 10; ++i) want[static_cast<std::size_t>(i)] = 0.0f;
+  EXPECT_EQ(gpu_values(b), want);
+  // The device conversion rounds like the host (round to nearest even), and back is exact.
+  const Vec big = randu(4099, 2, -300.0f, 300.0f);
+  void* s = own(*gpu_, big.size() * 2);
+  gpu_->upload_f32_as_storage(s, big.data(), big.size());
+  Vec back(big.size());
+  gpu_->download_storage_as_f32(back.data(), s, big.size());
+  EXPECT_EQ(back, rounded(big));
+  gpu_->synchronize();
+}
+
+TEST_P(OpsCuda, Embedding) {
+  const int V = 101, D = 67;
+  Ids ids = {3, 0, 100, 3, -1, 57, 3, 99, -1, 42};
+  std::mt19937 gen(7);
+  for (int i = 0; i < 27; ++i) ids.push_back(static_cast<std::int32_t>(gen() % V));  // repeats likely
+  const int T = static_cast<int>(ids.size());
+  Pair id = i32(ids);
+  Pair table = storage(randu(sz(V, D), 3));
+  Pair out = storage(Vec(sz(T, D), 5.0f));
+  cpu_->embedding_forward(out.c, static_cast<const std::int32_t*>(id.c), table.c, T, V, D);
+  gpu_->embedding_forward(out.g, static_cast<const std::int32_t*>(id.g), table.g, T, V, D);
+  expect_close("embedding out (exact)", out, 0.0);
+
+  Pair dout = storage(randu(sz(T, D), 4));
+  Pair dtable = f32(randu(sz(V, D), 5, -0.1f, 0.1f));  // accumulates onto what is there
+  cpu_->embedding_backward(static_cast<float*>(dtable.c), dout.c, static_cast<const std::int32_t*>(id.c), T, V, D);
+  gpu_->embedding_backward(static_cast<float*>(dtable.g), dout.g, static_cast<const std::int32_t*>(id.g), T, V, D);
+  expect_close("embedding dtable", dtable, kF32Tol);
+
+  // An id >= V cannot throw inside a kernel: the next synchronisation reports it, and the flag is then cleared.
+  Pair bad = i32({1, V});
+  gpu_->embedding_forward(out.g, static_cast<const std::int32_t*>(bad.g), table.g, 2, V, D);
+  EXPECT_THROW(gpu_->synchronize(), FatalError);
+  EXPECT_NO_THROW(gpu_->synchronize());
+}
+
+TEST_P(OpsCuda, Rmsnorm) {
+  struct Case {
+    int rows, dim;
+  };
+  for (const Case cs : {Case{29, 203}, Case{31 * 3, 40}, Case{5, 1031}}) {
+    const int rows = cs.rows, dim = cs.dim;
+    const std::string tag = std::to_string(rows) + "x" + std::to_string(dim) + " ";
+    const float eps = 1e-6f;
+    Pair x = storage(randu(sz(rows, dim), 10, -2.0f, 2.0f));
+    Pair w = storage(randu(sz(dim), 11, 0.5f, 1.5f));
+    Pair out = storage(Vec(sz(rows, dim), 0.0f));
+    Pair rstd = f32(Vec(sz(rows), 0.0f));
+    cpu_->rmsnorm_forward(out.c, static_cast<float*>(rstd.c), x.c, w.c, rows, dim, eps);
+    gpu_->rmsnorm_forward(out.g, static_cast<float*>(rstd.g), x.g, w.g, rows, dim, eps);
+    expect_close(tag + "rmsnorm out", out, tol());
+    expect_close(tag + "rmsnorm rstd", rstd, kF32Tol);
+
+    // Backward with the same (CPU) rstd on both sides; dx written, then accumulated; dw accumulates.
+    Pair rs = f32(cpu_values(rstd));
+    Pair dout = storage(randu(sz(rows, dim), 12));
+    Pair dx = storage(randu(sz(rows, dim), 13));
+    Pair dw = f32(randu(sz(dim), 14, -0.1f, 0.1f));
+    for (bool acc : {false, true}) {
+      cpu_->rmsnorm_backward(dx.c, static_cast<float*>(dw.c), dout.c, x.c, w.c, static_cast<const float*>(rs.c), rows,
+                             dim, acc);
+      gpu_->rmsnorm_backward(dx.g, static_cast<float*>(dw.g), dout.g, x.g, w.g, static_cast<const float*>(rs.g), rows,
+                             dim, acc);
+      expect_close(tag + (acc ? "rmsnorm dx (accumulate)" : "rmsnorm dx"), dx, tol());
+      expect_close(tag + "rmsnorm dw", dw, kF32Tol);
+    }
+    // dx only, dw only.
+    cpu_->rmsnorm_backward(dx.c, nullptr, dout.c, x.c, w.c, static_cast<const float*>(rs.c), rows, dim, false);
+    gpu_->rmsnorm_backward(dx.g, nullptr, dout.g, x.g, w.g, static_cast<const float*>(rs.g), rows, dim, false);
+    expect_close(tag + "rmsnorm dx (no dw)", dx, tol());
+    cpu_->rmsnorm_backward(nullptr, static_cast<float*>(dw.c), dout.c, x.c, w.c, static_cast<const float*>(rs.c), rows,
+                           dim, false);
+    gpu_->rmsnorm_backward(nullptr, static_cast<float*>(dw.g), dout.g, x.g, w.g, static_cast<const float*>(rs.g), rows,
+                           dim, false);
+    expect_close(tag + "rmsnorm dw (no dx)", dw, kF32Tol);
+
+    // In place (out aliases x).
+    cpu_->rmsnorm_forward(x.c, static_cast<float*>(rstd.c), x.c, w.c, rows, dim, eps);
+    gpu_->rmsnorm_forward(x.g, static_cast<float*>(rstd.g), x.g, w.g, rows, dim, eps);
+    expect_close(tag + "rmsnorm in place", x, tol());
+  }
+}
+
+TEST_P(OpsCuda, Linear) {
+  const int T = 37, in = 91, out = 53;
+  Pair x = storage(randu(sz(T, in), 20));
+  Pair W = storage(randu(sz(out, in), 21, -0.3f, 0.3f));
+  Pair bias = storage(randu(sz(out), 22));
+  Pair y = storage(Vec(sz(T, out), 0.0f));
+  for (bool with_bias : {false, true}) {
+    const void* bc = with_bias ? bias.c : nullptr;
+    const void* bg = with_bias ? bias.g : nullptr;
+    cpu_->linear_forward(y.c, x.c, W.c, bc, T, in, out);
+    gpu_->linear_forward(y.g, x.g, W.g, bg, T, in, out);
+    expect_close(with_bias ? "linear y (bias)" : "linear y", y, tol());
+  }
+  Pair dy = storage(randu(sz(T, out), 23));
+  Pair dx = storage(randu(sz(T, in), 24));
+  Pair dW = f32(randu(sz(out, in), 25, -0.1f, 0.1f));
+  Pair db = f32(randu(sz(out), 26, -0.1f, 0.1f));
+  for (bool acc : {false, true}) {
+    cpu_->linear_backward(dx.c, static_cast<float*>(dW.c), static_cast<float*>(db.c), dy.c, x.c, W.c, T, in, out, acc);
+    gpu_->linear_backward(dx.g, static_cast<float*>(dW.g), static_cast<float*>(db.g), dy.g, x.g, W.g, T, in, out, acc);
+    expect_close(acc ? "linear dx (accumulate)" : "linear dx", dx, tol());
+    expect_close("linear dW", dW, kGemmF32Tol);
+    expect_close("linear dbias", db, kF32Tol);
+  }
+  // Only dx.
+  cpu_->linear_backward(dx.c, nullptr, nullptr, dy.c, x.c, W.c, T, in, out, false);
+  gpu_->linear_backward(dx.g, nullptr, nullptr, dy.g, x.g, W.g, T, in, out, false);
+  expect_close("linear dx (only)", dx, tol());
+}
+
+TEST_P(OpsCuda, Lora) {
+  struct Case {
+    int T, in, r, out;
+  };
+  // T not a multiple of the kernels' row tiles (4, 8, 32), widths not multiples of 32 or 256.
+  for (const Case cs : {Case{45, 77, 7, 59}, Case{70, 300, 16, 261}, Case{3, 33, 1, 5}}) {
+    const int T = cs.T, in = cs.in, r = cs.r, out = cs.out;
+    const std::string tag = "r" + std::to_string(r) + " T" + std::to_string(T) + " ";
+    const float scale = 2.0f / static_cast<float>(r);
+    Pair x = storage(randu(sz(T, in), 30));
+    Pair A = f32(randu(sz(r, in), 31, -0.2f, 0.2f));
+    Pair B = f32(randu(sz(out, r), 32, -0.2f, 0.2f));
+    Pair y = storage(randu(sz(T, out), 33));
+    Pair xa = f32(Vec(sz(T, r), 0.0f));
+    cpu_->lora_forward(y.c, static_cast<float*>(xa.c), x.c, static_cast<const float*>(A.c),
+                       static_cast<const float*>(B.c), scale, T, in, r, out);
+    gpu_->lora_forward(y.g, static_cast<float*>(xa.g), x.g, static_cast<const float*>(A.g),
+                       static_cast<const float*>(B.g), scale, T, in, r, out);
+    expect_close(tag + "lora xa", xa, kF32Tol);
+    expect_close(tag + "lora y (+=)", y, tol());
+
+    // Backward from the CPU's xa on both sides. dA, dB accumulate onto random values, dx adds onto random values.
+    Pair xa_ref = f32(cpu_values(xa));
+    Pair dy = storage(randu(sz(T, out), 34));
+    Pair dx = storage(randu(sz(T, in), 35));
+    Pair dA = f32(randu(sz(r, in), 36, -0.01f, 0.01f));
+    Pair dB = f32(randu(sz(out, r), 37, -0.01f, 0.01f));
+    Pair scratch = f32(Vec(sz(T, r), 0.0f));
+    for (bool own_scratch : {true, false}) {
+      float* sc = own_scratch ? static_cast<float*>(scratch.c) : nullptr;
+      float* sg = own_scratch ? static_cast<float*>(scratch.g) : nullptr;
+      cpu_->lora_backward(dx.c, static_cast<float*>(dA.c), static_cast<float*>(dB.c), dy.c, x.c,
+                          static_cast<const float*>(xa_ref.c), static_cast<const float*>(A.c),
+                          static_cast<const float*>(B.c), scale, T, in, r, out, sc);
+      gpu_->lora_backward(dx.g, static_cast<float*>(dA.g), static_cast<float*>(dB.g), dy.g, x.g,
+                          static_cast<const float*>(xa_ref.g), static_cast<const float*>(A.g),
+                          static_cast<const float*>(B.g), scale, T, in, r, out, sg);
+      const std::string s = own_scratch ? "" : " (op scratch)";
+      expect_close(tag + "lora dx (+=)" + s, dx, tol());
+      expect_close(tag + "lora dA" + s, dA, kF32Tol);
+      expect_close(tag + "lora dB" + s, dB, kF32Tol);
+    }
+    // The caller's scratch holds scale * dy @ B after the first call (f32).
+    expect_close(tag + "lora scratch = scale dy B", scratch, kF32Tol);
+    // Only dB (no dA, no dx).
+    cpu_->lora_backward(nullptr, nullptr, static_cast<float*>(dB.c), dy.c, x.c, static_cast<const float*>(xa_ref.c),
+                        static_cast<const float*>(A.c), static_cast<const float*>(B.c), scale, T, in, r, out, nullptr);
+    gpu_->lora_backward(nullptr, nullptr, static_cast<float*>(dB.g), dy.g, x.g, static_cast<const float*>(xa_ref.g),
+                        static_cast<const float*>(A.g), static_cast<const float*>(B.g), scale, T, in, r, out, nullptr);
+    expect_close(tag + "lora dB (only)", dB, kF32Tol);
+  }
+}
+
+TEST_P(OpsCuda, Dropout) {
+  const std::int64_t n = 1001;
+  const float p = 0.3f;
+  const std::uint64_t seed = 0x1234abcdull;
+  Pair x = storage(randu(sz(n), 40, 0.5f, 1.5f));  // no zeros: a zero output means dropped
+  Pair out = storage(Vec(sz(n), 0.0f));
+  cpu_->dropout(out.c, x.c, n, p, seed);
+  gpu_->dropout(out.g, x.g, n, p, seed);
+  const Vec c = cpu_values(out), g = gpu_values(out);
+  int mismatched = 0, dropped = 0;
+  for (std::size_t i = 0; i < c.size(); ++i) {
+    mismatched += (c[i] == 0.0f) != (g[i] == 0.0f);
+    dropped += c[i] == 0.0f;
+  }
+  EXPECT_EQ(mismatched, 0) << "dropout masks differ";
+  EXPECT_GT(dropped, 200);
+  EXPECT_LT(dropped, 400);
+  expect_close("dropout out", out, tol());
+  // In place.
+  cpu_->dropout(x.c, x.c, n, p, seed + 1);
+  gpu_->dropout(x.g, x.g, n, p, seed + 1);
+  expect_close("dropout in place", x, tol());
+}
+
+TEST_P(OpsCuda, Rope) {
+  const int T = 23, n_heads = 3, head_dim = 46;  // half = 23
+  Vec inv(sz(head_dim / 2));
+  cpu::rope_inv_freq(inv.data(), head_dim, 10000.0, nullptr);
+  Pair inv_freq = f32(inv);
+  Ids pos_host;
+  std::mt19937 gen(50);
+  for (int t = 0; t < T; ++t) pos_host.push_back(t < 10 ? t : static_cast<std::int32_t>(gen() % 5000));
+  Pair pos = i32(pos_host);
+  Pair x = storage(randu(sz(T, n_heads, head_dim), 51));
+  cpu_->rope_forward(x.c, static_cast<const std::int32_t*>(pos.c), static_cast<const float*>(inv_freq.c), T, n_heads,
+                     head_dim);
+  gpu_->rope_forward(x.g, static_cast<const std::int32_t*>(pos.g), static_cast<const float*>(inv_freq.g), T, n_heads,
+                     head_dim);
+  expect_close("rope forward", x, tol());
+  Pair dx = storage(randu(sz(T, n_heads, head_dim), 52));
+  cpu_->rope_backward(dx.c, static_cast<const std::int32_t*>(pos.c), static_cast<const float*>(inv_freq.c), T,
+                      n_heads, head_dim);
+  gpu_->rope_backward(dx.g, static_cast<const std::int32_t*>(pos.g), static_cast<const float*>(inv_freq.g), T,
+                      n_heads, head_dim);
+  expect_close("rope backward", dx, tol());
+}
+
+TEST_P(OpsCuda, Attention) {
+  struct Case {
+    int B, L, n_heads, n_kv, head_dim;
+    Ids lengths;
+  };
+  const std::vector<Case> cases = {
+      {3, 19, 6, 2, 40, {19, 11, 1}},   // GQA (groups of 3), head_dim not a multiple of 32, padding
+      {2, 8, 4, 4, 24, {0, 5}},          // MHA, an empty sequence
+      {2, 13, 5, 1, 72, {13, 9}},        // MQA
+      {2, 33, 4, 2, 128, {33, 20}},      // a real head_dim
+  };
+  for (const Case& cs : cases) {
+    const int B = cs.B, L = cs.L, nh = cs.n_heads, nkv = cs.n_kv, hd = cs.head_dim;
+    const std::string tag = "B" + std::to_string(B) + " L" + std::to_string(L) + " h" + std::to_string(nh) + "/" +
+                            std::to_string(nkv) + " d" + std::to_string(hd) + " ";
+    Pair len = i32(cs.lengths);
+    Pair q = storage(randu(sz(B, L, nh, hd), 60, -2.0f, 2.0f));
+    Pair k = storage(randu(sz(B, L, nkv, hd), 61, -2.0f, 2.0f));
+    Pair v = storage(randu(sz(B, L, nkv, hd), 62));
+    Pair out = storage(Vec(sz(B, L, nh, hd), 3.0f));
+    Pair lse = f32(Vec(sz(B, nh, L), 3.0f));
+    cpu_->attention_forward(out.c, static_cast<float*>(lse.c), q.c, k.c, v.c, static_cast<const std::int32_t*>(len.c),
+                            B, L, nh, nkv, hd);
+    gpu_->attention_forward(out.g, static_cast<float*>(lse.g), q.g, k.g, v.g, static_cast<const std::int32_t*>(len.g),
+                            B, L, nh, nkv, hd);
+    expect_close(tag + "attention out", out, tol());
+    expect_close(tag + "attention lse", lse, kF32Tol);
+
+    // Backward from the CPU's lse on both sides; dq/dk/dv prefilled with junk (every row must be written).
+    Pair lse_ref = f32(cpu_values(lse));
+    Pair dout = storage(randu(sz(B, L, nh, hd), 63));
+    Pair dq = storage(Vec(sz(B, L, nh, hd), 7.0f));
+    Pair dk = storage(Vec(sz(B, L, nkv, hd), 7.0f));
+    Pair dv = storage(Vec(sz(B, L, nkv, hd), 7.0f));
+    cpu_->attention_backward(dq.c, dk.c, dv.c, dout.c, q.c, k.c, v.c, static_cast<const float*>(lse_ref.c),
+                             static_cast<const std::int32_t*>(len.c), B, L, nh, nkv, hd);
+    gpu_->attention_backward(dq.g, dk.g, dv.g, dout.g, q.g, k.g, v.g, static_cast<const float*>(lse_ref.g),
+                             static_cast<const std::int32_t*>(len.g), B, L, nh, nkv, hd);
+    expect_close(tag + "attention dq", dq, tol());
+    expect_close(tag + "attention dk", dk, tol());
+    expect_close(tag + "attention dv", dv, tol());
+  }
+}
+
+TEST_P(OpsCuda, Swiglu) {
+  const std::int64_t n = 1003;
+  Pair gate = storage(randu(sz(n), 70, -4.0f, 4.0f));
+  Pair up = storage(randu(sz(n), 71));
+  Pair out = storage(Vec(sz(n), 0.0f));
+  cpu_->swiglu_forward(out.c, gate.c, up.c, n);
+  gpu_->swiglu_forward(out.g, gate.g, up.g, n);
+  expect_close("swiglu out", out, tol());
+  Pair dout = storage(randu(sz(n), 72));
+  Pair dgate = storage(Vec(sz(n), 0.0f));
+  Pair dup = storage(Vec(sz(n), 0.0f));
+  cpu_->swiglu_backward(dgate.c, dup.c, dout.c, gate.c, up.c, n);
+  gpu_->swiglu_backward(dgate.g, dup.g, dout.g, gate.g, up.g, n);
+  expect_close("swiglu dgate", dgate, tol());
+  expect_close("swiglu dup", dup, tol());
+}
+
+TEST_P(OpsCuda, Residual) {
+  const std::int64_t n = 1003;
+  Pair x = storage(randu(sz(n), 80));
+  Pair y = storage(randu(sz(n), 81));
+  cpu_->residual_forward(x.c, y.c, n);
+  gpu_->residual_forward(x.g, y.g, n);
+  expect_close("residual x += y", x, tol());
+}
+
+TEST_P(OpsCuda, LmHead) {
+  const int D = 67, V = 1009;
+  for (const int T : {45, 300}) {  // 300 rows: several chunks of the GPU's 128 and the CPU's 32, the last partial
+    for (const float logit_scale : {1.0f, 0.7f}) {
+      const std::string tag = "T" + std::to_string(T) + " s" + std::to_string(logit_scale).substr(0, 3) + " ";
+      Ids tg;
+      std::mt19937 gen(90 + T);
+      for (int t = 0; t < T; ++t) tg.push_back(t % 7 == 3 ? -1 : static_cast<std::int32_t>(gen() % V));
+      Pair targets = i32(tg);
+      Pair h = storage(randu(sz(T, D), 91));
+      Pair W = storage(randu(sz(V, D), 92, -0.5f, 0.5f));
+      void* scratch_c = own(*cpu_, cpu_->lm_head_scratch_bytes(V));
+      void* scratch_g = own(*gpu_, gpu_->lm_head_scratch_bytes(V));
+      Pair lp = f32(Vec(sz(T), 9.0f));
+      Pair lse = f32(Vec(sz(T), 9.0f));
+      for (bool own_scratch : {true, false}) {
+        cpu_->lm_head_logprob_forward(static_cast<float*>(lp.c), static_cast<float*>(lse.c), h.c, W.c,
+                                      static_cast<const std::int32_t*>(targets.c), T, D, V, logit_scale,
+                                      own_scratch ? scratch_c : nullptr);
+        gpu_->lm_head_logprob_forward(static_cast<float*>(lp.g), static_cast<float*>(lse.g), h.g, W.g,
+                                      static_cast<const std::int32_t*>(targets.g), T, D, V, logit_scale,
+                                      own_scratch ? scratch_g : nullptr);
+        const std::string s = own_scratch ? "" : " (op scratch)";
+        expect_close(tag + "lm_head logprob" + s, lp, kGemmF32Tol);
+        expect_close(tag + "lm_head lse" + s, lse, kF32Tol);
+      }
+
+      // Backward from the CPU's lse; weights with zeros; dW accumulates onto small random values, so its
+      // increment is compared (dlogits are rounded to the storage dtype before the GEMMs: storage tolerance).
+      Pair lse_ref = f32(cpu_values(lse));
+      Vec wv = randu(sz(T), 93, -1.0f, 1.0f);
+      for (int t = 0; t < T; t += 5) wv[static_cast<std::size_t>(t)] = 0.0f;
+      Pair weights = f32(wv);
+      Pair dh = storage(Vec(sz(T, D), 7.0f));
+      const Vec dW0 = randu(sz(V, D), 94, -0.01f, 0.01f);
+      Pair dW = f32(dW0);
+      cpu_->lm_head_logprob_backward(dh.c, static_cast<float*>(dW.c), static_cast<const float*>(weights.c), h.c, W.c,
+                                     static_cast<const std::int32_t*>(targets.c),
+                                     static_cast<const float*>(lse_ref.c), T, D, V, logit_scale, scratch_c);
+      gpu_->lm_head_logprob_backward(dh.g, static_cast<float*>(dW.g), static_cast<const float*>(weights.g), h.g, W.g,
+                                     static_cast<const std::int32_t*>(targets.g),
+                                     static_cast<const float*>(lse_ref.g), T, D, V, logit_scale, scratch_g);
+      expect_close(tag + "lm_head dh", dh, tol());
+      Vec inc_c = cpu_values(dW), inc_g = gpu_values(dW);
+      for (std::size_t i = 0; i < dW0.size(); ++i) {
+        inc_c[i] -= dW0[i];
+        inc_g[i] -= dW0[i];
+      }
+      expect_close_vec(tag + "lm_head dW increment", inc_c, inc_g, tol());
+      // Without dW, and with the op's own scratch.
+      cpu_->lm_head_logprob_backward(dh.c, nullptr, static_cast<const float*>(weights.c), h.c, W.c,
+                                     static_cast<const std::int32_t*>(targets.c),
+                                     static_cast<const float*>(lse_ref.c), T, D, V, logit_scale, nullptr);
+      gpu_->lm_head_logprob_backward(dh.g, nullptr, static_cast<const float*>(weights.g), h.g, W.g,
+                                     static_cast<const std::int32_t*>(targets.g),
+                                     static_cast<const float*>(lse_ref.g), T, D, V, logit_scale, nullptr);
+      expect_close(tag + "lm_head dh (no dW)", dh, tol());
+    }
+  }
+  // Full logits.
+  const int T = 45;
+  Pair h = storage(randu(sz(T, D), 95));
+  Pair W = storage(randu(sz(V, D), 96, -0.5f, 0.5f));
+  Pair logits = f32(Vec(sz(T, V), 0.0f));
+  cpu_->lm_head_logits(static_cast<float*>(logits.c), h.c, W.c, T, D, V, 0.7f);
+  gpu_->lm_head_logits(static_cast<float*>(logits.g), h.g, W.g, T, D, V, 0.7f);
+  expect_close("lm_head logits", logits, kGemmF32Tol);
+
+  // A target >= V is reported at the next synchronisation.
+  Pair bad = i32({V});
+  Pair lp = f32({0.0f}), lse = f32({0.0f});
+  gpu_->lm_head_logprob_forward(static_cast<float*>(lp.g), static_cast<float*>(lse.g), h.g, W.g,
+                                static_cast<const std::int32_t*>(bad.g), 1, D, V, 1.0f, nullptr);
+  EXPECT_THROW(gpu_->synchronize(), FatalError);
+  EXPECT_NO_THROW(gpu_->synchronize());
+}
+
+INSTANTIATE_TEST_SUITE_P(Storage, OpsCuda, ::testing::Values(DType::BF16, DType::F16),
+                         [](const ::testing::TestParamInfo<DType>& info) {
+                           return std::string(info.param == DType::BF16 ? "bf16" : "fp16");
+                         });
+
+}  // namespace
+}  // namespace mgrl::kernels
+
+int main(int argc, char** argv) {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0) {
+    std::printf("test_ops_cuda: no usable CUDA device (%s): skipped\n",
+                e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    return 77;
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
