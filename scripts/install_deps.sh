@@ -11,6 +11,7 @@ packages=(
   libhdf5-openmpi-dev hdf5-tools
   libboost-program-options-dev libtomlplusplus-dev nlohmann-json3-dev
   libopenblas-dev
+  libpcre2-dev libutf8proc-dev
   libgtest-dev libbenchmark-dev
 )
 
