@@ -32,6 +32,10 @@ class Ops {
   virtual void upload_f32_as_storage(void* dst, const float* host, std::size_t n) = 0;
   virtual void download_storage_as_f32(float* host, const void* src, std::size_t n) = 0;
   virtual void synchronize() = 0;
+  // Batch-invariant mode: a row's results do not depend on the other rows of a call (kernels/cpu/gemm.h).
+  // The CPU backend implements it (for inference, so that N ranks generate what 1 rank generates); the
+  // CUDA backend is not batch-invariant and ignores it.
+  virtual void set_batch_invariant(bool on) { (void)on; }
 
   // ---- ops (forward next to backward) ----
   // embedding.h
@@ -82,6 +86,31 @@ class Ops {
                                         float logit_scale, void* scratch) = 0;
   virtual void lm_head_logits(float* logits, const void* h, const void* W, int T, int D, int V,
                               float logit_scale) = 0;
+
+  // ---- inference with a KV cache (kernels/cpu/kv_cache.h, kernels/cpu/sampling.h) ----
+  // Caches are [slots, max_len, n_kv, head_dim] in storage dtype, one k and one v per layer. Token row t
+  // (of T packed rows, no padding) belongs to sequence slot[t] at position pos[t].
+  // cache_k[slot[t], pos[t]] = k[t]; cache_v[slot[t], pos[t]] = v[t].
+  virtual void kv_store(void* cache_k, void* cache_v, const void* k, const void* v, const std::int32_t* slot,
+                        const std::int32_t* pos, int T, int max_len, int n_kv, int head_dim) = 0;
+  // out[t] = attention of q[t] over cache[slot[t], 0..pos[t]] (inclusive: the row's own key must be stored
+  // first), grouped-query as attention_forward, scale 1/sqrt(head_dim). q, out: [T, n_heads, head_dim].
+  virtual void attention_cached(void* out, const void* q, const void* cache_k, const void* cache_v,
+                                const std::int32_t* slot, const std::int32_t* pos, int T, int max_len, int n_heads,
+                                int n_kv, int head_dim) = 0;
+  // dst[i] = src[idx[i]] for i < n, rows of `width` elements in storage dtype.
+  virtual void gather_rows(void* dst, const void* src, const std::int32_t* idx, int n, int width) = 0;
+  // One token per row of logits [B, V] (f32), by the canonical algorithm of kernels/cpu/sampling.h,
+  // with row b's uniform drawn as random_uniform(seeds[b], 0). tokens[b] gets the token, logprobs[b]
+  // log_softmax(logits[b])[token] of the unmodified logits (temperature 1, no filtering).
+  struct Sampling {
+    float temperature = 1.0f;  // 0: greedy (argmax, lowest index on ties)
+    int top_k = 0;             // 0: off
+    float top_p = 1.0f;        // 1: off
+    float min_p = 0.0f;        // 0: off
+  };
+  virtual void sample(std::int32_t* tokens, float* logprobs, const float* logits, const std::uint64_t* seeds, int B,
+                      int V, const Sampling& params) = 0;
 };
 
 std::unique_ptr<Ops> make_cpu_ops();

@@ -6,12 +6,15 @@
 #include "core/error.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/embedding.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/kv_cache.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/lm_head.h"
 #include "kernels/cpu/lora.h"
 #include "kernels/cpu/residual.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
+#include "kernels/cpu/sampling.h"
 #include "kernels/cpu/swiglu.h"
 #include "kernels/ops.h"
 
@@ -43,6 +46,7 @@ class CpuOps final : public Ops {
   void upload_f32_as_storage(void* dst, const float* host, std::size_t n) override { copy(dst, host, n * 4); }
   void download_storage_as_f32(float* host, const void* src, std::size_t n) override { copy(host, src, n * 4); }
   void synchronize() override {}
+  void set_batch_invariant(bool on) override { cpu::set_batch_invariant(on); }
 
   void embedding_forward(void* out, const std::int32_t* ids, const void* table, int T, int V, int D) override {
     cpu::embedding_forward(F(out), ids, F(table), T, V, D);
@@ -117,6 +121,21 @@ class CpuOps final : public Ops {
   }
   void lm_head_logits(float* logits, const void* h, const void* W, int T, int D, int V, float logit_scale) override {
     cpu::lm_head_logits(logits, F(h), F(W), T, D, V, logit_scale);
+  }
+  void kv_store(void* cache_k, void* cache_v, const void* k, const void* v, const std::int32_t* slot,
+                const std::int32_t* pos, int T, int max_len, int n_kv, int head_dim) override {
+    cpu::kv_store(F(cache_k), F(cache_v), F(k), F(v), slot, pos, T, max_len, n_kv, head_dim);
+  }
+  void attention_cached(void* out, const void* q, const void* cache_k, const void* cache_v, const std::int32_t* slot,
+                        const std::int32_t* pos, int T, int max_len, int n_heads, int n_kv, int head_dim) override {
+    cpu::attention_cached(F(out), F(q), F(cache_k), F(cache_v), slot, pos, T, max_len, n_heads, n_kv, head_dim);
+  }
+  void gather_rows(void* dst, const void* src, const std::int32_t* idx, int n, int width) override {
+    cpu::gather_rows(F(dst), F(src), idx, n, width);
+  }
+  void sample(std::int32_t* tokens, float* logprobs, const float* logits, const std::uint64_t* seeds, int B, int V,
+              const Sampling& params) override {
+    cpu::sample(tokens, logprobs, logits, seeds, B, V, params);
   }
 };
 

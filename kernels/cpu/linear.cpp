@@ -1,6 +1,8 @@
 // linear.cpp: dense layer forward and backward on top of cblas_sgemm (row-major).
 #include "kernels/cpu/linear.h"
 
+#include "kernels/cpu/gemm.h"
+
 #include <cblas.h>
 
 #include <cstdint>
@@ -18,7 +20,7 @@ void linear_forward(float* y, const float* x, const float* W, const float* bias,
     beta = 1.0f;
   }
   // y[T, out] (+)= x[T, in] @ W[out, in]^T
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, out, in, 1.0f, x, in, W, in, beta, y, out);
+  gemm_nt(y, x, W, T, out, in, 1.0f, beta);
 }
 
 void linear_backward(float* dx, float* dW, float* dbias, const float* dy, const float* x, const float* W, int T, int in,

@@ -1,6 +1,8 @@
 // lm_head.cpp: chunked lm_head + log-softmax (per-token logprob and logsumexp) and its backward.
 #include "kernels/cpu/lm_head.h"
 
+#include "kernels/cpu/gemm.h"
+
 #include <cblas.h>
 
 #include <algorithm>
@@ -20,7 +22,7 @@ void check_target(int32_t target, int V) {
 
 // logits[n, V] = logit_scale * h[n, D] @ W[V, D]^T
 void chunk_logits(float* logits, const float* h, const float* W, int n, int D, int V, float logit_scale) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, V, D, logit_scale, h, D, W, D, 0.0f, logits, V);
+  gemm_nt(logits, h, W, n, V, D, logit_scale, 0.0f);
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // lora.cpp: LoRA forward (saves x @ A^T) and backward (dA, dB, added dx) on top of cblas_sgemm.
 #include "kernels/cpu/lora.h"
 
+#include "kernels/cpu/gemm.h"
+
 #include <cblas.h>
 
 #include <cstdint>
@@ -12,9 +14,9 @@ void lora_forward(float* y, float* xa, const float* x, const float* A, const flo
                   int r, int out) {
   if (T <= 0 || r <= 0) return;
   // xa[T, r] = x[T, in] @ A[r, in]^T
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, r, in, 1.0f, x, in, A, in, 0.0f, xa, r);
+  gemm_nt(xa, x, A, T, r, in, 1.0f, 0.0f);
   // y[T, out] += scale * xa[T, r] @ B[out, r]^T
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, out, r, scale, xa, r, B, r, 1.0f, y, out);
+  gemm_nt(y, xa, B, T, out, r, scale, 1.0f);
 }
 
 void lora_backward(float* dx, float* dA, float* dB, const float* dy, const float* x, const float* xa, const float* A,

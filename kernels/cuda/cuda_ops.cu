@@ -12,12 +12,14 @@
 #include "kernels/cuda/convert.cuh"
 #include "kernels/cuda/dropout.cuh"
 #include "kernels/cuda/embedding.cuh"
+#include "kernels/cuda/kv_cache.cuh"
 #include "kernels/cuda/linear.cuh"
 #include "kernels/cuda/lm_head.cuh"
 #include "kernels/cuda/lora.cuh"
 #include "kernels/cuda/residual.cuh"
 #include "kernels/cuda/rmsnorm.cuh"
 #include "kernels/cuda/rope.cuh"
+#include "kernels/cuda/sampling.cuh"
 #include "kernels/cuda/swiglu.cuh"
 
 namespace mgrl::kernels {
@@ -182,6 +184,21 @@ class CudaOps final : public Ops {
   void lm_head_logits(float* logits, const void* h, const void* W, int T, int D, int V, float logit_scale) override {
     cuda::lm_head_logits(ctx(), logits, h, W, T, D, V, logit_scale);
   }
+  void kv_store(void* cache_k, void* cache_v, const void* k, const void* v, const std::int32_t* slot,
+                const std::int32_t* pos, int T, int max_len, int n_kv, int head_dim) override {
+    cuda::kv_store(ctx(), cache_k, cache_v, k, v, slot, pos, T, max_len, n_kv, head_dim);
+  }
+  void attention_cached(void* out, const void* q, const void* cache_k, const void* cache_v, const std::int32_t* slot,
+                        const std::int32_t* pos, int T, int max_len, int n_heads, int n_kv, int head_dim) override {
+    cuda::attention_cached(ctx(), out, q, cache_k, cache_v, slot, pos, T, max_len, n_heads, n_kv, head_dim);
+  }
+  void gather_rows(void* dst, const void* src, const std::int32_t* idx, int n, int width) override {
+    cuda::gather_rows(ctx(), dst, src, idx, n, width);
+  }
+  void sample(std::int32_t* tokens, float* logprobs, const float* logits, const std::uint64_t* seeds, int B, int V,
+              const Sampling& params) override {
+    cuda::sample(ctx(), tokens, logprobs, logits, seeds, B, V, params);
+  }
 
  private:
   cuda::Ctx ctx() const { return cuda::Ctx{st_, stream_, blas_, err_}; }
@@ -198,6 +215,7 @@ class CudaOps final : public Ops {
     if (bits & cuda::kErrTokenId) what += " a token id >= vocab size (embedding);";
     if (bits & cuda::kErrTargetId) what += " a target id >= vocab size (lm_head);";
     if (bits & cuda::kErrLength) what += " a sequence length outside [0, L] (attention);";
+    if (bits & cuda::kErrCacheIndex) what += " a slot, position or row index out of range (KV cache);";
     MGRL_CHECK(bits == 0, "CUDA kernels met invalid input since the last synchronisation:" + what);
   }
 

@@ -27,6 +27,8 @@ struct Context {
 int run_info(Context& ctx);
 // `mgrl score`: per-token log-probs of JSONL token sequences into an HDF5 file (docs/score.md).
 int run_score(Context& ctx);
+// `mgrl generate`: completions of JSONL prompts into a JSONL file (docs/generate.md).
+int run_generate(Context& ctx);
 
 // The op backend for the rank's device.
 std::unique_ptr<kernels::Ops> make_ops(const dist::Device& device);

@@ -11,6 +11,8 @@ namespace mgrl::app {
 std::unique_ptr<kernels::Ops> make_ops(const dist::Device& device) {
 #if MGRL_WITH_CUDA
   if (device.backend == dist::Backend::Cuda) return kernels::make_cuda_ops(device.gpu.index);
+#else
+  (void)device;
 #endif
   return kernels::make_cpu_ops();
 }

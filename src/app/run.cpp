@@ -60,6 +60,7 @@ int run(dist::MpiEnv& env, int argc, char** argv) {
     Context ctx{env, cfg, device, *comm};
     if (mode == "info") return run_info(ctx);
     if (mode == "score") return run_score(ctx);
+    if (mode == "generate") return run_generate(ctx);
     throw UserError("mode '" + mode + "' is not implemented in this build");
   });
 }

@@ -53,6 +53,15 @@ struct Transformer::Work {
   std::vector<std::int32_t> host_ids, host_lengths;  // of the last forward
 };
 
+// Buffers of infer(), sized for the largest call seen.
+struct Transformer::InferWork {
+  int cap_T = 0, cap_R = 0;
+  std::vector<void*> allocations;
+  void *x, *h, *q, *k, *v, *q_pre, *k_pre, *attn, *tmp, *gate, *up, *act, *hsel;
+  float *rstd, *xa, *logits;
+  std::int32_t *ids, *slot, *pos, *rows;
+};
+
 namespace {
 std::string layer_name(int l, const std::string& rest) { return "model.layers." + std::to_string(l) + "." + rest; }
 
@@ -112,6 +121,8 @@ Transformer::Transformer(io::ModelConfig cfg, kernels::Ops& ops, ModelOptions op
 
 Transformer::~Transformer() {
   for (void* p : allocations_) ops_.release(p);
+  if (infer_)
+    for (void* p : infer_->allocations) ops_.release(p);
   ops_.release(inv_freq_);
   ops_.release(weights_);
   if (base_grads_) ops_.release(base_grads_);
@@ -275,8 +286,14 @@ void Transformer::linear_with_lora(int l, Module m, void* y, const void* x, cons
     ops_.dropout(a.xd[mi], x, static_cast<std::int64_t>(T) * in, p, mix_seed(seed, l, mi));
     xin = a.xd[mi];
   }
-  ops_.lora_forward(y, a.xa[mi], xin, lora_->A(*s), lora_->B(*s), lora_->config().scale(), T, in,
-                    lora_->config().r, out);
+  lora_add(l, m, y, xin, T, a.xa[mi]);
+}
+
+void Transformer::lora_add(int l, Module m, void* y, const void* x, int T, float* xa) {
+  const LoraSlot* s = lora_ ? lora_->find(l, m) : nullptr;
+  if (!s) return;
+  ops_.lora_forward(y, xa, x, lora_->A(*s), lora_->B(*s), lora_->config().scale(), T, module_in(cfg_, m),
+                    lora_->config().r, module_out(cfg_, m));
 }
 
 void Transformer::linear_with_lora_backward(int l, Module m, void* dx, const void* dy, const void* x, const void* W,
@@ -455,6 +472,114 @@ void Transformer::backward(const float* weights) {
     layer_backward(l, a, W.dx);
   }
   if (base_grads_) ops_.embedding_backward(g("model.embed_tokens.weight"), W.dx, W.ids, T, V, D);
+}
+
+
+void Transformer::reserve_infer(int T, int R) {
+  if (!infer_) infer_ = std::make_unique<InferWork>();
+  InferWork& I = *infer_;
+  if (T <= I.cap_T && R <= I.cap_R) return;
+  for (void* p : I.allocations) ops_.release(p);
+  I.allocations.clear();
+  I.cap_T = std::max(T, I.cap_T);
+  I.cap_R = std::max(R, I.cap_R);
+  const std::size_t t = static_cast<std::size_t>(I.cap_T), r = static_cast<std::size_t>(I.cap_R);
+  const std::size_t S = ops_.storage_size();
+  const std::size_t D = cfg_.hidden_size, Q = cfg_.q_dim(), K = cfg_.kv_dim(), In = cfg_.intermediate_size;
+  auto buf = [&](std::size_t bytes) {
+    void* p = ops_.alloc(bytes);
+    I.allocations.push_back(p);
+    return p;
+  };
+  I.x = buf(t * D * S);
+  I.h = buf(t * D * S);
+  I.q = buf(t * Q * S);
+  I.k = buf(t * K * S);
+  I.v = buf(t * K * S);
+  I.q_pre = cfg_.qk_norm ? buf(t * Q * S) : nullptr;
+  I.k_pre = cfg_.qk_norm ? buf(t * K * S) : nullptr;
+  I.attn = buf(t * Q * S);
+  I.tmp = buf(t * D * S);
+  I.gate = buf(t * In * S);
+  I.up = buf(t * In * S);
+  I.act = buf(t * In * S);
+  I.hsel = buf(r * D * S);
+  I.rstd = static_cast<float*>(buf(t * static_cast<std::size_t>(cfg_.num_attention_heads) * sizeof(float)));
+  I.xa = static_cast<float*>(buf(t * static_cast<std::size_t>(lora_ ? lora_->config().r : 1) * sizeof(float)));
+  I.logits = static_cast<float*>(buf(r * static_cast<std::size_t>(cfg_.vocab_size) * sizeof(float)));
+  I.ids = static_cast<std::int32_t*>(buf(t * 4));
+  I.slot = static_cast<std::int32_t*>(buf(t * 4));
+  I.pos = static_cast<std::int32_t*>(buf(t * 4));
+  I.rows = static_cast<std::int32_t*>(buf(r * 4));
+}
+
+const float* Transformer::infer(const std::vector<std::int32_t>& tokens, const std::vector<std::int32_t>& slot,
+                                const std::vector<std::int32_t>& pos, const std::vector<std::int32_t>& out_rows,
+                                KvCache& cache, bool use_lora) {
+  const int T = static_cast<int>(tokens.size()), R = static_cast<int>(out_rows.size());
+  MGRL_CHECK(T > 0 && slot.size() == tokens.size() && pos.size() == tokens.size() && R > 0, "malformed infer call");
+  const int V = static_cast<int>(cfg_.vocab_size), D = static_cast<int>(cfg_.hidden_size);
+  const int In = static_cast<int>(cfg_.intermediate_size);
+  const int nh = static_cast<int>(cfg_.num_attention_heads), nkv = static_cast<int>(cfg_.num_key_value_heads);
+  const int hd = static_cast<int>(cfg_.head_dim);
+  const float eps = static_cast<float>(cfg_.rms_norm_eps);
+  for (int t = 0; t < T; ++t) {
+    if (tokens[t] < 0 || tokens[t] >= V)
+      throw UserError("token id " + std::to_string(tokens[t]) + " is outside the vocabulary (size " +
+                      std::to_string(V) + ")");
+    MGRL_CHECK(slot[t] >= 0 && slot[t] < cache.slots(), "infer: slot outside the cache");
+    if (pos[t] < 0 || pos[t] >= cache.max_len())
+      throw UserError("a sequence reached " + std::to_string(pos[t] + 1) + " tokens, more than the cache holds (" +
+                      std::to_string(cache.max_len()) + ")");
+  }
+  for (int r = 0; r < R; ++r) MGRL_CHECK(out_rows[r] >= 0 && out_rows[r] < T, "infer: output row out of range");
+  reserve_infer(T, R);
+  InferWork& I = *infer_;
+  // A sequence's logits must not depend on what it is batched with (generation on N ranks = on 1 rank).
+  struct Invariant {
+    kernels::Ops& ops;
+    explicit Invariant(kernels::Ops& o) : ops(o) { ops.set_batch_invariant(true); }
+    ~Invariant() { ops.set_batch_invariant(false); }
+  } invariant(ops_);
+  ops_.upload(I.ids, tokens.data(), tokens.size() * 4);
+  ops_.upload(I.slot, slot.data(), slot.size() * 4);
+  ops_.upload(I.pos, pos.data(), pos.size() * 4);
+  ops_.upload(I.rows, out_rows.data(), out_rows.size() * 4);
+  const bool lora = use_lora && lora_ != nullptr;
+
+  ops_.embedding_forward(I.x, I.ids, w("model.embed_tokens.weight"), T, V, D);
+  for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
+    const LayerW& Lw = layers_[l];
+    auto lin = [&](Module m, void* y, const void* x) {
+      const int mi = static_cast<int>(m);
+      ops_.linear_forward(y, x, Lw.W[mi], Lw.bias[mi], T, module_in(cfg_, m), module_out(cfg_, m));
+      if (lora) lora_add(l, m, y, x, T, I.xa);
+    };
+    ops_.rmsnorm_forward(I.h, I.rstd, I.x, Lw.attn_norm, T, D, eps);
+    lin(Module::Q, cfg_.qk_norm ? I.q_pre : I.q, I.h);
+    lin(Module::K, cfg_.qk_norm ? I.k_pre : I.k, I.h);
+    lin(Module::V, I.v, I.h);
+    if (cfg_.qk_norm) {
+      ops_.rmsnorm_forward(I.q, I.rstd, I.q_pre, Lw.q_norm, T * nh, hd, eps);
+      ops_.rmsnorm_forward(I.k, I.rstd, I.k_pre, Lw.k_norm, T * nkv, hd, eps);
+    }
+    ops_.rope_forward(I.q, I.pos, inv_freq_, T, nh, hd);
+    ops_.rope_forward(I.k, I.pos, inv_freq_, T, nkv, hd);
+    ops_.kv_store(cache.k(l), cache.v(l), I.k, I.v, I.slot, I.pos, T, cache.max_len(), nkv, hd);
+    ops_.attention_cached(I.attn, I.q, cache.k(l), cache.v(l), I.slot, I.pos, T, cache.max_len(), nh, nkv, hd);
+    lin(Module::O, I.tmp, I.attn);
+    ops_.residual_forward(I.x, I.tmp, static_cast<std::int64_t>(T) * D);
+    ops_.rmsnorm_forward(I.h, I.rstd, I.x, Lw.mlp_norm, T, D, eps);
+    lin(Module::Gate, I.gate, I.h);
+    lin(Module::Up, I.up, I.h);
+    ops_.swiglu_forward(I.act, I.gate, I.up, static_cast<std::int64_t>(T) * In);
+    lin(Module::Down, I.tmp, I.act);
+    ops_.residual_forward(I.x, I.tmp, static_cast<std::int64_t>(T) * D);
+  }
+  ops_.gather_rows(I.hsel, I.x, I.rows, R, D);
+  ops_.rmsnorm_forward(I.hsel, I.rstd, I.hsel, w("model.norm.weight"), R, D, eps);
+  ops_.lm_head_logits(I.logits, I.hsel, head(), R, D, V, 1.0f);
+  return I.logits;
 }
 
 std::vector<float> Transformer::input_embedding_grad() const {

@@ -10,6 +10,7 @@
 
 #include "io/hf_config.h"
 #include "kernels/ops.h"
+#include "model/kv_cache.h"
 #include "model/lora.h"
 
 namespace mgrl::model {
@@ -58,6 +59,15 @@ class Transformer {
   // Full logits of the last forward, host [B * L, vocab] (tests, debugging).
   std::vector<float> logits() const;
 
+  // Inference with a KV cache. Row t of the packed rows is token tokens[t] of sequence slot[t] at position
+  // pos[t]; earlier positions of that sequence are in the cache or earlier rows of this call (a prompt
+  // prefill and the decode steps of other sequences may share one call). Returns the f32 logits
+  // [out_rows.size(), vocab] of the rows named by out_rows (a row may be named several times), in backend
+  // memory, valid until the next call.
+  const float* infer(const std::vector<std::int32_t>& tokens, const std::vector<std::int32_t>& slot,
+                     const std::vector<std::int32_t>& pos, const std::vector<std::int32_t>& out_rows, KvCache& cache,
+                     bool use_lora = true);
+
   // Full fine-tuning: all base tensors in one flat f32 gradient buffer, in expected_tensors() order.
   struct BaseTensor {
     std::string name;
@@ -78,6 +88,7 @@ class Transformer {
   void layer_backward(int l, Acts& a, void* dx);
   void linear_with_lora(int l, Module m, void* y, const void* x, const void* W, const void* bias, int T, Acts& a,
                         bool use_lora, bool train, std::uint64_t seed);
+  void lora_add(int l, Module m, void* y, const void* x, int T, float* xa);
   void linear_with_lora_backward(int l, Module m, void* dx, const void* dy, const void* x, const void* W, float* dW,
                                  float* dbias, int T, Acts& a, bool accumulate);
   const void* w(const std::string& name) const;
@@ -101,6 +112,9 @@ class Transformer {
   std::vector<std::unique_ptr<Acts>> acts_;
   struct Work;
   std::unique_ptr<Work> work_;
+  struct InferWork;
+  std::unique_ptr<InferWork> infer_;
+  void reserve_infer(int T, int R);
   // The last forward.
   int B_ = 0, L_ = 0;
   bool last_train_ = false, last_lora_ = false;

@@ -13,6 +13,7 @@
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/ops.h"
 #include "model/transformer.h"
+#include "rl/generator.h"
 
 namespace mgrl::model {
 namespace {
@@ -98,6 +99,38 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, ModelCuda,
                                            Case{"qwen2_bias_tied", DType::F16, true},
                                            Case{"qwen3_qknorm", DType::BF16, true},
                                            Case{"qwen3_qknorm", DType::F16, false}));
+
+// Generation on the GPU: the KV-cache path gives the log-probs the CPU training forward gives for the
+// same tokens (within storage precision), and the G greedy completions of a prompt are identical.
+TEST(GenerationCuda, LogprobsMatchCpuScoreOfTheSameTokens) {
+  const std::string name = "qwen3_qknorm";
+  const auto cfg = io::parse_hf_config(kData + name + "/config.json");
+  auto gpu = kernels::make_cuda_ops(0);
+  Transformer m(cfg, *gpu);
+  m.load_weights(kData + name);
+  m.add_lora(read_peft_config(kData + name + "/adapter_config.json"), 0).load_peft(kData + name);
+  rl::GenerationOptions o;
+  o.max_new_tokens = 8;
+  o.num_generations = 3;
+  o.sampling.temperature = 0;
+  rl::Generator gen(m, o);
+  const std::vector<rl::Prompt> prompts{{0, {5, 9, 13}}, {1, {7}}, {2, {100, 3, 44, 8, 90, 2}}};
+  const auto out = gen.generate(prompts);
+  ASSERT_EQ(out.size(), 9u);
+  auto cpu = kernels::make_cpu_ops();
+  Transformer ref(cfg, *cpu);
+  ref.load_weights(kData + name);
+  ref.add_lora(read_peft_config(kData + name + "/adapter_config.json"), 0).load_peft(kData + name);
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    EXPECT_EQ(out[i].tokens, out[i - i % 3].tokens) << "greedy completions of one prompt differ";
+    std::vector<std::int32_t> seq = prompts[i / 3].tokens;
+    seq.insert(seq.end(), out[i].tokens.begin(), out[i].tokens.end());
+    std::vector<float> lp(seq.size());
+    ref.forward(Batch::from_sequences({seq}), lp.data());
+    const std::vector<float> want(lp.begin() + static_cast<std::ptrdiff_t>(prompts[i / 3].tokens.size()), lp.end());
+    EXPECT_LE(rel_error(out[i].logprobs, want), 2e-2) << "completion " << i;
+  }
+}
 
 }  // namespace
 }  // namespace mgrl::model

@@ -6,11 +6,13 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <string>
 #include <utility>
@@ -519,6 +521,182 @@ TEST_P(OpsCuda, LmHead) {
                                 static_cast<const std::int32_t*>(bad.g), 1, D, V, 1.0f, nullptr);
   EXPECT_THROW(gpu_->synchronize(), FatalError);
   EXPECT_NO_THROW(gpu_->synchronize());
+}
+
+// KV cache: store (exact copy), cached attention over interleaved rows of several slots (prefill), then one
+// decode row per slot; a position outside the cache is reported at the next synchronisation.
+TEST_P(OpsCuda, KvCache) {
+  struct Case {
+    int n_heads, n_kv, head_dim;
+  };
+  const int slots = 3, max_len = 40;
+  const Ids len = {37, 20, 5};    // prefill lengths of sequences 0, 1, 2
+  const Ids slot_of = {2, 0, 1};  // the slot each sequence lives in
+  for (const Case cs : {Case{4, 4, 40}, Case{6, 2, 128}, Case{5, 1, 72}, Case{4, 2, 256}}) {
+    const int nh = cs.n_heads, nkv = cs.n_kv, hd = cs.head_dim;
+    const std::string tag = "h" + std::to_string(nh) + "/" + std::to_string(nkv) + " d" + std::to_string(hd) + " ";
+    // Prefill rows: every (sequence, position), shuffled so that slots interleave and positions come out of order.
+    std::vector<std::pair<int, int>> rows;
+    for (int b = 0; b < 3; ++b)
+      for (int t = 0; t < len[static_cast<std::size_t>(b)]; ++t) rows.emplace_back(b, t);
+    std::mt19937 gen(110);
+    std::shuffle(rows.begin(), rows.end(), gen);
+    Ids slot_h, pos_h;
+    for (const auto& [b, t] : rows) {
+      slot_h.push_back(slot_of[static_cast<std::size_t>(b)]);
+      pos_h.push_back(t);
+    }
+    const int T = static_cast<int>(rows.size());
+    Pair slot = i32(slot_h), pos = i32(pos_h);
+    Pair k = storage(randu(sz(T, nkv, hd), 111, -2.0f, 2.0f));
+    Pair v = storage(randu(sz(T, nkv, hd), 112));
+    Pair q = storage(randu(sz(T, nh, hd), 113, -2.0f, 2.0f));
+    Pair ck = storage(Vec(sz(slots, max_len, nkv, hd), 0.0f));
+    Pair cv = storage(Vec(sz(slots, max_len, nkv, hd), 0.0f));
+    const auto* sc = static_cast<const std::int32_t*>(slot.c);
+    const auto* sg = static_cast<const std::int32_t*>(slot.g);
+    const auto* pc = static_cast<const std::int32_t*>(pos.c);
+    const auto* pg = static_cast<const std::int32_t*>(pos.g);
+    cpu_->kv_store(ck.c, cv.c, k.c, v.c, sc, pc, T, max_len, nkv, hd);
+    gpu_->kv_store(ck.g, cv.g, k.g, v.g, sg, pg, T, max_len, nkv, hd);
+    expect_close(tag + "kv_store cache_k (exact)", ck, 0.0);
+    expect_close(tag + "kv_store cache_v (exact)", cv, 0.0);
+    Pair out = storage(Vec(sz(T, nh, hd), 3.0f));
+    cpu_->attention_cached(out.c, q.c, ck.c, cv.c, sc, pc, T, max_len, nh, nkv, hd);
+    gpu_->attention_cached(out.g, q.g, ck.g, cv.g, sg, pg, T, max_len, nh, nkv, hd);
+    expect_close(tag + "attention_cached prefill", out, tol());
+
+    // Decode: one new row per slot at its next position, stored first, then attended.
+    Ids dslot_h, dpos_h;
+    for (int b = 2; b >= 0; --b) {
+      dslot_h.push_back(slot_of[static_cast<std::size_t>(b)]);
+      dpos_h.push_back(len[static_cast<std::size_t>(b)]);
+    }
+    Pair dslot = i32(dslot_h), dpos = i32(dpos_h);
+    const auto* dsc = static_cast<const std::int32_t*>(dslot.c);
+    const auto* dsg = static_cast<const std::int32_t*>(dslot.g);
+    const auto* dpc = static_cast<const std::int32_t*>(dpos.c);
+    const auto* dpg = static_cast<const std::int32_t*>(dpos.g);
+    Pair dk = storage(randu(sz(3, nkv, hd), 114, -2.0f, 2.0f));
+    Pair dv = storage(randu(sz(3, nkv, hd), 115));
+    Pair dq = storage(randu(sz(3, nh, hd), 116, -2.0f, 2.0f));
+    Pair dout = storage(Vec(sz(3, nh, hd), 3.0f));
+    cpu_->kv_store(ck.c, cv.c, dk.c, dv.c, dsc, dpc, 3, max_len, nkv, hd);
+    gpu_->kv_store(ck.g, cv.g, dk.g, dv.g, dsg, dpg, 3, max_len, nkv, hd);
+    cpu_->attention_cached(dout.c, dq.c, ck.c, cv.c, dsc, dpc, 3, max_len, nh, nkv, hd);
+    gpu_->attention_cached(dout.g, dq.g, ck.g, cv.g, dsg, dpg, 3, max_len, nh, nkv, hd);
+    expect_close(tag + "kv_store decode cache_k (exact)", ck, 0.0);
+    expect_close(tag + "attention_cached decode", dout, tol());
+  }
+  // A position outside the cache cannot throw inside a kernel: the next synchronisation reports it.
+  const int nkv = 2, hd = 8;
+  Pair ck = storage(Vec(sz(1, 4, nkv, hd), 0.0f)), cv = storage(Vec(sz(1, 4, nkv, hd), 0.0f));
+  Pair k = storage(randu(sz(1, nkv, hd), 117)), q = storage(randu(sz(1, 2, hd), 118));
+  Pair out = storage(Vec(sz(1, 2, hd), 0.0f));
+  Pair slot = i32({0}), bad = i32({4});
+  gpu_->kv_store(ck.g, cv.g, k.g, k.g, static_cast<const std::int32_t*>(slot.g),
+                 static_cast<const std::int32_t*>(bad.g), 1, 4, nkv, hd);
+  EXPECT_THROW(gpu_->synchronize(), FatalError);
+  EXPECT_NO_THROW(gpu_->synchronize());
+  gpu_->attention_cached(out.g, q.g, ck.g, cv.g, static_cast<const std::int32_t*>(slot.g),
+                         static_cast<const std::int32_t*>(bad.g), 1, 4, 2, nkv, hd);
+  EXPECT_THROW(gpu_->synchronize(), FatalError);
+  EXPECT_NO_THROW(gpu_->synchronize());
+}
+
+TEST_P(OpsCuda, GatherRows) {
+  const int rows = 37, width = 203;
+  Pair src = storage(randu(sz(rows, width), 120));
+  const Ids idx_h = {36, 0, 5, 5, 17, 36, 2, 9, 9, 9, 30};
+  const int n = static_cast<int>(idx_h.size());
+  Pair idx = i32(idx_h);
+  Pair dst = storage(Vec(sz(n, width), 4.0f));
+  cpu_->gather_rows(dst.c, src.c, static_cast<const std::int32_t*>(idx.c), n, width);
+  gpu_->gather_rows(dst.g, src.g, static_cast<const std::int32_t*>(idx.g), n, width);
+  expect_close("gather_rows (exact)", dst, 0.0);
+}
+
+// Sampling: the same token for the same seeds, and log-probs within 1e-4, on logits with well separated values
+// (a near-tie could fall either way under a different summation order; exact ties fall the same way on both).
+TEST_P(OpsCuda, Sample) {
+  if (st() == DType::F16) GTEST_SKIP() << "f32 logits: no storage dtype involved (run once, under bf16)";
+  struct Params {
+    float temperature;
+    int top_k;
+    float top_p, min_p;
+  };
+  const std::vector<Params> settings = {
+      {0.0f, 0, 1.0f, 0.0f},  {1.0f, 0, 1.0f, 0.0f},       {0.7f, 50, 1.0f, 0.0f}, {1.2f, 0, 0.9f, 0.0f},
+      {1.0f, 0, 1.0f, 0.05f}, {0.8f, 40, 0.8f, 0.02f},     {1.0f, 1, 1.0f, 0.0f},  {1.0f, 0, 0.0f, 0.0f},
+      {1.5f, 5, 0.97f, 0.1f}, {1.0f, 1 << 30, 1.0f, 0.0f},
+  };
+  const int B = 48;
+  for (const int V : {7, 1000, 50001, 151936}) {
+    // Row b: a random permutation of evenly spaced values, scaled per row (sharp to flat distributions).
+    Vec logits(sz(B, V));
+    std::mt19937 gen(130 + V);
+    std::vector<int> perm(static_cast<std::size_t>(V));
+    for (int b = 0; b < B; ++b) {
+      std::iota(perm.begin(), perm.end(), 0);
+      std::shuffle(perm.begin(), perm.end(), gen);
+      const float range = 4.0f + 2.0f * static_cast<float>(b % 8);
+      for (int i = 0; i < V; ++i)
+        logits[sz(b, V) + static_cast<std::size_t>(i)] =
+            range * (static_cast<float>(perm[static_cast<std::size_t>(i)]) / static_cast<float>(V) - 0.5f);
+    }
+    if (V >= 1000) {  // exact ties: row 0's max twice (greedy: the lower index), row 1 ten tied maxima (kept
+                      // together by top_k 1, 5, top_p 0; within top_k 40, 50)
+      logits[sz(0, V) + 3] = logits[sz(0, V) + 900] = 100.0f;
+      for (int i = 10; i < 20; ++i) logits[sz(1, V) + static_cast<std::size_t>(i)] = 50.0f;
+    }
+    Pair z = f32(logits);
+    std::vector<std::uint64_t> seeds_h(static_cast<std::size_t>(B));
+    for (int b = 0; b < B; ++b)
+      seeds_h[static_cast<std::size_t>(b)] =
+          0x9e3779b9ull * static_cast<std::uint64_t>(b + 1) + static_cast<unsigned>(V);
+    void* seeds_c = own(*cpu_, seeds_h.size() * 8);
+    void* seeds_g = own(*gpu_, seeds_h.size() * 8);
+    cpu_->upload(seeds_c, seeds_h.data(), seeds_h.size() * 8);
+    gpu_->upload(seeds_g, seeds_h.data(), seeds_h.size() * 8);
+    Pair tok = i32(Ids(static_cast<std::size_t>(B), -7));
+    Pair lp = f32(Vec(static_cast<std::size_t>(B), 9.0f));
+    for (const Params& pr : settings) {
+      Ops::Sampling sp;
+      sp.temperature = pr.temperature;
+      sp.top_k = pr.top_k;
+      sp.top_p = pr.top_p;
+      sp.min_p = pr.min_p;
+      const std::string tag = "V" + std::to_string(V) + " T" + std::to_string(pr.temperature).substr(0, 3) + " k" +
+                              std::to_string(pr.top_k) + " p" + std::to_string(pr.top_p).substr(0, 4) + " m" +
+                              std::to_string(pr.min_p).substr(0, 4);
+      cpu_->sample(static_cast<std::int32_t*>(tok.c), static_cast<float*>(lp.c), static_cast<const float*>(z.c),
+                   static_cast<const std::uint64_t*>(seeds_c), B, V, sp);
+      gpu_->sample(static_cast<std::int32_t*>(tok.g), static_cast<float*>(lp.g), static_cast<const float*>(z.g),
+                   static_cast<const std::uint64_t*>(seeds_g), B, V, sp);
+      Ids tc(static_cast<std::size_t>(B)), tg(static_cast<std::size_t>(B));
+      cpu_->download(tc.data(), tok.c, tc.size() * 4);
+      gpu_->download(tg.data(), tok.g, tg.size() * 4);
+      int differ = 0;
+      for (int b = 0; b < B; ++b) differ += tc[static_cast<std::size_t>(b)] != tg[static_cast<std::size_t>(b)];
+      EXPECT_EQ(differ, 0) << tag << ": tokens differ in " << differ << " of " << B << " rows";
+      if (pr.temperature == 0.0f && V >= 1000) {
+        EXPECT_EQ(tg[0], 3) << tag << ": greedy takes the lowest index of a tie";
+        EXPECT_EQ(tg[1], 10) << tag << ": greedy takes the lowest index of a tie";
+      }
+      if (V >= 1000 && pr.top_p == 0.0f) {
+        EXPECT_TRUE(tg[1] >= 10 && tg[1] < 20) << tag << ": top_p 0 keeps the max and its ties";
+      }
+      const Vec lc = cpu_values(lp), lg = gpu_values(lp);
+      double worst = 0.0;
+      for (int b = 0; b < B; ++b)
+        if (tc[static_cast<std::size_t>(b)] == tg[static_cast<std::size_t>(b)])
+          worst = std::max(
+              worst, std::abs(static_cast<double>(lc[static_cast<std::size_t>(b)]) - lg[static_cast<std::size_t>(b)]));
+      std::printf("  [%s] sample %-30s tokens differ %d/%d, log-prob max diff %.2e\n", dtype_name(st()), tag.c_str(),
+                  differ, B, worst);
+      EXPECT_LE(worst, 1e-4) << tag;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Storage, OpsCuda, ::testing::Values(DType::BF16, DType::F16),

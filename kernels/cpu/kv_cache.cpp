@@ -1,0 +1,69 @@
+// kv_cache.cpp: KV cache store, cached attention and row gathering (fp32 reference).
+#include "kernels/cpu/kv_cache.h"
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/error.h"
+
+namespace mgrl::kernels::cpu {
+
+void kv_store(float* cache_k, float* cache_v, const float* k, const float* v, const int32_t* slot,
+              const int32_t* pos, int T, int max_len, int n_kv, int head_dim) {
+  const std::size_t row = static_cast<std::size_t>(n_kv) * head_dim;
+  for (int t = 0; t < T; ++t) {
+    MGRL_CHECK(pos[t] >= 0 && pos[t] < max_len && slot[t] >= 0, "kv_store: slot or position outside the cache");
+    const std::size_t at = (static_cast<std::size_t>(slot[t]) * max_len + pos[t]) * row;
+    std::memcpy(cache_k + at, k + t * row, row * sizeof(float));
+    std::memcpy(cache_v + at, v + t * row, row * sizeof(float));
+  }
+}
+
+void attention_cached(float* out, const float* q, const float* cache_k, const float* cache_v, const int32_t* slot,
+                      const int32_t* pos, int T, int max_len, int n_heads, int n_kv, int head_dim) {
+  MGRL_CHECK(n_kv > 0 && n_heads % n_kv == 0, "attention_cached: n_heads must be a multiple of n_kv");
+  const int group = n_heads / n_kv;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const std::size_t kv_row = static_cast<std::size_t>(n_kv) * head_dim;
+  std::vector<float> p(static_cast<std::size_t>(max_len));
+  for (int t = 0; t < T; ++t) {
+    MGRL_CHECK(pos[t] >= 0 && pos[t] < max_len && slot[t] >= 0,
+               "attention_cached: slot or position outside the cache");
+    const std::size_t base = static_cast<std::size_t>(slot[t]) * max_len * kv_row;
+    for (int h = 0; h < n_heads; ++h) {
+      const float* qh = q + (static_cast<std::size_t>(t) * n_heads + h) * head_dim;
+      const int g = h / group;
+      float m = -INFINITY;
+      for (int u = 0; u <= pos[t]; ++u) {
+        const float* kr = cache_k + base + u * kv_row + static_cast<std::size_t>(g) * head_dim;
+        double s = 0;
+        for (int d = 0; d < head_dim; ++d) s += static_cast<double>(qh[d]) * kr[d];
+        p[u] = static_cast<float>(s) * scale;
+        m = std::max(m, p[u]);
+      }
+      double sum = 0;
+      for (int u = 0; u <= pos[t]; ++u) {
+        p[u] = std::exp(p[u] - m);
+        sum += p[u];
+      }
+      float* o = out + (static_cast<std::size_t>(t) * n_heads + h) * head_dim;
+      for (int d = 0; d < head_dim; ++d) {
+        double acc = 0;
+        for (int u = 0; u <= pos[t]; ++u)
+          acc += static_cast<double>(p[u]) * cache_v[base + u * kv_row + static_cast<std::size_t>(g) * head_dim + d];
+        o[d] = static_cast<float>(acc / sum);
+      }
+    }
+  }
+}
+
+void gather_rows(float* dst, const float* src, const int32_t* idx, int n, int width) {
+  for (int i = 0; i < n; ++i) {
+    MGRL_CHECK(idx[i] >= 0, "gather_rows: negative row index");
+    std::memcpy(dst + static_cast<std::size_t>(i) * width, src + static_cast<std::size_t>(idx[i]) * width,
+                static_cast<std::size_t>(width) * sizeof(float));
+  }
+}
+
+}  // namespace mgrl::kernels::cpu

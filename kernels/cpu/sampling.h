@@ -1,0 +1,24 @@
+// sampling.h: choosing the next token from logits, the canonical algorithm every backend follows.
+//
+// For one row of logits z[0..V) and a uniform u in [0, 1):
+//   temperature 0: the argmax (lowest index on ties); otherwise
+//   1. z = z / temperature
+//   2. top_k > 0: keep tokens with z >= the k-th largest z (ties at the boundary are all kept)
+//   3. p = softmax of the kept z
+//   4. top_p < 1: keep tokens with p >= tau, tau the largest value such that the kept mass is >= top_p
+//      (the smallest set of most likely tokens whose mass reaches top_p; ties at the boundary are kept)
+//   5. min_p > 0: keep tokens with p >= min_p * max(p)
+//   6. the token: the smallest index i whose cumulative kept mass (in index order) exceeds u * total kept mass
+// The recorded log-prob is log_softmax(z_original)[token] (temperature 1, no filtering).
+#pragma once
+#include <cstdint>
+
+#include "kernels/ops.h"
+
+namespace mgrl::kernels::cpu {
+
+// tokens[b], logprobs[b] for each row b of logits [B, V]; row b's uniform is random_uniform(seeds[b], 0).
+void sample(int32_t* tokens, float* logprobs, const float* logits, const uint64_t* seeds, int B, int V,
+            const Ops::Sampling& params);
+
+}  // namespace mgrl::kernels::cpu

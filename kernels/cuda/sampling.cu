@@ -1,0 +1,251 @@
+// sampling.cu: the canonical sampling algorithm of kernels/cpu/sampling.h on the GPU, one block per row of logits.
+//
+// With temperature > 0 every filter of the algorithm keeps exactly the tokens whose logit is at least some
+// threshold (dividing by a positive temperature and softmax keep the order), so a row needs no per-token state:
+// each pass re-reads the row (from L2) and recomputes what it needs; nothing of size V is stored. Logits are
+// compared through order-preserving uint32 keys (order_key). Per row:
+//   pass      argmax (lowest index on ties), which is also the row max zmax
+//   pass      lse = zmax + log(sum exp(z - zmax)) in double, for the recorded log-prob
+//   temperature 0: the argmax. Otherwise:
+//   top_k     32 counting passes: the largest key K with count(key >= K) >= k, built bit by bit from the top
+//             (a binary search on the key); it is the key of the k-th largest logit, ties at the boundary kept
+//   softmax   m = zmax / T (the max always survives top-k), w = exp(z / T - m), total = sum of kept w (double)
+//   top_p     32 summing passes: the largest key K (above top-k's) with sum over key >= K of w / total >= top_p,
+//             built the same way; that token's probability is the CPU's tau. When even all kept tokens do not
+//             reach top_p (rounding) K stays 0 and all are kept, as on the CPU; K is capped at the max's key
+//             (top_p <= 0 keeps the max and its ties, as on the CPU)
+//   min_p     keep w / total >= min_p * pmax with pmax = 1 / total (the max's w is exp(0) = 1)
+//   draw      each thread owns a contiguous segment of the row and sums its kept probabilities in index order;
+//             an exclusive block scan gives each segment's starting mass; the thread whose segment crosses
+//             u * (kept mass) walks it again (same additions, same order, so the crossing is found) to the first
+//             index whose cumulative mass exceeds it; the block takes the smallest such index. None crossing
+//             (rounding) gives the last kept token, as on the CPU; nothing kept (min_p > 1) gives the argmax.
+// Block-wide values come from reductions in which every thread evaluates the same butterfly over the same shared
+// values, so they are bitwise equal in all threads and branches on them are uniform. Loops holding barriers have
+// trip counts that depend on the parameters only.
+// Cost: up to 2 + 32 + 1 + 32 + 2 passes over the row; the top-p passes evaluate a double exp per token (fast on
+// A100/H100/V100, slower on GPUs with weak fp64).
+#include <climits>
+
+#include "core/random.h"
+#include "kernels/cuda/sampling.cuh"
+
+namespace mgrl::kernels::cuda {
+namespace {
+
+constexpr int kSampleThreads = 512;  // one block per row
+
+struct SumOp {
+  template <class T>
+  __device__ T operator()(T a, T b) const {
+    return a + b;
+  }
+};
+struct MinOp {
+  __device__ int operator()(int a, int b) const { return a < b ? a : b; }
+};
+struct MaxOp {
+  __device__ int operator()(int a, int b) const { return a > b ? a : b; }
+};
+
+// Reduction over the whole block (commutative op): every thread gets the same bits. Call from every thread.
+// The leading barrier makes back-to-back calls safe (a warp may still be reading buf).
+template <class T, class Op>
+__device__ T block_reduce(T v, T identity, Op op) {
+  __shared__ T buf[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+  __syncthreads();
+  if (lane == 0) buf[warp] = v;
+  __syncthreads();
+  v = lane < nw ? buf[lane] : identity;
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// (value, index) a beats (value, index) b: larger value, then lower index.
+__device__ __forceinline__ bool beats(float av, int ai, float bv, int bi) { return av > bv || (av == bv && ai < bi); }
+
+// Argmax over a warp (lowest index on ties); every lane gets the result.
+__device__ __forceinline__ void warp_argmax(float& v, int& i) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, i, o);
+    if (beats(ov, oi, v, i)) {
+      v = ov;
+      i = oi;
+    }
+  }
+}
+
+// Argmax over the block (lowest index on ties); every thread gets the result. Call from every thread.
+__device__ void block_argmax(float& v, int& i) {
+  __shared__ float bv[32];
+  __shared__ int bi[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  warp_argmax(v, i);
+  __syncthreads();
+  if (lane == 0) {
+    bv[warp] = v;
+    bi[warp] = i;
+  }
+  __syncthreads();
+  v = lane < nw ? bv[lane] : -INFINITY;
+  i = lane < nw ? bi[lane] : INT_MAX;
+  warp_argmax(v, i);
+}
+
+// Order-preserving key of a logit: a < b  <=>  order_key(a) < order_key(b) (not NaN); -0 and +0 share a key.
+__device__ __forceinline__ std::uint32_t order_key(float z) {
+  if (z == 0.0f) z = 0.0f;
+  const std::uint32_t u = __float_as_uint(z);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// What decides whether a token survives the filters, and its probability.
+struct Filter {
+  std::uint32_t kmin;  // keep key >= kmin (top-k and top-p thresholds; 0 keeps all)
+  double inv_t;        // 1 / temperature
+  double m;            // zmax / temperature
+  double total;        // sum of kept exp(z / T - m) after top-k
+  bool min_p_on;
+  double floor;  // min_p * pmax
+};
+
+// exp(z / T - m) as the CPU computes it, without FMA contraction, so every pass gets the same bits.
+__device__ __forceinline__ double weight(float z, double inv_t, double m) {
+  return exp(__dadd_rn(__dmul_rn(static_cast<double>(z), inv_t), -m));
+}
+
+// Whether token (logit z) survives every filter; p gets its probability (softmax after top-k).
+__device__ __forceinline__ bool keep_token(float z, const Filter& f, double& p) {
+  if (order_key(z) < f.kmin) return false;
+  p = weight(z, f.inv_t, f.m) / f.total;
+  return !f.min_p_on || p >= f.floor;
+}
+
+// grid.x = B (one row each), kSampleThreads threads.
+__global__ void sample_kernel(std::int32_t* tokens, float* logprobs, const float* logits, const std::uint64_t* seeds,
+                              int V, float temperature, int top_k, float top_p, float min_p) {
+  __shared__ double scan[kSampleThreads];
+  const int b = blockIdx.x;
+  const int tid = threadIdx.x;
+  constexpr int nt = kSampleThreads;
+  const float* z = logits + static_cast<std::int64_t>(b) * V;
+
+  // Argmax (= row max) and the log-sum-exp of the raw logits.
+  float best = -INFINITY;
+  int best_i = INT_MAX;
+  for (int i = tid; i < V; i += nt)
+    if (beats(z[i], i, best, best_i)) {
+      best = z[i];
+      best_i = i;
+    }
+  block_argmax(best, best_i);
+  if (best_i == INT_MAX) best_i = 0;  // only when every logit is NaN
+  const double zmax = best;
+  double se = 0.0;
+  for (int i = tid; i < V; i += nt) se += exp(static_cast<double>(z[i]) - zmax);
+  se = block_reduce(se, 0.0, SumOp{});
+  const double lse = zmax + log(se);
+
+  int tok = best_i;
+  if (!(temperature <= 0.0f)) {
+    // top-k: the largest key K with count(key >= K) >= top_k.
+    std::uint32_t kk = 0;
+    if (top_k > 0 && top_k < V) {
+      for (int bit = 31; bit >= 0; --bit) {
+        const std::uint32_t cand = kk | (1u << bit);
+        int cnt = 0;
+        for (int i = tid; i < V; i += nt) cnt += order_key(z[i]) >= cand ? 1 : 0;
+        if (block_reduce(cnt, 0, SumOp{}) >= top_k) kk = cand;
+      }
+    }
+    // softmax over the kept tokens.
+    Filter f{};
+    f.inv_t = 1.0 / static_cast<double>(temperature);
+    f.m = __dmul_rn(zmax, f.inv_t);
+    double total = 0.0;
+    for (int i = tid; i < V; i += nt)
+      if (order_key(z[i]) >= kk) total += weight(z[i], f.inv_t, f.m);
+    f.total = block_reduce(total, 0.0, SumOp{});
+    // top-p: the largest key K with sum over key >= max(K, kk) of p >= top_p (K = 0 if none).
+    std::uint32_t kp = 0;
+    if (top_p < 1.0f) {
+      for (int bit = 31; bit >= 0; --bit) {
+        const std::uint32_t cand = kp | (1u << bit);
+        const std::uint32_t lo = cand > kk ? cand : kk;
+        double mass = 0.0;
+        for (int i = tid; i < V; i += nt)
+          if (order_key(z[i]) >= lo) mass += weight(z[i], f.inv_t, f.m) / f.total;
+        if (block_reduce(mass, 0.0, SumOp{}) >= static_cast<double>(top_p)) kp = cand;
+      }
+      const std::uint32_t kmax = order_key(best);
+      if (kp > kmax) kp = kmax;
+    }
+    f.kmin = kk > kp ? kk : kp;
+    // min-p relative to the max's probability exp(0) / total.
+    f.min_p_on = min_p > 0.0f;
+    f.floor = static_cast<double>(min_p) * (1.0 / f.total);
+
+    // Inverse CDF in index order over contiguous per-thread segments.
+    const int seg = (V + nt - 1) / nt;
+    const int lo = tid * seg < V ? tid * seg : V;
+    const int hi = lo + seg < V ? lo + seg : V;
+    double s = 0.0;
+    int last = -1;
+    for (int i = lo; i < hi; ++i) {
+      double p = 0.0;
+      if (keep_token(z[i], f, p)) {
+        s += p;
+        last = i;
+      }
+    }
+    // Inclusive scan of the segment sums (Hillis-Steele); before = mass of the segments before this one.
+    scan[tid] = s;
+    __syncthreads();
+    for (int off = 1; off < nt; off <<= 1) {
+      const double x = tid >= off ? scan[tid - off] : 0.0;
+      __syncthreads();
+      scan[tid] += x;
+      __syncthreads();
+    }
+    const double before = tid > 0 ? scan[tid - 1] : 0.0;
+    const double target = random_uniform(seeds[b], 0) * scan[nt - 1];
+    int found = INT_MAX;
+    if (before + s > target) {  // the crossing lies in this segment: the same additions again, in the same order
+      double c = 0.0;
+      for (int i = lo; i < hi; ++i) {
+        double p = 0.0;
+        if (keep_token(z[i], f, p)) {
+          c += p;
+          if (before + c > target) {
+            found = i;
+            break;
+          }
+        }
+      }
+    }
+    found = block_reduce(found, INT_MAX, MinOp{});
+    if (found == INT_MAX) found = block_reduce(last, -1, MaxOp{});  // no crossing: the last kept token
+    tok = found >= 0 ? found : best_i;                              // nothing kept: the argmax
+  }
+  if (tid == 0) {
+    tokens[b] = tok;
+    logprobs[b] = static_cast<float>(static_cast<double>(z[tok]) - lse);
+  }
+}
+
+}  // namespace
+
+void sample(const Ctx& c, std::int32_t* tokens, float* logprobs, const float* logits, const std::uint64_t* seeds, int B,
+            int V, const Ops::Sampling& params) {
+  MGRL_CHECK(B >= 0, "sample: negative batch");
+  if (B == 0) return;
+  MGRL_CHECK(V > 0, "sample: empty vocabulary");
+  sample_kernel<<<static_cast<unsigned>(B), kSampleThreads, 0, c.stream>>>(
+      tokens, logprobs, logits, seeds, V, params.temperature, params.top_k, params.top_p, params.min_p);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace mgrl::kernels::cuda

@@ -1,0 +1,185 @@
+// mode_generate.cpp: `mgrl generate`: completions of JSONL prompts, prompts sharded over ranks,
+// one output line per completion written by rank 0 in input order.
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <optional>
+
+#include "app/modes.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "dist/mpi_env.h"
+#include "io/config.h"
+#include "io/hf_config.h"
+#include "io/jsonl.h"
+#include "io/tokenizer.h"
+#include "model/lora.h"
+#include "model/transformer.h"
+#include "rl/generator.h"
+
+namespace mgrl::app {
+namespace {
+
+struct Input {
+  nlohmann::json prompt;  // as given: text, messages or token ids (echoed in the output)
+  std::vector<std::int32_t> tokens;
+};
+
+bool file_exists(const std::string& p) {
+  struct stat st {};
+  return ::stat(p.c_str(), &st) == 0;
+}
+
+}  // namespace
+
+int run_generate(Context& ctx) {
+  const auto& env = ctx.env;
+  const auto& cfg = ctx.cfg;
+  const std::string model_dir = cfg.get_string("model.path");
+  const std::string tok_dir = cfg.get_string("model.tokenizer").empty() ? model_dir : cfg.get_string("model.tokenizer");
+  const std::string adapter = cfg.get_string("lora.adapter");
+  const std::string input = cfg.get_string("data.input");
+  const std::string output = cfg.get_string("generate.output");
+
+  rl::GenerationOptions opts;
+  opts.max_new_tokens = static_cast<int>(cfg.get_int("generate.max_new_tokens"));
+  opts.num_generations = static_cast<int>(cfg.get_int("generate.num_generations"));
+  opts.sampling.temperature = static_cast<float>(cfg.get_float("generate.temperature"));
+  opts.sampling.top_k = static_cast<int>(cfg.get_int("generate.top_k"));
+  opts.sampling.top_p = static_cast<float>(cfg.get_float("generate.top_p"));
+  opts.sampling.min_p = static_cast<float>(cfg.get_float("generate.min_p"));
+  opts.seed = static_cast<std::uint64_t>(cfg.get_int("generate.seed"));
+  opts.stop_strings = cfg.get_strings("generate.stop");
+  opts.max_sequences = static_cast<int>(cfg.get_int("generate.max_sequences"));
+  opts.use_lora = !adapter.empty();
+
+  io::ModelConfig mc;
+  std::optional<io::Tokenizer> tok;
+  std::vector<Input> inputs;
+  env.agree([&] {
+    mc = io::parse_hf_config(model_dir + "/config.json");
+    if (file_exists(tok_dir + "/tokenizer.json")) tok = io::Tokenizer::from_dir(tok_dir);
+    std::string fmt_name = cfg.get_string("generate.chat_format");
+    io::ChatFormat fmt = io::ChatFormat::None;
+    if (tok && fmt_name == "auto") fmt = tok->chat_format();
+    else if (fmt_name != "auto") fmt = io::chat_format_from_name(fmt_name);
+    auto need_tokenizer = [&](int line, const char* what) {
+      if (!tok)
+        io::jsonl_error(input, line, std::string(what) + " input needs a tokenizer, but " + tok_dir +
+                                         " has no tokenizer.json (set model.tokenizer)");
+    };
+    io::read_jsonl(input, [&](const nlohmann::json& j, int line) {
+      Input in;
+      if (j.contains("messages")) {
+        need_tokenizer(line, "\"messages\"");
+        if (!j["messages"].is_array()) io::jsonl_error(input, line, "\"messages\" must be an array");
+        std::vector<io::Message> msgs;
+        for (const auto& m : j["messages"]) {
+          if (!m.is_object() || !m.contains("role") || !m.contains("content") || !m["role"].is_string() ||
+              !m["content"].is_string())
+            io::jsonl_error(input, line, "each message needs string \"role\" and \"content\"");
+          msgs.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+        }
+        if (fmt == io::ChatFormat::None && cfg.get_string("generate.chat_format") == "auto")
+          io::jsonl_error(input, line, "\"messages\" need a chat format: the tokenizer has no known chat template; "
+                                       "set generate.chat_format to chatml, llama3 or none");
+        in.prompt = j["messages"];
+        in.tokens = tok->encode_chat(msgs, fmt, true);
+      } else if (j.contains("prompt")) {
+        need_tokenizer(line, "\"prompt\"");
+        if (!j["prompt"].is_string()) io::jsonl_error(input, line, "\"prompt\" must be a string");
+        in.prompt = j["prompt"];
+        in.tokens = tok->encode(j["prompt"].get<std::string>());
+      } else if (j.contains("prompt_tokens")) {
+        in.prompt = j["prompt_tokens"];
+        try {
+          in.tokens = j["prompt_tokens"].get<std::vector<std::int32_t>>();
+        } catch (const nlohmann::json::exception&) {
+          io::jsonl_error(input, line, "\"prompt_tokens\" must be an array of token ids");
+        }
+      } else {
+        io::jsonl_error(input, line, "expected \"prompt\", \"messages\" or \"prompt_tokens\"");
+      }
+      if (in.tokens.empty()) io::jsonl_error(input, line, "the prompt has no tokens");
+      for (auto id : in.tokens)
+        if (id < 0 || id >= mc.vocab_size)
+          io::jsonl_error(input, line, "token " + std::to_string(id) + " is outside the model's vocabulary");
+      if (mc.max_position_embeddings > 0 &&
+          static_cast<std::int64_t>(in.tokens.size()) + opts.max_new_tokens > mc.max_position_embeddings)
+        io::jsonl_error(input, line, "prompt (" + std::to_string(in.tokens.size()) + " tokens) + " +
+                                         "generate.max_new_tokens exceeds the model's max_position_embeddings (" +
+                                         std::to_string(mc.max_position_embeddings) + ")");
+      inputs.push_back(std::move(in));
+    });
+    if (inputs.empty()) throw UserError(input + ": no prompts");
+    if (!opts.stop_strings.empty() && !tok) throw UserError("generate.stop needs a tokenizer (set model.tokenizer)");
+    if (env.rank() == 0) {  // fail early when the output cannot be written
+      std::ofstream probe(output + ".tmp");
+      if (!probe) throw UserError(output + ": cannot write the output file");
+    }
+  });
+  for (auto id : mc.eos_token_ids) opts.eos_ids.push_back(static_cast<std::int32_t>(id));
+  if (tok && tok->eos_id() &&
+      std::find(opts.eos_ids.begin(), opts.eos_ids.end(), *tok->eos_id()) == opts.eos_ids.end())
+    opts.eos_ids.push_back(*tok->eos_id());
+
+  auto ops = make_ops(ctx.device);
+  model::Transformer net(mc, *ops);
+  env.agree([&] {
+    net.load_weights(model_dir);
+    if (!adapter.empty())
+      net.add_lora(model::read_peft_config(adapter + "/adapter_config.json"), 0).load_peft(adapter);
+  });
+
+  const std::size_t N = inputs.size();
+  const std::size_t lo = N * env.rank() / env.size(), hi = N * (env.rank() + 1) / env.size();
+  std::vector<rl::Prompt> prompts;
+  for (std::size_t i = lo; i < hi; ++i) prompts.push_back({static_cast<std::int64_t>(i), inputs[i].tokens});
+  std::function<std::string(const std::vector<std::int32_t>&)> decode;
+  if (tok) decode = [&](const std::vector<std::int32_t>& ids) { return tok->decode(ids, true); };
+  rl::Generator gen(net, opts, decode);
+  const auto completions = gen.generate(prompts);
+
+  std::string lines;
+  for (const auto& c : completions) {
+    nlohmann::json j = {{"index", c.prompt_index},
+                        {"generation", c.generation},
+                        {"prompt", inputs[static_cast<std::size_t>(c.prompt_index)].prompt},
+                        {"completion", c.text},
+                        {"completion_tokens", c.tokens},
+                        {"logprobs", c.logprobs},
+                        {"finish_reason", c.finish_reason}};
+    lines += j.dump() + "\n";
+  }
+  const auto& st = gen.stats();
+  char mine[256];
+  std::snprintf(mine, sizeof(mine), "  rank %d: %lld prompts, %lld prompt tokens, %lld generated tokens in %.2f s (%.0f tokens/s)",
+                env.rank(), static_cast<long long>(st.prompts), static_cast<long long>(st.prompt_tokens),
+                static_cast<long long>(st.generated_tokens), st.seconds,
+                st.seconds > 0 ? static_cast<double>(st.generated_tokens) / st.seconds : 0.0);
+  const auto parts = env.gather_to_root(lines);
+  const auto per_rank = env.gather_to_root(mine);
+  const long long total = env.allreduce_sum(static_cast<long long>(st.generated_tokens));
+  const double slowest = env.allreduce_max(st.seconds);
+  if (env.rank() != 0) return 0;
+
+  const std::string tmp = output + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    for (const auto& p : parts) out << p;
+    out.flush();
+    if (!out) throw UserError(output + ": writing failed");
+  }
+  if (std::rename(tmp.c_str(), output.c_str()) != 0) throw UserError(output + ": cannot move the finished file into place");
+  char line[256];
+  std::snprintf(line, sizeof(line), "generate: %zu prompts x %d, %lld tokens in %.2f s on %d rank%s: %.0f tokens/s in total; wrote %s",
+                N, opts.num_generations, total, slowest, env.size(), env.size() == 1 ? "" : "s",
+                slowest > 0 ? static_cast<double>(total) / slowest : 0.0, output.c_str());
+  log::info(line);
+  for (const auto& r : per_rank) log::info(r);
+  return 0;
+}
+
+}  // namespace mgrl::app

@@ -1,0 +1,198 @@
+// generator.cpp: continuous-batching generation over model::Transformer::infer and Ops::sample.
+#include "rl/generator.h"
+
+#include <algorithm>
+#include <chrono>
+#include <deque>
+
+#include "core/error.h"
+#include "core/random.h"
+
+namespace mgrl::rl {
+
+Generator::Generator(model::Transformer& model, GenerationOptions opts,
+                     std::function<std::string(const std::vector<std::int32_t>&)> decode)
+    : model_(model), opts_(std::move(opts)), decode_(std::move(decode)) {
+  if (opts_.num_generations < 1) throw UserError("generate.num_generations must be at least 1");
+  if (opts_.max_new_tokens < 1) throw UserError("generate.max_new_tokens must be at least 1");
+  if (!opts_.stop_strings.empty() && !decode_) throw FatalError("stop strings need a decoder");
+  opts_.max_sequences = std::max(opts_.max_sequences, opts_.num_generations);
+}
+
+std::uint64_t Generator::draw_seed(std::uint64_t seed, std::int64_t prompt_index, int generation, int step) {
+  const std::uint64_t stream = random_bits(random_bits(seed, static_cast<std::uint64_t>(prompt_index)),
+                                           static_cast<std::uint64_t>(generation));
+  return random_bits(stream, static_cast<std::uint64_t>(step));
+}
+
+namespace {
+struct Running {
+  std::size_t completion;  // index into the result
+  int slot;
+  int pos;                 // position of the next token to feed
+  std::int32_t next;       // the token to feed
+};
+}  // namespace
+
+std::vector<Completion> Generator::generate(const std::vector<Prompt>& prompts) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int G = opts_.num_generations;
+  std::size_t longest = 1;
+  for (const auto& p : prompts) {
+    if (p.tokens.empty()) throw UserError("prompt " + std::to_string(p.index) + " has no tokens");
+    longest = std::max(longest, p.tokens.size());
+  }
+  const int max_len = static_cast<int>(longest) + opts_.max_new_tokens;
+  const auto& mc = model_.config();
+  if (mc.max_position_embeddings > 0 && max_len > mc.max_position_embeddings)
+    throw UserError("prompt (" + std::to_string(longest) + " tokens) + max_new_tokens (" +
+                    std::to_string(opts_.max_new_tokens) + ") exceeds the model's max_position_embeddings (" +
+                    std::to_string(mc.max_position_embeddings) + ")");
+  const int n_slots = std::min<int>(opts_.max_sequences, static_cast<int>(prompts.size()) * G);
+  if (prompts.empty()) return {};
+  model::KvCache cache(mc, model_.ops(), n_slots, max_len);
+  kernels::Ops& ops = model_.ops();
+
+  std::vector<Completion> out(prompts.size() * static_cast<std::size_t>(G));
+  for (std::size_t p = 0; p < prompts.size(); ++p)
+    for (int g = 0; g < G; ++g) {
+      out[p * G + g].prompt_index = prompts[p].index;
+      out[p * G + g].generation = g;
+    }
+  std::vector<int> free_slots;
+  for (int s = n_slots - 1; s >= 0; --s) free_slots.push_back(s);
+  std::vector<Running> running;
+  std::size_t next_prompt = 0;
+
+  // Device buffers for sampling, sized for the largest step.
+  const int max_rows = n_slots;
+  auto* d_tokens = static_cast<std::int32_t*>(ops.alloc(static_cast<std::size_t>(max_rows) * 4));
+  auto* d_logprobs = static_cast<float*>(ops.alloc(static_cast<std::size_t>(max_rows) * 4));
+  auto* d_seeds = static_cast<std::uint64_t*>(ops.alloc(static_cast<std::size_t>(max_rows) * 8));
+  std::vector<std::int32_t> h_tokens(static_cast<std::size_t>(max_rows));
+  std::vector<float> h_logprobs(static_cast<std::size_t>(max_rows));
+  std::vector<std::uint64_t> h_seeds(static_cast<std::size_t>(max_rows));
+
+  auto finish = [&](Completion& c, const char* reason) { c.finish_reason = reason; };
+  stats_ = {};
+  stats_.prompts = static_cast<std::int64_t>(prompts.size());
+
+  while (next_prompt < prompts.size() || !running.empty()) {
+    std::vector<std::int32_t> tokens, slot, pos, out_rows;
+    std::vector<std::size_t> row_completion;  // completion of each output row
+    // Decode rows of the running sequences.
+    for (const auto& r : running) {
+      tokens.push_back(r.next);
+      slot.push_back(r.slot);
+      pos.push_back(r.pos);
+      out_rows.push_back(static_cast<std::int32_t>(tokens.size() - 1));
+      row_completion.push_back(r.completion);
+    }
+    // Admit prompts while G slots are free and the prefill budget allows (at least one per step).
+    struct Admitted {
+      std::size_t prompt;
+      std::vector<int> slots;  // slots[0] holds the prefill; the others get copies of its cache prefix
+    };
+    std::vector<Admitted> admitted;
+    int prefill_tokens = 0;
+    while (next_prompt < prompts.size() && static_cast<int>(free_slots.size()) >= G &&
+           ((admitted.empty() && running.empty()) ||
+            prefill_tokens + static_cast<int>(prompts[next_prompt].tokens.size()) <= opts_.max_prefill_tokens)) {
+      const auto& p = prompts[next_prompt];
+      Admitted a{next_prompt, {}};
+      for (int g = 0; g < G; ++g) {
+        a.slots.push_back(free_slots.back());
+        free_slots.pop_back();
+      }
+      for (std::size_t t = 0; t < p.tokens.size(); ++t) {
+        tokens.push_back(p.tokens[t]);
+        slot.push_back(a.slots[0]);
+        pos.push_back(static_cast<std::int32_t>(t));
+      }
+      const auto last = static_cast<std::int32_t>(tokens.size() - 1);
+      for (int g = 0; g < G; ++g) {
+        out_rows.push_back(last);  // the G first tokens are drawn from the same prompt logits
+        row_completion.push_back(next_prompt * G + g);
+      }
+      admitted.push_back(std::move(a));
+      prefill_tokens += static_cast<int>(p.tokens.size());
+      stats_.prompt_tokens += static_cast<std::int64_t>(p.tokens.size());
+      ++next_prompt;
+    }
+    if (tokens.empty()) break;
+    const float* logits = model_.infer(tokens, slot, pos, out_rows, cache, opts_.use_lora);
+    const int R = static_cast<int>(out_rows.size());
+    for (int r = 0; r < R; ++r) {
+      const Completion& c = out[row_completion[r]];
+      h_seeds[r] = draw_seed(opts_.seed, c.prompt_index, c.generation, static_cast<int>(c.tokens.size()));
+    }
+    ops.upload(d_seeds, h_seeds.data(), static_cast<std::size_t>(R) * 8);
+    ops.sample(d_tokens, d_logprobs, logits, d_seeds, R, static_cast<int>(mc.vocab_size), opts_.sampling);
+    ops.download(h_tokens.data(), d_tokens, static_cast<std::size_t>(R) * 4);
+    ops.download(h_logprobs.data(), d_logprobs, static_cast<std::size_t>(R) * 4);
+    ++stats_.steps;
+
+    // Where each completion continues: running ones in their slot; an admitted prompt's G completions
+    // in its G slots, the cache prefix of the prefill slot copied into the others.
+    std::vector<Running> next;
+    std::vector<int> slot_of_completion(out.size(), -1), pos_of_completion(out.size(), 0);
+    for (const auto& r : running) {
+      slot_of_completion[r.completion] = r.slot;
+      pos_of_completion[r.completion] = r.pos + 1;
+    }
+    for (const auto& a : admitted) {
+      const int len = static_cast<int>(prompts[a.prompt].tokens.size());
+      for (int g = 0; g < G; ++g) {
+        if (g > 0) cache.copy_prefix(a.slots[g], a.slots[0], len);
+        slot_of_completion[a.prompt * G + g] = a.slots[g];
+        pos_of_completion[a.prompt * G + g] = len;
+      }
+    }
+    std::size_t row = 0;
+    for (row = 0; row < static_cast<std::size_t>(R); ++row) {
+      const std::size_t ci = row_completion[row];
+      Completion& c = out[ci];
+      const std::int32_t tok = h_tokens[row];
+      c.tokens.push_back(tok);
+      c.logprobs.push_back(h_logprobs[row]);
+      ++stats_.generated_tokens;
+      bool done = false;
+      if (std::find(opts_.eos_ids.begin(), opts_.eos_ids.end(), tok) != opts_.eos_ids.end()) {
+        finish(c, "eos");
+        done = true;
+      } else if (!opts_.stop_strings.empty()) {
+        const std::string text = decode_(c.tokens);
+        for (const auto& stop : opts_.stop_strings) {
+          const auto at = text.find(stop);
+          if (at != std::string::npos) {
+            finish(c, "stop");
+            c.text = text.substr(0, at);
+            done = true;
+            break;
+          }
+        }
+      }
+      if (!done && static_cast<int>(c.tokens.size()) >= opts_.max_new_tokens) {
+        finish(c, "length");
+        done = true;
+      }
+      const int s = slot_of_completion[ci];
+      if (done) {
+        free_slots.push_back(s);
+      } else {
+        next.push_back({ci, s, pos_of_completion[ci], tok});
+      }
+    }
+    running = std::move(next);
+  }
+  ops.release(d_tokens);
+  ops.release(d_logprobs);
+  ops.release(d_seeds);
+  if (decode_)
+    for (auto& c : out)
+      if (c.finish_reason != "stop") c.text = decode_(c.tokens);
+  stats_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+}  // namespace mgrl::rl

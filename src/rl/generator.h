@@ -1,0 +1,68 @@
+// generator.h: batched generation with a KV cache and continuous batching: prompts are admitted as
+// cache slots free up; the G completions of a prompt share one prefill of it (its cache prefix is
+// copied); every step runs the new prompts' prefill rows together with one decode row per running
+// sequence; tokens are sampled on the device. Results depend only on the seed, the prompt's index
+// and the completion's index, never on batching or rank count (up to floating-point reassociation).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kernels/ops.h"
+#include "model/transformer.h"
+
+namespace mgrl::rl {
+
+struct GenerationOptions {
+  int max_new_tokens = 256;
+  int num_generations = 1;  // G completions per prompt
+  kernels::Ops::Sampling sampling;
+  std::uint64_t seed = 0;
+  std::vector<std::int32_t> eos_ids;      // any of them ends a completion ("eos"); it is kept in the tokens
+  std::vector<std::string> stop_strings;  // text that ends a completion ("stop"); cut from the text
+  int max_sequences = 64;                 // sequences in flight (cache slots)
+  int max_prefill_tokens = 2048;          // prompt tokens admitted per step
+  bool use_lora = true;
+};
+
+struct Prompt {
+  std::int64_t index;                 // global index: the seed stream of its completions
+  std::vector<std::int32_t> tokens;
+};
+
+struct Completion {
+  std::int64_t prompt_index = 0;
+  int generation = 0;  // 0..G-1
+  std::vector<std::int32_t> tokens;
+  std::vector<float> logprobs;  // log p(token) under the model (temperature 1), one per token
+  std::string text;             // decoded (when a decoder is given), cut at a stop string
+  std::string finish_reason;    // "eos", "stop" or "length"
+};
+
+struct GenerationStats {
+  std::int64_t prompts = 0, prompt_tokens = 0, generated_tokens = 0, steps = 0;
+  double seconds = 0;
+};
+
+class Generator {
+ public:
+  // decode: token ids -> text (for stop strings and Completion::text); may be empty when there are no
+  // stop strings and no text is wanted.
+  Generator(model::Transformer& model, GenerationOptions opts,
+            std::function<std::string(const std::vector<std::int32_t>&)> decode = {});
+  // Completions in (prompt order, generation) order.
+  std::vector<Completion> generate(const std::vector<Prompt>& prompts);
+  const GenerationStats& stats() const { return stats_; }
+
+  // The seed of one sampling draw (exposed for tests).
+  static std::uint64_t draw_seed(std::uint64_t seed, std::int64_t prompt_index, int generation, int step);
+
+ private:
+  model::Transformer& model_;
+  GenerationOptions opts_;
+  std::function<std::string(const std::vector<std::int32_t>&)> decode_;
+  GenerationStats stats_;
+};
+
+}  // namespace mgrl::rl

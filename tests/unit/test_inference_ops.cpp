@@ -1,0 +1,487 @@
+// test_inference_ops.cpp: the inference ops of the CPU reference: KV cache store + cached attention against the
+// training attention (all rows at once, interleaved slots, GQA, prefill + decode), row gathering, and sampling
+// (greedy, the filters against an independent sort-based implementation, chi-square of drawn frequencies,
+// recorded log-probs).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/kv_cache.h"
+#include "kernels/cpu/sampling.h"
+#include "kernels/ops.h"
+
+namespace mgrl::kernels::cpu {
+namespace {
+
+using Vec = std::vector<float>;
+using Ids = std::vector<int32_t>;
+
+Vec randu(std::size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  Vec v(n);
+  for (auto& x : v) x = dist(gen);
+  return v;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// KV cache
+
+// A right-padded batch [B, L] of q/k/v and its training attention output (kernels/cpu/attention.h).
+struct Batch {
+  int B, L, nh, nkv, hd;
+  Ids lengths;
+  Vec q, k, v, out;
+
+  Batch(int B_, int L_, int nh_, int nkv_, int hd_, Ids lengths_, uint32_t seed)
+      : B(B_), L(L_), nh(nh_), nkv(nkv_), hd(hd_), lengths(std::move(lengths_)) {
+    q = randu(static_cast<std::size_t>(B) * L * nh * hd, seed, -2.0f, 2.0f);
+    k = randu(static_cast<std::size_t>(B) * L * nkv * hd, seed + 1, -2.0f, 2.0f);
+    v = randu(static_cast<std::size_t>(B) * L * nkv * hd, seed + 2);
+    out.assign(q.size(), 0.0f);
+    Vec lse(static_cast<std::size_t>(B) * nh * L);
+    attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), lengths.data(), B, L, nh, nkv, hd);
+  }
+  std::size_t qrow() const { return static_cast<std::size_t>(nh) * hd; }
+  std::size_t kvrow() const { return static_cast<std::size_t>(nkv) * hd; }
+  std::size_t row(int b, int t) const { return static_cast<std::size_t>(b) * L + t; }
+};
+
+// Packed rows: (b, t) pairs, and the slot each sequence b lives in.
+struct Rows {
+  std::vector<std::pair<int, int>> bt;
+  Ids slot, pos;
+  Vec q, k, v;
+};
+
+Rows pack(const Batch& x, const std::vector<std::pair<int, int>>& bt, const Ids& slot_of) {
+  Rows r;
+  r.bt = bt;
+  for (const auto& [b, t] : bt) {
+    r.slot.push_back(slot_of[static_cast<std::size_t>(b)]);
+    r.pos.push_back(t);
+    const std::size_t i = x.row(b, t);
+    r.q.insert(r.q.end(), x.q.begin() + static_cast<std::ptrdiff_t>(i * x.qrow()),
+               x.q.begin() + static_cast<std::ptrdiff_t>((i + 1) * x.qrow()));
+    r.k.insert(r.k.end(), x.k.begin() + static_cast<std::ptrdiff_t>(i * x.kvrow()),
+               x.k.begin() + static_cast<std::ptrdiff_t>((i + 1) * x.kvrow()));
+    r.v.insert(r.v.end(), x.v.begin() + static_cast<std::ptrdiff_t>(i * x.kvrow()),
+               x.v.begin() + static_cast<std::ptrdiff_t>((i + 1) * x.kvrow()));
+  }
+  return r;
+}
+
+// Max |cached - training| over the packed rows' outputs.
+double max_err(const Batch& x, const Rows& r, const Vec& out) {
+  double worst = 0.0;
+  for (std::size_t j = 0; j < r.bt.size(); ++j) {
+    const std::size_t i = x.row(r.bt[j].first, r.bt[j].second);
+    for (std::size_t d = 0; d < x.qrow(); ++d)
+      worst = std::max(worst, std::abs(static_cast<double>(out[j * x.qrow() + d]) - x.out[i * x.qrow() + d]));
+  }
+  return worst;
+}
+
+struct AttnCase {
+  int B, L, nh, nkv, hd;
+  Ids lengths;
+};
+const std::vector<AttnCase> kAttnCases = {
+    {3, 17, 4, 4, 16, {17, 9, 1}},   // MHA
+    {3, 19, 6, 2, 24, {19, 11, 5}},  // GQA, groups of 3
+    {2, 13, 5, 1, 8, {13, 7}},       // MQA
+};
+
+TEST(KvCache, StoreAllRowsThenAttendEqualsTrainingAttention) {
+  for (const AttnCase& cs : kAttnCases) {
+    SCOPED_TRACE("h" + std::to_string(cs.nh) + "/" + std::to_string(cs.nkv));
+    const Batch x(cs.B, cs.L, cs.nh, cs.nkv, cs.hd, cs.lengths, 10);
+    // Sequence b lives in slot slot_of[b] of a cache with two unused slots and room beyond L.
+    const int slots = cs.B + 2, max_len = cs.L + 3;
+    Ids slot_of;
+    for (int b = 0; b < cs.B; ++b) slot_of.push_back(slots - 1 - 2 * b);  // B <= 3: 4, 2, 0 or 3, 1
+    // Every valid (b, t) in a shuffled order: rows of several slots interleaved, positions out of order.
+    std::vector<std::pair<int, int>> bt;
+    for (int b = 0; b < cs.B; ++b)
+      for (int t = 0; t < cs.lengths[static_cast<std::size_t>(b)]; ++t) bt.emplace_back(b, t);
+    std::mt19937 gen(3);
+    std::shuffle(bt.begin(), bt.end(), gen);
+    const Rows r = pack(x, bt, slot_of);
+    const int T = static_cast<int>(bt.size());
+
+    const std::size_t cache_n = static_cast<std::size_t>(slots) * max_len * x.kvrow();
+    Vec ck(cache_n, 7.0f), cv(cache_n, 7.0f);
+    kv_store(ck.data(), cv.data(), r.k.data(), r.v.data(), r.slot.data(), r.pos.data(), T, max_len, cs.nkv, cs.hd);
+    // Exactly the stored entries changed, to the stored rows.
+    std::vector<char> written(static_cast<std::size_t>(slots) * max_len, 0);
+    for (int j = 0; j < T; ++j) {
+      const std::size_t at = static_cast<std::size_t>(r.slot[static_cast<std::size_t>(j)]) * max_len +
+                             static_cast<std::size_t>(r.pos[static_cast<std::size_t>(j)]);
+      written[at] = 1;
+      for (std::size_t d = 0; d < x.kvrow(); ++d) {
+        ASSERT_EQ(ck[at * x.kvrow() + d], r.k[static_cast<std::size_t>(j) * x.kvrow() + d]);
+        ASSERT_EQ(cv[at * x.kvrow() + d], r.v[static_cast<std::size_t>(j) * x.kvrow() + d]);
+      }
+    }
+    for (std::size_t at = 0; at < written.size(); ++at) {
+      if (written[at]) continue;
+      for (std::size_t d = 0; d < x.kvrow(); ++d) {
+        ASSERT_EQ(ck[at * x.kvrow() + d], 7.0f) << at;
+        ASSERT_EQ(cv[at * x.kvrow() + d], 7.0f) << at;
+      }
+    }
+
+    Vec out(r.q.size(), -3.0f);
+    attention_cached(out.data(), r.q.data(), ck.data(), cv.data(), r.slot.data(), r.pos.data(), T, max_len, cs.nh,
+                     cs.nkv, cs.hd);
+    EXPECT_LE(max_err(x, r, out), 1e-5);
+
+    // Decode-style: one row per slot at its last position equals the last row of the full computation.
+    std::vector<std::pair<int, int>> last;
+    for (int b = cs.B - 1; b >= 0; --b) last.emplace_back(b, cs.lengths[static_cast<std::size_t>(b)] - 1);
+    const Rows d = pack(x, last, slot_of);
+    Vec dout(d.q.size(), -3.0f);
+    attention_cached(dout.data(), d.q.data(), ck.data(), cv.data(), d.slot.data(), d.pos.data(), cs.B, max_len, cs.nh,
+                     cs.nkv, cs.hd);
+    EXPECT_LE(max_err(x, d, dout), 1e-5);
+  }
+}
+
+TEST(KvCache, PrefillThenDecodeStepsEqualTrainingAttention) {
+  for (const AttnCase& cs : kAttnCases) {
+    SCOPED_TRACE("h" + std::to_string(cs.nh) + "/" + std::to_string(cs.nkv));
+    const Batch x(cs.B, cs.L, cs.nh, cs.nkv, cs.hd, cs.lengths, 20);
+    const int max_len = cs.L;
+    Ids slot_of(static_cast<std::size_t>(cs.B));
+    std::iota(slot_of.begin(), slot_of.end(), 0);
+    std::reverse(slot_of.begin(), slot_of.end());
+    const std::size_t cache_n = static_cast<std::size_t>(cs.B) * max_len * x.kvrow();
+    Vec ck(cache_n, 0.0f), cv(cache_n, 0.0f);
+
+    // Prefill: sequence b's first prefill[b] tokens (one sequence has none), rows of the sequences interleaved.
+    Ids prefill(static_cast<std::size_t>(cs.B));
+    for (int b = 0; b < cs.B; ++b)
+      prefill[static_cast<std::size_t>(b)] = b == 1 ? 0 : cs.lengths[static_cast<std::size_t>(b)] / 2 + 1;
+    std::vector<std::pair<int, int>> bt;
+    for (int t = 0; t < cs.L; ++t)
+      for (int b = 0; b < cs.B; ++b)
+        if (t < prefill[static_cast<std::size_t>(b)]) bt.emplace_back(b, t);
+    const Rows r = pack(x, bt, slot_of);
+    const int T = static_cast<int>(bt.size());
+    kv_store(ck.data(), cv.data(), r.k.data(), r.v.data(), r.slot.data(), r.pos.data(), T, max_len, cs.nkv, cs.hd);
+    Vec out(r.q.size(), -3.0f);
+    attention_cached(out.data(), r.q.data(), ck.data(), cv.data(), r.slot.data(), r.pos.data(), T, max_len, cs.nh,
+                     cs.nkv, cs.hd);
+    EXPECT_LE(max_err(x, r, out), 1e-5) << "prefill";
+
+    // Decode: one row per unfinished sequence per step, stored first, then attended.
+    for (int step = 0;; ++step) {
+      std::vector<std::pair<int, int>> now;
+      for (int b = 0; b < cs.B; ++b) {
+        const int t = prefill[static_cast<std::size_t>(b)] + step;
+        if (t < cs.lengths[static_cast<std::size_t>(b)]) now.emplace_back(b, t);
+      }
+      if (now.empty()) break;
+      const Rows d = pack(x, now, slot_of);
+      const int n = static_cast<int>(now.size());
+      kv_store(ck.data(), cv.data(), d.k.data(), d.v.data(), d.slot.data(), d.pos.data(), n, max_len, cs.nkv, cs.hd);
+      Vec dout(d.q.size(), -3.0f);
+      attention_cached(dout.data(), d.q.data(), ck.data(), cv.data(), d.slot.data(), d.pos.data(), n, max_len, cs.nh,
+                       cs.nkv, cs.hd);
+      EXPECT_LE(max_err(x, d, dout), 1e-5) << "decode step " << step;
+    }
+  }
+}
+
+TEST(KvCache, PositionOutsideTheCacheThrows) {
+  Vec ck(2 * 4 * 3, 0.0f), cv(ck.size(), 0.0f), k(3, 1.0f), v(3, 1.0f), q(3, 1.0f), out(3);
+  const Ids slot = {1}, bad = {4}, neg = {-1};
+  EXPECT_THROW(kv_store(ck.data(), cv.data(), k.data(), v.data(), slot.data(), bad.data(), 1, 4, 1, 3), FatalError);
+  EXPECT_THROW(attention_cached(out.data(), q.data(), ck.data(), cv.data(), slot.data(), neg.data(), 1, 4, 1, 1, 3),
+               FatalError);
+}
+
+TEST(KvCache, GatherRowsCopiesExactly) {
+  const int rows = 9, width = 13;
+  const Vec src = randu(static_cast<std::size_t>(rows) * width, 30);
+  const Ids idx = {4, 0, 8, 4, 4, 2, 7};  // repeats, any order
+  const int n = static_cast<int>(idx.size());
+  Vec dst(static_cast<std::size_t>(n) * width, -1.0f);
+  gather_rows(dst.data(), src.data(), idx.data(), n, width);
+  for (int i = 0; i < n; ++i)
+    for (int c = 0; c < width; ++c)
+      ASSERT_EQ(dst[static_cast<std::size_t>(i) * width + c],
+                src[static_cast<std::size_t>(idx[static_cast<std::size_t>(i)]) * width + c]);
+  // n = 0 touches nothing.
+  gather_rows(nullptr, src.data(), nullptr, 0, width);
+}
+
+// The CPU backend's Ops forward to these functions (same results through the interface).
+TEST(KvCache, CpuBackendForwardsTheInferenceOps) {
+  auto ops = make_cpu_ops();
+  const Vec src = randu(4 * 3, 31);
+  const Ids idx = {3, 1};
+  Vec dst(2 * 3), want(2 * 3);
+  ops->gather_rows(dst.data(), src.data(), idx.data(), 2, 3);
+  gather_rows(want.data(), src.data(), idx.data(), 2, 3);
+  EXPECT_EQ(dst, want);
+  const Vec logits = {0.1f, 2.0f, -1.0f, 0.5f};
+  const std::vector<uint64_t> seeds = {11};
+  Ops::Sampling sp;
+  sp.top_k = 2;
+  int32_t t1 = -1, t2 = -2;
+  float l1 = 0, l2 = 1;
+  ops->sample(&t1, &l1, logits.data(), seeds.data(), 1, 4, sp);
+  sample(&t2, &l2, logits.data(), seeds.data(), 1, 4, sp);
+  EXPECT_EQ(t1, t2);
+  EXPECT_EQ(l1, l2);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Sampling
+
+// log_softmax(z)[i] in double.
+double log_softmax_at(const Vec& z, int i) {
+  const double m = *std::max_element(z.begin(), z.end());
+  double s = 0.0;
+  for (float x : z) s += std::exp(static_cast<double>(x) - m);
+  return z[static_cast<std::size_t>(i)] - m - std::log(s);
+}
+
+// The distribution the filters of sampling.h leave, renormalised (0 for excluded tokens), written independently
+// of the implementation: sets are read off sorted copies of the row.
+std::vector<double> filtered_distribution(const Vec& z, const Ops::Sampling& sp) {
+  const int V = static_cast<int>(z.size());
+  std::vector<bool> in(static_cast<std::size_t>(V), true);
+  if (sp.top_k > 0 && sp.top_k < V) {  // the top_k largest logits, plus every logit equal to the smallest of them
+    Vec sorted = z;
+    std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+    const float kth = sorted[static_cast<std::size_t>(sp.top_k - 1)];
+    for (int i = 0; i < V; ++i) in[static_cast<std::size_t>(i)] = z[static_cast<std::size_t>(i)] >= kth;
+  }
+  std::vector<double> p(static_cast<std::size_t>(V), 0.0);
+  double zmax = -INFINITY, total = 0.0;
+  for (int i = 0; i < V; ++i)
+    if (in[static_cast<std::size_t>(i)]) zmax = std::max(zmax, static_cast<double>(z[static_cast<std::size_t>(i)]));
+  for (int i = 0; i < V; ++i)
+    if (in[static_cast<std::size_t>(i)]) {
+      p[static_cast<std::size_t>(i)] = std::exp((z[static_cast<std::size_t>(i)] - zmax) / sp.temperature);
+      total += p[static_cast<std::size_t>(i)];
+    }
+  for (double& x : p) x /= total;
+  if (sp.top_p < 1.0f) {  // the fewest most likely tokens reaching top_p, plus ties of the least likely of them
+    std::vector<double> desc;
+    for (int i = 0; i < V; ++i)
+      if (in[static_cast<std::size_t>(i)]) desc.push_back(p[static_cast<std::size_t>(i)]);
+    std::sort(desc.begin(), desc.end(), std::greater<double>());
+    std::size_t n = 1;
+    double mass = desc[0];
+    while (mass < sp.top_p && n < desc.size()) mass += desc[n++];
+    const double tau = desc[n - 1];
+    for (int i = 0; i < V; ++i)
+      if (p[static_cast<std::size_t>(i)] < tau) in[static_cast<std::size_t>(i)] = false;
+  }
+  if (sp.min_p > 0.0f) {
+    double pmax = 0.0;
+    for (int i = 0; i < V; ++i)
+      if (in[static_cast<std::size_t>(i)]) pmax = std::max(pmax, p[static_cast<std::size_t>(i)]);
+    for (int i = 0; i < V; ++i)
+      if (p[static_cast<std::size_t>(i)] < sp.min_p * pmax) in[static_cast<std::size_t>(i)] = false;
+  }
+  double kept = 0.0;
+  for (int i = 0; i < V; ++i) {
+    if (!in[static_cast<std::size_t>(i)]) p[static_cast<std::size_t>(i)] = 0.0;
+    kept += p[static_cast<std::size_t>(i)];
+  }
+  for (double& x : p) x /= kept;
+  return p;
+}
+
+// n draws from one row of logits, with seeds 0..n-1 (n rows in one call). Checks the recorded log-probs.
+Ids draw(const Vec& z, const Ops::Sampling& sp, int n) {
+  const int V = static_cast<int>(z.size());
+  Vec rows;
+  rows.reserve(static_cast<std::size_t>(n) * V);
+  for (int b = 0; b < n; ++b) rows.insert(rows.end(), z.begin(), z.end());
+  std::vector<uint64_t> seeds(static_cast<std::size_t>(n));
+  std::iota(seeds.begin(), seeds.end(), uint64_t{0});
+  Ids tokens(static_cast<std::size_t>(n), -1);
+  Vec logprobs(static_cast<std::size_t>(n), 1.0f);
+  sample(tokens.data(), logprobs.data(), rows.data(), seeds.data(), n, V, sp);
+  for (int b = 0; b < n; ++b) {
+    const int t = tokens[static_cast<std::size_t>(b)];
+    EXPECT_TRUE(t >= 0 && t < V) << t;
+    if (t < 0 || t >= V) break;
+    EXPECT_NEAR(logprobs[static_cast<std::size_t>(b)], log_softmax_at(z, t), 1e-5) << "log-prob of token " << t;
+  }
+  return tokens;
+}
+
+Ops::Sampling params(float temperature, int top_k, float top_p, float min_p) {
+  Ops::Sampling sp;
+  sp.temperature = temperature;
+  sp.top_k = top_k;
+  sp.top_p = top_p;
+  sp.min_p = min_p;
+  return sp;
+}
+
+std::string describe(const Ops::Sampling& sp) {
+  return "T=" + std::to_string(sp.temperature) + " top_k=" + std::to_string(sp.top_k) +
+         " top_p=" + std::to_string(sp.top_p) + " min_p=" + std::to_string(sp.min_p);
+}
+
+TEST(Sampling, GreedyIsTheArgmaxWithLowestIndexOnTies) {
+  const int V = 6;
+  const Vec logits = {
+      1.0f,      3.0f,  2.0f,      3.0f,  -1.0f, 0.0f,   // tie at 1 and 3 -> 1
+      5.0f,      5.0f,  5.0f,      5.0f,  5.0f,  5.0f,   // all equal -> 0
+      -INFINITY, -2.0f, -INFINITY, -2.5f, -9.0f, -2.0f,  // -> 1
+      0.0f,      0.0f,  0.0f,      0.0f,  0.0f,  0.5f,   // last -> 5
+  };
+  const Ids want = {1, 0, 1, 5};
+  const int B = static_cast<int>(want.size());
+  const std::vector<uint64_t> seeds = {1, 2, 3, 4};
+  for (const auto& sp : {params(0.0f, 0, 1.0f, 0.0f), params(0.0f, 3, 0.5f, 0.2f), params(-1.0f, 0, 1.0f, 0.0f)}) {
+    Ids tokens(static_cast<std::size_t>(B), -1);
+    Vec logprobs(static_cast<std::size_t>(B));
+    sample(tokens.data(), logprobs.data(), logits.data(), seeds.data(), B, V, sp);
+    EXPECT_EQ(tokens, want) << describe(sp);
+    for (int b = 0; b < B; ++b) {
+      const Vec row(logits.begin() + b * V, logits.begin() + (b + 1) * V);
+      EXPECT_NEAR(logprobs[static_cast<std::size_t>(b)], log_softmax_at(row, want[static_cast<std::size_t>(b)]), 1e-6);
+    }
+  }
+}
+
+// Logits with exact ties (some of them at the top-k boundary) for the filter tests.
+Vec tied_logits(int V, uint32_t seed) {
+  Vec z = randu(static_cast<std::size_t>(V), seed, -3.0f, 3.0f);
+  z[5] = z[17] = z[30];
+  z[2] = z[11];
+  z[20] = z[21] = z[22] = 0.25f;
+  return z;
+}
+
+TEST(Sampling, FiltersNeverEmitExcludedTokensAndKeepTheRest) {
+  const int V = 40, n = 2000;
+  const Vec z = tied_logits(V, 40);
+  // A top_k whose boundary falls inside a tie: k = position of the first of two equal sorted values.
+  Vec sorted = z;
+  std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+  int k_tie = 0;
+  for (int j = 0; j + 1 < V && !k_tie; ++j)
+    if (sorted[static_cast<std::size_t>(j)] == sorted[static_cast<std::size_t>(j + 1)]) k_tie = j + 1;
+  ASSERT_GT(k_tie, 0);
+  int cases = 0, tie_cases = 0;
+  std::vector<int> top_ks = {0, 1, 3, V - 1, V, V + 5};
+  if (std::find(top_ks.begin(), top_ks.end(), k_tie) == top_ks.end()) top_ks.push_back(k_tie);
+  for (float temperature : {0.5f, 1.0f, 1.7f})
+    for (int top_k : top_ks)
+      for (float top_p : {1.0f, 0.95f, 0.6f, 0.1f, 0.0f})
+        for (float min_p : {0.0f, 0.02f, 0.2f}) {
+          const Ops::Sampling sp = params(temperature, top_k, top_p, min_p);
+          SCOPED_TRACE(describe(sp));
+          const std::vector<double> q = filtered_distribution(z, sp);
+          int kept = 0;
+          for (double x : q) kept += x > 0.0;
+          ASSERT_GE(kept, 1);
+          if (top_k == k_tie && top_p == 1.0f && min_p == 0.0f) {
+            EXPECT_GT(kept, k_tie) << "ties at the top-k boundary are kept";
+            ++tie_cases;
+          }
+          const Ids tokens = draw(z, sp, n);
+          std::vector<int> count(static_cast<std::size_t>(V), 0);
+          for (int t : tokens)
+            if (t >= 0 && t < V) ++count[static_cast<std::size_t>(t)];
+          for (int i = 0; i < V; ++i) {
+            const double qi = q[static_cast<std::size_t>(i)];
+            const int ci = count[static_cast<std::size_t>(i)];
+            if (qi == 0.0) {
+              EXPECT_EQ(ci, 0) << "excluded token " << i << " emitted";
+            } else if (qi > 0.01) {  // expected >= 20 times: never missed
+              EXPECT_GT(ci, 0) << "kept token " << i << " never emitted";
+            }
+          }
+          ++cases;
+        }
+  EXPECT_EQ(cases, 3 * static_cast<int>(top_ks.size()) * 5 * 3);
+  EXPECT_EQ(tie_cases, 3);
+}
+
+// Pearson's chi-square of the counts against n * q over the kept tokens; excluded tokens must have count 0.
+double chi_square(const Ids& tokens, const std::vector<double>& q, int* df) {
+  std::vector<double> count(q.size(), 0.0);
+  for (int t : tokens) count[static_cast<std::size_t>(t)] += 1.0;
+  const double n = static_cast<double>(tokens.size());
+  double chi2 = 0.0;
+  int kept = 0;
+  for (std::size_t i = 0; i < q.size(); ++i) {
+    if (q[i] == 0.0) {
+      EXPECT_EQ(count[i], 0.0) << "excluded token " << i;
+      continue;
+    }
+    ++kept;
+    chi2 += (count[i] - n * q[i]) * (count[i] - n * q[i]) / (n * q[i]);
+  }
+  *df = kept - 1;
+  return chi2;
+}
+
+// The 0.999 quantile of chi-square with df degrees of freedom (df 1..6): a correct sampler exceeds it with
+// probability 1e-3 per case; with the fixed seeds below the outcome is deterministic.
+double chi2_q999(int df) {
+  static const double q[] = {0.0, 10.83, 13.82, 16.27, 18.47, 20.52, 22.46};
+  return q[df];
+}
+
+TEST(Sampling, FrequenciesMatchTheRenormalisedFilteredDistribution) {
+  const Vec z = {1.2f, -0.3f, 0.5f, 2.0f, -1.0f, 0.9f, 0.1f};
+  const int n = 20000;  // seeds 0..19999
+  const std::vector<Ops::Sampling> cases = {
+      params(1.0f, 0, 1.0f, 0.0f),   // plain softmax
+      params(0.6f, 0, 1.0f, 0.0f),   // temperature
+      params(0.6f, 4, 1.0f, 0.0f),   // + top-k (renormalised over 4 tokens)
+      params(1.5f, 0, 0.8f, 0.0f),   // top-p
+      params(1.0f, 0, 1.0f, 0.15f),  // min-p
+      params(0.8f, 5, 0.9f, 0.05f),  // all together
+      params(2.0f, 6, 0.97f, 0.0f),  // hot, wide
+  };
+  for (const Ops::Sampling& sp : cases) {
+    SCOPED_TRACE(describe(sp));
+    const std::vector<double> q = filtered_distribution(z, sp);
+    const Ids tokens = draw(z, sp, n);
+    int df = 0;
+    const double chi2 = chi_square(tokens, q, &df);
+    ASSERT_GE(df, 1);
+    std::printf("  %-52s chi2 %7.2f  df %d  (0.999 quantile %.2f)\n", describe(sp).c_str(), chi2, df, chi2_q999(df));
+    EXPECT_LE(chi2, chi2_q999(df));
+  }
+}
+
+// The same draws are a function of the seeds only: a row's token does not depend on the other rows.
+TEST(Sampling, RowsAreIndependentOfTheBatch) {
+  const int V = 40;
+  const Vec z = tied_logits(V, 41);
+  const Ops::Sampling sp = params(0.9f, 10, 0.9f, 0.01f);
+  const Ids all = draw(z, sp, 300);
+  for (int b : {0, 17, 299}) {
+    const uint64_t seed = static_cast<uint64_t>(b);
+    int32_t tok = -1;
+    float lp = 0.0f;
+    sample(&tok, &lp, z.data(), &seed, 1, V, sp);
+    EXPECT_EQ(tok, all[static_cast<std::size_t>(b)]) << b;
+  }
+}
+
+}  // namespace
+}  // namespace mgrl::kernels::cpu
