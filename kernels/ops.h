@@ -111,6 +111,17 @@ class Ops {
   };
   virtual void sample(std::int32_t* tokens, float* logprobs, const float* logits, const std::uint64_t* seeds, int B,
                       int V, const Sampling& params) = 0;
+
+  // ---- optimizer (kernels/cpu/optimizer.h) ----
+  // sum of x[i]^2 in double, returned to the host (synchronises); non-finite if any x[i] is.
+  virtual double sum_squares(const float* x, std::size_t n) = 0;
+  struct AdamW {
+    float lr = 1e-4f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.0f;
+    std::int64_t step = 1;   // 1-based, for the bias corrections
+    float grad_scale = 1.0f;  // gradients are multiplied by this first (clipping, loss-scale removal)
+  };
+  // In place on f32 buffers of n elements: decoupled weight decay, then the Adam update.
+  virtual void adamw(float* params, const float* grads, float* m, float* v, std::size_t n, const AdamW& hp) = 0;
 };
 
 std::unique_ptr<Ops> make_cpu_ops();

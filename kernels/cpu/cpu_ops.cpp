@@ -11,6 +11,7 @@
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/lm_head.h"
 #include "kernels/cpu/lora.h"
+#include "kernels/cpu/optimizer.h"
 #include "kernels/cpu/residual.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
@@ -136,6 +137,10 @@ class CpuOps final : public Ops {
   void sample(std::int32_t* tokens, float* logprobs, const float* logits, const std::uint64_t* seeds, int B, int V,
               const Sampling& params) override {
     cpu::sample(tokens, logprobs, logits, seeds, B, V, params);
+  }
+  double sum_squares(const float* x, std::size_t n) override { return cpu::sum_squares(x, n); }
+  void adamw(float* params, const float* grads, float* m, float* v, std::size_t n, const AdamW& hp) override {
+    cpu::adamw(params, grads, m, v, n, hp);
   }
 };
 

@@ -16,6 +16,7 @@
 #include "kernels/cuda/linear.cuh"
 #include "kernels/cuda/lm_head.cuh"
 #include "kernels/cuda/lora.cuh"
+#include "kernels/cuda/optimizer.cuh"
 #include "kernels/cuda/residual.cuh"
 #include "kernels/cuda/rmsnorm.cuh"
 #include "kernels/cuda/rope.cuh"
@@ -198,6 +199,19 @@ class CudaOps final : public Ops {
   void sample(std::int32_t* tokens, float* logprobs, const float* logits, const std::uint64_t* seeds, int B, int V,
               const Sampling& params) override {
     cuda::sample(ctx(), tokens, logprobs, logits, seeds, B, V, params);
+  }
+  double sum_squares(const float* x, std::size_t n) override {
+    double* d = static_cast<double*>(cuda::scratch_alloc(sizeof(double), stream_));
+    cuda::sum_squares(ctx(), d, x, n);
+    double h = 0;
+    CUDA_CHECK(cudaMemcpyAsync(&h, d, sizeof(double), cudaMemcpyDeviceToHost, stream_));
+    cuda::scratch_free(d, stream_);
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    check_device_errors();
+    return h;
+  }
+  void adamw(float* params, const float* grads, float* m, float* v, std::size_t n, const AdamW& hp) override {
+    cuda::adamw(ctx(), params, grads, m, v, n, hp);
   }
 
  private:

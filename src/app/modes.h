@@ -27,6 +27,10 @@ struct Context {
 int run_info(Context& ctx);
 // `mgrl score`: per-token log-probs of JSONL token sequences into an HDF5 file (docs/score.md).
 int run_score(Context& ctx);
+// `mgrl sft`: supervised fine-tuning (docs/sft.md).
+int run_sft(Context& ctx);
+// `mgrl export`: a checkpoint as a PEFT adapter directory, optionally also merged into a full model.
+int run_export(Context& ctx);
 // `mgrl generate`: completions of JSONL prompts into a JSONL file (docs/generate.md).
 int run_generate(Context& ctx);
 

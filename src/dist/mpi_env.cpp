@@ -56,7 +56,7 @@ MpiEnv::MpiEnv(int* argc, char*** argv) {
   MPI_CHECK(MPI_Comm_rank(local, &local_rank_));
   MPI_CHECK(MPI_Comm_size(local, &local_size_));
   MPI_CHECK(MPI_Comm_free(&local));
-  num_nodes_ = static_cast<int>(allreduce_sum(local_rank_ == 0 ? 1 : 0));
+  num_nodes_ = static_cast<int>(allreduce_sum(static_cast<long long>(local_rank_ == 0 ? 1 : 0)));
 
   char name[MPI_MAX_PROCESSOR_NAME];
   int len = 0;
@@ -111,6 +111,12 @@ double MpiEnv::allreduce_max(double v) const {
 long long MpiEnv::allreduce_sum(long long v) const {
   long long out = 0;
   MPI_CHECK(MPI_Allreduce(&v, &out, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD));
+  return out;
+}
+
+double MpiEnv::allreduce_sum(double v) const {
+  double out = 0;
+  MPI_CHECK(MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
   return out;
 }
 

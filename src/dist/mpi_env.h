@@ -29,6 +29,7 @@ class MpiEnv {
   int allreduce_min(int v) const;
   double allreduce_max(double v) const;
   long long allreduce_sum(long long v) const;
+  double allreduce_sum(double v) const;
   // Every rank's string, in rank order, on rank 0 (empty vector elsewhere).
   std::vector<std::string> gather_to_root(const std::string& s) const;
   // Rank `root`'s string on every rank.

@@ -5,7 +5,7 @@
 namespace mgrl::io {
 
 const std::vector<std::string>& mgrl_modes() {
-  static const std::vector<std::string> modes{"info", "score", "generate", "help-config"};
+  static const std::vector<std::string> modes{"info", "sft", "export", "score", "generate", "help-config"};
   return modes;
 }
 
@@ -15,8 +15,9 @@ const Schema& mgrl_schema() {
     Schema s;
     auto add = [&s](KeySpec k) { s.push_back(std::move(k)); };
     add({"mode", T::String, std::nullopt,
-         "what to run: info (ranks, devices, versions), score (log-probs of token sequences), generate "
-         "(completions of prompts) or help-config (this list); the command line may name it instead",
+         "what to run: info (ranks, devices, versions), sft (supervised fine-tuning), export (a checkpoint as a "
+         "PEFT adapter or merged model), score (log-probs of token sequences), generate (completions of prompts) "
+         "or help-config (this list); the command line may name it instead",
          mgrl_modes(), {}, {}, {}});
     add({"runtime.backend", T::String, Value(std::string("auto")),
          "compute backend: auto (CUDA when every rank has a GPU of its own, else CPU), cpu or cuda",
@@ -29,7 +30,15 @@ const Schema& mgrl_schema() {
          {}, 0.0, std::nullopt, {}});
     add({"model.path", T::String, std::nullopt,
          "Hugging Face model directory: config.json and model.safetensors (or a sharded index)", {}, {}, {},
-         {"score", "generate"}});
+         {"score", "generate", "sft"}});
+    add({"model.init", T::String, Value(std::string("pretrained")),
+         "pretrained: weights from model.path; random: only model.path/config.json is read and the weights are "
+         "drawn (normal(0, model.init_std); norms 1) for training a small model from scratch",
+         {"pretrained", "random"}, {}, {}, {}});
+    add({"model.init_std", T::Float, Value(0.02), "standard deviation of random initial weights", {}, 0.0, {}, {}});
+    add({"model.recompute", T::Bool, Value(false),
+         "recompute each layer's activations in the backward pass instead of keeping them (less memory)", {}, {}, {},
+         {}});
     add({"model.tokenizer", T::String, Value(std::string("")),
          "directory with tokenizer.json (and tokenizer_config.json); empty: model.path", {}, {}, {}, {}});
     add({"lora.adapter", T::String, Value(std::string("")),
@@ -38,7 +47,73 @@ const Schema& mgrl_schema() {
     add({"data.input", T::String, std::nullopt,
          "input JSONL file; score: {\"tokens\": [ids]} per line; generate: {\"prompt\": text}, {\"messages\": "
          "[{\"role\", \"content\"}]} or {\"prompt_tokens\": [ids]} per line",
-         {}, {}, {}, {"score", "generate"}});
+         {}, {}, {}, {"score", "generate", "sft"}});
+    add({"lora.r", T::Int, Value(std::int64_t{8}), "LoRA rank", {}, 1.0, 4096.0, {}});
+    add({"lora.alpha", T::Float, Value(16.0), "LoRA alpha: the adapter's output is scaled by alpha / r", {}, 0.0, {},
+         {}});
+    add({"lora.dropout", T::Float, Value(0.0), "dropout on the adapter's input while training", {}, 0.0, 0.99, {}});
+    add({"lora.use_rslora", T::Bool, Value(false), "scale by alpha / sqrt(r) (rank-stabilised LoRA)", {}, {}, {},
+         {}});
+    add({"lora.targets", T::StringList,
+         Value(std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}),
+         "linear layers that get an adapter", {}, {}, {}, {}});
+    add({"train.full_finetune", T::Bool, Value(false),
+         "train every weight instead of a LoRA adapter (CPU backend; for small models)", {}, {}, {}, {}});
+    add({"train.max_steps", T::Int, Value(std::int64_t{100}), "optimizer steps", {}, 1.0, {}, {}});
+    add({"train.stop_at_step", T::Int, Value(std::int64_t{0}),
+         "end the run (with a checkpoint) after this step, as a time-limited job would, without changing the "
+         "schedule, which still spans max_steps; 0: run to max_steps", {}, 0.0, {}, {}});
+    add({"train.batch_size", T::Int, Value(std::int64_t{8}),
+         "sequences per optimizer step over all ranks (split over ranks, so 1, 2 or 4 ranks train the same model)",
+         {}, 1.0, {}, {}});
+    add({"train.grad_accum", T::Int, Value(std::int64_t{1}), "micro-batches per rank per step", {}, 1.0, {}, {}});
+    add({"train.lr", T::Float, Value(1e-4), "peak learning rate", {}, 0.0, {}, {}});
+    add({"train.schedule", T::String, Value(std::string("linear")),
+         "learning-rate schedule after warmup: constant, linear or cosine (decay to 0 at max_steps)",
+         {"constant", "linear", "cosine"}, {}, {}, {}});
+    add({"train.warmup_steps", T::Int, Value(std::int64_t{0}), "linear warmup steps (wins over warmup_ratio)", {},
+         0.0, {}, {}});
+    add({"train.warmup_ratio", T::Float, Value(0.0), "warmup as a fraction of max_steps", {}, 0.0, 1.0, {}});
+    add({"train.weight_decay", T::Float, Value(0.0), "AdamW decoupled weight decay", {}, 0.0, {}, {}});
+    add({"train.adam_beta1", T::Float, Value(0.9), "AdamW beta1", {}, 0.0, 1.0, {}});
+    add({"train.adam_beta2", T::Float, Value(0.999), "AdamW beta2", {}, 0.0, 1.0, {}});
+    add({"train.adam_eps", T::Float, Value(1e-8), "AdamW epsilon", {}, 0.0, {}, {}});
+    add({"train.max_grad_norm", T::Float, Value(1.0), "clip the global gradient norm to this; 0: no clipping", {},
+         0.0, {}, {}});
+    add({"train.seed", T::Int, Value(std::int64_t{0}), "seed of the data order, LoRA initialisation and dropout", {},
+         0.0, {}, {}});
+    add({"train.max_seq_len", T::Int, Value(std::int64_t{2048}),
+         "longest training sequence in tokens; longer completions are cut", {}, 2.0, {}, {}});
+    add({"train.chat_format", T::String, Value(std::string("auto")),
+         "how {\"messages\"} examples become text: auto (the tokenizer's chat template), chatml, llama3 or none",
+         {"auto", "chatml", "llama3", "none"}, {}, {}, {}});
+    add({"eval.input", T::String, Value(std::string("")), "held-out JSONL (same format as data.input); empty: none",
+         {}, {}, {}, {}});
+    add({"eval.every_steps", T::Int, Value(std::int64_t{0}), "held-out loss every N steps; 0: only at the end", {},
+         0.0, {}, {}});
+    add({"eval.batch_size", T::Int, Value(std::int64_t{16}), "sequences per forward pass in evaluation", {}, 1.0, {},
+         {}});
+    add({"eval.accuracy", T::Bool, Value(false),
+         "at the end, greedy-generate every held-out completion and report exact-match accuracy", {}, {}, {}, {}});
+    add({"eval.max_new_tokens", T::Int, Value(std::int64_t{32}), "longest generated completion for eval.accuracy",
+         {}, 1.0, {}, {}});
+    add({"checkpoint.dir", T::String, Value(std::string("")),
+         "directory of step_<8 digits>.h5 checkpoints; empty: no checkpoints", {}, {}, {}, {}});
+    add({"checkpoint.every_steps", T::Int, Value(std::int64_t{0}), "checkpoint every N steps (and at the end); 0: "
+         "only at the end", {}, 0.0, {}, {}});
+    add({"checkpoint.keep_last", T::Int, Value(std::int64_t{0}), "keep only the newest K checkpoints; 0: all", {},
+         0.0, {}, {}});
+    add({"checkpoint.resume", T::String, Value(std::string("auto")),
+         "auto: continue from the newest complete checkpoint of checkpoint.dir if there is one; none; or a path",
+         {}, {}, {}, {}});
+    add({"export.checkpoint", T::String, Value(std::string("auto")),
+         "checkpoint to export: a path, or auto (the newest of checkpoint.dir)", {}, {}, {}, {}});
+    add({"export.output", T::String, std::nullopt,
+         "output directory: a PEFT adapter (adapter_config.json + adapter_model.safetensors), or the full model",
+         {}, {}, {}, {"export"}});
+    add({"export.merged", T::Bool, Value(false),
+         "also write <export.output>/merged: a Hugging Face model directory with the adapter merged into the weights",
+         {}, {}, {}, {}});
     add({"score.output", T::String, std::nullopt,
          "output HDF5 file: tokens, lengths and logprobs (see docs/score.md)", {}, {}, {}, {"score"}});
     add({"score.batch_size", T::Int, Value(std::int64_t{8}), "sequences per forward pass on each rank", {}, 1.0,
@@ -65,6 +140,10 @@ const Schema& mgrl_schema() {
          {"auto", "chatml", "llama3", "none"}, {}, {}, {}});
     add({"generate.max_sequences", T::Int, Value(std::int64_t{64}),
          "sequences generated at once on each rank (KV-cache slots)", {}, 1.0, {}, {}});
+    add({"log.dir", T::String, Value(std::string("")),
+         "run directory for metrics.jsonl, TensorBoard event files and job_summary.txt; empty: none", {}, {}, {},
+         {}});
+    add({"log.every_steps", T::Int, Value(std::int64_t{1}), "one metrics line every N steps", {}, 1.0, {}, {}});
     add({"log.level", T::String, Value(std::string("info")), "least severe messages printed: debug, info, warn or error",
          {"debug", "info", "warn", "error"}, {}, {}, {}});
     return s;

@@ -1,0 +1,132 @@
+// mode_export.cpp: `mgrl export`: a training checkpoint as a PEFT adapter directory (adapter_config.json +
+// adapter_model.safetensors) or, for full fine-tuning, a Hugging Face model directory; optionally the
+// adapter merged into the base weights (W + scale * B A) as a full model directory.
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "app/modes.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "dist/mpi_env.h"
+#include "io/config.h"
+#include "io/config_schema.h"
+#include "io/safetensors.h"
+#include "train/checkpoint.h"
+
+namespace mgrl::app {
+namespace {
+
+void copy_file_if_exists(const std::string& from, const std::string& to) {
+  std::ifstream in(from, std::ios::binary);
+  if (!in) return;
+  std::ofstream out(to, std::ios::binary | std::ios::trunc);
+  out << in.rdbuf();
+  if (!out) throw UserError(to + ": cannot write");
+}
+
+void make_dir(const std::string& d) {
+  if (::mkdir(d.c_str(), 0755) != 0 && errno != EEXIST) throw UserError(d + ": cannot create the directory");
+}
+
+const char* kLoraPrefix = "base_model.model.";
+
+}  // namespace
+
+int run_export(Context& ctx) {
+  const auto& cfg = ctx.cfg;
+  std::string path = cfg.get_string("export.checkpoint");
+  const std::string out = cfg.get_string("export.output");
+  train::Checkpoint ck;
+  io::Config run_cfg;
+  ctx.env.agree([&] {
+    if (path == "auto") {
+      const std::string dir = cfg.get_string("checkpoint.dir");
+      if (dir.empty()) throw UserError("export.checkpoint = \"auto\" needs checkpoint.dir");
+      const auto newest = train::newest_checkpoint(dir);
+      if (!newest) throw UserError(dir + ": no checkpoint to export");
+      path = *newest;
+    }
+    ck = train::read_checkpoint(path);
+    run_cfg = io::Config::from_string(io::mgrl_schema(), ck.config_text, path + ":/config");
+  });
+  if (ctx.env.rank() != 0) return 0;
+
+  make_dir(out);
+  const bool lora = !ck.tensors.empty() && ck.tensors.front().name.rfind(kLoraPrefix, 0) == 0;
+  const std::string base_dir = run_cfg.get_string("model.path");
+  std::vector<io::TensorToWrite> tensors;
+  for (const auto& t : ck.tensors) tensors.push_back({t.name, DType::F32, t.shape, ck.params.data() + t.offset});
+  if (lora) {
+    io::write_safetensors(out + "/adapter_model.safetensors", tensors, {{"format", "pt"}});
+    const nlohmann::json j = {{"peft_type", "LORA"},
+                              {"task_type", "CAUSAL_LM"},
+                              {"base_model_name_or_path", base_dir},
+                              {"r", run_cfg.get_int("lora.r")},
+                              {"lora_alpha", run_cfg.get_float("lora.alpha")},
+                              {"lora_dropout", run_cfg.get_float("lora.dropout")},
+                              {"use_rslora", run_cfg.get_bool("lora.use_rslora")},
+                              {"target_modules", run_cfg.get_strings("lora.targets")},
+                              {"bias", "none"},
+                              {"fan_in_fan_out", false},
+                              {"inference_mode", true},
+                              {"use_dora", false},
+                              {"layers_to_transform", nullptr},
+                              {"modules_to_save", nullptr}};
+    std::ofstream(out + "/adapter_config.json") << j.dump(2) << "\n";
+    log::info("export: PEFT adapter of " + path + " (step " + std::to_string(ck.state.step) + ") in " + out);
+  } else {
+    io::write_safetensors(out + "/model.safetensors", tensors, {{"format", "pt"}});
+    for (const char* f : {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"})
+      copy_file_if_exists(base_dir + "/" + f, out + "/" + f);
+    log::info("export: full model of " + path + " (step " + std::to_string(ck.state.step) + ") in " + out);
+  }
+
+  if (cfg.get_bool("export.merged") && lora) {
+    // W' = W + scale * B @ A for every adapter, in f32, written as a Hugging Face directory.
+    const std::string merged = out + "/merged";
+    make_dir(merged);
+    io::SafetensorsModel base(base_dir);
+    const int r = static_cast<int>(run_cfg.get_int("lora.r"));
+    const double alpha = run_cfg.get_float("lora.alpha");
+    const float scale = static_cast<float>(run_cfg.get_bool("lora.use_rslora") ? alpha / std::sqrt(static_cast<double>(r))
+                                                                               : alpha / r);
+    std::map<std::string, const train::TensorEntry*> by_name;
+    for (const auto& t : ck.tensors) by_name[t.name] = &t;
+    std::vector<std::vector<float>> storage;
+    std::vector<io::TensorToWrite> full;
+    const auto names = base.names();
+    storage.reserve(names.size());
+    for (const auto& name : names) {
+      const io::TensorInfo& info = base.get(name);
+      storage.push_back(io::to_f32(info));
+      auto& w = storage.back();
+      const std::string stem = name.size() > 7 ? name.substr(0, name.size() - 7) : name;  // drop ".weight"
+      auto a = by_name.find(kLoraPrefix + stem + ".lora_A.weight");
+      auto b = by_name.find(kLoraPrefix + stem + ".lora_B.weight");
+      if (a != by_name.end() && b != by_name.end()) {
+        const std::int64_t outf = info.shape[0], inf = info.shape[1];
+        const float* A = ck.params.data() + a->second->offset;  // [r, in]
+        const float* B = ck.params.data() + b->second->offset;  // [out, r]
+        for (std::int64_t o = 0; o < outf; ++o)
+          for (std::int64_t i = 0; i < inf; ++i) {
+            double s = 0;
+            for (int k = 0; k < r; ++k) s += static_cast<double>(B[o * r + k]) * A[k * inf + i];
+            w[static_cast<std::size_t>(o * inf + i)] += static_cast<float>(scale * s);
+          }
+      }
+      full.push_back({name, DType::F32, info.shape, w.data()});
+    }
+    io::write_safetensors(merged + "/model.safetensors", full, {{"format", "pt"}});
+    for (const char* f : {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"})
+      copy_file_if_exists(base_dir + "/" + f, merged + "/" + f);
+    log::info("export: merged model in " + merged);
+  }
+  return 0;
+}
+
+}  // namespace mgrl::app

@@ -1,0 +1,148 @@
+// mode_sft.cpp: `mgrl sft`: supervised fine-tuning (LoRA or full) of a Hugging Face model, or of a small
+// model initialised at random from its config.json, data-parallel over ranks.
+#include <cstdio>
+#include <memory>
+
+#include "app/modes.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "dist/comm.h"
+#include "dist/device.h"
+#include "dist/mpi_env.h"
+#include "io/config.h"
+#include "io/hf_config.h"
+#include "io/tokenizer.h"
+#include "model/lora.h"
+#include "model/transformer.h"
+#include "rl/generator.h"
+#include "train/data.h"
+#include "train/sft.h"
+
+namespace mgrl::app {
+namespace {
+
+// Peak dense bf16/fp16 tensor throughput (TFLOP/s) of GPUs whose name we recognise; 0 when unknown.
+double gpu_peak_tflops(const dist::Device& d) {
+  if (d.backend != dist::Backend::Cuda) return 0;
+  const std::string& n = d.gpu.name;
+  if (n.find("H200") != std::string::npos || n.find("H100") != std::string::npos) return 989;
+  if (n.find("A100") != std::string::npos) return 312;
+  if (n.find("V100") != std::string::npos) return 125;
+  if (n.find("L40S") != std::string::npos) return 362;
+  return 0;
+}
+
+io::ChatFormat chat_format(const io::Config& cfg, const char* key, const io::Tokenizer& tok) {
+  const std::string name = cfg.get_string(key);
+  return name == "auto" ? tok.chat_format() : io::chat_format_from_name(name);
+}
+
+}  // namespace
+
+int run_sft(Context& ctx) {
+  const auto& env = ctx.env;
+  const auto& cfg = ctx.cfg;
+  const std::string model_dir = cfg.get_string("model.path");
+  const std::string tok_dir = cfg.get_string("model.tokenizer").empty() ? model_dir : cfg.get_string("model.tokenizer");
+  const bool random_init = cfg.get_string("model.init") == "random";
+  const bool full = cfg.get_bool("train.full_finetune");
+
+  io::ModelConfig mc;
+  std::unique_ptr<io::Tokenizer> tok;
+  std::vector<train::Example> train_data, eval_data;
+  env.agree([&] {
+    mc = io::parse_hf_config(model_dir + "/config.json");
+    tok = std::make_unique<io::Tokenizer>(io::Tokenizer::from_dir(tok_dir));
+    if (tok->vocab_size() > mc.vocab_size)
+      throw UserError(tok->path() + ": the tokenizer has " + std::to_string(tok->vocab_size()) +
+                      " tokens, more than the model's vocab_size (" + std::to_string(mc.vocab_size) + ")");
+    train::DataOptions d;
+    d.max_seq_len = static_cast<int>(std::min<std::int64_t>(cfg.get_int("train.max_seq_len"),
+                                                            mc.max_position_embeddings > 0 ? mc.max_position_embeddings : 1 << 30));
+    d.chat = chat_format(cfg, "train.chat_format", *tok);
+    train_data = train::load_examples(cfg.get_string("data.input"), *tok, d);
+    if (!cfg.get_string("eval.input").empty()) eval_data = train::load_examples(cfg.get_string("eval.input"), *tok, d);
+    if (!random_init && full && ctx.device.backend == dist::Backend::Cuda)
+      throw UserError("train.full_finetune needs f32 weights: use --runtime.backend=cpu, or LoRA on the GPU");
+  });
+
+  auto ops = make_ops(ctx.device);
+  model::Transformer net(mc, *ops, model::ModelOptions{full, cfg.get_bool("model.recompute")});
+  const auto seed = static_cast<std::uint64_t>(cfg.get_int("train.seed"));
+  env.agree([&] {
+    if (random_init) net.init_random(seed, static_cast<float>(cfg.get_float("model.init_std")));
+    else net.load_weights(model_dir);
+    if (!full) {
+      model::LoraConfig lc;
+      lc.r = static_cast<int>(cfg.get_int("lora.r"));
+      lc.alpha = cfg.get_float("lora.alpha");
+      lc.dropout = cfg.get_float("lora.dropout");
+      lc.use_rslora = cfg.get_bool("lora.use_rslora");
+      lc.targets = cfg.get_strings("lora.targets");
+      net.add_lora(lc, seed);
+    }
+  });
+
+  train::SftOptions o;
+  o.max_steps = cfg.get_int("train.max_steps");
+  o.stop_at_step = cfg.get_int("train.stop_at_step");
+  o.global_batch = static_cast<int>(cfg.get_int("train.batch_size"));
+  o.grad_accum = static_cast<int>(cfg.get_int("train.grad_accum"));
+  o.max_grad_norm = cfg.get_float("train.max_grad_norm");
+  o.adamw.beta1 = static_cast<float>(cfg.get_float("train.adam_beta1"));
+  o.adamw.beta2 = static_cast<float>(cfg.get_float("train.adam_beta2"));
+  o.adamw.eps = static_cast<float>(cfg.get_float("train.adam_eps"));
+  o.adamw.weight_decay = static_cast<float>(cfg.get_float("train.weight_decay"));
+  o.schedule.kind = cfg.get_string("train.schedule");
+  o.schedule.lr = cfg.get_float("train.lr");
+  o.schedule.total_steps = o.max_steps;
+  o.schedule.warmup_steps = cfg.get_int("train.warmup_steps") > 0
+                                ? cfg.get_int("train.warmup_steps")
+                                : train::Schedule::warmup_from_ratio(cfg.get_float("train.warmup_ratio"), o.max_steps);
+  o.seed = seed;
+  o.log_every = static_cast<int>(cfg.get_int("log.every_steps"));
+  o.eval_every = static_cast<int>(cfg.get_int("eval.every_steps"));
+  o.eval_batch = static_cast<int>(cfg.get_int("eval.batch_size"));
+  o.checkpoint_dir = cfg.get_string("checkpoint.dir");
+  o.checkpoint_every = static_cast<int>(cfg.get_int("checkpoint.every_steps"));
+  o.keep_last = static_cast<int>(cfg.get_int("checkpoint.keep_last"));
+  o.resume = cfg.get_string("checkpoint.resume");
+  o.log_dir = cfg.get_string("log.dir");
+  o.config_text = cfg.to_toml();
+  o.gpu_peak_tflops = gpu_peak_tflops(ctx.device);
+  if (cfg.get_bool("eval.accuracy") && !eval_data.empty()) {
+    const int max_new = static_cast<int>(cfg.get_int("eval.max_new_tokens"));
+    o.accuracy = [&env, &net, &tok, max_new](const std::vector<train::Example>& eval_set) {
+      const auto* eval = &eval_set;
+      rl::GenerationOptions g;
+      g.max_new_tokens = max_new;
+      g.sampling.temperature = 0;
+      if (tok->eos_id()) g.eos_ids = {*tok->eos_id()};
+      const std::size_t N = eval->size(), lo = N * env.rank() / env.size(), hi = N * (env.rank() + 1) / env.size();
+      std::vector<rl::Prompt> prompts;
+      for (std::size_t i = lo; i < hi; ++i) prompts.push_back({static_cast<std::int64_t>(i), (*eval)[i].prompt_tokens()});
+      long long right = 0;
+      if (!prompts.empty()) {
+        rl::Generator gen(net, g, [&](const std::vector<std::int32_t>& ids) { return tok->decode(ids, true); });
+        for (const auto& c : gen.generate(prompts))
+          right += c.text == (*eval)[static_cast<std::size_t>(c.prompt_index)].completion ? 1 : 0;
+      }
+      return static_cast<double>(env.allreduce_sum(right)) / static_cast<double>(N);
+    };
+  }
+  {
+    char line[256];
+    std::snprintf(line, sizeof(line), "sft: %s %s, %zu training examples, %zu held-out, %s on %d rank%s",
+                  random_init ? "random-init" : "pretrained", io::architecture_name(mc.arch), train_data.size(),
+                  eval_data.size(), full ? "full fine-tuning" : "LoRA", env.size(), env.size() == 1 ? "" : "s");
+    log::info(line);
+  }
+  std::unique_ptr<train::SftTrainer> trainer;
+  env.agree([&] {  // batch sizes that do not divide are errors every rank meets
+    trainer = std::make_unique<train::SftTrainer>(env, ctx.comm, net, *tok, std::move(train_data), std::move(eval_data), o);
+  });
+  trainer->run();
+  return 0;
+}
+
+}  // namespace mgrl::app

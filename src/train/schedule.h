@@ -1,0 +1,21 @@
+// schedule.h: learning-rate schedules (constant, linear, cosine) with linear warmup, as a pure function of
+// the step, so that resuming needs no scheduler state beyond the step.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace mgrl::train {
+
+struct Schedule {
+  std::string kind = "constant";  // constant | linear | cosine
+  double lr = 1e-4;
+  std::int64_t warmup_steps = 0;
+  std::int64_t total_steps = 1;
+  // warmup_ratio * total_steps, rounded up (as transformers does), when warmup_steps is not given.
+  static std::int64_t warmup_from_ratio(double ratio, std::int64_t total_steps);
+  // Learning rate of optimizer step `step` (0-based): warmup rises linearly from lr / warmup (at step 0)
+  // to lr; after warmup: constant, or linear / cosine decay to 0 at total_steps.
+  double at(std::int64_t step) const;
+};
+
+}  // namespace mgrl::train

@@ -1,0 +1,93 @@
+// sft.h: the supervised fine-tuning loop: data-parallel steps (global batch split over ranks and
+// micro-batches, loss = mean over the global batch's completion tokens), gradient allreduce, global-norm
+// clipping, AdamW, learning-rate schedule, inf/NaN steps skipped on every rank together, held-out loss
+// and exact-match accuracy, HDF5 checkpoints with exact resume, metrics (stdout line, progress line,
+// metrics.jsonl, TensorBoard, job_summary.txt).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "dist/comm.h"
+#include "dist/mpi_env.h"
+#include "io/tokenizer.h"
+#include "model/transformer.h"
+#include "train/checkpoint.h"
+#include "train/data.h"
+#include "train/schedule.h"
+
+namespace mgrl::train {
+
+struct SftOptions {
+  std::int64_t max_steps = 100;
+  std::int64_t stop_at_step = 0;  // > 0: stop after this step (checkpoint written), schedule unchanged
+  int global_batch = 8;  // sequences per optimizer step over all ranks
+  int grad_accum = 1;    // micro-batches per rank per step
+  double max_grad_norm = 1.0;  // 0: no clipping
+  kernels::Ops::AdamW adamw;
+  Schedule schedule;
+  std::uint64_t seed = 0;
+  int log_every = 1;
+  int eval_every = 0;  // 0: only at the end
+  int eval_batch = 16;
+  // Held-out accuracy in [0, 1] of the given examples, computed by the caller (the app layer generates;
+  // train sits below rl). Collective: called on every rank. Empty: no accuracy.
+  std::function<double(const std::vector<Example>&)> accuracy;
+  std::string checkpoint_dir;
+  int checkpoint_every = 0;  // 0: only at the end
+  int keep_last = 0;
+  std::string resume;  // "" / "none", "auto", or a checkpoint path
+  std::string log_dir;
+  std::string config_text;
+  double gpu_peak_tflops = 0;  // for MFU; 0 unknown
+};
+
+struct Trainable {
+  float* params = nullptr;  // backend memory
+  float* grads = nullptr;
+  std::size_t n = 0;
+  std::vector<TensorEntry> tensors;
+};
+// The LoRA parameters of the model, or (full fine-tuning) its base weights; UserError when the backend
+// cannot train them (full fine-tuning needs f32 storage, i.e. the CPU backend).
+Trainable trainable_of(model::Transformer& m, bool full_finetune);
+
+struct SftResult {
+  std::int64_t steps = 0, skipped = 0, checkpoints = 0;
+  double final_loss = 0, final_eval_loss = -1, best_eval_loss = -1, eval_accuracy = -1, seconds = 0;
+  double tokens_per_second = 0;
+};
+
+class SftTrainer {
+ public:
+  SftTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transformer& model, const io::Tokenizer& tok,
+             std::vector<Example> train, std::vector<Example> eval, SftOptions opts);
+  ~SftTrainer();
+  SftResult run();
+  // Held-out loss (mean over completion tokens, all ranks) and, optionally, the accuracy callback's value.
+  std::pair<double, double> evaluate(bool accuracy);
+  const TrainState& state() const { return state_; }
+
+ private:
+  double train_step();
+  void save_checkpoint();
+  void load_checkpoint(const std::string& path);
+  std::string params_hash();
+
+  const dist::MpiEnv& env_;
+  dist::Comm& comm_;
+  model::Transformer& model_;
+  const io::Tokenizer& tok_;
+  std::vector<Example> train_, eval_;
+  SftOptions opts_;
+  Sampler sampler_;
+  Trainable tr_;
+  float* m_ = nullptr;
+  float* v_ = nullptr;
+  TrainState state_;
+  std::string identity_;
+  double last_norm_ = 0;
+};
+
+}  // namespace mgrl::train

@@ -1,0 +1,122 @@
+// check_train.cpp: checks on training outputs for the CLI tests.
+//   check_train weights A.h5 B.h5 [--exact | --rtol=X]   trainable weights and AdamW moments of two checkpoints
+//                                                       agree (bitwise, or relative norm <= X)
+//   check_train losses A.jsonl B.jsonl --after=N         the "loss" of every step > N is identical in both
+//   check_train falls A.jsonl --factor=F                  the last logged loss < F * the first
+//   check_train scores A.h5 B.h5 --rtol=X                 two `mgrl score` files: same tokens, log-probs within X
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "io/hdf5_file.h"
+#include "train/checkpoint.h"
+
+using namespace mgrl;
+
+namespace {
+
+double rel(const std::vector<float>& a, const std::vector<float>& b, bool* same_bits) {
+  double num = 0, den = 0;
+  *same_bits = a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    num += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+    den += static_cast<double>(b[i]) * b[i];
+  }
+  return std::sqrt(num / (den > 0 ? den : 1));
+}
+
+std::map<long, double> losses(const char* path) {
+  std::map<long, double> out;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("loss")) out[j["step"].get<long>()] = j["loss"].get<double>();
+  }
+  return out;
+}
+
+const char* opt(int argc, char** argv, const char* name) {
+  const std::size_t n = std::strlen(name);
+  for (int i = 2; i < argc; ++i)
+    if (std::strncmp(argv[i], name, n) == 0) return argv[i] + n;
+  return nullptr;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: see the comment at the top of check_train.cpp\n");
+    return 2;
+  }
+  const std::string cmd = argv[1];
+  try {
+    if (cmd == "weights" && argc >= 4) {
+      const auto a = train::read_checkpoint(argv[2]), b = train::read_checkpoint(argv[3]);
+      const bool exact = opt(argc, argv, "--exact") != nullptr;
+      const double rtol = opt(argc, argv, "--rtol=") ? std::atof(opt(argc, argv, "--rtol=")) : 0;
+      bool sp = false, sm = false, sv = false;
+      const double ep = rel(a.params, b.params, &sp), em = rel(a.adam_m, b.adam_m, &sm), ev = rel(a.adam_v, b.adam_v, &sv);
+      std::printf("check_train: step %lld vs %lld; relative differences: weights %.3g, exp_avg %.3g, exp_avg_sq %.3g; "
+                  "bitwise equal: %s\n",
+                  static_cast<long long>(a.state.step), static_cast<long long>(b.state.step), ep, em, ev,
+                  sp && sm && sv ? "yes" : "no");
+      if (a.state.step != b.state.step || a.params.size() != b.params.size()) return 1;
+      if (exact) return sp && sm && sv && a.state.cursor.epoch == b.state.cursor.epoch &&
+                                a.state.cursor.position == b.state.cursor.position && a.state.tokens_seen == b.state.tokens_seen
+                            ? 0
+                            : 1;
+      return ep <= rtol ? 0 : 1;
+    }
+    if (cmd == "losses" && argc >= 4) {
+      const long after = opt(argc, argv, "--after=") ? std::atol(opt(argc, argv, "--after=")) : 0;
+      const auto a = losses(argv[2]), b = losses(argv[3]);
+      int compared = 0, differ = 0;
+      for (const auto& [step, loss] : a) {
+        if (step <= after) continue;
+        auto it = b.find(step);
+        if (it == b.end()) continue;
+        ++compared;
+        if (it->second != loss) {
+          ++differ;
+          std::printf("check_train: step %ld: loss %.17g vs %.17g\n", step, loss, it->second);
+        }
+      }
+      std::printf("check_train: %d losses after step %ld compared, %d differ\n", compared, after, differ);
+      return compared > 0 && differ == 0 ? 0 : 1;
+    }
+    if (cmd == "falls") {
+      const double factor = opt(argc, argv, "--factor=") ? std::atof(opt(argc, argv, "--factor=")) : 1.0;
+      const auto a = losses(argv[2]);
+      if (a.size() < 2) return 1;
+      const double first = a.begin()->second, last = a.rbegin()->second;
+      std::printf("check_train: loss %.4f at step %ld -> %.4f at step %ld\n", first, a.begin()->first, last,
+                  a.rbegin()->first);
+      return last < factor * first ? 0 : 1;
+    }
+    if (cmd == "scores" && argc >= 4) {
+      const double rtol = opt(argc, argv, "--rtol=") ? std::atof(opt(argc, argv, "--rtol=")) : 0;
+      io::H5Reader a(argv[2]), b(argv[3]);
+      if (a.read_all<std::int32_t>("tokens", DType::I32) != b.read_all<std::int32_t>("tokens", DType::I32)) return 1;
+      auto la = a.read_all<float>("logprobs", DType::F32), lb = b.read_all<float>("logprobs", DType::F32);
+      for (auto* v : {&la, &lb})
+        for (auto& x : *v)
+          if (std::isnan(x)) x = 0;
+      bool same = false;
+      const double e = rel(la, lb, &same);
+      std::printf("check_train: log-probs relative difference %.3g\n", e);
+      return e <= rtol ? 0 : 1;
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "check_train: %s\n", e.what());
+    return 1;
+  }
+  std::fprintf(stderr, "check_train: unknown command\n");
+  return 2;
+}

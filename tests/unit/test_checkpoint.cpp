@@ -1,0 +1,485 @@
+// test_checkpoint.cpp: training checkpoints (src/train/checkpoint.h): bit-exact round trips, the documented
+// layout written by hand, finding the newest, pruning, every bad-file error, and that nothing on disk is damaged.
+#include "train/checkpoint.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <random>
+
+#include "core/build_info.h"
+#include "core/error.h"
+#include "io/hdf5_file.h"
+#include "tests/unit/test_util.h"
+
+namespace mgrl::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A fresh empty directory in GTest's temporary directory.
+std::string fresh_dir(const std::string& name) {
+  const std::string dir = test::temp_path("ck_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+void touch(const std::string& path) { std::ofstream(path, std::ios::binary) << "x"; }
+
+bool starts_with(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
+
+std::vector<std::string> names_in(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+const std::string kA = "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight";
+const std::string kB = "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight";
+const std::string kZ = "base_model.model.model.layers.1.mlp.down_proj.lora_A.weight";
+
+// Random bit patterns (NaNs with payloads, infinities, denormals, -0 included): a round trip must keep every bit.
+std::vector<float> random_bits(std::size_t n, std::uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::vector<float> v(n);
+  for (auto& x : v) {
+    const std::uint32_t bits = gen();
+    std::memcpy(&x, &bits, sizeof x);
+  }
+  if (n >= 4) {
+    v[0] = -0.0f;
+    v[1] = std::numeric_limits<float>::infinity();
+    v[2] = std::numeric_limits<float>::denorm_min();
+    v[3] = std::numeric_limits<float>::quiet_NaN();
+  }
+  return v;
+}
+
+// A checkpoint of three tensors in a flat order that is not alphabetical (the layer-1 tensor first).
+Checkpoint sample(std::int64_t step) {
+  Checkpoint ck;
+  ck.tensors = {{kZ, {2, 8}, 0}, {kA, {4, 60}, 16}, {kB, {60, 4}, 16 + 240}};
+  const std::size_t n = 16 + 240 + 240;
+  ck.params = random_bits(n, 1);
+  ck.adam_m = random_bits(n, 2);
+  ck.adam_v = random_bits(n, 3);
+  auto& s = ck.state;
+  s.step = step;
+  s.tokens_seen = (std::int64_t{1} << 40) + 3;
+  s.skipped_steps = 3;
+  s.loss_scale = 1.0 / 3.0;
+  s.scaler_good_steps = 17;
+  s.best_eval_loss = std::numeric_limits<double>::infinity();
+  s.cursor = {2, 12345};
+  s.rank_rng = {0, 1, std::uint64_t{1} << 63, ~std::uint64_t{0}, ~std::uint64_t{0} - 1, 0x8000000000000001ull};
+  ck.config_text = "mode = \"sft\"\n[model]\npath = \"/models/llama \\\"3\\\"\"  # comment 'quoted'\n\n"
+                   "[train]\nlr = 1e-4\nname = \"caf\xc3\xa9 \xe2\x9c\x93\"\n";
+  ck.model_identity = model_identity("LlamaForCausalLM", ck.tensors);
+  return ck;
+}
+
+void expect_bits_equal(const std::vector<float>& a, const std::vector<float>& b, const char* what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << what << " differ in some bit";
+}
+
+TEST(Checkpoint, PathHasEightDigits) {
+  EXPECT_EQ(checkpoint_path("out/ck", 42), "out/ck/step_00000042.h5");
+  EXPECT_EQ(checkpoint_path("out/ck/", 0), "out/ck/step_00000000.h5");
+  EXPECT_EQ(checkpoint_path("d", 123456789), "d/step_123456789.h5");
+}
+
+TEST(Checkpoint, ModelIdentityText) {
+  const std::vector<TensorEntry> t{{kA, {4, 60}, 0}, {kB, {60, 4}, 240}};
+  EXPECT_EQ(model_identity("Qwen2ForCausalLM", t),
+            "architecture: Qwen2ForCausalLM\n" + kA + " [4, 60]\n" + kB + " [60, 4]\n");
+}
+
+TEST(Checkpoint, RoundTripIsBitExact) {
+  const std::string dir = test::temp_path("ck_round/nested/dirs");  // created by write_checkpoint
+  fs::remove_all(test::temp_path("ck_round"));
+  const Checkpoint ck = sample(42);
+  write_checkpoint(dir, ck);
+  const std::string path = dir + "/step_00000042.h5";
+  ASSERT_TRUE(fs::exists(path));
+  EXPECT_EQ(names_in(dir), std::vector<std::string>{"step_00000042.h5"}) << "no temporary left behind";
+
+  const Checkpoint r = read_checkpoint(path, ck.model_identity);
+  ASSERT_EQ(r.tensors.size(), ck.tensors.size());
+  for (std::size_t i = 0; i < ck.tensors.size(); ++i) {
+    EXPECT_EQ(r.tensors[i].name, ck.tensors[i].name) << "flat order kept";
+    EXPECT_EQ(r.tensors[i].shape, ck.tensors[i].shape);
+    EXPECT_EQ(r.tensors[i].offset, ck.tensors[i].offset);
+  }
+  expect_bits_equal(r.params, ck.params, "params");
+  expect_bits_equal(r.adam_m, ck.adam_m, "exp_avg");
+  expect_bits_equal(r.adam_v, ck.adam_v, "exp_avg_sq");
+  EXPECT_EQ(r.state.step, 42);
+  EXPECT_EQ(r.state.tokens_seen, ck.state.tokens_seen);
+  EXPECT_EQ(r.state.skipped_steps, 3);
+  EXPECT_EQ(std::memcmp(&r.state.loss_scale, &ck.state.loss_scale, sizeof(double)), 0);
+  EXPECT_EQ(r.state.scaler_good_steps, 17);
+  EXPECT_TRUE(std::isinf(r.state.best_eval_loss) && r.state.best_eval_loss > 0);
+  EXPECT_EQ(r.state.cursor.epoch, 2);
+  EXPECT_EQ(r.state.cursor.position, 12345);
+  EXPECT_EQ(r.state.rank_rng, ck.state.rank_rng);
+  EXPECT_EQ(r.config_text, ck.config_text);
+  EXPECT_EQ(r.model_identity, ck.model_identity);
+  EXPECT_EQ(r.mgrl_version, build_info().version) << "an empty mgrl_version is written as this build's";
+}
+
+TEST(Checkpoint, FileHasTheDocumentedLayout) {
+  const std::string dir = fresh_dir("layout");
+  Checkpoint ck = sample(7);
+  ck.mgrl_version = "9.9.9-test";
+  write_checkpoint(dir, ck);
+  io::H5Reader r(checkpoint_path(dir, 7));
+  EXPECT_EQ(r.attr_string("/", "format"), "mgrl-checkpoint");
+  EXPECT_EQ(r.attr_int("/", "format_version"), 1);
+  EXPECT_EQ(r.attr_string("/", "mgrl_version"), "9.9.9-test");
+  EXPECT_EQ(r.attr_int("/", "step"), 7);
+  EXPECT_EQ(r.list("/"), (std::vector<std::string>{"config", "model_identity", "optimizer", "state", "trainable",
+                                                   "trainable_order"}));
+  EXPECT_EQ(r.list("/trainable"), (std::vector<std::string>{kA, kB, kZ}));
+  EXPECT_EQ(r.list("/optimizer"), (std::vector<std::string>{"exp_avg", "exp_avg_sq"}));
+  EXPECT_EQ(r.list("/optimizer/exp_avg_sq"), (std::vector<std::string>{kA, kB, kZ}));
+  EXPECT_EQ(r.shape("/trainable/" + kA), (std::vector<std::uint64_t>{4, 60}));
+  EXPECT_EQ(r.dtype("/trainable/" + kA), DType::F32);
+  EXPECT_EQ(r.shape("/optimizer/exp_avg/" + kB), (std::vector<std::uint64_t>{60, 4}));
+  EXPECT_EQ(r.read_string("/trainable_order"), kZ + "\n" + kA + "\n" + kB);
+  EXPECT_EQ(r.list("/state"), (std::vector<std::string>{"best_eval_loss", "data", "loss_scale", "rng",
+                                                        "scaler_good_steps", "skipped_steps", "step", "tokens_seen"}));
+  EXPECT_EQ(r.list("/state/data"), (std::vector<std::string>{"epoch", "position"}));
+  EXPECT_EQ(r.dtype("/state/step"), DType::I64);
+  EXPECT_TRUE(r.shape("/state/step").empty());
+  EXPECT_EQ(r.dtype("/state/loss_scale"), DType::F64);
+  EXPECT_EQ(r.dtype("/state/rng"), DType::I64);
+  EXPECT_EQ(r.shape("/state/rng"), (std::vector<std::uint64_t>{6}));
+  // uint64 counters stored bit for bit: 2^64 - 1 reads as int64 -1.
+  EXPECT_EQ(r.read_all<std::int64_t>("/state/rng", DType::I64)[3], -1);
+  EXPECT_EQ(r.read_string("/config"), ck.config_text);
+  // The first tensor of the file's flat order holds the first 16 floats of params.
+  const auto z = r.read_all<float>("/trainable/" + kZ, DType::F32);
+  EXPECT_EQ(std::memcmp(z.data(), ck.params.data(), 16 * sizeof(float)), 0);
+}
+
+TEST(Checkpoint, EmptyRngFiniteLossAndNoTensors) {
+  const std::string dir = fresh_dir("empty");
+  Checkpoint ck;
+  ck.state.step = 3;
+  ck.state.best_eval_loss = 1.25;
+  ck.model_identity = model_identity("LlamaForCausalLM", {});
+  write_checkpoint(dir, ck);
+  const Checkpoint r = read_checkpoint(checkpoint_path(dir, 3), ck.model_identity);
+  EXPECT_TRUE(r.tensors.empty());
+  EXPECT_TRUE(r.params.empty() && r.adam_m.empty() && r.adam_v.empty());
+  EXPECT_TRUE(r.state.rank_rng.empty());
+  EXPECT_EQ(r.state.best_eval_loss, 1.25);
+  EXPECT_EQ(r.config_text, "");
+}
+
+TEST(Checkpoint, PaddedLayoutIsReadBackPacked) {
+  // The writer accepts any in-bounds offsets; the reader returns the tensors packed in the same order.
+  const std::string dir = fresh_dir("padded");
+  Checkpoint ck;
+  ck.state.step = 1;
+  ck.tensors = {{kA, {2, 3}, 0}, {kB, {3, 2}, 8}};  // 2 floats of padding between them
+  ck.params = {1, 2, 3, 4, 5, 6, -1, -1, 7, 8, 9, 10, 11, 12};
+  ck.adam_m = ck.params;
+  ck.adam_v = ck.params;
+  write_checkpoint(dir, ck);
+  const Checkpoint r = read_checkpoint(checkpoint_path(dir, 1));
+  EXPECT_EQ(r.tensors[1].offset, 6u);
+  EXPECT_EQ(r.params, (std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}));
+}
+
+TEST(Checkpoint, NewestIgnoresTemporariesAndOtherFiles) {
+  const std::string dir = fresh_dir("newest");
+  EXPECT_FALSE(newest_checkpoint(dir).has_value()) << "empty directory";
+  EXPECT_FALSE(newest_checkpoint(dir + "/does/not/exist").has_value()) << "missing directory";
+  for (const std::int64_t step : {5, 100, 20}) touch(checkpoint_path(dir, step));
+  touch(checkpoint_path(dir, 300) + ".tmp.123");  // an interrupted writer's leftover
+  touch(dir + "/step_1.h5");                       // not 8 digits
+  touch(dir + "/step_00000400.h5.bak");
+  touch(dir + "/notes.txt");
+  fs::create_directories(checkpoint_path(dir, 500));  // a directory, not a file
+  EXPECT_EQ(newest_checkpoint(dir), checkpoint_path(dir, 100));
+  EXPECT_EQ(newest_checkpoint(dir + "/"), checkpoint_path(dir, 100));
+  // Past 8 digits the number still orders the files.
+  touch(checkpoint_path(dir, 123456789));
+  EXPECT_EQ(newest_checkpoint(dir), checkpoint_path(dir, 123456789));
+}
+
+TEST(Checkpoint, PruneKeepsTheNewest) {
+  const std::string dir = fresh_dir("prune");
+  for (const std::int64_t step : {10, 50, 20, 40, 30}) touch(checkpoint_path(dir, step));
+  const std::string tmp = checkpoint_path(dir, 60) + ".tmp.123";
+  touch(tmp);
+  touch(dir + "/notes.txt");
+  prune_checkpoints(dir, 0);
+  EXPECT_EQ(names_in(dir).size(), 7u) << "keep_last 0 keeps all";
+  prune_checkpoints(dir, -1);
+  EXPECT_EQ(names_in(dir).size(), 7u) << "keep_last < 0 keeps all";
+  prune_checkpoints(dir, 9);
+  EXPECT_EQ(names_in(dir).size(), 7u);
+  prune_checkpoints(dir, 2);
+  EXPECT_EQ(names_in(dir), (std::vector<std::string>{"notes.txt", "step_00000040.h5", "step_00000050.h5",
+                                                     "step_00000060.h5.tmp.123"}));
+  prune_checkpoints(dir + "/missing", 2);  // nothing to do, no error
+}
+
+// ---- errors: each a UserError whose message starts with the path ----
+
+// The message of the UserError that reading path throws; fails the test on any other exception.
+std::string read_error(const std::string& path, const std::string& identity = "") {
+  try {
+    read_checkpoint(path, identity);
+  } catch (const UserError& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "not a UserError: " << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << path << " was read without error";
+  return "";
+}
+
+#define EXPECT_ERROR(path, msg, fragment)                                                     \
+  do {                                                                                        \
+    const std::string m_ = (msg);                                                             \
+    EXPECT_TRUE(starts_with(m_, (path) + ": ")) << "does not start with the path: " << m_;    \
+    EXPECT_NE(m_.find(fragment), std::string::npos) << m_;                                    \
+  } while (0)
+
+TEST(Checkpoint, TruncatedFilesAreUserErrors) {
+  const std::string dir = fresh_dir("truncated");
+  write_checkpoint(dir, sample(9));
+  const std::string bytes = read_bytes(checkpoint_path(dir, 9));
+  ASSERT_GT(bytes.size(), 4000u);
+  for (const std::size_t len : {std::size_t{0}, std::size_t{7}, std::size_t{100}, std::size_t{700}, bytes.size() / 4,
+                                bytes.size() / 2, bytes.size() - 100, bytes.size() - 1}) {
+    const std::string cut = dir + "/cut_" + std::to_string(len) + ".h5";
+    std::ofstream(cut, std::ios::binary) << bytes.substr(0, len);
+    EXPECT_ERROR(cut, read_error(cut), "");
+  }
+}
+
+TEST(Checkpoint, FlippedBytesAreUserErrorsOrUndetectedData) {
+  // A damaged byte anywhere: either the read fails with a UserError naming the file, or (a byte of raw tensor
+  // data, which HDF5 keeps without checksums) the file still reads. Never another exception.
+  const std::string dir = fresh_dir("flipped");
+  write_checkpoint(dir, sample(9));
+  const std::string bytes = read_bytes(checkpoint_path(dir, 9));
+  const std::string bad = dir + "/flipped.h5";
+  int failed = 0;
+  for (std::size_t pos = 0; pos < bytes.size(); pos += 29) {
+    std::string b = bytes;
+    b[pos] = static_cast<char>(b[pos] ^ 0x5a);
+    std::ofstream(bad, std::ios::binary | std::ios::trunc) << b;
+    try {
+      read_checkpoint(bad);
+    } catch (const UserError& e) {
+      ++failed;
+      EXPECT_TRUE(starts_with(e.what(), bad + ": ")) << "byte " << pos << ": " << e.what();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "byte " << pos << ": not a UserError: " << e.what();
+    }
+  }
+  EXPECT_GT(failed, 10);
+}
+
+TEST(Checkpoint, MissingAndGarbageFilesAreUserErrors) {
+  const std::string dir = fresh_dir("garbage");
+  const std::string missing = dir + "/step_00000001.h5";
+  EXPECT_ERROR(missing, read_error(missing), "cannot open");
+  const std::string garbage = dir + "/garbage.h5";
+  std::string junk(4096, '\0');
+  std::mt19937 gen(11);
+  for (auto& c : junk) c = static_cast<char>(gen());
+  std::ofstream(garbage, std::ios::binary) << junk;
+  EXPECT_ERROR(garbage, read_error(garbage), "not an HDF5 file");
+}
+
+TEST(Checkpoint, AnotherHdf5FileIsNotACheckpoint) {
+  const std::string dir = fresh_dir("other");
+  const std::string plain = dir + "/plain.h5";
+  {
+    io::H5Writer w(plain);
+    const float x = 1;
+    w.write("x", DType::F32, {1}, &x);
+    w.commit();
+  }
+  EXPECT_ERROR(plain, read_error(plain), "not an mgrl checkpoint");
+  const std::string rollouts = dir + "/rollouts.h5";
+  {
+    io::H5Writer w(rollouts);
+    const float x = 1;
+    w.write("x", DType::F32, {1}, &x);
+    w.attr("/", "format", "mgrl-rollouts");
+    w.commit();
+  }
+  EXPECT_ERROR(rollouts, read_error(rollouts), "not an mgrl checkpoint (format 'mgrl-rollouts')");
+}
+
+// What to change when writing a checkpoint by hand from docs/checkpoint.md.
+struct HandWritten {
+  std::string skip;             // a dataset not to write
+  std::int64_t format_version = 1;
+  bool bad_moment_shape = false;
+  bool extra_tensor = false;
+};
+
+// Writes the documented layout with H5Writer directly (two tensors kA [4, 6] and kB [6, 4]).
+std::string write_by_hand(const std::string& path, const HandWritten& h) {
+  io::H5Writer w(path);
+  const std::vector<float> data(24, 0.5f);
+  const auto put = [&](const std::string& name, const std::vector<std::uint64_t>& shape) {
+    if (name != h.skip) w.write(name, DType::F32, shape, data.data());
+  };
+  for (const std::string group : {"/trainable/", "/optimizer/exp_avg/", "/optimizer/exp_avg_sq/"}) {
+    put(group + kA, {4, 6});
+    put(group + kB, (h.bad_moment_shape && group == "/optimizer/exp_avg/") ? std::vector<std::uint64_t>{4, 6}
+                                                                             : std::vector<std::uint64_t>{6, 4});
+  }
+  if (h.extra_tensor) put("/trainable/" + kZ, {2, 2});
+  w.write_string("/trainable_order", kA + "\n" + kB + "\n");
+  w.write_string("/config", "mode = \"sft\"\n");
+  w.write_string("/model_identity", "architecture: LlamaForCausalLM\n" + kA + " [4, 6]\n" + kB + " [6, 4]\n");
+  const std::int64_t step = 5, zero = 0;
+  const double one = 1.0, inf = std::numeric_limits<double>::infinity();
+  const std::vector<std::int64_t> rng{1, -1};
+  for (const std::string name : {"/state/tokens_seen", "/state/skipped_steps", "/state/scaler_good_steps",
+                                 "/state/data/epoch", "/state/data/position"})
+    if (name != h.skip) w.write(name, DType::I64, {}, &zero);
+  if (h.skip != "/state/step") w.write("/state/step", DType::I64, {}, &step);
+  if (h.skip != "/state/loss_scale") w.write("/state/loss_scale", DType::F64, {}, &one);
+  if (h.skip != "/state/best_eval_loss") w.write("/state/best_eval_loss", DType::F64, {}, &inf);
+  if (h.skip != "/state/rng") w.write("/state/rng", DType::I64, {2}, rng.data());
+  w.attr("/", "format", "mgrl-checkpoint");
+  w.attr("/", "format_version", h.format_version);
+  w.attr("/", "mgrl_version", "0.1.0");
+  w.attr("/", "step", step);
+  w.commit();
+  return path;
+}
+
+TEST(Checkpoint, HandWrittenLayoutReads) {
+  const std::string dir = fresh_dir("by_hand");
+  const std::string path = write_by_hand(dir + "/good.h5", {});
+  const Checkpoint ck = read_checkpoint(path);
+  ASSERT_EQ(ck.tensors.size(), 2u);
+  EXPECT_EQ(ck.tensors[0].name, kA);
+  EXPECT_EQ(ck.tensors[1].offset, 24u);
+  EXPECT_EQ(ck.params.size(), 48u);
+  EXPECT_EQ(ck.state.step, 5);
+  EXPECT_EQ(ck.state.rank_rng, (std::vector<std::uint64_t>{1, ~std::uint64_t{0}}));
+  EXPECT_EQ(ck.mgrl_version, "0.1.0");
+}
+
+TEST(Checkpoint, MissingOrInconsistentDatasetsAreUserErrors) {
+  const std::string dir = fresh_dir("broken");
+  std::string p = write_by_hand(dir + "/no_moment.h5", {"/optimizer/exp_avg_sq/" + kB});
+  EXPECT_ERROR(p, read_error(p), "incomplete checkpoint: no dataset '/optimizer/exp_avg_sq/" + kB + "'");
+  p = write_by_hand(dir + "/no_param.h5", {"/trainable/" + kA});
+  EXPECT_ERROR(p, read_error(p), "no dataset '/trainable/" + kA + "'");
+  p = write_by_hand(dir + "/no_rng.h5", {"/state/rng"});
+  EXPECT_ERROR(p, read_error(p), "no dataset '/state/rng'");
+  p = write_by_hand(dir + "/no_epoch.h5", {"/state/data/epoch"});
+  EXPECT_ERROR(p, read_error(p), "no dataset '/state/data/epoch'");
+  HandWritten bad_shape;
+  bad_shape.bad_moment_shape = true;
+  p = write_by_hand(dir + "/bad_shape.h5", bad_shape);
+  EXPECT_ERROR(p, read_error(p), "'/optimizer/exp_avg/" + kB + "' has shape [4, 6] but");
+  HandWritten extra;
+  extra.extra_tensor = true;
+  p = write_by_hand(dir + "/extra.h5", extra);
+  EXPECT_ERROR(p, read_error(p), "'/trainable/" + kZ + "' is not listed in /trainable_order");
+}
+
+TEST(Checkpoint, FormatVersionFromTheFuture) {
+  const std::string dir = fresh_dir("future");
+  HandWritten h;
+  h.format_version = 2;
+  const std::string p = write_by_hand(dir + "/future.h5", h);
+  EXPECT_ERROR(p, read_error(p), "checkpoint format version 2 (written by mgrl 0.1.0) is newer than version 1, the one this mgrl");
+}
+
+TEST(Checkpoint, AnotherModelNamesTheFirstDifference) {
+  const std::string dir = fresh_dir("identity");
+  const Checkpoint ck = sample(4);
+  write_checkpoint(dir, ck);
+  const std::string path = checkpoint_path(dir, 4);
+  auto other = ck.tensors;
+  other[2].shape = {60, 8};
+  EXPECT_ERROR(path, read_error(path, model_identity("LlamaForCausalLM", other)),
+               "checkpoint of another model: it has '" + kB + " [60, 4]' where this run has '" + kB + " [60, 8]'");
+  EXPECT_ERROR(path, read_error(path, model_identity("Qwen2ForCausalLM", ck.tensors)),
+               "checkpoint of another model: it has 'architecture: LlamaForCausalLM' where this run has "
+               "'architecture: Qwen2ForCausalLM'");
+  other = ck.tensors;
+  other.pop_back();
+  EXPECT_ERROR(path, read_error(path, model_identity("LlamaForCausalLM", other)),
+               "it has '" + kB + " [60, 4]' where this run has nothing more");
+  other = ck.tensors;
+  other.push_back({"extra.lora_A.weight", {1, 1}, 0});
+  EXPECT_ERROR(path, read_error(path, model_identity("LlamaForCausalLM", other)),
+               "it has nothing more where this run has 'extra.lora_A.weight [1, 1]'");
+  EXPECT_NO_THROW(read_checkpoint(path, ck.model_identity));
+  EXPECT_NO_THROW(read_checkpoint(path)) << "no expected identity: no check";
+}
+
+// ---- nothing already on disk is damaged ----
+
+TEST(Checkpoint, UnwritableDirectoryIsAUserErrorAndKeepsTheOldFile) {
+  if (::geteuid() == 0) GTEST_SKIP() << "root ignores directory permissions";
+  const std::string dir = fresh_dir("readonly");
+  write_checkpoint(dir, sample(1));
+  ASSERT_EQ(::chmod(dir.c_str(), 0500), 0);
+  const std::string msg = test::error_of([&] { write_checkpoint(dir, sample(2)); });
+  ::chmod(dir.c_str(), 0700);
+  EXPECT_ERROR(checkpoint_path(dir, 2), msg, "cannot create");
+  EXPECT_EQ(names_in(dir), std::vector<std::string>{"step_00000001.h5"});
+  EXPECT_EQ(read_checkpoint(checkpoint_path(dir, 1)).state.step, 1);
+}
+
+TEST(Checkpoint, DirectoryThatCannotBeCreatedIsAUserError) {
+  const std::string dir = fresh_dir("not_a_dir");
+  touch(dir + "/file");
+  const std::string msg = test::error_of([&] { write_checkpoint(dir + "/file/sub", sample(1)); });
+  EXPECT_ERROR(dir + "/file/sub", msg, "cannot create the checkpoint directory");
+}
+
+TEST(Checkpoint, InterruptedWriterLeavesNoCheckpoint) {
+  const std::string dir = fresh_dir("interrupted");
+  write_checkpoint(dir, sample(1));
+  {
+    io::H5Writer w(checkpoint_path(dir, 2));
+    const float x = 1;
+    w.write("/trainable/x", DType::F32, {1}, &x);
+    EXPECT_EQ(newest_checkpoint(dir), checkpoint_path(dir, 1)) << "the temporary is not a checkpoint";
+  }  // destroyed without commit, as when an exception unwinds the writer
+  EXPECT_EQ(names_in(dir), std::vector<std::string>{"step_00000001.h5"});
+  EXPECT_EQ(newest_checkpoint(dir), checkpoint_path(dir, 1));
+  // Rewriting an existing step replaces it whole.
+  Checkpoint again = sample(1);
+  again.state.tokens_seen = 99;
+  write_checkpoint(dir, again);
+  EXPECT_EQ(read_checkpoint(checkpoint_path(dir, 1)).state.tokens_seen, 99);
+  EXPECT_EQ(names_in(dir), std::vector<std::string>{"step_00000001.h5"});
+}
+
+}  // namespace
+}  // namespace mgrl::train
