@@ -100,6 +100,41 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, ModelCuda,
                                            Case{"qwen3_qknorm", DType::BF16, true},
                                            Case{"qwen3_qknorm", DType::F16, false}));
 
+// The optimizer ops on the GPU against the CPU: AdamW (same fp32 arithmetic) and the squared norm.
+TEST(OptimizerCuda, AdamWAndSumSquaresMatchCpu) {
+  auto cpu = kernels::make_cpu_ops();
+  auto gpu = kernels::make_cuda_ops(0);
+  const std::size_t n = 100003;
+  std::vector<float> p(n), g(n), m(n, 0.01f), v(n, 0.02f);
+  for (std::size_t i = 0; i < n; ++i) {
+    p[i] = static_cast<float>(std::sin(0.1 * i));
+    g[i] = static_cast<float>(std::cos(0.37 * i) * 1e-2);
+  }
+  auto up = [&](const std::vector<float>& h) {
+    float* d = static_cast<float*>(gpu->alloc(n * 4));
+    gpu->upload(d, h.data(), n * 4);
+    return d;
+  };
+  float *dp = up(p), *dg = up(g), *dm = up(m), *dv = up(v);
+  kernels::Ops::AdamW hp;
+  hp.lr = 3e-3f;
+  hp.weight_decay = 0.01f;
+  hp.step = 7;
+  hp.grad_scale = 0.8f;
+  cpu->adamw(p.data(), g.data(), m.data(), v.data(), n, hp);
+  gpu->adamw(dp, dg, dm, dv, n, hp);
+  std::vector<float> gp(n), gm(n), gv(n);
+  gpu->download(gp.data(), dp, n * 4);
+  gpu->download(gm.data(), dm, n * 4);
+  gpu->download(gv.data(), dv, n * 4);
+  EXPECT_LE(rel_error(gp, p), 1e-6);
+  EXPECT_LE(rel_error(gm, m), 1e-6);
+  EXPECT_LE(rel_error(gv, v), 1e-6);
+  const double want = cpu->sum_squares(g.data(), n), got = gpu->sum_squares(dg, n);
+  EXPECT_NEAR(got, want, 1e-9 * want);
+  for (float* d : {dp, dg, dm, dv}) gpu->release(d);
+}
+
 // Generation on the GPU: the KV-cache path gives the log-probs the CPU training forward gives for the
 // same tokens (within storage precision), and the G greedy completions of a prompt are identical.
 TEST(GenerationCuda, LogprobsMatchCpuScoreOfTheSameTokens) {
