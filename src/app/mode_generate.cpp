@@ -38,7 +38,7 @@ int run_generate(Context& ctx) {
   const auto& env = ctx.env;
   const auto& cfg = ctx.cfg;
   const std::string model_dir = cfg.get_string("model.path");
-  const std::string tok_dir = cfg.get_string("model.tokenizer").empty() ? model_dir : cfg.get_string("model.tokenizer");
+  const std::string tok_dir = tokenizer_dir(cfg);
   const std::string adapter = cfg.get_string("lora.adapter");
   const std::string input = cfg.get_string("data.input");
   const std::string output = cfg.get_string("generate.output");
@@ -127,14 +127,10 @@ int run_generate(Context& ctx) {
 
   auto ops = make_ops(ctx.device);
   model::Transformer net(mc, *ops);
-  env.agree([&] {
-    net.load_weights(model_dir);
-    if (!adapter.empty())
-      net.add_lora(model::read_peft_config(adapter + "/adapter_config.json"), 0).load_peft(adapter);
-  });
+  load_model(ctx, net, model_dir, adapter);
 
   const std::size_t N = inputs.size();
-  const std::size_t lo = N * env.rank() / env.size(), hi = N * (env.rank() + 1) / env.size();
+  const auto [lo, hi] = shard(env, N);
   std::vector<rl::Prompt> prompts;
   for (std::size_t i = lo; i < hi; ++i) prompts.push_back({static_cast<std::int64_t>(i), inputs[i].tokens});
   std::function<std::string(const std::vector<std::int32_t>&)> decode;

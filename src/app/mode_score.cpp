@@ -62,15 +62,11 @@ int run_score(Context& ctx) {
 
   auto ops = make_ops(ctx.device);
   model::Transformer net(mc, *ops);
-  env.agree([&] {
-    net.load_weights(model_dir);
-    if (!adapter.empty())
-      net.add_lora(model::read_peft_config(adapter + "/adapter_config.json"), 0).load_peft(adapter);
-  });
+  load_model(ctx, net, model_dir, adapter);
 
   // This rank's contiguous shard, batched by similar lengths to save padding.
   const std::size_t N = seqs.size();
-  const std::size_t lo = N * env.rank() / env.size(), hi = N * (env.rank() + 1) / env.size();
+  const auto [lo, hi] = shard(env, N);
   std::vector<std::size_t> order(hi - lo);
   std::iota(order.begin(), order.end(), lo);
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return seqs[a].size() < seqs[b].size(); });

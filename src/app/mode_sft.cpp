@@ -43,7 +43,7 @@ int run_sft(Context& ctx) {
   const auto& env = ctx.env;
   const auto& cfg = ctx.cfg;
   const std::string model_dir = cfg.get_string("model.path");
-  const std::string tok_dir = cfg.get_string("model.tokenizer").empty() ? model_dir : cfg.get_string("model.tokenizer");
+  const std::string tok_dir = tokenizer_dir(cfg);
   const bool random_init = cfg.get_string("model.init") == "random";
   const bool full = cfg.get_bool("train.full_finetune");
 
@@ -118,7 +118,8 @@ int run_sft(Context& ctx) {
       g.max_new_tokens = max_new;
       g.sampling.temperature = 0;
       if (tok->eos_id()) g.eos_ids = {*tok->eos_id()};
-      const std::size_t N = eval->size(), lo = N * env.rank() / env.size(), hi = N * (env.rank() + 1) / env.size();
+      const std::size_t N = eval->size();
+      const auto [lo, hi] = shard(env, N);
       std::vector<rl::Prompt> prompts;
       for (std::size_t i = lo; i < hi; ++i) prompts.push_back({static_cast<std::int64_t>(i), (*eval)[i].prompt_tokens()});
       long long right = 0;

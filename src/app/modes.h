@@ -1,6 +1,9 @@
 // modes.h: what a mode receives, and the modes.
 #pragma once
+#include <cstddef>
 #include <memory>
+#include <string>
+#include <utility>
 
 namespace mgrl::dist {
 class MpiEnv;
@@ -12,6 +15,9 @@ class Config;
 }
 namespace mgrl::kernels {
 class Ops;
+}
+namespace mgrl::model {
+class Transformer;
 }
 
 namespace mgrl::app {
@@ -36,5 +42,11 @@ int run_generate(Context& ctx);
 
 // The op backend for the rank's device.
 std::unique_ptr<kernels::Ops> make_ops(const dist::Device& device);
+// Base weights from model_dir and, when adapter is not empty, that PEFT adapter; errors agreed on by all ranks.
+void load_model(const Context& ctx, model::Transformer& net, const std::string& model_dir, const std::string& adapter);
+// [begin, end) of this rank's contiguous share of n items.
+std::pair<std::size_t, std::size_t> shard(const dist::MpiEnv& env, std::size_t n);
+// model.tokenizer, or model.path when it is empty.
+std::string tokenizer_dir(const io::Config& cfg);
 
 }  // namespace mgrl::app

@@ -324,38 +324,50 @@ void Transformer::layer_forward(int l, const void* x_in, void* x_out, Acts& a, b
   const LayerW& Lw = layers_[l];
   Work& W = *work_;
   const int T = B_ * L_;
+  const int nh = static_cast<int>(cfg_.num_attention_heads), nkv = static_cast<int>(cfg_.num_key_value_heads);
+  const int hd = static_cast<int>(cfg_.head_dim);
+  const BlockIO io{x_in, a.x_mid, x_out, a.h1, a.q, a.k, a.v, a.q_pre, a.k_pre, a.attn, a.h2, a.gate, a.up, a.act,
+                   W.tmp, a.rstd1, a.rstd_q, a.rstd_k, a.rstd2, W.pos};
+  block_forward(
+      l, io, T,
+      [&](Module m, void* y, const void* x) {
+        const int mi = static_cast<int>(m);
+        linear_with_lora(l, m, y, x, Lw.W[mi], Lw.bias[mi], T, a, use_lora, train, seed);
+      },
+      [&] { ops_.attention_forward(a.attn, a.lse, a.q, a.k, a.v, W.lengths, B_, L_, nh, nkv, hd); });
+}
+
+void Transformer::block_forward(int l, const BlockIO& io, int T, const std::function<void(Module, void*, const void*)>& lin,
+                                const std::function<void()>& attend) {
+  const LayerW& Lw = layers_[l];
   const int D = static_cast<int>(cfg_.hidden_size), I = static_cast<int>(cfg_.intermediate_size);
   const int nh = static_cast<int>(cfg_.num_attention_heads), nkv = static_cast<int>(cfg_.num_key_value_heads);
   const int hd = static_cast<int>(cfg_.head_dim);
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
   const std::size_t S = ops_.storage_size();
 
-  ops_.rmsnorm_forward(a.h1, a.rstd1, x_in, Lw.attn_norm, T, D, eps);
-  auto lin = [&](Module m, void* y, const void* x) {
-    const int mi = static_cast<int>(m);
-    linear_with_lora(l, m, y, x, Lw.W[mi], Lw.bias[mi], T, a, use_lora, train, seed);
-  };
-  lin(Module::Q, cfg_.qk_norm ? a.q_pre : a.q, a.h1);
-  lin(Module::K, cfg_.qk_norm ? a.k_pre : a.k, a.h1);
-  lin(Module::V, a.v, a.h1);
+  ops_.rmsnorm_forward(io.h1, io.rstd1, io.x_in, Lw.attn_norm, T, D, eps);
+  lin(Module::Q, cfg_.qk_norm ? io.q_pre : io.q, io.h1);
+  lin(Module::K, cfg_.qk_norm ? io.k_pre : io.k, io.h1);
+  lin(Module::V, io.v, io.h1);
   if (cfg_.qk_norm) {
-    ops_.rmsnorm_forward(a.q, a.rstd_q, a.q_pre, Lw.q_norm, T * nh, hd, eps);
-    ops_.rmsnorm_forward(a.k, a.rstd_k, a.k_pre, Lw.k_norm, T * nkv, hd, eps);
+    ops_.rmsnorm_forward(io.q, io.rstd_q, io.q_pre, Lw.q_norm, T * nh, hd, eps);
+    ops_.rmsnorm_forward(io.k, io.rstd_k, io.k_pre, Lw.k_norm, T * nkv, hd, eps);
   }
-  ops_.rope_forward(a.q, W.pos, inv_freq_, T, nh, hd);
-  ops_.rope_forward(a.k, W.pos, inv_freq_, T, nkv, hd);
-  ops_.attention_forward(a.attn, a.lse, a.q, a.k, a.v, W.lengths, B_, L_, nh, nkv, hd);
-  lin(Module::O, W.tmp, a.attn);
-  ops_.copy(a.x_mid, x_in, static_cast<std::size_t>(T) * D * S);
-  ops_.residual_forward(a.x_mid, W.tmp, static_cast<std::int64_t>(T) * D);
+  ops_.rope_forward(io.q, io.pos, inv_freq_, T, nh, hd);
+  ops_.rope_forward(io.k, io.pos, inv_freq_, T, nkv, hd);
+  attend();
+  lin(Module::O, io.tmp, io.attn);
+  ops_.copy(io.x_mid, io.x_in, static_cast<std::size_t>(T) * D * S);  // no-op when in place
+  ops_.residual_forward(io.x_mid, io.tmp, static_cast<std::int64_t>(T) * D);
 
-  ops_.rmsnorm_forward(a.h2, a.rstd2, a.x_mid, Lw.mlp_norm, T, D, eps);
-  lin(Module::Gate, a.gate, a.h2);
-  lin(Module::Up, a.up, a.h2);
-  ops_.swiglu_forward(a.act, a.gate, a.up, static_cast<std::int64_t>(T) * I);
-  lin(Module::Down, W.tmp, a.act);
-  ops_.copy(x_out, a.x_mid, static_cast<std::size_t>(T) * D * S);
-  ops_.residual_forward(x_out, W.tmp, static_cast<std::int64_t>(T) * D);
+  ops_.rmsnorm_forward(io.h2, io.rstd2, io.x_mid, Lw.mlp_norm, T, D, eps);
+  lin(Module::Gate, io.gate, io.h2);
+  lin(Module::Up, io.up, io.h2);
+  ops_.swiglu_forward(io.act, io.gate, io.up, static_cast<std::int64_t>(T) * I);
+  lin(Module::Down, io.tmp, io.act);
+  ops_.copy(io.x_out, io.x_mid, static_cast<std::size_t>(T) * D * S);
+  ops_.residual_forward(io.x_out, io.tmp, static_cast<std::int64_t>(T) * D);
 }
 
 void Transformer::layer_backward(int l, Acts& a, void* dx) {
@@ -519,7 +531,6 @@ const float* Transformer::infer(const std::vector<std::int32_t>& tokens, const s
   const int T = static_cast<int>(tokens.size()), R = static_cast<int>(out_rows.size());
   MGRL_CHECK(T > 0 && slot.size() == tokens.size() && pos.size() == tokens.size() && R > 0, "malformed infer call");
   const int V = static_cast<int>(cfg_.vocab_size), D = static_cast<int>(cfg_.hidden_size);
-  const int In = static_cast<int>(cfg_.intermediate_size);
   const int nh = static_cast<int>(cfg_.num_attention_heads), nkv = static_cast<int>(cfg_.num_key_value_heads);
   const int hd = static_cast<int>(cfg_.head_dim);
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
@@ -548,33 +559,22 @@ const float* Transformer::infer(const std::vector<std::int32_t>& tokens, const s
   const bool lora = use_lora && lora_ != nullptr;
 
   ops_.embedding_forward(I.x, I.ids, w("model.embed_tokens.weight"), T, V, D);
+  // The residual stream stays in I.x (in place); the norms' rstd go to one scratch buffer.
+  const BlockIO io{I.x, I.x, I.x, I.h, I.q, I.k, I.v, I.q_pre, I.k_pre, I.attn, I.h, I.gate, I.up, I.act,
+                   I.tmp, I.rstd, I.rstd, I.rstd, I.rstd, I.pos};
   for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
     const LayerW& Lw = layers_[l];
-    auto lin = [&](Module m, void* y, const void* x) {
-      const int mi = static_cast<int>(m);
-      ops_.linear_forward(y, x, Lw.W[mi], Lw.bias[mi], T, module_in(cfg_, m), module_out(cfg_, m));
-      if (lora) lora_add(l, m, y, x, T, I.xa);
-    };
-    ops_.rmsnorm_forward(I.h, I.rstd, I.x, Lw.attn_norm, T, D, eps);
-    lin(Module::Q, cfg_.qk_norm ? I.q_pre : I.q, I.h);
-    lin(Module::K, cfg_.qk_norm ? I.k_pre : I.k, I.h);
-    lin(Module::V, I.v, I.h);
-    if (cfg_.qk_norm) {
-      ops_.rmsnorm_forward(I.q, I.rstd, I.q_pre, Lw.q_norm, T * nh, hd, eps);
-      ops_.rmsnorm_forward(I.k, I.rstd, I.k_pre, Lw.k_norm, T * nkv, hd, eps);
-    }
-    ops_.rope_forward(I.q, I.pos, inv_freq_, T, nh, hd);
-    ops_.rope_forward(I.k, I.pos, inv_freq_, T, nkv, hd);
-    ops_.kv_store(cache.k(l), cache.v(l), I.k, I.v, I.slot, I.pos, T, cache.max_len(), nkv, hd);
-    ops_.attention_cached(I.attn, I.q, cache.k(l), cache.v(l), I.slot, I.pos, T, cache.max_len(), nh, nkv, hd);
-    lin(Module::O, I.tmp, I.attn);
-    ops_.residual_forward(I.x, I.tmp, static_cast<std::int64_t>(T) * D);
-    ops_.rmsnorm_forward(I.h, I.rstd, I.x, Lw.mlp_norm, T, D, eps);
-    lin(Module::Gate, I.gate, I.h);
-    lin(Module::Up, I.up, I.h);
-    ops_.swiglu_forward(I.act, I.gate, I.up, static_cast<std::int64_t>(T) * In);
-    lin(Module::Down, I.tmp, I.act);
-    ops_.residual_forward(I.x, I.tmp, static_cast<std::int64_t>(T) * D);
+    block_forward(
+        l, io, T,
+        [&](Module m, void* y, const void* x) {
+          const int mi = static_cast<int>(m);
+          ops_.linear_forward(y, x, Lw.W[mi], Lw.bias[mi], T, module_in(cfg_, m), module_out(cfg_, m));
+          if (lora) lora_add(l, m, y, x, T, I.xa);
+        },
+        [&] {
+          ops_.kv_store(cache.k(l), cache.v(l), I.k, I.v, I.slot, I.pos, T, cache.max_len(), nkv, hd);
+          ops_.attention_cached(I.attn, I.q, cache.k(l), cache.v(l), I.slot, I.pos, T, cache.max_len(), nh, nkv, hd);
+        });
   }
   ops_.gather_rows(I.hsel, I.x, I.rows, R, D);
   ops_.rmsnorm_forward(I.hsel, I.rstd, I.hsel, w("model.norm.weight"), R, D, eps);

@@ -4,6 +4,7 @@
 // Single-device: the model knows nothing of ranks.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -84,6 +85,18 @@ class Transformer {
   struct Acts;
   struct LayerW;
   void reserve(int B, int L);
+  // The buffers of one pass through a decoder block (training keeps them per layer; inference reuses one set,
+  // with the residual stream updated in place: x_in == x_mid == x_out).
+  struct BlockIO {
+    const void* x_in;
+    void *x_mid, *x_out, *h1, *q, *k, *v, *q_pre, *k_pre, *attn, *h2, *gate, *up, *act, *tmp;
+    float *rstd1, *rstd_q, *rstd_k, *rstd2;
+    const std::int32_t* pos;
+  };
+  // One decoder block: lin(module, y, x) applies a linear layer (with its adapter), attend() fills io.attn
+  // from io.q / io.k / io.v (plain causal attention in training, the KV cache in inference).
+  void block_forward(int l, const BlockIO& io, int T, const std::function<void(Module, void*, const void*)>& lin,
+                     const std::function<void()>& attend);
   void layer_forward(int l, const void* x_in, void* x_out, Acts& a, bool use_lora, bool train, std::uint64_t seed);
   void layer_backward(int l, Acts& a, void* dx);
   void linear_with_lora(int l, Module m, void* y, const void* x, const void* W, const void* bias, int T, Acts& a,
