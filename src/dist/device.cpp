@@ -95,6 +95,15 @@ std::vector<std::string> cuda_p2p_matrix() {
   return rows;
 }
 
+std::size_t gpu_memory_used() {
+#if MGRL_WITH_CUDA
+  std::size_t free = 0, total = 0;
+  if (cudaMemGetInfo(&free, &total) == cudaSuccess) return total - free;
+  cudaGetLastError();
+#endif
+  return 0;
+}
+
 std::string cpu_model_name() {
   std::ifstream in("/proc/cpuinfo");
   std::string line;

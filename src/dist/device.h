@@ -37,6 +37,9 @@ std::string cuda_driver_version();
 // P2P access matrix of the GPUs of this node, one text row per GPU ("" without GPUs).
 std::vector<std::string> cuda_p2p_matrix();
 
+// Device memory in use on the current GPU (total - free), 0 without CUDA.
+std::size_t gpu_memory_used();
+
 std::string cpu_model_name();
 // Cores this rank may use: its affinity mask, shared among the node's ranks when unbound.
 int default_cpu_threads(int local_size);

@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/random.h"
+#include "dist/device.h"
 #include "io/hf_config.h"
 #include "io/tfevents.h"
 
@@ -112,6 +113,7 @@ SftTrainer::SftTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transfo
   v_ = static_cast<float*>(model_.ops().alloc(tr_.n * sizeof(float)));
   identity_ = model_identity(io::architecture_name(model_.config().arch), tr_.tensors);
   state_.rank_rng.assign(static_cast<std::size_t>(ranks), 0);
+  if (model_.ops().storage() == DType::F16) state_.loss_scale = 65536.0;  // halved on every overflow
 }
 
 SftTrainer::~SftTrainer() {
@@ -186,6 +188,10 @@ double SftTrainer::train_step() {
   for (std::size_t i : global) n_tokens += loss_tokens(train_[i]);  // every rank knows the global batch
   const double inv = 1.0 / static_cast<double>(std::max<std::int64_t>(1, n_tokens));
 
+  // fp16 storage: dynamic loss scaling (the loss weights are multiplied by the scale, the update divides it
+  // out); bf16 and f32 need none.
+  const bool scaling = ops.storage() == DType::F16;
+  const double scale = scaling ? state_.loss_scale : 1.0;
   ops.zero(tr_.grads, tr_.n * sizeof(float));
   double loss_local = 0;
   std::vector<float> w, lp;
@@ -197,6 +203,8 @@ double SftTrainer::train_step() {
                                            static_cast<std::uint64_t>(rank * opts_.grad_accum + a));
     model_.forward(b, lp.data(), true, true, seed);
     for (std::size_t i = 0; i < lp.size(); ++i) loss_local -= static_cast<double>(w[i]) * lp[i];
+    if (scaling)
+      for (auto& x : w) x = static_cast<float>(x * scale);
     model_.backward(w.data());
   }
   void* stream = nullptr;
@@ -205,18 +213,28 @@ double SftTrainer::train_step() {
 #endif
   comm_.allreduce_sum(tr_.grads, tr_.n, DType::F32, stream);
   comm_.synchronize();
-  const double norm = std::sqrt(ops.sum_squares(tr_.grads, tr_.n));  // identical on every rank
+  const double norm = std::sqrt(ops.sum_squares(tr_.grads, tr_.n)) / scale;  // identical on every rank
   const double loss = env_.allreduce_sum(loss_local);
   state_.tokens_seen += n_tokens;
   if (!std::isfinite(norm)) {  // every rank sees the same reduced gradients, so every rank skips
     ++state_.skipped_steps;
     ++state_.step;
+    if (scaling) {
+      state_.loss_scale = std::max(1.0, state_.loss_scale / 2);
+      state_.scaler_good_steps = 0;
+    }
+    last_norm_ = norm;
     return loss;
+  }
+  if (scaling && ++state_.scaler_good_steps >= 1000) {  // grow again after 1000 good steps
+    state_.loss_scale = std::min(65536.0 * 256, state_.loss_scale * 2);
+    state_.scaler_good_steps = 0;
   }
   kernels::Ops::AdamW hp = opts_.adamw;
   hp.lr = static_cast<float>(opts_.schedule.at(state_.step));
   hp.step = state_.step + 1 - state_.skipped_steps;
-  hp.grad_scale = opts_.max_grad_norm > 0 && norm > opts_.max_grad_norm ? static_cast<float>(opts_.max_grad_norm / norm) : 1.0f;
+  const double clip = opts_.max_grad_norm > 0 && norm > opts_.max_grad_norm ? opts_.max_grad_norm / norm : 1.0;
+  hp.grad_scale = static_cast<float>(clip / scale);
   ops.adamw(tr_.params, tr_.grads, m_, v_, tr_.n, hp);
   ++state_.step;
   last_norm_ = norm;
@@ -302,7 +320,11 @@ SftResult SftTrainer::run() {
       if (opts_.gpu_peak_tflops > 0)
         n += std::snprintf(line + n, sizeof(line) - n, " | MFU %.1f%%",
                            100.0 * tps * flops_per_token / (opts_.gpu_peak_tflops * 1e12 * env_.size()));
-      std::snprintf(line + n, sizeof(line) - n, " | peak host mem %.2f GiB", host_peak_rss_gib());
+      peak_gpu_ = std::max(peak_gpu_, dist::gpu_memory_used());
+      if (peak_gpu_ > 0)
+        std::snprintf(line + n, sizeof(line) - n, " | peak GPU mem %.2f GiB", static_cast<double>(peak_gpu_) / (1 << 30));
+      else
+        std::snprintf(line + n, sizeof(line) - n, " | peak host mem %.2f GiB", host_peak_rss_gib());
       if (tty) std::printf("\r\033[K");
       log::info(line);
       emit({{"step", state_.step}, {"loss", loss}, {"lr", lr}, {"grad_norm", last_norm_}, {"tokens_per_second", tps},

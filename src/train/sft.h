@@ -88,6 +88,7 @@ class SftTrainer {
   TrainState state_;
   std::string identity_;
   double last_norm_ = 0;
+  std::size_t peak_gpu_ = 0;
 };
 
 }  // namespace mgrl::train
