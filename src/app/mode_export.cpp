@@ -7,7 +7,6 @@
 #include <cmath>
 #include <fstream>
 #include <map>
-#include <nlohmann/json.hpp>
 
 #include "app/modes.h"
 #include "core/error.h"
@@ -16,6 +15,7 @@
 #include "io/config.h"
 #include "io/config_schema.h"
 #include "io/safetensors.h"
+#include "model/lora.h"
 #include "train/checkpoint.h"
 
 namespace mgrl::app {
@@ -62,22 +62,13 @@ int run_export(Context& ctx) {
   std::vector<io::TensorToWrite> tensors;
   for (const auto& t : ck.tensors) tensors.push_back({t.name, DType::F32, t.shape, ck.params.data() + t.offset});
   if (lora) {
-    io::write_safetensors(out + "/adapter_model.safetensors", tensors, {{"format", "pt"}});
-    const nlohmann::json j = {{"peft_type", "LORA"},
-                              {"task_type", "CAUSAL_LM"},
-                              {"base_model_name_or_path", base_dir},
-                              {"r", run_cfg.get_int("lora.r")},
-                              {"lora_alpha", run_cfg.get_float("lora.alpha")},
-                              {"lora_dropout", run_cfg.get_float("lora.dropout")},
-                              {"use_rslora", run_cfg.get_bool("lora.use_rslora")},
-                              {"target_modules", run_cfg.get_strings("lora.targets")},
-                              {"bias", "none"},
-                              {"fan_in_fan_out", false},
-                              {"inference_mode", true},
-                              {"use_dora", false},
-                              {"layers_to_transform", nullptr},
-                              {"modules_to_save", nullptr}};
-    std::ofstream(out + "/adapter_config.json") << j.dump(2) << "\n";
+    model::LoraConfig lc;
+    lc.r = static_cast<int>(run_cfg.get_int("lora.r"));
+    lc.alpha = run_cfg.get_float("lora.alpha");
+    lc.dropout = run_cfg.get_float("lora.dropout");
+    lc.use_rslora = run_cfg.get_bool("lora.use_rslora");
+    lc.targets = run_cfg.get_strings("lora.targets");
+    model::write_peft_adapter(out, lc, base_dir, tensors);
     log::info("export: PEFT adapter of " + path + " (step " + std::to_string(ck.state.step) + ") in " + out);
   } else {
     io::write_safetensors(out + "/model.safetensors", tensors, {{"format", "pt"}});
@@ -91,10 +82,9 @@ int run_export(Context& ctx) {
     const std::string merged = out + "/merged";
     make_dir(merged);
     io::SafetensorsModel base(base_dir);
-    const int r = static_cast<int>(run_cfg.get_int("lora.r"));
-    const double alpha = run_cfg.get_float("lora.alpha");
-    const float scale = static_cast<float>(run_cfg.get_bool("lora.use_rslora") ? alpha / std::sqrt(static_cast<double>(r))
-                                                                               : alpha / r);
+    const model::LoraConfig lc = model::read_peft_config(out + "/adapter_config.json");
+    const int r = lc.r;
+    const float scale = lc.scale();
     std::map<std::string, const train::TensorEntry*> by_name;
     for (const auto& t : ck.tensors) by_name[t.name] = &t;
     std::vector<std::vector<float>> storage;

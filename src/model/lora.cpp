@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -180,34 +181,25 @@ void LoraParams::load_peft(const std::string& dir) {
   from_host(host);
 }
 
-void LoraParams::save_peft(const std::string& dir, const std::string& base_model_path) const {
-  ::mkdir(dir.c_str(), 0755);
-  const auto host = to_host();
-  std::vector<io::TensorToWrite> tensors;
-  std::vector<std::string> names;
-  names.reserve(2 * slots_.size());
-  for (const auto& s : slots_) {
-    names.push_back(peft_name(s, true));
-    tensors.push_back({names.back(), DType::F32, {cfg_.r, s.in}, host.data() + s.a_offset});
-    names.push_back(peft_name(s, false));
-    tensors.push_back({names.back(), DType::F32, {s.out, cfg_.r}, host.data() + s.b_offset});
-  }
+void write_peft_adapter(const std::string& dir, const LoraConfig& cfg, const std::string& base_model_path,
+                        const std::vector<io::TensorToWrite>& tensors) {
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) throw UserError(dir + ": cannot create the directory");
   io::write_safetensors(dir + "/adapter_model.safetensors", tensors, {{"format", "pt"}});
-  nlohmann::json j = {{"peft_type", "LORA"},
-                      {"task_type", "CAUSAL_LM"},
-                      {"base_model_name_or_path", base_model_path},
-                      {"r", cfg_.r},
-                      {"lora_alpha", cfg_.alpha},
-                      {"lora_dropout", cfg_.dropout},
-                      {"use_rslora", cfg_.use_rslora},
-                      {"target_modules", cfg_.targets},
-                      {"bias", "none"},
-                      {"fan_in_fan_out", false},
-                      {"inference_mode", true},
-                      {"init_lora_weights", true},
-                      {"use_dora", false},
-                      {"layers_to_transform", nullptr},
-                      {"modules_to_save", nullptr}};
+  const nlohmann::json j = {{"peft_type", "LORA"},
+                            {"task_type", "CAUSAL_LM"},
+                            {"base_model_name_or_path", base_model_path},
+                            {"r", cfg.r},
+                            {"lora_alpha", cfg.alpha},
+                            {"lora_dropout", cfg.dropout},
+                            {"use_rslora", cfg.use_rslora},
+                            {"target_modules", cfg.targets},
+                            {"bias", "none"},
+                            {"fan_in_fan_out", false},
+                            {"inference_mode", true},
+                            {"init_lora_weights", true},
+                            {"use_dora", false},
+                            {"layers_to_transform", nullptr},
+                            {"modules_to_save", nullptr}};
   const std::string tmp = dir + "/adapter_config.json.tmp";
   {
     std::ofstream out(tmp);
@@ -216,6 +208,16 @@ void LoraParams::save_peft(const std::string& dir, const std::string& base_model
   }
   if (std::rename(tmp.c_str(), (dir + "/adapter_config.json").c_str()) != 0)
     throw UserError(dir + ": cannot write adapter_config.json");
+}
+
+void LoraParams::save_peft(const std::string& dir, const std::string& base_model_path) const {
+  const auto host = to_host();
+  std::vector<io::TensorToWrite> tensors;
+  for (const auto& s : slots_) {
+    tensors.push_back({peft_name(s, true), DType::F32, {cfg_.r, s.in}, host.data() + s.a_offset});
+    tensors.push_back({peft_name(s, false), DType::F32, {s.out, cfg_.r}, host.data() + s.b_offset});
+  }
+  write_peft_adapter(dir, cfg_, base_model_path, tensors);
 }
 
 }  // namespace mgrl::model

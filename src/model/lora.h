@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "io/hf_config.h"
+#include "io/safetensors.h"
 #include "kernels/ops.h"
 
 namespace mgrl::model {
@@ -34,6 +35,11 @@ struct LoraConfig {
 // Reads a PEFT adapter_config.json (LoRA only). Throws UserError naming the file for features mgrl
 // does not implement (DoRA, rank or alpha patterns, layers_to_transform, biases, fan_in_fan_out).
 LoraConfig read_peft_config(const std::string& adapter_config_json);
+
+// Writes a PEFT adapter directory (created if needed): adapter_model.safetensors holding `tensors` (PEFT
+// names, f32) and adapter_config.json describing cfg; both written under temporary names and renamed.
+void write_peft_adapter(const std::string& dir, const LoraConfig& cfg, const std::string& base_model_path,
+                        const std::vector<io::TensorToWrite>& tensors);
 
 struct LoraSlot {
   int layer;

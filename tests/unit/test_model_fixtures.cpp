@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -215,6 +216,42 @@ TEST(ModelErrors, BadTokensAndLengthsAreUserErrors) {
   bad = f.batch;
   bad.lengths[0] = 0;
   EXPECT_THROW(f.model->forward(bad, lp.data()), UserError);
+}
+
+}  // namespace
+}  // namespace mgrl::model
+
+namespace mgrl::model {
+namespace {
+
+// The PEFT adapter mgrl writes has PEFT's layout: the same tensor names, shapes and values as the fixture
+// adapter written by PEFT itself, an adapter_config.json that reads back to the same LoRA settings, and the
+// same log-probs when loaded again.
+TEST(PeftExport, RoundTripMatchesThePeftFixture) {
+  for (const std::string name : {"llama_gqa", "qwen2_bias_tied"}) {
+    Fixture f(name);
+    const std::string dir = ::testing::TempDir() + "mgrl_peft_" + name;
+    f.model->lora()->save_peft(dir, kData + name);
+    io::SafetensorsFile ours(dir + "/adapter_model.safetensors"), peft(kData + name + "/adapter_model.safetensors");
+    ASSERT_EQ(ours.tensors().size(), peft.tensors().size()) << name;
+    for (const auto& t : peft.tensors()) {
+      const io::TensorInfo& o = ours.get(t.name);
+      EXPECT_EQ(o.shape, t.shape) << t.name;
+      EXPECT_EQ(io::to_f32(o), io::to_f32(t)) << t.name;
+    }
+    const LoraConfig a = read_peft_config(dir + "/adapter_config.json"),
+                     b = read_peft_config(kData + name + "/adapter_config.json");
+    EXPECT_EQ(a.r, b.r);
+    EXPECT_EQ(a.alpha, b.alpha);
+    EXPECT_EQ(a.use_rslora, b.use_rslora);
+    EXPECT_EQ(std::set<std::string>(a.targets.begin(), a.targets.end()),
+              std::set<std::string>(b.targets.begin(), b.targets.end()));
+    std::vector<float> lp1(f.batch.tokens.size()), lp2(lp1.size());
+    f.model->forward(f.batch, lp1.data());
+    f.model->add_lora(a, 99).load_peft(dir);
+    f.model->forward(f.batch, lp2.data());
+    EXPECT_EQ(lp1, lp2) << name;
+  }
 }
 
 }  // namespace
