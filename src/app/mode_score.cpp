@@ -1,11 +1,14 @@
 // mode_score.cpp: `mgrl score`: log p(token_t | tokens_<t) of every token of every input sequence,
 // sharded over ranks, written by rank 0 in input order to one HDF5 file.
 #include <algorithm>
+#include <climits>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <numeric>
+#include <optional>
 
 #include "app/modes.h"
 #include "core/build_info.h"
@@ -16,6 +19,7 @@
 #include "io/hdf5_file.h"
 #include "io/hf_config.h"
 #include "io/jsonl.h"
+#include "io/tokenizer.h"
 #include "model/lora.h"
 #include "model/transformer.h"
 
@@ -32,28 +36,41 @@ int run_score(Context& ctx) {
 
   // Every rank reads and checks everything, so that every input error is reported once, collectively.
   io::ModelConfig mc;
+  std::optional<io::Tokenizer> tokenizer;
   std::vector<std::vector<std::int32_t>> seqs;
   std::unique_ptr<io::H5Writer> writer;
   env.agree([&] {
     mc = io::parse_hf_config(model_dir + "/config.json");
+    const std::string tok_dir = tokenizer_dir(cfg);
     io::read_jsonl(input, [&](const nlohmann::json& j, int line) {
-      if (j.contains("text"))
-        io::jsonl_error(input, line, "\"text\" input needs mgrl's tokenizer, which this version does not have yet; "
-                                     "give \"tokens\": [ids...]");
-      if (!j.contains("tokens")) io::jsonl_error(input, line, "expected a \"tokens\" array of token ids");
-      const auto& t = j["tokens"];
-      if (!t.is_array() || t.empty()) io::jsonl_error(input, line, "\"tokens\" must be a non-empty array of token ids");
       std::vector<std::int32_t> ids;
-      for (const auto& v : t) {
-        if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() >= mc.vocab_size)
-          io::jsonl_error(input, line, "token " + v.dump() + " is not an id of the model's vocabulary (0.." +
-                                           std::to_string(mc.vocab_size - 1) + ")");
-        ids.push_back(v.get<std::int32_t>());
+      if (j.contains("text")) {  // encoded as AutoTokenizer(text) would: special tokens as its post-processor adds them
+        if (!j["text"].is_string()) io::jsonl_error(input, line, "\"text\" must be a string");
+        if (!tokenizer) {
+          std::ifstream probe(tok_dir + "/tokenizer.json");
+          if (!probe)
+            io::jsonl_error(input, line, "\"text\" input needs a tokenizer, but " + tok_dir +
+                                             " has no tokenizer.json (set model.tokenizer)");
+          tokenizer = io::Tokenizer::from_dir(tok_dir);
+        }
+        ids = tokenizer->encode(j["text"].get<std::string>());
+      } else if (j.contains("tokens") && j["tokens"].is_array()) {
+        for (const auto& v : j["tokens"]) {
+          if (!v.is_number_integer()) io::jsonl_error(input, line, "token " + v.dump() + " is not an integer id");
+          const auto id = v.get<std::int64_t>();
+          ids.push_back(id < 0 || id > INT32_MAX ? -1 : static_cast<std::int32_t>(id));
+        }
+      } else {
+        io::jsonl_error(input, line, "expected \"text\" or a \"tokens\" array of token ids");
       }
+      if (ids.empty()) io::jsonl_error(input, line, "the sequence has no tokens");
+      for (const auto id : ids)
+        if (id < 0 || id >= mc.vocab_size)
+          io::jsonl_error(input, line, "token " + std::to_string(id) + " is not an id of the model's vocabulary (0.." +
+                                           std::to_string(mc.vocab_size - 1) + ")");
       if (mc.max_position_embeddings > 0 && static_cast<std::int64_t>(ids.size()) > mc.max_position_embeddings)
         io::jsonl_error(input, line, std::to_string(ids.size()) + " tokens is more than the model's " +
-                                         "max_position_embeddings (" + std::to_string(mc.max_position_embeddings) +
-                                         ")");
+                                         "max_position_embeddings (" + std::to_string(mc.max_position_embeddings) + ")");
       seqs.push_back(std::move(ids));
     });
     if (seqs.empty()) throw UserError(input + ": no sequences to score");
