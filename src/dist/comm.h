@@ -28,6 +28,13 @@ class Comm {
 
   // In place. F32, F64, I32, I64 on both backends; F16 and BF16 on the CUDA backend only.
   virtual void allreduce_sum(void* buf, std::size_t count, DType t, Stream s = nullptr) = 0;
+  // Like allreduce_sum, but later work of the caller's stream does not wait for it (so computation can go on
+  // while it runs: gradient buckets during the backward pass); wait(s) orders s after every such operation.
+  // On the CPU (blocking MPI) it is allreduce_sum.
+  virtual void allreduce_sum_async(void* buf, std::size_t count, DType t, Stream s = nullptr) {
+    allreduce_sum(buf, count, t, s);
+  }
+  virtual void wait(Stream s = nullptr) { (void)s; }
   // Sum divided by size(); floating types only.
   virtual void allreduce_avg(void* buf, std::size_t count, DType t, Stream s = nullptr) = 0;
   // bytes from root's buf into every rank's buf.

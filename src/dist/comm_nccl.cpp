@@ -73,6 +73,19 @@ class NcclComm final : public Comm {
     end(s, detail::describe("allreduce_sum", ++seq_, count, dtype_name(t)));
   }
 
+  void allreduce_sum_async(void* buf, std::size_t count, DType t, Stream s) override {
+    const auto nt = nccl_type(t);
+    begin(s);
+    NCCL_CHECK(ncclAllReduce(buf, buf, count, nt, ncclSum, comm_, stream_));
+    end(s, detail::describe("allreduce_sum_async", ++seq_, count, dtype_name(t)), /*caller_waits=*/false);
+  }
+
+  void wait(Stream s) override {
+    // The comm stream is in order: waiting for its current tail covers every operation enqueued so far.
+    CUDA_CHECK(cudaEventRecord(ready_, stream_));
+    CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(s), ready_, 0));
+  }
+
   void allreduce_avg(void* buf, std::size_t count, DType t, Stream s) override {
     if (!dtype_is_float(t))
       throw FatalError(std::string("allreduce_avg takes a floating type, not ") + dtype_name(t));
@@ -112,11 +125,11 @@ class NcclComm final : public Comm {
   }
 
   // The caller's later work waits for the operation; the watchdog follows it to completion.
-  void end(Stream s, std::string what) {
+  void end(Stream s, std::string what, bool caller_waits = true) {
     cudaEvent_t done = nullptr;
     CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventRecord(done, stream_));
-    CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(s), done, 0));
+    if (caller_waits) CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(s), done, 0));
     const int dev = device_;
     ncclComm_t comm = comm_;
     watchdog_->watch_async(

@@ -462,7 +462,7 @@ void Transformer::forward(const Batch& batch, float* logprobs, bool use_lora, bo
     for (int t = 0; t + 1 < batch.lengths[b]; ++t) logprobs[b * L + t + 1] = lp[static_cast<std::size_t>(b) * L + t];
 }
 
-void Transformer::backward(const float* weights) {
+void Transformer::backward(const float* weights, const std::function<void(int)>& layer_done) {
   MGRL_CHECK(work_ && last_train_, "backward() needs a forward(train = true) first");
   MGRL_CHECK(last_lora_ || opts_.full_finetune, "backward() with nothing trainable");
   Work& W = *work_;
@@ -482,6 +482,7 @@ void Transformer::backward(const float* weights) {
     Acts& a = *acts_[opts_.recompute ? 0 : l];
     if (opts_.recompute) layer_forward(l, W.xs[l], W.recompute_out, a, last_lora_, true, last_seed_);
     layer_backward(l, a, W.dx);
+    if (layer_done) layer_done(l);
   }
   if (base_grads_) ops_.embedding_backward(g("model.embed_tokens.weight"), W.dx, W.ids, T, V, D);
 }

@@ -54,7 +54,9 @@ class Transformer {
                std::uint64_t dropout_seed = 0);
   // Backward of loss = -sum_{b,t} weights[b, t] * logprobs[b, t] (weights host, [B * L]) for the last
   // forward(train = true). Gradients accumulate into lora()->grads() (and base_grads() when full FT).
-  void backward(const float* weights);
+  // layer_done(l), when given, runs as soon as layer l's gradients are complete (layers finish from the last
+  // to the first), e.g. to start reducing that layer's LoRA gradients while the backward goes on.
+  void backward(const float* weights, const std::function<void(int)>& layer_done = {});
   // Gradient of the last backward's loss with respect to the input embeddings, host [B * L, hidden].
   std::vector<float> input_embedding_grad() const;
   // Full logits of the last forward, host [B * L, vocab] (tests, debugging).

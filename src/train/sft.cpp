@@ -114,6 +114,26 @@ SftTrainer::SftTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transfo
   identity_ = model_identity(io::architecture_name(model_.config().arch), tr_.tensors);
   state_.rank_rng.assign(static_cast<std::size_t>(ranks), 0);
   if (model_.ops().storage() == DType::F16) state_.loss_scale = 65536.0;  // halved on every overflow
+#if MGRL_WITH_CUDA
+  stream_ = kernels::cuda_stream(model_.ops());
+#endif
+  // Gradient buckets, one per layer: the LoRA slots of a layer are contiguous in the flat buffer. Every
+  // trainable value must be in exactly one bucket, else one reduction of the whole buffer is used.
+  if (model::LoraParams* lora = model_.lora(); lora && model_.base_grads() == nullptr) {
+    layer_ranges_.assign(static_cast<std::size_t>(model_.config().num_hidden_layers), {0, 0});
+    std::size_t covered = 0;
+    for (const auto& s : lora->slots()) {
+      auto& r = layer_ranges_[static_cast<std::size_t>(s.layer)];
+      const std::size_t begin = s.a_offset, end = s.b_offset + static_cast<std::size_t>(s.out) * lora->config().r;
+      if (r.second == 0) r = {begin, end};
+      r.first = std::min(r.first, begin);
+      r.second = std::max(r.second, end);
+      covered += end - begin;
+    }
+    std::size_t spans = 0;
+    for (const auto& r : layer_ranges_) spans += r.second - r.first;
+    if (covered != tr_.n || spans != tr_.n) layer_ranges_.clear();
+  }
 }
 
 SftTrainer::~SftTrainer() {
@@ -205,13 +225,17 @@ double SftTrainer::train_step() {
     for (std::size_t i = 0; i < lp.size(); ++i) loss_local -= static_cast<double>(w[i]) * lp[i];
     if (scaling)
       for (auto& x : w) x = static_cast<float>(x * scale);
-    model_.backward(w.data());
+    // LoRA: in the last micro-batch, each layer's gradients are reduced over ranks as soon as the backward
+    // has finished them (asynchronously on the GPU, overlapping the layers still to come).
+    const bool buckets = a + 1 == opts_.grad_accum && !layer_ranges_.empty();
+    model_.backward(w.data(), buckets ? std::function<void(int)>([&](int l) {
+                      const auto [begin, end] = layer_ranges_[static_cast<std::size_t>(l)];
+                      if (end > begin) comm_.allreduce_sum_async(tr_.grads + begin, end - begin, DType::F32, stream_);
+                    })
+                                      : std::function<void(int)>());
   }
-  void* stream = nullptr;
-#if MGRL_WITH_CUDA
-  stream = kernels::cuda_stream(ops);
-#endif
-  comm_.allreduce_sum(tr_.grads, tr_.n, DType::F32, stream);
+  if (layer_ranges_.empty()) comm_.allreduce_sum(tr_.grads, tr_.n, DType::F32, stream_);
+  comm_.wait(stream_);
   comm_.synchronize();
   const double norm = std::sqrt(ops.sum_squares(tr_.grads, tr_.n)) / scale;  // identical on every rank
   const double loss = env_.allreduce_sum(loss_local);

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -88,6 +89,8 @@ class SftTrainer {
   TrainState state_;
   std::string identity_;
   double last_norm_ = 0;
+  void* stream_ = nullptr;  // the compute stream (CUDA), for ordering the gradient allreduces
+  std::vector<std::pair<std::size_t, std::size_t>> layer_ranges_;  // gradient bucket of each layer
   std::size_t peak_gpu_ = 0;
 };
 

@@ -241,6 +241,23 @@ TEST_F(CommTest, BarrierWaitsForTheSlowestRank) {
   for (int q = 0; q < n(); ++q) EXPECT_GE(t[2 * q + 1], latest_arrival) << "rank " << q << " left the barrier early";
 }
 
+// Buckets reduced asynchronously (as the backward pass does per layer), then one wait: every bucket is summed.
+TEST_F(CommTest, AsyncBucketsThenWait) {
+  const std::size_t count = 3001, buckets = 5;
+  std::vector<float> v(count);
+  for (std::size_t i = 0; i < count; ++i) v[i] = static_cast<float>((r() + 1) * static_cast<int>(i % 11));
+  Buffer b(count * sizeof(float));
+  b.put(v);
+  for (std::size_t k = 0; k < buckets; ++k) {
+    const std::size_t lo = count * k / buckets, hi = count * (k + 1) / buckets;
+    comm().allreduce_sum_async(static_cast<float*>(b.get()) + lo, hi - lo, DType::F32);
+  }
+  comm().wait();
+  const auto out = b.take<float>(count);
+  const float ranks_sum = static_cast<float>(n() * (n() + 1) / 2);
+  for (std::size_t i = 0; i < count; ++i) ASSERT_EQ(out[i], ranks_sum * static_cast<float>(i % 11)) << i;
+}
+
 TEST_F(CommTest, SelfTestPasses) { EXPECT_GE(dist::comm_selftest(comm()), 0.0); }
 
 }  // namespace
