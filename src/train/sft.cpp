@@ -413,8 +413,8 @@ SftResult SftTrainer::run() {
       << "steps: " << res.steps << " (skipped: " << res.skipped << ")\n"
       << "tokens: " << state_.tokens_seen << " (" << res.tokens_per_second << " tokens/s over the run)\n"
       << "final train loss: " << res.final_loss << "\n"
-      << "final eval loss: " << res.final_eval_loss << "\n"
-      << "best eval loss: " << res.best_eval_loss << "\n";
+      << "final eval loss: " << (res.final_eval_loss >= 0 ? std::to_string(res.final_eval_loss) : "none") << "\n"
+      << "best eval loss: " << (res.best_eval_loss >= 0 ? std::to_string(res.best_eval_loss) : "none") << "\n";
     if (acc >= 0) s << "held-out accuracy: " << acc << "\n";
     s << "checkpoints written: " << res.checkpoints << (opts_.checkpoint_dir.empty() ? "" : " in " + opts_.checkpoint_dir) << "\n";
   }

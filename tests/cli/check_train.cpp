@@ -3,6 +3,7 @@
 //                                                       agree (bitwise, or relative norm <= X)
 //   check_train losses A.jsonl B.jsonl --after=N         the "loss" of every step > N is identical in both
 //   check_train falls A.jsonl --factor=F                  the last logged loss < F * the first
+//   check_train finite A.h5                               every trainable value and moment of a checkpoint is finite
 //   check_train scores A.h5 B.h5 --rtol=X                 two `mgrl score` files: same tokens, log-probs within X
 #include <cmath>
 #include <cstdio>
@@ -99,6 +100,15 @@ int main(int argc, char** argv) {
       std::printf("check_train: loss %.4f at step %ld -> %.4f at step %ld\n", first, a.begin()->first, last,
                   a.rbegin()->first);
       return last < factor * first ? 0 : 1;
+    }
+    if (cmd == "finite") {
+      const auto a = train::read_checkpoint(argv[2]);
+      std::size_t bad = 0;
+      for (const auto* v : {&a.params, &a.adam_m, &a.adam_v})
+        for (float x : *v) bad += std::isfinite(x) ? 0 : 1;
+      std::printf("check_train: step %lld, %zu skipped steps, %zu non-finite values\n",
+                  static_cast<long long>(a.state.step), static_cast<std::size_t>(a.state.skipped_steps), bad);
+      return bad == 0 && a.state.skipped_steps > 0 ? 0 : 1;
     }
     if (cmd == "scores" && argc >= 4) {
       const double rtol = opt(argc, argv, "--rtol=") ? std::atof(opt(argc, argv, "--rtol=")) : 0;
