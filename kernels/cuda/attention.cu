@@ -13,6 +13,8 @@
 // score twice, the backward four times), with k/v (q/dout) rows re-read from L2 by every block.
 #include "kernels/cuda/attention.cuh"
 
+#include "kernels/cuda/attend_row.cuh"
+
 #include <string>
 
 namespace mgrl::kernels::cuda {
@@ -31,14 +33,6 @@ __device__ __forceinline__ int seq_len(const std::int32_t* lengths, int b, int L
   return len;
 }
 
-// Lane-strided dot product of a shared fp32 row with a storage row, reduced over the warp (all lanes get it).
-template <class S>
-__device__ __forceinline__ float warp_dot(const float* a, const S* b, int n) {
-  const int lane = threadIdx.x & 31;
-  float s = 0.0f;
-  for (int d = lane; d < n; d += 32) s += a[d] * to_f32(b[d]);
-  return warp_sum(s);
-}
 
 // grid.x = B * n_heads * L (block id = (b * n_heads + h) * L + t, which is also the index of lse), kAttnThreads.
 template <class S>
@@ -57,7 +51,6 @@ __global__ void attention_forward_kernel(S* out, float* lse, const S* q, const S
   const std::int64_t qstride = static_cast<std::int64_t>(n_heads) * hd;  // token row strides
   const std::int64_t kstride = static_cast<std::int64_t>(n_kv) * hd;
   const std::int64_t row0 = static_cast<std::int64_t>(b) * L;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   S* o = out + (row0 + t) * qstride + static_cast<std::int64_t>(h) * hd;
   const int len = seq_len(lengths, b, L, err);
   if (t >= len) {  // padding query row (uniform over the block)
@@ -67,39 +60,11 @@ __global__ void attention_forward_kernel(S* out, float* lse, const S* q, const S
   }
   const S* qi = q + (row0 + t) * qstride + static_cast<std::int64_t>(h) * hd;
   for (int d = threadIdx.x; d < hd; d += blockDim.x) qs[d] = to_f32(qi[d]);
-  for (int d = lane; d < hd; d += 32) acc[warp][d] = 0.0f;
   __syncthreads();
   const S* kb = k + row0 * kstride + static_cast<std::int64_t>(kvh) * hd;  // key u at kb + u * kstride
   const S* vb = v + row0 * kstride + static_cast<std::int64_t>(kvh) * hd;
-
-  // Pass 1: the row max of s_u = scale * q . k_u over u <= t.
-  float m = -INFINITY;
-  for (int u = warp; u <= t; u += kAttnWarps) m = fmaxf(m, scale * warp_dot(qs, kb + u * kstride, hd));
-  if (lane == 0) red[warp] = m;
-  __syncthreads();
-  float mx = red[0];
-  for (int w = 1; w < kAttnWarps; ++w) mx = fmaxf(mx, red[w]);  // finite: warp 0 always has key u = 0
-  __syncthreads();  // red is written again below
-
-  // Pass 2: l = sum_u exp(s_u - mx), acc = sum_u exp(s_u - mx) v_u (per warp).
-  float l = 0.0f;
-  for (int u = warp; u <= t; u += kAttnWarps) {
-    const float p = expf(scale * warp_dot(qs, kb + u * kstride, hd) - mx);
-    l += p;
-    const S* vu = vb + u * kstride;
-    for (int d = lane; d < hd; d += 32) acc[warp][d] += p * to_f32(vu[d]);
-  }
-  if (lane == 0) red[warp] = l;
-  __syncthreads();
-  float sum = 0.0f;
-  for (int w = 0; w < kAttnWarps; ++w) sum += red[w];
-  const float inv = 1.0f / sum;
-  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-    float a = 0.0f;
-    for (int w = 0; w < kAttnWarps; ++w) a += acc[w][d];
-    o[d] = from_f32<S>(a * inv);
-  }
-  if (threadIdx.x == 0) lse[bid] = mx + logf(sum);
+  const float row_lse = attend_row<S, kAttnWarps>(o, qs, acc, red, kb, vb, kstride, t, hd, scale);
+  if (threadIdx.x == 0) lse[bid] = row_lse;
 }
 
 // grid.x = B * n_heads * L (block id as in the forward), kAttnThreads. Writes dq (0 on padding rows) and

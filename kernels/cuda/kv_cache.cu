@@ -9,6 +9,7 @@
 //   gather_rows       grid-stride over n * width elements.
 #include <string>
 
+#include "kernels/cuda/attend_row.cuh"
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/kv_cache.cuh"
 
@@ -55,14 +56,6 @@ __global__ void gather_rows_kernel(Bits16* dst, const Bits16* src, const std::in
   }
 }
 
-// Lane-strided dot product of a shared fp32 row with a storage row, reduced over the warp (all lanes get it).
-template <class S>
-__device__ __forceinline__ float warp_dot_row(const float* a, const S* b, int n) {
-  const int lane = threadIdx.x & 31;
-  float s = 0.0f;
-  for (int d = lane; d < n; d += 32) s += a[d] * to_f32(b[d]);
-  return warp_sum(s);
-}
 
 // grid.x = T * n_heads (block id = t * n_heads + h, which is also the row of q and out in units of head_dim),
 // kCacheThreads. out[t, h] = softmax_u(scale * q[t, h] . k_u) @ v_u over u = 0..pos[t] of slot[t]'s cache.
@@ -78,7 +71,6 @@ __global__ void attention_cached_kernel(S* out, const S* q, const S* ck, const S
   const std::int64_t t = bid / n_heads;
   const int kvh = h / (n_heads / n_kv);
   const std::int64_t kstride = static_cast<std::int64_t>(n_kv) * hd;  // key row stride within a slot
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   S* o = out + bid * hd;
   const int s = slot[t], last = pos[t];
   if (s < 0 || last < 0 || last >= max_len) {  // uniform over the block
@@ -88,39 +80,9 @@ __global__ void attention_cached_kernel(S* out, const S* q, const S* ck, const S
   }
   const S* qi = q + bid * hd;
   for (int d = threadIdx.x; d < hd; d += blockDim.x) qs[d] = to_f32(qi[d]);
-  for (int d = lane; d < hd; d += 32) acc[warp][d] = 0.0f;
   __syncthreads();
   const std::int64_t base = static_cast<std::int64_t>(s) * max_len * kstride + static_cast<std::int64_t>(kvh) * hd;
-  const S* kb = ck + base;  // key u at kb + u * kstride
-  const S* vb = cv + base;
-
-  // Pass 1: the max of s_u = scale * q . k_u over u <= last.
-  float m = -INFINITY;
-  for (int u = warp; u <= last; u += kCacheWarps) m = fmaxf(m, scale * warp_dot_row(qs, kb + u * kstride, hd));
-  if (lane == 0) red[warp] = m;
-  __syncthreads();
-  float mx = red[0];
-  for (int w = 1; w < kCacheWarps; ++w) mx = fmaxf(mx, red[w]);  // finite: warp 0 always has key u = 0
-  __syncthreads();                                               // red is written again below
-
-  // Pass 2: l = sum_u exp(s_u - mx), acc = sum_u exp(s_u - mx) v_u (per warp).
-  float l = 0.0f;
-  for (int u = warp; u <= last; u += kCacheWarps) {
-    const float p = expf(scale * warp_dot_row(qs, kb + u * kstride, hd) - mx);
-    l += p;
-    const S* vu = vb + u * kstride;
-    for (int d = lane; d < hd; d += 32) acc[warp][d] += p * to_f32(vu[d]);
-  }
-  if (lane == 0) red[warp] = l;
-  __syncthreads();
-  float sum = 0.0f;
-  for (int w = 0; w < kCacheWarps; ++w) sum += red[w];
-  const float inv = 1.0f / sum;
-  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-    float a = 0.0f;
-    for (int w = 0; w < kCacheWarps; ++w) a += acc[w][d];
-    o[d] = from_f32<S>(a * inv);
-  }
+  attend_row<S, kCacheWarps>(o, qs, acc, red, ck + base, cv + base, kstride, last, hd, scale);
 }
 
 }  // namespace

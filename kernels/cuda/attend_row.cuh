@@ -1,0 +1,59 @@
+// attend_row.cuh: the softmax-weighted sum over the keys of one query row, shared by training attention
+// (attention.cu) and cached inference attention (kv_cache.cu): pass 1 finds the max score over keys
+// 0..last, pass 2 sums exp(s - max) and the weighted value rows; out = acc / sum.
+#pragma once
+#include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/common.cuh"
+
+namespace mgrl::kernels::cuda {
+
+// Lane-strided dot product of a shared fp32 row with a storage row, reduced over the warp (all lanes get it).
+template <class S>
+__device__ __forceinline__ float warp_dot(const float* a, const S* b, int n) {
+  const int lane = threadIdx.x & 31;
+  float s = 0.0f;
+  for (int d = lane; d < n; d += 32) s += a[d] * to_f32(b[d]);
+  return warp_sum(s);
+}
+
+// Called by every thread of a block of kWarps full warps, after qs (shared, the query row in fp32) is filled
+// and the block synchronised. Each warp takes every kWarps-th key u of 0..last (key u at kb + u * kstride,
+// its value at vb + u * kstride); acc (shared, [kWarps][kMaxHeadDim]) and red (shared, [kWarps]) are scratch.
+// Writes o[0..hd) and returns the row's logsumexp of the scaled scores (the same value in every thread).
+template <class S, int kWarps>
+__device__ float attend_row(S* o, const float* qs, float (*acc)[kMaxHeadDim], float* red, const S* kb, const S* vb,
+                            std::int64_t kstride, int last, int hd, float scale) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int d = lane; d < hd; d += 32) acc[warp][d] = 0.0f;  // each lane touches only its own entries
+
+  // Pass 1: the max of s_u = scale * q . k_u.
+  float m = -INFINITY;
+  for (int u = warp; u <= last; u += kWarps) m = fmaxf(m, scale * warp_dot(qs, kb + u * kstride, hd));
+  if (lane == 0) red[warp] = m;
+  __syncthreads();
+  float mx = red[0];
+  for (int w = 1; w < kWarps; ++w) mx = fmaxf(mx, red[w]);  // finite: warp 0 always has key u = 0
+  __syncthreads();                                          // red is written again below
+
+  // Pass 2: l = sum_u exp(s_u - mx), acc = sum_u exp(s_u - mx) v_u (per warp).
+  float l = 0.0f;
+  for (int u = warp; u <= last; u += kWarps) {
+    const float p = expf(scale * warp_dot(qs, kb + u * kstride, hd) - mx);
+    l += p;
+    const S* vu = vb + u * kstride;
+    for (int d = lane; d < hd; d += 32) acc[warp][d] += p * to_f32(vu[d]);
+  }
+  if (lane == 0) red[warp] = l;
+  __syncthreads();
+  float sum = 0.0f;
+  for (int w = 0; w < kWarps; ++w) sum += red[w];
+  const float inv = 1.0f / sum;
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+    float a = 0.0f;
+    for (int w = 0; w < kWarps; ++w) a += acc[w][d];
+    o[d] = from_f32<S>(a * inv);
+  }
+  return mx + logf(sum);
+}
+
+}  // namespace mgrl::kernels::cuda
