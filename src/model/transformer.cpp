@@ -103,6 +103,9 @@ Transformer::Transformer(io::ModelConfig cfg, kernels::Ops& ops, ModelOptions op
       L.dbias[m] = has_bias ? g(base + ".bias") : nullptr;
     }
   }
+  embed_ = w("model.embed_tokens.weight");
+  final_norm_ = w("model.norm.weight");
+  head_ = w(cfg_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
   // Rotary inverse frequencies, computed once on the host as transformers does.
   std::vector<float> inv(static_cast<std::size_t>(cfg_.head_dim / 2));
   kernels::cpu::Llama3RopeScaling scaling{};
@@ -126,10 +129,6 @@ Transformer::~Transformer() {
   ops_.release(inv_freq_);
   ops_.release(weights_);
   if (base_grads_) ops_.release(base_grads_);
-}
-
-const void* Transformer::head() const {
-  return w(cfg_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
 }
 
 const void* Transformer::w(const std::string& name) const {
@@ -447,12 +446,12 @@ void Transformer::forward(const Batch& batch, float* logprobs, bool use_lora, bo
   ops_.upload(W.pos, pos.data(), static_cast<std::size_t>(T) * 4);
   ops_.upload(W.lengths, batch.lengths.data(), static_cast<std::size_t>(B) * 4);
 
-  ops_.embedding_forward(W.xs[0], W.ids, w("model.embed_tokens.weight"), T, V, D);
+  ops_.embedding_forward(W.xs[0], W.ids, embed_, T, V, D);
   for (int l = 0; l < cfg_.num_hidden_layers; ++l)
     layer_forward(l, W.xs[l], W.xs[l + 1], *acts_[opts_.recompute ? 0 : l], use_lora, train, dropout_seed);
-  ops_.rmsnorm_forward(W.xf, W.rstd_f, W.xs[cfg_.num_hidden_layers], w("model.norm.weight"), T, D,
+  ops_.rmsnorm_forward(W.xf, W.rstd_f, W.xs[cfg_.num_hidden_layers], final_norm_, T, D,
                        static_cast<float>(cfg_.rms_norm_eps));
-  ops_.lm_head_logprob_forward(W.lp, W.lse_head, W.xf, head(), W.targets, T, D, V, 1.0f, W.head_scratch);
+  ops_.lm_head_logprob_forward(W.lp, W.lse_head, W.xf, head_, W.targets, T, D, V, 1.0f, W.head_scratch);
 
   // Row t predicts token t + 1.
   std::vector<float> lp(static_cast<std::size_t>(T));
@@ -474,9 +473,9 @@ void Transformer::backward(const float* weights, const std::function<void(int)>&
   ops_.upload(W.wrow, wrow.data(), wrow.size() * sizeof(float));
 
   float* dhead = base_grads_ ? g(cfg_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight") : nullptr;
-  ops_.lm_head_logprob_backward(W.dxf, dhead, W.wrow, W.xf, head(), W.targets, W.lse_head, T, D, V, 1.0f,
+  ops_.lm_head_logprob_backward(W.dxf, dhead, W.wrow, W.xf, head_, W.targets, W.lse_head, T, D, V, 1.0f,
                                 W.head_scratch);
-  ops_.rmsnorm_backward(W.dx, g("model.norm.weight"), W.dxf, W.xs[cfg_.num_hidden_layers], w("model.norm.weight"),
+  ops_.rmsnorm_backward(W.dx, g("model.norm.weight"), W.dxf, W.xs[cfg_.num_hidden_layers], final_norm_,
                         W.rstd_f, T, D, false);
   for (int l = cfg_.num_hidden_layers - 1; l >= 0; --l) {
     Acts& a = *acts_[opts_.recompute ? 0 : l];
@@ -559,7 +558,7 @@ const float* Transformer::infer(const std::vector<std::int32_t>& tokens, const s
   ops_.upload(I.rows, out_rows.data(), out_rows.size() * 4);
   const bool lora = use_lora && lora_ != nullptr;
 
-  ops_.embedding_forward(I.x, I.ids, w("model.embed_tokens.weight"), T, V, D);
+  ops_.embedding_forward(I.x, I.ids, embed_, T, V, D);
   // The residual stream stays in I.x (in place); the norms' rstd go to one scratch buffer.
   const BlockIO io{I.x, I.x, I.x, I.h, I.q, I.k, I.v, I.q_pre, I.k_pre, I.attn, I.h, I.gate, I.up, I.act,
                    I.tmp, I.rstd, I.rstd, I.rstd, I.rstd, I.pos};
@@ -578,8 +577,8 @@ const float* Transformer::infer(const std::vector<std::int32_t>& tokens, const s
         });
   }
   ops_.gather_rows(I.hsel, I.x, I.rows, R, D);
-  ops_.rmsnorm_forward(I.hsel, I.rstd, I.hsel, w("model.norm.weight"), R, D, eps);
-  ops_.lm_head_logits(I.logits, I.hsel, head(), R, D, V, 1.0f);
+  ops_.rmsnorm_forward(I.hsel, I.rstd, I.hsel, final_norm_, R, D, eps);
+  ops_.lm_head_logits(I.logits, I.hsel, head_, R, D, V, 1.0f);
   return I.logits;
 }
 
@@ -596,7 +595,7 @@ std::vector<float> Transformer::logits() const {
   const int T = B_ * L_, V = static_cast<int>(cfg_.vocab_size), D = static_cast<int>(cfg_.hidden_size);
   std::vector<float> out(static_cast<std::size_t>(T) * V);
   float* dev = static_cast<float*>(ops_.alloc(out.size() * sizeof(float)));
-  ops_.lm_head_logits(dev, work_->xf, head(), T, D, V, 1.0f);
+  ops_.lm_head_logits(dev, work_->xf, head_, T, D, V, 1.0f);
   ops_.download(out.data(), dev, out.size() * sizeof(float));
   ops_.release(dev);
   return out;

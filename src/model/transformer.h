@@ -107,7 +107,7 @@ class Transformer {
   void linear_with_lora_backward(int l, Module m, void* dx, const void* dy, const void* x, const void* W, float* dW,
                                  float* dbias, int T, Acts& a, bool accumulate);
   const void* w(const std::string& name) const;
-  const void* head() const;  // lm_head.weight, or the embeddings when tied
+
   float* g(const std::string& name);
 
   io::ModelConfig cfg_;
@@ -120,6 +120,10 @@ class Transformer {
   std::vector<LayerW> layers_;
   std::unique_ptr<LoraParams> lora_;
   float* inv_freq_ = nullptr;
+  // Looked up once: the embeddings, the final norm, and lm_head.weight (the embeddings when tied).
+  const void* embed_ = nullptr;
+  const void* final_norm_ = nullptr;
+  const void* head_ = nullptr;
 
   // Activation arena for batches up to (cap_B_, cap_L_).
   int cap_T_ = 0;

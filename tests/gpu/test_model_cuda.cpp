@@ -13,6 +13,7 @@
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/ops.h"
 #include "model/transformer.h"
+#include "tests/unit/test_util.h"
 #include "rl/generator.h"
 
 namespace mgrl::model {
@@ -20,14 +21,7 @@ namespace {
 
 const std::string kData = MGRL_TEST_DATA_DIR "/models/";
 
-double rel_error(const std::vector<float>& got, const std::vector<float>& want) {
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    num += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
-    den += static_cast<double>(want[i]) * want[i];
-  }
-  return std::sqrt(num / (den > 0 ? den : 1));
-}
+using test::rel_error;
 
 struct Outputs {
   std::vector<float> lp, lp_base, grads, dembed;

@@ -16,20 +16,14 @@
 #include "kernels/ops.h"
 #include "model/lora.h"
 #include "model/transformer.h"
+#include "tests/unit/test_util.h"
 
 namespace mgrl::model {
 namespace {
 
 const std::string kData = MGRL_TEST_DATA_DIR "/models/";
 
-double rel_error(const std::vector<float>& got, const std::vector<float>& want) {
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    num += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
-    den += static_cast<double>(want[i]) * want[i];
-  }
-  return std::sqrt(num / (den > 0 ? den : 1));
-}
+using test::rel_error;
 
 std::vector<std::int32_t> read_i32(const io::TensorInfo& t) {
   std::vector<std::int32_t> v(static_cast<std::size_t>(t.numel()));

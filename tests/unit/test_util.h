@@ -2,8 +2,10 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 
@@ -28,6 +30,16 @@ std::string error_of(F&& f) {
     return e.what();
   }
   return "";
+}
+
+// ||got - want|| / ||want|| over all elements, in double (1 as denominator when want is all zeros).
+inline double rel_error(const std::vector<float>& got, const std::vector<float>& want) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    num += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
+    den += static_cast<double>(want[i]) * want[i];
+  }
+  return std::sqrt(num / (den > 0 ? den : 1));
 }
 
 }  // namespace mgrl::test
