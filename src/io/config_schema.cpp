@@ -5,7 +5,8 @@
 namespace mgrl::io {
 
 const std::vector<std::string>& mgrl_modes() {
-  static const std::vector<std::string> modes{"info", "sft", "export", "score", "generate", "help-config"};
+  static const std::vector<std::string> modes{"info", "sft", "grpo", "reward", "export", "score", "generate",
+                                              "help-config"};
   return modes;
 }
 
@@ -15,7 +16,8 @@ const Schema& mgrl_schema() {
     Schema s;
     auto add = [&s](KeySpec k) { s.push_back(std::move(k)); };
     add({"mode", T::String, std::nullopt,
-         "what to run: info (ranks, devices, versions), sft (supervised fine-tuning), export (a checkpoint as a "
+         "what to run: info (ranks, devices, versions), sft (supervised fine-tuning), grpo (reinforcement learning "
+         "with group-relative policy optimisation), reward (score completions with the [[reward]] functions), export (a checkpoint as a "
          "PEFT adapter or merged model), score (log-probs of token sequences), generate (completions of prompts) "
          "or help-config (this list); the command line may name it instead",
          mgrl_modes(), {}, {}, {}});
@@ -30,7 +32,7 @@ const Schema& mgrl_schema() {
          {}, 0.0, std::nullopt, {}});
     add({"model.path", T::String, std::nullopt,
          "Hugging Face model directory: config.json and model.safetensors (or a sharded index)", {}, {}, {},
-         {"score", "generate", "sft"}});
+         {"score", "generate", "sft", "grpo"}});
     add({"model.init", T::String, Value(std::string("pretrained")),
          "pretrained: weights from model.path; random: only model.path/config.json is read and the weights are "
          "drawn (normal(0, model.init_std); norms 1) for training a small model from scratch",
@@ -47,7 +49,7 @@ const Schema& mgrl_schema() {
     add({"data.input", T::String, std::nullopt,
          "input JSONL file; score: {\"tokens\": [ids]} per line; generate: {\"prompt\": text}, {\"messages\": "
          "[{\"role\", \"content\"}]} or {\"prompt_tokens\": [ids]} per line",
-         {}, {}, {}, {"score", "generate", "sft"}});
+         {}, {}, {}, {"score", "generate", "sft", "grpo", "reward"}});
     add({"lora.r", T::Int, Value(std::int64_t{8}), "LoRA rank", {}, 1.0, 4096.0, {}});
     add({"lora.alpha", T::Float, Value(16.0), "LoRA alpha: the adapter's output is scaled by alpha / r", {}, 0.0, {},
          {}});
@@ -95,6 +97,15 @@ const Schema& mgrl_schema() {
          {}});
     add({"eval.accuracy", T::Bool, Value(false),
          "at the end, greedy-generate every held-out completion and report exact-match accuracy", {}, {}, {}, {}});
+    add({"eval.pass_k", T::Int, Value(std::int64_t{0}),
+         "grpo: also report pass@k on the held-out prompts from eval.num_samples sampled completions each; 0: off",
+         {}, 0.0, {}, {}});
+    add({"eval.num_samples", T::Int, Value(std::int64_t{0}),
+         "grpo: completions sampled per held-out prompt for pass@k (at grpo.temperature); 0: eval.pass_k", {}, 0.0,
+         {}, {}});
+    add({"eval.accuracy_reward", T::String, Value(std::string("")),
+         "grpo: the reward (by name) whose full credit (>= 1) counts as a correct completion; empty: the first "
+         "answer_match or code_exec reward", {}, {}, {}, {}});
     add({"eval.max_new_tokens", T::Int, Value(std::int64_t{32}), "longest generated completion for eval.accuracy",
          {}, 1.0, {}, {}});
     add({"checkpoint.dir", T::String, Value(std::string("")),
@@ -140,6 +151,54 @@ const Schema& mgrl_schema() {
          {"auto", "chatml", "llama3", "none"}, {}, {}, {}});
     add({"generate.max_sequences", T::Int, Value(std::int64_t{64}),
          "sequences generated at once on each rank (KV-cache slots)", {}, 1.0, {}, {}});
+    add({"grpo.num_generations", T::Int, Value(std::int64_t{8}),
+         "completions sampled per prompt (the group G); they share one prefill of the prompt", {}, 2.0, {}, {}});
+    add({"grpo.max_prompt_length", T::Int, Value(std::int64_t{512}),
+         "longest prompt in tokens; longer prompts keep their last tokens (as TRL truncates from the left)", {},
+         1.0, {}, {}});
+    add({"grpo.max_completion_length", T::Int, Value(std::int64_t{256}),
+         "most tokens generated per completion; a completion that reaches it without EOS is truncated", {}, 1.0,
+         {}, {}});
+    add({"grpo.temperature", T::Float, Value(1.0),
+         "sampling temperature; the policy's log-probs in the loss use the same temperature (as TRL)", {}, 1e-6, {},
+         {}});
+    add({"grpo.top_p", T::Float, Value(1.0), "nucleus sampling; 1: off", {}, 0.0, 1.0, {}});
+    add({"grpo.top_k", T::Int, Value(std::int64_t{0}), "sample among the k most likely tokens; 0: off", {}, 0.0, {},
+         {}});
+    add({"grpo.min_p", T::Float, Value(0.0), "drop tokens less likely than min_p times the most likely; 0: off", {},
+         0.0, 1.0, {}});
+    add({"grpo.stop", T::StringList, Value(std::vector<std::string>{}),
+         "strings that end a completion (cut from its text; its tokens are kept)", {}, {}, {}, {}});
+    add({"grpo.beta", T::Float, Value(0.0),
+         "weight of the KL penalty (k3 estimator) against grpo.reference; 0: no reference pass at all", {}, 0.0,
+         {}, {}});
+    add({"grpo.kl_bias_correction", T::Bool, Value(false),
+         "multiply the per-token KL by the importance ratio (TRL's use_bias_correction_kl)", {}, {}, {}, {}});
+    add({"grpo.reference", T::String, Value(std::string("initial")),
+         "reference policy of the KL term: initial (the policy at the start of the run: base model + starting "
+         "adapter, kept as a frozen copy of the adapter only) or base (the adapter switched off)",
+         {"initial", "base"}, {}, {}, {}});
+    add({"grpo.epsilon", T::Float, Value(0.2), "lower clipping range: ratios below 1 - epsilon are clipped", {}, 0.0,
+         1.0, {}});
+    add({"grpo.epsilon_high", T::Float, Value(0.0),
+         "upper clipping range (ratios above 1 + epsilon_high are clipped; DAPO's clip-higher); 0: epsilon", {},
+         0.0, {}, {}});
+    add({"grpo.loss_type", T::String, Value(std::string("dapo")),
+         "loss normalisation: grpo (per-sequence token mean, then mean over sequences), bnpo (tokens of each "
+         "micro-batch), dr_grpo (sequences x max_completion_length) or dapo (tokens of the whole batch)",
+         {"grpo", "bnpo", "dr_grpo", "dapo"}, {}, {}, {}});
+    add({"grpo.scale_rewards", T::String, Value(std::string("group")),
+         "advantages = reward - group mean, divided by the std of the group, of the batch, or by nothing (none)",
+         {"group", "batch", "none"}, {}, {}, {}});
+    add({"grpo.num_iterations", T::Int, Value(std::int64_t{1}),
+         "optimizer steps per generated batch (mu); old log-probs are computed once per batch", {}, 1.0, {}, {}});
+    add({"grpo.mask_truncated_completions", T::Bool, Value(false),
+         "truncated completions (no EOS within max_completion_length) get no loss", {}, {}, {}, {}});
+    add({"grpo.importance_sampling_level", T::String, Value(std::string("token")),
+         "importance ratio per token (GRPO) or per sequence (GSPO: the exp of the mean token log-ratio)",
+         {"token", "sequence"}, {}, {}, {}});
+    add({"rollouts.every_steps", T::Int, Value(std::int64_t{1}),
+         "write <log.dir>/rollouts/step_<8 digits>.h5 every N steps (and at the last); 0: never", {}, 0.0, {}, {}});
     add({"log.dir", T::String, Value(std::string("")),
          "run directory for metrics.jsonl, TensorBoard event files and job_summary.txt; empty: none", {}, {}, {},
          {}});

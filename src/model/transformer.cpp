@@ -62,6 +62,21 @@ struct Transformer::InferWork {
   std::int32_t *ids, *slot, *pos, *rows;
 };
 
+// The activations of one kind of pass: training forwards (kept for the backward) and no-grad scoring passes
+// (score()) each have their own, so a scoring pass never overwrites what a pending backward needs.
+struct Transformer::Arena {
+  bool grads = true;  // allocates the backward's buffers and one activation set per layer
+  int cap_T = 0;
+  std::vector<void*> allocations;
+  std::vector<std::unique_ptr<Acts>> acts;
+  std::unique_ptr<Work> work;
+  // The last forward through this arena.
+  int B = 0, L = 0;
+  bool train = false, lora = false;
+  std::uint64_t seed = 0;
+  float logit_scale = 1.0f;
+};
+
 namespace {
 std::string layer_name(int l, const std::string& rest) { return "model.layers." + std::to_string(l) + "." + rest; }
 
@@ -72,7 +87,9 @@ std::uint64_t mix_seed(std::uint64_t seed, int layer, int module) {
 }  // namespace
 
 Transformer::Transformer(io::ModelConfig cfg, kernels::Ops& ops, ModelOptions opts)
-    : cfg_(std::move(cfg)), ops_(ops), opts_(opts) {
+    : cfg_(std::move(cfg)), ops_(ops), opts_(opts), train_arena_(std::make_unique<Arena>()),
+      score_arena_(std::make_unique<Arena>()), cur_(train_arena_.get()) {
+  score_arena_->grads = false;
   if (cfg_.head_dim % 2 != 0) throw UserError("head_dim must be even for rotary embeddings");
   for (const auto& t : io::expected_tensors(cfg_)) {
     base_.push_back({t.name, t.shape, base_numel_});
@@ -123,7 +140,8 @@ Transformer::Transformer(io::ModelConfig cfg, kernels::Ops& ops, ModelOptions op
 }
 
 Transformer::~Transformer() {
-  for (void* p : allocations_) ops_.release(p);
+  for (Arena* a : {train_arena_.get(), score_arena_.get()})
+    for (void* p : a->allocations) ops_.release(p);
   if (infer_)
     for (void* p : infer_->allocations) ops_.release(p);
   ops_.release(inv_freq_);
@@ -174,23 +192,23 @@ void Transformer::init_random(std::uint64_t seed, float std) {
 LoraParams& Transformer::add_lora(const LoraConfig& cfg, std::uint64_t seed) {
   lora_ = std::make_unique<LoraParams>(cfg_, cfg, ops_);
   lora_->init(seed);
-  if (cap_T_ > 0) {  // LoRA buffers depend on r: rebuild the arena on the next forward
-    for (void* p : allocations_) ops_.release(p);
-    allocations_.clear();
-    acts_.clear();
-    work_.reset();
-    cap_T_ = 0;
+  for (Arena* a : {train_arena_.get(), score_arena_.get()}) {  // LoRA buffers depend on r: rebuilt when next used
+    for (void* p : a->allocations) ops_.release(p);
+    a->allocations.clear();
+    a->acts.clear();
+    a->work.reset();
+    a->cap_T = 0;
   }
   return *lora_;
 }
 
 void Transformer::reserve(int B, int L) {
   const int T = B * L;
-  if (T <= cap_T_) return;
-  for (void* p : allocations_) ops_.release(p);
-  allocations_.clear();
-  acts_.clear();
-  cap_T_ = T;
+  if (T <= cur_->cap_T) return;
+  for (void* p : cur_->allocations) ops_.release(p);
+  cur_->allocations.clear();
+  cur_->acts.clear();
+  cur_->cap_T = T;
   const std::size_t S = ops_.storage_size();
   const std::size_t t = static_cast<std::size_t>(T);
   const std::size_t D = cfg_.hidden_size, Q = cfg_.q_dim(), K = cfg_.kv_dim(), I = cfg_.intermediate_size;
@@ -199,20 +217,21 @@ void Transformer::reserve(int B, int L) {
   const bool dropout = lora_ && lora_->config().dropout > 0;
   auto st = [&](std::size_t n) {  // storage-dtype buffer
     void* p = ops_.alloc(n * S);
-    allocations_.push_back(p);
+    cur_->allocations.push_back(p);
     return p;
   };
   auto f32 = [&](std::size_t n) {
     void* p = ops_.alloc(n * sizeof(float));
-    allocations_.push_back(p);
+    cur_->allocations.push_back(p);
     return static_cast<float*>(p);
   };
   auto i32 = [&](std::size_t n) {
     void* p = ops_.alloc(n * sizeof(std::int32_t));
-    allocations_.push_back(p);
+    cur_->allocations.push_back(p);
     return static_cast<std::int32_t*>(p);
   };
-  const int n_acts = opts_.recompute ? 1 : static_cast<int>(cfg_.num_hidden_layers);
+  const bool grads = cur_->grads;
+  const int n_acts = opts_.recompute || !grads ? 1 : static_cast<int>(cfg_.num_hidden_layers);
   for (int i = 0; i < n_acts; ++i) {
     auto a = std::make_unique<Acts>();
     a->h1 = st(t * D);
@@ -236,27 +255,28 @@ void Transformer::reserve(int B, int L) {
       const auto mod = static_cast<Module>(m);
       const bool on = lora_ && lora_->find(0, mod) != nullptr;
       a->xa[m] = on ? f32(t * r) : nullptr;
-      a->xd[m] = on && dropout ? st(t * static_cast<std::size_t>(module_in(cfg_, mod))) : nullptr;
+      a->xd[m] = on && dropout && grads ? st(t * static_cast<std::size_t>(module_in(cfg_, mod))) : nullptr;
     }
-    acts_.push_back(std::move(a));
+    cur_->acts.push_back(std::move(a));
   }
-  work_ = std::make_unique<Work>();
-  Work& W = *work_;
+  cur_->work = std::make_unique<Work>();
+  Work& W = *cur_->work;
   for (int l = 0; l <= cfg_.num_hidden_layers; ++l) W.xs.push_back(st(t * D));
   W.tmp = st(t * D);
   W.xf = st(t * D);
-  W.recompute_out = opts_.recompute ? st(t * D) : nullptr;
+  W.recompute_out = opts_.recompute && grads ? st(t * D) : nullptr;
   W.rstd_f = f32(t);
   W.lse_head = f32(t);
   W.lp = f32(t);
   W.wrow = f32(t);
-  W.lora_scratch = r ? f32(t * r) : nullptr;
+  W.lora_scratch = r && grads ? f32(t * r) : nullptr;
   W.ids = i32(t);
   W.targets = i32(t);
   W.pos = i32(t);
   W.lengths = i32(t);
   W.head_scratch = ops_.alloc(ops_.lm_head_scratch_bytes(static_cast<int>(cfg_.vocab_size)));
-  allocations_.push_back(W.head_scratch);
+  cur_->allocations.push_back(W.head_scratch);
+  if (!grads) return;  // a scoring arena: no backward
   W.dx = st(t * D);
   W.dh = st(t * D);
   W.dq = st(t * Q);
@@ -299,7 +319,7 @@ void Transformer::linear_with_lora_backward(int l, Module m, void* dx, const voi
                                             float* dW, float* dbias, int T, Acts& a, bool accumulate) {
   const int in = module_in(cfg_, m), out = module_out(cfg_, m);
   ops_.linear_backward(dx, dW, dbias, dy, x, W, T, in, out, accumulate);
-  const LoraSlot* s = last_lora_ && lora_ ? lora_->find(l, m) : nullptr;
+  const LoraSlot* s = cur_->lora && lora_ ? lora_->find(l, m) : nullptr;
   if (!s) return;
   const int mi = static_cast<int>(m);
   const auto& c = lora_->config();
@@ -307,22 +327,22 @@ void Transformer::linear_with_lora_backward(int l, Module m, void* dx, const voi
   if (p > 0) {
     // The adapter saw dropout(x): its input gradient goes back through the same mask.
     const std::size_t n = static_cast<std::size_t>(T) * in;
-    ops_.zero(work_->dlora, n * ops_.storage_size());
-    ops_.lora_backward(work_->dlora, lora_->dA(*s), lora_->dB(*s), dy, a.xd[mi], a.xa[mi], lora_->A(*s),
-                       lora_->B(*s), c.scale(), T, in, c.r, out, work_->lora_scratch);
-    ops_.dropout(work_->dlora, work_->dlora, static_cast<std::int64_t>(n), p, mix_seed(last_seed_, l, mi));
-    ops_.residual_forward(dx, work_->dlora, static_cast<std::int64_t>(n));
+    ops_.zero(cur_->work->dlora, n * ops_.storage_size());
+    ops_.lora_backward(cur_->work->dlora, lora_->dA(*s), lora_->dB(*s), dy, a.xd[mi], a.xa[mi], lora_->A(*s),
+                       lora_->B(*s), c.scale(), T, in, c.r, out, cur_->work->lora_scratch);
+    ops_.dropout(cur_->work->dlora, cur_->work->dlora, static_cast<std::int64_t>(n), p, mix_seed(cur_->seed, l, mi));
+    ops_.residual_forward(dx, cur_->work->dlora, static_cast<std::int64_t>(n));
   } else {
     ops_.lora_backward(dx, lora_->dA(*s), lora_->dB(*s), dy, x, a.xa[mi], lora_->A(*s), lora_->B(*s), c.scale(), T,
-                       in, c.r, out, work_->lora_scratch);
+                       in, c.r, out, cur_->work->lora_scratch);
   }
 }
 
 void Transformer::layer_forward(int l, const void* x_in, void* x_out, Acts& a, bool use_lora, bool train,
                                 std::uint64_t seed) {
   const LayerW& Lw = layers_[l];
-  Work& W = *work_;
-  const int T = B_ * L_;
+  Work& W = *cur_->work;
+  const int T = cur_->B * cur_->L;
   const int nh = static_cast<int>(cfg_.num_attention_heads), nkv = static_cast<int>(cfg_.num_key_value_heads);
   const int hd = static_cast<int>(cfg_.head_dim);
   const BlockIO io{x_in, a.x_mid, x_out, a.h1, a.q, a.k, a.v, a.q_pre, a.k_pre, a.attn, a.h2, a.gate, a.up, a.act,
@@ -333,7 +353,7 @@ void Transformer::layer_forward(int l, const void* x_in, void* x_out, Acts& a, b
         const int mi = static_cast<int>(m);
         linear_with_lora(l, m, y, x, Lw.W[mi], Lw.bias[mi], T, a, use_lora, train, seed);
       },
-      [&] { ops_.attention_forward(a.attn, a.lse, a.q, a.k, a.v, W.lengths, B_, L_, nh, nkv, hd); });
+      [&] { ops_.attention_forward(a.attn, a.lse, a.q, a.k, a.v, W.lengths, cur_->B, cur_->L, nh, nkv, hd); });
 }
 
 void Transformer::block_forward(int l, const BlockIO& io, int T, const std::function<void(Module, void*, const void*)>& lin,
@@ -371,8 +391,8 @@ void Transformer::block_forward(int l, const BlockIO& io, int T, const std::func
 
 void Transformer::layer_backward(int l, Acts& a, void* dx) {
   const LayerW& Lw = layers_[l];
-  Work& W = *work_;
-  const int T = B_ * L_;
+  Work& W = *cur_->work;
+  const int T = cur_->B * cur_->L;
   const int D = static_cast<int>(cfg_.hidden_size), I = static_cast<int>(cfg_.intermediate_size);
   const int nh = static_cast<int>(cfg_.num_attention_heads), nkv = static_cast<int>(cfg_.num_key_value_heads);
   const int hd = static_cast<int>(cfg_.head_dim);
@@ -388,7 +408,7 @@ void Transformer::layer_backward(int l, Acts& a, void* dx) {
   ops_.rmsnorm_backward(dx, Lw.d_mlp_norm, W.dh, a.x_mid, Lw.mlp_norm, a.rstd2, T, D, true);  // dx = d(x_mid)
   // Attention: x_mid = x_in + o(attention(rope(q), rope(k), v)), q/k/v from h1 = norm(x_in)
   lin_back(Module::O, W.dattn, dx, a.attn, false);
-  ops_.attention_backward(W.dq, W.dk, W.dv, W.dattn, a.q, a.k, a.v, a.lse, W.lengths, B_, L_, nh, nkv, hd);
+  ops_.attention_backward(W.dq, W.dk, W.dv, W.dattn, a.q, a.k, a.v, a.lse, W.lengths, cur_->B, cur_->L, nh, nkv, hd);
   ops_.rope_backward(W.dq, W.pos, inv_freq_, T, nh, hd);
   ops_.rope_backward(W.dk, W.pos, inv_freq_, T, nkv, hd);
   void* dq = W.dq;
@@ -405,19 +425,37 @@ void Transformer::layer_backward(int l, Acts& a, void* dx) {
   ops_.rmsnorm_backward(dx, Lw.d_attn_norm, W.dh, W.xs[l], Lw.attn_norm, a.rstd1, T, D, true);  // dx = d(x_in)
 }
 
-void Transformer::forward(const Batch& batch, float* logprobs, bool use_lora, bool train, std::uint64_t dropout_seed) {
+void Transformer::forward(const Batch& batch, float* logprobs, bool use_lora, bool train, std::uint64_t dropout_seed,
+                          float logit_scale) {
+  cur_ = train_arena_.get();
+  forward_pass(batch, logprobs, use_lora, train, dropout_seed, logit_scale);
+}
+
+void Transformer::score(const Batch& batch, float* logprobs, bool use_lora, float logit_scale) {
+  struct Restore {
+    Transformer* t;
+    ~Restore() { t->cur_ = t->train_arena_.get(); }
+  } restore{this};
+  cur_ = score_arena_.get();
+  forward_pass(batch, logprobs, use_lora, false, 0, logit_scale);
+}
+
+void Transformer::forward_pass(const Batch& batch, float* logprobs, bool use_lora, bool train,
+                               std::uint64_t dropout_seed, float logit_scale) {
+  MGRL_CHECK(!train || cur_->grads, "a training forward needs the training arena");
   const int B = batch.B, L = batch.L, T = B * L;
   const int V = static_cast<int>(cfg_.vocab_size), D = static_cast<int>(cfg_.hidden_size);
   MGRL_CHECK(B > 0 && L > 0 && batch.tokens.size() == static_cast<std::size_t>(T) &&
                  batch.lengths.size() == static_cast<std::size_t>(B),
              "malformed batch");
   reserve(B, L);
-  B_ = B;
-  L_ = L;
-  last_train_ = train;
-  last_lora_ = use_lora && lora_ != nullptr;
-  last_seed_ = dropout_seed;
-  Work& W = *work_;
+  cur_->B = B;
+  cur_->L = L;
+  cur_->train = train;
+  cur_->lora = use_lora && lora_ != nullptr;
+  cur_->seed = dropout_seed;
+  cur_->logit_scale = logit_scale;
+  Work& W = *cur_->work;
 
   W.host_ids.assign(static_cast<std::size_t>(T), -1);
   std::vector<std::int32_t> targets(static_cast<std::size_t>(T), -1), pos(static_cast<std::size_t>(T), 0);
@@ -448,10 +486,11 @@ void Transformer::forward(const Batch& batch, float* logprobs, bool use_lora, bo
 
   ops_.embedding_forward(W.xs[0], W.ids, embed_, T, V, D);
   for (int l = 0; l < cfg_.num_hidden_layers; ++l)
-    layer_forward(l, W.xs[l], W.xs[l + 1], *acts_[opts_.recompute ? 0 : l], use_lora, train, dropout_seed);
+    layer_forward(l, W.xs[l], W.xs[l + 1], *cur_->acts[cur_->acts.size() == 1 ? 0 : l], use_lora, train,
+                  dropout_seed);
   ops_.rmsnorm_forward(W.xf, W.rstd_f, W.xs[cfg_.num_hidden_layers], final_norm_, T, D,
                        static_cast<float>(cfg_.rms_norm_eps));
-  ops_.lm_head_logprob_forward(W.lp, W.lse_head, W.xf, head_, W.targets, T, D, V, 1.0f, W.head_scratch);
+  ops_.lm_head_logprob_forward(W.lp, W.lse_head, W.xf, head_, W.targets, T, D, V, logit_scale, W.head_scratch);
 
   // Row t predicts token t + 1.
   std::vector<float> lp(static_cast<std::size_t>(T));
@@ -462,10 +501,11 @@ void Transformer::forward(const Batch& batch, float* logprobs, bool use_lora, bo
 }
 
 void Transformer::backward(const float* weights, const std::function<void(int)>& layer_done) {
-  MGRL_CHECK(work_ && last_train_, "backward() needs a forward(train = true) first");
-  MGRL_CHECK(last_lora_ || opts_.full_finetune, "backward() with nothing trainable");
-  Work& W = *work_;
-  const int B = B_, L = L_, T = B * L;
+  cur_ = train_arena_.get();
+  MGRL_CHECK(cur_->work && cur_->train, "backward() needs a forward(train = true) first");
+  MGRL_CHECK(cur_->lora || opts_.full_finetune, "backward() with nothing trainable");
+  Work& W = *cur_->work;
+  const int B = cur_->B, L = cur_->L, T = B * L;
   const int V = static_cast<int>(cfg_.vocab_size), D = static_cast<int>(cfg_.hidden_size);
   std::vector<float> wrow(static_cast<std::size_t>(T), 0.0f);
   for (int b = 0; b < B; ++b)
@@ -473,13 +513,13 @@ void Transformer::backward(const float* weights, const std::function<void(int)>&
   ops_.upload(W.wrow, wrow.data(), wrow.size() * sizeof(float));
 
   float* dhead = base_grads_ ? g(cfg_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight") : nullptr;
-  ops_.lm_head_logprob_backward(W.dxf, dhead, W.wrow, W.xf, head_, W.targets, W.lse_head, T, D, V, 1.0f,
+  ops_.lm_head_logprob_backward(W.dxf, dhead, W.wrow, W.xf, head_, W.targets, W.lse_head, T, D, V, cur_->logit_scale,
                                 W.head_scratch);
   ops_.rmsnorm_backward(W.dx, g("model.norm.weight"), W.dxf, W.xs[cfg_.num_hidden_layers], final_norm_,
                         W.rstd_f, T, D, false);
   for (int l = cfg_.num_hidden_layers - 1; l >= 0; --l) {
-    Acts& a = *acts_[opts_.recompute ? 0 : l];
-    if (opts_.recompute) layer_forward(l, W.xs[l], W.recompute_out, a, last_lora_, true, last_seed_);
+    Acts& a = *cur_->acts[opts_.recompute ? 0 : l];
+    if (opts_.recompute) layer_forward(l, W.xs[l], W.recompute_out, a, cur_->lora, true, cur_->seed);
     layer_backward(l, a, W.dx);
     if (layer_done) layer_done(l);
   }
@@ -583,19 +623,21 @@ const float* Transformer::infer(const std::vector<std::int32_t>& tokens, const s
 }
 
 std::vector<float> Transformer::input_embedding_grad() const {
-  MGRL_CHECK(work_ != nullptr, "no backward yet");
-  const std::size_t n = static_cast<std::size_t>(B_) * L_ * cfg_.hidden_size;
+  MGRL_CHECK(train_arena_->work != nullptr, "no backward yet");
+  const Arena& a = *train_arena_;
+  const std::size_t n = static_cast<std::size_t>(a.B) * a.L * cfg_.hidden_size;
   std::vector<float> out(n);
-  ops_.download_storage_as_f32(out.data(), work_->dx, n);
+  ops_.download_storage_as_f32(out.data(), a.work->dx, n);
   return out;
 }
 
 std::vector<float> Transformer::logits() const {
-  MGRL_CHECK(work_ != nullptr, "no forward yet");
-  const int T = B_ * L_, V = static_cast<int>(cfg_.vocab_size), D = static_cast<int>(cfg_.hidden_size);
+  MGRL_CHECK(train_arena_->work != nullptr, "no forward yet");
+  const Arena& a = *train_arena_;
+  const int T = a.B * a.L, V = static_cast<int>(cfg_.vocab_size), D = static_cast<int>(cfg_.hidden_size);
   std::vector<float> out(static_cast<std::size_t>(T) * V);
   float* dev = static_cast<float*>(ops_.alloc(out.size() * sizeof(float)));
-  ops_.lm_head_logits(dev, work_->xf, head_, T, D, V, 1.0f);
+  ops_.lm_head_logits(dev, a.work->xf, head_, T, D, V, a.logit_scale);
   ops_.download(out.data(), dev, out.size() * sizeof(float));
   ops_.release(dev);
   return out;

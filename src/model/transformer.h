@@ -50,8 +50,12 @@ class Transformer {
   // Forward. logprobs (host, [B * L]): logprobs[b, t] = log p(tokens[b, t] | tokens[b, <t]) for
   // 1 <= t < lengths[b], 0 elsewhere. use_lora = false runs the base model (GRPO's reference policy).
   // train = true keeps what backward() needs and applies LoRA dropout (seeded by dropout_seed).
+  // logit_scale multiplies the logits before the log-softmax (1 / temperature: GRPO's tempered policy).
   void forward(const Batch& batch, float* logprobs, bool use_lora = true, bool train = false,
-               std::uint64_t dropout_seed = 0);
+               std::uint64_t dropout_seed = 0, float logit_scale = 1.0f);
+  // A no-grad scoring pass (e.g. GRPO's reference or old-policy log-probs), as forward(train = false) but in
+  // activation buffers of its own: it never disturbs what a pending backward() needs.
+  void score(const Batch& batch, float* logprobs, bool use_lora = true, float logit_scale = 1.0f);
   // Backward of loss = -sum_{b,t} weights[b, t] * logprobs[b, t] (weights host, [B * L]) for the last
   // forward(train = true). Gradients accumulate into lora()->grads() (and base_grads() when full FT).
   // layer_done(l), when given, runs as soon as layer l's gradients are complete (layers finish from the last
@@ -86,6 +90,9 @@ class Transformer {
  private:
   struct Acts;
   struct LayerW;
+  struct Arena;
+  void forward_pass(const Batch& batch, float* logprobs, bool use_lora, bool train, std::uint64_t dropout_seed,
+                    float logit_scale);
   void reserve(int B, int L);
   // The buffers of one pass through a decoder block (training keeps them per layer; inference reuses one set,
   // with the residual stream updated in place: x_in == x_mid == x_out).
@@ -125,19 +132,13 @@ class Transformer {
   const void* final_norm_ = nullptr;
   const void* head_ = nullptr;
 
-  // Activation arena for batches up to (cap_B_, cap_L_).
-  int cap_T_ = 0;
-  std::vector<void*> allocations_;
-  std::vector<std::unique_ptr<Acts>> acts_;
+  // Activation arenas: training forwards (+ backward) and no-grad scoring passes; cur_ is the one in use.
   struct Work;
-  std::unique_ptr<Work> work_;
+  std::unique_ptr<Arena> train_arena_, score_arena_;
+  Arena* cur_ = nullptr;
   struct InferWork;
   std::unique_ptr<InferWork> infer_;
   void reserve_infer(int T, int R);
-  // The last forward.
-  int B_ = 0, L_ = 0;
-  bool last_train_ = false, last_lora_ = false;
-  std::uint64_t last_seed_ = 0;
 };
 
 }  // namespace mgrl::model

@@ -40,6 +40,7 @@ const std::string kBestEvalLoss = "/state/best_eval_loss";
 const std::string kEpoch = "/state/data/epoch";
 const std::string kPosition = "/state/data/position";
 const std::string kRng = "/state/rng";
+const std::string kExtra = "/state/extra";
 
 std::string join_path(const std::string& dir, const std::string& file) {
   if (dir.empty()) return file;
@@ -260,6 +261,7 @@ Checkpoint read_file(const io::H5Reader& r, const std::string& expected_identity
   ck.params = read_flat(r, kTrainable, ck.tensors, total);
   ck.adam_m = read_flat(r, kExpAvg, ck.tensors, total);
   ck.adam_v = read_flat(r, kExpAvgSq, ck.tensors, total);
+  if (r.has(kExtra)) ck.extra = r.read_string(kExtra);
   return ck;
 }
 
@@ -308,6 +310,7 @@ void write_checkpoint(const std::string& dir, const Checkpoint& ck) {
     std::vector<std::int64_t> rng(s.rank_rng.size());
     if (!rng.empty()) std::memcpy(rng.data(), s.rank_rng.data(), rng.size() * sizeof(std::int64_t));
     w.write(kRng, DType::I64, {rng.size()}, rng.data());
+    if (!ck.extra.empty()) w.write_string(kExtra, ck.extra);
 
     w.attr("/", "format", kFormat);
     w.attr("/", "format_version", kFormatVersion);

@@ -43,6 +43,7 @@ struct Checkpoint {
   std::string config_text;                    // the run's effective configuration (TOML)
   std::string model_identity;                 // architecture + every trainable name and shape (model_identity())
   std::string mgrl_version;
+  std::string extra;  // the loop's own state (GRPO: the batch of a generation round in progress), JSON; may be ""
 };
 
 // "<dir>/step_00000042.h5"

@@ -21,6 +21,7 @@
 #include "dist/device.h"
 #include "io/hf_config.h"
 #include "io/tfevents.h"
+#include "train/run_log.h"
 
 #if MGRL_WITH_CUDA
 #include "kernels/cuda/cuda_ops.h"
@@ -28,35 +29,6 @@
 
 namespace mgrl::train {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-std::string human_time(double s) {
-  char buf[32];
-  const long t = static_cast<long>(s + 0.5);
-  if (t >= 3600) std::snprintf(buf, sizeof(buf), "%ldh%02ldm", t / 3600, (t % 3600) / 60);
-  else if (t >= 60) std::snprintf(buf, sizeof(buf), "%ldm%02lds", t / 60, t % 60);
-  else std::snprintf(buf, sizeof(buf), "%lds", t);
-  return buf;
-}
-
-double host_peak_rss_gib() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  return static_cast<double>(ru.ru_maxrss) / (1024.0 * 1024.0);  // ru_maxrss is in KiB on Linux
-}
-
-void mkdir_p(const std::string& dir) {
-  std::string path;
-  for (std::size_t i = 0; i <= dir.size(); ++i) {
-    if (i == dir.size() || dir[i] == '/') {
-      if (!path.empty()) ::mkdir(path.c_str(), 0755);
-    }
-    if (i < dir.size()) path += dir[i];
-  }
-}
 
 // The padded batch of some examples, and the loss weights (1 / n_tokens at completion positions).
 model::Batch make_batch(const std::vector<const Example*>& ex, double inv_tokens, std::vector<float>* weights) {
@@ -73,30 +45,6 @@ std::int64_t loss_tokens(const Example& e) { return static_cast<std::int64_t>(e.
 
 }  // namespace
 
-Trainable trainable_of(model::Transformer& m, bool full_finetune) {
-  Trainable t;
-  if (full_finetune) {
-    if (m.ops().storage() != DType::F32)
-      throw UserError("full fine-tuning (train.full_finetune) needs f32 weights: use the CPU backend, or LoRA on the GPU");
-    t.params = static_cast<float*>(m.base_weights());
-    t.grads = m.base_grads();
-    MGRL_CHECK(t.grads != nullptr, "the model was built without full_finetune");
-    t.n = m.base_numel();
-    for (const auto& b : m.base_tensors()) t.tensors.push_back({b.name, b.shape, b.offset});
-    return t;
-  }
-  model::LoraParams* lora = m.lora();
-  if (!lora) throw UserError("nothing to train: no LoRA adapter and train.full_finetune = false");
-  t.params = lora->params();
-  t.grads = lora->grads();
-  t.n = lora->numel();
-  for (const auto& s : lora->slots()) {
-    t.tensors.push_back({model::LoraParams::peft_name(s, true), {lora->config().r, s.in}, s.a_offset});
-    t.tensors.push_back({model::LoraParams::peft_name(s, false), {s.out, lora->config().r}, s.b_offset});
-  }
-  return t;
-}
-
 SftTrainer::SftTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transformer& model, const io::Tokenizer& tok,
                        std::vector<Example> train, std::vector<Example> eval, SftOptions opts)
     : env_(env), comm_(comm), model_(model), tok_(tok), train_(std::move(train)), eval_(std::move(eval)),
@@ -109,96 +57,19 @@ SftTrainer::SftTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transfo
     throw UserError("train.batch_size / ranks (" + std::to_string(opts_.global_batch / ranks) +
                     ") must be divisible by train.grad_accum (" + std::to_string(opts_.grad_accum) + ")");
   tr_ = trainable_of(model_, model_.base_grads() != nullptr);
-  m_ = static_cast<float*>(model_.ops().alloc(tr_.n * sizeof(float)));
-  v_ = static_cast<float*>(model_.ops().alloc(tr_.n * sizeof(float)));
-  identity_ = model_identity(io::architecture_name(model_.config().arch), tr_.tensors);
+  opt_ = std::make_unique<Optimizer>(model_.ops(), tr_, OptimizerOptions{opts_.adamw, opts_.schedule, opts_.max_grad_norm});
+  sync_ = std::make_unique<GradSync>(comm_, model_, tr_);
+  ckpt_ = std::make_unique<Checkpointer>(
+      env_, model_.ops(), *opt_,
+      CheckpointOptions{opts_.checkpoint_dir, opts_.checkpoint_every, opts_.keep_last, opts_.resume, opts_.config_text},
+      model_identity(io::architecture_name(model_.config().arch), tr_.tensors));
   state_.rank_rng.assign(static_cast<std::size_t>(ranks), 0);
   if (model_.ops().storage() == DType::F16) state_.loss_scale = 65536.0;  // halved on every overflow
-#if MGRL_WITH_CUDA
-  stream_ = kernels::cuda_stream(model_.ops());
-#endif
-  // Gradient buckets, one per layer: the LoRA slots of a layer are contiguous in the flat buffer. Every
-  // trainable value must be in exactly one bucket, else one reduction of the whole buffer is used.
-  if (model::LoraParams* lora = model_.lora(); lora && model_.base_grads() == nullptr) {
-    layer_ranges_.assign(static_cast<std::size_t>(model_.config().num_hidden_layers), {0, 0});
-    std::size_t covered = 0;
-    for (const auto& s : lora->slots()) {
-      auto& r = layer_ranges_[static_cast<std::size_t>(s.layer)];
-      const std::size_t begin = s.a_offset, end = s.b_offset + static_cast<std::size_t>(s.out) * lora->config().r;
-      if (r.second == 0) r = {begin, end};
-      r.first = std::min(r.first, begin);
-      r.second = std::max(r.second, end);
-      covered += end - begin;
-    }
-    std::size_t spans = 0;
-    for (const auto& r : layer_ranges_) spans += r.second - r.first;
-    if (covered != tr_.n || spans != tr_.n) layer_ranges_.clear();
-  }
 }
 
-SftTrainer::~SftTrainer() {
-  model_.ops().release(m_);
-  model_.ops().release(v_);
-}
-
-std::string SftTrainer::params_hash() {
-  std::vector<float> host(tr_.n);
-  model_.ops().download(host.data(), tr_.params, tr_.n * sizeof(float));
-  std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the bytes
-  const auto* p = reinterpret_cast<const unsigned char*>(host.data());
-  for (std::size_t i = 0; i < tr_.n * sizeof(float); ++i) h = (h ^ p[i]) * 1099511628211ull;
-  char buf[20];
-  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
-  return buf;
-}
-
-void SftTrainer::save_checkpoint() {
-  // Every rank must hold the same weights: compare a hash with rank 0's before writing.
-  const std::string mine = params_hash();
-  const std::string root = env_.broadcast(mine, 0);
-  const int mismatch = env_.allreduce_max(mine != root ? 1 : 0);
-  if (mismatch) {
-    const int first = env_.allreduce_min(mine != root ? env_.rank() : env_.size());
-    throw FatalError("the trainable weights of rank " + std::to_string(first) + " differ from rank 0's at step " +
-                     std::to_string(state_.step) + " (hash " + (env_.rank() == first ? mine : std::string("?")) +
-                     " vs " + root + "): the ranks have diverged; stopping instead of writing a checkpoint");
-  }
-  if (env_.rank() != 0) return;
-  Checkpoint ck;
-  ck.state = state_;
-  for (auto& c : ck.state.rank_rng) c = static_cast<std::uint64_t>(state_.step);
-  ck.tensors = tr_.tensors;
-  ck.params.resize(tr_.n);
-  ck.adam_m.resize(tr_.n);
-  ck.adam_v.resize(tr_.n);
-  auto& ops = model_.ops();
-  ops.download(ck.params.data(), tr_.params, tr_.n * 4);
-  ops.download(ck.adam_m.data(), m_, tr_.n * 4);
-  ops.download(ck.adam_v.data(), v_, tr_.n * 4);
-  ck.config_text = opts_.config_text;
-  ck.model_identity = identity_;
-  ck.mgrl_version = build_info().version;
-  write_checkpoint(opts_.checkpoint_dir, ck);
-  prune_checkpoints(opts_.checkpoint_dir, opts_.keep_last);
-}
-
-void SftTrainer::load_checkpoint(const std::string& path) {
-  Checkpoint ck = read_checkpoint(path, identity_);
-  if (ck.params.size() != tr_.n) throw UserError(path + ": holds " + std::to_string(ck.params.size()) +
-                                                 " trainable values, this run has " + std::to_string(tr_.n));
-  if (static_cast<int>(ck.state.rank_rng.size()) != env_.size())
-    log::warn_once(path + ": written by " + std::to_string(ck.state.rank_rng.size()) + " ranks, resumed on " +
-                   std::to_string(env_.size()) + " (the data order is the same; per-rank random streams restart)");
-  auto& ops = model_.ops();
-  ops.upload(tr_.params, ck.params.data(), tr_.n * 4);
-  ops.upload(m_, ck.adam_m.data(), tr_.n * 4);
-  ops.upload(v_, ck.adam_v.data(), tr_.n * 4);
-  state_ = ck.state;
-  state_.rank_rng.assign(static_cast<std::size_t>(env_.size()), static_cast<std::uint64_t>(state_.step));
-}
+SftTrainer::~SftTrainer() = default;
 
 double SftTrainer::train_step() {
-  auto& ops = model_.ops();
   const int ranks = env_.size(), rank = env_.rank();
   const auto global = sampler_.next(state_.cursor, opts_.global_batch);
   const int local_n = opts_.global_batch / ranks, micro = local_n / opts_.grad_accum;
@@ -210,9 +81,8 @@ double SftTrainer::train_step() {
 
   // fp16 storage: dynamic loss scaling (the loss weights are multiplied by the scale, the update divides it
   // out); bf16 and f32 need none.
-  const bool scaling = ops.storage() == DType::F16;
-  const double scale = scaling ? state_.loss_scale : 1.0;
-  ops.zero(tr_.grads, tr_.n * sizeof(float));
+  const double scale = opt_->loss_scale(state_);
+  sync_->zero();
   double loss_local = 0;
   std::vector<float> w, lp;
   for (int a = 0; a < opts_.grad_accum; ++a) {
@@ -223,44 +93,16 @@ double SftTrainer::train_step() {
                                            static_cast<std::uint64_t>(rank * opts_.grad_accum + a));
     model_.forward(b, lp.data(), true, true, seed);
     for (std::size_t i = 0; i < lp.size(); ++i) loss_local -= static_cast<double>(w[i]) * lp[i];
-    if (scaling)
+    if (scale != 1.0)
       for (auto& x : w) x = static_cast<float>(x * scale);
     // LoRA: in the last micro-batch, each layer's gradients are reduced over ranks as soon as the backward
     // has finished them (asynchronously on the GPU, overlapping the layers still to come).
-    const bool buckets = a + 1 == opts_.grad_accum && !layer_ranges_.empty();
-    model_.backward(w.data(), buckets ? std::function<void(int)>([&](int l) {
-                      const auto [begin, end] = layer_ranges_[static_cast<std::size_t>(l)];
-                      if (end > begin) comm_.allreduce_sum_async(tr_.grads + begin, end - begin, DType::F32, stream_);
-                    })
-                                      : std::function<void(int)>());
+    model_.backward(w.data(), sync_->hook(a + 1 == opts_.grad_accum));
   }
-  if (layer_ranges_.empty()) comm_.allreduce_sum(tr_.grads, tr_.n, DType::F32, stream_);
-  comm_.wait(stream_);
-  comm_.synchronize();
-  const double norm = std::sqrt(ops.sum_squares(tr_.grads, tr_.n)) / scale;  // identical on every rank
+  const double norm = sync_->finish(scale);  // identical on every rank
   const double loss = env_.allreduce_sum(loss_local);
   state_.tokens_seen += n_tokens;
-  if (!std::isfinite(norm)) {  // every rank sees the same reduced gradients, so every rank skips
-    ++state_.skipped_steps;
-    ++state_.step;
-    if (scaling) {
-      state_.loss_scale = std::max(1.0, state_.loss_scale / 2);
-      state_.scaler_good_steps = 0;
-    }
-    last_norm_ = norm;
-    return loss;
-  }
-  if (scaling && ++state_.scaler_good_steps >= 1000) {  // grow again after 1000 good steps
-    state_.loss_scale = std::min(65536.0 * 256, state_.loss_scale * 2);
-    state_.scaler_good_steps = 0;
-  }
-  kernels::Ops::AdamW hp = opts_.adamw;
-  hp.lr = static_cast<float>(opts_.schedule.at(state_.step));
-  hp.step = state_.step + 1 - state_.skipped_steps;
-  const double clip = opts_.max_grad_norm > 0 && norm > opts_.max_grad_norm ? opts_.max_grad_norm / norm : 1.0;
-  hp.grad_scale = static_cast<float>(clip / scale);
-  ops.adamw(tr_.params, tr_.grads, m_, v_, tr_.n, hp);
-  ++state_.step;
+  opt_->step(state_, norm);  // a non-finite step is skipped on every rank together
   last_norm_ = norm;
   return loss;
 }
@@ -289,38 +131,12 @@ std::pair<double, double> SftTrainer::evaluate(bool accuracy) {
 SftResult SftTrainer::run() {
   SftResult res;
   const auto t0 = Clock::now();
-  // Resume.
-  std::string resume_from;
-  if (opts_.resume == "auto") {
-    if (!opts_.checkpoint_dir.empty())
-      if (auto p = newest_checkpoint(opts_.checkpoint_dir)) resume_from = *p;
-  } else if (!opts_.resume.empty() && opts_.resume != "none") {
-    resume_from = opts_.resume;
-  }
-  env_.agree([&] {
-    if (!resume_from.empty()) load_checkpoint(resume_from);
-  });
-  if (!resume_from.empty()) log::info("resumed from " + resume_from + " at step " + std::to_string(state_.step));
-
-  const bool rank0 = env_.rank() == 0;
-  std::unique_ptr<std::ofstream> metrics;
-  std::unique_ptr<io::TfEventsWriter> tb;
-  if (rank0 && !opts_.log_dir.empty()) {
-    mkdir_p(opts_.log_dir);
-    metrics = std::make_unique<std::ofstream>(opts_.log_dir + "/metrics.jsonl", std::ios::app);
-    tb = std::make_unique<io::TfEventsWriter>(opts_.log_dir);
-  }
-  // The progress line: on a terminal, and not under mpirun (Open MPI gives ranks a pseudo-terminal even
-  // when its own output goes to a file).
-  const bool tty = rank0 && ::isatty(STDOUT_FILENO) && !std::getenv("OMPI_COMM_WORLD_SIZE") && !std::getenv("SLURM_JOB_ID");
+  ckpt_->resume(state_, nullptr);
+  RunLog rlog(env_, opts_.log_dir);
+  const bool rank0 = rlog.rank0();
   const double flops_per_token =
       (model_.base_grads() ? 6.0 : 4.0) * static_cast<double>(model_.base_numel());  // full FT: 6N; LoRA: ~4N
-  auto emit = [&](const nlohmann::json& j) {
-    if (metrics) *metrics << j.dump() << "\n" << std::flush;
-    if (tb)
-      for (auto it = j.begin(); it != j.end(); ++it)
-        if (it.value().is_number() && it.key() != "step") tb->scalar(it.key(), it.value().get<double>(), state_.step);
-  };
+  auto emit = [&](const nlohmann::json& j) { rlog.emit(j, state_.step); };
 
   const std::int64_t first = state_.step;
   auto window = Clock::now();
@@ -349,37 +165,29 @@ SftResult SftTrainer::run() {
         std::snprintf(line + n, sizeof(line) - n, " | peak GPU mem %.2f GiB", static_cast<double>(peak_gpu_) / (1 << 30));
       else
         std::snprintf(line + n, sizeof(line) - n, " | peak host mem %.2f GiB", host_peak_rss_gib());
-      if (tty) std::printf("\r\033[K");
-      log::info(line);
+      rlog.line(line);
       emit({{"step", state_.step}, {"loss", loss}, {"lr", lr}, {"grad_norm", last_norm_}, {"tokens_per_second", tps},
             {"skipped_steps", state_.skipped_steps}});
       window = Clock::now();
       window_tokens = 0;
     }
-    if (tty) {
-      const double done = static_cast<double>(state_.step - first), left = static_cast<double>(opts_.max_steps - state_.step);
-      const double eta = done > 0 ? seconds_since(t0) / done * left : 0;
-      std::printf("\r\033[K[%3.0f%%] step %lld/%lld, ETA %s", 100.0 * state_.step / opts_.max_steps,
-                  static_cast<long long>(state_.step), static_cast<long long>(opts_.max_steps), human_time(eta).c_str());
-      std::fflush(stdout);
-    }
+    rlog.progress(state_.step, first, opts_.max_steps, seconds_since(t0));
     if (opts_.eval_every > 0 && state_.step % opts_.eval_every == 0 && !last) {
       const auto [el, acc] = evaluate(false);
       if (el >= 0) {
         state_.best_eval_loss = std::min(state_.best_eval_loss, el);
-        if (tty) std::printf("\r\033[K");
         char line[128];
         std::snprintf(line, sizeof(line), "eval step %lld | loss %.4f", static_cast<long long>(state_.step), el);
-        log::info(line);
+        rlog.line(line);
         emit({{"step", state_.step}, {"eval_loss", el}});
       }
     }
-    if (!opts_.checkpoint_dir.empty() && opts_.checkpoint_every > 0 && state_.step % opts_.checkpoint_every == 0 && !last) {
-      save_checkpoint();
+    if (ckpt_->due(state_.step) && !last) {
+      ckpt_->save(state_);
       ++res.checkpoints;
     }
   }
-  if (tty) std::printf("\r\033[K");
+  rlog.end_progress();
   // The end: evaluation, final checkpoint, summary.
   const auto [el, acc] = evaluate(true);
   if (el >= 0) {
@@ -396,15 +204,15 @@ SftResult SftTrainer::run() {
     emit(j);
   }
   res.eval_accuracy = acc;
-  if (!opts_.checkpoint_dir.empty() && state_.step > first) {
-    save_checkpoint();
+  if (ckpt_->enabled() && state_.step > first) {
+    ckpt_->save(state_);
     ++res.checkpoints;
   }
   res.steps = state_.step;
   res.skipped = state_.skipped_steps;
   res.seconds = seconds_since(t0);
   res.tokens_per_second = res.seconds > 0 ? static_cast<double>(state_.tokens_seen) / res.seconds : 0;
-  if (tb) tb->flush();
+  rlog.flush();
   if (rank0 && !opts_.log_dir.empty()) {
     std::ofstream s(opts_.log_dir + "/job_summary.txt");
     s << "mgrl " << build_info().version << " sft\n"

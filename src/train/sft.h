@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <utility>
 #include <string>
 #include <vector>
@@ -15,6 +16,10 @@
 #include "io/tokenizer.h"
 #include "model/transformer.h"
 #include "train/checkpoint.h"
+#include "train/checkpointer.h"
+#include "train/grad_sync.h"
+#include "train/optimizer.h"
+#include "train/trainable.h"
 #include "train/data.h"
 #include "train/schedule.h"
 
@@ -44,16 +49,6 @@ struct SftOptions {
   double gpu_peak_tflops = 0;  // for MFU; 0 unknown
 };
 
-struct Trainable {
-  float* params = nullptr;  // backend memory
-  float* grads = nullptr;
-  std::size_t n = 0;
-  std::vector<TensorEntry> tensors;
-};
-// The LoRA parameters of the model, or (full fine-tuning) its base weights; UserError when the backend
-// cannot train them (full fine-tuning needs f32 storage, i.e. the CPU backend).
-Trainable trainable_of(model::Transformer& m, bool full_finetune);
-
 struct SftResult {
   std::int64_t steps = 0, skipped = 0, checkpoints = 0;
   double final_loss = 0, final_eval_loss = -1, best_eval_loss = -1, eval_accuracy = -1, seconds = 0;
@@ -72,9 +67,6 @@ class SftTrainer {
 
  private:
   double train_step();
-  void save_checkpoint();
-  void load_checkpoint(const std::string& path);
-  std::string params_hash();
 
   const dist::MpiEnv& env_;
   dist::Comm& comm_;
@@ -84,13 +76,11 @@ class SftTrainer {
   SftOptions opts_;
   Sampler sampler_;
   Trainable tr_;
-  float* m_ = nullptr;
-  float* v_ = nullptr;
+  std::unique_ptr<Optimizer> opt_;
+  std::unique_ptr<GradSync> sync_;
+  std::unique_ptr<Checkpointer> ckpt_;
   TrainState state_;
-  std::string identity_;
   double last_norm_ = 0;
-  void* stream_ = nullptr;  // the compute stream (CUDA), for ordering the gradient allreduces
-  std::vector<std::pair<std::size_t, std::size_t>> layer_ranges_;  // gradient bucket of each layer
   std::size_t peak_gpu_ = 0;
 };
 

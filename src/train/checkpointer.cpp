@@ -1,0 +1,92 @@
+// checkpointer.cpp: saving (after a cross-rank weight check) and resuming training runs.
+#include "train/checkpointer.h"
+
+#include <cstdio>
+#include <vector>
+
+#include "core/build_info.h"
+#include "core/error.h"
+#include "core/log.h"
+
+namespace mgrl::train {
+
+Checkpointer::Checkpointer(const dist::MpiEnv& env, kernels::Ops& ops, const Optimizer& opt, CheckpointOptions opts,
+                           std::string identity)
+    : env_(env), ops_(ops), opt_(opt), opts_(std::move(opts)), identity_(std::move(identity)) {}
+
+std::string Checkpointer::params_hash() const {
+  const Trainable& tr = opt_.trainable();
+  std::vector<float> host(tr.n);
+  ops_.download(host.data(), tr.params, tr.n * sizeof(float));
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the bytes
+  const auto* p = reinterpret_cast<const unsigned char*>(host.data());
+  for (std::size_t i = 0; i < tr.n * sizeof(float); ++i) h = (h ^ p[i]) * 1099511628211ull;
+  char buf[20];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+void Checkpointer::save(const TrainState& st, const std::string& extra) {
+  // Every rank must hold the same weights: compare a hash with rank 0's before writing.
+  const std::string mine = params_hash();
+  const std::string root = env_.broadcast(mine, 0);
+  const int mismatch = env_.allreduce_max(mine != root ? 1 : 0);
+  if (mismatch) {
+    const int first = env_.allreduce_min(mine != root ? env_.rank() : env_.size());
+    throw FatalError("the trainable weights of rank " + std::to_string(first) + " differ from rank 0's at step " +
+                     std::to_string(st.step) + " (hash " + (env_.rank() == first ? mine : std::string("?")) +
+                     " vs " + root + "): the ranks have diverged; stopping instead of writing a checkpoint");
+  }
+  if (env_.rank() != 0) return;
+  const Trainable& tr = opt_.trainable();
+  Checkpoint ck;
+  ck.state = st;
+  for (auto& c : ck.state.rank_rng) c = static_cast<std::uint64_t>(st.step);
+  ck.tensors = tr.tensors;
+  ck.params.resize(tr.n);
+  ck.adam_m.resize(tr.n);
+  ck.adam_v.resize(tr.n);
+  ops_.download(ck.params.data(), tr.params, tr.n * 4);
+  ops_.download(ck.adam_m.data(), opt_.exp_avg(), tr.n * 4);
+  ops_.download(ck.adam_v.data(), opt_.exp_avg_sq(), tr.n * 4);
+  ck.config_text = opts_.config_text;
+  ck.model_identity = identity_;
+  ck.mgrl_version = build_info().version;
+  ck.extra = extra;
+  write_checkpoint(opts_.dir, ck);
+  prune_checkpoints(opts_.dir, opts_.keep_last);
+}
+
+void Checkpointer::load(const std::string& path, TrainState& st, std::string* extra) {
+  const Trainable& tr = opt_.trainable();
+  Checkpoint ck = read_checkpoint(path, identity_);
+  if (ck.params.size() != tr.n)
+    throw UserError(path + ": holds " + std::to_string(ck.params.size()) + " trainable values, this run has " +
+                    std::to_string(tr.n));
+  if (static_cast<int>(ck.state.rank_rng.size()) != env_.size())
+    log::warn_once(path + ": written by " + std::to_string(ck.state.rank_rng.size()) + " ranks, resumed on " +
+                   std::to_string(env_.size()) + " (the data order is the same; per-rank random streams restart)");
+  ops_.upload(tr.params, ck.params.data(), tr.n * 4);
+  ops_.upload(opt_.exp_avg(), ck.adam_m.data(), tr.n * 4);
+  ops_.upload(opt_.exp_avg_sq(), ck.adam_v.data(), tr.n * 4);
+  st = ck.state;
+  st.rank_rng.assign(static_cast<std::size_t>(env_.size()), static_cast<std::uint64_t>(st.step));
+  if (extra) *extra = ck.extra;
+}
+
+std::string Checkpointer::resume(TrainState& st, std::string* extra) {
+  std::string from;
+  if (opts_.resume == "auto") {
+    if (enabled())
+      if (auto p = newest_checkpoint(opts_.dir)) from = *p;
+  } else if (!opts_.resume.empty() && opts_.resume != "none") {
+    from = opts_.resume;
+  }
+  env_.agree([&] {
+    if (!from.empty()) load(from, st, extra);
+  });
+  if (!from.empty()) log::info("resumed from " + from + " at step " + std::to_string(st.step));
+  return from;
+}
+
+}  // namespace mgrl::train

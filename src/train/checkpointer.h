@@ -1,0 +1,48 @@
+// checkpointer.h: checkpoints of a training run, shared by SFT and GRPO: before writing, every rank's trainable
+// weights are compared with rank 0's (a mismatch stops the run naming the rank); rank 0 writes
+// <dir>/step_<8 digits>.h5 (weights, AdamW moments, state, config, the loop's extra state) and prunes old ones;
+// resume = auto | none | a path, read by every rank, errors agreed on by all ranks.
+#pragma once
+#include <string>
+
+#include "dist/mpi_env.h"
+#include "kernels/ops.h"
+#include "train/checkpoint.h"
+#include "train/optimizer.h"
+
+namespace mgrl::train {
+
+struct CheckpointOptions {
+  std::string dir;         // "": no checkpoints
+  int every = 0;           // 0: only at the end
+  int keep_last = 0;       // 0: all
+  std::string resume;      // "" / "none", "auto", or a path
+  std::string config_text; // the run's effective configuration
+};
+
+class Checkpointer {
+ public:
+  Checkpointer(const dist::MpiEnv& env, kernels::Ops& ops, const Optimizer& opt, CheckpointOptions opts,
+               std::string identity);
+  bool enabled() const { return !opts_.dir.empty(); }
+  // Due after this step (not the last one, which the caller saves itself)?
+  bool due(std::int64_t step) const { return enabled() && opts_.every > 0 && step % opts_.every == 0; }
+  // Collective. Loads the checkpoint named by `resume` (auto: the newest of dir, if any) into the weights, the
+  // moments and st; extra gets the loop's state. Returns the path, or "" when starting fresh.
+  std::string resume(TrainState& st, std::string* extra);
+  // Collective: the hash check, then rank 0 writes.
+  void save(const TrainState& st, const std::string& extra = "");
+  // FNV-1a of this rank's trainable weights, hex.
+  std::string params_hash() const;
+  const std::string& identity() const { return identity_; }
+
+ private:
+  void load(const std::string& path, TrainState& st, std::string* extra);
+  const dist::MpiEnv& env_;
+  kernels::Ops& ops_;
+  const Optimizer& opt_;
+  CheckpointOptions opts_;
+  std::string identity_;
+};
+
+}  // namespace mgrl::train

@@ -1,0 +1,54 @@
+// grad_sync.cpp: per-layer gradient buckets, the allreduce of the gradients and their global norm.
+#include "train/grad_sync.h"
+
+#include <algorithm>
+#include <cmath>
+
+#if MGRL_WITH_CUDA
+#include "kernels/cuda/cuda_ops.h"
+#endif
+
+namespace mgrl::train {
+
+GradSync::GradSync(dist::Comm& comm, model::Transformer& model, const Trainable& tr)
+    : comm_(comm), model_(model), tr_(tr) {
+#if MGRL_WITH_CUDA
+  stream_ = kernels::cuda_stream(model_.ops());
+#endif
+  // One bucket per layer: the LoRA slots of a layer are contiguous in the flat buffer. Every trainable value must
+  // be in exactly one bucket, else one reduction of the whole buffer is used.
+  model::LoraParams* lora = model_.lora();
+  if (!lora || model_.base_grads() != nullptr || tr_.grads != lora->grads()) return;
+  layer_ranges_.assign(static_cast<std::size_t>(model_.config().num_hidden_layers), {0, 0});
+  std::size_t covered = 0;
+  for (const auto& s : lora->slots()) {
+    auto& r = layer_ranges_[static_cast<std::size_t>(s.layer)];
+    const std::size_t begin = s.a_offset, end = s.b_offset + static_cast<std::size_t>(s.out) * lora->config().r;
+    if (r.second == 0) r = {begin, end};
+    r.first = std::min(r.first, begin);
+    r.second = std::max(r.second, end);
+    covered += end - begin;
+  }
+  std::size_t spans = 0;
+  for (const auto& r : layer_ranges_) spans += r.second - r.first;
+  if (covered != tr_.n || spans != tr_.n) layer_ranges_.clear();
+}
+
+void GradSync::zero() { model_.ops().zero(tr_.grads, tr_.n * sizeof(float)); }
+
+std::function<void(int)> GradSync::hook(bool last) {
+  if (!last || layer_ranges_.empty()) return {};
+  return [this](int l) {
+    const auto [begin, end] = layer_ranges_[static_cast<std::size_t>(l)];
+    if (end > begin) comm_.allreduce_sum_async(tr_.grads + begin, end - begin, DType::F32, stream_);
+  };
+}
+
+double GradSync::finish(double scale) {
+  if (layer_ranges_.empty()) comm_.allreduce_sum(tr_.grads, tr_.n, DType::F32, stream_);
+  comm_.wait(stream_);
+  comm_.synchronize();
+  return std::sqrt(model_.ops().sum_squares(tr_.grads, tr_.n)) / scale;
+}
+
+}  // namespace mgrl::train

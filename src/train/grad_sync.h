@@ -1,0 +1,39 @@
+// grad_sync.h: the gradient reduction of a data-parallel step, shared by SFT and GRPO: gradients zeroed at the
+// start of a step, each layer's LoRA gradients allreduced (summed) over ranks as soon as the backward of the
+// step's last micro-batch finishes them (one bucket per layer; asynchronous on NCCL, overlapping the layers still
+// to come), or the whole buffer at once when the layers do not split it cleanly (full fine-tuning), then the global
+// gradient norm, identical on every rank.
+#pragma once
+#include <cstddef>
+#include <functional>
+#include <utility>
+#include <vector>
+
+#include "dist/comm.h"
+#include "model/transformer.h"
+#include "train/trainable.h"
+
+namespace mgrl::train {
+
+class GradSync {
+ public:
+  GradSync(dist::Comm& comm, model::Transformer& model, const Trainable& tr);
+  void zero();
+  // The backward's layer_done callback for one micro-batch; last = the step's last micro-batch, whose layers are
+  // reduced as the backward finishes them. Empty when nothing is to be done.
+  std::function<void(int)> hook(bool last);
+  // Completes the reduction (every rank then holds the sum over ranks) and returns the global L2 norm of the
+  // summed gradients divided by `scale` (the loss scale); non-finite when any gradient is.
+  double finish(double scale);
+  bool bucketed() const { return !layer_ranges_.empty(); }
+  void* stream() const { return stream_; }
+
+ private:
+  dist::Comm& comm_;
+  model::Transformer& model_;
+  Trainable tr_;
+  void* stream_ = nullptr;  // the compute stream (CUDA), for ordering the allreduces after the backward
+  std::vector<std::pair<std::size_t, std::size_t>> layer_ranges_;  // gradient bucket of each layer
+};
+
+}  // namespace mgrl::train

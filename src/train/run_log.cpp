@@ -1,0 +1,83 @@
+// run_log.cpp: step lines, progress line, metrics.jsonl and TensorBoard events of a training run.
+#include "train/run_log.h"
+
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "core/log.h"
+
+namespace mgrl::train {
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::string human_time(double s) {
+  char buf[32];
+  const long t = static_cast<long>(s + 0.5);
+  if (t >= 3600) std::snprintf(buf, sizeof(buf), "%ldh%02ldm", t / 3600, (t % 3600) / 60);
+  else if (t >= 60) std::snprintf(buf, sizeof(buf), "%ldm%02lds", t / 60, t % 60);
+  else std::snprintf(buf, sizeof(buf), "%lds", t);
+  return buf;
+}
+
+double host_peak_rss_gib() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_maxrss) / (1024.0 * 1024.0);  // ru_maxrss is in KiB on Linux
+}
+
+void mkdir_p(const std::string& dir) {
+  std::string path;
+  for (std::size_t i = 0; i <= dir.size(); ++i) {
+    if (i == dir.size() || dir[i] == '/') {
+      if (!path.empty()) ::mkdir(path.c_str(), 0755);
+    }
+    if (i < dir.size()) path += dir[i];
+  }
+}
+
+RunLog::RunLog(const dist::MpiEnv& env, const std::string& log_dir) : rank0_(env.rank() == 0), dir_(log_dir) {
+  if (rank0_ && !dir_.empty()) {
+    mkdir_p(dir_);
+    metrics_ = std::make_unique<std::ofstream>(dir_ + "/metrics.jsonl", std::ios::app);
+    tb_ = std::make_unique<io::TfEventsWriter>(dir_);
+  }
+  // Open MPI gives ranks a pseudo-terminal even when its own output goes to a file: no progress line there.
+  tty_ = rank0_ && ::isatty(STDOUT_FILENO) && !std::getenv("OMPI_COMM_WORLD_SIZE") && !std::getenv("SLURM_JOB_ID");
+}
+
+RunLog::~RunLog() = default;
+
+void RunLog::emit(const nlohmann::json& j, std::int64_t step) {
+  if (metrics_) *metrics_ << j.dump() << "\n" << std::flush;
+  if (tb_)
+    for (auto it = j.begin(); it != j.end(); ++it)
+      if (it.value().is_number() && it.key() != "step") tb_->scalar(it.key(), it.value().get<double>(), step);
+}
+
+void RunLog::line(const std::string& text) {
+  if (tty_) std::printf("\r\033[K");
+  log::info(text);
+}
+
+void RunLog::progress(std::int64_t step, std::int64_t first, std::int64_t max_steps, double elapsed) {
+  if (!tty_) return;
+  const double done = static_cast<double>(step - first), left = static_cast<double>(max_steps - step);
+  const double eta = done > 0 ? elapsed / done * left : 0;
+  std::printf("\r\033[K[%3.0f%%] step %lld/%lld, ETA %s", 100.0 * static_cast<double>(step) / static_cast<double>(max_steps),
+              static_cast<long long>(step), static_cast<long long>(max_steps), human_time(eta).c_str());
+  std::fflush(stdout);
+}
+
+void RunLog::end_progress() {
+  if (tty_) std::printf("\r\033[K");
+}
+
+void RunLog::flush() {
+  if (tb_) tb_->flush();
+}
+
+}  // namespace mgrl::train

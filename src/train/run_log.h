@@ -1,0 +1,73 @@
+// run_log.h: what a training run reports, shared by SFT and GRPO: on rank 0 the step lines (stdout), a progress
+// line with ETA on a terminal, metrics.jsonl and TensorBoard event files in the run directory; phase timers for
+// the split of a step's time; small helpers (human-readable durations, peak memory).
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "dist/mpi_env.h"
+#include "io/tfevents.h"
+
+namespace mgrl::train {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t);
+std::string human_time(double seconds);  // "42s", "3m05s", "1h02m"
+double host_peak_rss_gib();
+void mkdir_p(const std::string& dir);
+
+class RunLog {
+ public:
+  RunLog(const dist::MpiEnv& env, const std::string& log_dir);
+  ~RunLog();
+  // One record at `step`: a line of metrics.jsonl, and every number (but "step") as a TensorBoard scalar.
+  void emit(const nlohmann::json& record, std::int64_t step);
+  // A line for the log (rank 0), clearing the progress line first.
+  void line(const std::string& text);
+  // The progress line "[ 42%] step 42/100, ETA 1m05s" (rank 0, on a terminal, not under mpirun or SLURM).
+  void progress(std::int64_t step, std::int64_t first_step, std::int64_t max_steps, double elapsed);
+  void end_progress();
+  void flush();
+  bool rank0() const { return rank0_; }
+  const std::string& dir() const { return dir_; }
+
+ private:
+  bool rank0_, tty_;
+  std::string dir_;
+  std::unique_ptr<std::ofstream> metrics_;
+  std::unique_ptr<io::TfEventsWriter> tb_;
+};
+
+// Seconds spent per named phase (generation, rewards, reference, training, communication, ...).
+class PhaseTimes {
+ public:
+  class Scope {
+   public:
+    Scope(PhaseTimes& p, std::string name) : p_(p), name_(std::move(name)), t0_(Clock::now()) {}
+    ~Scope() { p_.add(name_, seconds_since(t0_)); }
+
+   private:
+    PhaseTimes& p_;
+    std::string name_;
+    Clock::time_point t0_;
+  };
+  Scope time(const std::string& name) { return Scope(*this, name); }
+  void add(const std::string& name, double s) { t_[name] += s; }
+  double get(const std::string& name) const {
+    auto it = t_.find(name);
+    return it == t_.end() ? 0.0 : it->second;
+  }
+  const std::map<std::string, double>& all() const { return t_; }
+  void clear() { t_.clear(); }
+
+ private:
+  std::map<std::string, double> t_;
+};
+
+}  // namespace mgrl::train

@@ -1,0 +1,32 @@
+// trainable.cpp: the flat trainable buffer of a model (LoRA or full fine-tuning).
+#include "train/trainable.h"
+
+#include "core/error.h"
+
+namespace mgrl::train {
+
+Trainable trainable_of(model::Transformer& m, bool full_finetune) {
+  Trainable t;
+  if (full_finetune) {
+    if (m.ops().storage() != DType::F32)
+      throw UserError("full fine-tuning (train.full_finetune) needs f32 weights: use the CPU backend, or LoRA on the GPU");
+    t.params = static_cast<float*>(m.base_weights());
+    t.grads = m.base_grads();
+    MGRL_CHECK(t.grads != nullptr, "the model was built without full_finetune");
+    t.n = m.base_numel();
+    for (const auto& b : m.base_tensors()) t.tensors.push_back({b.name, b.shape, b.offset});
+    return t;
+  }
+  model::LoraParams* lora = m.lora();
+  if (!lora) throw UserError("nothing to train: no LoRA adapter and train.full_finetune = false");
+  t.params = lora->params();
+  t.grads = lora->grads();
+  t.n = lora->numel();
+  for (const auto& s : lora->slots()) {
+    t.tensors.push_back({model::LoraParams::peft_name(s, true), {lora->config().r, s.in}, s.a_offset});
+    t.tensors.push_back({model::LoraParams::peft_name(s, false), {s.out, lora->config().r}, s.b_offset});
+  }
+  return t;
+}
+
+}  // namespace mgrl::train
