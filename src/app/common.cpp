@@ -1,8 +1,10 @@
 // common.cpp: what several modes share: the op backend of a rank's device, loading a model (+ adapter) on
 // every rank, the shard of a rank, the tokenizer directory.
 #include "app/modes.h"
+#include "core/log.h"
 #include "dist/mpi_env.h"
 #include "io/config.h"
+#include "io/tokenizer.h"
 #include "model/lora.h"
 #include "model/transformer.h"
 #include "dist/device.h"
@@ -28,6 +30,44 @@ void load_model(const Context& ctx, model::Transformer& net, const std::string& 
     if (!adapter.empty())
       net.add_lora(model::read_peft_config(adapter + "/adapter_config.json"), 0).load_peft(adapter);
   });
+}
+
+double gpu_peak_tflops(const dist::Device& d) {
+  if (d.backend != dist::Backend::Cuda) return 0;
+  const std::string& n = d.gpu.name;
+  if (n.find("H200") != std::string::npos || n.find("H100") != std::string::npos) return 989;
+  if (n.find("A100") != std::string::npos) return 312;
+  if (n.find("V100") != std::string::npos) return 125;
+  if (n.find("L40S") != std::string::npos) return 362;
+  return 0;
+}
+
+io::ChatFormat chat_format(const io::Config& cfg, const char* key, const io::Tokenizer& tok) {
+  const std::string name = cfg.get_string(key);
+  return name == "auto" ? tok.chat_format() : io::chat_format_from_name(name);
+}
+
+bool setup_trainable_lora(const Context& ctx, model::Transformer& net, std::uint64_t seed) {
+  const auto& cfg = ctx.cfg;
+  const std::string adapter = cfg.get_string("lora.adapter");
+  if (!adapter.empty()) {
+    // Training continues from the given PEFT adapter: its own r, alpha, targets and rsLoRA flag hold.
+    model::LoraConfig lc = model::read_peft_config(adapter + "/adapter_config.json");
+    for (const char* key : {"lora.r", "lora.alpha", "lora.targets", "lora.use_rslora"})
+      if (cfg.origin(key).kind != io::Origin::Default)
+        log::warn_once(std::string(key) + " is ignored: the adapter " + adapter + " sets it (adapter_config.json)");
+    lc.dropout = cfg.get_float("lora.dropout");
+    net.add_lora(lc, seed).load_peft(adapter);
+    return false;
+  }
+  model::LoraConfig lc;
+  lc.r = static_cast<int>(cfg.get_int("lora.r"));
+  lc.alpha = cfg.get_float("lora.alpha");
+  lc.dropout = cfg.get_float("lora.dropout");
+  lc.use_rslora = cfg.get_bool("lora.use_rslora");
+  lc.targets = cfg.get_strings("lora.targets");
+  net.add_lora(lc, seed);
+  return true;
 }
 
 std::pair<std::size_t, std::size_t> shard(const dist::MpiEnv& env, std::size_t n) {

@@ -19,26 +19,6 @@
 #include "train/sft.h"
 
 namespace mgrl::app {
-namespace {
-
-// Peak dense bf16/fp16 tensor throughput (TFLOP/s) of GPUs whose name we recognise; 0 when unknown.
-double gpu_peak_tflops(const dist::Device& d) {
-  if (d.backend != dist::Backend::Cuda) return 0;
-  const std::string& n = d.gpu.name;
-  if (n.find("H200") != std::string::npos || n.find("H100") != std::string::npos) return 989;
-  if (n.find("A100") != std::string::npos) return 312;
-  if (n.find("V100") != std::string::npos) return 125;
-  if (n.find("L40S") != std::string::npos) return 362;
-  return 0;
-}
-
-io::ChatFormat chat_format(const io::Config& cfg, const char* key, const io::Tokenizer& tok) {
-  const std::string name = cfg.get_string(key);
-  return name == "auto" ? tok.chat_format() : io::chat_format_from_name(name);
-}
-
-}  // namespace
-
 int run_sft(Context& ctx) {
   const auto& env = ctx.env;
   const auto& cfg = ctx.cfg;
@@ -72,15 +52,7 @@ int run_sft(Context& ctx) {
   env.agree([&] {
     if (random_init) net.init_random(seed, static_cast<float>(cfg.get_float("model.init_std")));
     else net.load_weights(model_dir);
-    if (!full) {
-      model::LoraConfig lc;
-      lc.r = static_cast<int>(cfg.get_int("lora.r"));
-      lc.alpha = cfg.get_float("lora.alpha");
-      lc.dropout = cfg.get_float("lora.dropout");
-      lc.use_rslora = cfg.get_bool("lora.use_rslora");
-      lc.targets = cfg.get_strings("lora.targets");
-      net.add_lora(lc, seed);
-    }
+    if (!full) setup_trainable_lora(ctx, net, seed);
   });
 
   train::SftOptions o;

@@ -1,6 +1,7 @@
 // modes.h: what a mode receives, and the modes.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
@@ -12,6 +13,8 @@ struct Device;
 }  // namespace mgrl::dist
 namespace mgrl::io {
 class Config;
+class Tokenizer;
+enum class ChatFormat;
 }
 namespace mgrl::kernels {
 class Ops;
@@ -35,6 +38,10 @@ int run_info(Context& ctx);
 int run_score(Context& ctx);
 // `mgrl sft`: supervised fine-tuning (docs/sft.md).
 int run_sft(Context& ctx);
+// `mgrl grpo`: reinforcement learning with group-relative policy optimisation (docs/grpo.md).
+int run_grpo(Context& ctx);
+// `mgrl reward`: the [[reward]] functions on a JSONL of {prompt, completion, ...} lines, JSON lines out.
+int run_reward(Context& ctx);
 // `mgrl export`: a checkpoint as a PEFT adapter directory, optionally also merged into a full model.
 int run_export(Context& ctx);
 // `mgrl generate`: completions of JSONL prompts into a JSONL file (docs/generate.md).
@@ -44,6 +51,14 @@ int run_generate(Context& ctx);
 std::unique_ptr<kernels::Ops> make_ops(const dist::Device& device);
 // Base weights from model_dir and, when adapter is not empty, that PEFT adapter; errors agreed on by all ranks.
 void load_model(const Context& ctx, model::Transformer& net, const std::string& model_dir, const std::string& adapter);
+// Peak dense bf16/fp16 tensor throughput (TFLOP/s) of GPUs whose name we recognise (for MFU); 0 when unknown.
+double gpu_peak_tflops(const dist::Device& d);
+// The chat format named by a key (auto: the tokenizer's template).
+io::ChatFormat chat_format(const io::Config& cfg, const char* key, const io::Tokenizer& tok);
+// Adds the LoRA adapter to train: the PEFT adapter of lora.adapter when given (its config wins over lora.r,
+// lora.alpha, lora.targets, lora.use_rslora), else a fresh one from the lora.* keys. Returns true when fresh
+// (B = 0: the starting policy is the base model). Call inside env.agree.
+bool setup_trainable_lora(const Context& ctx, model::Transformer& net, std::uint64_t seed);
 // [begin, end) of this rank's contiguous share of n items.
 std::pair<std::size_t, std::size_t> shard(const dist::MpiEnv& env, std::size_t n);
 // model.tokenizer, or model.path when it is empty.

@@ -60,6 +60,8 @@ int run(dist::MpiEnv& env, int argc, char** argv) {
     Context ctx{env, cfg, device, *comm};
     if (mode == "info") return run_info(ctx);
     if (mode == "sft") return run_sft(ctx);
+    if (mode == "grpo") return run_grpo(ctx);
+    if (mode == "reward") return run_reward(ctx);
     if (mode == "export") return run_export(ctx);
     if (mode == "score") return run_score(ctx);
     if (mode == "generate") return run_generate(ctx);

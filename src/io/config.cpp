@@ -282,8 +282,43 @@ Config Config::from_string(const Schema& schema, const std::string& text, const 
     c.set(*ks, std::move(*v), {Origin::File, static_cast<int>(n.source().begin.line)});
   };
 
+  auto is_array_name = [&](const std::string& top) {
+    return std::any_of(schema.begin(), schema.end(),
+                       [&](const KeySpec& ks) { return ks.name.rfind(top + "[].", 0) == 0; });
+  };
   for (auto&& [k, node] : root) {
     const std::string top(k.str());
+    if (is_array_name(top)) {
+      auto arr = node.as_array();
+      if (!arr || !arr->is_array_of_tables())
+        throw UserError(where(node) + "'" + top + "' must be an array of tables: write each one as [[" + top + "]]");
+      auto& items = c.tables_[top];
+      for (auto&& el : *arr) {
+        const toml::table& t = *el.as_table();
+        TableItem item;
+        item.file = name;
+        item.line = static_cast<int>(t.source().begin.line);
+        for (const auto& ks : schema)
+          if (ks.name.rfind(top + "[].", 0) == 0 && ks.def) item.values[ks.name.substr(top.size() + 3)] = *ks.def;
+        for (auto&& [k2, node2] : t) {
+          const std::string local(k2.str()), key = top + "[]." + local;
+          const KeySpec* ks = find_key(schema, key);
+          if (!ks) throw UserError(where(node2) + unknown_key_message(schema, key));
+          std::optional<Value> v = from_node(*ks, node2);
+          if (!v && ks->type == ValueType::StringList && node2.is_string())  // a single string is a list of one
+            v = Value(std::vector<std::string>{node2.as_string()->get()});
+          if (!v)
+            throw UserError(where(node2) + "key '" + key + "' must be " + value_type_name(ks->type) + ", not " +
+                            node_type_name(node2));
+          const std::string bad = check_value(*ks, *v);
+          if (!bad.empty()) throw UserError(where(node2) + bad);
+          item.values[local] = std::move(*v);
+          item.lines[local] = static_cast<int>(node2.source().begin.line);
+        }
+        items.push_back(std::move(item));
+      }
+      continue;
+    }
     if (auto section = node.as_table()) {
       if (section->empty() && !std::any_of(schema.begin(), schema.end(), [&](const KeySpec& ks) {
             return ks.name.rfind(top + ".", 0) == 0;
@@ -343,7 +378,7 @@ void Config::finish(const std::string& mode_from_cli) {
   }
   const std::string mode = is_set("mode") ? get_string("mode") : std::string();
   for (const auto& ks : *schema_) {
-    if (ks.def || is_set(ks.name)) continue;
+    if (ks.def || is_set(ks.name) || ks.name.find("[].") != std::string::npos) continue;
     const bool required =
         ks.required_modes.empty() ||
         std::find(ks.required_modes.begin(), ks.required_modes.end(), mode) != ks.required_modes.end();
@@ -390,6 +425,35 @@ const std::vector<std::string>& Config::get_strings(const std::string& key) cons
   return std::get<std::vector<std::string>>(values_.at(key));
 }
 bool Config::is_set(const std::string& key) const { return values_.count(key) != 0; }
+
+const std::vector<TableItem>& Config::tables(const std::string& name) const {
+  static const std::vector<TableItem> none;
+  auto it = tables_.find(name);
+  return it == tables_.end() ? none : it->second;
+}
+
+namespace {
+template <typename T>
+const T& table_get(const TableItem& t, const std::string& key) {
+  auto it = t.values.find(key);
+  MGRL_CHECK(it != t.values.end(), "table key '" + key + "' has no value");
+  const T* v = std::get_if<T>(&it->second);
+  MGRL_CHECK(v != nullptr, "table key '" + key + "' read with the wrong type");
+  return *v;
+}
+}  // namespace
+
+const std::string& TableItem::get_string(const std::string& key) const { return table_get<std::string>(*this, key); }
+std::int64_t TableItem::get_int(const std::string& key) const { return table_get<std::int64_t>(*this, key); }
+double TableItem::get_float(const std::string& key) const { return table_get<double>(*this, key); }
+bool TableItem::get_bool(const std::string& key) const { return table_get<bool>(*this, key); }
+const std::vector<std::string>& TableItem::get_strings(const std::string& key) const {
+  return table_get<std::vector<std::string>>(*this, key);
+}
+std::string TableItem::where(const std::string& key) const {
+  auto it = lines.find(key);
+  return file + ":" + std::to_string(it == lines.end() ? line : it->second) + ": ";
+}
 Origin Config::origin(const std::string& key) const {
   auto it = origins_.find(key);
   return it == origins_.end() ? Origin{} : it->second;
@@ -401,6 +465,7 @@ template <typename Fn>
 void by_section(const Schema& schema, std::ostringstream& out, Fn&& line) {
   std::vector<std::string> sections;
   for (const auto& ks : schema) {
+    if (ks.name.find("[].") != std::string::npos) continue;  // arrays of tables: written separately
     const auto dot = ks.name.find('.');
     const std::string sec = dot == std::string::npos ? "" : ks.name.substr(0, dot);
     if (std::find(sections.begin(), sections.end(), sec) == sections.end()) sections.push_back(sec);
@@ -411,6 +476,7 @@ void by_section(const Schema& schema, std::ostringstream& out, Fn&& line) {
   for (const auto& sec : sections) {
     if (!sec.empty()) out << "\n[" << sec << "]\n";
     for (const auto& ks : schema) {
+      if (ks.name.find("[].") != std::string::npos) continue;
       const auto dot = ks.name.find('.');
       const std::string ksec = dot == std::string::npos ? "" : ks.name.substr(0, dot);
       if (ksec != sec) continue;
@@ -426,6 +492,11 @@ std::string Config::to_toml() const {
     auto it = values_.find(ks.name);
     if (it != values_.end()) out << local << " = " << to_toml_literal(it->second) << "\n";
   });
+  for (const auto& [name, items] : tables_)
+    for (const auto& item : items) {
+      out << "\n[[" << name << "]]\n";
+      for (const auto& [k, v] : item.values) out << k << " = " << to_toml_literal(v) << "\n";
+    }
   return out.str();
 }
 
@@ -454,6 +525,24 @@ std::string help_config(const Schema& schema, const std::string& title) {
     if (ks.def) out << local << " = " << to_toml_literal(*ks.def) << "\n";
     else out << "# " << local << " =\n";
   });
+  // Arrays of tables: one commented example table each, with every key.
+  std::vector<std::string> arrays;
+  for (const auto& ks : schema) {
+    const auto br = ks.name.find("[].");
+    if (br != std::string::npos && std::find(arrays.begin(), arrays.end(), ks.name.substr(0, br)) == arrays.end())
+      arrays.push_back(ks.name.substr(0, br));
+  }
+  for (const auto& a : arrays) {
+    out << "\n# [[" << a << "]]: an array of tables, one per " << a << " (not settable on the command line).\n"
+        << "# [[" << a << "]]\n";
+    for (const auto& ks : schema) {
+      if (ks.name.rfind(a + "[].", 0) != 0) continue;
+      std::string type = value_type_name(ks.type);
+      type = type.substr(type.find(' ') + 1);
+      out << "#   " << ks.name.substr(a.size() + 3) << " = " << (ks.def ? to_toml_literal(*ks.def) : std::string("(required)"))
+          << "   # " << type << ": " << ks.doc << "\n";
+    }
+  }
   return out.str();
 }
 

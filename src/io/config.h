@@ -27,6 +27,23 @@ struct KeySpec {
 
 using Schema = std::vector<KeySpec>;
 
+// One table of an array of tables ([[reward]] ...): keys named "<array>[].<key>" in the schema.
+class TableItem {
+ public:
+  int line = 0;  // line of the [[...]] header
+  std::string file;
+  std::map<std::string, Value> values;  // local key -> value (defaults filled in)
+  std::map<std::string, int> lines;     // local key -> line, for keys given in the file
+  bool has(const std::string& key) const { return lines.count(key) != 0; }
+  const std::string& get_string(const std::string& key) const;
+  std::int64_t get_int(const std::string& key) const;
+  double get_float(const std::string& key) const;
+  bool get_bool(const std::string& key) const;
+  const std::vector<std::string>& get_strings(const std::string& key) const;
+  // "file:line: " of a key (or of the table when the key was not given), for messages.
+  std::string where(const std::string& key = "") const;
+};
+
 // Where a value came from, for messages and for the effective-config dump.
 struct Origin {
   enum Kind { Default, File, CommandLine } kind = Default;
@@ -49,6 +66,8 @@ class Config {
   bool get_bool(const std::string& key) const;
   const std::vector<std::string>& get_strings(const std::string& key) const;
   bool is_set(const std::string& key) const;  // a value exists (given or default)
+  // The tables of an array of tables ([[name]] in the file), in file order; empty when none.
+  const std::vector<TableItem>& tables(const std::string& name) const;
   Origin origin(const std::string& key) const;
   const std::string& file() const { return file_; }
 
@@ -64,6 +83,7 @@ class Config {
   std::string file_;
   std::map<std::string, Value> values_;
   std::map<std::string, Origin> origins_;
+  std::map<std::string, std::vector<TableItem>> tables_;
 };
 
 // `mgrl help-config`: every key with its type, default and doc, as a TOML file one can start from.

@@ -199,6 +199,57 @@ const Schema& mgrl_schema() {
          {"token", "sequence"}, {}, {}, {}});
     add({"rollouts.every_steps", T::Int, Value(std::int64_t{1}),
          "write <log.dir>/rollouts/step_<8 digits>.h5 every N steps (and at the last); 0: never", {}, 0.0, {}, {}});
+    // [[reward]] tables (docs/rewards.md): one reward function each; the total reward is their weighted sum.
+    add({"reward[].kind", T::String, std::nullopt, "answer_match, regex, overlong, code_exec or command",
+         {"answer_match", "regex", "overlong", "code_exec", "command"}, {}, {}, {}});
+    add({"reward[].name", T::String, Value(std::string("")), "name in logs and rollout files; empty: the kind", {}, {},
+         {}, {}});
+    add({"reward[].weight", T::Float, Value(1.0), "weight in the total reward", {}, {}, {}, {}});
+    add({"reward[].extract", T::String, Value(std::string("last_number")),
+         "answer_match: how the answer is taken from the completion: last_number, boxed (the last \\boxed{...}) or "
+         "regex (the first capture group of pattern)", {"last_number", "boxed", "regex"}, {}, {}, {}});
+    add({"reward[].pattern", T::String, Value(std::string("")),
+         "regex: the pattern a completion must match; answer_match with extract = regex: a pattern with one capture "
+         "group (ECMAScript syntax; '.' matches newlines too)", {}, {}, {}, {}});
+    add({"reward[].full_match", T::Bool, Value(false), "regex: the whole completion must match (else: a match anywhere)",
+         {}, {}, {}, {}});
+    add({"reward[].column", T::String, Value(std::string("answer")),
+         "answer_match: the data column holding the expected answer", {}, {}, {}, {}});
+    add({"reward[].compare", T::String, Value(std::string("number")),
+         "answer_match: compare as numbers (relative 1e-6) or as strings (whitespace-trimmed)", {"number", "string"},
+         {}, {}, {}});
+    add({"reward[].max_length", T::Int, Value(std::int64_t{0}),
+         "overlong: the completion length (tokens) beyond which the penalty is -1 (DAPO's L_max)", {}, 0.0, {}, {}});
+    add({"reward[].buffer_length", T::Int, Value(std::int64_t{0}),
+         "overlong: the soft zone before max_length where the penalty grows linearly to -1 (DAPO's L_cache)", {},
+         0.0, {}, {}});
+    add({"reward[].block", T::String, Value(std::string("first")),
+         "code_exec: which fenced code block of the completion runs", {"first", "last"}, {}, {}, {}});
+    add({"reward[].tests_column", T::String, Value(std::string("tests")),
+         "code_exec: the data column with the tests (a list of assert statements, as MBPP's test_list)", {}, {}, {},
+         {}});
+    add({"reward[].setup_column", T::String, Value(std::string("test_setup_code")),
+         "code_exec: an optional data column with code run before the tests", {}, {}, {}, {}});
+    add({"reward[].mode", T::String, Value(std::string("fraction")),
+         "code_exec: reward = fraction of tests passed, or all (1 if every test passes, else 0)", {"fraction", "all"},
+         {}, {}, {}});
+    add({"reward[].python", T::String, Value(std::string("python3")), "code_exec: the interpreter (a program name or path)",
+         {}, {}, {}, {}});
+    add({"reward[].timeout_s", T::Float, Value(0.0),
+         "wall-clock limit in seconds: code_exec per completion (0: 10 s), command per batch (0: 600 s)", {}, 0.0, {},
+         {}});
+    add({"reward[].cpu_s", T::Int, Value(std::int64_t{5}), "code_exec: CPU seconds per completion", {}, 1.0, {}, {}});
+    add({"reward[].memory_mb", T::Int, Value(std::int64_t{1024}), "code_exec: address space (MiB) per completion", {},
+         16.0, {}, {}});
+    add({"reward[].processes", T::Int, Value(std::int64_t{64}), "code_exec: processes per completion", {}, 1.0, {},
+         {}});
+    add({"reward[].file_mb", T::Int, Value(std::int64_t{16}), "code_exec: largest file it may write (MiB)", {}, 0.0,
+         {}, {}});
+    add({"reward[].max_output_kb", T::Int, Value(std::int64_t{1024}), "code_exec: output read per completion (KiB)",
+         {}, 1.0, {}, {}});
+    add({"reward[].command", T::StringList, Value(std::vector<std::string>{}),
+         "command: the program and its arguments (a string names a program; no shell); JSON lines in, one number "
+         "per line out", {}, {}, {}, {}});
     add({"log.dir", T::String, Value(std::string("")),
          "run directory for metrics.jsonl, TensorBoard event files and job_summary.txt; empty: none", {}, {}, {},
          {}});

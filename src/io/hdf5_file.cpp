@@ -68,6 +68,15 @@ H5Writer::~H5Writer() {
 
 void H5Writer::write(const std::string& name, DType type, const std::vector<std::uint64_t>& shape,
                      const void* data) {
+  write_native(name, h5_type(type), shape, data);
+}
+
+void H5Writer::write_i8(const std::string& name, const std::vector<std::uint64_t>& shape, const std::int8_t* data) {
+  write_native(name, H5T_NATIVE_INT8, shape, data);
+}
+
+void H5Writer::write_native(const std::string& name, std::int64_t h5type, const std::vector<std::uint64_t>& shape,
+                            const void* data) {
   MGRL_CHECK(file_ >= 0, "write after commit");
   std::vector<hsize_t> dims(shape.begin(), shape.end());
   Handle space{H5_CHECK(shape.empty() ? H5Screate(H5S_SCALAR)
@@ -75,9 +84,9 @@ void H5Writer::write(const std::string& name, DType type, const std::vector<std:
                H5Sclose};
   Handle lcpl{H5_CHECK(H5Pcreate(H5P_LINK_CREATE)), H5Pclose};
   H5_CHECK(H5Pset_create_intermediate_group(lcpl.id, 1));
-  Handle set{H5_CHECK(H5Dcreate2(file_, name.c_str(), h5_type(type), space.id, lcpl.id, H5P_DEFAULT, H5P_DEFAULT)),
+  Handle set{H5_CHECK(H5Dcreate2(file_, name.c_str(), h5type, space.id, lcpl.id, H5P_DEFAULT, H5P_DEFAULT)),
              H5Dclose};
-  H5_CHECK(H5Dwrite(set.id, h5_type(type), H5S_ALL, H5S_ALL, H5P_DEFAULT, data));
+  H5_CHECK(H5Dwrite(set.id, h5type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data));
 }
 
 namespace {
@@ -109,6 +118,21 @@ void H5Writer::attr(const std::string& object, const std::string& name, const st
            H5Aclose};
   std::string padded = value.empty() ? std::string(1, '\0') : value;
   H5_CHECK(H5Awrite(a.id, type.id, padded.data()));
+}
+
+void H5Writer::attr(const std::string& object, const std::string& name, const std::vector<std::string>& values) {
+  std::size_t width = 1;
+  for (const auto& v : values) width = std::max(width, v.size());
+  Handle type{string_type(width), H5Tclose};
+  H5_CHECK(H5Tset_strpad(type.id, H5T_STR_NULLPAD));
+  const hsize_t n = values.size();
+  Handle space{H5_CHECK(H5Screate_simple(1, &n, nullptr)), H5Sclose};
+  Handle a{H5_CHECK(H5Acreate_by_name(file_, object.c_str(), name.c_str(), type.id, space.id, H5P_DEFAULT,
+                                      H5P_DEFAULT, H5P_DEFAULT)),
+           H5Aclose};
+  std::string packed(width * values.size() + 1, '\0');
+  for (std::size_t i = 0; i < values.size(); ++i) packed.replace(i * width, values[i].size(), values[i]);
+  H5_CHECK(H5Awrite(a.id, type.id, packed.data()));
 }
 
 void H5Writer::attr(const std::string& object, const std::string& name, std::int64_t value) {

@@ -20,14 +20,18 @@ class H5Writer {
 
   // A dataset at `name` ("a/b/c": groups are created as needed). shape {} is a scalar.
   void write(const std::string& name, DType type, const std::vector<std::uint64_t>& shape, const void* data);
+  void write_i8(const std::string& name, const std::vector<std::uint64_t>& shape, const std::int8_t* data);
   void write_string(const std::string& name, const std::string& value);  // a scalar string dataset
   // Attributes on an existing object ("/" for the file).
   void attr(const std::string& object, const std::string& name, const std::string& value);
   void attr(const std::string& object, const std::string& name, std::int64_t value);
+  void attr(const std::string& object, const std::string& name, const std::vector<std::string>& values);  // 1-D
   // Flushes, closes, fsyncs and renames the file to its final path.
   void commit();
 
  private:
+  void write_native(const std::string& name, std::int64_t h5type, const std::vector<std::uint64_t>& shape,
+                    const void* data);
   std::string path_, tmp_;
   std::int64_t file_ = -1;
 };

@@ -1,0 +1,144 @@
+// mode_grpo.cpp: `mgrl grpo`: GRPO training (LoRA or full) of a Hugging Face model with the [[reward]] functions,
+// data-parallel over ranks; rollouts sampled in the same process with the same weights.
+#include <cstdio>
+#include <memory>
+
+#include "app/modes.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "dist/comm.h"
+#include "dist/device.h"
+#include "dist/mpi_env.h"
+#include "io/config.h"
+#include "io/hf_config.h"
+#include "io/tokenizer.h"
+#include "model/transformer.h"
+#include "rl/grpo.h"
+#include "rl/prompts.h"
+#include "rl/rewards/rewards.h"
+#include "train/run_log.h"
+
+namespace mgrl::app {
+
+int run_grpo(Context& ctx) {
+  const auto& env = ctx.env;
+  const auto& cfg = ctx.cfg;
+  const std::string model_dir = cfg.get_string("model.path");
+  const bool random_init = cfg.get_string("model.init") == "random";
+  const bool full = cfg.get_bool("train.full_finetune");
+
+  // A bad reward configuration is an error before any model is loaded.
+  std::unique_ptr<rl::Rewards> rewards;
+  env.agree([&] { rewards = std::make_unique<rl::Rewards>(rl::Rewards::from_config(cfg)); });
+  if (rewards->size() == 0) {
+    env.agree([&] { throw UserError(cfg.file() + ": grpo needs at least one [[reward]] table (docs/rewards.md)"); });
+  }
+
+  io::ModelConfig mc;
+  std::unique_ptr<io::Tokenizer> tok;
+  std::vector<rl::PromptRow> train_data, eval_data;
+  const int max_prompt = static_cast<int>(cfg.get_int("grpo.max_prompt_length"));
+  env.agree([&] {
+    mc = io::parse_hf_config(model_dir + "/config.json");
+    tok = std::make_unique<io::Tokenizer>(io::Tokenizer::from_dir(tokenizer_dir(cfg)));
+    if (tok->vocab_size() > mc.vocab_size)
+      throw UserError(tok->path() + ": the tokenizer has " + std::to_string(tok->vocab_size()) +
+                      " tokens, more than the model's vocab_size (" + std::to_string(mc.vocab_size) + ")");
+    const io::ChatFormat chat = chat_format(cfg, "train.chat_format", *tok);
+    const bool chat_auto = cfg.get_string("train.chat_format") == "auto";
+    train_data = rl::load_prompts(cfg.get_string("data.input"), *tok, chat, chat_auto, max_prompt);
+    if (!cfg.get_string("eval.input").empty())
+      eval_data = rl::load_prompts(cfg.get_string("eval.input"), *tok, chat, chat_auto, max_prompt);
+    const std::int64_t longest = max_prompt + cfg.get_int("grpo.max_completion_length");
+    if (mc.max_position_embeddings > 0 && longest > mc.max_position_embeddings)
+      throw UserError("grpo.max_prompt_length + grpo.max_completion_length (" + std::to_string(longest) +
+                      ") exceeds the model's max_position_embeddings (" + std::to_string(mc.max_position_embeddings) +
+                      "): lower them");
+    if (full && ctx.device.backend == dist::Backend::Cuda)
+      throw UserError("train.full_finetune needs f32 weights: use --runtime.backend=cpu, or LoRA on the GPU");
+  });
+
+  auto ops = make_ops(ctx.device);
+  model::Transformer net(mc, *ops, model::ModelOptions{full, cfg.get_bool("model.recompute")});
+  const auto seed = static_cast<std::uint64_t>(cfg.get_int("train.seed"));
+  bool fresh = true;
+  env.agree([&] {
+    if (random_init) net.init_random(seed, static_cast<float>(cfg.get_float("model.init_std")));
+    else net.load_weights(model_dir);
+    if (!full) fresh = setup_trainable_lora(ctx, net, seed);
+  });
+
+  rl::GrpoOptions o;
+  o.max_steps = cfg.get_int("train.max_steps");
+  o.stop_at_step = cfg.get_int("train.stop_at_step");
+  o.batch_prompts = static_cast<int>(cfg.get_int("train.batch_size"));
+  o.grad_accum = static_cast<int>(cfg.get_int("train.grad_accum"));
+  o.optim.max_grad_norm = cfg.get_float("train.max_grad_norm");
+  o.optim.adamw.beta1 = static_cast<float>(cfg.get_float("train.adam_beta1"));
+  o.optim.adamw.beta2 = static_cast<float>(cfg.get_float("train.adam_beta2"));
+  o.optim.adamw.eps = static_cast<float>(cfg.get_float("train.adam_eps"));
+  o.optim.adamw.weight_decay = static_cast<float>(cfg.get_float("train.weight_decay"));
+  o.optim.schedule.kind = cfg.get_string("train.schedule");
+  o.optim.schedule.lr = cfg.get_float("train.lr");
+  o.optim.schedule.total_steps = o.max_steps;
+  o.optim.schedule.warmup_steps = cfg.get_int("train.warmup_steps") > 0
+                                      ? cfg.get_int("train.warmup_steps")
+                                      : train::Schedule::warmup_from_ratio(cfg.get_float("train.warmup_ratio"), o.max_steps);
+  o.checkpoint = {cfg.get_string("checkpoint.dir"), static_cast<int>(cfg.get_int("checkpoint.every_steps")),
+                  static_cast<int>(cfg.get_int("checkpoint.keep_last")), cfg.get_string("checkpoint.resume"),
+                  cfg.to_toml()};
+  o.num_generations = static_cast<int>(cfg.get_int("grpo.num_generations"));
+  o.max_completion_length = static_cast<int>(cfg.get_int("grpo.max_completion_length"));
+  o.sampling.temperature = static_cast<float>(cfg.get_float("grpo.temperature"));
+  o.sampling.top_p = static_cast<float>(cfg.get_float("grpo.top_p"));
+  o.sampling.top_k = static_cast<int>(cfg.get_int("grpo.top_k"));
+  o.sampling.min_p = static_cast<float>(cfg.get_float("grpo.min_p"));
+  o.stop = cfg.get_strings("grpo.stop");
+  o.max_sequences = static_cast<int>(cfg.get_int("generate.max_sequences"));
+  o.loss.loss_type = cfg.get_string("grpo.loss_type");
+  o.loss.beta = cfg.get_float("grpo.beta");
+  o.loss.epsilon = cfg.get_float("grpo.epsilon");
+  o.loss.epsilon_high = cfg.get_float("grpo.epsilon_high") > 0 ? cfg.get_float("grpo.epsilon_high") : o.loss.epsilon;
+  o.loss.sequence_level = cfg.get_string("grpo.importance_sampling_level") == "sequence";
+  o.loss.kl_bias_correction = cfg.get_bool("grpo.kl_bias_correction");
+  o.loss.max_completion_length = o.max_completion_length;
+  o.scale_rewards = cfg.get_string("grpo.scale_rewards");
+  o.num_iterations = static_cast<int>(cfg.get_int("grpo.num_iterations"));
+  o.mask_truncated = cfg.get_bool("grpo.mask_truncated_completions");
+  o.reference = cfg.get_string("grpo.reference");
+  o.seed = seed;
+  o.log_every = static_cast<int>(cfg.get_int("log.every_steps"));
+  o.eval_every = static_cast<int>(cfg.get_int("eval.every_steps"));
+  o.eval_max_new_tokens = static_cast<int>(cfg.get_int("eval.max_new_tokens"));
+  o.pass_k = static_cast<int>(cfg.get_int("eval.pass_k"));
+  o.num_samples = static_cast<int>(cfg.get_int("eval.num_samples"));
+  o.accuracy_reward = cfg.get_string("eval.accuracy_reward");
+  o.rollouts_every = static_cast<int>(cfg.get_int("rollouts.every_steps"));
+  o.log_dir = cfg.get_string("log.dir");
+  o.config_text = cfg.to_toml();
+  o.threads = std::max(1, ctx.device.cpu_threads);
+  o.gpu_peak_tflops = gpu_peak_tflops(ctx.device);
+  if (o.num_samples > 0 && o.pass_k > o.num_samples)
+    env.agree([&] { throw UserError("eval.pass_k (" + std::to_string(o.pass_k) + ") must not exceed eval.num_samples (" +
+                                    std::to_string(o.num_samples) + ")"); });
+  {
+    char line[320];
+    std::snprintf(line, sizeof(line),
+                  "grpo: %s %s, %zu prompts, %zu held-out, %s on %d rank%s; %d prompts x %d completions per step, "
+                  "loss %s, beta %g, %zu reward function%s",
+                  random_init ? "random-init" : "pretrained", io::architecture_name(mc.arch), train_data.size(),
+                  eval_data.size(), full ? "full fine-tuning" : "LoRA", env.size(), env.size() == 1 ? "" : "s",
+                  o.batch_prompts, o.num_generations, o.loss.loss_type.c_str(), o.loss.beta, rewards->size(),
+                  rewards->size() == 1 ? "" : "s");
+    log::info(line);
+  }
+  std::unique_ptr<rl::GrpoTrainer> trainer;
+  env.agree([&] {
+    trainer = std::make_unique<rl::GrpoTrainer>(env, ctx.comm, net, *tok, *rewards, std::move(train_data),
+                                                std::move(eval_data), o, fresh && !full);
+  });
+  trainer->run();
+  return 0;
+}
+
+}  // namespace mgrl::app

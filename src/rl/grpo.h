@@ -1,0 +1,115 @@
+// grpo.h: the GRPO training loop: per step, the global batch of prompts is split over ranks; each rank samples
+// G completions per prompt with the current policy (the generator: one prefill per prompt, KV prefix shared),
+// scores them with the reward functions on the host, and all ranks compute group-relative advantages from the
+// gathered rewards; old-policy log-probs (num_iterations > 1) and reference log-probs (beta > 0: the adapter
+// switched off, or swapped for a frozen copy of the starting adapter) come from the model's no-grad scoring pass;
+// then num_iterations optimizer steps of the clipped policy loss (+ beta KL) over that batch, normalised over the
+// global batch, with the shared gradient sync, optimizer, checkpoints and run log of src/train.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dist/comm.h"
+#include "dist/mpi_env.h"
+#include "io/tokenizer.h"
+#include "model/transformer.h"
+#include "rl/grpo_loss.h"
+#include "rl/prompts.h"
+#include "rl/rewards/rewards.h"
+#include "rl/rollout.h"
+#include "train/checkpointer.h"
+#include "train/data.h"
+#include "train/grad_sync.h"
+#include "train/optimizer.h"
+#include "train/run_log.h"
+
+namespace mgrl::rl {
+
+struct GrpoOptions {
+  train::OptimizerOptions optim;
+  train::CheckpointOptions checkpoint;
+  std::int64_t max_steps = 100;
+  std::int64_t stop_at_step = 0;
+  int batch_prompts = 8;  // prompts per generation round over all ranks
+  int grad_accum = 1;     // micro-batches per rank per optimizer step
+  int num_generations = 8;
+  int max_completion_length = 256;
+  kernels::Ops::Sampling sampling;
+  std::vector<std::string> stop;
+  int max_sequences = 64;
+  GrpoLossOptions loss;
+  std::string scale_rewards = "group";
+  int num_iterations = 1;
+  bool mask_truncated = false;
+  std::string reference = "initial";  // initial | base
+  std::uint64_t seed = 0;
+  int log_every = 1;
+  int eval_every = 0;
+  int eval_max_new_tokens = 32;
+  int pass_k = 0, num_samples = 0;
+  std::string accuracy_reward;
+  int rollouts_every = 1;
+  std::string log_dir;
+  std::string config_text;
+  int threads = 1;
+  double gpu_peak_tflops = 0;
+};
+
+struct EvalResult {
+  double mean_reward = -1, accuracy = -1, pass_k = -1;
+  std::size_t prompts = 0;
+};
+
+struct GrpoResult {
+  std::int64_t steps = 0, skipped = 0;
+  EvalResult first_eval, last_eval;
+  double seconds = 0;
+};
+
+class GrpoTrainer {
+ public:
+  // `initial_is_base`: the model's LoRA adapter starts fresh (B = 0), so the initial policy is the base model.
+  GrpoTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transformer& model, const io::Tokenizer& tok,
+              const Rewards& rewards, std::vector<PromptRow> train, std::vector<PromptRow> eval, GrpoOptions opts,
+              bool initial_is_base);
+  ~GrpoTrainer();
+  GrpoResult run();
+  // Mean reward, accuracy of greedy completions and pass@k on the held-out prompts (collective).
+  EvalResult evaluate();
+
+ private:
+  struct Round;
+  void new_round();
+  void resume_round(const std::string& extra);
+  void score_round(bool old_policy, bool reference);
+  double train_step(nlohmann::json* metrics);
+  std::vector<RewardSample> samples_of(const std::vector<Rollout>& rs) const;
+  model::Batch batch_of(std::size_t begin, std::size_t end, std::vector<int>* prompt_lens) const;
+  std::vector<double> reward_values(const std::vector<Rollout>& local, std::vector<std::vector<double>>* per_fn);
+
+  const dist::MpiEnv& env_;
+  dist::Comm& comm_;
+  model::Transformer& model_;
+  const io::Tokenizer& tok_;
+  const Rewards& rewards_;
+  std::vector<PromptRow> train_, eval_;
+  GrpoOptions opts_;
+  bool initial_is_base_;
+  train::Sampler sampler_;
+  train::Trainable tr_;
+  std::unique_ptr<train::Optimizer> opt_;
+  std::unique_ptr<train::GradSync> sync_;
+  std::unique_ptr<train::Checkpointer> ckpt_;
+  train::TrainState state_;
+  float* initial_ = nullptr;  // frozen copy of the starting trainable weights (reference = initial), or nullptr
+  float* swap_ = nullptr;
+  std::unique_ptr<Round> round_;
+  train::PhaseTimes phases_, total_phases_;
+  double last_norm_ = 0;
+  std::int64_t generated_tokens_ = 0, trained_tokens_ = 0;
+  int accuracy_fn_ = -1;
+};
+
+}  // namespace mgrl::rl

@@ -1,0 +1,124 @@
+// grpo_loss.cpp: advantages, the clipped GRPO / GSPO loss with its per-token gradient, normalisers, pass@k.
+#include "rl/grpo_loss.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+
+namespace mgrl::rl {
+namespace {
+
+// Unbiased standard deviation (n - 1), 0 for fewer than two values (as torch gives NaN there, TRL's callers
+// never reach it with G >= 2).
+double std_unbiased(const double* x, std::size_t n) {
+  if (n < 2) return 0;
+  double mean = 0;
+  for (std::size_t i = 0; i < n; ++i) mean += x[i];
+  mean /= static_cast<double>(n);
+  double ss = 0;
+  for (std::size_t i = 0; i < n; ++i) ss += (x[i] - mean) * (x[i] - mean);
+  return std::sqrt(ss / static_cast<double>(n - 1));
+}
+
+}  // namespace
+
+std::vector<double> group_advantages(const std::vector<double>& rewards, int G, const std::string& scale,
+                                     std::vector<double>* group_std) {
+  MGRL_CHECK(G >= 1 && rewards.size() % static_cast<std::size_t>(G) == 0, "rewards do not form whole groups");
+  const std::size_t N = rewards.size(), groups = N / static_cast<std::size_t>(G);
+  std::vector<double> adv(N);
+  const double batch_std = std_unbiased(rewards.data(), N);
+  if (group_std) group_std->assign(groups, 0.0);
+  for (std::size_t g = 0; g < groups; ++g) {
+    const double* r = rewards.data() + g * static_cast<std::size_t>(G);
+    double mean = 0;
+    for (int j = 0; j < G; ++j) mean += r[j];
+    mean /= G;
+    const double gs = std_unbiased(r, static_cast<std::size_t>(G));
+    if (group_std) (*group_std)[g] = gs;
+    const double sd = scale == "group" ? gs : batch_std;
+    for (int j = 0; j < G; ++j) {
+      double a = r[j] - mean;
+      if (scale != "none") a /= sd + 1e-4;
+      adv[g * static_cast<std::size_t>(G) + static_cast<std::size_t>(j)] = a;
+    }
+  }
+  return adv;
+}
+
+SequenceTerms sequence_loss(const GrpoLossOptions& o, const SequenceIn& s, double* grad) {
+  SequenceTerms out;
+  const double A = s.advantage, lo = 1.0 - o.epsilon, hi = 1.0 + o.epsilon_high;
+  for (int t = 0; t < s.n; ++t) out.tokens += s.mask[t];
+  // The importance weight: exp(log-ratio) per token, or exp of the masked mean log-ratio of the sequence.
+  double seq_ratio = 1.0;
+  if (o.sequence_level) {
+    double lr = 0;
+    for (int t = 0; t < s.n; ++t) lr += s.mask[t] * (s.old ? static_cast<double>(s.logp[t]) - s.old[t] : 0.0);
+    seq_ratio = std::exp(lr / std::max(1.0, out.tokens));
+  }
+  double d_seq = 0;  // dS / d(sequence log-ratio), sequence level
+  for (int t = 0; t < s.n; ++t) {
+    const double m = s.mask[t];
+    const double c1 = o.sequence_level ? seq_ratio : (s.old ? std::exp(static_cast<double>(s.logp[t]) - s.old[t]) : 1.0);
+    const double c2 = std::min(std::max(c1, lo), hi);
+    // -min(c1 A, c2 A): the gradient flows through c1 unless the clipped branch is the smaller one.
+    const bool clipped_branch = c1 * A > c2 * A;
+    double loss = -std::min(c1 * A, c2 * A);
+    const double d_c1_policy = clipped_branch ? 0.0 : -A;  // d(-min(...)) / d c1
+    double d_c1 = d_c1_policy;                            // plus the KL's, below
+    double d_lp = 0;                                      // direct dependence on logp_t (KL)
+    if (o.beta != 0.0) {
+      const double delta = static_cast<double>(s.ref[t]) - s.logp[t];
+      double kl = std::exp(delta) - delta - 1.0;
+      double dkl = 1.0 - std::exp(delta);  // d kl / d logp_t
+      if (o.kl_bias_correction) {
+        d_c1 += o.beta * kl;  // d(beta * kl * c1) / d c1
+        dkl *= c1;
+        kl *= c1;
+      }
+      loss += o.beta * kl;
+      d_lp += o.beta * dkl;
+      out.kl_sum += m * kl;
+    }
+    out.sum += m * loss;
+    out.ratio_sum += m * c1;
+    if (c1 < lo && A < 0) out.clipped_low += m;
+    if (c1 > hi && A > 0) out.clipped_high += m;
+    if (o.sequence_level) {
+      d_seq += m * d_c1 * c1;  // d c1 / d(sequence log-ratio) = c1
+      grad[t] = m * d_lp;
+    } else {
+      // d c1 / d logp_t = c1 when the ratio is against a fixed old policy; with old = detached current logp,
+      // c1 = exp(logp - stop_grad(logp)) = 1 still has derivative c1 = 1.
+      grad[t] = m * (d_lp + d_c1 * c1);
+    }
+  }
+  if (o.sequence_level) {
+    const double inv = 1.0 / std::max(1.0, out.tokens);
+    for (int t = 0; t < s.n; ++t) grad[t] += d_seq * s.mask[t] * inv;
+  }
+  return out;
+}
+
+double sequence_weight(const GrpoLossOptions& o, double tokens_i, std::int64_t n_completions, double micro_tokens,
+                       double batch_tokens, int accum) {
+  if (o.loss_type == "grpo") return 1.0 / (static_cast<double>(n_completions) * std::max(1.0, tokens_i));
+  if (o.loss_type == "bnpo") return 1.0 / (static_cast<double>(accum) * std::max(1.0, micro_tokens));
+  if (o.loss_type == "dr_grpo")
+    return 1.0 / (static_cast<double>(n_completions) * static_cast<double>(o.max_completion_length));
+  if (o.loss_type == "dapo") return 1.0 / std::max(1.0, batch_tokens);
+  throw FatalError("unknown grpo.loss_type '" + o.loss_type + "'");
+}
+
+double pass_at_k(int n, int c, int k) {
+  if (k <= 0 || n < k) return 0.0;
+  if (n - c < k) return 1.0;
+  // 1 - prod_{i = n-c+1}^{n} (1 - k / i)
+  double p = 1.0;
+  for (int i = n - c + 1; i <= n; ++i) p *= 1.0 - static_cast<double>(k) / i;
+  return 1.0 - p;
+}
+
+}  // namespace mgrl::rl

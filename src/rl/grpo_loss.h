@@ -1,0 +1,65 @@
+// grpo_loss.h: the GRPO objective on the host, as TRL's GRPOTrainer (1.16) defines it: group-relative
+// advantages (scale_rewards group | batch | none), the clipped importance-ratio loss per token or per sequence
+// (GSPO), the k3 KL estimator against a reference (optionally multiplied by the ratio), and the normalisations
+// of the loss types grpo | bnpo | dr_grpo | dapo. The loss is a function of each completion token's log-prob, so
+// its gradient is computed here per token and handed to the model's backward as per-token weights. Formulas:
+// docs/grpo.md.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mgrl::rl {
+
+// Advantages of N = groups * G rewards laid out group by group (completion i belongs to group i / G):
+// A_i = r_i - mean(group), divided by (std + 1e-4) where std is the unbiased (n - 1) standard deviation of the
+// group (group) or of the whole batch (batch); none: not divided. group_std (optional) gets each group's std.
+std::vector<double> group_advantages(const std::vector<double>& rewards, int G, const std::string& scale_rewards,
+                                     std::vector<double>* group_std = nullptr);
+
+struct GrpoLossOptions {
+  std::string loss_type = "dapo";  // grpo | bnpo | dr_grpo | dapo
+  double beta = 0.0;
+  double epsilon = 0.2, epsilon_high = 0.2;
+  bool sequence_level = false;  // importance_sampling_level = sequence (GSPO)
+  bool kl_bias_correction = false;
+  int max_completion_length = 256;
+};
+
+// One completion of n tokens. logp: the current policy's log-probs (at the sampling temperature); old: the
+// old policy's (nullptr: the current ones, detached, so the ratio is 1); ref: the reference's (needed when
+// beta > 0); mask: 1 for tokens in the loss (0 for all of a masked truncated completion).
+struct SequenceIn {
+  int n = 0;
+  const float* logp = nullptr;
+  const float* old = nullptr;
+  const float* ref = nullptr;
+  const float* mask = nullptr;
+  double advantage = 0;
+};
+
+// S = sum_t mask_t * loss_t of one completion, dS/dlogp_t, and what the step metrics count.
+struct SequenceTerms {
+  double sum = 0;             // S
+  double tokens = 0;          // sum of the mask
+  double kl_sum = 0;          // sum_t mask_t * kl_t (the estimator as it enters the loss)
+  double clipped_low = 0;     // mask tokens with ratio < 1 - epsilon and advantage < 0
+  double clipped_high = 0;    // mask tokens with ratio > 1 + epsilon_high and advantage > 0
+  double ratio_sum = 0;       // sum_t mask_t * ratio_t
+};
+SequenceTerms sequence_loss(const GrpoLossOptions& o, const SequenceIn& s, double* grad);
+
+// The factor c_i with loss = sum_i c_i * S_i for completion i, given its mask-token count, the number of
+// completions in the whole (global) batch, the mask tokens of its global micro-batch and of the whole batch,
+// and the number of micro-batches (gradient accumulation):
+//   grpo:    1 / (N * max(1, tokens_i))            (mean over completions of their token mean)
+//   bnpo:    1 / (accum * max(1, tokens of its micro-batch))
+//   dr_grpo: 1 / (N * max_completion_length)
+//   dapo:    1 / max(1, tokens of the whole batch)
+double sequence_weight(const GrpoLossOptions& o, double tokens_i, std::int64_t n_completions, double micro_tokens,
+                       double batch_tokens, int accum);
+
+// pass@k from n samples of which c are correct (the unbiased estimator 1 - C(n-c, k) / C(n, k)).
+double pass_at_k(int n, int c, int k);
+
+}  // namespace mgrl::rl

@@ -1,0 +1,48 @@
+// prompts.cpp: reading and tokenizing GRPO prompt files.
+#include "rl/prompts.h"
+
+#include "core/error.h"
+#include "io/jsonl.h"
+
+namespace mgrl::rl {
+
+std::vector<PromptRow> load_prompts(const std::string& path, const io::Tokenizer& tok, io::ChatFormat chat,
+                                    bool chat_format_auto, int max_prompt_length) {
+  std::vector<PromptRow> rows;
+  io::read_jsonl(path, [&](const nlohmann::json& j, int line) {
+    PromptRow p;
+    p.index = line - 1;
+    if (!j.is_object()) io::jsonl_error(path, line, "each line must be a JSON object");
+    if (j.contains("messages")) {
+      if (!j["messages"].is_array() || j["messages"].empty())
+        io::jsonl_error(path, line, "\"messages\" must be a non-empty array");
+      std::vector<io::Message> msgs;
+      for (const auto& m : j["messages"]) {
+        if (!m.is_object() || !m.contains("role") || !m.contains("content") || !m["role"].is_string() ||
+            !m["content"].is_string())
+          io::jsonl_error(path, line, "each message needs string \"role\" and \"content\"");
+        msgs.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+      }
+      if (chat == io::ChatFormat::None && chat_format_auto)
+        io::jsonl_error(path, line, "\"messages\" need a chat format: the tokenizer has no known chat template; "
+                                    "set train.chat_format to chatml, llama3 or none");
+      p.tokens = tok.encode_chat(msgs, chat, true);
+      p.text = tok.decode(p.tokens, false);
+    } else if (j.contains("prompt")) {
+      if (!j["prompt"].is_string()) io::jsonl_error(path, line, "\"prompt\" must be a string");
+      p.text = j["prompt"].get<std::string>();
+      p.tokens = tok.encode(p.text);
+    } else {
+      io::jsonl_error(path, line, "needs a \"prompt\" (text) or \"messages\" (chat) field");
+    }
+    if (p.tokens.empty()) io::jsonl_error(path, line, "the prompt encodes to no tokens");
+    if (static_cast<int>(p.tokens.size()) > max_prompt_length)
+      p.tokens.erase(p.tokens.begin(), p.tokens.end() - max_prompt_length);
+    p.row = j;
+    rows.push_back(std::move(p));
+  });
+  if (rows.empty()) throw UserError(path + ": no prompts");
+  return rows;
+}
+
+}  // namespace mgrl::rl

@@ -1,0 +1,26 @@
+// prompts.h: GRPO prompt data: JSONL lines with a `prompt` text or chat `messages` and any other columns
+// (answer, tests, ...) which the rewards read; tokenized once; prompts longer than max_prompt_length keep their
+// last tokens (as TRL truncates them from the left).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "io/tokenizer.h"
+
+namespace mgrl::rl {
+
+struct PromptRow {
+  std::int64_t index = 0;             // 0-based line in the file (blank lines count)
+  std::vector<std::int32_t> tokens;   // what the model sees
+  std::string text;                   // the prompt as text (chat-formatted for messages), for the rewards
+  nlohmann::json row;                 // the whole line
+};
+
+// UserError "file:line: ..." for a broken line, a line with neither prompt nor messages, or an empty file.
+std::vector<PromptRow> load_prompts(const std::string& path, const io::Tokenizer& tok, io::ChatFormat chat,
+                                    bool chat_format_auto, int max_prompt_length);
+
+}  // namespace mgrl::rl

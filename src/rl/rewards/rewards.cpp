@@ -1,0 +1,506 @@
+// rewards.cpp: reading [[reward]] tables, the built-in reward kinds (answer_match, regex, overlong), the sandboxed
+// code_exec reward and the external command reward, and scoring batches of completions.
+#include "rl/rewards/rewards.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "rl/rewards/reward_function.h"
+#include "rl/rewards/sandbox.h"
+
+namespace mgrl::rl {
+
+// ---- pieces ----
+
+std::string last_number(const std::string& text) {
+  // The last run of [-]digits[,digits...][.digits]; commas between digit groups are dropped.
+  std::string best;
+  std::size_t i = 0;
+  while (i < text.size()) {
+    if (!std::isdigit(static_cast<unsigned char>(text[i]))) {
+      ++i;
+      continue;
+    }
+    const std::size_t start = i;
+    std::string num;
+    while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) ||
+                               (text[i] == ',' && i + 1 < text.size() && std::isdigit(static_cast<unsigned char>(text[i + 1])) &&
+                                !num.empty() && num.find('.') == std::string::npos) ||
+                               (text[i] == '.' && i + 1 < text.size() && std::isdigit(static_cast<unsigned char>(text[i + 1])) &&
+                                num.find('.') == std::string::npos))) {
+      if (text[i] != ',') num += text[i];
+      ++i;
+    }
+    if (start > 0 && text[start - 1] == '-') num = "-" + num;
+    best = num;
+  }
+  return best;
+}
+
+std::string last_boxed(const std::string& text) {
+  const std::string key = "\\boxed{";
+  const std::size_t at = text.rfind(key);
+  if (at == std::string::npos) return "";
+  int depth = 1;
+  std::size_t i = at + key.size();
+  const std::size_t begin = i;
+  for (; i < text.size(); ++i) {
+    if (text[i] == '{') ++depth;
+    else if (text[i] == '}' && --depth == 0) return text.substr(begin, i - begin);
+  }
+  return "";  // unbalanced
+}
+
+std::string code_block(const std::string& text, bool last, bool* found) {
+  std::vector<std::string> blocks;
+  std::size_t pos = 0;
+  while ((pos = text.find("```", pos)) != std::string::npos) {
+    const std::size_t eol = text.find('\n', pos + 3);
+    if (eol == std::string::npos) break;
+    const std::size_t close = text.find("```", eol + 1);
+    if (close == std::string::npos) break;
+    blocks.push_back(text.substr(eol + 1, close - eol - 1));
+    pos = close + 3;
+  }
+  *found = !blocks.empty();
+  if (blocks.empty()) return "";
+  return last ? blocks.back() : blocks.front();
+}
+
+double overlong_penalty(int len, int max_length, int buffer_length) {
+  // DAPO (Yu et al. 2025, eq. 13): 0 up to L_max - L_cache, then linearly down to -1 at L_max, -1 beyond.
+  const int soft = max_length - buffer_length;
+  if (len <= soft) return 0.0;
+  if (len <= max_length) return static_cast<double>(soft - len) / std::max(1, buffer_length);
+  return -1.0;
+}
+
+namespace {
+
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t\r\n"), e = s.find_last_not_of(" \t\r\n");
+  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
+}
+
+// A compiled PCRE2 pattern (UTF, DOTALL: '.' matches newlines).
+class Regex {
+ public:
+  Regex(const std::string& pattern, const std::string& where) {
+    int err = 0;
+    PCRE2_SIZE off = 0;
+    code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.c_str()), pattern.size(),
+                          PCRE2_UTF | PCRE2_DOTALL | PCRE2_MULTILINE, &err, &off, nullptr);
+    if (!code_) {
+      PCRE2_UCHAR msg[256];
+      pcre2_get_error_message(err, msg, sizeof msg);
+      throw UserError(where + "bad regular expression '" + pattern + "' at offset " + std::to_string(off) + ": " +
+                      reinterpret_cast<const char*>(msg));
+    }
+    pcre2_pattern_info(code_, PCRE2_INFO_CAPTURECOUNT, &groups_);
+  }
+  ~Regex() { pcre2_code_free(code_); }
+  Regex(const Regex&) = delete;
+  Regex& operator=(const Regex&) = delete;
+  std::uint32_t groups() const { return groups_; }
+  // Matches (anywhere, or the whole text); group 1 into *cap when asked.
+  bool match(const std::string& text, bool whole, std::string* cap) const {
+    pcre2_match_data* md = pcre2_match_data_create_from_pattern(code_, nullptr);
+    const int rc = pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(text.c_str()), text.size(), 0,
+                               whole ? PCRE2_ANCHORED | PCRE2_ENDANCHORED : 0, md, nullptr);
+    bool ok = rc > 0;
+    if (ok && cap) {
+      PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
+      *cap = rc > 1 && ov[2] != PCRE2_UNSET ? text.substr(ov[2], ov[3] - ov[2]) : "";
+    }
+    pcre2_match_data_free(md);
+    return ok;
+  }
+
+ private:
+  pcre2_code* code_ = nullptr;
+  std::uint32_t groups_ = 0;
+};
+
+bool parse_number(const std::string& s, double* v) {
+  std::string t;
+  for (char c : trim(s))
+    if (c != ',') t += c;
+  if (t.empty()) return false;
+  char* end = nullptr;
+  *v = std::strtod(t.c_str(), &end);
+  return *end == '\0' && std::isfinite(*v);
+}
+
+class AnswerMatch : public RewardFunction {
+ public:
+  explicit AnswerMatch(const io::TableItem& t)
+      : extract_(t.get_string("extract")), column_(t.get_string("column")), numbers_(t.get_string("compare") == "number") {
+    if (extract_ == "regex") {
+      if (t.get_string("pattern").empty()) throw UserError(t.where() + "answer_match with extract = \"regex\" needs a pattern");
+      re_ = std::make_unique<Regex>(t.get_string("pattern"), t.where("pattern"));
+      if (re_->groups() != 1)
+        throw UserError(t.where("pattern") + "the answer_match pattern must have exactly one capture group (it has " +
+                        std::to_string(re_->groups()) + ")");
+    }
+  }
+  std::vector<double> score(const std::vector<RewardSample>& ss, const std::string&, int) const override {
+    std::vector<double> out;
+    for (const auto& s : ss) {
+      std::string got;
+      if (extract_ == "last_number") got = last_number(s.completion);
+      else if (extract_ == "boxed") got = last_boxed(s.completion);
+      else if (!re_->match(s.completion, false, &got)) got.clear();
+      if (!s.row || !s.row->contains(column_)) {
+        log::warn_once("answer_match: a data line has no column '" + column_ + "': reward 0");
+        out.push_back(0.0);
+        continue;
+      }
+      const auto& col = (*s.row)[column_];
+      const std::string want = col.is_string() ? col.get<std::string>() : col.dump();
+      double a = 0, b = 0;
+      bool eq;
+      if (numbers_) eq = parse_number(got, &a) && parse_number(want, &b) && std::fabs(a - b) <= 1e-6 * std::max(1.0, std::fabs(b));
+      else eq = !got.empty() && trim(got) == trim(want);
+      out.push_back(eq ? 1.0 : 0.0);
+    }
+    return out;
+  }
+
+ private:
+  std::string extract_, column_;
+  bool numbers_;
+  std::unique_ptr<Regex> re_;
+};
+
+class RegexReward : public RewardFunction {
+ public:
+  explicit RegexReward(const io::TableItem& t) : whole_(t.get_bool("full_match")) {
+    if (t.get_string("pattern").empty()) throw UserError(t.where() + "a regex reward needs a pattern");
+    re_ = std::make_unique<Regex>(t.get_string("pattern"), t.where("pattern"));
+  }
+  std::vector<double> score(const std::vector<RewardSample>& ss, const std::string&, int) const override {
+    std::vector<double> out;
+    for (const auto& s : ss) out.push_back(re_->match(s.completion, whole_, nullptr) ? 1.0 : 0.0);
+    return out;
+  }
+
+ private:
+  bool whole_;
+  std::unique_ptr<Regex> re_;
+};
+
+class Overlong : public RewardFunction {
+ public:
+  explicit Overlong(const io::TableItem& t)
+      : max_(static_cast<int>(t.get_int("max_length"))), buffer_(static_cast<int>(t.get_int("buffer_length"))) {
+    if (max_ <= 0) throw UserError(t.where("max_length") + "an overlong reward needs max_length > 0");
+    if (buffer_ <= 0 || buffer_ > max_)
+      throw UserError(t.where("buffer_length") + "an overlong reward needs 0 < buffer_length <= max_length");
+  }
+  std::vector<double> score(const std::vector<RewardSample>& ss, const std::string&, int) const override {
+    std::vector<double> out;
+    for (const auto& s : ss) out.push_back(overlong_penalty(s.completion_tokens, max_, buffer_));
+    return out;
+  }
+
+ private:
+  int max_, buffer_;
+};
+
+std::string py_literal(const std::string& s) { return nlohmann::json(s).dump(); }  // a JSON string is a Python str
+
+class CodeExec : public RewardFunction {
+ public:
+  explicit CodeExec(const io::TableItem& t)
+      : last_(t.get_string("block") == "last"), tests_(t.get_string("tests_column")), setup_(t.get_string("setup_column")),
+        all_(t.get_string("mode") == "all"), python_(t.get_string("python")) {
+    lim_.wall_s = t.get_float("timeout_s") > 0 ? t.get_float("timeout_s") : 10.0;
+    lim_.cpu_s = static_cast<int>(t.get_int("cpu_s"));
+    lim_.memory_mb = static_cast<long>(t.get_int("memory_mb"));
+    lim_.processes = static_cast<int>(t.get_int("processes"));
+    lim_.file_mb = static_cast<long>(t.get_int("file_mb"));
+    lim_.max_output = static_cast<std::size_t>(t.get_int("max_output_kb")) << 10;
+    const bool path = python_.find('/') != std::string::npos;
+    bool found = path ? ::access(python_.c_str(), X_OK) == 0 : false;
+    for (const char* d : {"/usr/local/bin/", "/usr/bin/", "/bin/"})
+      if (!path && ::access((d + python_).c_str(), X_OK) == 0) found = true;
+    if (!found) throw UserError(t.where("python") + "code_exec: the interpreter '" + python_ + "' was not found");
+    log::warn_once("code_exec sandbox: " + sandbox_support().describe());
+  }
+  // The harness: the solution, then each test, one marker line per passed test, a final marker; the markers carry a
+  // nonce the harness reads from its own file and deletes before the solution runs.
+  std::string program(const std::string& code, const std::string& setup, const std::vector<std::string>& tests,
+                      const std::string& nonce) const {
+    std::string p = "import sys, os\n";
+    p += "def _mgrl_main():\n";
+    p += "    nonce = " + py_literal(nonce) + "\n";
+    p += "    out = os.dup(1)\n";
+    p += "    g = {'__name__': '__main__'}\n";
+    p += "    try:\n        exec(compile(" + py_literal(setup + "\n" + code) + ", 'solution.py', 'exec'), g)\n";
+    p += "    except BaseException:\n        os._exit(3)\n";
+    p += "    tests = [";
+    for (const auto& t : tests) p += py_literal(t) + ", ";
+    p += "]\n";
+    p += "    for i, t in enumerate(tests):\n";
+    p += "        try:\n            exec(compile(t, 'test_%d.py' % i, 'exec'), g)\n";
+    p += "        except BaseException:\n            continue\n";
+    p += "        os.write(out, ('\\n%s ok %d\\n' % (nonce, i)).encode())\n";
+    p += "    os.write(out, ('\\n%s done\\n' % nonce).encode())\n";
+    p += "    os._exit(0)\n";
+    p += "_mgrl_main()\n";
+    return p;
+  }
+  double run_one(const RewardSample& s) const {
+    bool found = false;
+    const std::string code = code_block(s.completion, last_, &found);
+    if (!found || !s.row || !s.row->contains(tests_) || !(*s.row)[tests_].is_array()) return 0.0;
+    std::vector<std::string> tests;
+    for (const auto& t : (*s.row)[tests_])
+      if (t.is_string()) tests.push_back(t.get<std::string>());
+    if (tests.empty()) return 0.0;
+    const std::string setup = s.row->contains(setup_) && (*s.row)[setup_].is_string() ? (*s.row)[setup_].get<std::string>() : "";
+    thread_local std::mt19937_64 rng(std::random_device{}());
+    char nonce[40];
+    std::snprintf(nonce, sizeof nonce, "MGRL%016llx%016llx", static_cast<unsigned long long>(rng()),
+                  static_cast<unsigned long long>(rng()));
+    const SandboxResult r = run_sandboxed(python_, program(code, setup, tests, nonce), lim_);
+    if (r.setup_failed) log::warn_once("code_exec: the sandbox could not be set up (status " + std::to_string(r.status) + "): reward 0");
+    if (r.timed_out || r.output_capped || r.setup_failed || r.status != 0) return 0.0;
+    const std::string done = std::string("\n") + nonce + " done\n";
+    if (r.output.size() < done.size() || r.output.compare(r.output.size() - done.size(), done.size(), done) != 0) return 0.0;
+    std::vector<char> passed(tests.size(), 0);
+    const std::string ok = std::string("\n") + nonce + " ok ";
+    for (std::size_t at = r.output.find(ok); at != std::string::npos; at = r.output.find(ok, at + 1)) {
+      const long i = std::strtol(r.output.c_str() + at + ok.size(), nullptr, 10);
+      if (i >= 0 && static_cast<std::size_t>(i) < tests.size()) passed[static_cast<std::size_t>(i)] = 1;
+    }
+    const double n = static_cast<double>(std::count(passed.begin(), passed.end(), 1));
+    return all_ ? (n == static_cast<double>(tests.size()) ? 1.0 : 0.0) : n / static_cast<double>(tests.size());
+  }
+  std::vector<double> score(const std::vector<RewardSample>& ss, const std::string&, int threads) const override {
+    std::vector<double> out(ss.size(), 0.0);
+    std::atomic<std::size_t> next{0};
+    auto work = [&] {
+      for (std::size_t i = next++; i < ss.size(); i = next++) out[i] = run_one(ss[i]);
+    };
+    std::vector<std::thread> pool;
+    const int n = std::max(1, std::min<int>(threads, static_cast<int>(ss.size())));
+    for (int k = 1; k < n; ++k) pool.emplace_back(work);
+    work();
+    for (auto& th : pool) th.join();
+    return out;
+  }
+
+ private:
+  bool last_;
+  std::string tests_, setup_;
+  bool all_;
+  std::string python_;
+  SandboxLimits lim_;
+};
+
+class Command : public RewardFunction {
+ public:
+  Command(const io::TableItem& t, std::string name) : argv_(t.get_strings("command")), name_(std::move(name)) {
+    if (argv_.empty()) throw UserError(t.where("command") + "a command reward needs command = [\"program\", \"args\"...]");
+    timeout_ = t.get_float("timeout_s") > 0 ? t.get_float("timeout_s") : 600.0;
+  }
+  std::string who() const {
+    std::string s = "reward '" + name_ + "' (command [";
+    for (std::size_t i = 0; i < argv_.size(); ++i) s += (i ? ", \"" : "\"") + argv_[i] + "\"";
+    return s + "])";
+  }
+  std::vector<double> score(const std::vector<RewardSample>& ss, const std::string& run_dir, int) const override {
+    std::string input;
+    for (const auto& s : ss) {
+      nlohmann::json j = s.row && s.row->is_object() ? *s.row : nlohmann::json::object();
+      j["prompt"] = s.prompt;
+      j["completion"] = s.completion;
+      j["completion_tokens"] = s.completion_tokens;
+      j["finish_reason"] = s.finish_reason;
+      input += j.dump() + "\n";
+    }
+    int in[2], out[2], err[2];
+    if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0)
+      throw UserError(who() + ": cannot create pipes");
+    std::vector<std::string> args = argv_;
+    std::vector<char*> cargv;
+    for (auto& a : args) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      if (!run_dir.empty() && ::chdir(run_dir.c_str()) != 0) ::_exit(126);
+      ::dup2(in[0], 0);
+      ::dup2(out[1], 1);
+      ::dup2(err[1], 3);  // the exec-failure channel, closed on a successful exec
+      ::fcntl(3, F_SETFD, FD_CLOEXEC);
+      ::execvp(cargv[0], cargv.data());
+      const int e = errno;
+      (void)!::write(3, &e, sizeof e);
+      ::_exit(127);
+    }
+    ::close(in[0]);
+    ::close(out[1]);
+    ::close(err[1]);
+    if (pid < 0) throw UserError(who() + ": cannot start it (fork failed)");
+    int exec_errno = 0;
+    if (::read(err[0], &exec_errno, sizeof exec_errno) == static_cast<ssize_t>(sizeof exec_errno)) {
+      ::close(err[0]);
+      ::close(in[1]);
+      ::close(out[0]);
+      ::waitpid(pid, nullptr, 0);
+      throw UserError(who() + ": cannot run it: " + std::strerror(exec_errno));
+    }
+    ::close(err[0]);
+    // Write stdin and read stdout together (no pipe deadlock), until EOF or the timeout.
+    ::fcntl(in[1], F_SETFL, O_NONBLOCK);
+    std::size_t written = 0;
+    std::string output;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_);
+    bool in_open = true, timed_out = false;
+    if (input.empty()) {
+      ::close(in[1]);
+      in_open = false;
+    }
+    ::signal(SIGPIPE, SIG_IGN);
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+      if (left <= 0) {
+        timed_out = true;
+        break;
+      }
+      pollfd pf[2] = {{out[0], POLLIN, 0}, {in_open ? in[1] : -1, POLLOUT, 0}};
+      if (::poll(pf, 2, static_cast<int>(std::min<long long>(left, 1000))) < 0 && errno != EINTR) break;
+      if (in_open && (pf[1].revents & (POLLOUT | POLLERR | POLLHUP))) {
+        const ssize_t n = ::write(in[1], input.data() + written, input.size() - written);
+        if (n > 0) written += static_cast<std::size_t>(n);
+        if (n < 0 && errno != EAGAIN) written = input.size();  // the program closed its stdin
+        if (written == input.size()) {
+          ::close(in[1]);
+          in_open = false;
+        }
+      }
+      if (pf[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+        char buf[65536];
+        const ssize_t n = ::read(out[0], buf, sizeof buf);
+        if (n <= 0) break;
+        output.append(buf, static_cast<std::size_t>(n));
+      }
+    }
+    if (in_open) ::close(in[1]);
+    ::close(out[0]);
+    if (timed_out) ::kill(pid, SIGKILL);
+    int st = 0;
+    ::waitpid(pid, &st, 0);
+    if (timed_out) throw UserError(who() + ": did not finish within " + std::to_string(static_cast<int>(timeout_)) + " s (timeout_s)");
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+      throw UserError(who() + ": " + (WIFEXITED(st) ? "exited with status " + std::to_string(WEXITSTATUS(st))
+                                                    : "was killed by signal " + std::to_string(WTERMSIG(st))));
+    std::vector<double> values;
+    std::size_t pos = 0, line = 0;
+    while (pos < output.size()) {
+      std::size_t nl = output.find('\n', pos);
+      if (nl == std::string::npos) nl = output.size();
+      const std::string text = trim(output.substr(pos, nl - pos));
+      ++line;
+      pos = nl + 1;
+      if (text.empty()) continue;
+      char* end = nullptr;
+      const double v = std::strtod(text.c_str(), &end);
+      if (*end != '\0' || !std::isfinite(v))
+        throw UserError(who() + ": output line " + std::to_string(line) + " is not a number: '" + text.substr(0, 60) + "'");
+      values.push_back(v);
+    }
+    if (values.size() != ss.size())
+      throw UserError(who() + ": printed " + std::to_string(values.size()) + " numbers for " + std::to_string(ss.size()) +
+                      " completions");
+    return values;
+  }
+
+ private:
+  std::vector<std::string> argv_;
+  std::string name_;
+  double timeout_ = 600;
+};
+
+// Keys that apply to each kind (beside kind, name, weight).
+const std::vector<std::string>& keys_of(const std::string& kind) {
+  static const std::map<std::string, std::vector<std::string>> keys{
+      {"answer_match", {"extract", "pattern", "column", "compare"}},
+      {"regex", {"pattern", "full_match"}},
+      {"overlong", {"max_length", "buffer_length"}},
+      {"code_exec", {"block", "tests_column", "setup_column", "mode", "python", "timeout_s", "cpu_s", "memory_mb",
+                     "processes", "file_mb", "max_output_kb"}},
+      {"command", {"command", "timeout_s"}}};
+  return keys.at(kind);
+}
+
+}  // namespace
+
+Rewards::Rewards() = default;
+Rewards::~Rewards() = default;
+Rewards::Rewards(Rewards&&) noexcept = default;
+Rewards& Rewards::operator=(Rewards&&) noexcept = default;
+
+Rewards Rewards::from_config(const io::Config& cfg) {
+  Rewards r;
+  for (const auto& t : cfg.tables("reward")) {
+    if (!t.has("kind")) throw UserError(t.where() + "a [[reward]] table needs a kind (answer_match, regex, overlong, code_exec or command)");
+    const std::string kind = t.get_string("kind");
+    const auto& allowed = keys_of(kind);
+    for (const auto& [key, line] : t.lines)
+      if (key != "kind" && key != "name" && key != "weight" && std::find(allowed.begin(), allowed.end(), key) == allowed.end())
+        throw UserError(t.where(key) + "key 'reward[]." + key + "' does not apply to a reward of kind " + kind);
+    std::string name = t.get_string("name").empty() ? kind : t.get_string("name");
+    if (!t.has("name"))
+      for (int k = 2; std::find(r.names_.begin(), r.names_.end(), name) != r.names_.end(); ++k) name = kind + "_" + std::to_string(k);
+    if (std::find(r.names_.begin(), r.names_.end(), name) != r.names_.end())
+      throw UserError(t.where("name") + "two rewards are named '" + name + "'");
+    std::unique_ptr<RewardFunction> f;
+    if (kind == "answer_match") f = std::make_unique<AnswerMatch>(t);
+    else if (kind == "regex") f = std::make_unique<RegexReward>(t);
+    else if (kind == "overlong") f = std::make_unique<Overlong>(t);
+    else if (kind == "code_exec") f = std::make_unique<CodeExec>(t);
+    else f = std::make_unique<Command>(t, name);
+    r.fns_.push_back(std::move(f));
+    r.names_.push_back(name);
+    r.kinds_.push_back(kind);
+    r.weights_.push_back(t.get_float("weight"));
+  }
+  return r;
+}
+
+std::vector<std::vector<double>> Rewards::score(const std::vector<RewardSample>& samples, const std::string& run_dir,
+                                                int threads) const {
+  std::vector<std::vector<double>> out(samples.size(), std::vector<double>(fns_.size(), 0.0));
+  for (std::size_t f = 0; f < fns_.size(); ++f) {
+    const auto v = fns_[f]->score(samples, run_dir, threads);
+    for (std::size_t i = 0; i < samples.size(); ++i) out[i][f] = v[i];
+  }
+  return out;
+}
+
+double Rewards::total(const std::vector<double>& values) const {
+  double s = 0;
+  for (std::size_t f = 0; f < values.size() && f < weights_.size(); ++f) s += weights_[f] * values[f];
+  return s;
+}
+
+}  // namespace mgrl::rl

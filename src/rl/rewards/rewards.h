@@ -1,0 +1,62 @@
+// rewards.h: GRPO's reward functions, configured by [[reward]] tables (docs/rewards.md): answer_match (an answer
+// extracted from the completion against a data column), regex (a format check), overlong (DAPO's soft length
+// penalty), code_exec (a fenced code block run against the data line's tests in a sandbox) and command (a user
+// program reading JSON lines, printing one number per line). The total reward is the weighted sum.
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "io/config.h"
+
+namespace mgrl::rl {
+
+struct RewardSample {
+  std::string prompt;          // the prompt text as the model saw it (after chat formatting)
+  std::string completion;      // decoded completion text (cut at a stop string, EOS not included)
+  const nlohmann::json* row = nullptr;  // the whole data line (answer, tests, ...); may be nullptr
+  int completion_tokens = 0;   // its length in tokens
+  std::string finish_reason;   // eos, length (truncated) or stop
+};
+
+class RewardFunction;
+
+class Rewards {
+ public:
+  Rewards();
+  ~Rewards();
+  Rewards(Rewards&&) noexcept;
+  Rewards& operator=(Rewards&&) noexcept;
+  // Reads and checks every [[reward]] table (regexes compiled, programs found); UserError naming file:line and
+  // the key on any mistake. Needs no model.
+  static Rewards from_config(const io::Config& cfg);
+  std::size_t size() const { return names_.size(); }
+  const std::vector<std::string>& names() const { return names_; }  // unique
+  const std::vector<std::string>& kinds() const { return kinds_; }
+  const std::vector<double>& weights() const { return weights_; }
+  // values[i][f]: function f on sample i. run_dir: working directory of command rewards; threads: parallel
+  // code_exec runs.
+  std::vector<std::vector<double>> score(const std::vector<RewardSample>& samples, const std::string& run_dir,
+                                         int threads) const;
+  double total(const std::vector<double>& values) const;
+
+ private:
+  std::vector<std::unique_ptr<RewardFunction>> fns_;
+  std::vector<std::string> names_, kinds_;
+  std::vector<double> weights_;
+};
+
+// Pieces exposed for tests.
+// The last number of a text ("-1,234.5" -> -1234.5 as text "-1234.5"); "" when there is none.
+std::string last_number(const std::string& text);
+// The content of the last \boxed{...} (nested braces balanced); "" when there is none.
+std::string last_boxed(const std::string& text);
+// The fenced code block (```lang ... ```) of a text, first or last; found = false when there is none.
+std::string code_block(const std::string& text, bool last, bool* found);
+// DAPO's soft overlong penalty of a completion of `len` tokens.
+double overlong_penalty(int len, int max_length, int buffer_length);
+
+}  // namespace mgrl::rl

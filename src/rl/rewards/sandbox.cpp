@@ -1,0 +1,264 @@
+// sandbox.cpp: fork, namespaces, read-only mounts, privilege drop, rlimits, timeout and output cap for code_exec.
+#include "rl/rewards/sandbox.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "core/error.h"
+
+namespace mgrl::rl {
+namespace {
+
+constexpr uid_t kNobody = 65534;
+constexpr int kNsFlags = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID;
+
+// Mount points of this process (from /proc/self/mountinfo), read before forking (no allocation in the child).
+std::vector<std::string> mount_points() {
+  std::vector<std::string> out;
+  std::ifstream in("/proc/self/mountinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream ss(line);
+    std::string id, parent, dev, root, point;
+    if (ss >> id >> parent >> dev >> root >> point) out.push_back(point);
+  }
+  return out;
+}
+
+void write_file(const char* path, const char* text) {
+  const int fd = ::open(path, O_WRONLY);
+  if (fd < 0) return;
+  (void)!::write(fd, text, std::strlen(text));
+  ::close(fd);
+}
+
+void close_from(int first) {
+#ifdef SYS_close_range
+  if (::syscall(SYS_close_range, first, ~0U, 0) == 0) return;
+#endif
+  for (int fd = first; fd < 65536; ++fd) ::close(fd);
+}
+
+struct ChildPlan {
+  bool namespaces, root;
+  const char* dir;
+  const char* const* mounts;  // null-terminated
+  const char* uid_map;
+  const char* gid_map;
+  char* const* argv;
+  char* const* envp;
+  SandboxLimits limits;
+  int out_fd;
+};
+
+[[noreturn]] void grandchild(const ChildPlan& p) {
+  if (p.namespaces) {
+    // PID 1 of the new namespace: a /proc of its own.
+    ::mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr);
+  }
+  auto lim = [](int what, rlim_t v) {
+    rlimit r{v, v};
+    ::setrlimit(what, &r);
+  };
+  lim(RLIMIT_CPU, static_cast<rlim_t>(p.limits.cpu_s));
+  lim(RLIMIT_AS, static_cast<rlim_t>(p.limits.memory_mb) << 20);
+  lim(RLIMIT_FSIZE, static_cast<rlim_t>(p.limits.file_mb) << 20);
+  lim(RLIMIT_NOFILE, 64);
+  lim(RLIMIT_CORE, 0);
+  if (p.root) {  // RLIMIT_NPROC does not bind root: become nobody first
+    const gid_t g = kNobody;
+    if (::setgroups(1, &g) != 0 || ::setgid(kNobody) != 0 || ::setuid(kNobody) != 0) ::_exit(124);
+  }
+  lim(RLIMIT_NPROC, static_cast<rlim_t>(p.limits.processes));
+  if (::chdir(p.dir) != 0) ::_exit(124);
+  const int devnull = ::open("/dev/null", O_RDONLY);
+  if (devnull < 0 || ::dup2(devnull, 0) < 0 || ::dup2(p.out_fd, 1) < 0 || ::dup2(p.out_fd, 2) < 0) ::_exit(124);
+  close_from(3);
+  ::execve(p.argv[0], p.argv, p.envp);
+  ::execvpe(p.argv[0], p.argv, p.envp);
+  ::_exit(127);
+}
+
+[[noreturn]] void child(const ChildPlan& p) {
+  ::setpgid(0, 0);
+  if (p.namespaces) {
+    if (::unshare(kNsFlags | (p.root ? 0 : CLONE_NEWUSER)) != 0) ::_exit(123);
+    if (!p.root) {
+      write_file("/proc/self/setgroups", "deny");
+      write_file("/proc/self/uid_map", p.uid_map);
+      write_file("/proc/self/gid_map", p.gid_map);
+    }
+    // Everything read-only but the sandbox directory.
+    ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr);
+    if (::mount(p.dir, p.dir, nullptr, MS_BIND, nullptr) != 0) ::_exit(123);
+    for (const char* const* m = p.mounts; *m; ++m)
+      ::mount(nullptr, *m, nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, nullptr);
+    if (::mount(nullptr, "/", nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY, nullptr) != 0) ::_exit(123);
+    // The first child is PID 1 of the new PID namespace; when it ends, the kernel kills the rest of it.
+    const pid_t pid = ::fork();
+    if (pid < 0) ::_exit(123);
+    if (pid == 0) grandchild(p);
+    int st = 0;
+    while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    ::_exit(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+  }
+  grandchild(p);
+}
+
+bool probe_namespaces(bool root) {
+  const pid_t pid = ::fork();
+  if (pid < 0) return false;
+  if (pid == 0) ::_exit(::unshare(kNsFlags | (root ? 0 : CLONE_NEWUSER)) == 0 ? 0 : 1);
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+}  // namespace
+
+std::string SandboxSupport::describe() const {
+  std::string s = namespaces ? "mount (read-only but its directory), network and PID namespaces"
+                             : "no namespaces (the system refused them: files outside its directory are writable where "
+                               "permissions allow, the network is reachable)";
+  s += root ? "; runs as nobody" : "; runs as the current user";
+  return s + "; rlimits on CPU, memory, file size, open files and processes; wall-clock timeout";
+}
+
+const SandboxSupport& sandbox_support() {
+  static const SandboxSupport s = [] {
+    SandboxSupport x;
+    x.root = ::geteuid() == 0;
+    x.namespaces = probe_namespaces(x.root);
+    return x;
+  }();
+  return s;
+}
+
+SandboxResult run_sandboxed(const std::string& python, const std::string& main_py, const SandboxLimits& limits) {
+  namespace fs = std::filesystem;
+  const SandboxSupport& sup = sandbox_support();
+  SandboxResult res;
+  std::string tmpl = (fs::temp_directory_path() / "mgrl-sandbox-XXXXXX").string();
+  if (!::mkdtemp(tmpl.data())) {
+    res.setup_failed = true;
+    return res;
+  }
+  const std::string dir = tmpl;
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } cleanup{dir};
+  {
+    std::ofstream(dir + "/main.py") << main_py;
+  }
+  if (sup.root) {
+    (void)!::chown(dir.c_str(), kNobody, kNobody);
+    ::chmod(dir.c_str(), 0700);
+  }
+  // Everything the child needs, prepared before fork.
+  std::vector<std::string> mounts_s = sup.namespaces ? mount_points() : std::vector<std::string>{};
+  std::vector<const char*> mounts;
+  for (const auto& m : mounts_s)
+    if (m != dir) mounts.push_back(m.c_str());
+  mounts.push_back(nullptr);
+  const std::string uid_map = "0 " + std::to_string(::getuid()) + " 1\n", gid_map = "0 " + std::to_string(::getgid()) + " 1\n";
+  std::string py = python;
+  if (py.find('/') == std::string::npos)
+    for (const char* d : {"/usr/local/bin/", "/usr/bin/", "/bin/"})
+      if (::access((d + python).c_str(), X_OK) == 0) {
+        py = d + python;
+        break;
+      }
+  std::string a0 = py, a1 = "-I", a2 = "-S", a3 = "main.py";
+  char* argv[] = {a0.data(), a1.data(), a2.data(), a3.data(), nullptr};
+  std::string e0 = "PATH=/usr/local/bin:/usr/bin:/bin", e1 = "HOME=" + dir, e2 = "PYTHONDONTWRITEBYTECODE=1",
+              e3 = "PYTHONHASHSEED=0", e4 = "LANG=C.UTF-8";
+  char* envp[] = {e0.data(), e1.data(), e2.data(), e3.data(), e4.data(), nullptr};
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) {
+    res.setup_failed = true;
+    return res;
+  }
+  const ChildPlan plan{sup.namespaces, sup.root, dir.c_str(), mounts.data(), uid_map.c_str(), gid_map.c_str(),
+                       argv, envp, limits, fds[1]};
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    res.setup_failed = true;
+    return res;
+  }
+  if (pid == 0) {
+    ::close(fds[0]);
+    child(plan);
+  }
+  ::setpgid(pid, pid);  // (also done by the child; whichever runs first)
+  ::close(fds[1]);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(limits.wall_s);
+  char buf[65536];
+  bool kill_it = false;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+    if (left <= 0) {
+      res.timed_out = kill_it = true;
+      break;
+    }
+    pollfd pf{fds[0], POLLIN, 0};
+    const int r = ::poll(&pf, 1, static_cast<int>(std::min<long long>(left, 1000)));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) continue;
+    const ssize_t n = ::read(fds[0], buf, sizeof buf);
+    if (n <= 0) break;  // EOF: every writer is gone
+    const std::size_t room = limits.max_output - std::min(limits.max_output, res.output.size());
+    res.output.append(buf, std::min<std::size_t>(room, static_cast<std::size_t>(n)));
+    if (static_cast<std::size_t>(n) > room) {
+      res.output_capped = kill_it = true;
+      break;
+    }
+  }
+  ::close(fds[0]);
+  if (kill_it) ::kill(-pid, SIGKILL);
+  // Wait for the child; it ends at once after a kill, or soon after closing its output.
+  int st = 0;
+  for (;;) {
+    const pid_t w = ::waitpid(pid, &st, kill_it ? 0 : WNOHANG);
+    if (w == pid) break;
+    if (w < 0 && errno != EINTR) break;
+    if (w == 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        res.timed_out = true;
+        ::kill(-pid, SIGKILL);
+        kill_it = true;
+      } else {
+        ::usleep(2000);
+      }
+    }
+  }
+  ::kill(-pid, SIGKILL);  // anything left in its process group (without a PID namespace)
+  res.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  if (res.status == 123 || res.status == 124) res.setup_failed = true;
+  return res;
+}
+
+}  // namespace mgrl::rl

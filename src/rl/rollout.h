@@ -1,0 +1,42 @@
+// rollout.h: one sampled completion of a GRPO batch with everything the loss and the logs need, its JSON form
+// (gathered to rank 0 and kept in checkpoints while a generation round is in progress), and the rollout buffer
+// files <log.dir>/rollouts/step_<8 digits>.h5 (layout: docs/grpo.md).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace mgrl::rl {
+
+struct Rollout {
+  std::int64_t prompt_index = 0;  // 0-based line of the prompt in the data file
+  int generation = 0;             // 0..G-1
+  std::vector<std::int32_t> prompt, completion;
+  std::string finish_reason;      // eos | length | stop
+  std::vector<double> rewards;    // one per reward function
+  double reward = 0, advantage = 0;
+  std::vector<float> sample_logps;  // log-probs at sampling time (temperature 1, unfiltered), one per token
+  std::vector<float> old_logps;     // old policy (at the sampling temperature); empty when num_iterations = 1
+  std::vector<float> ref_logps;     // reference; empty when beta = 0
+  bool masked = false;              // truncated and grpo.mask_truncated_completions: no loss
+};
+
+nlohmann::json to_json(const Rollout& r);
+Rollout rollout_from_json(const nlohmann::json& j);
+
+// finish_reason codes of the rollout files.
+const std::vector<std::string>& finish_reason_names();  // {"eos", "length", "stop"}
+std::int8_t finish_reason_code(const std::string& reason);
+
+struct RolloutFileInfo {
+  std::int64_t step = 0;
+  std::uint64_t seed = 0;
+  std::string config_text;
+  std::vector<std::string> reward_names;
+};
+// Writes <dir>/step_<8 digits>.h5 (temporary name, then renamed); rollouts in prompt order.
+std::string write_rollout_file(const std::string& dir, const std::vector<Rollout>& rollouts, const RolloutFileInfo& info);
+
+}  // namespace mgrl::rl
