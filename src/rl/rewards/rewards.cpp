@@ -94,6 +94,12 @@ double overlong_penalty(int len, int max_length, int buffer_length) {
 
 namespace {
 
+// A warning printed the first time only (rewards run on many threads and many batches).
+void warn_first(std::atomic<bool>& said, const std::string& msg) {
+  if (!said.exchange(true)) log::warn(msg);
+}
+std::atomic<bool> g_missing_column{false}, g_sandbox_failed{false};
+
 std::string trim(const std::string& s) {
   const auto b = s.find_first_not_of(" \t\r\n"), e = s.find_last_not_of(" \t\r\n");
   return b == std::string::npos ? "" : s.substr(b, e - b + 1);
@@ -168,7 +174,7 @@ class AnswerMatch : public RewardFunction {
       else if (extract_ == "boxed") got = last_boxed(s.completion);
       else if (!re_->match(s.completion, false, &got)) got.clear();
       if (!s.row || !s.row->contains(column_)) {
-        log::warn_once("answer_match: a data line has no column '" + column_ + "': reward 0");
+        warn_first(g_missing_column, "answer_match: a data line has no column '" + column_ + "': reward 0");
         out.push_back(0.0);
         continue;
       }
@@ -281,7 +287,8 @@ class CodeExec : public RewardFunction {
     std::snprintf(nonce, sizeof nonce, "MGRL%016llx%016llx", static_cast<unsigned long long>(rng()),
                   static_cast<unsigned long long>(rng()));
     const SandboxResult r = run_sandboxed(python_, program(code, setup, tests, nonce), lim_);
-    if (r.setup_failed) log::warn_once("code_exec: the sandbox could not be set up (status " + std::to_string(r.status) + "): reward 0");
+    if (r.setup_failed)
+      warn_first(g_sandbox_failed, "code_exec: the sandbox could not be set up (status " + std::to_string(r.status) + "): reward 0");
     if (r.timed_out || r.output_capped || r.setup_failed || r.status != 0) return 0.0;
     const std::string done = std::string("\n") + nonce + " done\n";
     if (r.output.size() < done.size() || r.output.compare(r.output.size() - done.size(), done.size(), done) != 0) return 0.0;

@@ -84,10 +84,11 @@ struct ChildPlan {
   lim(RLIMIT_CORE, 0);
   if (p.root) {  // RLIMIT_NPROC does not bind root: become nobody first
     const gid_t g = kNobody;
-    if (::setgroups(1, &g) != 0 || ::setgid(kNobody) != 0 || ::setuid(kNobody) != 0) ::_exit(124);
+    if (::setgroups(1, &g) != 0) ::_exit(120);
+    if (::setgid(kNobody) != 0 || ::setuid(kNobody) != 0) ::_exit(121);
   }
   lim(RLIMIT_NPROC, static_cast<rlim_t>(p.limits.processes));
-  if (::chdir(p.dir) != 0) ::_exit(124);
+  if (::chdir(p.dir) != 0) ::_exit(122);
   const int devnull = ::open("/dev/null", O_RDONLY);
   if (devnull < 0 || ::dup2(devnull, 0) < 0 || ::dup2(p.out_fd, 1) < 0 || ::dup2(p.out_fd, 2) < 0) ::_exit(124);
   close_from(3);
@@ -109,7 +110,7 @@ struct ChildPlan {
     ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr);
     if (::mount(p.dir, p.dir, nullptr, MS_BIND, nullptr) != 0) ::_exit(123);
     for (const char* const* m = p.mounts; *m; ++m)
-      ::mount(nullptr, *m, nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, nullptr);
+      ::mount(nullptr, *m, nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID, nullptr);
     if (::mount(nullptr, "/", nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY, nullptr) != 0) ::_exit(123);
     // The first child is PID 1 of the new PID namespace; when it ends, the kernel kills the rest of it.
     const pid_t pid = ::fork();
@@ -257,7 +258,7 @@ SandboxResult run_sandboxed(const std::string& python, const std::string& main_p
   }
   ::kill(-pid, SIGKILL);  // anything left in its process group (without a PID namespace)
   res.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  if (res.status == 123 || res.status == 124) res.setup_failed = true;
+  if (res.status >= 120 && res.status <= 124) res.setup_failed = true;
   return res;
 }
 
