@@ -4,6 +4,8 @@
 //   check_train losses A.jsonl B.jsonl --after=N         the "loss" of every step > N is identical in both
 //   check_train falls A.jsonl --factor=F                  the last logged loss < F * the first
 //   check_train finite A.h5                               every trainable value and moment of a checkpoint is finite
+//   check_train rollouts R.h5 METRICS.jsonl --groups=P --G=G  a GRPO rollout file is consistent and agrees with the
+//                                                       step's metrics (mean reward, mean completion length)
 //   check_train scores A.h5 B.h5 --rtol=X                 two `mgrl score` files: same tokens, log-probs within X
 #include <cmath>
 #include <cstdio>
@@ -15,6 +17,7 @@
 #include <string>
 
 #include "io/hdf5_file.h"
+#include <algorithm>
 #include "train/checkpoint.h"
 
 using namespace mgrl;
@@ -74,6 +77,60 @@ int main(int argc, char** argv) {
                             ? 0
                             : 1;
       return ep <= rtol ? 0 : 1;
+    }
+    if (cmd == "rollouts" && argc >= 4) {
+      io::H5Reader r(argv[2]);
+      const long step = r.attr_int("/", "step");
+      const auto plen = r.read_all<std::int32_t>("prompt_lengths", DType::I32);
+      const auto clen = r.read_all<std::int32_t>("completion_lengths", DType::I32);
+      const auto ctok = r.read_all<std::int32_t>("completion_tokens", DType::I32);
+      const auto gen = r.read_all<std::int32_t>("generation_index", DType::I32);
+      const auto pidx = r.read_all<std::int32_t>("prompt_index", DType::I32);
+      const auto fin = r.read_all<std::int32_t>("finish_reason", DType::I32);
+      const auto reward = r.read_all<double>("reward", DType::F64);
+      const auto rewards = r.read_all<double>("rewards", DType::F64);
+      const auto adv = r.read_all<double>("advantages", DType::F64);
+      const auto lp = r.read_all<float>("logprobs", DType::F32);
+      const std::size_t N = clen.size(), Lc = ctok.size() / std::max<std::size_t>(1, N);
+      const int G = opt(argc, argv, "--G=") ? std::atoi(opt(argc, argv, "--G=")) : 1;
+      int bad = 0;
+      auto fail = [&](const std::string& what) {
+        ++bad;
+        std::printf("check_train: rollouts: %s\n", what.c_str());
+      };
+      if (N == 0 || plen.size() != N || reward.size() != N || adv.size() != N || rewards.size() % N != 0) fail("sizes");
+      double rsum = 0, lsum = 0, asum = 0;
+      for (std::size_t i = 0; i < N; ++i) {
+        if (gen[i] != static_cast<int>(i % static_cast<std::size_t>(G))) fail("generation_index order");
+        if (i % static_cast<std::size_t>(G) && pidx[i] != pidx[i - 1]) fail("a group spans several prompts");
+        if (fin[i] < 0 || fin[i] > 2) fail("finish_reason code");
+        if (clen[i] < 1 || static_cast<std::size_t>(clen[i]) > Lc) fail("completion length");
+        for (std::size_t t = 0; t < Lc; ++t) {
+          const bool in = t < static_cast<std::size_t>(clen[i]);
+          if (in != (ctok[i * Lc + t] >= 0)) fail("completion token padding");
+          if (in != !std::isnan(lp[i * Lc + t])) fail("logprobs padding");
+          if (in && !(lp[i * Lc + t] <= 0)) fail("a log-prob above 0");
+        }
+        rsum += reward[i];
+        lsum += clen[i];
+        asum += adv[i];
+      }
+      // The step's metrics line.
+      std::ifstream in(argv[3]);
+      std::string line;
+      bool found = false;
+      while (std::getline(in, line)) {
+        const auto j = nlohmann::json::parse(line);
+        if (j["step"].get<long>() != step || !j.contains("reward")) continue;
+        found = true;
+        const double mr = rsum / static_cast<double>(N), ml = lsum / static_cast<double>(N);
+        if (std::fabs(j["reward"].get<double>() - mr) > 1e-5) fail("mean reward differs from metrics.jsonl");
+        if (std::fabs(j["completions/mean_length"].get<double>() - ml) > 1e-9) fail("mean length differs from metrics.jsonl");
+        std::printf("check_train: rollouts of step %ld: %zu completions, mean reward %.4f (metrics %.4f), mean length "
+                    "%.2f, advantages sum %.2g\n", step, N, mr, j["reward"].get<double>(), ml, asum);
+      }
+      if (!found) fail("no metrics line for the step");
+      return bad == 0 ? 0 : 1;
     }
     if (cmd == "losses" && argc >= 4) {
       const long after = opt(argc, argv, "--after=") ? std::atol(opt(argc, argv, "--after=")) : 0;

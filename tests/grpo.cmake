@@ -1,0 +1,25 @@
+# tests/grpo.cmake: GRPO tests (included by tests/CMakeLists.txt): the objective against trl's fixtures, and the
+# mgrl grpo mode end to end.
+# (unit.grpo_loss: below, with its trl fixtures)
+
+# `mgrl grpo` end to end (tests/data/grpo_cli/grpo.toml: LoRA on the Qwen2 fixture, beta > 0, num_iterations 2):
+# 1 and 2 ranks train the same weights; 4 steps straight equal 3 (a checkpoint inside a generation round) + resume,
+# bit for bit, sampling included; the rollout files agree with the metrics; errors are one line.
+set(GRPO "${CMAKE_CURRENT_BINARY_DIR}/grpo")
+set(GRPO_ARGS ${CMAKE_CURRENT_SOURCE_DIR}/data/grpo_cli/grpo.toml --model.path=${MODELS}/qwen2_bias_tied
+    --model.tokenizer=${PROJECT_SOURCE_DIR}/inputs/quickstart --data.input=${CMAKE_CURRENT_SOURCE_DIR}/data/sft/train.jsonl)
+string(JOIN " " GRPO_STR ${GRPO_ARGS})
+mgrl_add_cli_test(grpo.same_weights_on_1_and_2_ranks 0 "relative differences" - 0 -- bash -c
+  "rm -rf ${GRPO}/dp && ${RUN1} ${GRPO_STR} --checkpoint.dir=${GRPO}/dp/np1 && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${GRPO_STR} --checkpoint.dir=${GRPO}/dp/np2 && ${CHECK} weights ${GRPO}/dp/np2/step_00000004.h5 ${GRPO}/dp/np1/step_00000004.h5 --rtol=1e-5")
+mgrl_add_cli_test(grpo.resume_is_exact 0 "bitwise equal: yes" - - -- bash -c
+  "rm -rf ${GRPO}/resume && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${GRPO_STR} --checkpoint.dir=${GRPO}/resume/a --log.dir=${GRPO}/resume/a && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${GRPO_STR} --train.stop_at_step=3 --checkpoint.dir=${GRPO}/resume/b --log.dir=${GRPO}/resume/b && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${GRPO_STR} --checkpoint.dir=${GRPO}/resume/b --log.dir=${GRPO}/resume/b --checkpoint.resume=auto && ${CHECK} weights ${GRPO}/resume/a/step_00000004.h5 ${GRPO}/resume/b/step_00000004.h5 --exact && ${CHECK} losses ${GRPO}/resume/a/metrics.jsonl ${GRPO}/resume/b/metrics.jsonl --after=3")
+mgrl_add_cli_test(grpo.rollouts_match_metrics 0 "(?s)rollouts of step 1:.*rollouts of step 3:" - - -- bash -c
+  "rm -rf ${GRPO}/roll && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${GRPO_STR} --log.dir=${GRPO}/roll && ${CHECK} rollouts ${GRPO}/roll/rollouts/step_00000001.h5 ${GRPO}/roll/metrics.jsonl --G=4 && ${CHECK} rollouts ${GRPO}/roll/rollouts/step_00000003.h5 ${GRPO}/roll/metrics.jsonl --G=4 && test -s ${GRPO}/roll/job_summary.txt && grep -q 'time split' ${GRPO}/roll/job_summary.txt && ls ${GRPO}/roll/events.out.tfevents.*")
+mgrl_add_cli_test(grpo.batch_must_divide 2 - "train.batch_size \\(3 prompts\\) must be divisible by the number of ranks \\(2\\)" 1
+  -- ${MPIRUN} 2 ${MGRL_MPIEXEC_FLAGS} $<TARGET_FILE:mgrl> ${GRPO_ARGS} --train.batch_size=3)
+mgrl_add_cli_test(grpo.needs_a_reward 2 - "grpo needs at least one \\[\\[reward\\]\\] table" 1
+  -- $<TARGET_FILE:mgrl> grpo --runtime.backend=cpu --model.path=/nonexistent --data.input=/nonexistent)
+mgrl_add_cli_test(grpo.bad_reward_before_model 2 - "bad_reward.toml:[0-9]+: key 'reward\\[\\]\\.pattern' does not apply to a reward of kind overlong" 1
+  -- $<TARGET_FILE:mgrl> ${CMAKE_CURRENT_SOURCE_DIR}/data/grpo_cli/bad_reward.toml --model.path=/nonexistent --data.input=/nonexistent)
+mgrl_add_cli_test(reward.mode_scores_jsonl 0 "(?s)index.:0,.reward.:1[.]5,.rewards.:[{].correct.:1[.]0,.digit_first.:1[.]0.*index.:1,.reward.:0[.]0," - 0
+  -- $<TARGET_FILE:mgrl> reward ${CMAKE_CURRENT_SOURCE_DIR}/data/grpo_cli/reward.toml --data.input=${CMAKE_CURRENT_SOURCE_DIR}/data/grpo_cli/samples.jsonl)
