@@ -1,6 +1,6 @@
 # tests/grpo.cmake: GRPO tests (included by tests/CMakeLists.txt): the objective against trl's fixtures, and the
 # mgrl grpo mode end to end.
-# (unit.grpo_loss: below, with its trl fixtures)
+
 
 # `mgrl grpo` end to end (tests/data/grpo_cli/grpo.toml: LoRA on the Qwen2 fixture, beta > 0, num_iterations 2):
 # 1 and 2 ranks train the same weights; 4 steps straight equal 3 (a checkpoint inside a generation round) + resume,
@@ -23,3 +23,8 @@ mgrl_add_cli_test(grpo.bad_reward_before_model 2 - "bad_reward.toml:[0-9]+: key 
   -- $<TARGET_FILE:mgrl> ${CMAKE_CURRENT_SOURCE_DIR}/data/grpo_cli/bad_reward.toml --model.path=/nonexistent --data.input=/nonexistent)
 mgrl_add_cli_test(reward.mode_scores_jsonl 0 "(?s)index.:0,.reward.:1[.]5,.rewards.:[{].correct.:1[.]0,.digit_first.:1[.]0.*index.:1,.reward.:0[.]0," - 0
   -- $<TARGET_FILE:mgrl> reward ${CMAKE_CURRENT_SOURCE_DIR}/data/grpo_cli/reward.toml --data.input=${CMAKE_CURRENT_SOURCE_DIR}/data/grpo_cli/samples.jsonl)
+add_executable(test_grpo_loss unit/test_grpo_loss.cpp)
+target_link_libraries(test_grpo_loss PRIVATE mgrl_rl mgrl_model GTest::gtest_main mgrl_warnings)
+target_compile_definitions(test_grpo_loss PRIVATE MGRL_TEST_DATA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/data")
+add_test(NAME unit.grpo_loss COMMAND test_grpo_loss)
+set_tests_properties(unit.grpo_loss PROPERTIES LABELS unit TIMEOUT 120)

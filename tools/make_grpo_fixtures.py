@@ -1,0 +1,216 @@
+"""make_grpo_fixtures.py: ground truth for mgrl's GRPO objective from the real trl library (GRPOTrainer of trl
+1.16): for fixed prompts, completions and per-function rewards on the tiny model fixtures (tests/data/models),
+trl's own _generate_and_score_completions (generation and reward calls patched to return the fixed values)
+computes rewards, advantages, the completion mask, old-policy and reference log-probs; then trl's _compute_loss
+gives the loss, and its backward the gradient of every LoRA tensor. Everything in float64 (transformers' float32
+casts patched out as in make_fixtures.py). Writes tests/data/grpo/<case>/{case.json, adapter/, grads.safetensors}.
+
+Usage (from the repository root, in a virtualenv with tools/requirements-fixtures.txt):
+    python3 tools/make_grpo_fixtures.py --out tests/data/grpo
+"""
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("PYTHONHASHSEED", "0")
+
+import torch
+from datasets import Dataset
+from peft import PeftModel
+from safetensors.torch import save_file
+from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+
+import trl
+from trl import GRPOConfig, GRPOTrainer
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_fixtures import exact_float64  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODELS = os.path.join(ROOT, "tests", "data", "models")
+EOS = 2
+PAD = 0
+
+CASES = [
+    dict(name="grpo_token_beta0", model="llama_gqa", loss_type="grpo", beta=0.0, num_iterations=1),
+    dict(name="bnpo_beta_mu2", model="qwen2_bias_tied", loss_type="bnpo", beta=0.04, num_iterations=2, epsilon_high=0.28),
+    dict(name="drgrpo_sequence_mu2", model="qwen3_qknorm", loss_type="dr_grpo", beta=0.1, num_iterations=2,
+         importance_sampling_level="sequence", scale_rewards="none"),
+    dict(name="dapo_mask_truncated_mu2", model="llama_gqa", loss_type="dapo", beta=0.0, num_iterations=2,
+         epsilon_high=0.28, scale_rewards="batch", mask_truncated_completions=True),
+    dict(name="grpo_klcorr_temp_mu2", model="qwen2_bias_tied", loss_type="grpo", beta=0.04, num_iterations=2,
+         use_bias_correction_kl=True, temperature=0.7),
+    dict(name="grpo_sequence_batch_mu2", model="llama_gqa", loss_type="grpo", beta=0.02, num_iterations=2,
+         importance_sampling_level="sequence", scale_rewards="batch", epsilon=0.1),
+    dict(name="dapo_beta_sequence_mu1", model="qwen3_qknorm", loss_type="dapo", beta=0.04, num_iterations=1,
+         importance_sampling_level="sequence"),
+    dict(name="bnpo_none_klcorr_mu2", model="qwen3_qknorm", loss_type="bnpo", beta=0.1, num_iterations=2,
+         use_bias_correction_kl=True, scale_rewards="none", mask_truncated_completions=True),
+]
+P, G, LP, LMAX = 3, 4, 5, 6  # prompts, generations, prompt length (equal: no left padding), max completion
+
+
+def batch_for(seed, vocab):
+    """Fixed prompts and completions: lengths 1..LMAX, some ending with EOS, some truncated (LMAX, no EOS)."""
+    g = torch.Generator().manual_seed(seed)
+    prompts = [torch.randint(3, vocab, (LP,), generator=g).tolist() for _ in range(P)]
+    completions = []
+    for i in range(P * G):
+        n = 1 + (i * 5 + seed) % LMAX
+        ids = torch.randint(3, vocab, (n,), generator=g).tolist()
+        if i % 3 != 2 or n < LMAX:  # most end with EOS; every third of full length is truncated
+            if n == LMAX and i % 3 == 2:
+                pass
+            else:
+                ids[-1] = EOS
+        completions.append(ids)
+    completions[1] = torch.randint(3, vocab, (LMAX,), generator=g).tolist()  # at least one truncated
+    r1 = torch.randint(0, 2, (P * G,), generator=g).double()
+    r2 = torch.rand(P * G, generator=g, dtype=torch.float64)
+    r1[G:2 * G] = 1.0  # one group: equal rewards (zero std)
+    r2[G:2 * G] = 0.5
+    return prompts, completions, torch.stack([r1, r2], dim=1)
+
+
+def base_model(name):
+    tmp = tempfile.mkdtemp()
+    for f in ("config.json", "model.safetensors", "generation_config.json"):
+        shutil.copy(os.path.join(MODELS, name, f), tmp)
+    m = AutoModelForCausalLM.from_pretrained(tmp, dtype=torch.float64, attn_implementation="eager")
+    shutil.rmtree(tmp)
+    return PeftModel.from_pretrained(m, os.path.join(MODELS, name), is_trainable=True)
+
+
+def lora_named(pm):
+    # The trained adapter ("default"); with beta > 0 trl keeps a frozen copy of the starting adapter ("ref") as the
+    # reference policy.
+    return {n: p for n, p in pm.named_parameters() if "lora_" in n and ".default." in n}
+
+
+def peft_key(n):  # base_model.model.model.layers.0.self_attn.q_proj.lora_A.default.weight -> PEFT file name
+    return n.replace(".default", "")
+
+
+def make_case(spec, out_root, tokenizer_file):
+    torch.manual_seed(0)
+    model = base_model(spec["model"])
+    vocab = model.config.vocab_size
+    prompts, completions, rewards_pf = batch_for(len(spec["name"]), vocab)
+    tok = PreTrainedTokenizerFast(tokenizer_file=tokenizer_file, eos_token="<eos>", pad_token="<pad>")
+    tok.eos_token_id  # noqa
+    cfg = GRPOConfig(
+        output_dir=tempfile.mkdtemp(), report_to="none", use_cpu=True, bf16=False, fp16=False,
+        per_device_train_batch_size=P * G, num_generations=G, gradient_accumulation_steps=1,
+        max_completion_length=LMAX, loss_type=spec["loss_type"], beta=spec["beta"],
+        epsilon=spec.get("epsilon", 0.2), epsilon_high=spec.get("epsilon_high"),
+        num_iterations=spec["num_iterations"], importance_sampling_level=spec.get("importance_sampling_level", "token"),
+        scale_rewards=spec.get("scale_rewards", "group"), temperature=spec.get("temperature", 1.0),
+        mask_truncated_completions=spec.get("mask_truncated_completions", False),
+        use_bias_correction_kl=spec.get("use_bias_correction_kl", False), reward_weights=[1.0, 0.5],
+        logging_steps=1, seed=0, gradient_checkpointing=False,
+    )
+    ds = Dataset.from_dict({"prompt": ["p"] * P})
+    trainer = GRPOTrainer(model=model, reward_funcs=[lambda **k: [0.0] * len(k["prompts"])] * 2, args=cfg,
+                          train_dataset=ds, processing_class=tok)
+    trainer.eos_token_ids = [EOS] if hasattr(trainer, "eos_token_ids") else None
+    trainer._tokenizer.pad_token_id = PAD
+    trainer.current_gradient_accumulation_steps = 1  # set by the training loop in trl; one micro-batch here
+    inputs = [{"prompt": "p%d" % (i // G)} for i in range(P * G)]
+    prompt_ids_list = [prompts[i // G] for i in range(P * G)]
+
+    def fake_generate(prompts_):
+        return prompt_ids_list, completions, None, ["c"] * len(completions), None, {}, None, None
+
+    trainer._generate = fake_generate
+    trainer._calculate_rewards = lambda *a, **k: rewards_pf.clone()
+    pm = trainer.model
+    pm.train()
+    with exact_float64():
+        with torch.no_grad():
+            out = trainer._generate_and_score_completions(inputs)
+        # The policy at which the loss is evaluated: the fixture adapter, moved a little for num_iterations > 1.
+        if spec["num_iterations"] > 1:
+            g = torch.Generator().manual_seed(1234)
+            with torch.no_grad():
+                for n, p in sorted(lora_named(pm).items()):
+                    p.add_(torch.randn(p.shape, generator=g, dtype=torch.float64) * 0.08)
+        for p in pm.parameters():
+            p.grad = None
+        out["num_items_in_batch"] = out["completion_mask"].sum()
+        loss = trainer._compute_loss(pm, out)
+        loss.backward()
+        logps, _, _ = trainer._get_per_token_logps_and_entropies(
+            pm, torch.cat([out["prompt_ids"], out["completion_ids"]], 1),
+            torch.cat([out["prompt_mask"], out["completion_mask"]], 1), out["completion_ids"].size(1))
+    cm = out["completion_mask"]
+
+    def rows(t):
+        return None if t is None else [[float(x) for x in t[i, :len(completions[i])]] for i in range(P * G)]
+
+    d = os.path.join(out_root, spec["name"])
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    pm.save_pretrained(os.path.join(d, "adapter"))
+    for extra in ("README.md",):
+        p = os.path.join(d, "adapter", extra)
+        if os.path.exists(p):
+            os.remove(p)
+    # float32 adapter file (as PEFT writes by default for float32 models)
+    from safetensors.torch import load_file
+    af = os.path.join(d, "adapter", "adapter_model.safetensors")
+    save_file({k: v.float().contiguous() for k, v in sorted(load_file(af).items())}, af, metadata={"format": "pt"})
+    grads = {peft_key(n): p.grad.float().contiguous() for n, p in sorted(lora_named(pm).items())}
+    save_file(grads, os.path.join(d, "grads.safetensors"), metadata={"format": "pt"})
+    trunc = [completions[i][-1] != EOS for i in range(P * G)]
+    case = {
+        "model": spec["model"], "trl_version": trl.__version__,
+        "config": {"loss_type": spec["loss_type"], "beta": spec["beta"], "epsilon": cfg.epsilon,
+                   "epsilon_high": trainer.epsilon_high, "num_iterations": spec["num_iterations"],
+                   "importance_sampling_level": cfg.importance_sampling_level, "scale_rewards": cfg.scale_rewards,
+                   "temperature": cfg.temperature, "mask_truncated_completions": cfg.mask_truncated_completions,
+                   "use_bias_correction_kl": cfg.use_bias_correction_kl, "max_completion_length": LMAX,
+                   "num_generations": G, "reward_weights": [1.0, 0.5]},
+        "eos_token_id": EOS, "prompts": prompts, "completions": completions, "truncated": trunc,
+        "rewards_per_func": rewards_pf.tolist(),
+        "rewards": (rewards_pf * torch.tensor([1.0, 0.5], dtype=torch.float64)).sum(1).tolist(),
+        "advantages": [float(x) for x in out["advantages"]],
+        "completion_mask": [[int(x) for x in cm[i, :len(completions[i])]] for i in range(P * G)],
+        "policy_logps": rows(logps.detach()),
+        "old_logps": rows(out.get("old_per_token_logps")),
+        "ref_logps": rows(out.get("ref_per_token_logps")),
+        "loss": float(loss.detach()),
+    }
+    with open(os.path.join(d, "case.json"), "w") as f:
+        json.dump(case, f, indent=1)
+    ratio = None
+    if case["old_logps"]:
+        lo = hi = 0
+        eps_lo, eps_hi = cfg.epsilon, trainer.epsilon_high
+        for i in range(P * G):
+            for a, b in zip(case["policy_logps"][i], case["old_logps"][i]):
+                r = torch.exp(torch.tensor(a - b)).item()
+                lo += r < 1 - eps_lo
+                hi += r > 1 + eps_hi
+        ratio = (lo, hi)
+    print("%-26s %-16s loss %+.10e  truncated %d  ratios outside [low, high]: %s" %
+          (spec["name"], spec["model"], case["loss"], sum(trunc), ratio))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.path.join(ROOT, "tests", "data", "grpo"))
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    os.makedirs(a.out, exist_ok=True)
+    tokfile = os.path.join(ROOT, "inputs", "quickstart", "tokenizer.json")
+    for spec in CASES:
+        make_case(spec, a.out, tokfile)
+
+
+if __name__ == "__main__":
+    main()
