@@ -35,3 +35,8 @@ add_test(NAME cli.quickstart_grpo COMMAND bash ${EXPECT} 0 "held-out accuracy be
          -- env MGRL_BUILD_DIR=${PROJECT_BINARY_DIR} MGRL_RUNS_DIR=${CMAKE_CURRENT_BINARY_DIR}/quickstart_grpo bash ${PROJECT_SOURCE_DIR}/scripts/quickstart_run.sh)
 set_tests_properties(cli.quickstart_grpo PROPERTIES LABELS "cli;slow" TIMEOUT 900 WORKING_DIRECTORY "${PROJECT_SOURCE_DIR}"
                      ENVIRONMENT "${MGRL_MPI_ENV}")
+
+# Training starts from lora.adapter when given (SFT and GRPO share the setup): with lr 0 the exported adapter is
+# the given one (its r = 4 and alpha, not the lora.* keys) and scores exactly as it does.
+mgrl_add_cli_test(sft.starts_from_lora_adapter 0 "relative difference" - - -- bash -c
+  "rm -rf ${SFT}/from && ${RUN1} ${SFT_STR} --lora.r=2 --lora.adapter=${MODELS}/qwen2_bias_tied --train.lr=0 --train.max_steps=1 --checkpoint.dir=${SFT}/from/ck && ${RUN1} export --checkpoint.dir=${SFT}/from/ck --export.output=${SFT}/from/adapter && ${RUN1} score --runtime.backend=cpu --model.path=${MODELS}/qwen2_bias_tied --lora.adapter=${SFT}/from/adapter --data.input=${CMAKE_CURRENT_SOURCE_DIR}/data/score/qwen2_bias_tied.jsonl --score.output=${SFT}/from/a.h5 && ${RUN1} score --runtime.backend=cpu --model.path=${MODELS}/qwen2_bias_tied --lora.adapter=${MODELS}/qwen2_bias_tied --data.input=${CMAKE_CURRENT_SOURCE_DIR}/data/score/qwen2_bias_tied.jsonl --score.output=${SFT}/from/b.h5 && ${CHECK} scores ${SFT}/from/a.h5 ${SFT}/from/b.h5 --rtol=1e-7")

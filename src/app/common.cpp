@@ -47,25 +47,33 @@ io::ChatFormat chat_format(const io::Config& cfg, const char* key, const io::Tok
   return name == "auto" ? tok.chat_format() : io::chat_format_from_name(name);
 }
 
+model::LoraConfig lora_config(const io::Config& cfg) {
+  const std::string adapter = cfg.get_string("lora.adapter");
+  model::LoraConfig lc;
+  if (!adapter.empty()) {
+    lc = model::read_peft_config(adapter + "/adapter_config.json");  // its r, alpha, targets and rsLoRA flag hold
+  } else {
+    lc.r = static_cast<int>(cfg.get_int("lora.r"));
+    lc.alpha = cfg.get_float("lora.alpha");
+    lc.use_rslora = cfg.get_bool("lora.use_rslora");
+    lc.targets = cfg.get_strings("lora.targets");
+  }
+  lc.dropout = cfg.get_float("lora.dropout");
+  return lc;
+}
+
 bool setup_trainable_lora(const Context& ctx, model::Transformer& net, std::uint64_t seed) {
   const auto& cfg = ctx.cfg;
   const std::string adapter = cfg.get_string("lora.adapter");
+  const model::LoraConfig lc = lora_config(cfg);
   if (!adapter.empty()) {
-    // Training continues from the given PEFT adapter: its own r, alpha, targets and rsLoRA flag hold.
-    model::LoraConfig lc = model::read_peft_config(adapter + "/adapter_config.json");
+    // Training continues from the given PEFT adapter.
     for (const char* key : {"lora.r", "lora.alpha", "lora.targets", "lora.use_rslora"})
       if (cfg.origin(key).kind != io::Origin::Default)
         log::warn_once(std::string(key) + " is ignored: the adapter " + adapter + " sets it (adapter_config.json)");
-    lc.dropout = cfg.get_float("lora.dropout");
     net.add_lora(lc, seed).load_peft(adapter);
     return false;
   }
-  model::LoraConfig lc;
-  lc.r = static_cast<int>(cfg.get_int("lora.r"));
-  lc.alpha = cfg.get_float("lora.alpha");
-  lc.dropout = cfg.get_float("lora.dropout");
-  lc.use_rslora = cfg.get_bool("lora.use_rslora");
-  lc.targets = cfg.get_strings("lora.targets");
   net.add_lora(lc, seed);
   return true;
 }

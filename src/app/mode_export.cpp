@@ -62,12 +62,7 @@ int run_export(Context& ctx) {
   std::vector<io::TensorToWrite> tensors;
   for (const auto& t : ck.tensors) tensors.push_back({t.name, DType::F32, t.shape, ck.params.data() + t.offset});
   if (lora) {
-    model::LoraConfig lc;
-    lc.r = static_cast<int>(run_cfg.get_int("lora.r"));
-    lc.alpha = run_cfg.get_float("lora.alpha");
-    lc.dropout = run_cfg.get_float("lora.dropout");
-    lc.use_rslora = run_cfg.get_bool("lora.use_rslora");
-    lc.targets = run_cfg.get_strings("lora.targets");
+    const model::LoraConfig lc = lora_config(run_cfg);  // the adapter the run started from, when it had one
     model::write_peft_adapter(out, lc, base_dir, tensors);
     log::info("export: PEFT adapter of " + path + " (step " + std::to_string(ck.state.step) + ") in " + out);
   } else {

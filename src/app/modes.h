@@ -21,6 +21,7 @@ class Ops;
 }
 namespace mgrl::model {
 class Transformer;
+struct LoraConfig;
 }
 
 namespace mgrl::app {
@@ -55,6 +56,9 @@ void load_model(const Context& ctx, model::Transformer& net, const std::string& 
 double gpu_peak_tflops(const dist::Device& d);
 // The chat format named by a key (auto: the tokenizer's template).
 io::ChatFormat chat_format(const io::Config& cfg, const char* key, const io::Tokenizer& tok);
+// The LoRA configuration of a run: lora.adapter's adapter_config.json when given (lora.dropout from the keys),
+// else the lora.* keys.
+model::LoraConfig lora_config(const io::Config& cfg);
 // Adds the LoRA adapter to train: the PEFT adapter of lora.adapter when given (its config wins over lora.r,
 // lora.alpha, lora.targets, lora.use_rslora), else a fresh one from the lora.* keys. Returns true when fresh
 // (B = 0: the starting policy is the base model). Call inside env.agree.
