@@ -68,9 +68,6 @@ GrpoTrainer::GrpoTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Trans
                     std::to_string(local) + ") must be divisible by train.grad_accum (" +
                     std::to_string(opts_.grad_accum) + ")");
   if (rewards_.size() == 0) throw UserError("grpo needs at least one [[reward]] table");
-  if (opts_.loss.beta > 0 || opts_.num_iterations > 1) {
-    // fine: scoring passes have their own activations
-  }
   tr_ = train::trainable_of(model_, model_.base_grads() != nullptr);
   opt_ = std::make_unique<train::Optimizer>(model_.ops(), tr_, opts_.optim);
   sync_ = std::make_unique<train::GradSync>(comm_, model_, tr_);
