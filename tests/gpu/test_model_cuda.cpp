@@ -76,7 +76,13 @@ TEST_P(ModelCuda, MatchesCpu) {
   auto gpu = kernels::make_cuda_ops(0, c.storage);
   const Outputs want = run(*cpu, c.model, false);
   const Outputs got = run(*gpu, c.model, c.recompute);
-  const double tol = c.storage == DType::BF16 ? 2e-2 : 1e-2;
+  // Relative L2 error in units of the storage type's unit roundoff u (bf16 2^-8, fp16 2^-11): activations are
+  // rounded to storage after every op, so errors scale with u. Measured on an H100 (2026-11-22): up to 7.6 u in
+  // bf16 (qwen3_qknorm's gradients, whose q/k norms amplify rounding) and 6.3 u in fp16; the ratio between the
+  // two types is the 8x of their precisions, as rounding predicts. A real defect (a wrong index, a missing
+  // term) gives errors of order 1.
+  const double u = c.storage == DType::BF16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+  const double tol = 12 * u;
   const double e_lp = rel_error(got.lp, want.lp), e_base = rel_error(got.lp_base, want.lp_base);
   const double e_g = rel_error(got.grads, want.grads), e_x = rel_error(got.dembed, want.dembed);
   std::printf("%s %s%s: logprobs %.2e, base %.2e, LoRA grads %.2e, d embeddings %.2e\n", c.model.c_str(),
