@@ -23,6 +23,14 @@ mgrl_add_cli_test(grpo.bad_reward_before_model 2 - "bad_reward.toml:[0-9]+: key 
   -- $<TARGET_FILE:mgrl> ${CMAKE_CURRENT_SOURCE_DIR}/data/grpo_cli/bad_reward.toml --model.path=/nonexistent --data.input=/nonexistent)
 mgrl_add_cli_test(reward.mode_scores_jsonl 0 "(?s)index.:0,.reward.:1[.]5,.rewards.:[{].correct.:1[.]0,.digit_first.:1[.]0.*index.:1,.reward.:0[.]0," - 0
   -- $<TARGET_FILE:mgrl> reward ${CMAKE_CURRENT_SOURCE_DIR}/data/grpo_cli/reward.toml --data.input=${CMAKE_CURRENT_SOURCE_DIR}/data/grpo_cli/samples.jsonl)
+# The same GRPO run on the GPU (label gpu; skipped without one): LoRA with bf16 (fp16 before sm_80) base weights,
+# the CUDA generator, num_iterations 2 and beta > 0; it must finish and its rollout files must agree with its
+# metrics (rewards, advantages, lengths, log-probs finite where tokens are).
+if(MGRL_WITH_CUDA)
+  add_test(NAME gpu.grpo_cuda COMMAND bash -c
+    "rm -rf ${GRPO}/cuda && mkdir -p ${GRPO}/cuda && ${RUN1} ${GRPO_STR} --runtime.backend=cuda --log.dir=${GRPO}/cuda --checkpoint.dir=${GRPO}/cuda/ck > ${GRPO}/cuda/out.log 2>&1; rc=$?; cat ${GRPO}/cuda/out.log; if [ $rc = 2 ] && ! nvidia-smi -L >/dev/null 2>&1; then exit 77; fi; [ $rc = 0 ] || exit $rc; grep -q 'LoRA on 1 rank' ${GRPO}/cuda/out.log && ${CHECK} rollouts ${GRPO}/cuda/rollouts/step_00000001.h5 ${GRPO}/cuda/metrics.jsonl --G=4 && ${CHECK} rollouts ${GRPO}/cuda/rollouts/step_00000003.h5 ${GRPO}/cuda/metrics.jsonl --G=4")
+  set_tests_properties(gpu.grpo_cuda PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 120)
+endif()
 add_executable(test_grpo_loss unit/test_grpo_loss.cpp)
 target_link_libraries(test_grpo_loss PRIVATE mgrl_rl mgrl_model GTest::gtest_main mgrl_warnings)
 target_compile_definitions(test_grpo_loss PRIVATE MGRL_TEST_DATA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/data")
