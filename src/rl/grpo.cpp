@@ -119,10 +119,10 @@ std::vector<RewardSample> GrpoTrainer::samples_of(const std::vector<Rollout>& rs
   return out;
 }
 
-model::Batch GrpoTrainer::batch_of(std::size_t begin, std::size_t end, std::vector<int>* prompt_lens) const {
+model::Batch GrpoTrainer::batch_of(const std::vector<std::size_t>& idx, std::vector<int>* prompt_lens) const {
   std::vector<std::vector<std::int32_t>> seqs;
   prompt_lens->clear();
-  for (std::size_t i = begin; i < end; ++i) {
+  for (std::size_t i : idx) {
     const Rollout& r = round_->local[i];
     std::vector<std::int32_t> s = r.prompt;
     s.insert(s.end(), r.completion.begin(), r.completion.end());
@@ -130,6 +130,20 @@ model::Batch GrpoTrainer::batch_of(std::size_t begin, std::size_t end, std::vect
     prompt_lens->push_back(static_cast<int>(r.prompt.size()));
   }
   return model::Batch::from_sequences(seqs);
+}
+
+// A completion contributes nothing to the loss or its gradient when it is masked (mask_truncated_completions), or
+// when its advantage is exactly 0 (a group whose rewards are all equal) and beta = 0: every per-token term is then
+// -min(ratio * 0, clip(ratio) * 0) = 0. Such completions are left out of the old-policy pass and of the training
+// forward/backward (they still count in the token normalisers); in typical runs that is half the batch or more.
+std::vector<std::size_t> GrpoTrainer::trained_in(std::size_t begin, std::size_t end) const {
+  std::vector<std::size_t> idx;
+  for (std::size_t i = begin; i < end; ++i) {
+    const Rollout& r = round_->local[i];
+    if (!r.masked && (opts_.loss.beta > 0 || r.advantage != 0.0)) idx.push_back(i);
+  }
+  if (idx.empty() && begin < end) idx.push_back(begin);  // its loss weights are all 0
+  return idx;
 }
 
 // Scores this rank's completions with the old policy (current weights, before any step of the round) and/or the
@@ -140,14 +154,23 @@ void GrpoTrainer::score_round(bool old_policy, bool reference) {
   const std::size_t n = round_->local.size(), m = n / static_cast<std::size_t>(opts_.grad_accum);
   std::vector<int> plen;
   std::vector<float> lp;
+  // The old policy's log-probs are needed only for the completions that are trained; the reference's are written
+  // to the rollout file for every completion.
   auto pass = [&](bool use_lora, std::vector<float> Rollout::*field) {
+    const bool all = field == &Rollout::ref_logps;
     for (std::size_t a = 0; a < n; a += m) {
-      const model::Batch b = batch_of(a, std::min(n, a + m), &plen);
+      std::vector<std::size_t> idx;
+      if (all) {
+        for (std::size_t i = a; i < std::min(n, a + m); ++i) idx.push_back(i);
+      } else {
+        idx = trained_in(a, std::min(n, a + m));
+      }
+      const model::Batch b = batch_of(idx, &plen);
       lp.assign(b.tokens.size(), 0.0f);
       model_.score(b, lp.data(), use_lora, scale);
-      for (std::size_t i = a; i < std::min(n, a + m); ++i) {
-        Rollout& r = round_->local[i];
-        const std::size_t row = (i - a) * static_cast<std::size_t>(b.L) + static_cast<std::size_t>(plen[i - a]);
+      for (std::size_t k = 0; k < idx.size(); ++k) {
+        Rollout& r = round_->local[idx[k]];
+        const std::size_t row = k * static_cast<std::size_t>(b.L) + static_cast<std::size_t>(plen[k]);
         (r.*field).assign(lp.begin() + static_cast<std::ptrdiff_t>(row),
                           lp.begin() + static_cast<std::ptrdiff_t>(row + r.completion.size()));
       }
@@ -328,22 +351,36 @@ double GrpoTrainer::train_step(nlohmann::json* metrics) {
   const float logit_scale = 1.0f / opts_.sampling.temperature;
   const double scale = opt_->loss_scale(state_);
   sync_->zero();
-  double loss = 0, kl = 0, low = 0, high = 0, ratio = 0, tokens = 0;
+  double loss = 0, kl = 0, low = 0, high = 0, ratio = 0, ratio_tokens = 0, tokens = 0;
   std::vector<int> plen;
   std::vector<float> lp, w, mask;
   std::vector<double> grad;
   for (int a = 0; a < accum; ++a) {
     const std::size_t begin = static_cast<std::size_t>(a) * m, end = begin + m;
-    const model::Batch b = batch_of(begin, end, &plen);
+    const std::vector<std::size_t> idx = trained_in(begin, end);
+    // Completions left out (zero advantage, beta 0): no loss, no gradient, no clipping; their ratio is 1 when the
+    // old policy is the current one, else unknown (left out of ratio_mean).
+    std::vector<bool> in(end - begin, false);
+    for (std::size_t i : idx) in[i - begin] = true;
+    for (std::size_t i = begin; i < end; ++i) {
+      const Rollout& r = R.local[i];
+      if (in[i - begin] || r.masked) continue;
+      tokens += static_cast<double>(r.completion.size());
+      if (opts_.num_iterations == 1 || first_iteration) {
+        ratio += static_cast<double>(r.completion.size());
+        ratio_tokens += static_cast<double>(r.completion.size());
+      }
+    }
+    const model::Batch b = batch_of(idx, &plen);
     lp.assign(b.tokens.size(), 0.0f);
     w.assign(b.tokens.size(), 0.0f);
     const std::uint64_t seed = random_bits(random_bits(opts_.seed, static_cast<std::uint64_t>(state_.step)),
                                            static_cast<std::uint64_t>(rank * accum + a));
     model_.forward(b, lp.data(), true, true, seed, logit_scale);
-    for (std::size_t i = begin; i < end; ++i) {
-      const Rollout& r = R.local[i];
+    for (std::size_t k = 0; k < idx.size(); ++k) {
+      const Rollout& r = R.local[idx[k]];
       const int nt = static_cast<int>(r.completion.size());
-      const std::size_t row = (i - begin) * static_cast<std::size_t>(b.L) + static_cast<std::size_t>(plen[i - begin]);
+      const std::size_t row = k * static_cast<std::size_t>(b.L) + static_cast<std::size_t>(plen[k]);
       mask.assign(static_cast<std::size_t>(nt), r.masked ? 0.0f : 1.0f);
       SequenceIn s;
       s.n = nt;
@@ -363,6 +400,7 @@ double GrpoTrainer::train_step(nlohmann::json* metrics) {
       low += st.clipped_low;
       high += st.clipped_high;
       ratio += st.ratio_sum;
+      ratio_tokens += st.tokens;
       tokens += st.tokens;
       for (int t = 0; t < nt; ++t) w[row + static_cast<std::size_t>(t)] = static_cast<float>(-c * grad[static_cast<std::size_t>(t)] * scale);
     }
@@ -378,6 +416,7 @@ double GrpoTrainer::train_step(nlohmann::json* metrics) {
     high = env_.allreduce_sum(high);
     ratio = env_.allreduce_sum(ratio);
     tokens = env_.allreduce_sum(tokens);
+    ratio_tokens = env_.allreduce_sum(ratio_tokens);
   }
   const double lr = opt_->lr(state_);
   opt_->step(state_, norm);
@@ -392,7 +431,7 @@ double GrpoTrainer::train_step(nlohmann::json* metrics) {
   (*metrics)["clip_ratio/low_mean"] = low * inv;
   (*metrics)["clip_ratio/high_mean"] = high * inv;
   (*metrics)["clip_ratio/region_mean"] = (low + high) * inv;
-  (*metrics)["ratio_mean"] = ratio * inv;
+  (*metrics)["ratio_mean"] = ratio / std::max(1.0, ratio_tokens);
   return loss;
 }
 

@@ -86,7 +86,11 @@ class GrpoTrainer {
   void score_round(bool old_policy, bool reference);
   double train_step(nlohmann::json* metrics);
   std::vector<RewardSample> samples_of(const std::vector<Rollout>& rs) const;
-  model::Batch batch_of(std::size_t begin, std::size_t end, std::vector<int>* prompt_lens) const;
+  // The batch of local rollouts `idx` (prompt + completion each) and their prompt lengths.
+  model::Batch batch_of(const std::vector<std::size_t>& idx, std::vector<int>* prompt_lens) const;
+  // Local rollouts in [begin, end) whose loss can be non-zero (see trains()); never empty when the range is not:
+  // a rank must run every micro-batch's backward, whose gradient buckets are collectives.
+  std::vector<std::size_t> trained_in(std::size_t begin, std::size_t end) const;
   std::vector<double> reward_values(const std::vector<Rollout>& local, std::vector<std::vector<double>>* per_fn);
 
   const dist::MpiEnv& env_;

@@ -120,6 +120,41 @@ TEST(GrpoSequenceLoss, GradientMatchesFiniteDifferences) {
   EXPECT_GT(checked, 100);
 }
 
+// The premise of leaving completions out of the training pass (GrpoTrainer::trained_in): with advantage 0 and
+// beta 0, or with every token masked, the loss and every per-token gradient are exactly 0, whatever the ratios
+// (in and out of the clip range), for both importance-sampling levels.
+TEST(GrpoSequenceLoss, ZeroAdvantageOrMaskedContributesNothing) {
+  std::mt19937 rng(11);
+  std::normal_distribution<double> nd(0.0, 1.0);
+  for (int seq = 0; seq < 2; ++seq)
+    for (int masked = 0; masked < 2; ++masked) {
+      GrpoLossOptions o;
+      o.sequence_level = seq;
+      o.epsilon = 0.2;
+      o.epsilon_high = 0.28;
+      o.beta = masked ? 0.04 : 0.0;  // a masked completion contributes nothing even with a KL term
+      const int n = 6;
+      std::vector<float> lp(n), old(n), ref(n), mask(n, masked ? 0.0f : 1.0f);
+      for (int t = 0; t < n; ++t) {
+        lp[t] = static_cast<float>(-1.0 + 0.5 * nd(rng));
+        old[t] = static_cast<float>(lp[t] + 0.4 * nd(rng));
+        ref[t] = static_cast<float>(lp[t] + 0.3 * nd(rng));
+      }
+      SequenceIn s;
+      s.n = n;
+      s.logp = lp.data();
+      s.old = old.data();
+      s.ref = ref.data();
+      s.mask = mask.data();
+      s.advantage = masked ? 1.7 : 0.0;
+      std::vector<double> g(n, 1.0);
+      const SequenceTerms st = sequence_loss(o, s, g.data());
+      EXPECT_EQ(st.sum, 0.0) << "seq " << seq << " masked " << masked;
+      for (int t = 0; t < n; ++t) EXPECT_EQ(g[t], 0.0) << "seq " << seq << " masked " << masked << " t " << t;
+      EXPECT_EQ(st.clipped_low + st.clipped_high, 0.0);
+    }
+}
+
 TEST(GrpoSequenceWeight, Normalisers) {
   GrpoLossOptions o;
   o.max_completion_length = 16;
