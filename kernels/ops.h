@@ -64,12 +64,13 @@ class Ops {
                             int head_dim) = 0;
   virtual void rope_backward(void* dx, const std::int32_t* pos, const float* inv_freq, int T, int n_heads,
                              int head_dim) = 0;
-  // attention.h (lse: f32 [B, n_heads, L])
+  // attention.h (lse: f32 [B, n_heads, L]). The backward also takes the forward's output `out` (the CUDA backend
+  // computes D = rowsum(dout * out) from it; the CPU reference recomputes D and ignores it).
   virtual void attention_forward(void* out, float* lse, const void* q, const void* k, const void* v,
                                  const std::int32_t* lengths, int B, int L, int n_heads, int n_kv, int head_dim) = 0;
-  virtual void attention_backward(void* dq, void* dk, void* dv, const void* dout, const void* q, const void* k,
-                                  const void* v, const float* lse, const std::int32_t* lengths, int B, int L,
-                                  int n_heads, int n_kv, int head_dim) = 0;
+  virtual void attention_backward(void* dq, void* dk, void* dv, const void* dout, const void* out, const void* q,
+                                  const void* k, const void* v, const float* lse, const std::int32_t* lengths, int B,
+                                  int L, int n_heads, int n_kv, int head_dim) = 0;
   // swiglu.h
   virtual void swiglu_forward(void* out, const void* gate, const void* up, std::int64_t n) = 0;
   virtual void swiglu_backward(void* dgate, void* dup, const void* dout, const void* gate, const void* up,

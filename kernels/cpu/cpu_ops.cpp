@@ -94,9 +94,9 @@ class CpuOps final : public Ops {
                          const std::int32_t* lengths, int B, int L, int n_heads, int n_kv, int head_dim) override {
     cpu::attention_forward(F(out), lse, F(q), F(k), F(v), lengths, B, L, n_heads, n_kv, head_dim);
   }
-  void attention_backward(void* dq, void* dk, void* dv, const void* dout, const void* q, const void* k, const void* v,
-                          const float* lse, const std::int32_t* lengths, int B, int L, int n_heads, int n_kv,
-                          int head_dim) override {
+  void attention_backward(void* dq, void* dk, void* dv, const void* dout, const void* /*out*/, const void* q,
+                          const void* k, const void* v, const float* lse, const std::int32_t* lengths, int B, int L,
+                          int n_heads, int n_kv, int head_dim) override {
     cpu::attention_backward(F(dq), F(dk), F(dv), F(dout), F(q), F(k), F(v), lse, lengths, B, L, n_heads, n_kv,
                             head_dim);
   }

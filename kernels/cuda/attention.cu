@@ -1,4 +1,5 @@
-// attention.cu: causal grouped-query attention over a right-padded batch, forward (saves lse) and backward.
+// attention.cu: causal grouped-query attention over a right-padded batch, forward (saves lse) and backward: the
+// entry points (head_dim 64 and 128 go to the tiled kernels of flash_attention.cu) and the fallback kernels.
 //
 // Straightforward kernels, written to be checked by reading (no tiling, no tensor cores):
 //   forward       one block per query row (b, h, t): pass 1 finds the max score over keys u <= t, pass 2 sums
@@ -14,6 +15,7 @@
 #include "kernels/cuda/attention.cuh"
 
 #include "kernels/cuda/attend_row.cuh"
+#include "kernels/cuda/flash_attention.cuh"
 
 #include <string>
 
@@ -211,8 +213,8 @@ void check_shapes(int B, int L, int n_heads, int n_kv, int head_dim) {
 
 }  // namespace
 
-void attention_forward(const Ctx& c, void* out, float* lse, const void* q, const void* k, const void* v,
-                       const std::int32_t* lengths, int B, int L, int n_heads, int n_kv, int head_dim) {
+void attention_forward_naive(const Ctx& c, void* out, float* lse, const void* q, const void* k, const void* v,
+                             const std::int32_t* lengths, int B, int L, int n_heads, int n_kv, int head_dim) {
   check_shapes(B, L, n_heads, n_kv, head_dim);
   const std::int64_t rows = static_cast<std::int64_t>(B) * n_heads * L;
   if (rows == 0) return;
@@ -226,9 +228,9 @@ void attention_forward(const Ctx& c, void* out, float* lse, const void* q, const
   });
 }
 
-void attention_backward(const Ctx& c, void* dq, void* dk, void* dv, const void* dout, const void* q, const void* k,
-                        const void* v, const float* lse, const std::int32_t* lengths, int B, int L, int n_heads,
-                        int n_kv, int head_dim) {
+void attention_backward_naive(const Ctx& c, void* dq, void* dk, void* dv, const void* dout, const void* q,
+                              const void* k, const void* v, const float* lse, const std::int32_t* lengths, int B,
+                              int L, int n_heads, int n_kv, int head_dim) {
   check_shapes(B, L, n_heads, n_kv, head_dim);
   const std::int64_t rows = static_cast<std::int64_t>(B) * n_heads * L;
   const std::int64_t kv_rows = static_cast<std::int64_t>(B) * n_kv * L;
@@ -248,6 +250,29 @@ void attention_backward(const Ctx& c, void* dq, void* dk, void* dv, const void* 
     CUDA_CHECK_LAUNCH();
   });
   scratch_free(Drow, c.stream);
+}
+
+void attention_forward(const Ctx& c, void* out, float* lse, const void* q, const void* k, const void* v,
+                       const std::int32_t* lengths, int B, int L, int n_heads, int n_kv, int head_dim) {
+  check_shapes(B, L, n_heads, n_kv, head_dim);
+  if (static_cast<std::int64_t>(B) * n_heads * L == 0) return;
+  if (flash_attention_applies(c.st, head_dim, {out, q, k, v})) {
+    flash_attention_forward(c, out, lse, q, k, v, lengths, B, L, n_heads, n_kv, head_dim);
+    return;
+  }
+  attention_forward_naive(c, out, lse, q, k, v, lengths, B, L, n_heads, n_kv, head_dim);
+}
+
+void attention_backward(const Ctx& c, void* dq, void* dk, void* dv, const void* dout, const void* out, const void* q,
+                        const void* k, const void* v, const float* lse, const std::int32_t* lengths, int B, int L,
+                        int n_heads, int n_kv, int head_dim) {
+  check_shapes(B, L, n_heads, n_kv, head_dim);
+  if (static_cast<std::int64_t>(B) * n_heads * L == 0) return;
+  if (flash_attention_applies(c.st, head_dim, {dq, dk, dv, dout, out, q, k, v})) {
+    flash_attention_backward(c, dq, dk, dv, dout, out, q, k, v, lse, lengths, B, L, n_heads, n_kv, head_dim);
+    return;
+  }
+  attention_backward_naive(c, dq, dk, dv, dout, q, k, v, lse, lengths, B, L, n_heads, n_kv, head_dim);
 }
 
 }  // namespace mgrl::kernels::cuda

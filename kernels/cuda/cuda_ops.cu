@@ -159,10 +159,10 @@ class CudaOps final : public Ops {
                          const std::int32_t* lengths, int B, int L, int n_heads, int n_kv, int head_dim) override {
     cuda::attention_forward(ctx(), out, lse, q, k, v, lengths, B, L, n_heads, n_kv, head_dim);
   }
-  void attention_backward(void* dq, void* dk, void* dv, const void* dout, const void* q, const void* k, const void* v,
-                          const float* lse, const std::int32_t* lengths, int B, int L, int n_heads, int n_kv,
-                          int head_dim) override {
-    cuda::attention_backward(ctx(), dq, dk, dv, dout, q, k, v, lse, lengths, B, L, n_heads, n_kv, head_dim);
+  void attention_backward(void* dq, void* dk, void* dv, const void* dout, const void* out, const void* q,
+                          const void* k, const void* v, const float* lse, const std::int32_t* lengths, int B, int L,
+                          int n_heads, int n_kv, int head_dim) override {
+    cuda::attention_backward(ctx(), dq, dk, dv, dout, out, q, k, v, lse, lengths, B, L, n_heads, n_kv, head_dim);
   }
   void swiglu_forward(void* out, const void* gate, const void* up, std::int64_t n) override {
     cuda::swiglu_forward(ctx(), out, gate, up, n);

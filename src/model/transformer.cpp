@@ -408,7 +408,8 @@ void Transformer::layer_backward(int l, Acts& a, void* dx) {
   ops_.rmsnorm_backward(dx, Lw.d_mlp_norm, W.dh, a.x_mid, Lw.mlp_norm, a.rstd2, T, D, true);  // dx = d(x_mid)
   // Attention: x_mid = x_in + o(attention(rope(q), rope(k), v)), q/k/v from h1 = norm(x_in)
   lin_back(Module::O, W.dattn, dx, a.attn, false);
-  ops_.attention_backward(W.dq, W.dk, W.dv, W.dattn, a.q, a.k, a.v, a.lse, W.lengths, cur_->B, cur_->L, nh, nkv, hd);
+  ops_.attention_backward(W.dq, W.dk, W.dv, W.dattn, a.attn, a.q, a.k, a.v, a.lse, W.lengths, cur_->B, cur_->L, nh,
+                          nkv, hd);
   ops_.rope_backward(W.dq, W.pos, inv_freq_, T, nh, hd);
   ops_.rope_backward(W.dk, W.pos, inv_freq_, T, nkv, hd);
   void* dq = W.dq;

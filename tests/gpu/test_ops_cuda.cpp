@@ -376,21 +376,49 @@ TEST_P(OpsCuda, Rope) {
   expect_close("rope backward", dx, tol());
 }
 
+// Attention: head_dim 64 and 128 take the tiled tensor-core kernels (flash_attention.cu), other head_dims the
+// straightforward ones. MGRL_CUDA_ATTENTION selects a path for the reruns below: "naive" (fallback kernels at every
+// head_dim) and "mma_k8" (fp16: the m16n8k8 form that sm_75 runs, on this GPU).
+struct AttnCase {
+  int B, L, n_heads, n_kv, head_dim;
+  Ids lengths;
+};
+
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
+  ~ScopedEnv() { unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+};
+
 TEST_P(OpsCuda, Attention) {
-  struct Case {
-    int B, L, n_heads, n_kv, head_dim;
-    Ids lengths;
-  };
-  const std::vector<Case> cases = {
+  const std::vector<AttnCase> fallback = {
       {3, 19, 6, 2, 40, {19, 11, 1}},   // GQA (groups of 3), head_dim not a multiple of 32, padding
       {2, 8, 4, 4, 24, {0, 5}},          // MHA, an empty sequence
       {2, 13, 5, 1, 72, {13, 9}},        // MQA
-      {2, 33, 4, 2, 128, {33, 20}},      // a real head_dim
+      {2, 21, 4, 2, 10, {21, 6}},        // a small head_dim
+      {2, 30, 4, 2, 33, {30, 17}},       // an odd head_dim
   };
-  for (const Case& cs : cases) {
+  // Tiled kernels: query/key blocks of 64, L not a multiple of the tiles, lengths 0, 1, L and in between.
+  const std::vector<AttnCase> tiled = {
+      {2, 33, 4, 2, 128, {33, 20}},              // shorter than one block
+      {2, 77, 4, 2, 64, {77, 40}},               // GQA, groups of 2
+      {4, 200, 14, 2, 64, {200, 0, 1, 131}},     // Qwen2.5-0.5B heads (groups of 7)
+      {2, 130, 3, 3, 64, {130, 64}},             // MHA: dk/dv straight from the key-block kernel
+      {4, 77, 14, 2, 128, {77, 0, 1, 50}},
+      {3, 200, 4, 2, 128, {1, 200, 64}},
+      {1, 128, 8, 1, 128, {128}},                // MQA, L a multiple of every tile
+  };
+
+  // Runs one case against the CPU reference; returns the GPU's dq, dk, dv.
+  auto run = [&](const AttnCase& cs, const std::string& path) {
     const int B = cs.B, L = cs.L, nh = cs.n_heads, nkv = cs.n_kv, hd = cs.head_dim;
-    const std::string tag = "B" + std::to_string(B) + " L" + std::to_string(L) + " h" + std::to_string(nh) + "/" +
-                            std::to_string(nkv) + " d" + std::to_string(hd) + " ";
+    const std::string tag = path + "B" + std::to_string(B) + " L" + std::to_string(L) + " h" + std::to_string(nh) +
+                            "/" + std::to_string(nkv) + " d" + std::to_string(hd) + " ";
     Pair len = i32(cs.lengths);
     Pair q = storage(randu(sz(B, L, nh, hd), 60, -2.0f, 2.0f));
     Pair k = storage(randu(sz(B, L, nkv, hd), 61, -2.0f, 2.0f));
@@ -404,19 +432,55 @@ TEST_P(OpsCuda, Attention) {
     expect_close(tag + "attention out", out, tol());
     expect_close(tag + "attention lse", lse, kF32Tol);
 
-    // Backward from the CPU's lse on both sides; dq/dk/dv prefilled with junk (every row must be written).
+    // Backward from the CPU's lse on both sides (and each side's own out); dq/dk/dv prefilled with junk (every
+    // row must be written).
     Pair lse_ref = f32(cpu_values(lse));
     Pair dout = storage(randu(sz(B, L, nh, hd), 63));
     Pair dq = storage(Vec(sz(B, L, nh, hd), 7.0f));
     Pair dk = storage(Vec(sz(B, L, nkv, hd), 7.0f));
     Pair dv = storage(Vec(sz(B, L, nkv, hd), 7.0f));
-    cpu_->attention_backward(dq.c, dk.c, dv.c, dout.c, q.c, k.c, v.c, static_cast<const float*>(lse_ref.c),
+    cpu_->attention_backward(dq.c, dk.c, dv.c, dout.c, out.c, q.c, k.c, v.c, static_cast<const float*>(lse_ref.c),
                              static_cast<const std::int32_t*>(len.c), B, L, nh, nkv, hd);
-    gpu_->attention_backward(dq.g, dk.g, dv.g, dout.g, q.g, k.g, v.g, static_cast<const float*>(lse_ref.g),
+    gpu_->attention_backward(dq.g, dk.g, dv.g, dout.g, out.g, q.g, k.g, v.g, static_cast<const float*>(lse_ref.g),
                              static_cast<const std::int32_t*>(len.g), B, L, nh, nkv, hd);
     expect_close(tag + "attention dq", dq, tol());
     expect_close(tag + "attention dk", dk, tol());
     expect_close(tag + "attention dv", dv, tol());
+    gpu_->synchronize();  // no error bit set
+
+    // Deterministic: the same backward again gives the same bits.
+    std::vector<Vec> grads = {gpu_values(dq), gpu_values(dk), gpu_values(dv)};
+    gpu_->attention_backward(dq.g, dk.g, dv.g, dout.g, out.g, q.g, k.g, v.g, static_cast<const float*>(lse_ref.g),
+                             static_cast<const std::int32_t*>(len.g), B, L, nh, nkv, hd);
+    EXPECT_EQ(gpu_values(dq), grads[0]) << tag << "dq not deterministic";
+    EXPECT_EQ(gpu_values(dk), grads[1]) << tag << "dk not deterministic";
+    EXPECT_EQ(gpu_values(dv), grads[2]) << tag << "dv not deterministic";
+  };
+
+  for (const AttnCase& cs : fallback) run(cs, "");
+  for (const AttnCase& cs : tiled) run(cs, "");
+  {
+    const ScopedEnv env("MGRL_CUDA_ATTENTION", "naive");
+    run(tiled[1], "naive ");
+    run(tiled[4], "naive ");
+  }
+  if (st() == DType::F16) {
+    const ScopedEnv env("MGRL_CUDA_ATTENTION", "mma_k8");
+    for (const AttnCase& cs : tiled) run(cs, "k8 ");
+  }
+
+  // A length outside [0, L] is clamped and reported at the next synchronisation, on both paths.
+  for (const int hd : {64, 24}) {
+    const int B = 1, L = 70, nh = 2, nkv = 1;
+    Pair len = i32({L + 5});
+    Pair q = storage(randu(sz(B, L, nh, hd), 64));
+    Pair kv = storage(randu(sz(B, L, nkv, hd), 65));
+    Pair out = storage(Vec(sz(B, L, nh, hd), 0.0f));
+    Pair lse = f32(Vec(sz(B, nh, L), 0.0f));
+    gpu_->attention_forward(out.g, static_cast<float*>(lse.g), q.g, kv.g, kv.g,
+                            static_cast<const std::int32_t*>(len.g), B, L, nh, nkv, hd);
+    EXPECT_THROW(gpu_->synchronize(), FatalError) << "head_dim " << hd;
+    gpu_->synchronize();  // the error word was cleared
   }
 }
 

@@ -1,0 +1,814 @@
+// flash_attention.cu: FlashAttention-2-style causal grouped-query attention (right-padded batch) on tensor cores,
+// head_dim 64 and 128, bf16 or fp16 storage, fp32 accumulation. Semantics: kernels/cpu/attention.h.
+//
+// Every kernel runs 4 warps (128 threads); a warp owns 16 rows of its tile and keeps them in registers in the
+// layouts of mma.sync m16n8k16 (row.col, fp32 accumulators), so softmax and the products chain without going
+// through shared memory: an accumulator tile of S (or dS) becomes the A operand of the next product as is.
+// Operands come from shared memory with ldmatrix (.trans where the product needs the tile transposed). Tiles are
+// staged by cp.async (sm_80+; plain 16-byte copies on sm_75), double-buffered: the next tile loads while this one
+// is computed. Shared rows are padded to head_dim + 8 elements, which keeps ldmatrix free of bank conflicts.
+//
+//   forward   grid (B * n_heads, query blocks of 64), heaviest (last) query block first. The block's Q tile goes
+//             to registers once; key/value tiles of kFwdN rows stream through shared memory up to the diagonal
+//             (causal tile skipping; only tiles reaching past a warp's first row are masked). Online softmax in
+//             fp32, base 2 (scores pre-multiplied by scale * log2 e); P is rounded to the storage type for P V.
+//             Writes out = O / l and lse = (m + log2 l) ln 2; rows at padding get out = 0, lse = 0.
+//   backward  (1) dsum: one warp per row, D = rowsum(dout * out) (0 on padding rows).
+//             (2) dq: grid as the forward; Q and dO fragments in registers; per key tile recompute
+//                 P = exp2(s * scale log2 e - lse log2 e), dP = dO V^T, dS = P (dP - D), dQ += dS K.
+//             (3) dkv: grid (B * n_heads, key blocks of 64), heaviest (first) key block first; each warp owns 16
+//                 keys; query tiles of kDkvM rows (with their lse and D) stream from the diagonal to the sequence
+//                 end; S^T = K Q^T, dP^T = V dO^T, dV += P^T dO, dK += dS^T Q, all in registers.
+//             (4) when n_heads > n_kv, (3) writes per-query-head fp32 partials and a reduce kernel sums each
+//                 group's heads in a fixed order into dk/dv. No atomics anywhere: the backward is deterministic.
+// Padding: rows at t >= length are loaded as zeros, masked out of every sum and written as zeros.
+//
+// Architectures: mma.sync m16n8k16 on sm_80+ (bf16 and fp16); on sm_75 (fp16 only) each m16n8k16 is two m16n8k8.
+// MGRL_CUDA_ATTENTION=mma_k8 forces the m16n8k8 form for fp16 on newer GPUs too (so tests cover sm_75's code).
+#include "kernels/cuda/flash_attention.cuh"
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <type_traits>
+
+namespace mgrl::kernels::cuda {
+namespace {
+
+constexpr int kFaWarps = 4;
+constexpr int kFaThreads = 32 * kFaWarps;
+constexpr int kRows = 16 * kFaWarps;  // query rows of a forward / dq block, key rows of a dkv block
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// Tile sizes by head_dim (rows of the streamed tiles). head_dim 128 streams smaller tiles in the backward to stay
+// within 255 registers per thread.
+template <int D>
+struct Tiles;
+template <>
+struct Tiles<64> {
+  static constexpr int kFwdN = 64, kDqN = 64, kDkvM = 64;
+};
+template <>
+struct Tiles<128> {
+  static constexpr int kFwdN = 64, kDqN = 32, kDkvM = 32;
+};
+
+template <int D>
+__host__ __device__ constexpr int pitch() {  // shared row pitch in elements
+  return D + 8;
+}
+template <int D>
+constexpr int fwd_smem() {  // Q [64], K/V [2 stages][kFwdN]
+  return (kRows + 4 * Tiles<D>::kFwdN) * pitch<D>() * 2;
+}
+template <int D>
+constexpr int dq_smem() {  // Q, dO [64], K/V [2][kDqN]
+  return (2 * kRows + 4 * Tiles<D>::kDqN) * pitch<D>() * 2;
+}
+template <int D>
+constexpr int dkv_smem() {  // K, V [64], Q/dO [2][kDkvM], lse/D [2][kDkvM] floats
+  return (2 * kRows + 4 * Tiles<D>::kDkvM) * pitch<D>() * 2 + 4 * Tiles<D>::kDkvM * 4;
+}
+
+// ---- device helpers ----
+
+__device__ __forceinline__ int clamped_len(const std::int32_t* lengths, int b, int L, int* err) {
+  const int len = lengths[b];
+  if (len < 0 || len > L) {
+    if (threadIdx.x == 0) atomicOr(err, kErrLength);
+    return len < 0 ? 0 : L;
+  }
+  return len;
+}
+
+template <class S>
+__device__ __forceinline__ std::uint32_t pack2(float lo, float hi);
+template <>
+__device__ __forceinline__ std::uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<std::uint32_t*>(&v);
+}
+template <>
+__device__ __forceinline__ std::uint32_t pack2<__half>(float lo, float hi) {
+  __half2 v = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<std::uint32_t*>(&v);
+}
+
+// c += a b for a 16x16 A tile (row major, 4 registers) and a 16x8 B tile ("col": 2 registers), fp32 c.
+template <class S, bool kK8>
+__device__ __forceinline__ void mma16816(float (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
+                                         std::uint32_t b1) {
+  constexpr bool kBf16 = std::is_same_v<S, __nv_bfloat16>;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if constexpr (!kK8) {
+    if constexpr (kBf16) {
+      asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+          "{%0,%1,%2,%3};\n"
+          : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    } else {
+      asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+          "{%0,%1,%2,%3};\n"
+          : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+    return;
+  }
+  if constexpr (kBf16) {
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(b0));
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[2]), "r"(a[3]), "r"(b1));
+    return;
+  }
+#endif
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750
+  if constexpr (!kBf16) {
+    // k = 0..7 are a0/a1 and b0, k = 8..15 are a2/a3 and b1.
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(b0));
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[2]), "r"(a[3]), "r"(b1));
+    return;
+  }
+#endif
+#if defined(__CUDA_ARCH__)
+  __trap();  // not launched on this architecture (flash_attention_applies)
+#endif
+}
+
+// Four 8x8 b16 matrices from shared memory; lane i gives the address of row i % 8 of matrix i / 8.
+__device__ __forceinline__ void ldsm_x4(std::uint32_t (&r)[4], const void* p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+#elif defined(__CUDA_ARCH__)
+  (void)p;
+  r[0] = r[1] = r[2] = r[3] = 0;
+  __trap();
+#endif
+}
+__device__ __forceinline__ void ldsm_x4_t(std::uint32_t (&r)[4], const void* p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+#elif defined(__CUDA_ARCH__)
+  (void)p;
+  r[0] = r[1] = r[2] = r[3] = 0;
+  __trap();
+#endif
+}
+
+// 16 bytes global -> shared, zero-filled when !valid (g is then not read).
+__device__ __forceinline__ void cp16(void* s, const void* g, bool valid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(s));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(g), "r"(valid ? 16 : 0));
+#else
+  *static_cast<uint4*>(s) = valid ? *static_cast<const uint4*>(g) : make_uint4(0u, 0u, 0u, 0u);
+#endif
+}
+__device__ __forceinline__ void cp_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+template <int N>
+__device__ __forceinline__ void cp_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
+// Rows [0, R) of a tile into shared memory (pitch D + 8): row r is g + r * gstride, valid for r < nvalid (zeros
+// otherwise).
+template <int R, int D, class S>
+__device__ __forceinline__ void load_tile(S* s, const S* g, std::int64_t gstride, int nvalid) {
+  constexpr int kChunks = D / 8;
+  for (int c = threadIdx.x; c < R * kChunks; c += kFaThreads) {
+    const int r = c / kChunks, col = (c % kChunks) * 8;
+    const bool ok = r < nvalid;
+    cp16(s + r * pitch<D>() + col, ok ? g + r * gstride + col : g, ok);
+  }
+}
+
+// Zeros rows [0, rows) of W elements (16-byte aligned rows g + r * gstride).
+template <int W, class T>
+__device__ __forceinline__ void zero_rows(T* g, std::int64_t gstride, int rows) {
+  constexpr int kPer = 16 / static_cast<int>(sizeof(T)), kChunks = W / kPer;
+  for (int c = threadIdx.x; c < rows * kChunks; c += kFaThreads) {
+    const int r = c / kChunks, col = (c % kChunks) * kPer;
+    *reinterpret_cast<uint4*>(g + r * gstride + col) = make_uint4(0u, 0u, 0u, 0u);
+  }
+}
+
+// Shared-memory addresses a lane passes to ldmatrix.x4 for a 16x16 tile at (row0, col0) of a pitch-P tile:
+//  a_addr: matrices (rows 0-7, cols 0-7), (rows 8-15, cols 0-7), (0-7, 8-15), (8-15, 8-15): the A fragment of a
+//          row-major tile; with .trans, the B fragments (b0, b1) of two 8-column groups of a [k][n] tile.
+//  b_addr: matrices (rows 0-7, cols 0-7), (0-7, 8-15), (8-15, 0-7), (8-15, 8-15): the B fragments (b0, b1) of two
+//          8-row groups of an [n][k] tile (rows = n).
+template <int P, class S>
+__device__ __forceinline__ const S* a_addr(const S* t, int row0, int col0, int lane) {
+  return t + (row0 + (lane & 7) + (((lane >> 3) & 1) << 3)) * P + col0 + ((lane >> 4) << 3);
+}
+template <int P, class S>
+__device__ __forceinline__ const S* b_addr(const S* t, int row0, int col0, int lane) {
+  return t + (row0 + (lane & 7) + ((lane >> 4) << 3)) * P + col0 + (((lane >> 3) & 1) << 3);
+}
+
+// acc[16 x 8N] += A (16 x 16K, fragments in registers) times the transpose of rows [0, 8N) of shared tile T
+// ([8N][16K], pitch P): S = Q K^T and friends.
+template <class S, bool kK8, int K16, int N8, int P>
+__device__ __forceinline__ void mma_abt(float (&acc)[N8][4], const std::uint32_t (&a)[K16][4], const S* T, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < K16; ++kk) {
+#pragma unroll
+    for (int np = 0; np < N8 / 2; ++np) {
+      std::uint32_t b[4];
+      ldsm_x4(b, b_addr<P>(T, np * 16, kk * 16, lane));
+      mma16816<S, kK8>(acc[2 * np], a[kk], b[0], b[1]);
+      mma16816<S, kK8>(acc[2 * np + 1], a[kk], b[2], b[3]);
+    }
+  }
+}
+
+// acc[16 x 8N] += P (16 x 16K, given as fp32 accumulator tiles p[2K][4], rounded to S) times rows [0, 16K) of
+// shared tile T ([16K][8N], pitch P): O += P V and friends.
+template <class S, bool kK8, int K16, int N8, int P>
+__device__ __forceinline__ void mma_pb(float (&acc)[N8][4], const float (&p)[2 * K16][4], const S* T, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < K16; ++kk) {
+    const std::uint32_t a[4] = {pack2<S>(p[2 * kk][0], p[2 * kk][1]), pack2<S>(p[2 * kk][2], p[2 * kk][3]),
+                                pack2<S>(p[2 * kk + 1][0], p[2 * kk + 1][1]),
+                                pack2<S>(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+#pragma unroll
+    for (int np = 0; np < N8 / 2; ++np) {
+      std::uint32_t b[4];
+      ldsm_x4_t(b, a_addr<P>(T, kk * 16, np * 16, lane));
+      mma16816<S, kK8>(acc[2 * np], a, b[0], b[1]);
+      mma16816<S, kK8>(acc[2 * np + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// A fragments of the warp's 16 rows (from row0) of a shared [rows][D] tile.
+template <int K16, int P, class S>
+__device__ __forceinline__ void load_a(std::uint32_t (&a)[K16][4], const S* T, int row0, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < K16; ++kk) ldsm_x4(a[kk], a_addr<P>(T, row0, kk * 16, lane));
+}
+
+// Row sums and maxima over the 4 lanes of a quad (the lanes holding one accumulator row).
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// ---- forward ----
+// grid (B * n_heads, ceil(L / 64)), kFaThreads, fwd_smem<D>() bytes of dynamic shared memory.
+template <class S, int D, bool kK8>
+__global__ void __launch_bounds__(kFaThreads) fa_forward_kernel(S* out, float* lse, const S* q, const S* k,
+                                                                const S* v, const std::int32_t* lengths, int L,
+                                                                int n_heads, int n_kv, float scale_log2, int* err) {
+  constexpr int BN = Tiles<D>::kFwdN, P = pitch<D>(), K16 = D / 16;
+  extern __shared__ __align__(16) unsigned char smem[];
+  S* Qs = reinterpret_cast<S*>(smem);  // [64][P]
+  S* Ks = Qs + kRows * P;              // [2][BN][P]
+  S* Vs = Ks + 2 * BN * P;             // [2][BN][P]
+  const int b = blockIdx.x / n_heads, h = blockIdx.x % n_heads;
+  const int kvh = h / (n_heads / n_kv);
+  const int q0 = (gridDim.y - 1 - blockIdx.y) * kRows;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const std::int64_t qstride = static_cast<std::int64_t>(n_heads) * D, kstride = static_cast<std::int64_t>(n_kv) * D;
+  const std::int64_t row0 = static_cast<std::int64_t>(b) * L;
+  float* lse_bh = lse + (static_cast<std::int64_t>(b) * n_heads + h) * L;
+  S* og = out + (row0 + q0) * qstride + static_cast<std::int64_t>(h) * D;
+  const int len = clamped_len(lengths, b, L, err);
+  if (q0 >= len) {  // the whole block is padding
+    const int rows = min(kRows, L - q0);
+    zero_rows<D>(og, qstride, rows);
+    for (int r = threadIdx.x; r < rows; r += kFaThreads) lse_bh[q0 + r] = 0.0f;
+    return;
+  }
+  const int q_end = min(q0 + kRows, len);  // valid query rows [q0, q_end)
+  const int n_tiles = (q_end + BN - 1) / BN;
+  const S* kg = k + row0 * kstride + static_cast<std::int64_t>(kvh) * D;
+  const S* vg = v + row0 * kstride + static_cast<std::int64_t>(kvh) * D;
+  load_tile<kRows, D>(Qs, q + (row0 + q0) * qstride + static_cast<std::int64_t>(h) * D, qstride, q_end - q0);
+  load_tile<BN, D>(Ks, kg, kstride, min(BN, len));
+  load_tile<BN, D>(Vs, vg, kstride, min(BN, len));
+  cp_commit();
+
+  std::uint32_t qf[K16][4];
+  float o[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  const int wrow = q0 + warp * 16;            // the warp's first query row
+  const int trow = wrow + (lane >> 2);        // this lane's rows: trow and trow + 8
+  for (int j = 0; j < n_tiles; ++j) {
+    const int buf = j & 1;
+    if (j + 1 < n_tiles) {
+      const int k1 = (j + 1) * BN;
+      load_tile<BN, D>(Ks + (buf ^ 1) * BN * P, kg + k1 * kstride, kstride, min(BN, len - k1));
+      load_tile<BN, D>(Vs + (buf ^ 1) * BN * P, vg + k1 * kstride, kstride, min(BN, len - k1));
+      cp_commit();
+      cp_wait<1>();
+    } else {
+      cp_wait<0>();
+    }
+    __syncthreads();
+    if (j == 0) load_a<K16, P>(qf, Qs, warp * 16, lane);
+    const S* Kt = Ks + buf * BN * P;
+    const S* Vt = Vs + buf * BN * P;
+
+    float s[BN / 8][4];
+#pragma unroll
+    for (int i = 0; i < BN / 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+    mma_abt<S, kK8, K16, BN / 8, P>(s, qf, Kt, lane);
+
+    const int kbase = j * BN;
+    if (kbase + BN - 1 > wrow) {  // the tile reaches past the warp's first row: causal mask
+#pragma unroll
+      for (int n = 0; n < BN / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int col = kbase + n * 8 + 2 * (lane & 3) + (e & 1);
+          if (col > trow + 8 * (e >> 1)) s[n][e] = -INFINITY;
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int n = 0; n < BN / 8; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
+      mx = quad_max(mx);
+      const float m_new = fmaxf(m[r], mx * scale_log2);
+      const float base = m_new == -INFINITY ? 0.0f : m_new;
+      const float alpha = exp2f(m[r] - base);
+      m[r] = m_new;
+      float sum = 0.0f;
+#pragma unroll
+      for (int n = 0; n < BN / 8; ++n) {
+        s[n][2 * r] = exp2f(fmaf(s[n][2 * r], scale_log2, -base));
+        s[n][2 * r + 1] = exp2f(fmaf(s[n][2 * r + 1], scale_log2, -base));
+        sum += s[n][2 * r] + s[n][2 * r + 1];
+      }
+      l[r] = l[r] * alpha + sum;  // this lane's columns only; summed over the quad at the end
+#pragma unroll
+      for (int d = 0; d < D / 8; ++d) {
+        o[d][2 * r] *= alpha;
+        o[d][2 * r + 1] *= alpha;
+      }
+    }
+    mma_pb<S, kK8, BN / 16, D / 8, P>(o, s, Vt, lane);
+    __syncthreads();  // the buffer is refilled in the next iteration
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float lsum = quad_sum(l[r]);
+    const int t = trow + 8 * r;
+    if (t >= L) continue;
+    const bool valid = t < len;
+    const float inv = valid ? 1.0f / lsum : 0.0f;
+    S* orow = out + (row0 + t) * qstride + static_cast<std::int64_t>(h) * D + 2 * (lane & 3);
+#pragma unroll
+    for (int d = 0; d < D / 8; ++d)
+      *reinterpret_cast<std::uint32_t*>(orow + d * 8) =
+          valid ? pack2<S>(o[d][2 * r] * inv, o[d][2 * r + 1] * inv) : 0u;
+    if ((lane & 3) == 0) lse_bh[t] = valid ? (m[r] + log2f(lsum)) * kLn2 : 0.0f;
+  }
+}
+
+// ---- backward ----
+// D[b, h, t] = sum_d dout * out over the row (0 on padding rows). One warp per row, 4 warps per block.
+template <class S>
+__global__ void fa_dsum_kernel(float* Dsum, const S* dout, const S* out, const std::int32_t* lengths, int L,
+                               int n_heads, int hd, std::int64_t rows, int* err) {
+  const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * kFaWarps + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (row >= rows) return;
+  const int t = static_cast<int>(row % L);
+  const std::int64_t bh = row / L;
+  const int h = static_cast<int>(bh % n_heads);
+  const int b = static_cast<int>(bh / n_heads);
+  const int len = clamped_len(lengths, b, L, err);
+  float acc = 0.0f;
+  if (t < len) {
+    const std::int64_t off = ((static_cast<std::int64_t>(b) * L + t) * n_heads + h) * hd;
+    for (int d = 2 * lane; d < hd; d += 64) {
+      acc += to_f32(dout[off + d]) * to_f32(out[off + d]) + to_f32(dout[off + d + 1]) * to_f32(out[off + d + 1]);
+    }
+    acc = warp_sum(acc);
+  }
+  if (lane == 0) Dsum[row] = acc;
+}
+
+// grid (B * n_heads, ceil(L / 64)), kFaThreads, dq_smem<D>() bytes. dq of the block's 64 query rows.
+template <class S, int D, bool kK8>
+__global__ void __launch_bounds__(kFaThreads) fa_dq_kernel(S* dq, const S* dout, const S* q, const S* k, const S* v,
+                                                           const float* lse, const float* Dsum,
+                                                           const std::int32_t* lengths, int L, int n_heads,
+                                                           int n_kv, float scale, float scale_log2, int* err) {
+  constexpr int BN = Tiles<D>::kDqN, P = pitch<D>(), K16 = D / 16;
+  extern __shared__ __align__(16) unsigned char smem[];
+  S* Qs = reinterpret_cast<S*>(smem);  // [64][P]
+  S* Gs = Qs + kRows * P;              // dO [64][P]
+  S* Ks = Gs + kRows * P;              // [2][BN][P]
+  S* Vs = Ks + 2 * BN * P;             // [2][BN][P]
+  const int b = blockIdx.x / n_heads, h = blockIdx.x % n_heads;
+  const int kvh = h / (n_heads / n_kv);
+  const int q0 = (gridDim.y - 1 - blockIdx.y) * kRows;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const std::int64_t qstride = static_cast<std::int64_t>(n_heads) * D, kstride = static_cast<std::int64_t>(n_kv) * D;
+  const std::int64_t row0 = static_cast<std::int64_t>(b) * L;
+  const std::int64_t qoff = (row0 + q0) * qstride + static_cast<std::int64_t>(h) * D;
+  const int len = clamped_len(lengths, b, L, err);
+  if (q0 >= len) {
+    zero_rows<D>(dq + qoff, qstride, min(kRows, L - q0));
+    return;
+  }
+  const int q_end = min(q0 + kRows, len);
+  const int n_tiles = (q_end + BN - 1) / BN;
+  const S* kg = k + row0 * kstride + static_cast<std::int64_t>(kvh) * D;
+  const S* vg = v + row0 * kstride + static_cast<std::int64_t>(kvh) * D;
+  load_tile<kRows, D>(Qs, q + qoff, qstride, q_end - q0);
+  load_tile<kRows, D>(Gs, dout + qoff, qstride, q_end - q0);
+  load_tile<BN, D>(Ks, kg, kstride, min(BN, len));
+  load_tile<BN, D>(Vs, vg, kstride, min(BN, len));
+  cp_commit();
+
+  const int wrow = q0 + warp * 16;
+  const int trow = wrow + (lane >> 2);
+  const float* lse_bh = lse + (static_cast<std::int64_t>(b) * n_heads + h) * L;
+  const float* D_bh = Dsum + (static_cast<std::int64_t>(b) * n_heads + h) * L;
+  float lse2[2], Dr[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int t = trow + 8 * r;
+    lse2[r] = t < len ? lse_bh[t] * kLog2e : 0.0f;
+    Dr[r] = t < len ? D_bh[t] : 0.0f;
+  }
+  std::uint32_t qf[K16][4], gf[K16][4];
+  float acc[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+  for (int j = 0; j < n_tiles; ++j) {
+    const int buf = j & 1;
+    if (j + 1 < n_tiles) {
+      const int k1 = (j + 1) * BN;
+      load_tile<BN, D>(Ks + (buf ^ 1) * BN * P, kg + k1 * kstride, kstride, min(BN, len - k1));
+      load_tile<BN, D>(Vs + (buf ^ 1) * BN * P, vg + k1 * kstride, kstride, min(BN, len - k1));
+      cp_commit();
+      cp_wait<1>();
+    } else {
+      cp_wait<0>();
+    }
+    __syncthreads();
+    if (j == 0) {
+      load_a<K16, P>(qf, Qs, warp * 16, lane);
+      load_a<K16, P>(gf, Gs, warp * 16, lane);
+    }
+    const S* Kt = Ks + buf * BN * P;
+    const S* Vt = Vs + buf * BN * P;
+    float s[BN / 8][4], dp[BN / 8][4];
+#pragma unroll
+    for (int i = 0; i < BN / 8; ++i) {
+      s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+      dp[i][0] = dp[i][1] = dp[i][2] = dp[i][3] = 0.0f;
+    }
+    mma_abt<S, kK8, K16, BN / 8, P>(s, qf, Kt, lane);
+    mma_abt<S, kK8, K16, BN / 8, P>(dp, gf, Vt, lane);
+    const int kbase = j * BN;
+    const bool masked = kbase + BN - 1 > wrow;
+#pragma unroll
+    for (int n = 0; n < BN / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e >> 1;
+        const int col = kbase + n * 8 + 2 * (lane & 3) + (e & 1);
+        float p = exp2f(fmaf(s[n][e], scale_log2, -lse2[r]));
+        if (masked && col > trow + 8 * r) p = 0.0f;
+        s[n][e] = p * (dp[n][e] - Dr[r]);  // dS (without the scale)
+      }
+    mma_pb<S, kK8, BN / 16, D / 8, P>(acc, s, Kt, lane);
+    __syncthreads();
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int t = trow + 8 * r;
+    if (t >= L) continue;
+    const bool valid = t < len;
+    S* row = dq + (row0 + t) * qstride + static_cast<std::int64_t>(h) * D + 2 * (lane & 3);
+#pragma unroll
+    for (int d = 0; d < D / 8; ++d)
+      *reinterpret_cast<std::uint32_t*>(row + d * 8) =
+          valid ? pack2<S>(acc[d][2 * r] * scale, acc[d][2 * r + 1] * scale) : 0u;
+  }
+}
+
+// grid (B * n_heads, ceil(L / 64)), kFaThreads, dkv_smem<D>() bytes. dk/dv of the block's 64 key rows from query
+// head h: into dk/dv (storage) when part_k is null (n_heads == n_kv), else into the fp32 partials part_k/part_v
+// [B*L, n_heads, D].
+template <class S, int D, bool kK8>
+__global__ void __launch_bounds__(kFaThreads) fa_dkv_kernel(S* dk, S* dv, float* part_k, float* part_v,
+                                                            const S* dout, const S* q, const S* k, const S* v,
+                                                            const float* lse, const float* Dsum,
+                                                            const std::int32_t* lengths, int L, int n_heads,
+                                                            int n_kv, float scale, float scale_log2, int* err) {
+  constexpr int BM = Tiles<D>::kDkvM, P = pitch<D>(), K16 = D / 16;
+  extern __shared__ __align__(16) unsigned char smem[];
+  S* Ks = reinterpret_cast<S*>(smem);  // [64][P]
+  S* Vs = Ks + kRows * P;              // [64][P]
+  S* Qs = Vs + kRows * P;              // [2][BM][P]
+  S* Gs = Qs + 2 * BM * P;             // dO [2][BM][P]
+  float* Ls = reinterpret_cast<float*>(Gs + 2 * BM * P);  // lse * log2 e [2][BM]
+  float* Ds = Ls + 2 * BM;                                // D [2][BM]
+  const int b = blockIdx.x / n_heads, h = blockIdx.x % n_heads;
+  const int kvh = h / (n_heads / n_kv);
+  const int k0 = blockIdx.y * kRows;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const std::int64_t qstride = static_cast<std::int64_t>(n_heads) * D, kstride = static_cast<std::int64_t>(n_kv) * D;
+  const std::int64_t row0 = static_cast<std::int64_t>(b) * L;
+  const int len = clamped_len(lengths, b, L, err);
+  const int krow = k0 + warp * 16 + (lane >> 2);  // this lane's key rows: krow and krow + 8
+  if (k0 >= len) {
+    if (part_k == nullptr) {
+      const std::int64_t off = (row0 + k0) * kstride + static_cast<std::int64_t>(kvh) * D;
+      zero_rows<D>(dk + off, kstride, min(kRows, L - k0));
+      zero_rows<D>(dv + off, kstride, min(kRows, L - k0));
+    } else {
+      const std::int64_t off = (row0 + k0) * qstride + static_cast<std::int64_t>(h) * D;
+      zero_rows<D>(part_k + off, qstride, min(kRows, L - k0));
+      zero_rows<D>(part_v + off, qstride, min(kRows, L - k0));
+    }
+    return;
+  }
+  const int i_begin = k0 / BM, i_end = (len + BM - 1) / BM;  // query tiles that see some key of the block
+  const S* qg = q + row0 * qstride + static_cast<std::int64_t>(h) * D;
+  const S* gg = dout + row0 * qstride + static_cast<std::int64_t>(h) * D;
+  const float* lse_bh = lse + (static_cast<std::int64_t>(b) * n_heads + h) * L;
+  const float* D_bh = Dsum + (static_cast<std::int64_t>(b) * n_heads + h) * L;
+  const std::int64_t koff = (row0 + k0) * kstride + static_cast<std::int64_t>(kvh) * D;
+  load_tile<kRows, D>(Ks, k + koff, kstride, min(kRows, len - k0));
+  load_tile<kRows, D>(Vs, v + koff, kstride, min(kRows, len - k0));
+  auto load_q_tile = [&](int i, int st) {
+    const int t0 = i * BM;
+    load_tile<BM, D>(Qs + st * BM * P, qg + t0 * qstride, qstride, min(BM, len - t0));
+    load_tile<BM, D>(Gs + st * BM * P, gg + t0 * qstride, qstride, min(BM, len - t0));
+    for (int r = threadIdx.x; r < BM; r += kFaThreads) {
+      const int t = t0 + r;
+      Ls[st * BM + r] = t < len ? lse_bh[t] * kLog2e : 0.0f;
+      Ds[st * BM + r] = t < len ? D_bh[t] : 0.0f;
+    }
+  };
+  load_q_tile(i_begin, 0);
+  cp_commit();
+
+  float ak[D / 8][4], av[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) {
+    ak[i][0] = ak[i][1] = ak[i][2] = ak[i][3] = 0.0f;
+    av[i][0] = av[i][1] = av[i][2] = av[i][3] = 0.0f;
+  }
+  for (int i = i_begin; i < i_end; ++i) {
+    const int st = (i - i_begin) & 1;
+    if (i + 1 < i_end) {
+      load_q_tile(i + 1, st ^ 1);
+      cp_commit();
+      cp_wait<1>();
+    } else {
+      cp_wait<0>();
+    }
+    __syncthreads();
+    const S* Qt = Qs + st * BM * P;
+    const S* Gt = Gs + st * BM * P;
+    const float* Lt = Ls + st * BM;
+    const float* Dt = Ds + st * BM;
+    float s[BM / 8][4], dp[BM / 8][4];
+#pragma unroll
+    for (int n = 0; n < BM / 8; ++n) {
+      s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+      dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.0f;
+    }
+    {
+      std::uint32_t kf[K16][4];
+      load_a<K16, P>(kf, Ks, warp * 16, lane);
+      mma_abt<S, kK8, K16, BM / 8, P>(s, kf, Qt, lane);  // S^T = K Q^T
+    }
+    {
+      std::uint32_t vf[K16][4];
+      load_a<K16, P>(vf, Vs, warp * 16, lane);
+      mma_abt<S, kK8, K16, BM / 8, P>(dp, vf, Gt, lane);  // dP^T = V dO^T
+    }
+    const int t0 = i * BM;
+    // Queries t < u (causal) or t >= len (padding) are out of every sum.
+    const bool masked = t0 < k0 + warp * 16 + 15 || t0 + BM > len;
+#pragma unroll
+    for (int n = 0; n < BM / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int ti = n * 8 + 2 * (lane & 3) + (e & 1);  // query within the tile
+        float p = exp2f(fmaf(s[n][e], scale_log2, -Lt[ti]));
+        if (masked) {
+          const int t = t0 + ti;
+          if (t < krow + 8 * (e >> 1) || t >= len) p = 0.0f;
+        }
+        s[n][e] = p;
+        dp[n][e] = p * (dp[n][e] - Dt[ti]);  // dS^T (without the scale)
+      }
+    mma_pb<S, kK8, BM / 16, D / 8, P>(av, s, Gt, lane);   // dV += P^T dO
+    mma_pb<S, kK8, BM / 16, D / 8, P>(ak, dp, Qt, lane);  // dK += dS^T Q
+    __syncthreads();
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int u = krow + 8 * r;
+    if (u >= L) continue;
+    const bool valid = u < len;
+    if (part_k == nullptr) {
+      const std::int64_t off = (row0 + u) * kstride + static_cast<std::int64_t>(kvh) * D + 2 * (lane & 3);
+#pragma unroll
+      for (int d = 0; d < D / 8; ++d) {
+        *reinterpret_cast<std::uint32_t*>(dk + off + d * 8) =
+            valid ? pack2<S>(ak[d][2 * r] * scale, ak[d][2 * r + 1] * scale) : 0u;
+        *reinterpret_cast<std::uint32_t*>(dv + off + d * 8) =
+            valid ? pack2<S>(av[d][2 * r], av[d][2 * r + 1]) : 0u;
+      }
+    } else {
+      const std::int64_t off = (row0 + u) * qstride + static_cast<std::int64_t>(h) * D + 2 * (lane & 3);
+#pragma unroll
+      for (int d = 0; d < D / 8; ++d) {
+        *reinterpret_cast<float2*>(part_k + off + d * 8) =
+            valid ? make_float2(ak[d][2 * r] * scale, ak[d][2 * r + 1] * scale) : make_float2(0.0f, 0.0f);
+        *reinterpret_cast<float2*>(part_v + off + d * 8) =
+            valid ? make_float2(av[d][2 * r], av[d][2 * r + 1]) : make_float2(0.0f, 0.0f);
+      }
+    }
+  }
+}
+
+// dk/dv [B*L, n_kv, D] = sums over each group's heads (in head order) of the partials [B*L, n_heads, D].
+// Grid-stride over groups of 4 elements.
+template <class S>
+__global__ void fa_reduce_kv_kernel(S* dk, S* dv, const float* part_k, const float* part_v, std::int64_t n4,
+                                    int n_kv, int group, int D) {
+  const int per_row = n_kv * D / 4;
+  for (std::int64_t i = gs_begin(); i < n4; i += gs_stride()) {
+    const std::int64_t row = i / per_row;
+    const int rest = static_cast<int>(i % per_row) * 4;  // kvh * D + d
+    const int kvh = rest / D, d = rest % D;
+    const float* pk = part_k + (row * n_kv * group + static_cast<std::int64_t>(kvh) * group) * D + d;
+    const float* pv = part_v + (row * n_kv * group + static_cast<std::int64_t>(kvh) * group) * D + d;
+    float4 sk = make_float4(0.0f, 0.0f, 0.0f, 0.0f), sv = sk;
+    for (int g = 0; g < group; ++g) {
+      const float4 a = *reinterpret_cast<const float4*>(pk + static_cast<std::int64_t>(g) * D);
+      const float4 c = *reinterpret_cast<const float4*>(pv + static_cast<std::int64_t>(g) * D);
+      sk.x += a.x, sk.y += a.y, sk.z += a.z, sk.w += a.w;
+      sv.x += c.x, sv.y += c.y, sv.z += c.z, sv.w += c.w;
+    }
+    const std::int64_t o = row * n_kv * D + rest;
+    *reinterpret_cast<uint2*>(dk + o) = make_uint2(pack2<S>(sk.x, sk.y), pack2<S>(sk.z, sk.w));
+    *reinterpret_cast<uint2*>(dv + o) = make_uint2(pack2<S>(sv.x, sv.y), pack2<S>(sv.z, sv.w));
+  }
+}
+
+// ---- host side ----
+
+bool force_k8() {
+  const char* e = std::getenv("MGRL_CUDA_ATTENTION");
+  return e != nullptr && std::strcmp(e, "mma_k8") == 0;
+}
+
+template <class Kern>
+void allow_smem(Kern kernel, int bytes) {
+  if (bytes > 48 * 1024)
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+}
+
+// Calls f(std::integral_constant<int, D>, std::bool_constant<K8>) for the call's head_dim and mma form.
+// bf16 always takes m16n8k16 (bf16 needs sm_80+); fp16 takes m16n8k8 pairs on sm_75 or when forced.
+template <class S, class F>
+void with_config(int head_dim, F&& f) {
+  int dev = 0, major = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  const bool k8 = std::is_same_v<S, __half> && (major < 8 || force_k8());
+  auto by_dim = [&](auto kk8) {
+    if (head_dim == 64)
+      f(std::integral_constant<int, 64>{}, kk8);
+    else
+      f(std::integral_constant<int, 128>{}, kk8);
+  };
+  if constexpr (std::is_same_v<S, __half>) {
+    if (k8) {
+      by_dim(std::true_type{});
+      return;
+    }
+  }
+  (void)k8;
+  by_dim(std::false_type{});
+}
+
+}  // namespace
+
+bool flash_attention_applies(DType st, int head_dim, std::initializer_list<const void*> tensors) {
+  if (head_dim != 64 && head_dim != 128) return false;
+  const char* e = std::getenv("MGRL_CUDA_ATTENTION");
+  if (e != nullptr && std::strcmp(e, "naive") == 0) return false;
+  for (const void* p : tensors)
+    if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0) return false;
+  int dev = 0, major = 0, minor = 0, smem = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  const int cc = major * 10 + minor;
+  if (cc < 75 || (st == DType::BF16 && cc < 80)) return false;
+  const int need = head_dim == 64 ? std::max({fwd_smem<64>(), dq_smem<64>(), dkv_smem<64>()})
+                                  : std::max({fwd_smem<128>(), dq_smem<128>(), dkv_smem<128>()});
+  return smem >= need;
+}
+
+void flash_attention_forward(const Ctx& c, void* out, float* lse, const void* q, const void* k, const void* v,
+                             const std::int32_t* lengths, int B, int L, int n_heads, int n_kv, int head_dim) {
+  const float scale_log2 = kLog2e / sqrtf(static_cast<float>(head_dim));
+  const dim3 grid(static_cast<unsigned>(B * n_heads), static_cast<unsigned>((L + kRows - 1) / kRows));
+  dispatch(c.st, [&](auto tag) {
+    using S = decltype(tag);
+    with_config<S>(head_dim, [&](auto dim, auto k8) {
+      constexpr int D = decltype(dim)::value;
+      constexpr bool K8 = decltype(k8)::value;
+      auto kern = fa_forward_kernel<S, D, K8>;
+      allow_smem(kern, fwd_smem<D>());
+      kern<<<grid, kFaThreads, fwd_smem<D>(), c.stream>>>(static_cast<S*>(out), lse, static_cast<const S*>(q),
+                                                           static_cast<const S*>(k), static_cast<const S*>(v),
+                                                           lengths, L, n_heads, n_kv, scale_log2, c.err);
+      CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+void flash_attention_backward(const Ctx& c, void* dq, void* dk, void* dv, const void* dout, const void* out,
+                              const void* q, const void* k, const void* v, const float* lse,
+                              const std::int32_t* lengths, int B, int L, int n_heads, int n_kv, int head_dim) {
+  const float scale = 1.0f / sqrtf(static_cast<float>(head_dim));
+  const float scale_log2 = kLog2e * scale;
+  const std::int64_t rows = static_cast<std::int64_t>(B) * n_heads * L;
+  const int group = n_heads / n_kv;
+  const dim3 grid(static_cast<unsigned>(B * n_heads), static_cast<unsigned>((L + kRows - 1) / kRows));
+  float* Dsum = static_cast<float*>(scratch_alloc(sizeof(float) * static_cast<std::size_t>(rows), c.stream));
+  float* part = nullptr;
+  const std::size_t part_n = static_cast<std::size_t>(B) * L * n_heads * head_dim;
+  if (group > 1) part = static_cast<float*>(scratch_alloc(2 * sizeof(float) * part_n, c.stream));
+  dispatch(c.st, [&](auto tag) {
+    using S = decltype(tag);
+    fa_dsum_kernel<S><<<static_cast<unsigned>((rows + kFaWarps - 1) / kFaWarps), kFaThreads, 0, c.stream>>>(
+        Dsum, static_cast<const S*>(dout), static_cast<const S*>(out), lengths, L, n_heads, head_dim, rows, c.err);
+    CUDA_CHECK_LAUNCH();
+    with_config<S>(head_dim, [&](auto dim, auto k8) {
+      constexpr int D = decltype(dim)::value;
+      constexpr bool K8 = decltype(k8)::value;
+      auto kq = fa_dq_kernel<S, D, K8>;
+      allow_smem(kq, dq_smem<D>());
+      kq<<<grid, kFaThreads, dq_smem<D>(), c.stream>>>(
+          static_cast<S*>(dq), static_cast<const S*>(dout), static_cast<const S*>(q), static_cast<const S*>(k),
+          static_cast<const S*>(v), lse, Dsum, lengths, L, n_heads, n_kv, scale, scale_log2, c.err);
+      CUDA_CHECK_LAUNCH();
+      auto kkv = fa_dkv_kernel<S, D, K8>;
+      allow_smem(kkv, dkv_smem<D>());
+      kkv<<<grid, kFaThreads, dkv_smem<D>(), c.stream>>>(
+          static_cast<S*>(dk), static_cast<S*>(dv), part, part ? part + part_n : nullptr,
+          static_cast<const S*>(dout), static_cast<const S*>(q), static_cast<const S*>(k), static_cast<const S*>(v),
+          lse, Dsum, lengths, L, n_heads, n_kv, scale, scale_log2, c.err);
+      CUDA_CHECK_LAUNCH();
+    });
+    if (part) {
+      const std::int64_t n4 = static_cast<std::int64_t>(B) * L * n_kv * head_dim / 4;
+      fa_reduce_kv_kernel<S><<<grid_for(n4), kThreads, 0, c.stream>>>(static_cast<S*>(dk), static_cast<S*>(dv),
+                                                                       part, part + part_n, n4, n_kv, group,
+                                                                       head_dim);
+      CUDA_CHECK_LAUNCH();
+    }
+  });
+  if (part) scratch_free(part, c.stream);
+  scratch_free(Dsum, c.stream);
+}
+
+}  // namespace mgrl::kernels::cuda

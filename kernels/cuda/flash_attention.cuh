@@ -1,0 +1,26 @@
+// flash_attention.cuh: tiled (FlashAttention-2-style) causal GQA attention on tensor cores for head_dim 64 and 128.
+#pragma once
+#include <cstdint>
+#include <initializer_list>
+
+#include "kernels/cuda/common.cuh"
+
+namespace mgrl::kernels::cuda {
+
+// Whether the tiled kernels take a call: head_dim 64 or 128; a GPU with ldmatrix/mma.sync for the storage type
+// (fp16: sm_75+, bf16: sm_80+) and enough shared memory per block for the tiles; every tensor pointer 16-byte
+// aligned; and the environment variable MGRL_CUDA_ATTENTION not set to "naive". Otherwise attention.cu runs its
+// straightforward kernels.
+bool flash_attention_applies(DType st, int head_dim, std::initializer_list<const void*> tensors);
+
+// Same semantics and arguments as attention_forward / attention_backward (attention.cuh); shapes already checked
+// and flash_attention_applies true. The backward also takes the forward's output `out` (for D = rowsum(dout * out)).
+// Scratch (stream-ordered): B * n_heads * L floats, plus 2 * B * L * n_heads * head_dim floats when n_heads > n_kv
+// (per-head dk/dv partials, summed over each group in a fixed order: deterministic).
+void flash_attention_forward(const Ctx& c, void* out, float* lse, const void* q, const void* k, const void* v,
+                             const std::int32_t* lengths, int B, int L, int n_heads, int n_kv, int head_dim);
+void flash_attention_backward(const Ctx& c, void* dq, void* dk, void* dv, const void* dout, const void* out,
+                              const void* q, const void* k, const void* v, const float* lse,
+                              const std::int32_t* lengths, int B, int L, int n_heads, int n_kv, int head_dim);
+
+}  // namespace mgrl::kernels::cuda
