@@ -1,0 +1,192 @@
+// bench_attention.cu: times the CUDA training attention, the tiled tensor-core kernels (flash_attention.cu) against
+// the straightforward ones (attention_*_naive), forward and backward, at model shapes; prints ms per call, achieved
+// TFLOP/s (causal FLOPs: forward 4 * B * n_heads * L^2 * head_dim / 2, backward 2.5x that) and the speedup, and
+// the relative difference of the two kernels' outputs. Every sequence is full (length L).
+//   build/perf/bench_attention [reps]        (default 10 timed calls per kernel after 2 warm-up calls; median)
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <vector>
+
+#include "core/check_cuda.h"
+#include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/flash_attention.cuh"
+
+namespace {
+
+using namespace mgrl;
+using namespace mgrl::kernels::cuda;
+
+// Uniform values in [lo, hi) from a hash of (seed, i), in the storage type.
+template <class S>
+__global__ void fill_kernel(S* x, std::int64_t n, std::uint32_t seed, float lo, float hi) {
+  for (std::int64_t i = gs_begin(); i < n; i += gs_stride()) {
+    std::uint32_t h = static_cast<std::uint32_t>(i) * 2654435761u ^ (seed * 0x9e3779b9u);
+    h ^= h >> 16;
+    h *= 0x85ebca6bu;
+    h ^= h >> 13;
+    h *= 0xc2b2ae35u;
+    h ^= h >> 16;
+    x[i] = from_f32<S>(lo + (hi - lo) * static_cast<float>(h >> 8) * (1.0f / 16777216.0f));
+  }
+}
+
+template <class S>
+__global__ void to_f32_kernel(float* y, const S* x, std::int64_t n) {
+  for (std::int64_t i = gs_begin(); i < n; i += gs_stride()) y[i] = to_f32(x[i]);
+}
+
+struct Shape {
+  const char* name;
+  int B, L, nh, nkv, hd;
+};
+
+// Median of reps timed calls of f (after 2 warm-up calls), in ms.
+double time_ms(cudaStream_t s, int reps, const std::function<void()>& f) {
+  cudaEvent_t a, b;
+  CUDA_CHECK(cudaEventCreate(&a));
+  CUDA_CHECK(cudaEventCreate(&b));
+  for (int i = 0; i < 2; ++i) f();
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    CUDA_CHECK(cudaEventRecord(a, s));
+    f();
+    CUDA_CHECK(cudaEventRecord(b, s));
+    CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0.0f;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms);
+  }
+  CUDA_CHECK(cudaEventDestroy(a));
+  CUDA_CHECK(cudaEventDestroy(b));
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// Relative 2-norm difference of two device tensors of n storage values.
+template <class S>
+double rel_diff(const void* x, const void* ref, std::int64_t n, cudaStream_t s) {
+  float *fx = nullptr, *fr = nullptr;
+  CUDA_CHECK(cudaMalloc(&fx, n * sizeof(float)));
+  CUDA_CHECK(cudaMalloc(&fr, n * sizeof(float)));
+  to_f32_kernel<S><<<grid_for(n), kThreads, 0, s>>>(fx, static_cast<const S*>(x), n);
+  to_f32_kernel<S><<<grid_for(n), kThreads, 0, s>>>(fr, static_cast<const S*>(ref), n);
+  std::vector<float> hx(n), hr(n);
+  CUDA_CHECK(cudaMemcpyAsync(hx.data(), fx, n * sizeof(float), cudaMemcpyDeviceToHost, s));
+  CUDA_CHECK(cudaMemcpyAsync(hr.data(), fr, n * sizeof(float), cudaMemcpyDeviceToHost, s));
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  CUDA_CHECK(cudaFree(fx));
+  CUDA_CHECK(cudaFree(fr));
+  double num = 0.0, den = 0.0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const double d = static_cast<double>(hx[i]) - hr[i];
+    num += d * d;
+    den += static_cast<double>(hr[i]) * hr[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+template <class S>
+void bench(const Shape& sh, DType st, int reps, cudaStream_t stream, int* err) {
+  const std::int64_t nq = static_cast<std::int64_t>(sh.B) * sh.L * sh.nh * sh.hd;
+  const std::int64_t nk = static_cast<std::int64_t>(sh.B) * sh.L * sh.nkv * sh.hd;
+  const std::int64_t nl = static_cast<std::int64_t>(sh.B) * sh.nh * sh.L;
+  std::vector<void*> bufs;
+  auto alloc = [&](std::int64_t bytes) {
+    void* p = nullptr;
+    CUDA_CHECK(cudaMalloc(&p, static_cast<std::size_t>(bytes)));
+    bufs.push_back(p);
+    return p;
+  };
+  void* q = alloc(nq * 2);
+  void* k = alloc(nk * 2);
+  void* v = alloc(nk * 2);
+  void* dout = alloc(nq * 2);
+  void* out[2] = {alloc(nq * 2), alloc(nq * 2)};  // [0] tiled, [1] naive
+  void* dq[2] = {alloc(nq * 2), alloc(nq * 2)};
+  void* dk[2] = {alloc(nk * 2), alloc(nk * 2)};
+  void* dv[2] = {alloc(nk * 2), alloc(nk * 2)};
+  float* lse[2] = {static_cast<float*>(alloc(nl * 4)), static_cast<float*>(alloc(nl * 4))};
+  auto* lengths = static_cast<std::int32_t*>(alloc(sh.B * 4));
+  std::vector<std::int32_t> hl(static_cast<std::size_t>(sh.B), sh.L);
+  CUDA_CHECK(cudaMemcpy(lengths, hl.data(), hl.size() * 4, cudaMemcpyHostToDevice));
+  fill_kernel<S><<<grid_for(nq), kThreads, 0, stream>>>(static_cast<S*>(q), nq, 1, -2.0f, 2.0f);
+  fill_kernel<S><<<grid_for(nk), kThreads, 0, stream>>>(static_cast<S*>(k), nk, 2, -2.0f, 2.0f);
+  fill_kernel<S><<<grid_for(nk), kThreads, 0, stream>>>(static_cast<S*>(v), nk, 3, -1.0f, 1.0f);
+  fill_kernel<S><<<grid_for(nq), kThreads, 0, stream>>>(static_cast<S*>(dout), nq, 4, -1.0f, 1.0f);
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+
+  const Ctx c{st, stream, nullptr, err};
+  const int B = sh.B, L = sh.L, nh = sh.nh, nkv = sh.nkv, hd = sh.hd;
+  if (!flash_attention_applies(st, hd, {q, k, v, dout, out[0], dq[0], dk[0], dv[0]})) {
+    std::printf("%-14s %s: the tiled kernels do not apply on this GPU\n", sh.name, dtype_name(st));
+    for (void* p : bufs) CUDA_CHECK(cudaFree(p));
+    return;
+  }
+  auto fwd_new = [&] { flash_attention_forward(c, out[0], lse[0], q, k, v, lengths, B, L, nh, nkv, hd); };
+  auto fwd_old = [&] { attention_forward_naive(c, out[1], lse[1], q, k, v, lengths, B, L, nh, nkv, hd); };
+  auto bwd_new = [&] {
+    flash_attention_backward(c, dq[0], dk[0], dv[0], dout, out[0], q, k, v, lse[0], lengths, B, L, nh, nkv, hd);
+  };
+  auto bwd_old = [&] {
+    attention_backward_naive(c, dq[1], dk[1], dv[1], dout, q, k, v, lse[1], lengths, B, L, nh, nkv, hd);
+  };
+  const int reps_old = std::max(3, reps / 2);
+  const double tf_new = time_ms(stream, reps, fwd_new), tf_old = time_ms(stream, reps_old, fwd_old);
+  const double tb_new = time_ms(stream, reps, bwd_new), tb_old = time_ms(stream, reps_old, bwd_old);
+  int herr = 0;
+  CUDA_CHECK(cudaMemcpy(&herr, err, sizeof(int), cudaMemcpyDeviceToHost));
+  if (herr != 0) std::printf("device error word %d\n", herr);
+
+  const double flop_f = 4.0 * B * nh * static_cast<double>(L) * L * hd / 2.0, flop_b = 2.5 * flop_f;
+  auto tflops = [](double flop, double ms) { return flop / (ms * 1e-3) / 1e12; };
+  std::printf("%-14s %s B%d L%d h%d/%d d%d\n", sh.name, dtype_name(st), B, L, nh, nkv, hd);
+  std::printf("  forward   tiled %8.3f ms %6.1f TFLOP/s | naive %8.3f ms %6.1f TFLOP/s | speedup %6.1fx\n", tf_new,
+              tflops(flop_f, tf_new), tf_old, tflops(flop_f, tf_old), tf_old / tf_new);
+  std::printf("  backward  tiled %8.3f ms %6.1f TFLOP/s | naive %8.3f ms %6.1f TFLOP/s | speedup %6.1fx\n", tb_new,
+              tflops(flop_b, tb_new), tb_old, tflops(flop_b, tb_old), tb_old / tb_new);
+  std::printf("  tiled vs naive, rel. 2-norm difference: out %.2e  dq %.2e  dk %.2e  dv %.2e\n",
+              rel_diff<S>(out[0], out[1], nq, stream), rel_diff<S>(dq[0], dq[1], nq, stream),
+              rel_diff<S>(dk[0], dk[1], nk, stream), rel_diff<S>(dv[0], dv[1], nk, stream));
+  std::fflush(stdout);
+  for (void* p : bufs) CUDA_CHECK(cudaFree(p));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int reps = argc > 1 ? std::max(1, std::atoi(argv[1])) : 10;
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    std::printf("bench_attention: no CUDA device\n");
+    return 0;
+  }
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("bench_attention on %s (sm_%d%d), median of %d calls\n", prop.name, prop.major, prop.minor, reps);
+  cudaStream_t stream;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  int* err = nullptr;
+  CUDA_CHECK(cudaMalloc(&err, sizeof(int)));
+  CUDA_CHECK(cudaMemset(err, 0, sizeof(int)));
+  const Shape shapes[] = {
+      {"qwen2.5-0.5b", 8, 1024, 14, 2, 64},
+      {"qwen2.5-0.5b", 32, 256, 14, 2, 64},
+      {"llama-8b", 4, 2048, 32, 8, 128},
+  };
+  for (const Shape& s : shapes) {
+    if (prop.major >= 8) bench<__nv_bfloat16>(s, DType::BF16, reps, stream, err);
+  }
+  bench<__half>(shapes[0], DType::F16, reps, stream, err);
+  CUDA_CHECK(cudaFree(err));
+  CUDA_CHECK(cudaStreamDestroy(stream));
+  return 0;
+}
