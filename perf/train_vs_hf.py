@@ -1,0 +1,149 @@
+"""train_vs_hf.py: LoRA training speed of `mgrl sft` against transformers + PEFT on the same GPU, same model, same data.
+
+One command on a GPU machine (torch, transformers and peft installed; an mgrl build with CUDA):
+
+    python3 perf/train_vs_hf.py --mgrl build-gpu/mgrl [--batch 8 --seq 1024 --steps 20] [--shape qwen2.5-0.5b]
+
+It writes a randomly initialised model of the chosen shape (bf16 safetensors, transformers' own save_pretrained) and
+a JSONL of fixed-length examples (prompt "1+1=", a completion of random digits, tokenised by the quickstart's
+character tokenizer, so every sequence has exactly --seq tokens), then trains LoRA (r 16, alpha 32, all 7 projections,
+bf16 base, AdamW) for --steps steps with each stack and prints, from the steps after the warm-up: step time, tokens/s
+over all tokens of the batch, peak GPU memory, and the ratio mgrl / transformers. The Hugging Face loop is the plain
+one a user writes (sdpa attention, no gradient checkpointing, no torch.compile).
+"""
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHAPES = {
+    # Qwen2.5-0.5B: 24 layers, hidden 896, 14 query heads, 2 KV heads, head_dim 64, tied embeddings.
+    "qwen2.5-0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                         num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True, rope_theta=1000000.0,
+                         rms_norm_eps=1e-6, max_position_embeddings=32768),
+    "tiny": dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, vocab_size=512, tie_word_embeddings=True, rope_theta=10000.0,
+                 rms_norm_eps=1e-6, max_position_embeddings=4096),
+}
+TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def make_model(path, shape):
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    torch.manual_seed(0)
+    cfg = Qwen2Config(**SHAPES[shape], torch_dtype="bfloat16")
+    model = Qwen2ForCausalLM(cfg).to(torch.bfloat16)
+    model.save_pretrained(path, safe_serialization=True)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(ROOT, "inputs", "quickstart", f), path)
+
+
+def make_data(path, n, seq):
+    # "<bos>1+1=" is 5 tokens; the completion's digits plus EOS fill the rest.
+    rng = random.Random(0)
+    with open(path, "w") as f:
+        for _ in range(n):
+            f.write(json.dumps({"prompt": "1+1=", "completion": "".join(rng.choice("0123456789") for _ in range(seq - 6))}) + "\n")
+
+
+def run_mgrl(args, model_dir, data, work):
+    log = os.path.join(work, "mgrl_log")
+    cmd = [args.mgrl, "sft", f"--runtime.backend={args.backend}", f"--model.path={model_dir}", f"--data.input={data}",
+           f"--train.batch_size={args.batch}", f"--train.max_seq_len={args.seq}", "--lora.r=16", "--lora.alpha=32",
+           f"--train.max_steps={args.steps}", "--train.lr=1e-4", f"--log.every_steps={args.warmup}",
+           f"--log.dir={log}"]
+    t0 = time.time()
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.time() - t0
+    sys.stdout.write(out.stdout[-3000:])
+    if out.returncode != 0:
+        sys.stdout.write(out.stderr[-3000:])
+        raise SystemExit(f"mgrl failed with exit code {out.returncode}")
+    rows = [json.loads(l) for l in open(os.path.join(log, "metrics.jsonl")) if '"tokens_per_second"' in l]
+    # tokens_per_second counts completion tokens over each logging interval; after the first (warm-up) interval.
+    tps = [r["tokens_per_second"] for r in rows if r["step"] > args.warmup]
+    completion_tokens = args.batch * (args.seq - 5)
+    step_s = sum(completion_tokens / t for t in tps) / len(tps)
+    peak = None
+    summary = open(os.path.join(log, "job_summary.txt")).read()
+    for line in summary.splitlines():
+        if "GPU" in line and "GiB" in line:
+            peak = line.strip()
+    return step_s, peak, wall
+
+
+def run_hf(args, model_dir, data):
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from tokenizers import Tokenizer
+    from transformers import AutoModelForCausalLM
+    tok = Tokenizer.from_file(os.path.join(model_dir, "tokenizer.json"))
+    rows = [json.loads(l) for l in open(data)][: args.batch]
+    ids, labels = [], []
+    for r in rows:
+        p = tok.encode(r["prompt"]).ids
+        c = tok.encode(r["completion"], add_special_tokens=False).ids + [2]
+        ids.append(p + c)
+        labels.append([-100] * len(p) + c)
+    assert all(len(x) == args.seq for x in ids), "examples must have exactly --seq tokens"
+    dev = "cpu" if args.backend == "cpu" else "cuda"
+    sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
+    x = torch.tensor(ids, device=dev)
+    y = torch.tensor(labels, device=dev)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.bfloat16, attn_implementation="sdpa").to(dev)
+    model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, target_modules=TARGETS, lora_dropout=0.0))
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
+    if dev == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    times = []
+    for step in range(args.steps):
+        sync()
+        t0 = time.time()
+        loss = model(input_ids=x, labels=y).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        sync()
+        times.append(time.time() - t0)
+    step_s = sum(times[args.warmup:]) / len(times[args.warmup:])
+    return step_s, (torch.cuda.max_memory_allocated() / 2**30 if dev == "cuda" else float("nan"))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mgrl", default=os.path.join(ROOT, "build", "mgrl"))
+    ap.add_argument("--shape", default="qwen2.5-0.5b", choices=sorted(SHAPES))
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=5, help="steps left out of the timing (and mgrl's logging interval)")
+    ap.add_argument("--skip-hf", action="store_true", help="time mgrl only")
+    ap.add_argument("--backend", default="cuda", help="mgrl's runtime.backend (cpu: a check of this script without a GPU)")
+    args = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="mgrl_perf_")
+    model_dir, data = os.path.join(work, "model"), os.path.join(work, "train.jsonl")
+    make_model(model_dir, args.shape)
+    make_data(data, max(64, args.batch * args.steps), args.seq)
+    tokens = args.batch * args.seq
+    m_step, m_peak, m_wall = run_mgrl(args, model_dir, data, work)
+    print(f"\n{args.shape}, LoRA r 16 on {len(TARGETS)} projections, bf16, batch {args.batch} x {args.seq} tokens, "
+          f"{args.steps} steps ({args.warmup} warm-up left out)")
+    print(f"| stack | step | tokens/s (all tokens) | peak GPU memory |\n|---|---|---|---|")
+    print(f"| mgrl sft | {m_step:.3f} s | {tokens / m_step:,.0f} | {m_peak or 'n/a'} |")
+    if not args.skip_hf:
+        h_step, h_peak = run_hf(args, model_dir, data)
+        print(f"| transformers + PEFT (sdpa) | {h_step:.3f} s | {tokens / h_step:,.0f} | {h_peak:.1f} GiB |")
+        print(f"\nmgrl / transformers+PEFT speed: {h_step / m_step:.2f}x")
+    print(f"(mgrl's whole process, start-up and model load included: {m_wall:.1f} s)")
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
