@@ -5,6 +5,8 @@
 // trainable tensor and the per-row statistics (rstd, lse, log-probs) are always f32.
 // Shapes and semantics are those of the kernels/cpu headers named beside each op.
 #pragma once
+#include <array>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -13,6 +15,18 @@
 #include "core/random.h"
 
 namespace mgrl::kernels {
+
+// The phases of a training step that the phase table reports. Attention and LoRA are parts of the forward and the
+// backward; communication is the gradient reduction's exposed time; host wait is the time the host blocks on the
+// device (downloads, synchronisation).
+enum class Phase : int { Forward, Backward, Attention, Lora, Optimizer, Communication, HostWait };
+inline constexpr int kNumPhases = 7;
+inline const char* phase_name(Phase p) {
+  static const char* const names[kNumPhases] = {"forward",   "backward",      "attention", "lora",
+                                                "optimizer", "communication", "host wait"};
+  return names[static_cast<int>(p)];
+}
+using PhaseSeconds = std::array<double, kNumPhases>;
 
 class Ops {
  public:
@@ -64,13 +78,16 @@ class Ops {
                             int head_dim) = 0;
   virtual void rope_backward(void* dx, const std::int32_t* pos, const float* inv_freq, int T, int n_heads,
                              int head_dim) = 0;
-  // attention.h (lse: f32 [B, n_heads, L]). The backward also takes the forward's output `out` (the CUDA backend
-  // computes D = rowsum(dout * out) from it; the CPU reference recomputes D and ignores it).
+  // attention.h: packed variable-length sequences, sequence b at token rows cu_seqlens[b] .. cu_seqlens[b+1] - 1
+  // (cu_seqlens: backend memory, [B + 1]; max_len: the longest sequence, known on the host; lse: f32 [n_heads, T]).
+  // The backward also takes the forward's output `out` (the CUDA backend computes D = rowsum(dout * out) from it;
+  // the CPU reference recomputes D and ignores it).
   virtual void attention_forward(void* out, float* lse, const void* q, const void* k, const void* v,
-                                 const std::int32_t* lengths, int B, int L, int n_heads, int n_kv, int head_dim) = 0;
+                                 const std::int32_t* cu_seqlens, int B, int T, int max_len, int n_heads, int n_kv,
+                                 int head_dim) = 0;
   virtual void attention_backward(void* dq, void* dk, void* dv, const void* dout, const void* out, const void* q,
-                                  const void* k, const void* v, const float* lse, const std::int32_t* lengths, int B,
-                                  int L, int n_heads, int n_kv, int head_dim) = 0;
+                                  const void* k, const void* v, const float* lse, const std::int32_t* cu_seqlens,
+                                  int B, int T, int max_len, int n_heads, int n_kv, int head_dim) = 0;
   // swiglu.h
   virtual void swiglu_forward(void* out, const void* gate, const void* up, std::int64_t n) = 0;
   virtual void swiglu_backward(void* dgate, void* dup, const void* dout, const void* gate, const void* up,
@@ -123,6 +140,38 @@ class Ops {
   };
   // In place on f32 buffers of n elements: decoupled weight decay, then the Adam update.
   virtual void adamw(float* params, const float* grads, float* m, float* v, std::size_t n, const AdamW& hp) = 0;
+
+  // ---- phase timing ----
+  // phase_begin/phase_end bracket the work of a phase queued on this backend (phases nest; a phase does not nest in
+  // itself). Recording never synchronises: the CUDA backend records events on its stream (and NVTX ranges, which
+  // name the phases in Nsight timelines); this default, right for synchronous backends, reads the host clock.
+  virtual void phase_begin(Phase p) { phase_t0_[static_cast<int>(p)] = std::chrono::steady_clock::now(); }
+  virtual void phase_end(Phase p) {
+    phase_s_[static_cast<int>(p)] +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - phase_t0_[static_cast<int>(p)]).count();
+  }
+  // Time measured on the host clock (e.g. waiting for a collective).
+  void phase_add(Phase p, double seconds) { phase_s_[static_cast<int>(p)] += seconds; }
+  // Seconds per phase since the last reset (the CUDA backend folds in its completed events: it synchronises).
+  virtual PhaseSeconds phase_seconds() { return phase_s_; }
+  virtual void phase_reset() { phase_s_ = {}; }
+
+ protected:
+  PhaseSeconds phase_s_{};
+  std::array<std::chrono::steady_clock::time_point, kNumPhases> phase_t0_{};
+};
+
+// Times one phase of a scope: begin at construction, end at destruction.
+class PhaseScope {
+ public:
+  PhaseScope(Ops& ops, Phase p) : ops_(ops), p_(p) { ops_.phase_begin(p_); }
+  ~PhaseScope() { ops_.phase_end(p_); }
+  PhaseScope(const PhaseScope&) = delete;
+  PhaseScope& operator=(const PhaseScope&) = delete;
+
+ private:
+  Ops& ops_;
+  Phase p_;
 };
 
 std::unique_ptr<Ops> make_cpu_ops();

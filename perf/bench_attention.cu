@@ -1,7 +1,8 @@
 // bench_attention.cu: times the CUDA training attention, the tiled tensor-core kernels (flash_attention.cu) against
 // the straightforward ones (attention_*_naive), forward and backward, at model shapes; prints ms per call, achieved
 // TFLOP/s (causal FLOPs: forward 4 * B * n_heads * L^2 * head_dim / 2, backward 2.5x that) and the speedup, and
-// the relative difference of the two kernels' outputs. Every sequence is full (length L).
+// the relative difference of the two kernels' outputs. Every sequence is full (length L), packed as the op takes
+// them: cu_seqlens = b * L, T = B * L, max_len = L.
 //   build/perf/bench_attention [reps]        (default 10 timed calls per kernel after 2 warm-up calls; median)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -98,7 +99,7 @@ template <class S>
 void bench(const Shape& sh, DType st, int reps, cudaStream_t stream, int* err) {
   const std::int64_t nq = static_cast<std::int64_t>(sh.B) * sh.L * sh.nh * sh.hd;
   const std::int64_t nk = static_cast<std::int64_t>(sh.B) * sh.L * sh.nkv * sh.hd;
-  const std::int64_t nl = static_cast<std::int64_t>(sh.B) * sh.nh * sh.L;
+  const std::int64_t nl = static_cast<std::int64_t>(sh.B) * sh.nh * sh.L;  // lse [nh, T]
   std::vector<void*> bufs;
   auto alloc = [&](std::int64_t bytes) {
     void* p = nullptr;
@@ -115,9 +116,10 @@ void bench(const Shape& sh, DType st, int reps, cudaStream_t stream, int* err) {
   void* dk[2] = {alloc(nk * 2), alloc(nk * 2)};
   void* dv[2] = {alloc(nk * 2), alloc(nk * 2)};
   float* lse[2] = {static_cast<float*>(alloc(nl * 4)), static_cast<float*>(alloc(nl * 4))};
-  auto* lengths = static_cast<std::int32_t*>(alloc(sh.B * 4));
-  std::vector<std::int32_t> hl(static_cast<std::size_t>(sh.B), sh.L);
-  CUDA_CHECK(cudaMemcpy(lengths, hl.data(), hl.size() * 4, cudaMemcpyHostToDevice));
+  auto* cu_seqlens = static_cast<std::int32_t*>(alloc((sh.B + 1) * 4));
+  std::vector<std::int32_t> hcu(static_cast<std::size_t>(sh.B) + 1);
+  for (int b = 0; b <= sh.B; ++b) hcu[static_cast<std::size_t>(b)] = b * sh.L;
+  CUDA_CHECK(cudaMemcpy(cu_seqlens, hcu.data(), hcu.size() * 4, cudaMemcpyHostToDevice));
   fill_kernel<S><<<grid_for(nq), kThreads, 0, stream>>>(static_cast<S*>(q), nq, 1, -2.0f, 2.0f);
   fill_kernel<S><<<grid_for(nk), kThreads, 0, stream>>>(static_cast<S*>(k), nk, 2, -2.0f, 2.0f);
   fill_kernel<S><<<grid_for(nk), kThreads, 0, stream>>>(static_cast<S*>(v), nk, 3, -1.0f, 1.0f);
@@ -125,19 +127,20 @@ void bench(const Shape& sh, DType st, int reps, cudaStream_t stream, int* err) {
   CUDA_CHECK(cudaStreamSynchronize(stream));
 
   const Ctx c{st, stream, nullptr, err};
-  const int B = sh.B, L = sh.L, nh = sh.nh, nkv = sh.nkv, hd = sh.hd;
+  const int B = sh.B, L = sh.L, T = B * L, nh = sh.nh, nkv = sh.nkv, hd = sh.hd;
   if (!flash_attention_applies(st, hd, {q, k, v, dout, out[0], dq[0], dk[0], dv[0]})) {
     std::printf("%-14s %s: the tiled kernels do not apply on this GPU\n", sh.name, dtype_name(st));
     for (void* p : bufs) CUDA_CHECK(cudaFree(p));
     return;
   }
-  auto fwd_new = [&] { flash_attention_forward(c, out[0], lse[0], q, k, v, lengths, B, L, nh, nkv, hd); };
-  auto fwd_old = [&] { attention_forward_naive(c, out[1], lse[1], q, k, v, lengths, B, L, nh, nkv, hd); };
+  auto fwd_new = [&] { flash_attention_forward(c, out[0], lse[0], q, k, v, cu_seqlens, B, T, L, nh, nkv, hd); };
+  auto fwd_old = [&] { attention_forward_naive(c, out[1], lse[1], q, k, v, cu_seqlens, B, T, L, nh, nkv, hd); };
   auto bwd_new = [&] {
-    flash_attention_backward(c, dq[0], dk[0], dv[0], dout, out[0], q, k, v, lse[0], lengths, B, L, nh, nkv, hd);
+    flash_attention_backward(c, dq[0], dk[0], dv[0], dout, out[0], q, k, v, lse[0], cu_seqlens, B, T, L, nh, nkv,
+                             hd);
   };
   auto bwd_old = [&] {
-    attention_backward_naive(c, dq[1], dk[1], dv[1], dout, q, k, v, lse[1], lengths, B, L, nh, nkv, hd);
+    attention_backward_naive(c, dq[1], dk[1], dv[1], dout, q, k, v, lse[1], cu_seqlens, B, T, L, nh, nkv, hd);
   };
   const int reps_old = std::max(3, reps / 2);
   const double tf_new = time_ms(stream, reps, fwd_new), tf_old = time_ms(stream, reps_old, fwd_old);

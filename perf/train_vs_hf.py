@@ -67,10 +67,11 @@ def run_mgrl(args, model_dir, data, work):
         sys.stdout.write(out.stderr[-3000:])
         raise SystemExit(f"mgrl failed with exit code {out.returncode}")
     rows = [json.loads(l) for l in open(os.path.join(log, "metrics.jsonl")) if '"tokens_per_second"' in l]
-    # tokens_per_second counts completion tokens over each logging interval; after the first (warm-up) interval.
+    # tokens_per_second counts every token of the batch over each logging interval; after the first (warm-up)
+    # interval.
     tps = [r["tokens_per_second"] for r in rows if r["step"] > args.warmup]
-    completion_tokens = args.batch * (args.seq - 5)
-    step_s = sum(completion_tokens / t for t in tps) / len(tps)
+    batch_tokens = args.batch * args.seq
+    step_s = sum(batch_tokens / t for t in tps) / len(tps)
     peak = None
     summary = open(os.path.join(log, "job_summary.txt")).read()
     for line in summary.splitlines():

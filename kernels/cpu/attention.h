@@ -1,25 +1,26 @@
-// attention.h: causal grouped-query attention over a right-padded batch, forward (saves logsumexp) and backward.
+// attention.h: causal grouped-query attention over packed variable-length sequences (no padding), forward (saves
+// the log-sum-exp) and backward.
 #pragma once
 #include <cstdint>
 
 namespace mgrl::kernels::cpu {
 
-// Shapes (row-major; token row = b * L + t):
-//   q, out, dq, dout: [B*L, n_heads, head_dim];  k, v, dk, dv: [B*L, n_kv, head_dim];  lse: [B, n_heads, L]
-// Sequence b holds lengths[b] valid tokens at t < lengths[b] (right padding). Query head h reads kv head
-// h / (n_heads / n_kv). Query t attends to keys u <= t with scale 1/sqrt(head_dim); keys at padding are never
-// seen (u <= t < lengths[b]). Query rows at padding give out = 0 and lse = 0.
-// The op allocates one row buffer of L floats.
-void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, const int32_t* lengths,
-                       int B, int L, int n_heads, int n_kv, int head_dim);
+// A packed batch of B sequences stored back to back: sequence b owns token rows cu_seqlens[b] .. cu_seqlens[b+1] - 1
+// (cu_seqlens[0] = 0, non-decreasing, cu_seqlens[B] = T; a sequence may be empty). Shapes (row-major):
+//   q, out, dq, dout: [T, n_heads, head_dim];  k, v, dk, dv: [T, n_kv, head_dim];  lse: [n_heads, T]
+// Query head h reads kv head h / (n_heads / n_kv). The query at position t of a sequence attends to the keys at
+// positions u <= t of the same sequence, with scale 1/sqrt(head_dim); it never sees another sequence's rows.
+// max_len (>= every sequence's length) sizes the row buffers: the op allocates one of max_len floats.
+void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                       const int32_t* cu_seqlens, int B, int T, int max_len, int n_heads, int n_kv, int head_dim);
 
-// Given dout and the forward's q, k, v and lse, writes dq, dk, dv (all rows: padding rows get 0; dk/dv sum over
-// the n_heads / n_kv query heads of each group). Softmax recomputed from lse:
+// Given dout and the forward's q, k, v and lse, writes dq, dk, dv (every row; dk/dv sum over the n_heads / n_kv
+// query heads of each group). Softmax recomputed from lse:
 //   p = exp(s - lse), dp = dout . v, ds = p * (dp - sum_u p_u dp_u), dq = scale * ds @ k, dk = scale * ds^T @ q,
 //   dv = p^T @ dout.
-// The op allocates two row buffers of L floats.
+// The op allocates two row buffers of max_len floats.
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                        const float* v, const float* lse, const int32_t* lengths, int B, int L, int n_heads, int n_kv,
-                        int head_dim);
+                        const float* v, const float* lse, const int32_t* cu_seqlens, int B, int T, int max_len,
+                        int n_heads, int n_kv, int head_dim);
 
 }  // namespace mgrl::kernels::cpu

@@ -91,14 +91,15 @@ class CpuOps final : public Ops {
     cpu::rope_backward(F(dx), pos, inv_freq, T, n_heads, head_dim);
   }
   void attention_forward(void* out, float* lse, const void* q, const void* k, const void* v,
-                         const std::int32_t* lengths, int B, int L, int n_heads, int n_kv, int head_dim) override {
-    cpu::attention_forward(F(out), lse, F(q), F(k), F(v), lengths, B, L, n_heads, n_kv, head_dim);
+                         const std::int32_t* cu_seqlens, int B, int T, int max_len, int n_heads, int n_kv,
+                         int head_dim) override {
+    cpu::attention_forward(F(out), lse, F(q), F(k), F(v), cu_seqlens, B, T, max_len, n_heads, n_kv, head_dim);
   }
   void attention_backward(void* dq, void* dk, void* dv, const void* dout, const void* /*out*/, const void* q,
-                          const void* k, const void* v, const float* lse, const std::int32_t* lengths, int B, int L,
-                          int n_heads, int n_kv, int head_dim) override {
-    cpu::attention_backward(F(dq), F(dk), F(dv), F(dout), F(q), F(k), F(v), lse, lengths, B, L, n_heads, n_kv,
-                            head_dim);
+                          const void* k, const void* v, const float* lse, const std::int32_t* cu_seqlens, int B,
+                          int T, int max_len, int n_heads, int n_kv, int head_dim) override {
+    cpu::attention_backward(F(dq), F(dk), F(dv), F(dout), F(q), F(k), F(v), lse, cu_seqlens, B, T, max_len, n_heads,
+                            n_kv, head_dim);
   }
   void swiglu_forward(void* out, const void* gate, const void* up, std::int64_t n) override {
     cpu::swiglu_forward(F(out), F(gate), F(up), n);

@@ -1,4 +1,5 @@
-// attention.cuh: causal grouped-query attention over a right-padded batch, forward (saves lse) and backward.
+// attention.cuh: causal grouped-query attention over packed variable-length sequences, forward (saves lse) and
+// backward.
 #pragma once
 #include <cstdint>
 
@@ -9,24 +10,50 @@ namespace mgrl::kernels::cuda {
 // Largest head_dim the kernels take (per-block shared-memory rows).
 inline constexpr int kMaxHeadDim = 256;
 
-// Semantics of kernels/cpu/attention.h: q, out, dq, dout [B*L, n_heads, head_dim], k, v, dk, dv [B*L, n_kv, head_dim]
-// in storage dtype; lse [B, n_heads, L] f32; lengths [B] int32 on the device. A length outside [0, L] is clamped
-// and sets kErrLength in *c.err (the host reports it at its next sync). The backward also takes the forward's
+// Semantics of kernels/cpu/attention.h: sequence b owns token rows cu_seqlens[b] .. cu_seqlens[b+1] - 1 (no padding;
+// cu_seqlens [B + 1] int32 on the device, max_len >= every length, known on the host); q, out, dq, dout
+// [T, n_heads, head_dim], k, v, dk, dv [T, n_kv, head_dim] in storage dtype; lse [n_heads, T] f32 (lse[h * T + row]).
+// Malformed cu_seqlens (see seq_rows) set kErrLength in *c.err (the host reports it at its next sync); the bad
+// sequence is treated as empty (its rows are neither read nor written). The backward also takes the forward's
 // output `out`. head_dim 64 and 128 run the tiled tensor-core kernels of flash_attention.cu where they apply
 // (flash_attention_applies), everything else the straightforward kernels below; both take stream-ordered scratch
-// in the backward (see flash_attention.cuh; naive: B * n_heads * L floats).
+// in the backward (see flash_attention.cuh; naive: n_heads * T floats). T == 0 launches nothing.
 void attention_forward(const Ctx& c, void* out, float* lse, const void* q, const void* k, const void* v,
-                       const std::int32_t* lengths, int B, int L, int n_heads, int n_kv, int head_dim);
+                       const std::int32_t* cu_seqlens, int B, int T, int max_len, int n_heads, int n_kv,
+                       int head_dim);
 void attention_backward(const Ctx& c, void* dq, void* dk, void* dv, const void* dout, const void* out, const void* q,
-                        const void* k, const void* v, const float* lse, const std::int32_t* lengths, int B, int L,
-                        int n_heads, int n_kv, int head_dim);
+                        const void* k, const void* v, const float* lse, const std::int32_t* cu_seqlens, int B, int T,
+                        int max_len, int n_heads, int n_kv, int head_dim);
 
 // The straightforward kernels alone (one block per row, no tiling, no tensor cores), any head_dim <= kMaxHeadDim:
 // the fallback, and the baseline of perf/bench_attention.
 void attention_forward_naive(const Ctx& c, void* out, float* lse, const void* q, const void* k, const void* v,
-                             const std::int32_t* lengths, int B, int L, int n_heads, int n_kv, int head_dim);
+                             const std::int32_t* cu_seqlens, int B, int T, int max_len, int n_heads, int n_kv,
+                             int head_dim);
 void attention_backward_naive(const Ctx& c, void* dq, void* dk, void* dv, const void* dout, const void* q,
-                              const void* k, const void* v, const float* lse, const std::int32_t* lengths, int B,
-                              int L, int n_heads, int n_kv, int head_dim);
+                              const void* k, const void* v, const float* lse, const std::int32_t* cu_seqlens, int B,
+                              int T, int max_len, int n_heads, int n_kv, int head_dim);
+
+// The token rows [row0, row0 + len) of sequence b of a packed batch, for every attention kernel. The entry is
+// checked where it is read (two loads per block, no separate pass): cu_seqlens[b] >= 0, cu_seqlens[b+1] >=
+// cu_seqlens[b], cu_seqlens[b+1] <= T, length <= max_len, cu_seqlens[0] == 0 (b == 0) and cu_seqlens[B] == T
+// (b == B - 1). Together over all b these say the sequences tile [0, T) exactly. A failed check sets kErrLength
+// (thread 0 of the block) and returns an empty sequence, so no row outside [0, T) is ever touched. Uniform over
+// the block (every thread reads the same two entries).
+struct SeqRows {
+  std::int64_t row0;
+  int len;
+};
+__device__ __forceinline__ SeqRows seq_rows(const std::int32_t* cu_seqlens, int b, int B, int T, int max_len,
+                                            int* err) {
+  const int start = cu_seqlens[b], end = cu_seqlens[b + 1];
+  const bool ok = start >= 0 && end >= start && end <= T && end - start <= max_len && (b != 0 || start == 0) &&
+                  (b != B - 1 || end == T);
+  if (!ok) {
+    if (threadIdx.x == 0) atomicOr(err, kErrLength);
+    return {0, 0};
+  }
+  return {start, end - start};
+}
 
 }  // namespace mgrl::kernels::cuda

@@ -27,7 +27,7 @@ struct Ctx {
 // Error codes a kernel may OR into *Ctx::err.
 inline constexpr int kErrTokenId = 1;   // embedding id >= V
 inline constexpr int kErrTargetId = 2;  // lm_head target >= V
-inline constexpr int kErrLength = 4;    // attention sequence length outside [0, L]
+inline constexpr int kErrLength = 4;    // attention: malformed cu_seqlens
 
 // Stream-ordered scratch memory (cudaMallocAsync from the device's default pool: no host synchronisation);
 // give it back with scratch_free on the same stream once the kernels that use it are queued.

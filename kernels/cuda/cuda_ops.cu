@@ -2,7 +2,9 @@
 // device error word; memory and copies here, each op forwarding to its kernels/cuda launcher.
 #include "kernels/cuda/cuda_ops.h"
 
+#include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "core/check_cuda.h"
@@ -17,6 +19,7 @@
 #include "kernels/cuda/lm_head.cuh"
 #include "kernels/cuda/lora.cuh"
 #include "kernels/cuda/optimizer.cuh"
+#include "kernels/cuda/phase_timer.cuh"
 #include "kernels/cuda/residual.cuh"
 #include "kernels/cuda/rmsnorm.cuh"
 #include "kernels/cuda/rope.cuh"
@@ -46,10 +49,12 @@ class CudaOps final : public Ops {
     CUDA_CHECK(cudaMalloc(&err_, sizeof(int)));
     CUDA_CHECK(cudaMemsetAsync(err_, 0, sizeof(int), stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
+    timer_ = std::make_unique<cuda::PhaseTimer>(stream_);
   }
   ~CudaOps() override {
     // Teardown must not throw: errors here are ignored.
     (void)cudaStreamSynchronize(stream_);
+    timer_.reset();
     (void)cublasDestroy(blas_);
     (void)cudaFree(err_);
     (void)cudaStreamDestroy(stream_);
@@ -84,7 +89,7 @@ class CudaOps final : public Ops {
   void download(void* host, const void* src, std::size_t bytes) override {
     if (!bytes) return;
     CUDA_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream_));
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    wait();
     check_device_errors();
   }
   // dst and src must not overlap (cudaMemcpy), unlike the CPU backend's memmove.
@@ -107,11 +112,11 @@ class CudaOps final : public Ops {
     cuda::storage_to_f32(ctx(), tmp, src, static_cast<std::int64_t>(n));
     CUDA_CHECK(cudaMemcpyAsync(host, tmp, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
     cuda::scratch_free(tmp, stream_);
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    wait();
     check_device_errors();
   }
   void synchronize() override {
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    wait();
     check_device_errors();
   }
 
@@ -156,13 +161,15 @@ class CudaOps final : public Ops {
     cuda::rope_backward(ctx(), dx, pos, inv_freq, T, n_heads, head_dim);
   }
   void attention_forward(void* out, float* lse, const void* q, const void* k, const void* v,
-                         const std::int32_t* lengths, int B, int L, int n_heads, int n_kv, int head_dim) override {
-    cuda::attention_forward(ctx(), out, lse, q, k, v, lengths, B, L, n_heads, n_kv, head_dim);
+                         const std::int32_t* cu_seqlens, int B, int T, int max_len, int n_heads, int n_kv,
+                         int head_dim) override {
+    cuda::attention_forward(ctx(), out, lse, q, k, v, cu_seqlens, B, T, max_len, n_heads, n_kv, head_dim);
   }
   void attention_backward(void* dq, void* dk, void* dv, const void* dout, const void* out, const void* q,
-                          const void* k, const void* v, const float* lse, const std::int32_t* lengths, int B, int L,
-                          int n_heads, int n_kv, int head_dim) override {
-    cuda::attention_backward(ctx(), dq, dk, dv, dout, out, q, k, v, lse, lengths, B, L, n_heads, n_kv, head_dim);
+                          const void* k, const void* v, const float* lse, const std::int32_t* cu_seqlens, int B,
+                          int T, int max_len, int n_heads, int n_kv, int head_dim) override {
+    cuda::attention_backward(ctx(), dq, dk, dv, dout, out, q, k, v, lse, cu_seqlens, B, T, max_len, n_heads, n_kv,
+                             head_dim);
   }
   void swiglu_forward(void* out, const void* gate, const void* up, std::int64_t n) override {
     cuda::swiglu_forward(ctx(), out, gate, up, n);
@@ -206,7 +213,7 @@ class CudaOps final : public Ops {
     double h = 0;
     CUDA_CHECK(cudaMemcpyAsync(&h, d, sizeof(double), cudaMemcpyDeviceToHost, stream_));
     cuda::scratch_free(d, stream_);
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    wait();
     check_device_errors();
     return h;
   }
@@ -214,8 +221,30 @@ class CudaOps final : public Ops {
     cuda::adamw(ctx(), params, grads, m, v, n, hp);
   }
 
+  // ---- phase timing: CUDA events on the stream (and NVTX ranges); host waits on the host clock ----
+  void phase_begin(Phase p) override { timer_->begin(p); }
+  void phase_end(Phase p) override { timer_->end(p); }
+  PhaseSeconds phase_seconds() override {
+    timer_->collect(event_s_, true);
+    PhaseSeconds s = phase_s_;
+    for (int i = 0; i < kNumPhases; ++i) s[i] += event_s_[i];
+    return s;
+  }
+  void phase_reset() override {
+    timer_->reset();
+    phase_s_ = {};
+    event_s_ = {};
+  }
+
  private:
   cuda::Ctx ctx() const { return cuda::Ctx{st_, stream_, blas_, err_}; }
+
+  // The host blocks until the stream's work is done: counted as host wait.
+  void wait() {
+    const auto t0 = std::chrono::steady_clock::now();
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    phase_add(Phase::HostWait, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
 
   // Reads (and clears) the error word kernels set when they meet bad ids; call after a stream sync.
   void check_device_errors() {
@@ -228,7 +257,7 @@ class CudaOps final : public Ops {
     std::string what;
     if (bits & cuda::kErrTokenId) what += " a token id >= vocab size (embedding);";
     if (bits & cuda::kErrTargetId) what += " a target id >= vocab size (lm_head);";
-    if (bits & cuda::kErrLength) what += " a sequence length outside [0, L] (attention);";
+    if (bits & cuda::kErrLength) what += " malformed cu_seqlens (attention);";
     if (bits & cuda::kErrCacheIndex) what += " a slot, position or row index out of range (KV cache);";
     MGRL_CHECK(bits == 0, "CUDA kernels met invalid input since the last synchronisation:" + what);
   }
@@ -236,6 +265,8 @@ class CudaOps final : public Ops {
   DType st_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
+  std::unique_ptr<cuda::PhaseTimer> timer_;
+  PhaseSeconds event_s_{};
   int* err_ = nullptr;
 };
 

@@ -1,5 +1,5 @@
-// flash_attention.cu: FlashAttention-2-style causal grouped-query attention (right-padded batch) on tensor cores,
-// head_dim 64 and 128, bf16 or fp16 storage, fp32 accumulation. Semantics: kernels/cpu/attention.h.
+// flash_attention.cu: FlashAttention-2-style causal grouped-query attention over packed variable-length sequences
+// on tensor cores, head_dim 64 and 128, bf16 or fp16 storage, fp32 accumulation. Semantics: kernels/cpu/attention.h.
 //
 // Every kernel runs 4 warps (128 threads); a warp owns 16 rows of its tile and keeps them in registers in the
 // layouts of mma.sync m16n8k16 (row.col, fp32 accumulators), so softmax and the products chain without going
@@ -8,24 +8,32 @@
 // staged by cp.async (sm_80+; plain 16-byte copies on sm_75), double-buffered: the next tile loads while this one
 // is computed. Shared rows are padded to head_dim + 8 elements, which keeps ldmatrix free of bank conflicts.
 //
-//   forward   grid (B * n_heads, query blocks of 64), heaviest (last) query block first. The block's Q tile goes
+//   forward   grid (B * n_heads, ceil(max_len / 64) query blocks), heaviest (last) query block first; a block whose
+//             first query is at or past its sequence's length exits at once (before any barrier). The Q tile goes
 //             to registers once; key/value tiles of kFwdN rows stream through shared memory up to the diagonal
 //             (causal tile skipping; only tiles reaching past a warp's first row are masked). Online softmax in
 //             fp32, base 2 (scores pre-multiplied by scale * log2 e); P is rounded to the storage type for P V.
-//             Writes out = O / l and lse = (m + log2 l) ln 2; rows at padding get out = 0, lse = 0.
-//   backward  (1) dsum: one warp per row, D = rowsum(dout * out) (0 on padding rows).
+//             Writes out = O / l and lse = (m + log2 l) ln 2 for the block's rows below the sequence's length.
+//   backward  (1) dsum: one warp per (token row, head) of all T rows, D = rowsum(dout * out) into [n_heads, T].
 //             (2) dq: grid as the forward; Q and dO fragments in registers; per key tile recompute
 //                 P = exp2(s * scale log2 e - lse log2 e), dP = dO V^T, dS = P (dP - D), dQ += dS K.
-//             (3) dkv: grid (B * n_heads, key blocks of 64), heaviest (first) key block first; each warp owns 16
+//             (3) dkv: grid (B * n_heads, ceil(max_len / 64) key blocks), heaviest (first) key block first (blocks
+//                 past the sequence's length exit at once); each warp owns 16
 //                 keys; query tiles of kDkvM rows (with their lse and D) stream from the diagonal to the sequence
 //                 end; S^T = K Q^T, dP^T = V dO^T, dV += P^T dO, dK += dS^T Q, all in registers.
 //             (4) when n_heads > n_kv, (3) writes per-query-head fp32 partials and a reduce kernel sums each
 //                 group's heads in a fixed order into dk/dv. No atomics anywhere: the backward is deterministic.
-// Padding: rows at t >= length are loaded as zeros, masked out of every sum and written as zeros.
+// Packing: sequence b is rows row0 = cu_seqlens[b] .. row0 + len - 1; a block works on positions relative to row0 and
+// bounds every load, mask and store by len, never by the tile or the grid: tile rows at positions >= len (which
+// are the next sequence's rows, or past T) are not read from global memory (cp.async zero-fills them in shared
+// memory), are masked out of every sum, and are not written. lse and D are [n_heads, T]: row t of head h at
+// h * T + t.
 //
 // Architectures: mma.sync m16n8k16 on sm_80+ (bf16 and fp16); on sm_75 (fp16 only) each m16n8k16 is two m16n8k8.
 // MGRL_CUDA_ATTENTION=mma_k8 forces the m16n8k8 form for fp16 on newer GPUs too (so tests cover sm_75's code).
 #include "kernels/cuda/flash_attention.cuh"
+
+#include "kernels/cuda/attention.cuh"
 
 #include <cstdlib>
 #include <cstring>
@@ -72,15 +80,6 @@ constexpr int dkv_smem() {  // K, V [64], Q/dO [2][kDkvM], lse/D [2][kDkvM] floa
 }
 
 // ---- device helpers ----
-
-__device__ __forceinline__ int clamped_len(const std::int32_t* lengths, int b, int L, int* err) {
-  const int len = lengths[b];
-  if (len < 0 || len > L) {
-    if (threadIdx.x == 0) atomicOr(err, kErrLength);
-    return len < 0 ? 0 : L;
-  }
-  return len;
-}
 
 template <class S>
 __device__ __forceinline__ std::uint32_t pack2(float lo, float hi);
@@ -201,16 +200,6 @@ __device__ __forceinline__ void load_tile(S* s, const S* g, std::int64_t gstride
   }
 }
 
-// Zeros rows [0, rows) of W elements (16-byte aligned rows g + r * gstride).
-template <int W, class T>
-__device__ __forceinline__ void zero_rows(T* g, std::int64_t gstride, int rows) {
-  constexpr int kPer = 16 / static_cast<int>(sizeof(T)), kChunks = W / kPer;
-  for (int c = threadIdx.x; c < rows * kChunks; c += kFaThreads) {
-    const int r = c / kChunks, col = (c % kChunks) * kPer;
-    *reinterpret_cast<uint4*>(g + r * gstride + col) = make_uint4(0u, 0u, 0u, 0u);
-  }
-}
-
 // Shared-memory addresses a lane passes to ldmatrix.x4 for a 16x16 tile at (row0, col0) of a pitch-P tile:
 //  a_addr: matrices (rows 0-7, cols 0-7), (rows 8-15, cols 0-7), (0-7, 8-15), (8-15, 8-15): the A fragment of a
 //          row-major tile; with .trans, the B fragments (b0, b1) of two 8-column groups of a [k][n] tile.
@@ -278,11 +267,14 @@ __device__ __forceinline__ float quad_sum(float v) {
 }
 
 // ---- forward ----
-// grid (B * n_heads, ceil(L / 64)), kFaThreads, fwd_smem<D>() bytes of dynamic shared memory.
+// grid (B * n_heads, ceil(max_len / 64)), kFaThreads, fwd_smem<D>() bytes of dynamic shared memory. Block
+// (b * n_heads + h, query block from q0): reads q rows row0 + [q0, q_end) and k/v rows row0 + [0, q_end) with
+// q_end = min(q0 + 64, len); writes out rows row0 + [q0, q_end) (head h) and lse[h * T + row0 + [q0, q_end)].
 template <class S, int D, bool kK8>
 __global__ void __launch_bounds__(kFaThreads) fa_forward_kernel(S* out, float* lse, const S* q, const S* k,
-                                                                const S* v, const std::int32_t* lengths, int L,
-                                                                int n_heads, int n_kv, float scale_log2, int* err) {
+                                                                const S* v, const std::int32_t* cu_seqlens, int B,
+                                                                int T, int max_len, int n_heads, int n_kv,
+                                                                float scale_log2, int* err) {
   constexpr int BN = Tiles<D>::kFwdN, P = pitch<D>(), K16 = D / 16;
   extern __shared__ __align__(16) unsigned char smem[];
   S* Qs = reinterpret_cast<S*>(smem);  // [64][P]
@@ -293,16 +285,11 @@ __global__ void __launch_bounds__(kFaThreads) fa_forward_kernel(S* out, float* l
   const int q0 = (gridDim.y - 1 - blockIdx.y) * kRows;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const std::int64_t qstride = static_cast<std::int64_t>(n_heads) * D, kstride = static_cast<std::int64_t>(n_kv) * D;
-  const std::int64_t row0 = static_cast<std::int64_t>(b) * L;
-  float* lse_bh = lse + (static_cast<std::int64_t>(b) * n_heads + h) * L;
-  S* og = out + (row0 + q0) * qstride + static_cast<std::int64_t>(h) * D;
-  const int len = clamped_len(lengths, b, L, err);
-  if (q0 >= len) {  // the whole block is padding
-    const int rows = min(kRows, L - q0);
-    zero_rows<D>(og, qstride, rows);
-    for (int r = threadIdx.x; r < rows; r += kFaThreads) lse_bh[q0 + r] = 0.0f;
-    return;
-  }
+  const SeqRows sr = seq_rows(cu_seqlens, b, B, T, max_len, err);
+  const int len = sr.len;
+  if (q0 >= len) return;  // no query of this sequence here (uniform over the block, before any barrier)
+  const std::int64_t row0 = sr.row0;
+  float* lse_h = lse + static_cast<std::int64_t>(h) * T + row0;  // lse of position t at lse_h[t]
   const int q_end = min(q0 + kRows, len);  // valid query rows [q0, q_end)
   const int n_tiles = (q_end + BN - 1) / BN;
   const S* kg = k + row0 * kstride + static_cast<std::int64_t>(kvh) * D;
@@ -380,50 +367,47 @@ __global__ void __launch_bounds__(kFaThreads) fa_forward_kernel(S* out, float* l
 
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const float lsum = quad_sum(l[r]);
+    const float lsum = quad_sum(l[r]);  // every lane of the quad takes part (before the row test)
     const int t = trow + 8 * r;
-    if (t >= L) continue;
-    const bool valid = t < len;
-    const float inv = valid ? 1.0f / lsum : 0.0f;
+    if (t >= len) continue;  // past the sequence: the next sequence's row (or past T), not ours
+    const float inv = 1.0f / lsum;
     S* orow = out + (row0 + t) * qstride + static_cast<std::int64_t>(h) * D + 2 * (lane & 3);
 #pragma unroll
     for (int d = 0; d < D / 8; ++d)
-      *reinterpret_cast<std::uint32_t*>(orow + d * 8) =
-          valid ? pack2<S>(o[d][2 * r] * inv, o[d][2 * r + 1] * inv) : 0u;
-    if ((lane & 3) == 0) lse_bh[t] = valid ? (m[r] + log2f(lsum)) * kLn2 : 0.0f;
+      *reinterpret_cast<std::uint32_t*>(orow + d * 8) = pack2<S>(o[d][2 * r] * inv, o[d][2 * r + 1] * inv);
+    if ((lane & 3) == 0) lse_h[t] = (m[r] + log2f(lsum)) * kLn2;
   }
 }
 
 // ---- backward ----
-// D[b, h, t] = sum_d dout * out over the row (0 on padding rows). One warp per row, 4 warps per block.
+// Dsum[h * T + t] = sum_d dout * out over row t, head h, for every token row t < T (every row belongs to some
+// sequence; no cu_seqlens needed). One warp per (t, h), taken in memory order (warp id = t * n_heads + h, so the
+// warps of a block read consecutive head rows), 4 warps per block. hd is even (64 or 128).
 template <class S>
-__global__ void fa_dsum_kernel(float* Dsum, const S* dout, const S* out, const std::int32_t* lengths, int L,
-                               int n_heads, int hd, std::int64_t rows, int* err) {
-  const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * kFaWarps + (threadIdx.x >> 5);
+__global__ void fa_dsum_kernel(float* Dsum, const S* dout, const S* out, int T, int n_heads, int hd) {
+  const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * kFaWarps + (threadIdx.x >> 5);  // t * nh + h
   const int lane = threadIdx.x & 31;
-  if (row >= rows) return;
-  const int t = static_cast<int>(row % L);
-  const std::int64_t bh = row / L;
-  const int h = static_cast<int>(bh % n_heads);
-  const int b = static_cast<int>(bh / n_heads);
-  const int len = clamped_len(lengths, b, L, err);
+  if (row >= static_cast<std::int64_t>(T) * n_heads) return;  // whole warps (warp_sum below needs all 32 lanes)
+  const std::int64_t t = row / n_heads;
+  const int h = static_cast<int>(row % n_heads);
+  const std::int64_t off = row * hd;  // (t * n_heads + h) * hd
   float acc = 0.0f;
-  if (t < len) {
-    const std::int64_t off = ((static_cast<std::int64_t>(b) * L + t) * n_heads + h) * hd;
-    for (int d = 2 * lane; d < hd; d += 64) {
-      acc += to_f32(dout[off + d]) * to_f32(out[off + d]) + to_f32(dout[off + d + 1]) * to_f32(out[off + d + 1]);
-    }
-    acc = warp_sum(acc);
+  for (int d = 2 * lane; d < hd; d += 64) {
+    acc += to_f32(dout[off + d]) * to_f32(out[off + d]) + to_f32(dout[off + d + 1]) * to_f32(out[off + d + 1]);
   }
-  if (lane == 0) Dsum[row] = acc;
+  acc = warp_sum(acc);
+  if (lane == 0) Dsum[static_cast<std::int64_t>(h) * T + t] = acc;
 }
 
-// grid (B * n_heads, ceil(L / 64)), kFaThreads, dq_smem<D>() bytes. dq of the block's 64 query rows.
+// grid (B * n_heads, ceil(max_len / 64)), kFaThreads, dq_smem<D>() bytes. dq of the block's 64 query positions:
+// reads q/dout rows row0 + [q0, q_end), their lse/D at h * T + row0 + [q0, q_end), k/v rows row0 + [0, q_end);
+// writes dq rows row0 + [q0, q_end) (head h), q_end = min(q0 + 64, len).
 template <class S, int D, bool kK8>
 __global__ void __launch_bounds__(kFaThreads) fa_dq_kernel(S* dq, const S* dout, const S* q, const S* k, const S* v,
                                                            const float* lse, const float* Dsum,
-                                                           const std::int32_t* lengths, int L, int n_heads,
-                                                           int n_kv, float scale, float scale_log2, int* err) {
+                                                           const std::int32_t* cu_seqlens, int B, int T,
+                                                           int max_len, int n_heads, int n_kv, float scale,
+                                                           float scale_log2, int* err) {
   constexpr int BN = Tiles<D>::kDqN, P = pitch<D>(), K16 = D / 16;
   extern __shared__ __align__(16) unsigned char smem[];
   S* Qs = reinterpret_cast<S*>(smem);  // [64][P]
@@ -435,13 +419,11 @@ __global__ void __launch_bounds__(kFaThreads) fa_dq_kernel(S* dq, const S* dout,
   const int q0 = (gridDim.y - 1 - blockIdx.y) * kRows;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const std::int64_t qstride = static_cast<std::int64_t>(n_heads) * D, kstride = static_cast<std::int64_t>(n_kv) * D;
-  const std::int64_t row0 = static_cast<std::int64_t>(b) * L;
+  const SeqRows sr = seq_rows(cu_seqlens, b, B, T, max_len, err);
+  const int len = sr.len;
+  if (q0 >= len) return;  // no query of this sequence here (uniform over the block, before any barrier)
+  const std::int64_t row0 = sr.row0;
   const std::int64_t qoff = (row0 + q0) * qstride + static_cast<std::int64_t>(h) * D;
-  const int len = clamped_len(lengths, b, L, err);
-  if (q0 >= len) {
-    zero_rows<D>(dq + qoff, qstride, min(kRows, L - q0));
-    return;
-  }
   const int q_end = min(q0 + kRows, len);
   const int n_tiles = (q_end + BN - 1) / BN;
   const S* kg = k + row0 * kstride + static_cast<std::int64_t>(kvh) * D;
@@ -454,14 +436,14 @@ __global__ void __launch_bounds__(kFaThreads) fa_dq_kernel(S* dq, const S* dout,
 
   const int wrow = q0 + warp * 16;
   const int trow = wrow + (lane >> 2);
-  const float* lse_bh = lse + (static_cast<std::int64_t>(b) * n_heads + h) * L;
-  const float* D_bh = Dsum + (static_cast<std::int64_t>(b) * n_heads + h) * L;
+  const float* lse_h = lse + static_cast<std::int64_t>(h) * T + row0;  // position t at lse_h[t], D_h[t]
+  const float* D_h = Dsum + static_cast<std::int64_t>(h) * T + row0;
   float lse2[2], Dr[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int t = trow + 8 * r;
-    lse2[r] = t < len ? lse_bh[t] * kLog2e : 0.0f;
-    Dr[r] = t < len ? D_bh[t] : 0.0f;
+    lse2[r] = t < len ? lse_h[t] * kLog2e : 0.0f;
+    Dr[r] = t < len ? D_h[t] : 0.0f;
   }
   std::uint32_t qf[K16][4], gf[K16][4];
   float acc[D / 8][4];
@@ -512,25 +494,26 @@ __global__ void __launch_bounds__(kFaThreads) fa_dq_kernel(S* dq, const S* dout,
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int t = trow + 8 * r;
-    if (t >= L) continue;
-    const bool valid = t < len;
+    if (t >= len) continue;  // past the sequence: not ours
     S* row = dq + (row0 + t) * qstride + static_cast<std::int64_t>(h) * D + 2 * (lane & 3);
 #pragma unroll
     for (int d = 0; d < D / 8; ++d)
-      *reinterpret_cast<std::uint32_t*>(row + d * 8) =
-          valid ? pack2<S>(acc[d][2 * r] * scale, acc[d][2 * r + 1] * scale) : 0u;
+      *reinterpret_cast<std::uint32_t*>(row + d * 8) = pack2<S>(acc[d][2 * r] * scale, acc[d][2 * r + 1] * scale);
   }
 }
 
-// grid (B * n_heads, ceil(L / 64)), kFaThreads, dkv_smem<D>() bytes. dk/dv of the block's 64 key rows from query
-// head h: into dk/dv (storage) when part_k is null (n_heads == n_kv), else into the fp32 partials part_k/part_v
-// [B*L, n_heads, D].
+// grid (B * n_heads, ceil(max_len / 64)), kFaThreads, dkv_smem<D>() bytes. dk/dv of the block's 64 key positions
+// from query head h: into dk/dv (storage) when part_k is null (n_heads == n_kv), else into the fp32 partials
+// part_k/part_v [T, n_heads, D]. Reads k/v rows row0 + [k0, min(k0 + 64, len)), q/dout rows row0 + [i_begin * BM,
+// len) and their lse/D at h * T + row0 + the same; writes rows row0 + [k0, min(k0 + 64, len)) of dk/dv (kv head)
+// or of the partials (head h).
 template <class S, int D, bool kK8>
 __global__ void __launch_bounds__(kFaThreads) fa_dkv_kernel(S* dk, S* dv, float* part_k, float* part_v,
                                                             const S* dout, const S* q, const S* k, const S* v,
                                                             const float* lse, const float* Dsum,
-                                                            const std::int32_t* lengths, int L, int n_heads,
-                                                            int n_kv, float scale, float scale_log2, int* err) {
+                                                            const std::int32_t* cu_seqlens, int B, int T,
+                                                            int max_len, int n_heads, int n_kv, float scale,
+                                                            float scale_log2, int* err) {
   constexpr int BM = Tiles<D>::kDkvM, P = pitch<D>(), K16 = D / 16;
   extern __shared__ __align__(16) unsigned char smem[];
   S* Ks = reinterpret_cast<S*>(smem);  // [64][P]
@@ -544,26 +527,16 @@ __global__ void __launch_bounds__(kFaThreads) fa_dkv_kernel(S* dk, S* dv, float*
   const int k0 = blockIdx.y * kRows;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const std::int64_t qstride = static_cast<std::int64_t>(n_heads) * D, kstride = static_cast<std::int64_t>(n_kv) * D;
-  const std::int64_t row0 = static_cast<std::int64_t>(b) * L;
-  const int len = clamped_len(lengths, b, L, err);
-  const int krow = k0 + warp * 16 + (lane >> 2);  // this lane's key rows: krow and krow + 8
-  if (k0 >= len) {
-    if (part_k == nullptr) {
-      const std::int64_t off = (row0 + k0) * kstride + static_cast<std::int64_t>(kvh) * D;
-      zero_rows<D>(dk + off, kstride, min(kRows, L - k0));
-      zero_rows<D>(dv + off, kstride, min(kRows, L - k0));
-    } else {
-      const std::int64_t off = (row0 + k0) * qstride + static_cast<std::int64_t>(h) * D;
-      zero_rows<D>(part_k + off, qstride, min(kRows, L - k0));
-      zero_rows<D>(part_v + off, qstride, min(kRows, L - k0));
-    }
-    return;
-  }
+  const SeqRows sr = seq_rows(cu_seqlens, b, B, T, max_len, err);
+  const int len = sr.len;
+  if (k0 >= len) return;  // no key of this sequence here (uniform over the block, before any barrier)
+  const std::int64_t row0 = sr.row0;
+  const int krow = k0 + warp * 16 + (lane >> 2);  // this lane's key positions: krow and krow + 8
   const int i_begin = k0 / BM, i_end = (len + BM - 1) / BM;  // query tiles that see some key of the block
   const S* qg = q + row0 * qstride + static_cast<std::int64_t>(h) * D;
   const S* gg = dout + row0 * qstride + static_cast<std::int64_t>(h) * D;
-  const float* lse_bh = lse + (static_cast<std::int64_t>(b) * n_heads + h) * L;
-  const float* D_bh = Dsum + (static_cast<std::int64_t>(b) * n_heads + h) * L;
+  const float* lse_h = lse + static_cast<std::int64_t>(h) * T + row0;  // position t at lse_h[t], D_h[t]
+  const float* D_h = Dsum + static_cast<std::int64_t>(h) * T + row0;
   const std::int64_t koff = (row0 + k0) * kstride + static_cast<std::int64_t>(kvh) * D;
   load_tile<kRows, D>(Ks, k + koff, kstride, min(kRows, len - k0));
   load_tile<kRows, D>(Vs, v + koff, kstride, min(kRows, len - k0));
@@ -573,8 +546,8 @@ __global__ void __launch_bounds__(kFaThreads) fa_dkv_kernel(S* dk, S* dv, float*
     load_tile<BM, D>(Gs + st * BM * P, gg + t0 * qstride, qstride, min(BM, len - t0));
     for (int r = threadIdx.x; r < BM; r += kFaThreads) {
       const int t = t0 + r;
-      Ls[st * BM + r] = t < len ? lse_bh[t] * kLog2e : 0.0f;
-      Ds[st * BM + r] = t < len ? D_bh[t] : 0.0f;
+      Ls[st * BM + r] = t < len ? lse_h[t] * kLog2e : 0.0f;
+      Ds[st * BM + r] = t < len ? D_h[t] : 0.0f;
     }
   };
   load_q_tile(i_begin, 0);
@@ -617,7 +590,8 @@ __global__ void __launch_bounds__(kFaThreads) fa_dkv_kernel(S* dk, S* dv, float*
       mma_abt<S, kK8, K16, BM / 8, P>(dp, vf, Gt, lane);  // dP^T = V dO^T
     }
     const int t0 = i * BM;
-    // Queries t < u (causal) or t >= len (padding) are out of every sum.
+    // Queries t < u (causal) or t >= len (another sequence's rows, zero-filled in shared memory) are out of every
+    // sum.
     const bool masked = t0 < k0 + warp * 16 + 15 || t0 + BM > len;
 #pragma unroll
     for (int n = 0; n < BM / 8; ++n)
@@ -640,32 +614,28 @@ __global__ void __launch_bounds__(kFaThreads) fa_dkv_kernel(S* dk, S* dv, float*
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int u = krow + 8 * r;
-    if (u >= L) continue;
-    const bool valid = u < len;
+    if (u >= len) continue;  // past the sequence: not ours
     if (part_k == nullptr) {
       const std::int64_t off = (row0 + u) * kstride + static_cast<std::int64_t>(kvh) * D + 2 * (lane & 3);
 #pragma unroll
       for (int d = 0; d < D / 8; ++d) {
-        *reinterpret_cast<std::uint32_t*>(dk + off + d * 8) =
-            valid ? pack2<S>(ak[d][2 * r] * scale, ak[d][2 * r + 1] * scale) : 0u;
-        *reinterpret_cast<std::uint32_t*>(dv + off + d * 8) =
-            valid ? pack2<S>(av[d][2 * r], av[d][2 * r + 1]) : 0u;
+        *reinterpret_cast<std::uint32_t*>(dk + off + d * 8) = pack2<S>(ak[d][2 * r] * scale, ak[d][2 * r + 1] * scale);
+        *reinterpret_cast<std::uint32_t*>(dv + off + d * 8) = pack2<S>(av[d][2 * r], av[d][2 * r + 1]);
       }
     } else {
       const std::int64_t off = (row0 + u) * qstride + static_cast<std::int64_t>(h) * D + 2 * (lane & 3);
 #pragma unroll
       for (int d = 0; d < D / 8; ++d) {
-        *reinterpret_cast<float2*>(part_k + off + d * 8) =
-            valid ? make_float2(ak[d][2 * r] * scale, ak[d][2 * r + 1] * scale) : make_float2(0.0f, 0.0f);
-        *reinterpret_cast<float2*>(part_v + off + d * 8) =
-            valid ? make_float2(av[d][2 * r], av[d][2 * r + 1]) : make_float2(0.0f, 0.0f);
+        *reinterpret_cast<float2*>(part_k + off + d * 8) = make_float2(ak[d][2 * r] * scale, ak[d][2 * r + 1] * scale);
+        *reinterpret_cast<float2*>(part_v + off + d * 8) = make_float2(av[d][2 * r], av[d][2 * r + 1]);
       }
     }
   }
 }
 
-// dk/dv [B*L, n_kv, D] = sums over each group's heads (in head order) of the partials [B*L, n_heads, D].
-// Grid-stride over groups of 4 elements.
+// dk/dv [T, n_kv, D] = sums over each group's heads (in head order) of the partials [T, n_heads, D] (n4 = T * n_kv *
+// D / 4; every partial row is written by fa_dkv_kernel when cu_seqlens tile [0, T)). Grid-stride over groups of 4
+// elements.
 template <class S>
 __global__ void fa_reduce_kv_kernel(S* dk, S* dv, const float* part_k, const float* part_v, std::int64_t n4,
                                     int n_kv, int group, int D) {
@@ -747,9 +717,11 @@ bool flash_attention_applies(DType st, int head_dim, std::initializer_list<const
 }
 
 void flash_attention_forward(const Ctx& c, void* out, float* lse, const void* q, const void* k, const void* v,
-                             const std::int32_t* lengths, int B, int L, int n_heads, int n_kv, int head_dim) {
+                             const std::int32_t* cu_seqlens, int B, int T, int max_len, int n_heads, int n_kv,
+                             int head_dim) {
+  if (T == 0) return;  // (then grid.y could be 0)
   const float scale_log2 = kLog2e / sqrtf(static_cast<float>(head_dim));
-  const dim3 grid(static_cast<unsigned>(B * n_heads), static_cast<unsigned>((L + kRows - 1) / kRows));
+  const dim3 grid(static_cast<unsigned>(B * n_heads), static_cast<unsigned>((max_len + kRows - 1) / kRows));
   dispatch(c.st, [&](auto tag) {
     using S = decltype(tag);
     with_config<S>(head_dim, [&](auto dim, auto k8) {
@@ -759,7 +731,8 @@ void flash_attention_forward(const Ctx& c, void* out, float* lse, const void* q,
       allow_smem(kern, fwd_smem<D>());
       kern<<<grid, kFaThreads, fwd_smem<D>(), c.stream>>>(static_cast<S*>(out), lse, static_cast<const S*>(q),
                                                            static_cast<const S*>(k), static_cast<const S*>(v),
-                                                           lengths, L, n_heads, n_kv, scale_log2, c.err);
+                                                           cu_seqlens, B, T, max_len, n_heads, n_kv, scale_log2,
+                                                           c.err);
       CUDA_CHECK_LAUNCH();
     });
   });
@@ -767,20 +740,22 @@ void flash_attention_forward(const Ctx& c, void* out, float* lse, const void* q,
 
 void flash_attention_backward(const Ctx& c, void* dq, void* dk, void* dv, const void* dout, const void* out,
                               const void* q, const void* k, const void* v, const float* lse,
-                              const std::int32_t* lengths, int B, int L, int n_heads, int n_kv, int head_dim) {
+                              const std::int32_t* cu_seqlens, int B, int T, int max_len, int n_heads, int n_kv,
+                              int head_dim) {
+  if (T == 0) return;  // (then grid.y could be 0)
   const float scale = 1.0f / sqrtf(static_cast<float>(head_dim));
   const float scale_log2 = kLog2e * scale;
-  const std::int64_t rows = static_cast<std::int64_t>(B) * n_heads * L;
+  const std::int64_t rows = static_cast<std::int64_t>(T) * n_heads;  // (token row, head) pairs: D's size
   const int group = n_heads / n_kv;
-  const dim3 grid(static_cast<unsigned>(B * n_heads), static_cast<unsigned>((L + kRows - 1) / kRows));
+  const dim3 grid(static_cast<unsigned>(B * n_heads), static_cast<unsigned>((max_len + kRows - 1) / kRows));
   float* Dsum = static_cast<float*>(scratch_alloc(sizeof(float) * static_cast<std::size_t>(rows), c.stream));
   float* part = nullptr;
-  const std::size_t part_n = static_cast<std::size_t>(B) * L * n_heads * head_dim;
+  const std::size_t part_n = static_cast<std::size_t>(T) * n_heads * head_dim;  // [T, n_heads, head_dim]
   if (group > 1) part = static_cast<float*>(scratch_alloc(2 * sizeof(float) * part_n, c.stream));
   dispatch(c.st, [&](auto tag) {
     using S = decltype(tag);
     fa_dsum_kernel<S><<<static_cast<unsigned>((rows + kFaWarps - 1) / kFaWarps), kFaThreads, 0, c.stream>>>(
-        Dsum, static_cast<const S*>(dout), static_cast<const S*>(out), lengths, L, n_heads, head_dim, rows, c.err);
+        Dsum, static_cast<const S*>(dout), static_cast<const S*>(out), T, n_heads, head_dim);
     CUDA_CHECK_LAUNCH();
     with_config<S>(head_dim, [&](auto dim, auto k8) {
       constexpr int D = decltype(dim)::value;
@@ -789,18 +764,18 @@ void flash_attention_backward(const Ctx& c, void* dq, void* dk, void* dv, const 
       allow_smem(kq, dq_smem<D>());
       kq<<<grid, kFaThreads, dq_smem<D>(), c.stream>>>(
           static_cast<S*>(dq), static_cast<const S*>(dout), static_cast<const S*>(q), static_cast<const S*>(k),
-          static_cast<const S*>(v), lse, Dsum, lengths, L, n_heads, n_kv, scale, scale_log2, c.err);
+          static_cast<const S*>(v), lse, Dsum, cu_seqlens, B, T, max_len, n_heads, n_kv, scale, scale_log2, c.err);
       CUDA_CHECK_LAUNCH();
       auto kkv = fa_dkv_kernel<S, D, K8>;
       allow_smem(kkv, dkv_smem<D>());
       kkv<<<grid, kFaThreads, dkv_smem<D>(), c.stream>>>(
           static_cast<S*>(dk), static_cast<S*>(dv), part, part ? part + part_n : nullptr,
           static_cast<const S*>(dout), static_cast<const S*>(q), static_cast<const S*>(k), static_cast<const S*>(v),
-          lse, Dsum, lengths, L, n_heads, n_kv, scale, scale_log2, c.err);
+          lse, Dsum, cu_seqlens, B, T, max_len, n_heads, n_kv, scale, scale_log2, c.err);
       CUDA_CHECK_LAUNCH();
     });
     if (part) {
-      const std::int64_t n4 = static_cast<std::int64_t>(B) * L * n_kv * head_dim / 4;
+      const std::int64_t n4 = static_cast<std::int64_t>(T) * n_kv * head_dim / 4;
       fa_reduce_kv_kernel<S><<<grid_for(n4), kThreads, 0, c.stream>>>(static_cast<S*>(dk), static_cast<S*>(dv),
                                                                        part, part + part_n, n4, n_kv, group,
                                                                        head_dim);

@@ -1,4 +1,5 @@
-// flash_attention.cuh: tiled (FlashAttention-2-style) causal GQA attention on tensor cores for head_dim 64 and 128.
+// flash_attention.cuh: tiled (FlashAttention-2-style) causal GQA attention over packed variable-length sequences on
+// tensor cores for head_dim 64 and 128.
 #pragma once
 #include <cstdint>
 #include <initializer_list>
@@ -13,14 +14,18 @@ namespace mgrl::kernels::cuda {
 // straightforward kernels.
 bool flash_attention_applies(DType st, int head_dim, std::initializer_list<const void*> tensors);
 
-// Same semantics and arguments as attention_forward / attention_backward (attention.cuh); shapes already checked
-// and flash_attention_applies true. The backward also takes the forward's output `out` (for D = rowsum(dout * out)).
-// Scratch (stream-ordered): B * n_heads * L floats, plus 2 * B * L * n_heads * head_dim floats when n_heads > n_kv
-// (per-head dk/dv partials, summed over each group in a fixed order: deterministic).
+// Same semantics and arguments as attention_forward / attention_backward (attention.cuh: packed sequences,
+// cu_seqlens [B + 1] on the device, lse [n_heads, T]); shapes already checked (T <= B * max_len, grids in range) and
+// flash_attention_applies true. The backward also takes the forward's output `out` (for D = rowsum(dout * out)).
+// Grids: (B * n_heads, ceil(max_len / 64)). Scratch (stream-ordered): n_heads * T floats (D), plus
+// 2 * T * n_heads * head_dim floats when n_heads > n_kv (per-head dk/dv partials [T, n_heads, head_dim], summed over
+// each group in a fixed order: deterministic).
 void flash_attention_forward(const Ctx& c, void* out, float* lse, const void* q, const void* k, const void* v,
-                             const std::int32_t* lengths, int B, int L, int n_heads, int n_kv, int head_dim);
+                             const std::int32_t* cu_seqlens, int B, int T, int max_len, int n_heads, int n_kv,
+                             int head_dim);
 void flash_attention_backward(const Ctx& c, void* dq, void* dk, void* dv, const void* dout, const void* out,
                               const void* q, const void* k, const void* v, const float* lse,
-                              const std::int32_t* lengths, int B, int L, int n_heads, int n_kv, int head_dim);
+                              const std::int32_t* cu_seqlens, int B, int T, int max_len, int n_heads, int n_kv,
+                              int head_dim);
 
 }  // namespace mgrl::kernels::cuda

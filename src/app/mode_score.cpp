@@ -99,8 +99,8 @@ int run_score(Context& ctx) {
     net.forward(batch, lp.data(), !adapter.empty());
     for (std::size_t i = start; i < end; ++i) {
       const std::size_t len = seqs[order[i]].size(), row = i - start;
-      result[order[i] - lo].assign(lp.begin() + static_cast<std::ptrdiff_t>(row * batch.L),
-                                   lp.begin() + static_cast<std::ptrdiff_t>(row * batch.L + len));
+      const auto first = lp.begin() + batch.offsets[row];
+      result[order[i] - lo].assign(first, first + static_cast<std::ptrdiff_t>(len));
       tokens += len;
     }
   }

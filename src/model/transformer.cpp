@@ -12,14 +12,32 @@
 
 namespace mgrl::model {
 
+int Batch::max_len() const {
+  int m = 0;
+  for (int b = 0; b < B(); ++b) m = std::max(m, length(b));
+  return m;
+}
+
+void Batch::add(const std::vector<std::int32_t>& seq) {
+  tokens.insert(tokens.end(), seq.begin(), seq.end());
+  offsets.push_back(static_cast<std::int32_t>(tokens.size()));
+}
+
 Batch Batch::from_sequences(const std::vector<std::vector<std::int32_t>>& seqs) {
   Batch b;
-  b.B = static_cast<int>(seqs.size());
-  for (const auto& s : seqs) b.L = std::max(b.L, static_cast<int>(s.size()));
-  b.tokens.assign(static_cast<std::size_t>(b.B) * b.L, 0);
-  for (int i = 0; i < b.B; ++i) {
-    b.lengths.push_back(static_cast<std::int32_t>(seqs[i].size()));
-    std::copy(seqs[i].begin(), seqs[i].end(), b.tokens.begin() + static_cast<std::ptrdiff_t>(i) * b.L);
+  std::size_t n = 0;
+  for (const auto& s : seqs) n += s.size();
+  b.tokens.reserve(n);
+  b.offsets.reserve(seqs.size() + 1);
+  for (const auto& s : seqs) b.add(s);
+  return b;
+}
+
+Batch Batch::from_padded(const std::int32_t* tokens, const std::int32_t* lengths, int B, int L) {
+  Batch b;
+  for (int i = 0; i < B; ++i) {
+    const std::int32_t* row = tokens + static_cast<std::ptrdiff_t>(i) * L;
+    b.add(std::vector<std::int32_t>(row, row + std::clamp(lengths[i], 0, L)));
   }
   return b;
 }
@@ -47,10 +65,10 @@ struct Transformer::Work {
   std::vector<void*> xs;  // residual stream at the input of each layer, and after the last
   void *tmp, *xf, *recompute_out;
   float *rstd_f, *lse_head, *lp, *wrow, *lora_scratch;
-  std::int32_t *ids, *targets, *pos, *lengths;
+  std::int32_t *ids, *targets, *pos, *cu_seqlens;
   void* head_scratch;
   void *dx, *dh, *dq, *dk, *dv, *dq2, *dk2, *dattn, *dgate, *dup, *dact, *dxf, *dlora;
-  std::vector<std::int32_t> host_ids, host_lengths;  // of the last forward
+  std::vector<std::int32_t> host_ids, host_offsets;  // of the last forward
 };
 
 // Buffers of infer(), sized for the largest call seen.
@@ -71,7 +89,7 @@ struct Transformer::Arena {
   std::vector<std::unique_ptr<Acts>> acts;
   std::unique_ptr<Work> work;
   // The last forward through this arena.
-  int B = 0, L = 0;
+  int B = 0, T = 0, max_len = 0;
   bool train = false, lora = false;
   std::uint64_t seed = 0;
   float logit_scale = 1.0f;
@@ -202,9 +220,21 @@ LoraParams& Transformer::add_lora(const LoraConfig& cfg, std::uint64_t seed) {
   return *lora_;
 }
 
-void Transformer::reserve(int B, int L) {
-  const int T = B * L;
-  if (T <= cur_->cap_T) return;
+void Transformer::plan(int max_tokens, bool scoring) {
+  struct Restore {
+    Transformer* t;
+    ~Restore() { t->cur_ = t->train_arena_.get(); }
+  } restore{this};
+  cur_ = train_arena_.get();
+  reserve(max_tokens, 1);
+  if (!scoring) return;
+  cur_ = score_arena_.get();
+  reserve(max_tokens, 1);
+}
+
+void Transformer::reserve(int T, int B) {
+  if (T <= cur_->cap_T && B <= cur_->cap_T) return;
+  T = std::max(T, B);
   for (void* p : cur_->allocations) ops_.release(p);
   cur_->allocations.clear();
   cur_->acts.clear();
@@ -273,7 +303,7 @@ void Transformer::reserve(int B, int L) {
   W.ids = i32(t);
   W.targets = i32(t);
   W.pos = i32(t);
-  W.lengths = i32(t);
+  W.cu_seqlens = i32(t + 1);  // B <= T
   W.head_scratch = ops_.alloc(ops_.lm_head_scratch_bytes(static_cast<int>(cfg_.vocab_size)));
   cur_->allocations.push_back(W.head_scratch);
   if (!grads) return;  // a scoring arena: no backward
@@ -298,6 +328,7 @@ void Transformer::linear_with_lora(int l, Module m, void* y, const void* x, cons
   ops_.linear_forward(y, x, W, bias, T, in, out);
   const LoraSlot* s = use_lora && lora_ ? lora_->find(l, m) : nullptr;
   if (!s) return;
+  const kernels::PhaseScope phase(ops_, kernels::Phase::Lora);
   const int mi = static_cast<int>(m);
   const void* xin = x;
   const float p = static_cast<float>(lora_->config().dropout);
@@ -321,6 +352,7 @@ void Transformer::linear_with_lora_backward(int l, Module m, void* dx, const voi
   ops_.linear_backward(dx, dW, dbias, dy, x, W, T, in, out, accumulate);
   const LoraSlot* s = cur_->lora && lora_ ? lora_->find(l, m) : nullptr;
   if (!s) return;
+  const kernels::PhaseScope phase(ops_, kernels::Phase::Lora);
   const int mi = static_cast<int>(m);
   const auto& c = lora_->config();
   const float p = static_cast<float>(c.dropout);
@@ -342,7 +374,7 @@ void Transformer::layer_forward(int l, const void* x_in, void* x_out, Acts& a, b
                                 std::uint64_t seed) {
   const LayerW& Lw = layers_[l];
   Work& W = *cur_->work;
-  const int T = cur_->B * cur_->L;
+  const int T = cur_->T;
   const int nh = static_cast<int>(cfg_.num_attention_heads), nkv = static_cast<int>(cfg_.num_key_value_heads);
   const int hd = static_cast<int>(cfg_.head_dim);
   const BlockIO io{x_in, a.x_mid, x_out, a.h1, a.q, a.k, a.v, a.q_pre, a.k_pre, a.attn, a.h2, a.gate, a.up, a.act,
@@ -353,7 +385,10 @@ void Transformer::layer_forward(int l, const void* x_in, void* x_out, Acts& a, b
         const int mi = static_cast<int>(m);
         linear_with_lora(l, m, y, x, Lw.W[mi], Lw.bias[mi], T, a, use_lora, train, seed);
       },
-      [&] { ops_.attention_forward(a.attn, a.lse, a.q, a.k, a.v, W.lengths, cur_->B, cur_->L, nh, nkv, hd); });
+      [&] {
+        const kernels::PhaseScope phase(ops_, kernels::Phase::Attention);
+        ops_.attention_forward(a.attn, a.lse, a.q, a.k, a.v, W.cu_seqlens, cur_->B, T, cur_->max_len, nh, nkv, hd);
+      });
 }
 
 void Transformer::block_forward(int l, const BlockIO& io, int T, const std::function<void(Module, void*, const void*)>& lin,
@@ -392,7 +427,7 @@ void Transformer::block_forward(int l, const BlockIO& io, int T, const std::func
 void Transformer::layer_backward(int l, Acts& a, void* dx) {
   const LayerW& Lw = layers_[l];
   Work& W = *cur_->work;
-  const int T = cur_->B * cur_->L;
+  const int T = cur_->T;
   const int D = static_cast<int>(cfg_.hidden_size), I = static_cast<int>(cfg_.intermediate_size);
   const int nh = static_cast<int>(cfg_.num_attention_heads), nkv = static_cast<int>(cfg_.num_key_value_heads);
   const int hd = static_cast<int>(cfg_.head_dim);
@@ -408,8 +443,10 @@ void Transformer::layer_backward(int l, Acts& a, void* dx) {
   ops_.rmsnorm_backward(dx, Lw.d_mlp_norm, W.dh, a.x_mid, Lw.mlp_norm, a.rstd2, T, D, true);  // dx = d(x_mid)
   // Attention: x_mid = x_in + o(attention(rope(q), rope(k), v)), q/k/v from h1 = norm(x_in)
   lin_back(Module::O, W.dattn, dx, a.attn, false);
-  ops_.attention_backward(W.dq, W.dk, W.dv, W.dattn, a.attn, a.q, a.k, a.v, a.lse, W.lengths, cur_->B, cur_->L, nh,
-                          nkv, hd);
+  ops_.phase_begin(kernels::Phase::Attention);
+  ops_.attention_backward(W.dq, W.dk, W.dv, W.dattn, a.attn, a.q, a.k, a.v, a.lse, W.cu_seqlens, cur_->B, T,
+                          cur_->max_len, nh, nkv, hd);
+  ops_.phase_end(kernels::Phase::Attention);
   ops_.rope_backward(W.dq, W.pos, inv_freq_, T, nh, hd);
   ops_.rope_backward(W.dk, W.pos, inv_freq_, T, nkv, hd);
   void* dq = W.dq;
@@ -444,14 +481,24 @@ void Transformer::score(const Batch& batch, float* logprobs, bool use_lora, floa
 void Transformer::forward_pass(const Batch& batch, float* logprobs, bool use_lora, bool train,
                                std::uint64_t dropout_seed, float logit_scale) {
   MGRL_CHECK(!train || cur_->grads, "a training forward needs the training arena");
-  const int B = batch.B, L = batch.L, T = B * L;
+  const kernels::PhaseScope phase(ops_, kernels::Phase::Forward);
+  const int B = batch.B(), T = batch.T();
   const int V = static_cast<int>(cfg_.vocab_size), D = static_cast<int>(cfg_.hidden_size);
-  MGRL_CHECK(B > 0 && L > 0 && batch.tokens.size() == static_cast<std::size_t>(T) &&
-                 batch.lengths.size() == static_cast<std::size_t>(B),
+  MGRL_CHECK(B > 0 && batch.offsets.front() == 0 && batch.tokens.size() == static_cast<std::size_t>(T),
              "malformed batch");
-  reserve(B, L);
+  int max_len = 0;
+  for (int b = 0; b < B; ++b) {
+    const int len = batch.length(b);
+    if (len < 1) throw UserError("sequence " + std::to_string(b) + " of the batch is empty");
+    if (len > cfg_.max_position_embeddings && cfg_.max_position_embeddings > 0)
+      throw UserError("a sequence of " + std::to_string(len) + " tokens is longer than the model's " +
+                      "max_position_embeddings (" + std::to_string(cfg_.max_position_embeddings) + ")");
+    max_len = std::max(max_len, len);
+  }
+  reserve(T, B);
   cur_->B = B;
-  cur_->L = L;
+  cur_->T = T;
+  cur_->max_len = max_len;
   cur_->train = train;
   cur_->lora = use_lora && lora_ != nullptr;
   cur_->seed = dropout_seed;
@@ -461,16 +508,10 @@ void Transformer::forward_pass(const Batch& batch, float* logprobs, bool use_lor
   W.host_ids.assign(static_cast<std::size_t>(T), -1);
   std::vector<std::int32_t> targets(static_cast<std::size_t>(T), -1), pos(static_cast<std::size_t>(T), 0);
   for (int b = 0; b < B; ++b) {
-    const int len = batch.lengths[b];
-    if (len < 1 || len > L) throw UserError("sequence " + std::to_string(b) + " of the batch has length " +
-                                            std::to_string(len) + " (must be 1.." + std::to_string(L) + ")");
-    if (len > cfg_.max_position_embeddings && cfg_.max_position_embeddings > 0)
-      throw UserError("a sequence of " + std::to_string(len) + " tokens is longer than the model's " +
-                      "max_position_embeddings (" + std::to_string(cfg_.max_position_embeddings) + ")");
-    for (int t = 0; t < L; ++t) {
-      const std::size_t i = static_cast<std::size_t>(b) * L + t;
+    const int len = batch.length(b), row0 = batch.offsets[b];
+    for (int t = 0; t < len; ++t) {
+      const std::size_t i = static_cast<std::size_t>(row0 + t);
       pos[i] = t;
-      if (t >= len) continue;
       const std::int32_t id = batch.tokens[i];
       if (id < 0 || id >= V)
         throw UserError("token id " + std::to_string(id) + " is outside the vocabulary (size " + std::to_string(V) +
@@ -479,11 +520,11 @@ void Transformer::forward_pass(const Batch& batch, float* logprobs, bool use_lor
       if (t + 1 < len) targets[i] = batch.tokens[i + 1];
     }
   }
-  W.host_lengths = batch.lengths;
+  W.host_offsets = batch.offsets;
   ops_.upload(W.ids, W.host_ids.data(), static_cast<std::size_t>(T) * 4);
   ops_.upload(W.targets, targets.data(), static_cast<std::size_t>(T) * 4);
   ops_.upload(W.pos, pos.data(), static_cast<std::size_t>(T) * 4);
-  ops_.upload(W.lengths, batch.lengths.data(), static_cast<std::size_t>(B) * 4);
+  ops_.upload(W.cu_seqlens, batch.offsets.data(), static_cast<std::size_t>(B + 1) * 4);
 
   ops_.embedding_forward(W.xs[0], W.ids, embed_, T, V, D);
   for (int l = 0; l < cfg_.num_hidden_layers; ++l)
@@ -498,19 +539,20 @@ void Transformer::forward_pass(const Batch& batch, float* logprobs, bool use_lor
   ops_.download(lp.data(), W.lp, lp.size() * sizeof(float));
   std::fill(logprobs, logprobs + T, 0.0f);
   for (int b = 0; b < B; ++b)
-    for (int t = 0; t + 1 < batch.lengths[b]; ++t) logprobs[b * L + t + 1] = lp[static_cast<std::size_t>(b) * L + t];
+    for (int i = batch.offsets[b]; i + 1 < batch.offsets[b + 1]; ++i) logprobs[i + 1] = lp[static_cast<std::size_t>(i)];
 }
 
 void Transformer::backward(const float* weights, const std::function<void(int)>& layer_done) {
   cur_ = train_arena_.get();
   MGRL_CHECK(cur_->work && cur_->train, "backward() needs a forward(train = true) first");
   MGRL_CHECK(cur_->lora || opts_.full_finetune, "backward() with nothing trainable");
+  const kernels::PhaseScope phase(ops_, kernels::Phase::Backward);
   Work& W = *cur_->work;
-  const int B = cur_->B, L = cur_->L, T = B * L;
+  const int B = cur_->B, T = cur_->T;
   const int V = static_cast<int>(cfg_.vocab_size), D = static_cast<int>(cfg_.hidden_size);
-  std::vector<float> wrow(static_cast<std::size_t>(T), 0.0f);
+  std::vector<float> wrow(static_cast<std::size_t>(T), 0.0f);  // row i predicts token i + 1
   for (int b = 0; b < B; ++b)
-    for (int t = 0; t + 1 < W.host_lengths[b]; ++t) wrow[static_cast<std::size_t>(b) * L + t] = weights[b * L + t + 1];
+    for (int i = W.host_offsets[b]; i + 1 < W.host_offsets[b + 1]; ++i) wrow[static_cast<std::size_t>(i)] = weights[i + 1];
   ops_.upload(W.wrow, wrow.data(), wrow.size() * sizeof(float));
 
   float* dhead = base_grads_ ? g(cfg_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight") : nullptr;
@@ -626,7 +668,7 @@ const float* Transformer::infer(const std::vector<std::int32_t>& tokens, const s
 std::vector<float> Transformer::input_embedding_grad() const {
   MGRL_CHECK(train_arena_->work != nullptr, "no backward yet");
   const Arena& a = *train_arena_;
-  const std::size_t n = static_cast<std::size_t>(a.B) * a.L * cfg_.hidden_size;
+  const std::size_t n = static_cast<std::size_t>(a.T) * cfg_.hidden_size;
   std::vector<float> out(n);
   ops_.download_storage_as_f32(out.data(), a.work->dx, n);
   return out;
@@ -635,7 +677,7 @@ std::vector<float> Transformer::input_embedding_grad() const {
 std::vector<float> Transformer::logits() const {
   MGRL_CHECK(train_arena_->work != nullptr, "no forward yet");
   const Arena& a = *train_arena_;
-  const int T = a.B * a.L, V = static_cast<int>(cfg_.vocab_size), D = static_cast<int>(cfg_.hidden_size);
+  const int T = a.T, V = static_cast<int>(cfg_.vocab_size), D = static_cast<int>(cfg_.hidden_size);
   std::vector<float> out(static_cast<std::size_t>(T) * V);
   float* dev = static_cast<float*>(ops_.alloc(out.size() * sizeof(float)));
   ops_.lm_head_logits(dev, a.work->xf, head_, T, D, V, a.logit_scale);

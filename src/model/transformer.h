@@ -21,12 +21,19 @@ struct ModelOptions {
   bool recompute = false;      // keep only each layer's input; recompute the layer in the backward
 };
 
-// A padded batch: B sequences of up to L tokens, right padding.
+// A packed batch: B sequences stored back to back, no padding. Sequence b is tokens[offsets[b] .. offsets[b+1]);
+// every per-token array of the model (log-probs, loss weights) has the same packed layout, [T].
 struct Batch {
-  int B = 0, L = 0;
-  std::vector<std::int32_t> tokens;   // [B * L], padding positions may hold anything
-  std::vector<std::int32_t> lengths;  // [B], 1 <= lengths[b] <= L
+  std::vector<std::int32_t> tokens;        // [T]
+  std::vector<std::int32_t> offsets{0};    // [B + 1], offsets[0] = 0, offsets[B] = T
+  int B() const { return static_cast<int>(offsets.size()) - 1; }
+  int T() const { return offsets.back(); }
+  int length(int b) const { return offsets[b + 1] - offsets[b]; }
+  int max_len() const;
+  void add(const std::vector<std::int32_t>& seq);  // appends a sequence
   static Batch from_sequences(const std::vector<std::vector<std::int32_t>>& seqs);
+  // From a right-padded [B, L] layout (fixture files): row b's first lengths[b] tokens.
+  static Batch from_padded(const std::int32_t* tokens, const std::int32_t* lengths, int B, int L);
 };
 
 class Transformer {
@@ -47,23 +54,26 @@ class Transformer {
   const io::ModelConfig& config() const { return cfg_; }
   kernels::Ops& ops() { return ops_; }
 
-  // Forward. logprobs (host, [B * L]): logprobs[b, t] = log p(tokens[b, t] | tokens[b, <t]) for
-  // 1 <= t < lengths[b], 0 elsewhere. use_lora = false runs the base model (GRPO's reference policy).
+  // Forward. logprobs (host, packed [T]): at row offsets[b] + t, log p(token t of b | tokens < t of b) for
+  // 1 <= t < length(b); 0 at each sequence's first row. Every sequence needs 1 <= length <= max_position_embeddings. use_lora = false runs the base model (GRPO's reference policy).
   // train = true keeps what backward() needs and applies LoRA dropout (seeded by dropout_seed).
   // logit_scale multiplies the logits before the log-softmax (1 / temperature: GRPO's tempered policy).
   void forward(const Batch& batch, float* logprobs, bool use_lora = true, bool train = false,
                std::uint64_t dropout_seed = 0, float logit_scale = 1.0f);
+  // Allocates the activations for batches of up to max_tokens tokens now (training arena; scoring arena too when
+  // `scoring`), so that no later forward allocates: memory is planned once, from the run's maxima.
+  void plan(int max_tokens, bool scoring = false);
   // A no-grad scoring pass (e.g. GRPO's reference or old-policy log-probs), as forward(train = false) but in
   // activation buffers of its own: it never disturbs what a pending backward() needs.
   void score(const Batch& batch, float* logprobs, bool use_lora = true, float logit_scale = 1.0f);
-  // Backward of loss = -sum_{b,t} weights[b, t] * logprobs[b, t] (weights host, [B * L]) for the last
+  // Backward of loss = -sum_i weights[i] * logprobs[i] (weights host, packed [T] as logprobs) for the last
   // forward(train = true). Gradients accumulate into lora()->grads() (and base_grads() when full FT).
   // layer_done(l), when given, runs as soon as layer l's gradients are complete (layers finish from the last
   // to the first), e.g. to start reducing that layer's LoRA gradients while the backward goes on.
   void backward(const float* weights, const std::function<void(int)>& layer_done = {});
-  // Gradient of the last backward's loss with respect to the input embeddings, host [B * L, hidden].
+  // Gradient of the last backward's loss with respect to the input embeddings, host [T, hidden].
   std::vector<float> input_embedding_grad() const;
-  // Full logits of the last forward, host [B * L, vocab] (tests, debugging).
+  // Full logits of the last forward, host [T, vocab] (tests, debugging).
   std::vector<float> logits() const;
 
   // Inference with a KV cache. Row t of the packed rows is token tokens[t] of sequence slot[t] at position
@@ -93,7 +103,7 @@ class Transformer {
   struct Arena;
   void forward_pass(const Batch& batch, float* logprobs, bool use_lora, bool train, std::uint64_t dropout_seed,
                     float logit_scale);
-  void reserve(int B, int L);
+  void reserve(int T, int B);
   // The buffers of one pass through a decoder block (training keeps them per layer; inference reuses one set,
   // with the residual stream updated in place: x_in == x_mid == x_out).
   struct BlockIO {

@@ -170,7 +170,7 @@ void GrpoTrainer::score_round(bool old_policy, bool reference) {
       model_.score(b, lp.data(), use_lora, scale);
       for (std::size_t k = 0; k < idx.size(); ++k) {
         Rollout& r = round_->local[idx[k]];
-        const std::size_t row = k * static_cast<std::size_t>(b.L) + static_cast<std::size_t>(plen[k]);
+        const std::size_t row = static_cast<std::size_t>(b.offsets[k] + plen[k]);
         (r.*field).assign(lp.begin() + static_cast<std::ptrdiff_t>(row),
                           lp.begin() + static_cast<std::ptrdiff_t>(row + r.completion.size()));
       }
@@ -225,6 +225,7 @@ void GrpoTrainer::new_round() {
   //    in the global batch and its own index only: not on ranks or batching.
   {
     auto t = phases_.time("generation");
+    const train::PhasesPaused paused(model_.ops());  // the phase table has generation as a host-timed row
     const auto t0 = Clock::now();
     GenerationOptions g;
     g.max_new_tokens = opts_.max_completion_length;
@@ -380,7 +381,7 @@ double GrpoTrainer::train_step(nlohmann::json* metrics) {
     for (std::size_t k = 0; k < idx.size(); ++k) {
       const Rollout& r = R.local[idx[k]];
       const int nt = static_cast<int>(r.completion.size());
-      const std::size_t row = k * static_cast<std::size_t>(b.L) + static_cast<std::size_t>(plen[k]);
+      const std::size_t row = static_cast<std::size_t>(b.offsets[k] + plen[k]);
       mask.assign(static_cast<std::size_t>(nt), r.masked ? 0.0f : 1.0f);
       SequenceIn s;
       s.n = nt;
@@ -419,7 +420,9 @@ double GrpoTrainer::train_step(nlohmann::json* metrics) {
     ratio_tokens = env_.allreduce_sum(ratio_tokens);
   }
   const double lr = opt_->lr(state_);
+  model_.ops().phase_begin(kernels::Phase::Optimizer);
   opt_->step(state_, norm);
+  model_.ops().phase_end(kernels::Phase::Optimizer);
   last_norm_ = norm;
   state_.tokens_seen += static_cast<std::int64_t>(batch_tokens);
   trained_tokens_ += static_cast<std::int64_t>(batch_tokens);
@@ -438,6 +441,7 @@ double GrpoTrainer::train_step(nlohmann::json* metrics) {
 EvalResult GrpoTrainer::evaluate() {
   EvalResult res;
   if (eval_.empty()) return res;
+  const train::PhasesPaused paused(model_.ops());  // evaluation is not part of a step
   res.prompts = eval_.size();
   const std::size_t N = eval_.size();
   const std::size_t lo = N * static_cast<std::size_t>(env_.rank()) / static_cast<std::size_t>(env_.size());
@@ -529,6 +533,8 @@ GrpoResult GrpoTrainer::run() {
     eval_line("before", res.first_eval);
   }
   const auto& names = rewards_.names();
+  double run_step_seconds = 0;
+  model_.ops().phase_reset();
   while (state_.step < end) {
     phases_.clear();
     const auto step_t0 = Clock::now();
@@ -548,6 +554,7 @@ GrpoResult GrpoTrainer::run() {
     nlohmann::json j = {{"step", next}};
     train_step(&j);
     const double step_seconds = seconds_since(step_t0);
+    run_step_seconds += step_seconds;
     // Metrics of the round's completions (the same for every step of a round).
     j["reward"] = mean_of(R.rewards);
     j["reward_std"] = std_of(R.rewards);
@@ -612,6 +619,10 @@ GrpoResult GrpoTrainer::run() {
     if (last && ckpt_->enabled()) ckpt_->save(state_, round_state());
   }
   rlog.end_progress();
+  const std::string phases =
+      train::phase_table(model_.ops().phase_seconds(), state_.step - first, run_step_seconds,
+                         {{"generation", total_phases_.get("generation")}, {"rewards", total_phases_.get("rewards")}});
+  if (rlog.rank0() && state_.step > first) std::fputs(phases.c_str(), stdout);
   res.last_eval = evaluate();
   eval_line("after", res.last_eval);
   res.steps = state_.step;
@@ -630,6 +641,7 @@ GrpoResult GrpoTrainer::run() {
     for (const char* p : {"generation", "rewards", "reference", "training", "communication"})
       s << " " << p << " " << total_phases_.get(p);
     s << "\n";
+    if (state_.step > first) s << "rank 0 " << phases;
     auto ev = [&](const char* name, const EvalResult& e) {
       if (e.prompts == 0) return;
       s << "held-out " << name << ": mean reward " << e.mean_reward;

@@ -1,7 +1,7 @@
 // data.h: supervised fine-tuning data: JSONL examples ({"prompt", "completion"} or chat {"messages"})
 // tokenized once, with the loss on completion tokens only; an epoch-wise shuffled order from the run seed;
-// the global batch of each step split over ranks and micro-batches. Sequences are padded per micro-batch
-// (not packed): every sequence attends only to itself, exactly as at inference.
+// the global batch of each step split over ranks and micro-batches. A micro-batch is packed (model::Batch): every
+// sequence attends only to itself, exactly as at inference, and nothing is spent on padding.
 #pragma once
 #include <cstdint>
 #include <string>

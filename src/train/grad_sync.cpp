@@ -2,6 +2,7 @@
 #include "train/grad_sync.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #if MGRL_WITH_CUDA
@@ -45,10 +46,17 @@ std::function<void(int)> GradSync::hook(bool last) {
 }
 
 double GradSync::finish(double scale) {
+  kernels::Ops& ops = model_.ops();
+  // Communication: from the end of the backward to the reduced gradients, on the backend's stream (on a GPU the
+  // stream waits for the collectives, so this is the part of the reduction that the backward did not hide).
+  ops.phase_begin(kernels::Phase::Communication);
   if (layer_ranges_.empty()) comm_.allreduce_sum(tr_.grads, tr_.n, DType::F32, stream_);
   comm_.wait(stream_);
+  ops.phase_end(kernels::Phase::Communication);
+  const auto t0 = std::chrono::steady_clock::now();
   comm_.synchronize();
-  return std::sqrt(model_.ops().sum_squares(tr_.grads, tr_.n)) / scale;
+  ops.phase_add(kernels::Phase::HostWait, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return std::sqrt(ops.sum_squares(tr_.grads, tr_.n)) / scale;
 }
 
 }  // namespace mgrl::train

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
@@ -13,6 +14,41 @@
 namespace mgrl::train {
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::string phase_table(const kernels::PhaseSeconds& s, std::int64_t steps, double step_seconds,
+                        const std::vector<std::pair<std::string, double>>& host) {
+  using kernels::Phase;
+  const double n = static_cast<double>(std::max<std::int64_t>(1, steps));
+  const double step = step_seconds / n;
+  auto at = [&](Phase p) { return s[static_cast<int>(p)] / n; };
+  std::string out;
+  char line[160];
+  std::snprintf(line, sizeof(line), "phase table: mean over %lld steps, step %.3f ms\n", static_cast<long long>(steps),
+                1e3 * step);
+  out += line;
+  out += "  phase                ms/step    share\n";
+  auto row = [&](const char* name, double v) {
+    std::snprintf(line, sizeof(line), "  %-19s %9.3f  %6.1f%%\n", name, 1e3 * v, step > 0 ? 100.0 * v / step : 0.0);
+    out += line;
+  };
+  double covered = 0;
+  for (const auto& [name, v] : host) {
+    row(name.c_str(), v / n);
+    covered += v / n;
+  }
+  for (const Phase p : {Phase::Forward, Phase::Backward}) {
+    row(kernels::phase_name(p), at(p));
+    covered += at(p);
+  }
+  row("  of which attention", at(Phase::Attention));
+  row("  of which lora", at(Phase::Lora));
+  for (const Phase p : {Phase::Optimizer, Phase::Communication, Phase::HostWait}) {
+    row(kernels::phase_name(p), at(p));
+    covered += at(p);
+  }
+  row("other", std::max(0.0, step - covered));
+  return out;
+}
 
 std::string human_time(double s) {
   char buf[32];

@@ -8,11 +8,14 @@
 #include <memory>
 #include <fstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "dist/mpi_env.h"
 #include "io/tfevents.h"
+#include "kernels/ops.h"
 
 namespace mgrl::train {
 
@@ -21,6 +24,30 @@ double seconds_since(Clock::time_point t);
 std::string human_time(double seconds);  // "42s", "3m05s", "1h02m"
 double host_peak_rss_gib();
 void mkdir_p(const std::string& dir);
+
+// The phase table of a run: each op phase's seconds per step (kernels::Phase, measured on the backend: CUDA events on
+// a GPU) and its share of the mean step time; attention and LoRA are shown as parts of forward + backward, and what
+// no phase covers (host work between kernels, data, metrics) as "other". Lines end in '\n'.
+// `host` adds phases timed on the host outside the op phases (GRPO: generation, rewards).
+std::string phase_table(const kernels::PhaseSeconds& s, std::int64_t steps, double step_seconds,
+                        const std::vector<std::pair<std::string, double>>& host = {});
+
+// Leaves the op phases of a scope (evaluation, generation) out of the phase table: what was measured before is kept,
+// what the scope adds is dropped. (On a GPU: one synchronisation at each end.)
+class PhasesPaused {
+ public:
+  explicit PhasesPaused(kernels::Ops& ops) : ops_(ops), kept_(ops.phase_seconds()) {}
+  ~PhasesPaused() {
+    ops_.phase_reset();
+    for (int p = 0; p < kernels::kNumPhases; ++p) ops_.phase_add(static_cast<kernels::Phase>(p), kept_[p]);
+  }
+  PhasesPaused(const PhasesPaused&) = delete;
+  PhasesPaused& operator=(const PhasesPaused&) = delete;
+
+ private:
+  kernels::Ops& ops_;
+  kernels::PhaseSeconds kept_;
+};
 
 class RunLog {
  public:

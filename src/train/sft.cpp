@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -30,14 +31,14 @@
 namespace mgrl::train {
 namespace {
 
-// The padded batch of some examples, and the loss weights (1 / n_tokens at completion positions).
+// The packed batch of some examples, and the loss weights (1 / n_tokens at completion positions).
 model::Batch make_batch(const std::vector<const Example*>& ex, double inv_tokens, std::vector<float>* weights) {
-  std::vector<std::vector<std::int32_t>> seqs;
-  for (const auto* e : ex) seqs.push_back(e->tokens);
-  model::Batch b = model::Batch::from_sequences(seqs);
+  model::Batch b;
+  for (const auto* e : ex) b.add(e->tokens);
   weights->assign(b.tokens.size(), 0.0f);
-  for (int i = 0; i < b.B; ++i)
-    for (int t = ex[i]->prompt_len; t < b.lengths[i]; ++t) (*weights)[static_cast<std::size_t>(i) * b.L + t] = static_cast<float>(inv_tokens);
+  for (int i = 0; i < b.B(); ++i)
+    for (int t = ex[i]->prompt_len; t < b.length(i); ++t)
+      (*weights)[static_cast<std::size_t>(b.offsets[i] + t)] = static_cast<float>(inv_tokens);
   return b;
 }
 
@@ -64,6 +65,15 @@ SftTrainer::SftTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transfo
       CheckpointOptions{opts_.checkpoint_dir, opts_.checkpoint_every, opts_.keep_last, opts_.resume, opts_.config_text},
       model_identity(io::architecture_name(model_.config().arch), tr_.tensors));
   state_.rank_rng.assign(static_cast<std::size_t>(ranks), 0);
+  // Activation memory planned once: a micro-batch holds at most the `micro` longest examples.
+  const int micro = opts_.global_batch / ranks / opts_.grad_accum;
+  std::vector<int> lens;
+  for (const auto& e : train_) lens.push_back(static_cast<int>(e.tokens.size()));
+  const auto top = std::min<std::size_t>(lens.size(), static_cast<std::size_t>(micro));
+  std::partial_sort(lens.begin(), lens.begin() + static_cast<std::ptrdiff_t>(top), lens.end(), std::greater<int>());
+  long long most = 0;
+  for (std::size_t i = 0; i < top; ++i) most += lens[i];
+  if (most > 0 && most < (1LL << 31)) model_.plan(static_cast<int>(most));
   if (model_.ops().storage() == DType::F16) state_.loss_scale = 65536.0;  // halved on every overflow
 }
 
@@ -76,7 +86,11 @@ double SftTrainer::train_step() {
   std::vector<const Example*> local;
   for (int i = 0; i < local_n; ++i) local.push_back(&train_[global[static_cast<std::size_t>(rank * local_n + i)]]);
   std::int64_t n_tokens = 0;
-  for (std::size_t i : global) n_tokens += loss_tokens(train_[i]);  // every rank knows the global batch
+  last_tokens_all_ = 0;
+  for (std::size_t i : global) {  // every rank knows the global batch
+    n_tokens += loss_tokens(train_[i]);
+    last_tokens_all_ += static_cast<std::int64_t>(train_[i].tokens.size());
+  }
   const double inv = 1.0 / static_cast<double>(std::max<std::int64_t>(1, n_tokens));
 
   // fp16 storage: dynamic loss scaling (the loss weights are multiplied by the scale, the update divides it
@@ -102,13 +116,16 @@ double SftTrainer::train_step() {
   const double norm = sync_->finish(scale);  // identical on every rank
   const double loss = env_.allreduce_sum(loss_local);
   state_.tokens_seen += n_tokens;
+  model_.ops().phase_begin(kernels::Phase::Optimizer);
   opt_->step(state_, norm);  // a non-finite step is skipped on every rank together
+  model_.ops().phase_end(kernels::Phase::Optimizer);
   last_norm_ = norm;
   return loss;
 }
 
 std::pair<double, double> SftTrainer::evaluate(bool accuracy) {
   if (eval_.empty()) return {-1, -1};
+  const PhasesPaused paused(model_.ops());  // evaluation is not part of a step
   const std::size_t N = eval_.size();
   const std::size_t lo = N * env_.rank() / env_.size(), hi = N * (env_.rank() + 1) / env_.size();
   double loss = 0;
@@ -119,7 +136,7 @@ std::pair<double, double> SftTrainer::evaluate(bool accuracy) {
     for (std::size_t i = s; i < std::min(hi, s + opts_.eval_batch); ++i) mb.push_back(&eval_[i]);
     const model::Batch b = make_batch(mb, 1.0, &w);
     lp.assign(b.tokens.size(), 0.0f);
-    model_.forward(b, lp.data(), true, false);
+    model_.score(b, lp.data(), true);  // its own activations: the training arena keeps its planned size
     for (std::size_t i = 0; i < lp.size(); ++i) loss -= static_cast<double>(w[i]) * lp[i];
     for (const auto* e : mb) tokens += loss_tokens(*e);
   }
@@ -140,23 +157,31 @@ SftResult SftTrainer::run() {
 
   const std::int64_t first = state_.step;
   auto window = Clock::now();
-  std::int64_t window_tokens = 0;
+  std::int64_t window_tokens = 0, window_all = 0;
+  double step_seconds = 0;
+  model_.ops().phase_reset();
   double loss = 0;
   const std::int64_t end = opts_.stop_at_step > 0 ? std::min(opts_.stop_at_step, opts_.max_steps) : opts_.max_steps;
   while (state_.step < end) {
     const std::int64_t before = state_.tokens_seen;
     const double lr = opts_.schedule.at(state_.step);
+    const auto step_t0 = Clock::now();
     loss = train_step();
+    step_seconds += seconds_since(step_t0);
     window_tokens += state_.tokens_seen - before;
+    window_all += last_tokens_all_;
     res.final_loss = loss;
     const bool last = state_.step == end;
     if (rank0 && (state_.step % std::max(1, opts_.log_every) == 0 || last)) {
       const double dt = seconds_since(window);
-      const double tps = dt > 0 ? static_cast<double>(window_tokens) / dt : 0;
-      char line[256];
-      int n = std::snprintf(line, sizeof(line), "step %lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s",
+      // Every token of the batch (as llm.c and transformers count them), and the tokens in the loss beside it.
+      const double tps = dt > 0 ? static_cast<double>(window_all) / dt : 0;
+      const double trained_tps = dt > 0 ? static_cast<double>(window_tokens) / dt : 0;
+      char line[320];
+      int n = std::snprintf(line, sizeof(line),
+                            "step %lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s (trained %.0f tok/s)",
                             static_cast<long long>(state_.step), static_cast<long long>(opts_.max_steps), loss, lr,
-                            last_norm_, tps);
+                            last_norm_, tps, trained_tps);
       if (opts_.gpu_peak_tflops > 0)
         n += std::snprintf(line + n, sizeof(line) - n, " | MFU %.1f%%",
                            100.0 * tps * flops_per_token / (opts_.gpu_peak_tflops * 1e12 * env_.size()));
@@ -167,9 +192,10 @@ SftResult SftTrainer::run() {
         std::snprintf(line + n, sizeof(line) - n, " | peak host mem %.2f GiB", host_peak_rss_gib());
       rlog.line(line);
       emit({{"step", state_.step}, {"loss", loss}, {"lr", lr}, {"grad_norm", last_norm_}, {"tokens_per_second", tps},
-            {"skipped_steps", state_.skipped_steps}});
+            {"trained_tokens_per_second", trained_tps}, {"skipped_steps", state_.skipped_steps}});
       window = Clock::now();
       window_tokens = 0;
+      window_all = 0;
     }
     rlog.progress(state_.step, first, opts_.max_steps, seconds_since(t0));
     if (opts_.eval_every > 0 && state_.step % opts_.eval_every == 0 && !last) {
@@ -188,6 +214,8 @@ SftResult SftTrainer::run() {
     }
   }
   rlog.end_progress();
+  const std::string phases = phase_table(model_.ops().phase_seconds(), state_.step - first, step_seconds);
+  if (rank0 && state_.step > first) std::fputs(phases.c_str(), stdout);
   // The end: evaluation, final checkpoint, summary.
   const auto [el, acc] = evaluate(true);
   if (el >= 0) {
@@ -225,6 +253,7 @@ SftResult SftTrainer::run() {
       << "best eval loss: " << (res.best_eval_loss >= 0 ? std::to_string(res.best_eval_loss) : "none") << "\n";
     if (acc >= 0) s << "held-out accuracy: " << acc << "\n";
     s << "checkpoints written: " << res.checkpoints << (opts_.checkpoint_dir.empty() ? "" : " in " + opts_.checkpoint_dir) << "\n";
+    if (state_.step > first) s << "rank 0 " << phases;
   }
   return res;
 }

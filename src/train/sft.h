@@ -81,6 +81,7 @@ class SftTrainer {
   std::unique_ptr<Checkpointer> ckpt_;
   TrainState state_;
   double last_norm_ = 0;
+  std::int64_t last_tokens_all_ = 0;  // every token of the last step's global batch
   std::size_t peak_gpu_ = 0;
 };
 

@@ -34,23 +34,21 @@ Outputs run(kernels::Ops& ops, const std::string& name, bool recompute) {
   m.load_weights(kData + name);
   m.add_lora(read_peft_config(kData + name + "/adapter_config.json"), 0).load_peft(kData + name);
   io::SafetensorsFile ref(kData + name + "/reference.safetensors");
-  Batch b;
-  b.B = static_cast<int>(ref.get("input_ids").shape[0]);
-  b.L = static_cast<int>(ref.get("input_ids").shape[1]);
-  b.tokens.resize(static_cast<std::size_t>(b.B) * b.L);
-  b.lengths.resize(static_cast<std::size_t>(b.B));
-  std::memcpy(b.tokens.data(), ref.get("input_ids").data, b.tokens.size() * 4);
-  std::memcpy(b.lengths.data(), ref.get("lengths").data, b.lengths.size() * 4);
+  const int B = static_cast<int>(ref.get("input_ids").shape[0]), L = static_cast<int>(ref.get("input_ids").shape[1]);
+  std::vector<std::int32_t> padded(static_cast<std::size_t>(B) * L), lengths(static_cast<std::size_t>(B));
+  std::memcpy(padded.data(), ref.get("input_ids").data, padded.size() * 4);
+  std::memcpy(lengths.data(), ref.get("lengths").data, lengths.size() * 4);
+  const Batch b = Batch::from_padded(padded.data(), lengths.data(), B, L);  // packed
   Outputs r;
   r.lp.resize(b.tokens.size());
   r.lp_base.resize(b.tokens.size());
   m.forward(b, r.lp_base.data(), false);
   m.forward(b, r.lp.data(), true, true);
   int n = 0;
-  for (int s = 0; s < b.B; ++s) n += b.lengths[s] - 1;
+  for (int s = 0; s < B; ++s) n += b.length(s) - 1;
   std::vector<float> w(b.tokens.size(), 0.0f);
-  for (int s = 0; s < b.B; ++s)
-    for (int t = 1; t < b.lengths[s]; ++t) w[s * b.L + t] = 1.0f / n;
+  for (int s = 0; s < B; ++s)
+    for (int t = 1; t < b.length(s); ++t) w[b.offsets[s] + t] = 1.0f / n;
   m.lora()->zero_grads();
   m.backward(w.data());
   r.grads.resize(m.lora()->numel());

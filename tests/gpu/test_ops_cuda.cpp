@@ -376,9 +376,11 @@ TEST_P(OpsCuda, Rope) {
   expect_close("rope backward", dx, tol());
 }
 
-// Attention: head_dim 64 and 128 take the tiled tensor-core kernels (flash_attention.cu), other head_dims the
-// straightforward ones. MGRL_CUDA_ATTENTION selects a path for the reruns below: "naive" (fallback kernels at every
-// head_dim) and "mma_k8" (fp16: the m16n8k8 form that sm_75 runs, on this GPU).
+// Attention over packed variable-length sequences: each case lists B sequences' lengths (<= L); they are packed
+// back to back (T = sum of lengths, cu_seqlens = prefix sums, max_len = L, which may exceed the longest length).
+// head_dim 64 and 128 take the tiled tensor-core kernels (flash_attention.cu), other head_dims the straightforward
+// ones. MGRL_CUDA_ATTENTION selects a path for the reruns below: "naive" (fallback kernels at every head_dim) and
+// "mma_k8" (fp16: the m16n8k8 form that sm_75 runs, on this GPU).
 struct AttnCase {
   int B, L, n_heads, n_kv, head_dim;
   Ids lengths;
@@ -397,13 +399,14 @@ class ScopedEnv {
 
 TEST_P(OpsCuda, Attention) {
   const std::vector<AttnCase> fallback = {
-      {3, 19, 6, 2, 40, {19, 11, 1}},   // GQA (groups of 3), head_dim not a multiple of 32, padding
-      {2, 8, 4, 4, 24, {0, 5}},          // MHA, an empty sequence
+      {3, 19, 6, 2, 40, {19, 11, 1}},   // GQA (groups of 3), head_dim not a multiple of 32, length 1
+      {2, 8, 4, 4, 24, {0, 5}},          // MHA, an empty sequence, max_len above the longest
       {2, 13, 5, 1, 72, {13, 9}},        // MQA
       {2, 21, 4, 2, 10, {21, 6}},        // a small head_dim
       {2, 30, 4, 2, 33, {30, 17}},       // an odd head_dim
   };
-  // Tiled kernels: query/key blocks of 64, L not a multiple of the tiles, lengths 0, 1, L and in between.
+  // Tiled kernels: query/key blocks of 64, lengths not multiples of the tiles, lengths 0, 1, L and in between (so
+  // sequences start at rows that are not multiples of 64 either).
   const std::vector<AttnCase> tiled = {
       {2, 33, 4, 2, 128, {33, 20}},              // shorter than one block
       {2, 77, 4, 2, 64, {77, 40}},               // GQA, groups of 2
@@ -412,46 +415,62 @@ TEST_P(OpsCuda, Attention) {
       {4, 77, 14, 2, 128, {77, 0, 1, 50}},
       {3, 200, 4, 2, 128, {1, 200, 64}},
       {1, 128, 8, 1, 128, {128}},                // MQA, L a multiple of every tile
+      {3, 140, 4, 2, 64, {70, 140, 5}},          // max_len 140 > the first sequence: blocks past its end exit
   };
+  constexpr int kGuard = 64;  // extra rows after the T packed rows of every tensor: no kernel may touch them
 
-  // Runs one case against the CPU reference; returns the GPU's dq, dk, dv.
+  // Runs one case against the CPU reference (out, lse, dq, dk, dv), checks the guard rows and determinism.
   auto run = [&](const AttnCase& cs, const std::string& path) {
-    const int B = cs.B, L = cs.L, nh = cs.n_heads, nkv = cs.n_kv, hd = cs.head_dim;
-    const std::string tag = path + "B" + std::to_string(B) + " L" + std::to_string(L) + " h" + std::to_string(nh) +
-                            "/" + std::to_string(nkv) + " d" + std::to_string(hd) + " ";
-    Pair len = i32(cs.lengths);
-    Pair q = storage(randu(sz(B, L, nh, hd), 60, -2.0f, 2.0f));
-    Pair k = storage(randu(sz(B, L, nkv, hd), 61, -2.0f, 2.0f));
-    Pair v = storage(randu(sz(B, L, nkv, hd), 62));
-    Pair out = storage(Vec(sz(B, L, nh, hd), 3.0f));
-    Pair lse = f32(Vec(sz(B, nh, L), 3.0f));
-    cpu_->attention_forward(out.c, static_cast<float*>(lse.c), q.c, k.c, v.c, static_cast<const std::int32_t*>(len.c),
-                            B, L, nh, nkv, hd);
-    gpu_->attention_forward(out.g, static_cast<float*>(lse.g), q.g, k.g, v.g, static_cast<const std::int32_t*>(len.g),
-                            B, L, nh, nkv, hd);
-    expect_close(tag + "attention out", out, tol());
-    expect_close(tag + "attention lse", lse, kF32Tol);
+    const int B = cs.B, max_len = cs.L, nh = cs.n_heads, nkv = cs.n_kv, hd = cs.head_dim;
+    Ids cu(static_cast<std::size_t>(B) + 1, 0);
+    for (std::size_t b = 0; b < cs.lengths.size(); ++b) cu[b + 1] = cu[b] + cs.lengths[b];
+    const int T = cu[static_cast<std::size_t>(B)];
+    const int R = T + kGuard;  // rows allocated
+    const std::string tag = path + "B" + std::to_string(B) + " T" + std::to_string(T) + " max_len" +
+                            std::to_string(max_len) + " h" + std::to_string(nh) + "/" + std::to_string(nkv) + " d" +
+                            std::to_string(hd) + " ";
+    // The first n values must match the CPU; the rest (guard) must still hold the prefill on the GPU.
+    auto check = [&](const std::string& what, const Pair& p, std::size_t n, float fill, double tolerance) {
+      const Vec ref = cpu_values(p), got = gpu_values(p);
+      expect_close_vec(tag + what, Vec(ref.begin(), ref.begin() + static_cast<std::ptrdiff_t>(n)),
+                       Vec(got.begin(), got.begin() + static_cast<std::ptrdiff_t>(n)), tolerance);
+      std::size_t touched = 0;
+      for (std::size_t i = n; i < got.size(); ++i) touched += got[i] != fill;
+      EXPECT_EQ(touched, 0u) << tag << what << ": values past the T packed rows were written";
+    };
+    Pair cus = i32(cu);
+    const auto* cug = static_cast<const std::int32_t*>(cus.g);
+    const auto* cuc = static_cast<const std::int32_t*>(cus.c);
+    Pair q = storage(randu(sz(R, nh, hd), 60, -2.0f, 2.0f));
+    Pair k = storage(randu(sz(R, nkv, hd), 61, -2.0f, 2.0f));
+    Pair v = storage(randu(sz(R, nkv, hd), 62));
+    Pair out = storage(Vec(sz(R, nh, hd), 3.0f));
+    Pair lse = f32(Vec(sz(nh, T) + kGuard, 3.0f));  // [nh, T] and a guard
+    cpu_->attention_forward(out.c, static_cast<float*>(lse.c), q.c, k.c, v.c, cuc, B, T, max_len, nh, nkv, hd);
+    gpu_->attention_forward(out.g, static_cast<float*>(lse.g), q.g, k.g, v.g, cug, B, T, max_len, nh, nkv, hd);
+    check("attention out", out, sz(T, nh, hd), 3.0f, tol());
+    check("attention lse", lse, sz(nh, T), 3.0f, kF32Tol);
 
     // Backward from the CPU's lse on both sides (and each side's own out); dq/dk/dv prefilled with junk (every
-    // row must be written).
+    // row must be written, no row past T).
     Pair lse_ref = f32(cpu_values(lse));
-    Pair dout = storage(randu(sz(B, L, nh, hd), 63));
-    Pair dq = storage(Vec(sz(B, L, nh, hd), 7.0f));
-    Pair dk = storage(Vec(sz(B, L, nkv, hd), 7.0f));
-    Pair dv = storage(Vec(sz(B, L, nkv, hd), 7.0f));
+    Pair dout = storage(randu(sz(R, nh, hd), 63));
+    Pair dq = storage(Vec(sz(R, nh, hd), 7.0f));
+    Pair dk = storage(Vec(sz(R, nkv, hd), 7.0f));
+    Pair dv = storage(Vec(sz(R, nkv, hd), 7.0f));
     cpu_->attention_backward(dq.c, dk.c, dv.c, dout.c, out.c, q.c, k.c, v.c, static_cast<const float*>(lse_ref.c),
-                             static_cast<const std::int32_t*>(len.c), B, L, nh, nkv, hd);
+                             cuc, B, T, max_len, nh, nkv, hd);
     gpu_->attention_backward(dq.g, dk.g, dv.g, dout.g, out.g, q.g, k.g, v.g, static_cast<const float*>(lse_ref.g),
-                             static_cast<const std::int32_t*>(len.g), B, L, nh, nkv, hd);
-    expect_close(tag + "attention dq", dq, tol());
-    expect_close(tag + "attention dk", dk, tol());
-    expect_close(tag + "attention dv", dv, tol());
+                             cug, B, T, max_len, nh, nkv, hd);
+    check("attention dq", dq, sz(T, nh, hd), 7.0f, tol());
+    check("attention dk", dk, sz(T, nkv, hd), 7.0f, tol());
+    check("attention dv", dv, sz(T, nkv, hd), 7.0f, tol());
     gpu_->synchronize();  // no error bit set
 
     // Deterministic: the same backward again gives the same bits.
     std::vector<Vec> grads = {gpu_values(dq), gpu_values(dk), gpu_values(dv)};
     gpu_->attention_backward(dq.g, dk.g, dv.g, dout.g, out.g, q.g, k.g, v.g, static_cast<const float*>(lse_ref.g),
-                             static_cast<const std::int32_t*>(len.g), B, L, nh, nkv, hd);
+                             cug, B, T, max_len, nh, nkv, hd);
     EXPECT_EQ(gpu_values(dq), grads[0]) << tag << "dq not deterministic";
     EXPECT_EQ(gpu_values(dk), grads[1]) << tag << "dk not deterministic";
     EXPECT_EQ(gpu_values(dv), grads[2]) << tag << "dv not deterministic";
@@ -463,24 +482,46 @@ TEST_P(OpsCuda, Attention) {
     const ScopedEnv env("MGRL_CUDA_ATTENTION", "naive");
     run(tiled[1], "naive ");
     run(tiled[4], "naive ");
+    run(tiled[7], "naive ");
   }
   if (st() == DType::F16) {
     const ScopedEnv env("MGRL_CUDA_ATTENTION", "mma_k8");
     for (const AttnCase& cs : tiled) run(cs, "k8 ");
   }
 
-  // A length outside [0, L] is clamped and reported at the next synchronisation, on both paths.
+  // Malformed cu_seqlens (the host cannot see them: device memory) are flagged by the kernels and reported at the
+  // next synchronisation, on both paths, forward and backward: a sequence longer than max_len, a decreasing entry,
+  // and an end other than T. T <= B * max_len holds in each, so the host-side checks pass.
+  struct BadCu {
+    Ids cu;
+    const char* what;
+  };
+  const std::vector<BadCu> bad = {
+      {{0, 75, 80}, "a sequence longer than max_len"},
+      {{0, 50, 40, 80}, "decreasing cu_seqlens"},
+      {{0, 30, 60}, "cu_seqlens[B] != T"},
+  };
   for (const int hd : {64, 24}) {
-    const int B = 1, L = 70, nh = 2, nkv = 1;
-    Pair len = i32({L + 5});
-    Pair q = storage(randu(sz(B, L, nh, hd), 64));
-    Pair kv = storage(randu(sz(B, L, nkv, hd), 65));
-    Pair out = storage(Vec(sz(B, L, nh, hd), 0.0f));
-    Pair lse = f32(Vec(sz(B, nh, L), 0.0f));
-    gpu_->attention_forward(out.g, static_cast<float*>(lse.g), q.g, kv.g, kv.g,
-                            static_cast<const std::int32_t*>(len.g), B, L, nh, nkv, hd);
-    EXPECT_THROW(gpu_->synchronize(), FatalError) << "head_dim " << hd;
-    gpu_->synchronize();  // the error word was cleared
+    for (const BadCu& bc : bad) {
+      const int B = static_cast<int>(bc.cu.size()) - 1, T = 80, max_len = 70, nh = 2, nkv = 1;
+      const std::string tag = "head_dim " + std::to_string(hd) + ", " + bc.what;
+      Pair cus = i32(bc.cu);
+      const auto* cug = static_cast<const std::int32_t*>(cus.g);
+      Pair q = storage(randu(sz(T, nh, hd), 64));
+      Pair kv = storage(randu(sz(T, nkv, hd), 65));
+      Pair out = storage(Vec(sz(T, nh, hd), 0.0f));
+      Pair lse = f32(Vec(sz(nh, T), 0.0f));
+      gpu_->attention_forward(out.g, static_cast<float*>(lse.g), q.g, kv.g, kv.g, cug, B, T, max_len, nh, nkv, hd);
+      EXPECT_THROW(gpu_->synchronize(), FatalError) << tag << " (forward)";
+      gpu_->synchronize();  // the error word was cleared
+      Pair dq = storage(Vec(sz(T, nh, hd), 0.0f));
+      Pair dk = storage(Vec(sz(T, nkv, hd), 0.0f));
+      Pair dv = storage(Vec(sz(T, nkv, hd), 0.0f));
+      gpu_->attention_backward(dq.g, dk.g, dv.g, q.g, out.g, q.g, kv.g, kv.g, static_cast<const float*>(lse.g), cug,
+                               B, T, max_len, nh, nkv, hd);
+      EXPECT_THROW(gpu_->synchronize(), FatalError) << tag << " (backward)";
+      gpu_->synchronize();
+    }
   }
 }
 

@@ -36,28 +36,26 @@ class Generation : public ::testing::TestWithParam<std::string> {};
 TEST_P(Generation, CachedDecodingEqualsFullRecompute) {
   Loaded m(GetParam());
   io::SafetensorsFile ref(kData + GetParam() + "/reference.safetensors");
-  model::Batch b;
-  b.B = static_cast<int>(ref.get("input_ids").shape[0]);
-  b.L = static_cast<int>(ref.get("input_ids").shape[1]);
-  b.tokens.resize(static_cast<std::size_t>(b.B) * b.L);
-  b.lengths.resize(static_cast<std::size_t>(b.B));
-  std::memcpy(b.tokens.data(), ref.get("input_ids").data, b.tokens.size() * 4);
-  std::memcpy(b.lengths.data(), ref.get("lengths").data, b.lengths.size() * 4);
+  const int B = static_cast<int>(ref.get("input_ids").shape[0]), L = static_cast<int>(ref.get("input_ids").shape[1]);
+  std::vector<std::int32_t> padded(static_cast<std::size_t>(B) * L), lengths(static_cast<std::size_t>(B));
+  std::memcpy(padded.data(), ref.get("input_ids").data, padded.size() * 4);
+  std::memcpy(lengths.data(), ref.get("lengths").data, lengths.size() * 4);
+  const model::Batch b = model::Batch::from_padded(padded.data(), lengths.data(), B, L);
   std::vector<float> lp(b.tokens.size());
   m.net->forward(b, lp.data());
   const auto full = m.net->logits();
   const int V = static_cast<int>(m.cfg.vocab_size);
 
-  model::KvCache cache(m.cfg, *m.ops, b.B, b.L);
+  model::KvCache cache(m.cfg, *m.ops, B, L);
   // Step 0: the first 2 tokens of every sequence in one packed call; then one row per sequence per step.
-  std::vector<std::vector<float>> got(static_cast<std::size_t>(b.B) * b.L);
+  std::vector<std::vector<float>> got(b.tokens.size());
   for (int step = 0;; ++step) {
     std::vector<std::int32_t> tok, slot, pos, rows;
     std::vector<std::pair<int, int>> where;
-    for (int s = 0; s < b.B; ++s) {
+    for (int s = 0; s < B; ++s) {
       const int from = step == 0 ? 0 : step + 1, to = step == 0 ? 2 : step + 2;
-      for (int t = from; t < std::min(to, b.lengths[s]); ++t) {
-        tok.push_back(b.tokens[s * b.L + t]);
+      for (int t = from; t < std::min(to, b.length(s)); ++t) {
+        tok.push_back(b.tokens[b.offsets[s] + t]);
         slot.push_back(s);
         pos.push_back(t);
         rows.push_back(static_cast<std::int32_t>(tok.size() - 1));
@@ -67,15 +65,17 @@ TEST_P(Generation, CachedDecodingEqualsFullRecompute) {
     if (tok.empty()) break;
     const float* logits = m.net->infer(tok, slot, pos, rows, cache);
     for (std::size_t r = 0; r < rows.size(); ++r)
-      got[static_cast<std::size_t>(where[r].first) * b.L + where[r].second].assign(logits + r * V, logits + (r + 1) * V);
+      got[static_cast<std::size_t>(b.offsets[where[r].first] + where[r].second)].assign(logits + r * V,
+                                                                                      logits + (r + 1) * V);
   }
   double num = 0, den = 0;
-  for (int s = 0; s < b.B; ++s)
-    for (int t = 0; t < b.lengths[s]; ++t) {
-      const auto& g = got[static_cast<std::size_t>(s) * b.L + t];
+  for (int s = 0; s < B; ++s)
+    for (int t = 0; t < b.length(s); ++t) {
+      const std::size_t row = static_cast<std::size_t>(b.offsets[s] + t);
+      const auto& g = got[row];
       ASSERT_EQ(g.size(), static_cast<std::size_t>(V)) << s << "," << t;
       for (int v = 0; v < V; ++v) {
-        const double w = full[(static_cast<std::size_t>(s) * b.L + t) * V + v];
+        const double w = full[row * V + v];
         num += (g[v] - w) * (g[v] - w);
         den += w * w;
       }

@@ -258,7 +258,7 @@ TEST_P(GrpoTrlCase, LossGradientsAndAdvantagesMatchTrl) {
   double batch_tokens = 0;
   std::vector<double> got_lp, exp_lp, got_ref, exp_ref;
   for (std::size_t i = 0; i < N; ++i) {
-    const std::size_t n = completions[i].size(), row = i * static_cast<std::size_t>(b.L) + prompts[i / G].size();
+    const std::size_t n = completions[i].size(), row = static_cast<std::size_t>(b.offsets[i]) + prompts[i / G].size();
     masks[i].assign(n, mask_trunc && truncated[i] ? 0.0f : 1.0f);
     for (std::size_t t = 0; t < n; ++t) {
       EXPECT_EQ(masks[i][t], static_cast<float>(want_mask[i][t])) << "mask of completion " << i;
@@ -291,7 +291,7 @@ TEST_P(GrpoTrlCase, LossGradientsAndAdvantagesMatchTrl) {
   double loss = 0;
   std::vector<float> w(b.tokens.size(), 0.0f);
   for (std::size_t i = 0; i < N; ++i) {
-    const std::size_t n = completions[i].size(), row = i * static_cast<std::size_t>(b.L) + prompts[i / G].size();
+    const std::size_t n = completions[i].size(), row = static_cast<std::size_t>(b.offsets[i]) + prompts[i / G].size();
     SequenceIn s;
     s.n = static_cast<int>(n);
     s.logp = lp.data() + row;

@@ -48,8 +48,11 @@ struct Batch {
     k = randu(static_cast<std::size_t>(B) * L * nkv * hd, seed + 1, -2.0f, 2.0f);
     v = randu(static_cast<std::size_t>(B) * L * nkv * hd, seed + 2);
     out.assign(q.size(), 0.0f);
+    // Every row as a full sequence of L: by causality, rows t < lengths[b] are what the shorter sequence gives.
     Vec lse(static_cast<std::size_t>(B) * nh * L);
-    attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), lengths.data(), B, L, nh, nkv, hd);
+    Ids cu;
+    for (int b = 0; b <= B; ++b) cu.push_back(b * L);
+    attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), cu.data(), B, B * L, L, nh, nkv, hd);
   }
   std::size_t qrow() const { return static_cast<std::size_t>(nh) * hd; }
   std::size_t kvrow() const { return static_cast<std::size_t>(nkv) * hd; }

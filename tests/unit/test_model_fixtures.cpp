@@ -37,7 +37,9 @@ struct Fixture {
   std::unique_ptr<kernels::Ops> ops = kernels::make_cpu_ops();
   std::unique_ptr<Transformer> model;
   io::SafetensorsFile ref;
-  Batch batch;
+  int B = 0, L = 0;                  // the reference's padded layout
+  std::vector<std::int32_t> lengths;
+  Batch batch;                       // packed
   std::vector<float> weights;  // 1 / N at every valid target: the mean loss
   int n_targets = 0;
 
@@ -46,22 +48,22 @@ struct Fixture {
     model = std::make_unique<Transformer>(cfg, *ops, opts);
     model->load_weights(kData + name);
     model->add_lora(read_peft_config(kData + name + "/adapter_config.json"), 0).load_peft(kData + name);
-    batch.B = static_cast<int>(ref.get("input_ids").shape[0]);
-    batch.L = static_cast<int>(ref.get("input_ids").shape[1]);
-    batch.tokens = read_i32(ref.get("input_ids"));
-    batch.lengths = read_i32(ref.get("lengths"));
+    B = static_cast<int>(ref.get("input_ids").shape[0]);
+    L = static_cast<int>(ref.get("input_ids").shape[1]);
+    lengths = read_i32(ref.get("lengths"));
+    batch = Batch::from_padded(read_i32(ref.get("input_ids")).data(), lengths.data(), B, L);
     weights.assign(batch.tokens.size(), 0.0f);
-    for (int b = 0; b < batch.B; ++b) n_targets += batch.lengths[b] - 1;
-    for (int b = 0; b < batch.B; ++b)
-      for (int t = 1; t < batch.lengths[b]; ++t) weights[b * batch.L + t] = 1.0f / n_targets;
+    for (int b = 0; b < B; ++b) n_targets += lengths[b] - 1;
+    for (int b = 0; b < B; ++b)
+      for (int t = 1; t < lengths[b]; ++t) weights[batch.offsets[b] + t] = 1.0f / n_targets;
   }
   std::vector<float> reference(const std::string& name) const { return io::to_f32(ref.get(name)); }
-  // Values of a [B, L, X] tensor at valid positions only.
+  // The rows of a right-padded [B, L, width] reference tensor at valid positions, i.e. in the packed layout.
   std::vector<float> valid_rows(const std::vector<float>& v, std::size_t width) const {
     std::vector<float> out;
-    for (int b = 0; b < batch.B; ++b)
-      for (int t = 0; t < batch.lengths[b]; ++t)
-        for (std::size_t j = 0; j < width; ++j) out.push_back(v[(static_cast<std::size_t>(b) * batch.L + t) * width + j]);
+    for (int b = 0; b < B; ++b)
+      for (int t = 0; t < lengths[b]; ++t)
+        for (std::size_t j = 0; j < width; ++j) out.push_back(v[(static_cast<std::size_t>(b) * L + t) * width + j]);
     return out;
   }
   double loss(const std::vector<float>& lp) const {
@@ -80,10 +82,10 @@ TEST_P(ModelFixture, MatchesHuggingFace) {
 
   std::vector<float> lp(BL);
   f.model->forward(f.batch, lp.data(), /*use_lora=*/true, /*train=*/true);
-  const auto want_lp = f.reference("logprobs");
+  const auto want_lp = f.valid_rows(f.reference("logprobs"), 1);
   EXPECT_LE(rel_error(lp, want_lp), 1e-5) << "log-probs";
   for (std::size_t i = 0; i < BL; ++i) EXPECT_NEAR(lp[i], want_lp[i], 1e-4) << "log-prob " << i;
-  EXPECT_LE(rel_error(f.valid_rows(f.model->logits(), V), f.valid_rows(f.reference("logits"), V)), 1e-5) << "logits";
+  EXPECT_LE(rel_error(f.model->logits(), f.valid_rows(f.reference("logits"), V)), 1e-5) << "logits";
   const double want_loss = f.reference("loss")[0];
   EXPECT_NEAR(f.loss(lp), want_loss, 1e-5 * std::abs(want_loss)) << "loss";
 
@@ -104,14 +106,14 @@ TEST_P(ModelFixture, MatchesHuggingFace) {
     }
   }
   EXPECT_EQ(checked, 28);
-  EXPECT_LE(rel_error(f.model->input_embedding_grad(), f.reference("grad.inputs_embeds")), 1e-4) << "d inputs_embeds";
+  EXPECT_LE(rel_error(f.model->input_embedding_grad(), f.valid_rows(f.reference("grad.inputs_embeds"), H)), 1e-4)
+      << "d inputs_embeds";
 
   // The base model: the adapter switched off for one call.
   std::vector<float> lp_base(BL);
   f.model->forward(f.batch, lp_base.data(), /*use_lora=*/false);
-  EXPECT_LE(rel_error(f.valid_rows(f.model->logits(), V), f.valid_rows(f.reference("logits_base"), V)), 1e-5)
+  EXPECT_LE(rel_error(f.model->logits(), f.valid_rows(f.reference("logits_base"), V)), 1e-5)
       << "logits without the adapter";
-  (void)H;
 }
 
 TEST_P(ModelFixture, RecomputeGivesTheSameGradients) {
@@ -128,6 +130,35 @@ TEST_P(ModelFixture, RecomputeGivesTheSameGradients) {
   plain.ops->download(g1.data(), plain.model->lora()->grads(), g1.size() * 4);
   recompute.ops->download(g2.data(), recompute.model->lora()->grads(), g2.size() * 4);
   EXPECT_EQ(g1, g2);
+}
+
+// A packed batch gives each sequence what it gets alone: log-probs, and LoRA gradients that sum over sequences
+// (the loss is a sum over tokens). Nothing leaks across sequence boundaries, nothing is spent on padding.
+TEST_P(ModelFixture, PackedBatchEqualsSequencesAlone) {
+  Fixture f(GetParam());
+  std::vector<float> lp(f.batch.tokens.size());
+  f.model->forward(f.batch, lp.data(), true, true);
+  f.model->lora()->zero_grads();
+  f.model->backward(f.weights.data());
+  const std::size_t n = f.model->lora()->numel();
+  std::vector<float> packed(n), alone(n);
+  f.ops->download(packed.data(), f.model->lora()->grads(), n * 4);
+  f.model->lora()->zero_grads();  // the per-sequence backwards accumulate
+  std::vector<float> lp_alone;
+  for (int b = 0; b < f.batch.B(); ++b) {
+    const auto first = f.batch.tokens.begin() + f.batch.offsets[b];
+    const Batch one = Batch::from_sequences({std::vector<std::int32_t>(first, first + f.batch.length(b))});
+    std::vector<float> l(one.tokens.size());
+    f.model->forward(one, l.data(), true, true);
+    const std::vector<float> w(f.weights.begin() + f.batch.offsets[b], f.weights.begin() + f.batch.offsets[b + 1]);
+    f.model->backward(w.data());
+    lp_alone.insert(lp_alone.end(), l.begin(), l.end());
+  }
+  f.ops->download(alone.data(), f.model->lora()->grads(), n * 4);
+  ASSERT_EQ(lp_alone.size(), lp.size());
+  for (std::size_t i = 0; i < lp.size(); ++i) EXPECT_NEAR(lp[i], lp_alone[i], 1e-5) << "log-prob " << i;
+  EXPECT_LE(rel_error(packed, alone), 1e-5) << "LoRA gradients";
+  EXPECT_GT(f.batch.B(), 1);
 }
 
 INSTANTIATE_TEST_SUITE_P(Hf, ModelFixture, ::testing::Values("llama_gqa", "qwen2_bias_tied", "qwen3_qknorm"));
@@ -208,7 +239,7 @@ TEST(ModelErrors, BadTokensAndLengthsAreUserErrors) {
   bad.tokens[1] = static_cast<std::int32_t>(f.cfg.vocab_size);
   EXPECT_THROW(f.model->forward(bad, lp.data()), UserError);
   bad = f.batch;
-  bad.lengths[0] = 0;
+  bad.offsets[1] = bad.offsets[0];  // an empty first sequence
   EXPECT_THROW(f.model->forward(bad, lp.data()), UserError);
 }
 

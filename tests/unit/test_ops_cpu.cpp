@@ -398,40 +398,65 @@ TEST(OpsCpu, RopeForwardBackwardAndRoundTrip) {
 // ---------------------------------------------------------------------------------------------------------------
 // attention
 
+// A packed batch: sequences of the given lengths back to back.
 struct AttnShape {
-  int B, L, nh, nkv, hd;
+  int nh, nkv, hd;
   std::vector<int32_t> lengths;
+  int B() const { return static_cast<int>(lengths.size()); }
+  std::vector<int32_t> cu() const {
+    std::vector<int32_t> c{0};
+    for (const int32_t n : lengths) c.push_back(c.back() + n);
+    return c;
+  }
+  int T() const { return cu().back(); }
+  int max_len() const { return lengths.empty() ? 0 : *std::max_element(lengths.begin(), lengths.end()); }
+  size_t nq() const { return static_cast<size_t>(T()) * nh * hd; }
+  size_t nk() const { return static_cast<size_t>(T()) * nkv * hd; }
+  size_t nl() const { return static_cast<size_t>(nh) * T(); }
 };
+
+void attn_fwd(const AttnShape& s, Vec& out, Vec& lse, const Vec& q, const Vec& k, const Vec& v) {
+  const auto cu = s.cu();
+  attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), cu.data(), s.B(), s.T(), s.max_len(), s.nh,
+                    s.nkv, s.hd);
+}
+
+void attn_bwd(const AttnShape& s, Vec& dq, Vec& dk, Vec& dv, const Vec& dout, const Vec& q, const Vec& k,
+              const Vec& v, const Vec& lse) {
+  const auto cu = s.cu();
+  attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), lse.data(), cu.data(),
+                     s.B(), s.T(), s.max_len(), s.nh, s.nkv, s.hd);
+}
 
 // Explicit loops in double: out and lse.
 void naive_attention(const AttnShape& s, const Vec& q, const Vec& k, const Vec& v, std::vector<double>& out,
                      std::vector<double>& lse) {
-  const int group = s.nh / s.nkv;
-  out.assign(static_cast<size_t>(s.B) * s.L * s.nh * s.hd, 0.0);
-  lse.assign(static_cast<size_t>(s.B) * s.nh * s.L, 0.0);
-  auto qi = [&](int b, int t, int h, int d) { return q[((static_cast<size_t>(b) * s.L + t) * s.nh + h) * s.hd + d]; };
-  auto ki = [&](int b, int t, int h, int d) { return k[((static_cast<size_t>(b) * s.L + t) * s.nkv + h) * s.hd + d]; };
-  auto vi = [&](int b, int t, int h, int d) { return v[((static_cast<size_t>(b) * s.L + t) * s.nkv + h) * s.hd + d]; };
-  for (int b = 0; b < s.B; ++b) {
+  const int group = s.nh / s.nkv, T = s.T();
+  const auto cu = s.cu();
+  out.assign(s.nq(), 0.0);
+  lse.assign(s.nl(), 0.0);
+  auto qi = [&](int r, int h, int d) { return q[(static_cast<size_t>(r) * s.nh + h) * s.hd + d]; };
+  auto ki = [&](int r, int h, int d) { return k[(static_cast<size_t>(r) * s.nkv + h) * s.hd + d]; };
+  auto vi = [&](int r, int h, int d) { return v[(static_cast<size_t>(r) * s.nkv + h) * s.hd + d]; };
+  for (int b = 0; b < s.B(); ++b) {
     for (int h = 0; h < s.nh; ++h) {
       const int kh = h / group;
       for (int t = 0; t < s.lengths[b]; ++t) {
+        const int r = cu[b] + t;
         std::vector<double> sc(static_cast<size_t>(t) + 1);
         double m = -INFINITY;
         for (int u = 0; u <= t; ++u) {
           double d = 0.0;
-          for (int e = 0; e < s.hd; ++e) d += static_cast<double>(qi(b, t, h, e)) * ki(b, u, kh, e);
+          for (int e = 0; e < s.hd; ++e) d += static_cast<double>(qi(r, h, e)) * ki(cu[b] + u, kh, e);
           sc[u] = d / std::sqrt(static_cast<double>(s.hd));
           m = std::max(m, sc[u]);
         }
         double z = 0.0;
         for (int u = 0; u <= t; ++u) z += std::exp(sc[u] - m);
-        lse[(static_cast<size_t>(b) * s.nh + h) * s.L + t] = m + std::log(z);
+        lse[static_cast<size_t>(h) * T + r] = m + std::log(z);
         for (int u = 0; u <= t; ++u) {
           const double p = std::exp(sc[u] - m) / z;
-          for (int e = 0; e < s.hd; ++e) {
-            out[((static_cast<size_t>(b) * s.L + t) * s.nh + h) * s.hd + e] += p * vi(b, u, kh, e);
-          }
+          for (int e = 0; e < s.hd; ++e) out[(static_cast<size_t>(r) * s.nh + h) * s.hd + e] += p * vi(cu[b] + u, kh, e);
         }
       }
     }
@@ -440,101 +465,94 @@ void naive_attention(const AttnShape& s, const Vec& q, const Vec& k, const Vec& 
 
 TEST(OpsCpu, AttentionForwardMatchesNaiveGqaMhaMqa) {
   const std::vector<AttnShape> shapes = {
-      {4, 7, 6, 2, 5, {7, 4, 1, 0}},  // GQA, groups of 3; one full, two padded, one empty sequence
-      {2, 5, 3, 3, 4, {5, 3}},        // MHA
-      {2, 6, 4, 1, 3, {2, 6}},        // MQA
+      {6, 2, 5, {7, 4, 1, 0, 3}},  // GQA, groups of 3; different lengths, an empty sequence
+      {3, 3, 4, {5, 3}},           // MHA
+      {4, 1, 3, {2, 6}},           // MQA
   };
   uint32_t seed = 100;
   for (const auto& s : shapes) {
-    const size_t nq = static_cast<size_t>(s.B) * s.L * s.nh * s.hd, nk = static_cast<size_t>(s.B) * s.L * s.nkv * s.hd;
-    const Vec q = randn(nq, seed++), k = randn(nk, seed++), v = randn(nk, seed++);
-    Vec out(nq, 5.0f), lse(static_cast<size_t>(s.B) * s.nh * s.L, 5.0f);
-    attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), s.lengths.data(), s.B, s.L, s.nh, s.nkv,
-                      s.hd);
+    const Vec q = randn(s.nq(), seed++), k = randn(s.nk(), seed++), v = randn(s.nk(), seed++);
+    Vec out(s.nq(), 5.0f), lse(s.nl(), 5.0f);
+    attn_fwd(s, out, lse, q, k, v);
     std::vector<double> out_want, lse_want;
     naive_attention(s, q, k, v, out_want, lse_want);
     expect_near_vec(out, out_want, 2e-6, "attention out nh=" + std::to_string(s.nh));
     expect_near_vec(lse, lse_want, 2e-6, "attention lse nh=" + std::to_string(s.nh));
   }
-  std::vector<int32_t> bad = {3};
   Vec buf(64);
-  EXPECT_THROW(attention_forward(buf.data(), buf.data(), buf.data(), buf.data(), buf.data(), bad.data(), 1, 2, 4, 3, 2),
+  const std::vector<int32_t> cu = {0, 3};
+  // n_heads not a multiple of n_kv; cu_seqlens not ending at T; a sequence longer than max_len.
+  EXPECT_THROW(attention_forward(buf.data(), buf.data(), buf.data(), buf.data(), buf.data(), cu.data(), 1, 3, 3, 4, 3,
+                                 2),
                FatalError);
-  EXPECT_THROW(attention_forward(buf.data(), buf.data(), buf.data(), buf.data(), buf.data(), bad.data(), 1, 2, 2, 1, 2),
+  EXPECT_THROW(attention_forward(buf.data(), buf.data(), buf.data(), buf.data(), buf.data(), cu.data(), 1, 4, 3, 2, 1,
+                                 2),
+               FatalError);
+  EXPECT_THROW(attention_forward(buf.data(), buf.data(), buf.data(), buf.data(), buf.data(), cu.data(), 1, 3, 2, 2, 1,
+                                 2),
                FatalError);
 }
 
-TEST(OpsCpu, AttentionPaddingIsZeroAndIgnored) {
-  const AttnShape s = {3, 6, 6, 2, 4, {6, 2, 4}};
-  const size_t nq = static_cast<size_t>(s.B) * s.L * s.nh * s.hd, nk = static_cast<size_t>(s.B) * s.L * s.nkv * s.hd;
-  Vec q = randn(nq, 200), k = randn(nk, 201), v = randn(nk, 202);
-  Vec out(nq, 3.0f), lse(static_cast<size_t>(s.B) * s.nh * s.L, 3.0f);
-  attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), s.lengths.data(), s.B, s.L, s.nh, s.nkv,
-                    s.hd);
-  for (int b = 0; b < s.B; ++b) {
-    for (int t = s.lengths[b]; t < s.L; ++t) {
-      for (int i = 0; i < s.nh * s.hd; ++i) EXPECT_EQ(out[(static_cast<size_t>(b) * s.L + t) * s.nh * s.hd + i], 0.0f);
+// Each sequence of a packed batch gives exactly what it gives alone: no row of another sequence is read, and
+// garbage (even NaN) there changes nothing, forward or backward.
+TEST(OpsCpu, AttentionPackedSequencesAreIsolated) {
+  const AttnShape s = {6, 2, 4, {6, 2, 4}};
+  const auto cu = s.cu();
+  const Vec q = randn(s.nq(), 200), k = randn(s.nk(), 201), v = randn(s.nk(), 202), dout = randn(s.nq(), 203);
+  Vec out(s.nq(), 3.0f), lse(s.nl(), 3.0f);
+  attn_fwd(s, out, lse, q, k, v);
+  Vec dq(s.nq(), 1.0f), dk(s.nk(), 1.0f), dv(s.nk(), 1.0f);
+  attn_bwd(s, dq, dk, dv, dout, q, k, v, lse);
+  const size_t qw = static_cast<size_t>(s.nh) * s.hd, kw = static_cast<size_t>(s.nkv) * s.hd;
+  for (int b = 0; b < s.B(); ++b) {
+    const AttnShape one = {s.nh, s.nkv, s.hd, {s.lengths[b]}};
+    const size_t r0 = static_cast<size_t>(cu[b]), n = static_cast<size_t>(s.lengths[b]);
+    auto rows = [&](const Vec& x, size_t w) { return Vec(x.begin() + r0 * w, x.begin() + (r0 + n) * w); };
+    const Vec q1 = rows(q, qw), k1 = rows(k, kw), v1 = rows(v, kw), g1 = rows(dout, qw);
+    Vec o1(one.nq()), l1(one.nl());
+    attn_fwd(one, o1, l1, q1, k1, v1);
+    EXPECT_EQ(rows(out, qw), o1) << "sequence " << b;
+    for (int h = 0; h < s.nh; ++h)
+      for (size_t t = 0; t < n; ++t) EXPECT_EQ(lse[static_cast<size_t>(h) * s.T() + r0 + t], l1[h * n + t]);
+    Vec dq1(one.nq()), dk1(one.nk()), dv1(one.nk());
+    attn_bwd(one, dq1, dk1, dv1, g1, q1, k1, v1, l1);
+    EXPECT_EQ(rows(dq, qw), dq1) << "sequence " << b;
+    EXPECT_EQ(rows(dk, kw), dk1) << "sequence " << b;
+    EXPECT_EQ(rows(dv, kw), dv1) << "sequence " << b;
+  }
+  // NaN in the other sequences' rows: the middle sequence's results are unchanged.
+  Vec q2 = q, k2 = k, v2 = v, dout2 = dout;
+  for (int r = 0; r < s.T(); ++r) {
+    if (r >= cu[1] && r < cu[2]) continue;
+    for (size_t i = 0; i < qw; ++i) q2[r * qw + i] = dout2[r * qw + i] = NAN;
+    for (size_t i = 0; i < kw; ++i) k2[r * kw + i] = v2[r * kw + i] = NAN;
+  }
+  Vec out2(s.nq()), lse2(s.nl()), dq2(s.nq()), dk2(s.nk()), dv2(s.nk());
+  attn_fwd(s, out2, lse2, q2, k2, v2);
+  attn_bwd(s, dq2, dk2, dv2, dout2, q2, k2, v2, lse2);
+  for (int r = cu[1]; r < cu[2]; ++r) {
+    for (size_t i = 0; i < qw; ++i) {
+      EXPECT_EQ(out2[r * qw + i], out[r * qw + i]);
+      EXPECT_EQ(dq2[r * qw + i], dq[r * qw + i]);
+    }
+    for (size_t i = 0; i < kw; ++i) {
+      EXPECT_EQ(dk2[r * kw + i], dk[r * kw + i]);
+      EXPECT_EQ(dv2[r * kw + i], dv[r * kw + i]);
     }
   }
-  // Garbage (even NaN) in q, k and v at padded positions changes nothing.
-  Vec q2 = q, k2 = k, v2 = v;
-  for (int b = 0; b < s.B; ++b) {
-    for (int t = s.lengths[b]; t < s.L; ++t) {
-      const size_t r = static_cast<size_t>(b) * s.L + t;
-      for (int i = 0; i < s.nh * s.hd; ++i) q2[r * s.nh * s.hd + i] = NAN;
-      for (int i = 0; i < s.nkv * s.hd; ++i) {
-        k2[r * s.nkv * s.hd + i] = 1e3f * (i + 1);
-        v2[r * s.nkv * s.hd + i] = NAN;
-      }
-    }
-  }
-  Vec out2(nq), lse2(lse.size());
-  attention_forward(out2.data(), lse2.data(), q2.data(), k2.data(), v2.data(), s.lengths.data(), s.B, s.L, s.nh, s.nkv,
-                    s.hd);
-  EXPECT_EQ(out2, out);
-  EXPECT_EQ(lse2, lse);
-
-  // Backward: gradients at padded rows are zero, and padded dout does not leak.
-  Vec dout = randn(nq, 203);
-  Vec dq(nq, 1.0f), dk(nk, 1.0f), dv(nk, 1.0f);
-  attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), lse.data(),
-                     s.lengths.data(), s.B, s.L, s.nh, s.nkv, s.hd);
-  Vec dout2 = dout;
-  for (int b = 0; b < s.B; ++b) {
-    for (int t = s.lengths[b]; t < s.L; ++t) {
-      const size_t r = static_cast<size_t>(b) * s.L + t;
-      for (int i = 0; i < s.nh * s.hd; ++i) {
-        EXPECT_EQ(dq[r * s.nh * s.hd + i], 0.0f);
-        dout2[r * s.nh * s.hd + i] = NAN;
-      }
-      for (int i = 0; i < s.nkv * s.hd; ++i) {
-        EXPECT_EQ(dk[r * s.nkv * s.hd + i], 0.0f);
-        EXPECT_EQ(dv[r * s.nkv * s.hd + i], 0.0f);
-      }
-    }
-  }
-  Vec dq2(nq), dk2(nk), dv2(nk);
-  attention_backward(dq2.data(), dk2.data(), dv2.data(), dout2.data(), q2.data(), k2.data(), v2.data(), lse.data(),
-                     s.lengths.data(), s.B, s.L, s.nh, s.nkv, s.hd);
-  EXPECT_EQ(dq2, dq);
-  EXPECT_EQ(dk2, dk);
-  EXPECT_EQ(dv2, dv);
 }
 
 TEST(OpsCpu, AttentionBackwardMatchesFiniteDifferences) {
-  const AttnShape s = {3, 7, 6, 2, 5, {7, 4, 1}};  // GQA 6 / 2, different lengths
-  const size_t nq = static_cast<size_t>(s.B) * s.L * s.nh * s.hd, nk = static_cast<size_t>(s.B) * s.L * s.nkv * s.hd;
-  Vec q = randn(nq, 300), k = randn(nk, 301), v = randn(nk, 302);
-  const Vec rw = randn(nq, 303);
-  Vec out(nq), lse(static_cast<size_t>(s.B) * s.nh * s.L);
-  attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), s.lengths.data(), s.B, s.L, s.nh, s.nkv,
-                    s.hd);
-  Vec dq(nq), dk(nk), dv(nk);
-  attention_backward(dq.data(), dk.data(), dv.data(), rw.data(), q.data(), k.data(), v.data(), lse.data(),
-                     s.lengths.data(), s.B, s.L, s.nh, s.nkv, s.hd);
+  const AttnShape s = {6, 2, 5, {7, 4, 1}};  // GQA 6 / 2, different lengths
+  Vec q = randn(s.nq(), 300), k = randn(s.nk(), 301), v = randn(s.nk(), 302);
+  const Vec rw = randn(s.nq(), 303);
+  Vec out(s.nq()), lse(s.nl());
+  attn_fwd(s, out, lse, q, k, v);
+  Vec dq(s.nq()), dk(s.nk()), dv(s.nk());
+  attn_bwd(s, dq, dk, dv, rw, q, k, v, lse);
   auto loss = [&] {
-    Vec o(nq), l(lse.size());
-    attention_forward(o.data(), l.data(), q.data(), k.data(), v.data(), s.lengths.data(), s.B, s.L, s.nh, s.nkv, s.hd);
+    Vec o(s.nq()), l(s.nl());
+    attn_fwd(s, o, l, q, k, v);
     return dot(o, rw);
   };
   check_grad("attention dq", q, dq, loss);
