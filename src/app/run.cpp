@@ -11,6 +11,7 @@
 #include "core/build_info.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/stop.h"
 #include "dist/comm.h"
 #include "dist/device.h"
 #include "dist/mpi_env.h"
@@ -48,6 +49,12 @@ int run(dist::MpiEnv& env, int argc, char** argv) {
       return 0;
     }
 
+    // Training stops gracefully on SIGUSR1 / SIGTERM / SIGINT (checkpoint, exit kExitStopped); other modes keep
+    // the default actions.
+    const bool training = mode == "sft" || mode == "grpo";
+    if (training) stop::install_handlers();
+    const auto exit_code = [](int rc) { return rc == 0 && stop::stopped_early() ? kExitStopped : rc; };
+
     dist::Device device;
     env.agree([&] {
       device = dist::choose_device(env, cfg.get_string("runtime.backend"),
@@ -59,8 +66,8 @@ int run(dist::MpiEnv& env, int argc, char** argv) {
 
     Context ctx{env, cfg, device, *comm};
     if (mode == "info") return run_info(ctx);
-    if (mode == "sft") return run_sft(ctx);
-    if (mode == "grpo") return run_grpo(ctx);
+    if (mode == "sft") return exit_code(run_sft(ctx));
+    if (mode == "grpo") return exit_code(run_grpo(ctx));
     if (mode == "reward") return run_reward(ctx);
     if (mode == "export") return run_export(ctx);
     if (mode == "score") return run_score(ctx);

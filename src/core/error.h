@@ -21,6 +21,9 @@ class FatalError : public std::runtime_error {
 
 inline constexpr int kExitUserError = 2;
 inline constexpr int kExitFatal = 1;
+// A training run stopped early by SIGUSR1, SIGTERM or SIGINT after writing its checkpoint: work is left, resume
+// with checkpoint.resume = "auto" (slurm/common.sh requeues the job on this code).
+inline constexpr int kExitStopped = 3;
 
 // Throws FatalError "<lib> error at <file>:<line> (rank R): <expr> failed: <detail>".
 [[noreturn]] void check_failed(const char* lib, const char* expr, const std::string& detail, const char* file,

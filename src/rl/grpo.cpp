@@ -11,9 +11,11 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/random.h"
+#include "core/stop.h"
 #include "dist/device.h"
 #include "io/hf_config.h"
 #include "rl/generator.h"
+#include "train/stop_agreement.h"
 
 namespace mgrl::rl {
 namespace {
@@ -607,7 +609,7 @@ GrpoResult GrpoTrainer::run() {
     }
     rlog.emit(j, state_.step);
     rlog.progress(state_.step, first, opts_.max_steps, seconds_since(t0));
-    const bool last = state_.step == end;
+    const bool last = state_.step == end || train::stop_agreed(env_, state_.step);  // a stop signal: checkpoint, exit 3
     if (opts_.eval_every > 0 && state_.step % opts_.eval_every == 0 && !last) eval_line("at", evaluate());
     auto round_state = [&]() -> std::string {
       if (!round_ || state_.step - round_->first_step >= opts_.num_iterations || env_.rank() != 0) return "";
@@ -617,13 +619,14 @@ GrpoResult GrpoTrainer::run() {
     };
     if (ckpt_->due(state_.step) && !last) ckpt_->save(state_, round_state());
     if (last && ckpt_->enabled()) ckpt_->save(state_, round_state());
+    if (last) break;
   }
   rlog.end_progress();
   const std::string phases =
       train::phase_table(model_.ops().phase_seconds(), state_.step - first, run_step_seconds,
                          {{"generation", total_phases_.get("generation")}, {"rewards", total_phases_.get("rewards")}});
   if (rlog.rank0() && state_.step > first) std::fputs(phases.c_str(), stdout);
-  res.last_eval = evaluate();
+  if (!stop::stopped_early()) res.last_eval = evaluate();
   eval_line("after", res.last_eval);
   res.steps = state_.step;
   res.skipped = state_.skipped_steps;

@@ -19,10 +19,12 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/random.h"
+#include "core/stop.h"
 #include "dist/device.h"
 #include "io/hf_config.h"
 #include "io/tfevents.h"
 #include "train/run_log.h"
+#include "train/stop_agreement.h"
 
 #if MGRL_WITH_CUDA
 #include "kernels/cuda/cuda_ops.h"
@@ -171,7 +173,7 @@ SftResult SftTrainer::run() {
     window_tokens += state_.tokens_seen - before;
     window_all += last_tokens_all_;
     res.final_loss = loss;
-    const bool last = state_.step == end;
+    const bool last = state_.step == end || stop_agreed(env_, state_.step);  // a stop signal: checkpoint, exit 3
     if (rank0 && (state_.step % std::max(1, opts_.log_every) == 0 || last)) {
       const double dt = seconds_since(window);
       // Every token of the batch (as llm.c and transformers count them), and the tokens in the loss beside it.
@@ -212,12 +214,13 @@ SftResult SftTrainer::run() {
       ckpt_->save(state_);
       ++res.checkpoints;
     }
+    if (last) break;
   }
   rlog.end_progress();
   const std::string phases = phase_table(model_.ops().phase_seconds(), state_.step - first, step_seconds);
   if (rank0 && state_.step > first) std::fputs(phases.c_str(), stdout);
-  // The end: evaluation, final checkpoint, summary.
-  const auto [el, acc] = evaluate(true);
+  // The end: evaluation (not when stopped by a signal), final checkpoint, summary.
+  const auto [el, acc] = stop::stopped_early() ? std::pair<double, double>(-1, -1) : evaluate(true);
   if (el >= 0) {
     state_.best_eval_loss = std::min(state_.best_eval_loss, el);
     res.final_eval_loss = el;

@@ -1,0 +1,72 @@
+// stop.cpp: the stop-signal handlers (async-signal-safe: they store into a sig_atomic_t and write(2) one line).
+#include "core/stop.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <initializer_list>
+
+namespace mgrl::stop {
+namespace {
+
+volatile sig_atomic_t g_signal = 0;
+bool g_installed = false;
+bool g_stopped_early = false;
+
+void say(const char* s) {
+  const ssize_t r = ::write(STDERR_FILENO, s, std::strlen(s));
+  (void)r;
+}
+
+void on_stop_signal(int signo) {
+  if (g_signal != 0 && signo != SIGUSR1) {
+    // The second SIGINT / SIGTERM: stop now, with the default action of the signal.
+    ::signal(signo, SIG_DFL);
+    ::raise(signo);
+    return;
+  }
+  if (g_signal == 0) {
+    g_signal = signo;
+    say(signo == SIGUSR1   ? "mgrl: SIGUSR1 received: stopping after this step (checkpoint, then exit 3)\n"
+        : signo == SIGTERM ? "mgrl: SIGTERM received: stopping after this step (checkpoint, then exit 3)\n"
+                           : "mgrl: SIGINT received: stopping after this step (checkpoint, then exit 3); again to stop now\n");
+  }
+}
+
+}  // namespace
+
+void install_handlers() {
+  if (g_installed) return;
+  g_installed = true;
+  for (int signo : {SIGUSR1, SIGTERM, SIGINT}) {
+    struct sigaction old {};
+    if (signo == SIGINT && ::sigaction(SIGINT, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;  // blocking calls (MPI, file I/O) go on; the loop looks at the flag after the step
+    ::sigaction(signo, &sa, nullptr);
+  }
+}
+
+int pending_signal() { return g_signal; }
+
+const char* pending_signal_name() {
+  switch (g_signal) {
+    case SIGUSR1: return "SIGUSR1";
+    case SIGTERM: return "SIGTERM";
+    case SIGINT: return "SIGINT";
+    case 0: return "";
+    default: return "a signal";
+  }
+}
+
+void request(int signo) {
+  if (g_signal == 0) g_signal = signo;
+}
+
+void mark_stopped_early() { g_stopped_early = true; }
+bool stopped_early() { return g_stopped_early; }
+
+}  // namespace mgrl::stop

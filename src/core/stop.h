@@ -1,0 +1,23 @@
+// stop.h: graceful stop on a signal. SIGUSR1 (SLURM's warning before the time limit), SIGTERM (preemption,
+// scancel, mpirun forwarding) and SIGINT (Ctrl-C) only raise a flag; the training loops read it at the end of
+// each optimizer step (the ranks agree on it), write a checkpoint and the process exits with kExitStopped.
+// A second SIGINT or SIGTERM ends the process at once, as if no handler were installed.
+#pragma once
+
+namespace mgrl::stop {
+
+// Installs the handlers (idempotent). A SIGINT ignored on entry (a background job of a non-interactive shell)
+// stays ignored.
+void install_handlers();
+// The number of the first stop signal this process received, 0 if none. Async-signal-safe to read.
+int pending_signal();
+// Its name ("SIGUSR1"), or "" when none.
+const char* pending_signal_name();
+// Raises the flag as a signal would (tests, and code that wants to stop the loop itself).
+void request(int signo);
+// The training loop stopped early on the ranks' agreement (so the work is not finished): the process should
+// exit with kExitStopped.
+void mark_stopped_early();
+bool stopped_early();
+
+}  // namespace mgrl::stop

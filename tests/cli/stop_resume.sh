@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# stop_resume.sh: a training run stopped by a signal checkpoints, exits 3, and resumes to bitwise the weights of a
+# straight run.   stop_resume.sh SIGNAL WORK CHECK_TRAIN -- LAUNCH... (the mgrl sft command line, without dirs)
+set -euo pipefail
+sig=$1 work=$2 check=$3
+shift 3
+[ "$1" = -- ] && shift
+rm -rf "$work" && mkdir -p "$work"
+steps=60
+"$@" --train.max_steps=$steps --log.dir="$work/a" --checkpoint.dir="$work/a/ck" > "$work/a.log" 2>&1
+set -m  # job control: the background run gets SIGINT like a foreground program at a terminal would
+"$@" --train.max_steps=$steps --log.dir="$work/b" --checkpoint.dir="$work/b/ck" > "$work/b.log" 2>&1 &
+pid=$!
+set +m
+for _ in $(seq 600); do
+  grep -q '"step":2[,}]' "$work/b/metrics.jsonl" 2>/dev/null && break
+  sleep 0.05
+done
+kill "-$sig" "$pid"
+rc=0
+wait "$pid" || rc=$?
+cat "$work/b.log" | grep -v '^step ' || true
+[ "$rc" = 3 ] || { echo "FAIL: exit code $rc after SIG$sig, expected 3"; exit 1; }
+stopped=$(sed -n 's/.*stopping after step \([0-9]*\).*/\1/p' "$work/b.log" | head -n 1)
+[ -n "$stopped" ] && [ "$stopped" -lt $steps ] && [ -f "$work/b/ck/step_$(printf %08d "$stopped").h5" ] ||
+  { echo "FAIL: no checkpoint of the stopped step"; exit 1; }
+"$@" --train.max_steps=$steps --log.dir="$work/b" --checkpoint.dir="$work/b/ck" --checkpoint.resume=auto > "$work/c.log" 2>&1
+grep -q "resumed from .*step_$(printf %08d "$stopped").h5" "$work/c.log" || { echo "FAIL: not resumed"; exit 1; }
+"$check" weights "$work/a/ck/step_$(printf %08d $steps).h5" "$work/b/ck/step_$(printf %08d $steps).h5" --exact
+echo "SIG$sig: stopped after step $stopped of $steps with exit 3, resumed, the same weights"
