@@ -13,7 +13,17 @@ packages=(
   libopenblas-dev
   libpcre2-dev libutf8proc-dev
   libgtest-dev libbenchmark-dev
+  # the cluster tests (tests/cluster.cmake): a real SLURM, Lmod, and a venv for EasyBuild
+  slurm-wlm slurmctld slurmd slurm-client munge lmod python3-venv
 )
+# EasyBuild (from PyPI) for the easyconfig checks, in its own venv; $MGRL_EASYBUILD_VENV to put it elsewhere.
+eb_venv=${MGRL_EASYBUILD_VENV:-$HOME/.cache/mgrl/easybuild-venv}
+install_easybuild() {
+  [ -x "$eb_venv/bin/eb" ] && return 0
+  echo "install_deps: EasyBuild into $eb_venv (pip)"
+  /usr/bin/python3 -m venv "$eb_venv" && "$eb_venv/bin/pip" install -q easybuild-framework easybuild-easyblocks pycodestyle ||
+    echo "install_deps: EasyBuild could not be installed (the packaging.easybuild test will be skipped)" >&2
+}
 
 missing=()
 for p in "${packages[@]}"; do
@@ -23,6 +33,7 @@ for p in "${packages[@]}"; do
 done
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install_deps: all ${#packages[@]} packages are installed"
+  install_easybuild
   exit 0
 fi
 if ! command -v apt-get >/dev/null; then
@@ -34,4 +45,5 @@ if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
 echo "install_deps: installing ${missing[*]}"
 $sudo apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+install_easybuild
 echo "install_deps: done"
