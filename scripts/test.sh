@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test.sh: the whole test suite from a fresh checkout: installs what is missing, builds, runs CTest
-# (labels unit, mpi, cli; gpu tests run where a GPU is usable and are skipped elsewhere).
+# (labels unit, mpi, cli, slurm, module, packaging; gpu tests run where a GPU is usable and are skipped elsewhere).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bash "$root/scripts/install_deps.sh"

@@ -62,3 +62,6 @@ add_test(NAME cli.stop.sigusr1_mpirun.np2 COMMAND bash ${CMAKE_CURRENT_SOURCE_DI
 set_tests_properties(cli.stop.sigint_singleton cli.stop.sigusr1_mpirun.np2 PROPERTIES LABELS cli TIMEOUT 120
                      PASS_REGULAR_EXPRESSION "the same weights" ENVIRONMENT "${MGRL_MPI_ENV}")
 set_tests_properties(cli.stop.sigusr1_mpirun.np2 PROPERTIES PROCESSORS 2)
+# The example GRPO input of the batch scripts is a valid input.
+mgrl_add_cli_test(grpo_gsm8k_input_is_valid 0 "^rank 0/1" - 0 -- $<TARGET_FILE:mgrl> info ${PROJECT_SOURCE_DIR}/inputs/grpo_gsm8k.toml
+                  --runtime.backend=cpu)
