@@ -2,6 +2,7 @@
 #include "io/hdf5_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -165,6 +166,9 @@ H5Reader::H5Reader(std::string path) : path_(std::move(path)) {
   quiet_hdf5();
   if (::access(path_.c_str(), R_OK) != 0)
     throw UserError(path_ + ": cannot open (" + std::string(std::strerror(errno)) + ")");
+  struct stat st {};
+  if (::stat(path_.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) throw UserError(path_ + ": not a regular file");
+  file_size_ = static_cast<std::uint64_t>(st.st_size);
   if (H5Fis_hdf5(path_.c_str()) <= 0) throw UserError(path_ + ": not an HDF5 file (or a truncated one)");
   file_ = H5Fopen(path_.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (file_ < 0) throw UserError(path_ + ": the HDF5 file cannot be opened (corrupt or truncated?)");
@@ -225,7 +229,10 @@ std::string H5Reader::read_string(const std::string& name) const {
   Handle type{H5_CHECK(H5Dget_type(set.id)), H5Tclose};
   if (H5Tget_class(type.id) != H5T_STRING || H5Tis_variable_str(type.id) > 0)
     throw UserError(path_ + ": '" + name + "' is not a fixed-length string");
-  std::string s(H5Tget_size(type.id), '\0');
+  const std::size_t size = H5Tget_size(type.id);
+  if (size > file_size_)
+    throw UserError(path_ + ": '" + name + "' claims a string of " + std::to_string(size) + " bytes, more than the file holds (corrupt?)");
+  std::string s(size, '\0');
   H5_CHECK(H5Dread(set.id, type.id, H5S_ALL, H5S_ALL, H5P_DEFAULT, s.data()));
   s.resize(std::strlen(s.c_str()));
   return s;
@@ -238,7 +245,10 @@ std::string H5Reader::attr_string(const std::string& object, const std::string& 
   Handle type{H5_CHECK(H5Aget_type(a.id)), H5Tclose};
   if (H5Tget_class(type.id) != H5T_STRING || H5Tis_variable_str(type.id) > 0)
     throw UserError(path_ + ": attribute '" + name + "' is not a fixed-length string");
-  std::string s(H5Tget_size(type.id), '\0');
+  const std::size_t size = H5Tget_size(type.id);
+  if (size > file_size_)
+    throw UserError(path_ + ": attribute '" + name + "' claims a string of " + std::to_string(size) + " bytes, more than the file holds (corrupt?)");
+  std::string s(size, '\0');
   H5_CHECK(H5Aread(a.id, type.id, s.data()));
   s.resize(std::strlen(s.c_str()));
   return s;
@@ -251,6 +261,10 @@ std::int64_t H5Reader::attr_int(const std::string& object, const std::string& na
   std::int64_t v = 0;
   H5_CHECK(H5Aread(a.id, H5T_NATIVE_INT64, &v));
   return v;
+}
+
+bool H5Reader::has_attr(const std::string& object, const std::string& name) const {
+  return H5Aexists_by_name(file_, object.c_str(), name.c_str(), H5P_DEFAULT) > 0;
 }
 
 std::vector<std::string> H5Reader::list(const std::string& group) const {

@@ -60,14 +60,20 @@ class H5Reader {
   std::string read_string(const std::string& name) const;
   std::string attr_string(const std::string& object, const std::string& name) const;
   std::int64_t attr_int(const std::string& object, const std::string& name) const;
+  bool has_attr(const std::string& object, const std::string& name) const;
   // Names of the members of a group, sorted.
   std::vector<std::string> list(const std::string& group) const;
   const std::string& path() const { return path_; }
+  // Bytes of the file when it was opened. mgrl writes no compressed datasets, so no dataset of one of its
+  // files can hold more: readers compare claimed sizes with it before allocating (a damaged file can claim
+  // any size).
+  std::uint64_t file_size() const { return file_size_; }
 
  private:
   std::int64_t open_dataset(const std::string& name) const;
   std::string path_;
   std::int64_t file_ = -1;
+  std::uint64_t file_size_ = 0;
 };
 
 }  // namespace mgrl::io

@@ -2,7 +2,12 @@
 // checkpoints `<dir>/step_<8 digits>.h5`; the layout is documented in docs/checkpoint.md.
 #include "train/checkpoint.h"
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -14,6 +19,7 @@
 #include "core/build_info.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "io/checksum.h"
 #include "io/hdf5_file.h"
 
 namespace mgrl::train {
@@ -22,7 +28,10 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr const char* kFormat = "mgrl-checkpoint";
-constexpr std::int64_t kFormatVersion = 1;
+// 1: no checksums (mgrl before 0.2); 2: a "checksum" attribute on every dataset.
+constexpr std::int64_t kFormatVersion = 2;
+constexpr std::int64_t kFirstVersionWithChecksums = 2;
+const char* const kChecksumAttr = "checksum";
 
 // Dataset names of the layout.
 const std::string kTrainable = "/trainable";
@@ -100,6 +109,12 @@ std::vector<std::string> split_lines(const std::string& text) {
   return lines;
 }
 
+// A UserError that holds for every checkpoint of the run (another model, a newer format): not a damaged file.
+class NotForThisRun : public UserError {
+ public:
+  explicit NotForThisRun(const std::string& what) : UserError(what) {}
+};
+
 // "PATH: checkpoint of another model: it has 'a' where this run has 'b'" for the first differing line.
 void check_identity(const std::string& path, const std::string& found, const std::string& expected) {
   if (found == expected) return;
@@ -109,7 +124,7 @@ void check_identity(const std::string& path, const std::string& found, const std
   const auto quoted = [](const std::vector<std::string>& lines, std::size_t k) {
     return k < lines.size() ? "'" + lines[k] + "'" : std::string("nothing more");
   };
-  throw UserError(path + ": checkpoint of another model: it has " + quoted(have, i) + " where this run has " +
+  throw NotForThisRun(path + ": checkpoint of another model: it has " + quoted(have, i) + " where this run has " +
                   quoted(want, i));
 }
 
@@ -135,32 +150,60 @@ void check_writable(const Checkpoint& ck) {
 // ---- reading helpers: every failure is a UserError that starts with the path ----
 
 [[noreturn]] void corrupt(const io::H5Reader& r, const std::string& what) {
-  throw UserError(r.path() + ": corrupt checkpoint: " + what);
+  throw CorruptCheckpoint(r.path() + ": corrupt checkpoint: " + what);
 }
 
 void require(const io::H5Reader& r, const std::string& name) {
-  if (!r.has(name)) throw UserError(r.path() + ": incomplete checkpoint: no dataset '" + name + "'");
+  if (!r.has(name)) throw CorruptCheckpoint(r.path() + ": incomplete checkpoint: no dataset '" + name + "'");
 }
 
-std::int64_t read_i64(const io::H5Reader& r, const std::string& name) {
+// Compares the stored checksum of a dataset with that of the bytes read (required from format version 2 on;
+// checked whenever present).
+void verify(const io::H5Reader& r, std::int64_t version, const std::string& name, const void* data,
+            std::size_t nbytes) {
+  if (!r.has_attr(name, kChecksumAttr)) {
+    if (version >= kFirstVersionWithChecksums) corrupt(r, "'" + name + "' has no checksum");
+    return;
+  }
+  const std::string stored = r.attr_string(name, kChecksumAttr);
+  const std::string actual = io::checksum_hex(data, nbytes);
+  if (stored != actual)
+    throw CorruptCheckpoint(r.path() + ": damaged checkpoint: the data of '" + name + "' do not match their checksum (" +
+                            actual + ", stored " + stored + ")");
+}
+
+std::int64_t read_i64(const io::H5Reader& r, std::int64_t version, const std::string& name) {
   require(r, name);
   if (!r.shape(name).empty()) corrupt(r, "'" + name + "' is not a scalar");
   std::int64_t v = 0;
   r.read(name, DType::I64, &v);
+  verify(r, version, name, &v, sizeof v);
   return v;
 }
 
-double read_f64(const io::H5Reader& r, const std::string& name) {
+double read_f64(const io::H5Reader& r, std::int64_t version, const std::string& name) {
   require(r, name);
   if (!r.shape(name).empty()) corrupt(r, "'" + name + "' is not a scalar");
   double v = 0;
   r.read(name, DType::F64, &v);
+  verify(r, version, name, &v, sizeof v);
   return v;
 }
 
-std::string read_text(const io::H5Reader& r, const std::string& name) {
+std::string read_text(const io::H5Reader& r, std::int64_t version, const std::string& name) {
   require(r, name);
-  return r.read_string(name);
+  std::string s = r.read_string(name);
+  verify(r, version, name, s.data(), s.size());
+  return s;
+}
+
+// The first non-finite value of data, as "nan at index 3" / "inf at index 0"; "" when all are finite.
+std::string first_non_finite(const float* data, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i)
+    if (!std::isfinite(data[i]))
+      return std::string(std::isnan(data[i]) ? "nan" : (data[i] > 0 ? "inf" : "-inf")) + " at index " +
+             std::to_string(i);
+  return "";
 }
 
 // The members of a group, which must be exactly `names` (the group may be absent when names is empty).
@@ -174,9 +217,9 @@ void check_members(const io::H5Reader& r, const std::string& group, const std::v
     if (!wanted.count(m)) corrupt(r, "'" + group + "/" + m + "' is not listed in " + kOrder);
 }
 
-// Reads every tensor of one group into a flat buffer laid out by `tensors`.
-std::vector<float> read_flat(const io::H5Reader& r, const std::string& group, const std::vector<TensorEntry>& tensors,
-                             std::size_t total) {
+// Reads every tensor of one group into a flat buffer laid out by `tensors`, verifying checksums and finiteness.
+std::vector<float> read_flat(const io::H5Reader& r, std::int64_t version, const std::string& group,
+                             const std::vector<TensorEntry>& tensors, std::size_t total) {
   std::vector<float> flat(total);
   for (const auto& t : tensors) {
     const std::string name = group + "/" + t.name;
@@ -187,7 +230,12 @@ std::vector<float> read_flat(const io::H5Reader& r, const std::string& group, co
       corrupt(r, "'" + name + "' has shape " + io::shape_str(got) + " but '" + kTrainable + "/" + t.name + "' has " +
                      io::shape_str(t.shape));
     }
-    if (io::shape_numel(t.shape) > 0) r.read(name, DType::F32, flat.data() + t.offset);
+    const auto n = static_cast<std::size_t>(io::shape_numel(t.shape));
+    float* out = flat.data() + t.offset;
+    if (n > 0) r.read(name, DType::F32, out);
+    verify(r, version, name, out, n * sizeof(float));
+    const std::string bad = first_non_finite(out, n);
+    if (!bad.empty()) corrupt(r, "tensor '" + name + "' holds a non-finite value (" + bad + ")");
   }
   return flat;
 }
@@ -200,9 +248,9 @@ Checkpoint read_file(const io::H5Reader& r, const std::string& expected_identity
   try {
     format = r.attr_string("/", "format");
   } catch (const UserError&) {
-    throw UserError(path + ": not an mgrl checkpoint (no 'format' attribute on '/')");
+    throw CorruptCheckpoint(path + ": not an mgrl checkpoint (no 'format' attribute on '/')");
   }
-  if (format != kFormat) throw UserError(path + ": not an mgrl checkpoint (format '" + format + "')");
+  if (format != kFormat) corrupt(r, "not an mgrl checkpoint (format '" + format + "')");
   try {
     ck.mgrl_version = r.attr_string("/", "mgrl_version");
   } catch (const UserError&) {
@@ -210,35 +258,47 @@ Checkpoint read_file(const io::H5Reader& r, const std::string& expected_identity
   }
   const std::int64_t version = r.attr_int("/", "format_version");
   if (version > kFormatVersion)
-    throw UserError(path + ": checkpoint format version " + std::to_string(version) + " (written by mgrl " +
+    throw NotForThisRun(path + ": checkpoint format version " + std::to_string(version) + " (written by mgrl " +
                     ck.mgrl_version + ") is newer than version " + std::to_string(kFormatVersion) +
                     ", the one this mgrl (" + build_info().version + ") reads");
   if (version < 1) corrupt(r, "unknown format_version " + std::to_string(version));
+  if (version < kFirstVersionWithChecksums)
+    log::warn_once(path + ": a checkpoint of format version " + std::to_string(version) + " (mgrl " +
+                   ck.mgrl_version + ") has no checksums: its data are read without verification");
 
-  ck.model_identity = read_text(r, kIdentity);
+  ck.model_identity = read_text(r, version, kIdentity);
   if (!expected_identity.empty()) check_identity(path, ck.model_identity, expected_identity);
-  ck.config_text = read_text(r, kConfig);
+  ck.config_text = read_text(r, version, kConfig);
 
   auto& s = ck.state;
-  s.step = read_i64(r, kStep);
-  s.tokens_seen = read_i64(r, kTokensSeen);
-  s.skipped_steps = read_i64(r, kSkippedSteps);
-  s.loss_scale = read_f64(r, kLossScale);
-  s.scaler_good_steps = read_i64(r, kScalerGoodSteps);
-  s.best_eval_loss = read_f64(r, kBestEvalLoss);
-  s.cursor.epoch = read_i64(r, kEpoch);
-  s.cursor.position = read_i64(r, kPosition);
+  s.step = read_i64(r, version, kStep);
+  s.tokens_seen = read_i64(r, version, kTokensSeen);
+  s.skipped_steps = read_i64(r, version, kSkippedSteps);
+  s.loss_scale = read_f64(r, version, kLossScale);
+  s.scaler_good_steps = read_i64(r, version, kScalerGoodSteps);
+  s.best_eval_loss = read_f64(r, version, kBestEvalLoss);
+  s.cursor.epoch = read_i64(r, version, kEpoch);
+  s.cursor.position = read_i64(r, version, kPosition);
+  if (s.step < 0) corrupt(r, "negative step " + std::to_string(s.step));
+  // A file named step_<N>.h5 must hold step N (a renamed or copied-over file would resume at the wrong step).
+  const auto slash = path.find_last_of('/');
+  const std::int64_t named = step_of_name(slash == std::string::npos ? path : path.substr(slash + 1));
+  if (named >= 0 && named != s.step)
+    corrupt(r, "the file name says step " + std::to_string(named) + " but it holds step " + std::to_string(s.step));
   if (r.attr_int("/", "step") != s.step)
     corrupt(r, "attribute step = " + std::to_string(r.attr_int("/", "step")) + " but " + kStep + " = " +
                    std::to_string(s.step));
   require(r, kRng);
-  if (r.shape(kRng).size() != 1) corrupt(r, "'" + kRng + "' is not one-dimensional");
+  const auto rng_dims = r.shape(kRng);
+  if (rng_dims.size() != 1) corrupt(r, "'" + kRng + "' is not one-dimensional");
+  if (rng_dims[0] > r.file_size() / 8) corrupt(r, "'" + kRng + "' claims more values than the file holds");
   const auto rng = r.read_all<std::int64_t>(kRng, DType::I64);
+  verify(r, version, kRng, rng.data(), rng.size() * sizeof(std::int64_t));
   s.rank_rng.resize(rng.size());
   if (!rng.empty()) std::memcpy(s.rank_rng.data(), rng.data(), rng.size() * sizeof(std::uint64_t));
 
   // Tensors: names in flat-buffer order from /trainable_order, shapes from /trainable, offsets rebuilt packed.
-  const auto names = split_lines(read_text(r, kOrder));
+  const auto names = split_lines(read_text(r, version, kOrder));
   std::set<std::string> seen;
   std::size_t total = 0;
   for (const auto& name : names) {
@@ -248,20 +308,27 @@ Checkpoint read_file(const io::H5Reader& r, const std::string& expected_identity
     require(r, ds);
     const auto dims = r.shape(ds);
     io::Shape shape;
+    // Sizes are checked against the file before anything is allocated: the three copies of every tensor
+    // (weights, two moments) are stored uncompressed, so together they cannot exceed the file.
+    const std::uint64_t room = r.file_size() / (3 * sizeof(float));
+    std::uint64_t numel = 1;
     for (const auto d : dims) {
-      if (d > (std::uint64_t{1} << 40)) corrupt(r, "'" + ds + "' has an absurd dimension " + std::to_string(d));
+      if (d > room || (d > 0 && numel > room / d))
+        corrupt(r, "'" + ds + "' claims a shape of more values than the file holds");
+      numel *= d;
       shape.push_back(static_cast<std::int64_t>(d));
     }
     ck.tensors.push_back({name, shape, total});
-    total += static_cast<std::size_t>(io::shape_numel(shape));
+    total += static_cast<std::size_t>(numel);
+    if (total > room) corrupt(r, "the tensors up to '" + ds + "' claim more values than the file holds");
   }
   check_members(r, kTrainable, names);
   check_members(r, kExpAvg, names);
   check_members(r, kExpAvgSq, names);
-  ck.params = read_flat(r, kTrainable, ck.tensors, total);
-  ck.adam_m = read_flat(r, kExpAvg, ck.tensors, total);
-  ck.adam_v = read_flat(r, kExpAvgSq, ck.tensors, total);
-  if (r.has(kExtra)) ck.extra = r.read_string(kExtra);
+  ck.params = read_flat(r, version, kTrainable, ck.tensors, total);
+  ck.adam_m = read_flat(r, version, kExpAvg, ck.tensors, total);
+  ck.adam_v = read_flat(r, version, kExpAvgSq, ck.tensors, total);
+  if (r.has(kExtra)) ck.extra = read_text(r, version, kExtra);
   return ck;
 }
 
@@ -282,35 +349,51 @@ void write_checkpoint(const std::string& dir, const Checkpoint& ck) {
     fs::create_directories(dir, ec);
     if (ec) throw UserError(dir + ": cannot create the checkpoint directory (" + ec.message() + ")");
   }
+  remove_stale_temporaries(dir);
   io::H5Writer w(path);  // UserError naming the path when the file cannot be created
   try {
+    // Every dataset gets a checksum attribute over the bytes of its values (docs/checkpoint.md#integrity).
+    const auto put = [&w](const std::string& name, DType type, const std::vector<std::uint64_t>& dims,
+                          const void* data, std::size_t nbytes) {
+      w.write(name, type, dims, data);
+      w.attr(name, kChecksumAttr, io::checksum_hex(data, nbytes));
+    };
+    const auto put_string = [&w](const std::string& name, const std::string& value) {
+      w.write_string(name, value);
+      w.attr(name, kChecksumAttr, io::checksum_hex(value.data(), value.size()));
+    };
+    const auto put_i64 = [&put](const std::string& name, const std::int64_t& v) {
+      put(name, DType::I64, {}, &v, sizeof v);
+    };
+    const auto put_f64 = [&put](const std::string& name, const double& v) { put(name, DType::F64, {}, &v, sizeof v); };
     std::string order;
     for (const auto& t : ck.tensors) {
       if (!order.empty()) order += '\n';
       order += t.name;
       const auto dims = dims_of(t.shape);
-      w.write(kTrainable + "/" + t.name, DType::F32, dims, ck.params.data() + t.offset);
-      w.write(kExpAvg + "/" + t.name, DType::F32, dims, ck.adam_m.data() + t.offset);
-      w.write(kExpAvgSq + "/" + t.name, DType::F32, dims, ck.adam_v.data() + t.offset);
+      const std::size_t nbytes = static_cast<std::size_t>(io::shape_numel(t.shape)) * sizeof(float);
+      put(kTrainable + "/" + t.name, DType::F32, dims, ck.params.data() + t.offset, nbytes);
+      put(kExpAvg + "/" + t.name, DType::F32, dims, ck.adam_m.data() + t.offset, nbytes);
+      put(kExpAvgSq + "/" + t.name, DType::F32, dims, ck.adam_v.data() + t.offset, nbytes);
     }
-    w.write_string(kOrder, order);
-    w.write_string(kConfig, ck.config_text);
-    w.write_string(kIdentity, ck.model_identity);
+    put_string(kOrder, order);
+    put_string(kConfig, ck.config_text);
+    put_string(kIdentity, ck.model_identity);
 
     const auto& s = ck.state;
-    w.write(kStep, DType::I64, {}, &s.step);
-    w.write(kTokensSeen, DType::I64, {}, &s.tokens_seen);
-    w.write(kSkippedSteps, DType::I64, {}, &s.skipped_steps);
-    w.write(kLossScale, DType::F64, {}, &s.loss_scale);
-    w.write(kScalerGoodSteps, DType::I64, {}, &s.scaler_good_steps);
-    w.write(kBestEvalLoss, DType::F64, {}, &s.best_eval_loss);
-    w.write(kEpoch, DType::I64, {}, &s.cursor.epoch);
-    w.write(kPosition, DType::I64, {}, &s.cursor.position);
+    put_i64(kStep, s.step);
+    put_i64(kTokensSeen, s.tokens_seen);
+    put_i64(kSkippedSteps, s.skipped_steps);
+    put_f64(kLossScale, s.loss_scale);
+    put_i64(kScalerGoodSteps, s.scaler_good_steps);
+    put_f64(kBestEvalLoss, s.best_eval_loss);
+    put_i64(kEpoch, s.cursor.epoch);
+    put_i64(kPosition, s.cursor.position);
     // uint64 counters stored bit for bit as int64 (HDF5 would clip a value >= 2^63 when converting).
     std::vector<std::int64_t> rng(s.rank_rng.size());
     if (!rng.empty()) std::memcpy(rng.data(), s.rank_rng.data(), rng.size() * sizeof(std::int64_t));
-    w.write(kRng, DType::I64, {rng.size()}, rng.data());
-    if (!ck.extra.empty()) w.write_string(kExtra, ck.extra);
+    put(kRng, DType::I64, {rng.size()}, rng.data(), rng.size() * sizeof(std::int64_t));
+    if (!ck.extra.empty()) put_string(kExtra, ck.extra);
 
     w.attr("/", "format", kFormat);
     w.attr("/", "format_version", kFormatVersion);
@@ -330,19 +413,62 @@ std::optional<std::string> newest_checkpoint(const std::string& dir) {
   return found.back().second;
 }
 
+std::vector<std::string> checkpoints_newest_first(const std::string& dir) {
+  const auto found = list_checkpoints(dir);
+  std::vector<std::string> out;
+  for (auto it = found.rbegin(); it != found.rend(); ++it) out.push_back(it->second);
+  return out;
+}
+
 Checkpoint read_checkpoint(const std::string& path, const std::string& expected_identity) {
-  io::H5Reader r(path);  // UserError naming the path: missing, not HDF5, truncated
   try {
+    io::H5Reader r(path);  // UserError naming the path: missing, not HDF5, truncated
     return read_file(r, expected_identity);
-  } catch (const UserError&) {
+  } catch (const CorruptCheckpoint&) {
     throw;
+  } catch (const NotForThisRun& e) {
+    throw UserError(e.what());
+  } catch (const UserError& e) {
+    // The reader's own errors (cannot open, not HDF5, a dataset of the wrong kind, a failed read): damage.
+    throw CorruptCheckpoint(e.what());
   } catch (const FatalError& e) {
     // A failing HDF5 call on a file that opened means a damaged file.
-    throw UserError(path + ": corrupt checkpoint (an HDF5 read failed: " + e.what() + ")");
+    throw CorruptCheckpoint(path + ": corrupt checkpoint (an HDF5 read failed: " + e.what() + ")");
   } catch (const std::exception& e) {
     // Damaged metadata can claim absurd sizes (a string of 2^60 bytes): std::length_error, std::bad_alloc.
-    throw UserError(path + ": corrupt checkpoint (or too large to read: " + e.what() + ")");
+    throw CorruptCheckpoint(path + ": corrupt checkpoint (or too large to read: " + e.what() + ")");
   }
+}
+
+int remove_stale_temporaries(const std::string& dir) {
+  std::error_code ec;
+  const fs::path root = dir.empty() ? fs::path(".") : fs::path(dir);
+  if (!fs::is_directory(root, ec)) return 0;
+  fs::directory_iterator it(root, ec);
+  if (ec) return 0;
+  int removed = 0;
+  for (; it != fs::directory_iterator(); it.increment(ec)) {
+    if (ec) break;
+    // Our temporaries are "step_<digits>.h5.tmp.<pid>" (io::H5Writer).
+    const std::string name = it->path().filename().string();
+    const auto tmp = name.find(".h5.tmp.");
+    if (tmp == std::string::npos || step_of_name(name.substr(0, tmp + 3)) < 0) continue;
+    const std::string pid_text = name.substr(tmp + 8);
+    if (pid_text.empty() || pid_text.size() > 9 ||
+        pid_text.find_first_not_of("0123456789") != std::string::npos)
+      continue;
+    const long pid = std::stol(pid_text);
+    if (pid == static_cast<long>(::getpid())) continue;
+    // A writer still running on this host (e.g. another job writing here) keeps its file.
+    if (pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM)) continue;
+    std::error_code file_ec;
+    if (!fs::is_regular_file(it->path(), file_ec)) continue;
+    if (fs::remove(it->path(), file_ec)) {
+      ++removed;
+      log::info("removed " + join_path(dir, name) + ", the temporary file of an interrupted checkpoint write");
+    }
+  }
+  return removed;
 }
 
 void prune_checkpoints(const std::string& dir, int keep_last) {

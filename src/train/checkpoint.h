@@ -8,9 +8,19 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "io/safetensors.h"
 
 namespace mgrl::train {
+
+// A checkpoint file that is damaged or not a usable checkpoint (unreadable, truncated, not HDF5, a dataset
+// missing or failing its checksum, non-finite values, a name that disagrees with its step): resume = auto
+// passes over it to an older one. Other UserErrors of read_checkpoint (another model, a newer format) are not
+// of this kind: they would hold for every checkpoint of the directory.
+class CorruptCheckpoint : public UserError {
+ public:
+  explicit CorruptCheckpoint(const std::string& what) : UserError(what) {}
+};
 
 // Where the data loader is: the epoch and the number of samples of that epoch's shuffled order consumed.
 struct DataCursor {
@@ -52,10 +62,18 @@ std::string checkpoint_path(const std::string& dir, std::int64_t step);
 void write_checkpoint(const std::string& dir, const Checkpoint& ck);
 // The newest complete checkpoint of dir (by step number in the name), if any. Temporary files are ignored.
 std::optional<std::string> newest_checkpoint(const std::string& dir);
-// Reads a checkpoint. UserError naming the file when it is not an HDF5 file, is truncated or corrupt, lacks a
-// dataset, or (expected_identity not empty) belongs to another model: "...: checkpoint of another model ..."
-// naming the first difference.
+// Every step_<digits>.h5 of dir, newest first (an empty list when dir does not exist).
+std::vector<std::string> checkpoints_newest_first(const std::string& dir);
+// Reads a checkpoint and verifies it: the checksum of every dataset (format version 2; version 1 files have
+// none and are read with a warning), finite weights and moments, a file name step_<N>.h5 that agrees with the
+// step inside. CorruptCheckpoint naming the file (and the dataset) when it is damaged; UserError when it
+// (expected_identity not empty) belongs to another model ("...: checkpoint of another model ..." naming the
+// first difference) or was written by a newer mgrl.
 Checkpoint read_checkpoint(const std::string& path, const std::string& expected_identity = "");
+// Removes the temporaries `step_<digits>.h5.tmp.<pid>` of dir that an interrupted writer left (a process killed
+// while writing), except those of processes still running on this host; logs one line per file removed.
+// Returns how many were removed. Never throws.
+int remove_stale_temporaries(const std::string& dir);
 // Removes all but the newest keep_last checkpoints of dir (keep_last <= 0: keep all).
 void prune_checkpoints(const std::string& dir, int keep_last);
 // Identity text of a model: architecture line + one "name [shape]" line per trainable tensor.

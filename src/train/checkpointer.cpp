@@ -53,16 +53,26 @@ void Checkpointer::save(const TrainState& st, const std::string& extra) {
   ck.model_identity = identity_;
   ck.mgrl_version = build_info().version;
   ck.extra = extra;
-  write_checkpoint(opts_.dir, ck);
+  write_checkpoint(opts_.dir, ck);  // removes temporaries left by an interrupted earlier write first
   prune_checkpoints(opts_.dir, opts_.keep_last);
 }
 
 void Checkpointer::load(const std::string& path, TrainState& st, std::string* extra) {
+  Checkpoint ck = read_checked(path);
+  apply(ck, path, st, extra);
+}
+
+Checkpoint Checkpointer::read_checked(const std::string& path) const {
   const Trainable& tr = opt_.trainable();
   Checkpoint ck = read_checkpoint(path, identity_);
   if (ck.params.size() != tr.n)
     throw UserError(path + ": holds " + std::to_string(ck.params.size()) + " trainable values, this run has " +
                     std::to_string(tr.n));
+  return ck;
+}
+
+void Checkpointer::apply(const Checkpoint& ck, const std::string& path, TrainState& st, std::string* extra) {
+  const Trainable& tr = opt_.trainable();
   if (static_cast<int>(ck.state.rank_rng.size()) != env_.size())
     log::warn_once(path + ": written by " + std::to_string(ck.state.rank_rng.size()) + " ranks, resumed on " +
                    std::to_string(env_.size()) + " (the data order is the same; per-rank random streams restart)");
@@ -75,13 +85,55 @@ void Checkpointer::load(const std::string& path, TrainState& st, std::string* ex
 }
 
 std::string Checkpointer::resume(TrainState& st, std::string* extra) {
-  std::string from;
   if (opts_.resume == "auto") {
-    if (enabled())
-      if (auto p = newest_checkpoint(opts_.dir)) from = *p;
-  } else if (!opts_.resume.empty() && opts_.resume != "none") {
-    from = opts_.resume;
+    if (!enabled()) return "";
+    // Temporaries of a writer that was killed are of no use; rank 0 (the only writer) removes them.
+    if (env_.rank() == 0) remove_stale_temporaries(opts_.dir);
+    // The newest intact checkpoint: a damaged one (checksum, truncation, a name that disagrees with its step)
+    // is reported and passed over. Every rank reads every candidate and all agree on the outcome.
+    // Rank 0's list is everyone's (ranks on other nodes could see a shared directory a moment apart).
+    std::string listing;
+    env_.agree([&] {
+      if (env_.rank() != 0) return;
+      for (const auto& p : checkpoints_newest_first(opts_.dir)) listing += p + "\n";
+    });
+    listing = env_.broadcast(listing, 0);
+    std::vector<std::string> candidates;
+    for (std::size_t start = 0, nl; (nl = listing.find('\n', start)) != std::string::npos; start = nl + 1)
+      candidates.push_back(listing.substr(start, nl - start));
+    std::vector<std::string> skipped;  // why each newer candidate was passed over
+    for (const auto& path : candidates) {
+      Checkpoint ck;
+      std::string damage;
+      env_.agree([&] {
+        try {
+          ck = read_checked(path);
+        } catch (const CorruptCheckpoint& e) {
+          damage = e.what();
+        }
+      });
+      const int damaged_somewhere = env_.allreduce_max(damage.empty() ? 0 : 1);
+      if (damaged_somewhere) {
+        const int speaker = env_.allreduce_min(damage.empty() ? env_.size() : env_.rank());
+        const std::string why = env_.broadcast(damage, speaker);
+        skipped.push_back(why);
+        continue;
+      }
+      // Reported once an intact one is found (when none is, the error alone says it).
+      for (const auto& why : skipped) log::warn_once(why + "; passing over it to an older checkpoint");
+      env_.agree([&] { apply(ck, path, st, extra); });
+      log::info("resumed from " + path + " at step " + std::to_string(st.step));
+      return path;
+    }
+    if (!skipped.empty())
+      env_.agree([&] {
+        throw UserError(opts_.dir + ": no intact checkpoint to resume from (" + std::to_string(skipped.size()) +
+                        " damaged; the newest: " + skipped.front() + ")");
+      });
+    return "";
   }
+  std::string from;
+  if (!opts_.resume.empty() && opts_.resume != "none") from = opts_.resume;
   env_.agree([&] {
     if (!from.empty()) load(from, st, extra);
   });

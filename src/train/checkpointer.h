@@ -27,8 +27,10 @@ class Checkpointer {
   bool enabled() const { return !opts_.dir.empty(); }
   // Due after this step (not the last one, which the caller saves itself)?
   bool due(std::int64_t step) const { return enabled() && opts_.every > 0 && step % opts_.every == 0; }
-  // Collective. Loads the checkpoint named by `resume` (auto: the newest of dir, if any) into the weights, the
-  // moments and st; extra gets the loop's state. Returns the path, or "" when starting fresh.
+  // Collective. Loads the checkpoint named by `resume` into the weights, the moments and st; extra gets the
+  // loop's state. Returns the path, or "" when starting fresh. auto: the newest intact checkpoint of dir (damaged
+  // newer ones are named in a warning and passed over; UserError when there are checkpoints but none is intact);
+  // a path: that file, any damage a UserError.
   std::string resume(TrainState& st, std::string* extra);
   // Collective: the hash check, then rank 0 writes.
   void save(const TrainState& st, const std::string& extra = "");
@@ -38,6 +40,8 @@ class Checkpointer {
 
  private:
   void load(const std::string& path, TrainState& st, std::string* extra);
+  Checkpoint read_checked(const std::string& path) const;  // read_checkpoint + this run's size check
+  void apply(const Checkpoint& ck, const std::string& path, TrainState& st, std::string* extra);
   const dist::MpiEnv& env_;
   kernels::Ops& ops_;
   const Optimizer& opt_;

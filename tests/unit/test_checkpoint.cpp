@@ -4,9 +4,11 @@
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -51,19 +53,22 @@ const std::string kA = "base_model.model.model.layers.0.self_attn.q_proj.lora_A.
 const std::string kB = "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight";
 const std::string kZ = "base_model.model.model.layers.1.mlp.down_proj.lora_A.weight";
 
-// Random bit patterns (NaNs with payloads, infinities, denormals, -0 included): a round trip must keep every bit.
+// Random finite bit patterns (denormals, -0, the largest float included): a round trip must keep every bit.
+// (Non-finite values are refused on reading: NonFiniteValuesAreRefusedNamingTheTensor.)
 std::vector<float> random_bits(std::size_t n, std::uint32_t seed) {
   std::mt19937 gen(seed);
   std::vector<float> v(n);
   for (auto& x : v) {
-    const std::uint32_t bits = gen();
-    std::memcpy(&x, &bits, sizeof x);
+    do {
+      const std::uint32_t bits = gen();
+      std::memcpy(&x, &bits, sizeof x);
+    } while (!std::isfinite(x));
   }
   if (n >= 4) {
     v[0] = -0.0f;
-    v[1] = std::numeric_limits<float>::infinity();
+    v[1] = std::numeric_limits<float>::max();
     v[2] = std::numeric_limits<float>::denorm_min();
-    v[3] = std::numeric_limits<float>::quiet_NaN();
+    v[3] = -std::numeric_limits<float>::denorm_min();
   }
   return v;
 }
@@ -148,7 +153,15 @@ TEST(Checkpoint, FileHasTheDocumentedLayout) {
   write_checkpoint(dir, ck);
   io::H5Reader r(checkpoint_path(dir, 7));
   EXPECT_EQ(r.attr_string("/", "format"), "mgrl-checkpoint");
-  EXPECT_EQ(r.attr_int("/", "format_version"), 1);
+  EXPECT_EQ(r.attr_int("/", "format_version"), 2);
+  // Every dataset carries the checksum of its values (16 hex digits).
+  for (const std::string& name : {"/trainable/" + kA, "/optimizer/exp_avg/" + kB, "/optimizer/exp_avg_sq/" + kZ,
+                                 std::string("/trainable_order"), std::string("/config"), std::string("/model_identity"),
+                                 std::string("/state/step"), std::string("/state/rng"), std::string("/state/data/epoch"),
+                                 std::string("/state/best_eval_loss")}) {
+    ASSERT_TRUE(r.has_attr(name, "checksum")) << name;
+    EXPECT_EQ(r.attr_string(name, "checksum").size(), 16u) << name;
+  }
   EXPECT_EQ(r.attr_string("/", "mgrl_version"), "9.9.9-test");
   EXPECT_EQ(r.attr_int("/", "step"), 7);
   EXPECT_EQ(r.list("/"), (std::vector<std::string>{"config", "model_identity", "optimizer", "state", "trainable",
@@ -277,28 +290,221 @@ TEST(Checkpoint, TruncatedFilesAreUserErrors) {
   }
 }
 
-TEST(Checkpoint, FlippedBytesAreUserErrorsOrUndetectedData) {
-  // A damaged byte anywhere: either the read fails with a UserError naming the file, or (a byte of raw tensor
-  // data, which HDF5 keeps without checksums) the file still reads. Never another exception.
+// Everything a resumed run takes from a checkpoint, bit for bit ("" when equal, else what differs).
+std::string difference(const Checkpoint& a, const Checkpoint& b) {
+  const auto bits = [](const std::vector<float>& x, const std::vector<float>& y) {
+    return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+  };
+  if (!bits(a.params, b.params)) return "params";
+  if (!bits(a.adam_m, b.adam_m)) return "exp_avg";
+  if (!bits(a.adam_v, b.adam_v)) return "exp_avg_sq";
+  if (a.tensors.size() != b.tensors.size()) return "tensor count";
+  for (std::size_t i = 0; i < a.tensors.size(); ++i)
+    if (a.tensors[i].name != b.tensors[i].name || a.tensors[i].shape != b.tensors[i].shape ||
+        a.tensors[i].offset != b.tensors[i].offset)
+      return "tensor " + a.tensors[i].name;
+  const auto &s = a.state, &t = b.state;
+  if (s.step != t.step || s.tokens_seen != t.tokens_seen || s.skipped_steps != t.skipped_steps ||
+      std::memcmp(&s.loss_scale, &t.loss_scale, sizeof(double)) != 0 || s.scaler_good_steps != t.scaler_good_steps ||
+      std::memcmp(&s.best_eval_loss, &t.best_eval_loss, sizeof(double)) != 0 || s.cursor.epoch != t.cursor.epoch ||
+      s.cursor.position != t.cursor.position || s.rank_rng != t.rank_rng)
+    return "state";
+  if (a.config_text != b.config_text) return "config";
+  if (a.model_identity != b.model_identity) return "model identity";
+  if (a.extra != b.extra) return "extra";
+  return "";
+}
+
+// Where the bytes of a tensor's values lie in the file (found by their content: random bits are unique).
+std::size_t offset_of(const std::string& file_bytes, const float* values, std::size_t n) {
+  const std::string needle(reinterpret_cast<const char*>(values), n * sizeof(float));
+  const auto at = file_bytes.find(needle);
+  EXPECT_NE(at, std::string::npos) << "tensor bytes not found in the file";
+  EXPECT_EQ(file_bytes.find(needle, at + 1), std::string::npos) << "tensor bytes found twice";
+  return at;
+}
+
+TEST(Checkpoint, DamagedTensorDataNameTheTensor) {
+  // A byte in the middle of a tensor's values: HDF5 itself cannot notice; the checksum names the dataset.
+  const std::string dir = fresh_dir("damaged_tensor");
+  const Checkpoint ck = sample(9);
+  write_checkpoint(dir, ck);
+  const std::string good = read_bytes(checkpoint_path(dir, 9));
+  struct Target {
+    std::string dataset;
+    const float* values;
+    std::size_t n;
+  };
+  const std::vector<Target> targets{{"/trainable/" + kA, ck.params.data() + 16, 240},
+                                    {"/optimizer/exp_avg/" + kB, ck.adam_m.data() + 256, 240},
+                                    {"/optimizer/exp_avg_sq/" + kZ, ck.adam_v.data(), 16}};
+  for (const auto& t : targets) {
+    const std::size_t at = offset_of(good, t.values, t.n) + t.n * 2 + 1;  // the middle of the tensor's bytes
+    for (const int flip : {0x01, 0x80, 0xff}) {
+      std::string bytes = good;
+      bytes[at] = static_cast<char>(bytes[at] ^ flip);
+      const std::string bad = dir + "/step_00000009.h5";
+      std::ofstream(bad, std::ios::binary | std::ios::trunc) << bytes;
+      const std::string msg = test::error_of<CorruptCheckpoint>([&] { read_checkpoint(bad, ck.model_identity); });
+      EXPECT_ERROR(bad, msg, "damaged checkpoint: the data of '" + t.dataset + "' do not match their checksum");
+    }
+  }
+  // Zeroed blocks (a lost page) and a state scalar are caught the same way.
+  std::string bytes = good;
+  const std::size_t at = offset_of(good, ck.params.data(), 16);
+  std::fill(bytes.begin() + static_cast<std::ptrdiff_t>(at), bytes.begin() + static_cast<std::ptrdiff_t>(at + 64), '\0');
+  const std::string bad = dir + "/zeroed.h5";
+  std::ofstream(bad, std::ios::binary | std::ios::trunc) << bytes;
+  EXPECT_ERROR(bad, read_error(bad), "the data of '/trainable/" + kZ + "' do not match their checksum");
+  bytes = good;
+  const std::int64_t tokens = ck.state.tokens_seen;
+  const auto pos = good.find(std::string(reinterpret_cast<const char*>(&tokens), 8));
+  ASSERT_NE(pos, std::string::npos);
+  bytes[pos] = static_cast<char>(bytes[pos] ^ 4);
+  std::ofstream(bad, std::ios::binary | std::ios::trunc) << bytes;
+  EXPECT_ERROR(bad, read_error(bad), "the data of '/state/tokens_seen' do not match their checksum");
+}
+
+TEST(Checkpoint, FlippedBytesAreRefusedOrReadBackIdentical) {
+  // A damaged byte anywhere: either the read fails with a CorruptCheckpoint naming the file, or (a byte HDF5 does
+  // not use: padding, free space, an unused attribute) everything reads back bit for bit. Never different data.
   const std::string dir = fresh_dir("flipped");
-  write_checkpoint(dir, sample(9));
+  const Checkpoint ck = sample(9);
+  write_checkpoint(dir, ck);
+  const Checkpoint ref = read_checkpoint(checkpoint_path(dir, 9));
+  ASSERT_EQ(difference(ref, ck), "");
   const std::string bytes = read_bytes(checkpoint_path(dir, 9));
   const std::string bad = dir + "/flipped.h5";
-  int failed = 0;
+  int failed = 0, same = 0;
   for (std::size_t pos = 0; pos < bytes.size(); pos += 29) {
     std::string b = bytes;
     b[pos] = static_cast<char>(b[pos] ^ 0x5a);
     std::ofstream(bad, std::ios::binary | std::ios::trunc) << b;
     try {
-      read_checkpoint(bad);
-    } catch (const UserError& e) {
+      const Checkpoint got = read_checkpoint(bad);
+      EXPECT_EQ(difference(got, ck), "") << "byte " << pos << " changed what is read, undetected";
+      ++same;
+    } catch (const CorruptCheckpoint& e) {
       ++failed;
       EXPECT_TRUE(starts_with(e.what(), bad + ": ")) << "byte " << pos << ": " << e.what();
     } catch (const std::exception& e) {
-      ADD_FAILURE() << "byte " << pos << ": not a UserError: " << e.what();
+      ADD_FAILURE() << "byte " << pos << ": not a CorruptCheckpoint: " << e.what();
     }
   }
   EXPECT_GT(failed, 10);
+  std::printf("%d of %d flipped bytes refused, %d read back identical\n", failed, failed + same, same);
+}
+
+// 200 random mutations (a random byte, a flipped bit, 16 zeroed bytes), each read in a child process so that a
+// crash or a hang inside HDF5 is a failure of its own: refused (CorruptCheckpoint naming the file) or read back
+// identical; never different data accepted.
+TEST(Checkpoint, RandomMutationsNeverReadBackDifferentData) {
+  const std::string dir = fresh_dir("mutations");
+  Checkpoint ck = sample(12);
+  ck.extra = "{\"round\": [1, 2, 3]}";
+  write_checkpoint(dir, ck);
+  const std::string bytes = read_bytes(checkpoint_path(dir, 12));
+  std::mt19937_64 gen(20261122);
+  int refused = 0, identical = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    std::string b = bytes;
+    const std::size_t pos = gen() % b.size();
+    const int kind = trial % 3;
+    if (kind == 0) {
+      char c;
+      do c = static_cast<char>(gen()); while (c == b[pos]);
+      b[pos] = c;
+    } else if (kind == 1) {
+      b[pos] = static_cast<char>(b[pos] ^ (1 << (gen() % 8)));
+    } else {
+      bool changed = false;
+      for (std::size_t i = pos; i < std::min(b.size(), pos + 16); ++i) {
+        changed = changed || b[i] != '\0';
+        b[i] = '\0';
+      }
+      if (!changed) b[pos] = 1;
+    }
+    const std::string bad = dir + "/step_00000012.h5";
+    std::ofstream(bad, std::ios::binary | std::ios::trunc) << b;
+    std::fflush(nullptr);
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      ::alarm(30);
+      int code = 3;
+      try {
+        const Checkpoint got = read_checkpoint(bad, ck.model_identity);
+        code = difference(got, ck).empty() ? 1 : 4;
+      } catch (const CorruptCheckpoint& e) {
+        code = starts_with(e.what(), bad + ": ") ? 0 : 5;
+      } catch (...) {
+        code = 3;
+      }
+      ::_exit(code);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    const std::string what = "trial " + std::to_string(trial) + " (kind " + std::to_string(kind) + ", byte " +
+                             std::to_string(pos) + ")";
+    ASSERT_TRUE(WIFEXITED(status)) << what << ": the reader died of signal " << WTERMSIG(status);
+    const int code = WEXITSTATUS(status);
+    EXPECT_NE(code, 4) << what << ": different data read back without an error";
+    EXPECT_NE(code, 3) << what << ": an error other than CorruptCheckpoint";
+    EXPECT_NE(code, 5) << what << ": the message does not start with the path";
+    if (code == 0) ++refused;
+    if (code == 1) ++identical;
+  }
+  EXPECT_EQ(refused + identical, 200);
+  EXPECT_GT(refused, 50);  // about half the bytes of a small checkpoint are HDF5 free space or padding
+  std::printf("200 random mutations: %d refused, %d read back identical, 0 different\n", refused, identical);
+}
+
+TEST(Checkpoint, NonFiniteValuesAreRefusedNamingTheTensor) {
+  const std::string dir = fresh_dir("non_finite");
+  for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity()}) {
+    Checkpoint ck = sample(3);
+    ck.adam_v[16 + 5] = bad;  // element 5 of kA's second moment
+    write_checkpoint(dir, ck);  // written as given (with a valid checksum)
+    const std::string path = checkpoint_path(dir, 3);
+    const std::string msg = test::error_of<CorruptCheckpoint>([&] { read_checkpoint(path); });
+    EXPECT_ERROR(path, msg, "tensor '/optimizer/exp_avg_sq/" + kA + "' holds a non-finite value (");
+    EXPECT_NE(msg.find("at index 5)"), std::string::npos) << msg;
+  }
+}
+
+TEST(Checkpoint, FileNameMustAgreeWithTheStepInside) {
+  const std::string dir = fresh_dir("renamed");
+  write_checkpoint(dir, sample(5));
+  fs::copy_file(checkpoint_path(dir, 5), checkpoint_path(dir, 7));
+  const std::string msg = test::error_of<CorruptCheckpoint>([&] { read_checkpoint(checkpoint_path(dir, 7)); });
+  EXPECT_ERROR(checkpoint_path(dir, 7), msg, "the file name says step 7 but it holds step 5");
+  // Any other name is not checked (a user's copy "best.h5").
+  fs::copy_file(checkpoint_path(dir, 5), dir + "/best.h5");
+  EXPECT_EQ(read_checkpoint(dir + "/best.h5").state.step, 5);
+  EXPECT_EQ(checkpoints_newest_first(dir), (std::vector<std::string>{checkpoint_path(dir, 7), checkpoint_path(dir, 5)}));
+}
+
+TEST(Checkpoint, StaleTemporariesAreRemoved) {
+  const std::string dir = fresh_dir("stale");
+  write_checkpoint(dir, sample(1));
+  // A pid that cannot be running (above pid_max), our own pid, and a live process (this one's parent).
+  const std::string dead = checkpoint_path(dir, 2) + ".tmp.999999999";
+  const std::string mine = checkpoint_path(dir, 3) + ".tmp." + std::to_string(::getpid());
+  const std::string live = checkpoint_path(dir, 4) + ".tmp." + std::to_string(::getppid());
+  for (const auto& p : {dead, mine, live}) touch(p);
+  touch(dir + "/notes.tmp.1");       // not ours
+  touch(dir + "/step_00000005.h5.tmp.x");  // not a pid
+  EXPECT_EQ(remove_stale_temporaries(dir), 1);
+  EXPECT_FALSE(fs::exists(dead));
+  EXPECT_TRUE(fs::exists(mine) && fs::exists(live));
+  EXPECT_TRUE(fs::exists(dir + "/notes.tmp.1") && fs::exists(dir + "/step_00000005.h5.tmp.x"));
+  EXPECT_EQ(remove_stale_temporaries(dir + "/missing"), 0);
+  // A checkpoint write removes them too.
+  touch(dead);
+  write_checkpoint(dir, sample(6));
+  EXPECT_FALSE(fs::exists(dead));
+  EXPECT_EQ(read_checkpoint(checkpoint_path(dir, 1)).state.step, 1) << "checkpoints untouched";
 }
 
 TEST(Checkpoint, MissingAndGarbageFilesAreUserErrors) {
@@ -409,12 +615,32 @@ TEST(Checkpoint, MissingOrInconsistentDatasetsAreUserErrors) {
   EXPECT_ERROR(p, read_error(p), "'/trainable/" + kZ + "' is not listed in /trainable_order");
 }
 
+TEST(Checkpoint, Version1FilesWithoutChecksumsStillRead) {
+  // Checkpoints of mgrl before checksums (format version 1) are read, with a warning, unverified.
+  const std::string dir = fresh_dir("v1");
+  const Checkpoint ck = read_checkpoint(write_by_hand(dir + "/old.h5", {}));
+  EXPECT_EQ(ck.state.step, 5);
+  // Version 2 requires a checksum on every dataset.
+  HandWritten h;
+  h.format_version = 2;
+  const std::string p = write_by_hand(dir + "/v2_without.h5", h);
+  EXPECT_ERROR(p, test::error_of<CorruptCheckpoint>([&] { read_checkpoint(p); }), "has no checksum");
+}
+
 TEST(Checkpoint, FormatVersionFromTheFuture) {
   const std::string dir = fresh_dir("future");
   HandWritten h;
-  h.format_version = 2;
+  h.format_version = 3;
   const std::string p = write_by_hand(dir + "/future.h5", h);
-  EXPECT_ERROR(p, read_error(p), "checkpoint format version 2 (written by mgrl 0.1.0) is newer than version 1, the one this mgrl");
+  EXPECT_ERROR(p, read_error(p), "checkpoint format version 3 (written by mgrl 0.1.0) is newer than version 2, the one this mgrl");
+  bool damage = false;
+  try {
+    read_checkpoint(p);
+  } catch (const CorruptCheckpoint&) {
+    damage = true;
+  } catch (const UserError&) {
+  }
+  EXPECT_FALSE(damage) << "not damage: resume does not pass over it to an older checkpoint";
 }
 
 TEST(Checkpoint, AnotherModelNamesTheFirstDifference) {
