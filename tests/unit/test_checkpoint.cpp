@@ -3,11 +3,13 @@
 #include "train/checkpoint.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -679,6 +681,35 @@ TEST(Checkpoint, UnwritableDirectoryIsAUserErrorAndKeepsTheOldFile) {
   EXPECT_ERROR(checkpoint_path(dir, 2), msg, "cannot create");
   EXPECT_EQ(names_in(dir), std::vector<std::string>{"step_00000001.h5"});
   EXPECT_EQ(read_checkpoint(checkpoint_path(dir, 1)).state.step, 1);
+}
+
+TEST(Checkpoint, DiskFullIsAUserErrorAndKeepsTheOldFiles) {
+  // A disk that fills up while a checkpoint is written: a child process whose file size is limited (RLIMIT_FSIZE,
+  // with SIGXFSZ ignored, so writes fail with EFBIG as they would with ENOSPC) writes a checkpoint larger than the
+  // limit. It must fail with a UserError naming the file, leave no temporary, and keep the older checkpoint.
+  const std::string dir = fresh_dir("disk_full");
+  write_checkpoint(dir, sample(1));
+  const std::string before = read_bytes(checkpoint_path(dir, 1));
+  Checkpoint big = sample(2);
+  for (auto* v : {&big.params, &big.adam_m, &big.adam_v}) v->resize(v->size() + 200000, 0.25f);
+  big.tensors.push_back({"base_model.model.model.layers.2.mlp.up_proj.lora_A.weight", {1000, 200}, 496});
+  std::fflush(nullptr);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::signal(SIGXFSZ, SIG_IGN);
+    const struct rlimit lim {256 * 1024, 256 * 1024};
+    if (::setrlimit(RLIMIT_FSIZE, &lim) != 0) ::_exit(10);
+    const std::string msg = test::error_of([&] { write_checkpoint(dir, big); });
+    const bool named = starts_with(msg, checkpoint_path(dir, 2) + ": cannot write the checkpoint");
+    ::_exit(named ? 0 : (msg.empty() ? 11 : 12));
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "11: the write succeeded; 12: another message";
+  EXPECT_EQ(names_in(dir), std::vector<std::string>{"step_00000001.h5"}) << "no temporary, no partial step 2";
+  EXPECT_EQ(read_bytes(checkpoint_path(dir, 1)), before);
 }
 
 TEST(Checkpoint, DirectoryThatCannotBeCreatedIsAUserError) {
