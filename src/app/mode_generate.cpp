@@ -116,8 +116,15 @@ int run_generate(Context& ctx) {
     if (inputs.empty()) throw UserError(input + ": no prompts");
     if (!opts.stop_strings.empty() && !tok) throw UserError("generate.stop needs a tokenizer (set model.tokenizer)");
     if (env.rank() == 0) {  // fail early when the output cannot be written
-      std::ofstream probe(output + ".tmp");
-      if (!probe) throw UserError(output + ": cannot write the output file");
+      struct stat st {};
+      if (::stat(output.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+        throw UserError(output + ": exists and is not a regular file (the output is written under a temporary name "
+                        "and moved there)");
+      {
+        std::ofstream probe(output + ".tmp");
+        if (!probe) throw UserError(output + ": cannot write the output file");
+      }
+      std::remove((output + ".tmp").c_str());
     }
   });
   for (auto id : mc.eos_token_ids) opts.eos_ids.push_back(static_cast<std::int32_t>(id));

@@ -55,6 +55,11 @@ void fsync_path(const std::string& path, bool directory) {
 
 H5Writer::H5Writer(std::string path) : path_(std::move(path)) {
   quiet_hdf5();
+  // The finished file is renamed over path: never over a directory, a device (/dev/null) or a FIFO.
+  struct stat st {};
+  if (::stat(path_.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    throw UserError(path_ + ": exists and is not a regular file (an output file is written under a temporary name "
+                    "and moved there)");
   tmp_ = path_ + ".tmp." + std::to_string(::getpid());
   file_ = H5Fcreate(tmp_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   if (file_ < 0) throw UserError(path_ + ": cannot create the HDF5 file (" + std::strerror(errno) + ")");

@@ -14,15 +14,33 @@ void jsonl_error(const std::string& path, int line, const std::string& what) {
   throw UserError(path + ":" + std::to_string(line) + ": " + what);
 }
 
+std::string json_error_text(const std::exception& e) {
+  std::string text = e.what();
+  if (text.rfind("[json.exception.", 0) == 0) {
+    const auto close = text.find("] ");
+    if (close != std::string::npos) text = text.substr(close + 2);
+  }
+  static const std::string kParse = "parse error at ";
+  if (text.rfind(kParse, 0) == 0) text = text.substr(kParse.size());
+  static const std::string kParseShort = "parse error: ";
+  if (text.rfind(kParseShort, 0) == 0) text = text.substr(kParseShort.size());
+  return text;
+}
+
 nlohmann::json read_json_file(const std::string& path, const std::string& what) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw UserError(path + ": cannot open" + (what.empty() ? "" : " " + what) + " (" + std::strerror(errno) + ")");
   std::stringstream ss;
   ss << in.rdbuf();
+  const std::string text = ss.str();
+  // The JSON library stops at a NUL byte as if the text ended there: refuse it instead.
+  const auto nul = text.find('\0');
+  if (nul != std::string::npos)
+    throw UserError(path + ": a NUL byte at offset " + std::to_string(nul) + " (not a text file, or a damaged one?)");
   try {
-    return nlohmann::json::parse(ss.str());
+    return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    throw UserError(path + ": invalid JSON: " + e.what());
+    throw UserError(path + ": invalid JSON: " + json_error_text(e));
   }
 }
 
@@ -34,11 +52,17 @@ void read_jsonl(const std::string& path, const std::function<void(const nlohmann
   while (std::getline(in, text)) {
     ++line;
     if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
+    // A NUL byte is never part of JSON text (inside strings it is written \u0000): a binary or damaged file.
+    const auto nul = text.find('\0');
+    if (nul != std::string::npos)
+      jsonl_error(path, line, "a NUL byte at column " + std::to_string(nul + 1) + " (not a text file, or a damaged one?)");
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(text);
     } catch (const nlohmann::json::parse_error& e) {
-      jsonl_error(path, line, std::string("invalid JSON (") + e.what() + ")");
+      std::string why = json_error_text(e);
+      if (why.rfind("line 1, column ", 0) == 0) why = why.substr(8);  // the line is the file's, named already
+      jsonl_error(path, line, "invalid JSON at " + why);
     }
     if (!j.is_object()) jsonl_error(path, line, "expected a JSON object");
     fn(j, line);

@@ -1,5 +1,6 @@
 // jsonl.h: JSON files and JSON Lines input (one JSON object per line), with errors naming file and line.
 #pragma once
+#include <exception>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -12,6 +13,10 @@ void read_jsonl(const std::string& path, const std::function<void(const nlohmann
 
 // A whole JSON file; UserError "path: cannot open (...)" or "path: invalid JSON: ..." (what: e.g. "the model config").
 nlohmann::json read_json_file(const std::string& path, const std::string& what = "");
+
+// A JSON library error as a plain phrase: "[json.exception.parse_error.101] parse error at line 1, column 5:
+// syntax error ..." -> "line 1, column 5: syntax error ...".
+std::string json_error_text(const std::exception& e);
 
 // UserError "path:line: what".
 [[noreturn]] void jsonl_error(const std::string& path, int line, const std::string& what);

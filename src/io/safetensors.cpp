@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -173,6 +174,18 @@ std::vector<float> to_f32(const TensorInfo& t) {
   return out;
 }
 
+void copy_finite_to_f32(const TensorInfo& t, float* out) {
+  copy_to_f32(t, out);
+  const std::size_t n = static_cast<std::size_t>(t.numel());
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(out[i])) {
+      throw UserError(t.file + ": tensor '" + t.name + "' holds a non-finite value (" +
+                      (std::isnan(out[i]) ? "nan" : (out[i] > 0 ? "inf" : "-inf")) + " at index " + std::to_string(i) +
+                      ")");
+    }
+  }
+}
+
 void check_shape(const TensorInfo& t, const Shape& expected, const std::string& where) {
   if (t.shape != expected) {
     throw UserError(where + ": tensor '" + t.name + "' has shape " + shape_str(t.shape) + ", expected " +
@@ -233,7 +246,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     try {
       h = json::parse(header, header + n);
     } catch (const json::exception& e) {
-      throw UserError(path + ": invalid JSON header: " + e.what());
+      throw UserError(path + ": invalid JSON header: " + json_error_text(e));
     }
     if (!h.is_object()) throw UserError(path + ": the JSON header is not an object");
 
@@ -509,6 +522,10 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
   unsigned char len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(static_cast<std::uint64_t>(text.size()) >> (8 * i));
 
+  struct stat existing {};
+  if (::stat(path.c_str(), &existing) == 0 && !S_ISREG(existing.st_mode))
+    throw UserError(path + ": exists and is not a regular file (an output file is written under a temporary name and "
+                    "moved there)");
   const std::string tmp = path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw UserError(tmp + ": cannot create (" + std::strerror(errno) + ")");

@@ -101,6 +101,9 @@ std::uint16_t float_to_bf16(float f);
 // A tensor's values as fp32 (from F32, BF16, F16 or F64). Integer tensors: UserError naming file and tensor.
 void copy_to_f32(const TensorInfo& t, float* out);  // out holds t.numel() floats
 std::vector<float> to_f32(const TensorInfo& t);
+// copy_to_f32, then one pass over the values: weights to load must be finite. UserError
+// "FILE: tensor 'x' holds a non-finite value (nan at index 12)".
+void copy_finite_to_f32(const TensorInfo& t, float* out);
 
 // One tensor to write: data holds numel * dtype_size bytes, row-major, in the host's (little-endian) order.
 struct TensorToWrite {

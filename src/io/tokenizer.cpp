@@ -18,6 +18,7 @@
 #include <unordered_set>
 
 #include "core/error.h"
+#include "io/jsonl.h"
 #include "io/unicode.h"
 
 namespace mgrl::io {
@@ -53,10 +54,14 @@ std::string read_text(const std::string& path) {
 }
 
 json read_json(const std::string& path) {
+  const std::string text = read_text(path);
+  const auto nul = text.find('\0');
+  if (nul != std::string::npos)
+    throw UserError(path + ": a NUL byte at offset " + std::to_string(nul) + " (not a text file, or a damaged one?)");
   try {
-    return json::parse(read_text(path));
+    return json::parse(text);
   } catch (const json::parse_error& e) {
-    throw UserError(path + ": invalid JSON: " + e.what());
+    throw UserError(path + ": invalid JSON: " + json_error_text(e));
   }
 }
 

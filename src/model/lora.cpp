@@ -63,22 +63,44 @@ LoraConfig read_peft_config(const std::string& path) {
   using io::read_json_file;
   const nlohmann::json j = read_json_file(path, "the adapter configuration");
   auto fail = [&](const std::string& what) -> void { throw UserError(path + ": " + what); };
-  if (j.value("peft_type", std::string("LORA")) != "LORA") fail("peft_type must be LORA");
+  if (!j.is_object()) fail("not a JSON object");
+  const auto pt = j.find("peft_type");
+  if (pt != j.end() && !pt->is_null() && (!pt->is_string() || pt->get<std::string>() != "LORA"))
+    fail("peft_type must be LORA");
   LoraConfig c;
-  try {
-    c.r = j.at("r").get<int>();
-    c.alpha = j.at("lora_alpha").get<double>();
-    c.dropout = j.value("lora_dropout", 0.0);
-    c.use_rslora = j.value("use_rslora", false);
-    const auto& t = j.at("target_modules");
-    if (t.is_string()) fail("target_modules as a regular expression is not supported; list the module names");
-    c.targets = t.get<std::vector<std::string>>();
-  } catch (const nlohmann::json::exception& e) {
-    fail(std::string("missing or mistyped key: ") + e.what());
+  const auto number = [&](const char* key, bool required, double def) {
+    const auto it = j.find(key);
+    if (it == j.end() || it->is_null()) {
+      if (required) fail(std::string("missing required key '") + key + "'");
+      return def;
+    }
+    if (!it->is_number()) fail(std::string("key '") + key + "' must be a number, not " + it->dump());
+    return it->get<double>();
+  };
+  const double r = number("r", true, 0);
+  if (r != std::floor(r) || r < 1 || r > 65536) fail("key 'r' must be a positive integer (at most 65536)");
+  c.r = static_cast<int>(r);
+  c.alpha = number("lora_alpha", true, 0);
+  c.dropout = number("lora_dropout", false, 0.0);
+  const auto rs = j.find("use_rslora");
+  if (rs != j.end() && !rs->is_null() && !rs->is_boolean()) fail("key 'use_rslora' must be true or false");
+  c.use_rslora = rs != j.end() && rs->is_boolean() && rs->get<bool>();
+  const auto t = j.find("target_modules");
+  if (t == j.end() || t->is_null()) fail("missing required key 'target_modules'");
+  if (t->is_string()) fail("target_modules as a regular expression is not supported; list the module names");
+  if (!t->is_array()) fail("key 'target_modules' must be a list of module names");
+  c.targets.clear();  // LoraConfig's default list is not the adapter's
+  for (const auto& m : *t) {
+    if (!m.is_string()) fail("key 'target_modules' must be a list of module names, not " + t->dump());
+    c.targets.push_back(m.get<std::string>());
   }
-  if (c.r <= 0) fail("r must be positive");
-  if (j.value("use_dora", false)) fail("DoRA adapters (use_dora) are not supported");
-  if (j.value("fan_in_fan_out", false)) fail("fan_in_fan_out adapters are not supported");
+  if (c.targets.empty()) fail("key 'target_modules' is empty: the adapter adapts nothing");
+  const auto flag = [&](const char* key) {
+    const auto it = j.find(key);
+    return it != j.end() && !it->is_null() && !(it->is_boolean() && !it->get<bool>());
+  };
+  if (flag("use_dora")) fail("DoRA adapters (use_dora) are not supported");
+  if (flag("fan_in_fan_out")) fail("fan_in_fan_out adapters are not supported");
   if (j.contains("bias") && j["bias"].is_string() && j["bias"] != "none") fail("adapter biases are not supported");
   for (const char* k : {"rank_pattern", "alpha_pattern"})
     if (j.contains(k) && j[k].is_object() && !j[k].empty()) fail(std::string(k) + " is not supported");
@@ -169,7 +191,7 @@ void LoraParams::load_peft(const std::string& dir) {
       const io::TensorInfo& t = f.get(name);
       const io::Shape want = a ? io::Shape{cfg_.r, s.in} : io::Shape{s.out, cfg_.r};
       io::check_shape(t, want, path);
-      io::copy_to_f32(t, host.data() + (a ? s.a_offset : s.b_offset));
+      io::copy_finite_to_f32(t, host.data() + (a ? s.a_offset : s.b_offset));
     }
   }
   // Tensors of the adapter that this model would not use are a sign of a mismatched adapter.

@@ -186,7 +186,7 @@ void Transformer::load_weights(const std::string& dir) {
   for (const auto& t : base_) {
     const io::TensorInfo& info = model.get(t.name, t.shape);
     host.resize(static_cast<std::size_t>(info.numel()));
-    io::copy_to_f32(info, host.data());
+    io::copy_finite_to_f32(info, host.data());
     ops_.upload_f32_as_storage(const_cast<void*>(w(t.name)), host.data(), host.size());
   }
 }
