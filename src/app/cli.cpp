@@ -40,10 +40,23 @@ Cli parse_cli(int argc, char** argv) {
   po::positional_options_description pos;
   pos.add("positional", -1);
 
+  // --section.key=value arguments go to the configuration as they are, an empty value included
+  // (`--checkpoint.dir=`: no checkpoints); Boost would refuse the empty value, so they bypass it.
+  std::vector<std::string> rest;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const auto eq = a.find('=');
+    if (a.rfind("--", 0) == 0 && eq != std::string::npos && eq > 2 && a.compare(0, eq, "--help") != 0 &&
+        a.compare(0, eq, "--version") != 0)
+      cli.overrides.push_back(a);
+    else
+      rest.push_back(a);
+  }
+
   po::variables_map vm;
   std::vector<std::string> unknown;
   try {
-    const auto parsed = po::command_line_parser(argc, argv)
+    const auto parsed = po::command_line_parser(rest)
                             .options(all)
                             .positional(pos)
                             .allow_unregistered()

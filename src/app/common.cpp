@@ -1,6 +1,9 @@
 // common.cpp: what several modes share: the op backend of a rank's device, loading a model (+ adapter) on
 // every rank, the shard of a rank, the tokenizer directory.
+#include <cstdio>
+
 #include "app/modes.h"
+#include "core/error.h"
 #include "core/log.h"
 #include "dist/mpi_env.h"
 #include "io/config.h"
@@ -74,6 +77,9 @@ bool setup_trainable_lora(const Context& ctx, model::Transformer& net, std::uint
     net.add_lora(lc, seed).load_peft(adapter);
     return false;
   }
+  if (lc.targets.empty())
+    throw UserError("key 'lora.targets' is empty: name the layers that get an adapter (q_proj, k_proj, v_proj, "
+                    "o_proj, gate_proj, up_proj, down_proj), or set train.full_finetune = true");
   net.add_lora(lc, seed);
   return true;
 }
@@ -81,6 +87,23 @@ bool setup_trainable_lora(const Context& ctx, model::Transformer& net, std::uint
 std::pair<std::size_t, std::size_t> shard(const dist::MpiEnv& env, std::size_t n) {
   return {n * static_cast<std::size_t>(env.rank()) / static_cast<std::size_t>(env.size()),
           n * static_cast<std::size_t>(env.rank() + 1) / static_cast<std::size_t>(env.size())};
+}
+
+void check_batch_fits(const io::ModelConfig& mc, const std::string& key, std::int64_t value, double sequences,
+                      double tokens, const std::string& advice) {
+  // A lower bound per token, whatever the backend and model.recompute: every layer keeps at least its input
+  // (hidden_size values) and the logits hold vocab_size values, at no less than 2 bytes a value.
+  const double per_token = 2.0 * (static_cast<double>(mc.num_hidden_layers) * static_cast<double>(mc.hidden_size) +
+                                  static_cast<double>(mc.vocab_size));
+  const double need = sequences * tokens * per_token;
+  const double memory = static_cast<double>(io::host_memory_bytes());
+  if (memory > 0 && need > memory) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "%.0f sequences of up to %.0f tokens at once on a rank need more than %.1f GiB",
+                  sequences, tokens, need / (1024.0 * 1024.0 * 1024.0));
+    throw UserError("key '" + key + "' (" + std::to_string(value) + "): " + buf + ", more than this machine's memory (" +
+                    std::to_string(static_cast<long long>(memory / (1024.0 * 1024.0 * 1024.0))) + " GiB); " + advice);
+  }
 }
 
 std::string tokenizer_dir(const io::Config& cfg) {

@@ -54,6 +54,11 @@ int run_grpo(Context& ctx) {
       throw UserError("grpo.max_prompt_length + grpo.max_completion_length (" + std::to_string(longest) +
                       ") exceeds the model's max_position_embeddings (" + std::to_string(mc.max_position_embeddings) +
                       "): lower them");
+    const std::int64_t batch = cfg.get_int("train.batch_size"), group = cfg.get_int("grpo.num_generations");
+    check_batch_fits(mc, "train.batch_size", batch,
+                     static_cast<double>(batch) * static_cast<double>(group) / env.size() /
+                         static_cast<double>(cfg.get_int("train.grad_accum")),
+                     static_cast<double>(longest), "lower it or grpo.num_generations, or raise train.grad_accum");
     if (full && ctx.device.backend == dist::Backend::Cuda)
       throw UserError("train.full_finetune needs f32 weights: use --runtime.backend=cpu, or LoRA on the GPU");
   });

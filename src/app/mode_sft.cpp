@@ -1,5 +1,6 @@
 // mode_sft.cpp: `mgrl sft`: supervised fine-tuning (LoRA or full) of a Hugging Face model, or of a small
 // model initialised at random from its config.json, data-parallel over ranks.
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 
@@ -42,6 +43,14 @@ int run_sft(Context& ctx) {
     d.chat = chat_format(cfg, "train.chat_format", *tok);
     train_data = train::load_examples(cfg.get_string("data.input"), *tok, d);
     if (!cfg.get_string("eval.input").empty()) eval_data = train::load_examples(cfg.get_string("eval.input"), *tok, d);
+    std::size_t longest = 1;
+    for (const auto* set : {&train_data, &eval_data})
+      for (const auto& e : *set) longest = std::max(longest, e.tokens.size());
+    const std::int64_t batch = cfg.get_int("train.batch_size"), accum = cfg.get_int("train.grad_accum");
+    check_batch_fits(mc, "train.batch_size", batch, static_cast<double>(batch) / env.size() / static_cast<double>(accum),
+                     static_cast<double>(longest), "lower it, or raise train.grad_accum");
+    check_batch_fits(mc, "eval.batch_size", cfg.get_int("eval.batch_size"), static_cast<double>(cfg.get_int("eval.batch_size")),
+                     static_cast<double>(longest), "lower it");
     if (!random_init && full && ctx.device.backend == dist::Backend::Cuda)
       throw UserError("train.full_finetune needs f32 weights: use --runtime.backend=cpu, or LoRA on the GPU");
   });

@@ -14,6 +14,7 @@ struct Device;
 namespace mgrl::io {
 class Config;
 class Tokenizer;
+struct ModelConfig;
 enum class ChatFormat;
 }
 namespace mgrl::kernels {
@@ -65,6 +66,12 @@ model::LoraConfig lora_config(const io::Config& cfg);
 bool setup_trainable_lora(const Context& ctx, model::Transformer& net, std::uint64_t seed);
 // [begin, end) of this rank's contiguous share of n items.
 std::pair<std::size_t, std::size_t> shard(const dist::MpiEnv& env, std::size_t n);
+
+// UserError naming `key` when `sequences` sequences of up to `tokens` tokens each, processed at once on one rank,
+// cannot fit this machine's memory (a lower bound of what a step keeps per token: each layer's input and the
+// logits): an absurd batch size is refused before anything is sized from it.
+void check_batch_fits(const io::ModelConfig& mc, const std::string& key, std::int64_t value, double sequences,
+                      double tokens, const std::string& advice);
 // model.tokenizer, or model.path when it is empty.
 std::string tokenizer_dir(const io::Config& cfg);
 

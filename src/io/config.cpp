@@ -1,6 +1,8 @@
 // config.cpp: reading, checking and printing configurations against a Schema.
 #include "io/config.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -342,6 +344,9 @@ Config Config::load(const Schema& schema, const std::string& file, const std::ve
   if (!file.empty()) {
     std::ifstream in(file, std::ios::binary);
     if (!in) throw UserError(file + ": cannot open the configuration file (" + std::strerror(errno) + ")");
+    struct stat st {};
+    if (::stat(file.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+      throw UserError(file + ": not a regular file (the configuration is a TOML file)");
     std::stringstream ss;
     ss << in.rdbuf();
     text = ss.str();
@@ -360,7 +365,8 @@ Config Config::load(const Schema& schema, const std::string& file, const std::ve
     if (!ks) throw UserError("command line: " + unknown_key_message(schema, key));
     auto v = from_text(*ks, text_value);
     if (!v)
-      throw UserError("command line: '" + arg + "': key '" + key + "' must be " + value_type_name(ks->type));
+      throw UserError("command line: '" + arg + "': key '" + key + "' must be " + value_type_name(ks->type) +
+                      (text_value.empty() ? " (the value is empty)" : ""));
     const std::string bad = check_value(*ks, *v);
     if (!bad.empty()) throw UserError("command line: " + bad);
     c.set(*ks, std::move(*v), {Origin::CommandLine, 0});
@@ -378,7 +384,10 @@ void Config::finish(const std::string& mode_from_cli) {
   }
   const std::string mode = is_set("mode") ? get_string("mode") : std::string();
   for (const auto& ks : *schema_) {
-    if (ks.def || is_set(ks.name) || ks.name.find("[].") != std::string::npos) continue;
+    if (ks.def || ks.name.find("[].") != std::string::npos) continue;
+    // An empty string for a key without a default (`--model.path=`) is as good as none.
+    const bool empty = is_set(ks.name) && ks.type == ValueType::String && std::get<std::string>(values_.at(ks.name)).empty();
+    if (is_set(ks.name) && !empty) continue;
     const bool required =
         ks.required_modes.empty() ||
         std::find(ks.required_modes.begin(), ks.required_modes.end(), mode) != ks.required_modes.end();
@@ -390,7 +399,8 @@ void Config::finish(const std::string& mode_from_cli) {
                         for (std::size_t i = 0; i < ks.choices.size(); ++i) m += (i ? ", " : "") + ks.choices[i];
                         return m;
                       }());
-    throw UserError("missing required key '" + ks.name + "'" + (mode.empty() ? "" : " for mode " + mode) +
+    throw UserError(std::string(empty ? "empty value of" : "missing") + " required key '" + ks.name + "'" +
+                    (mode.empty() ? "" : " for mode " + mode) +
                     ": set it in the input file or pass --" + ks.name + "=VALUE");
   }
 }

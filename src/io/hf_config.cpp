@@ -1,8 +1,11 @@
 // hf_config.cpp: reading config.json of Llama/Qwen2/Qwen3 models, and the list of tensors a model needs.
 #include "io/hf_config.h"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -162,6 +165,37 @@ std::optional<RopeScaling> parse_rope(const json& obj, const std::string& key, c
 
 }  // namespace
 
+double parameter_count(const ModelConfig& c) {
+  const double h = static_cast<double>(c.hidden_size), q = static_cast<double>(c.q_dim()),
+               kv = static_cast<double>(c.kv_dim()), f = static_cast<double>(c.intermediate_size);
+  const double per_layer = 2 * h + 2 * q * h + 2 * kv * h + 3 * f * h + (c.qkv_bias ? q + 2 * kv : 0) +
+                           (c.o_bias ? h : 0) + (c.qk_norm ? 2.0 * static_cast<double>(c.head_dim) : 0);
+  return static_cast<double>(c.vocab_size) * h * (c.tie_word_embeddings ? 1 : 2) + h +
+         static_cast<double>(c.num_hidden_layers) * per_layer;
+}
+
+std::uint64_t host_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) : 0;
+}
+
+namespace {
+
+// The largest value of a size key that mgrl supports (well above any released Llama/Qwen model; kernels index
+// with 32-bit integers).
+void check_limit(const Keys& k, const std::string& key, std::int64_t value, std::int64_t limit) {
+  if (value > limit)
+    k.fail(key, "is " + std::to_string(value) + ", more than mgrl supports (" + std::to_string(limit) + ")");
+}
+
+std::string gib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
+  return buf;
+}
+
+}  // namespace
+
 ModelConfig parse_hf_config(const std::string& path) {
   const json j = read_json_file(path, "the model config");
   if (!j.is_object()) throw UserError(path + ": not a JSON object");
@@ -174,6 +208,11 @@ ModelConfig parse_hf_config(const std::string& path) {
   c.intermediate_size = k.get_positive("intermediate_size");
   c.num_hidden_layers = k.get_positive("num_hidden_layers");
   c.num_attention_heads = k.get_positive("num_attention_heads");
+  check_limit(k, "vocab_size", c.vocab_size, std::int64_t{1} << 30);
+  check_limit(k, "hidden_size", c.hidden_size, std::int64_t{1} << 20);
+  check_limit(k, "intermediate_size", c.intermediate_size, std::int64_t{1} << 22);
+  check_limit(k, "num_hidden_layers", c.num_hidden_layers, 4096);
+  check_limit(k, "num_attention_heads", c.num_attention_heads, 4096);
   c.num_key_value_heads = k.get_int("num_key_value_heads", c.num_attention_heads);
   if (c.num_key_value_heads <= 0 || c.num_attention_heads % c.num_key_value_heads != 0) {
     k.fail("num_key_value_heads", "must divide num_attention_heads (" + std::to_string(c.num_attention_heads) +
@@ -181,6 +220,7 @@ ModelConfig parse_hf_config(const std::string& path) {
   }
   if (k.find("head_dim")) {
     c.head_dim = k.get_positive("head_dim");
+    check_limit(k, "head_dim", c.head_dim, 4096);
   } else if (c.arch == Architecture::Qwen3) {
     // transformers' Qwen3 default (128) is not hidden_size / num_attention_heads; its configs name it.
     throw UserError(path + ": missing required key 'head_dim' (Qwen3 configs give it)");
@@ -233,6 +273,19 @@ ModelConfig parse_hf_config(const std::string& path) {
     k.fail("use_sliding_window", "is true: sliding-window attention is not supported");
   }
   c.torch_dtype = k.find("torch_dtype") ? k.get_string("torch_dtype", "") : k.get_string("dtype", "");
+
+  if (c.q_dim() > (std::int64_t{1} << 20))
+    k.fail("num_attention_heads", "x head_dim (" + std::to_string(c.q_dim()) + ") is more than mgrl supports (" +
+                                      std::to_string(std::int64_t{1} << 20) + ")");
+  // The whole model must fit this machine's memory at 2 bytes a parameter (bf16/fp16; the CPU backend needs 4).
+  const double n_params = parameter_count(c), memory = static_cast<double>(host_memory_bytes());
+  if (memory > 0 && n_params * 2 > memory) {
+    char count[32];
+    std::snprintf(count, sizeof count, "%.3g", n_params);
+    throw UserError(path + ": the model it describes has " + count + " parameters (" + gib(n_params * 2) +
+                    " at 2 bytes each), more than this machine's memory (" + gib(memory) +
+                    "): check vocab_size, hidden_size, intermediate_size and num_hidden_layers");
+  }
 
   if (k.find("bos_token_id")) c.bos_token_id = k.get_int("bos_token_id");
   if (const json* e = k.find("eos_token_id")) {

@@ -50,13 +50,21 @@ struct ModelConfig {
 // Reads config.json. Throws UserError naming the file (and the key) when it is missing, not JSON, of an
 // unsupported architecture or rope_scaling type, or lacks a required key or has one of the wrong type.
 // Reads both the transformers 4.x layout (rope_theta, rope_scaling, torch_dtype) and the 5.x one
-// (rope_parameters, dtype).
+// (rope_parameters, dtype). Sizes are bounded before anything is built from them: each dimension within what
+// mgrl supports (a UserError naming the key), and the whole model (at 2 bytes a parameter, the least any backend
+// stores) within this machine's memory.
 ModelConfig parse_hf_config(const std::string& config_json_path);
 
 struct TensorSpec {
   std::string name;
   Shape shape;
 };
+
+// Parameters of the model (every tensor of expected_tensors), as a double (no overflow for absurd configs).
+double parameter_count(const ModelConfig& c);
+
+// Bytes of memory of this machine (physical RAM); 0 when unknown.
+std::uint64_t host_memory_bytes();
 
 // The Hugging Face tensor names and shapes the model needs, in layer order.
 std::vector<TensorSpec> expected_tensors(const ModelConfig& c);
