@@ -1,0 +1,138 @@
+# cases.sh: the catalogue of bad inputs (label robust). One case a line:
+#   c NAME RANKS 'REGEX the one error line must match (the culprit: file and line, key or tensor)' 'SETUP (bash)' ARGS...
+# run by tests/robust/robust.sh in a fresh directory holding: model/ (the Qwen2 fixture, with a PEFT adapter),
+# tok/ (tokenizer.json), train.jsonl, heldout.jsonl, tokens.jsonl, prompts.jsonl, grpo.toml, run.toml, ck/ (the
+# checkpoints of steps 1 and 2 of a real run), old_output.h5 and old_output.jsonl (earlier outputs). $SFT, $GRPO,
+# $SCORE, $GEN and $RESUME are good command lines; T runs tests/robust/robust_tool. Every case must end with exit
+# code 2, one line naming the culprit, and every file as it was.
+
+# ---- TOML configuration files ----
+c toml_syntax 1 'bad\.toml:2:[0-9]+: invalid TOML' 'printf "[train]\nlr = = 1\n" > bad.toml' info bad.toml
+c toml_unclosed_table 1 'bad\.toml:1:[0-9]+: invalid TOML' 'printf "[train\nlr = 1\n" > bad.toml' info bad.toml
+c toml_unknown_key 1 "bad\.toml:3: unknown key 'train\.lrr' \(did you mean 'train\.lr'\?\)" 'printf "mode = \"info\"\n[train]\nlrr = 1\n" > bad.toml' bad.toml
+c toml_unknown_section 1 'bad\.toml:1: unknown section \[trian\]' 'printf "[trian]\n" > bad.toml' info bad.toml
+c toml_wrong_type 1 "bad\.toml:2: key 'train\.lr' must be a number, not a string" 'printf "[train]\nlr = \"fast\"\n" > bad.toml' info bad.toml
+c toml_out_of_range 1 "bad\.toml:2: key 'lora\.dropout' must be >= 0\.0 and <= 0\.99 \(got 2\.0\)" 'printf "[lora]\ndropout = 2.0\n" > bad.toml' info bad.toml
+c toml_bad_choice 1 "bad\.toml:2: key 'train\.schedule' must be one of .*did you mean \"cosine\"" 'printf "[train]\nschedule = \"cosin\"\n" > bad.toml' info bad.toml
+c toml_reward_not_table 1 "bad\.toml:1: 'reward' must be an array of tables" 'printf "reward = 1\n" > bad.toml' info bad.toml
+c toml_reward_unknown_key 1 "bad\.toml:3: unknown key 'reward\[\]\.patern'" 'printf "[[reward]]\nkind = \"regex\"\npatern = \"x\"\n" > bad.toml' info bad.toml
+c toml_nul_byte 1 'bad\.toml:1:[0-9]+: invalid TOML' 'printf "mode = \"info\"\0\n" > bad.toml' bad.toml
+c toml_binary 1 'bad\.toml:[0-9]+:[0-9]+: invalid TOML' 'head -c 300 model/model.safetensors > bad.toml' info bad.toml
+c toml_missing 1 '^mgrl: error: nope\.toml: cannot open the configuration file \(No such file' '' info nope.toml
+c toml_is_directory 1 'dir\.toml: not a regular file' 'mkdir dir.toml' info dir.toml
+c toml_no_mode 1 'no mode given: name one on the command line' 'printf "[train]\nlr = 1.0\n" > nomode.toml' nomode.toml
+c toml_mode_unknown 1 "bad\.toml:1: key 'mode' must be one of .*\(got \"sfft\"\); did you mean \"sft\"" 'printf "mode = \"sfft\"\n" > bad.toml' bad.toml
+
+# ---- command-line overrides ----
+c cli_unknown_key 1 "command line: unknown key 'train\.lrr' \(did you mean 'train\.lr'\?\)" '' info --train.lrr=1
+c cli_not_an_integer 1 "'--train\.max_steps=ten': key 'train\.max_steps' must be an integer" '' $SFT --train.max_steps=ten
+c cli_empty_integer 1 "'--train\.max_steps=': key 'train\.max_steps' must be an integer \(the value is empty\)" '' $SFT --train.max_steps=
+c cli_no_value 1 "option '--train\.lr' needs a value" '' $SFT --train.lr
+c cli_integer_overflow 1 "key 'train\.max_steps' must be an integer" '' $SFT --train.max_steps=99999999999999999999
+c cli_nan 1 "key 'train\.lr' must be a number" '' $SFT --train.lr=nan
+c cli_negative 1 "key 'train\.lr' must be >= 0\.0 \(got -1\.0\)" '' $SFT --train.lr=-1
+c cli_bad_bool 1 "key 'model\.recompute' must be a boolean" '' $SFT --model.recompute=yes
+c cli_bad_list 1 "key 'lora\.targets' must be a list of strings" '' $SFT '--lora.targets=[1, 2]'
+c cli_empty_required 1 "empty value of required key 'model\.path' for mode sft" '' $SFT --model.path=
+c cli_missing_required 1 "missing required key 'data\.input' for mode score" '' score --model.path=model --score.output=x.h5
+c cli_unknown_mode 1 "unknown mode 'trian' \(did you mean 'train'\?|unknown mode 'trian'" '' trian
+c cli_empty_lora_targets 1 "key 'lora\.targets' is empty" '' $SFT --lora.targets=
+c cli_absurd_batch 1 "key 'train\.batch_size' \(1000000000\): .* more than this machine's memory" '' $SFT --train.batch_size=1000000000
+c cli_absurd_batch_grpo 1 "key 'train\.batch_size' \(1000000000\): .* more than this machine's memory" '' $GRPO --train.batch_size=1000000000
+c cli_absurd_eval_batch 1 "key 'eval\.batch_size' \(2000000000\)" '' $SFT --eval.input=heldout.jsonl --eval.batch_size=2000000000
+c cli_batch_vs_accum 1 "train\.batch_size / ranks \(4\) must be divisible by train\.grad_accum \(3\)" '' $SFT --train.grad_accum=3
+c cli_batch_vs_ranks_np2 2 "train\.batch_size \(5\) must be divisible by the number of ranks \(2\)" '' $SFT --train.batch_size=5
+
+# ---- config.json of the model ----
+c cfg_missing 1 'model/config\.json: cannot open' 'rm model/config.json' $SFT
+c cfg_invalid_json 1 'model/config\.json: invalid JSON: line [0-9]+, column [0-9]+' 'head -c 200 model/config.json > x && mv x model/config.json' $SFT
+c cfg_not_object 1 'model/config\.json: not a JSON object' 'echo "[1, 2]" > model/config.json' $SFT
+c cfg_nul_byte 1 'model/config\.json: a NUL byte at offset 8' 'printf "{\"a\": 1}\0" > model/config.json' $SFT
+c cfg_unsupported_arch 1 "model/config\.json: unsupported architecture 'GPT2LMHeadModel'" 'T json-set model/config.json /architectures "[\"GPT2LMHeadModel\"]"' $SFT
+c cfg_missing_key 1 "model/config\.json: missing required key 'hidden_size'" 'T json-del model/config.json /hidden_size' $SFT
+c cfg_wrong_type 1 "model/config\.json: key 'hidden_size' must be an integer, not a string" 'T json-set model/config.json /hidden_size "\"48\""' $SFT
+c cfg_negative 1 "model/config\.json: key 'num_hidden_layers' must be positive" 'T json-set model/config.json /num_hidden_layers -2' $SFT
+c cfg_huge_layers 1 "model/config\.json: key 'num_hidden_layers' is 100000000, more than mgrl supports" 'T json-set model/config.json /num_hidden_layers 100000000' $SFT
+c cfg_huge_vocab 1 "model/config\.json: key 'vocab_size' is 4000000000, more than mgrl supports" 'T json-set model/config.json /vocab_size 4000000000' $SFT
+c cfg_beyond_memory 1 "model/config\.json: the model it describes has .* parameters .* more than this machine's memory" 'T json-set model/config.json /hidden_size 1000000 && T json-set model/config.json /intermediate_size 4000000 && T json-set model/config.json /num_hidden_layers 4000' $SFT
+c cfg_kv_heads 1 "model/config\.json: key 'num_key_value_heads' must divide num_attention_heads" 'T json-set model/config.json /num_key_value_heads 3' $SFT
+c cfg_rope_type 1 "model/config\.json: unsupported rope_scaling type 'yarn'" 'T json-set model/config.json /rope_parameters "{\"rope_type\": \"yarn\", \"rope_theta\": 10000.0}"' $SFT
+c cfg_hidden_act 1 "model/config\.json: key 'hidden_act' is 'gelu'" 'T json-set model/config.json /hidden_act "\"gelu\""' $SFT
+c cfg_vocab_below_tokenizer 1 "tok.*tokenizer has [0-9]+ tokens, more than the model's vocab_size \(10\)" 'T json-set model/config.json /vocab_size 10' $SFT
+
+# ---- safetensors: single file and sharded ----
+c st_missing 1 'model: no model\.safetensors or model\.safetensors\.index\.json' 'rm model/model.safetensors' $SFT
+c st_too_short 1 'model/model\.safetensors: not a safetensors file: 4 bytes' 'head -c 4 model/model.safetensors > x && mv x model/model.safetensors' $SFT
+c st_truncated 1 'model/model\.safetensors: .*(exceeds the file size|out of range)' 'head -c 20000 model/model.safetensors > x && mv x model/model.safetensors' $SFT
+c st_bad_header 1 'model/model\.safetensors: invalid JSON header: line 1, column [0-9]+' 'printf "\x0e\0\0\0\0\0\0\0{\"a\": [1, 2,  " > model/model.safetensors' $SFT
+c st_nan_weight 1 "model/model\.safetensors: tensor 'model\.norm\.weight' holds a non-finite value \(nan at index 0\)" 'T nonfinite model/model.safetensors model.norm.weight nan' $SFT
+c st_inf_weight 1 "model/model\.safetensors: tensor 'model\.embed_tokens\.weight' holds a non-finite value \(inf at index 0\)" 'T nonfinite model/model.safetensors model.embed_tokens.weight inf' $SCORE
+c st_missing_tensor 1 "model: tensor 'model\.norm\.weight' not found" 'T drop-tensor model/model.safetensors x model.norm.weight && mv x model/model.safetensors' $SFT
+c shard_missing_file 1 'model/model-00002-of-00002\.safetensors: cannot open the safetensors file' 'T shard model model && rm model/model.safetensors model/model-00002-of-00002.safetensors' $SFT
+c shard_wrong_map 1 "model/model\.safetensors\.index\.json: tensor 'model\.norm\.weight' is mapped to 'model-00001-of-00002\.safetensors', which does not hold it" 'T shard model model && rm model/model.safetensors && T json-set model/model.safetensors.index.json /weight_map/model.norm.weight "\"model-00001-of-00002.safetensors\""' $SFT
+c shard_path_escape 1 "model/model\.safetensors\.index\.json: weight_map entry of tensor 'model\.norm\.weight': '\.\./x' is not a file name" 'T shard model model && rm model/model.safetensors && T json-set model/model.safetensors.index.json /weight_map/model.norm.weight "\"../x\""' $SFT
+c shard_bad_index 1 'model/model\.safetensors\.index\.json: invalid JSON' 'T shard model model && rm model/model.safetensors && echo "{" > model/model.safetensors.index.json' $SFT
+c shard_nan 1 "model/model-0000[12]-of-00002\.safetensors: tensor 'model\.norm\.weight' holds a non-finite value" 'T shard model model && rm model/model.safetensors && for f in model/model-0000*; do "$tool" nonfinite $f model.norm.weight nan >/dev/null 2>&1; done; true' $SFT
+
+# ---- PEFT adapters (lora.adapter) ----
+c peft_missing_config 1 'model/adapter_config\.json: cannot open the adapter configuration' 'rm model/adapter_config.json' $SCORE --lora.adapter=model
+c peft_invalid_json 1 'model/adapter_config\.json: invalid JSON: line' 'echo "{\"r\": 4," > model/adapter_config.json' $SCORE --lora.adapter=model
+c peft_missing_r 1 "model/adapter_config\.json: missing required key 'r'" 'T json-del model/adapter_config.json /r' $SCORE --lora.adapter=model
+c peft_r_string 1 "model/adapter_config\.json: key 'r' must be a number, not \"4\"" 'T json-set model/adapter_config.json /r "\"4\""' $SCORE --lora.adapter=model
+c peft_empty_targets 1 "model/adapter_config\.json: key 'target_modules' is empty" 'T json-set model/adapter_config.json /target_modules "[]"' $SCORE --lora.adapter=model
+c peft_regex_targets 1 'model/adapter_config\.json: target_modules as a regular expression is not supported' 'T json-set model/adapter_config.json /target_modules "\"q_proj|v_proj\""' $SCORE --lora.adapter=model
+c peft_unknown_target 1 "model/adapter_config\.json: target module 'fc1' is not a linear layer" 'T json-set model/adapter_config.json /target_modules "[\"fc1\"]"' $SCORE --lora.adapter=model
+c peft_dora 1 'model/adapter_config\.json: DoRA adapters \(use_dora\) are not supported' 'T json-set model/adapter_config.json /use_dora true' $SCORE --lora.adapter=model
+c peft_wrong_rank 1 "model/adapter_model\.safetensors: tensor 'base_model\.model\.model\.layers\.0\..*' has shape \[4, [0-9]+\], expected \[8, [0-9]+\]" 'T json-set model/adapter_config.json /r 8' $SCORE --lora.adapter=model
+c peft_nan 1 "model/adapter_model\.safetensors: tensor 'base_model\.model\.model\.layers\.0\.self_attn\.q_proj\.lora_A\.weight' holds a non-finite value \(nan" 'T nonfinite model/adapter_model.safetensors base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight nan' $SCORE --lora.adapter=model
+
+# ---- tokenizer.json ----
+c tok_missing 1 'tok.*tokenizer\.json' 'rm tok/tokenizer.json' $SFT
+c tok_invalid_json 1 'tok/tokenizer\.json: invalid JSON: line [0-9]+, column [0-9]+' 'head -c 500 tok/tokenizer.json > x && mv x tok/tokenizer.json' $SFT
+c tok_no_model 1 'tok/tokenizer\.json: .*model' 'T json-del tok/tokenizer.json /model' $SFT
+c tok_bad_model_type 1 "tok/tokenizer\.json: .*Unigram" 'T json-set tok/tokenizer.json /model/type "\"Unigram\""' $SFT
+
+# ---- data JSONL, every mode ----
+c sft_bad_json 1 'train\.jsonl:3: invalid JSON at column [0-9]+' 'sed -i "3s/.*/{\"prompt\": \"1+1=\", completion: 2}/" train.jsonl' $SFT
+c sft_nul_byte 1 'train\.jsonl:2: a NUL byte at column [0-9]+' 'sed -i "2s/\$/\x00/" train.jsonl' $SFT
+c sft_not_object 1 'train\.jsonl:1: expected a JSON object' 'sed -i "1s/.*/[1, 2]/" train.jsonl' $SFT
+c sft_wrong_fields 1 'train\.jsonl:1: expected \{"prompt", "completion"\}' 'sed -i "1s/.*/{\"question\": \"x\"}/" train.jsonl' $SFT
+c sft_empty 1 'empty\.jsonl: no examples' ': > empty.jsonl' $SFT --data.input=empty.jsonl
+c sft_missing_data 1 'nothere\.jsonl: cannot open' '' $SFT --data.input=nothere.jsonl
+c sft_bad_eval_line 1 'heldout\.jsonl:2: ' 'sed -i "2s/.*/{\"prompt\": 5, \"completion\": \"x\"}/" heldout.jsonl' $SFT --eval.input=heldout.jsonl
+c sft_bad_line_np2 2 'train\.jsonl:4: invalid JSON' 'sed -i "4s/.*/{oops/" train.jsonl' $SFT
+c score_bad_token 1 'tokens\.jsonl:2: token 999 is not an id' 'sed -i "2s/.*/{\"tokens\": [1, 999]}/" tokens.jsonl' $SCORE
+c score_tokens_not_list 1 'tokens\.jsonl:1: ' 'sed -i "1s/.*/{\"tokens\": \"1 2 3\"}/" tokens.jsonl' $SCORE
+c generate_prompt_not_string 1 'prompts\.jsonl:1: ' 'sed -i "1s/.*/{\"prompt\": 5}/" prompts.jsonl' $GEN
+c generate_nul_byte 1 'prompts\.jsonl:3: a NUL byte' 'sed -i "3s/\$/\x00/" prompts.jsonl' $GEN
+c grpo_bad_line 1 'train\.jsonl:5: invalid JSON' 'sed -i "5s/.*/{\"prompt\": /" train.jsonl' $GRPO
+c reward_bad_line 1 'samples\.jsonl:1: ' 'echo "{\"completion\": 3}" > samples.jsonl' reward grpo.toml --data.input=samples.jsonl
+
+# ---- checkpoints ----
+c ck_damaged_tensor 1 "ck/step_00000002\.h5: damaged checkpoint: the data of '/trainable/base_model\.model\.model\.layers\.1\.self_attn\.v_proj\.lora_A\.weight' do not match their checksum" 'T damage-dataset ck/step_00000002.h5 /trainable/base_model.model.model.layers.1.self_attn.v_proj.lora_A.weight' $SFT --train.max_steps=3 --checkpoint.dir=out --checkpoint.resume=ck/step_00000002.h5
+c ck_damaged_moment 1 "ck/step_00000002\.h5: damaged checkpoint: the data of '/optimizer/exp_avg_sq/base_model\.model\.model\.layers\.0\.mlp\.down_proj\.lora_B\.weight'" 'T damage-dataset ck/step_00000002.h5 /optimizer/exp_avg_sq/base_model.model.model.layers.0.mlp.down_proj.lora_B.weight' $SFT --train.max_steps=3 --checkpoint.dir=out --checkpoint.resume=ck/step_00000002.h5
+c ck_damaged_step 1 "ck/step_00000002\.h5: damaged checkpoint: the data of '/state/step'" 'T damage-dataset ck/step_00000002.h5 /state/step' $SFT --train.max_steps=3 --checkpoint.dir=out --checkpoint.resume=ck/step_00000002.h5
+c ck_all_damaged_auto 1 "ck: no intact checkpoint to resume from \(2 damaged; the newest: ck/step_00000002\.h5: " 'T damage-dataset ck/step_00000002.h5 /config && T damage-dataset ck/step_00000001.h5 /model_identity' $RESUME
+c ck_all_damaged_auto_np2 2 "ck: no intact checkpoint to resume from \(2 damaged" 'head -c 5000 ck/step_00000002.h5 > x && mv x ck/step_00000002.h5 && T damage-dataset ck/step_00000001.h5 /state/rng' $RESUME
+c ck_truncated 1 'ck/step_00000002\.h5: (not an HDF5 file|the HDF5 file cannot be opened|corrupt)' 'head -c 9000 ck/step_00000002.h5 > x && mv x ck/step_00000002.h5' $SFT --train.max_steps=3 --checkpoint.resume=ck/step_00000002.h5
+c ck_name_mismatch 1 'ck/step_00000007\.h5: corrupt checkpoint: the file name says step 7 but it holds step 2' 'cp ck/step_00000002.h5 ck/step_00000007.h5' $SFT --train.max_steps=9 --checkpoint.resume=ck/step_00000007.h5
+c ck_not_hdf5 1 'ck/step_00000002\.h5: not an HDF5 file' 'echo "not a checkpoint" > ck/step_00000002.h5' $SFT --train.max_steps=3 --checkpoint.resume=ck/step_00000002.h5
+c ck_nan 1 "nan/step_00000002\.h5: corrupt checkpoint: tensor '/trainable/.*' holds a non-finite value \(nan at index 0\)" 'T checkpoint-nan ck/step_00000002.h5 nan' $SFT --train.max_steps=3 --checkpoint.resume=nan/step_00000002.h5
+c ck_missing 1 'ck/step_00000042\.h5: cannot open' '' $SFT --train.max_steps=3 --checkpoint.resume=ck/step_00000042.h5
+c ck_other_model 1 'ck/step_00000002\.h5: checkpoint of another model' '' $SFT --lora.r=4 --train.max_steps=3 --checkpoint.resume=ck/step_00000002.h5
+c ck_export_damaged 1 "ck/step_00000002\.h5: damaged checkpoint: the data of '/trainable/" 'T damage-dataset ck/step_00000002.h5 /trainable/base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight' export --checkpoint.dir=ck --export.output=exported
+
+# ---- output locations ----
+c out_ck_dir_is_file 1 'old_output\.jsonl: cannot create the checkpoint directory \(Not a directory\)' '' $SFT --checkpoint.dir=old_output.jsonl
+c out_ck_dir_under_file 1 'old_output\.jsonl/ck: cannot create the checkpoint directory \(Not a directory\)' '' $SFT --checkpoint.dir=old_output.jsonl/ck
+c out_ck_dir_read_only_fs 1 '/proc/mgrl_robust_ck: cannot create the checkpoint directory' '' $SFT --checkpoint.dir=/proc/mgrl_robust_ck
+c out_log_dir_is_file 1 'old_output\.jsonl: cannot create the .*log directory' '' $SFT --log.dir=old_output.jsonl
+c out_score_missing_dir 1 'nodir/scores\.h5' '' $SCORE --score.output=nodir/scores.h5
+c out_score_is_dir 1 'ck' '' $SCORE --score.output=ck
+c out_generate_under_file 1 'old_output\.jsonl/out\.jsonl' '' $GEN --generate.output=old_output.jsonl/out.jsonl
+c out_export_is_file 1 'old_output\.jsonl' '' export --checkpoint.dir=ck --export.output=old_output.jsonl
+c out_generate_is_fifo 1 'pipe: exists and is not a regular file' 'mkfifo pipe' $GEN --generate.output=pipe
+c out_score_is_fifo 1 'pipe: exists and is not a regular file' 'mkfifo pipe' $SCORE --score.output=pipe
+c out_export_adapter_is_dir 1 'exported/adapter_model\.safetensors: exists and is not a regular file' 'mkdir -p exported/adapter_model.safetensors' export --checkpoint.dir=ck --export.output=exported
+# A disk that fills up: tests/unit/test_checkpoint.cpp (DiskFullIsAUserErrorAndKeepsTheOldFiles) limits the file
+# size of a child process (RLIMIT_FSIZE); here that limit would stop MPI itself from starting.
