@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <cstring>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -30,7 +31,11 @@ void copy_file_if_exists(const std::string& from, const std::string& to) {
 }
 
 void make_dir(const std::string& d) {
-  if (::mkdir(d.c_str(), 0755) != 0 && errno != EEXIST) throw UserError(d + ": cannot create the directory");
+  if (::mkdir(d.c_str(), 0755) != 0 && errno != EEXIST)
+    throw UserError(d + ": cannot create the directory (" + std::strerror(errno) + ")");
+  struct stat st {};
+  if (::stat(d.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    throw UserError(d + ": exists and is not a directory (export.output names a directory)");
 }
 
 const char* kLoraPrefix = "base_model.model.";

@@ -125,12 +125,12 @@ c ck_export_damaged 1 "ck/step_00000002\.h5: damaged checkpoint: the data of '/t
 # ---- output locations ----
 c out_ck_dir_is_file 1 'old_output\.jsonl: cannot create the checkpoint directory \(Not a directory\)' '' $SFT --checkpoint.dir=old_output.jsonl
 c out_ck_dir_under_file 1 'old_output\.jsonl/ck: cannot create the checkpoint directory \(Not a directory\)' '' $SFT --checkpoint.dir=old_output.jsonl/ck
-c out_ck_dir_read_only_fs 1 '/proc/mgrl_robust_ck: cannot create the checkpoint directory' '' $SFT --checkpoint.dir=/proc/mgrl_robust_ck
+c out_ck_dir_unwritable_fs 1 '/sys/mgrl_robust_ck: cannot create the checkpoint directory \((Operation not permitted|Read-only file system|Permission denied)\)' '' $SFT --checkpoint.dir=/sys/mgrl_robust_ck
 c out_log_dir_is_file 1 'old_output\.jsonl: cannot create the .*log directory' '' $SFT --log.dir=old_output.jsonl
 c out_score_missing_dir 1 'nodir/scores\.h5' '' $SCORE --score.output=nodir/scores.h5
 c out_score_is_dir 1 'ck' '' $SCORE --score.output=ck
 c out_generate_under_file 1 'old_output\.jsonl/out\.jsonl' '' $GEN --generate.output=old_output.jsonl/out.jsonl
-c out_export_is_file 1 'old_output\.jsonl' '' export --checkpoint.dir=ck --export.output=old_output.jsonl
+c out_export_is_file 1 'old_output\.jsonl: exists and is not a directory' '' export --checkpoint.dir=ck --export.output=old_output.jsonl
 c out_generate_is_fifo 1 'pipe: exists and is not a regular file' 'mkfifo pipe' $GEN --generate.output=pipe
 c out_score_is_fifo 1 'pipe: exists and is not a regular file' 'mkfifo pipe' $SCORE --score.output=pipe
 c out_export_adapter_is_dir 1 'exported/adapter_model\.safetensors: exists and is not a regular file' 'mkdir -p exported/adapter_model.safetensors' export --checkpoint.dir=ck --export.output=exported
