@@ -89,6 +89,20 @@ std::pair<std::size_t, std::size_t> shard(const dist::MpiEnv& env, std::size_t n
           n * static_cast<std::size_t>(env.rank() + 1) / static_cast<std::size_t>(env.size())};
 }
 
+void check_model_fits(const Context& ctx, const io::ModelConfig& mc, const std::string& config_json, bool full) {
+  const bool gpu = ctx.device.backend == dist::Backend::Cuda;
+  const double bytes = io::parameter_count(mc) * (gpu ? 2.0 : (full ? 16.0 : 4.0));
+  const double memory = static_cast<double>(gpu ? ctx.device.gpu.memory_bytes : io::host_memory_bytes());
+  if (memory > 0 && bytes > memory) {
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "%.3g parameters need %.1f GiB %s, more than the %.1f GiB of %s",
+                  io::parameter_count(mc), bytes / (1024.0 * 1024.0 * 1024.0),
+                  gpu ? "as bf16/fp16" : (full ? "for full fine-tuning in fp32" : "in fp32 on the CPU backend"),
+                  memory / (1024.0 * 1024.0 * 1024.0), gpu ? "this rank's GPU" : "this machine");
+    throw UserError(config_json + ": the model's " + buf + " (vocab_size, hidden_size, intermediate_size, num_hidden_layers)");
+  }
+}
+
 void check_batch_fits(const io::ModelConfig& mc, const std::string& key, std::int64_t value, double sequences,
                       double tokens, const std::string& advice) {
   // A lower bound per token, whatever the backend and model.recompute: every layer keeps at least its input

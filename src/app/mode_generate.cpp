@@ -60,6 +60,7 @@ int run_generate(Context& ctx) {
   std::vector<Input> inputs;
   env.agree([&] {
     mc = io::parse_hf_config(model_dir + "/config.json");
+    check_model_fits(ctx, mc, model_dir + "/config.json", false);
     if (file_exists(tok_dir + "/tokenizer.json")) tok = io::Tokenizer::from_dir(tok_dir);
     std::string fmt_name = cfg.get_string("generate.chat_format");
     io::ChatFormat fmt = io::ChatFormat::None;

@@ -40,6 +40,7 @@ int run_grpo(Context& ctx) {
   const int max_prompt = static_cast<int>(cfg.get_int("grpo.max_prompt_length"));
   env.agree([&] {
     mc = io::parse_hf_config(model_dir + "/config.json");
+    check_model_fits(ctx, mc, model_dir + "/config.json", full);
     tok = std::make_unique<io::Tokenizer>(io::Tokenizer::from_dir(tokenizer_dir(cfg)));
     if (tok->vocab_size() > mc.vocab_size)
       throw UserError(tok->path() + ": the tokenizer has " + std::to_string(tok->vocab_size()) +

@@ -33,6 +33,7 @@ int run_sft(Context& ctx) {
   std::vector<train::Example> train_data, eval_data;
   env.agree([&] {
     mc = io::parse_hf_config(model_dir + "/config.json");
+    check_model_fits(ctx, mc, model_dir + "/config.json", full);
     tok = std::make_unique<io::Tokenizer>(io::Tokenizer::from_dir(tok_dir));
     if (tok->vocab_size() > mc.vocab_size)
       throw UserError(tok->path() + ": the tokenizer has " + std::to_string(tok->vocab_size()) +

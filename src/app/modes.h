@@ -67,6 +67,10 @@ bool setup_trainable_lora(const Context& ctx, model::Transformer& net, std::uint
 // [begin, end) of this rank's contiguous share of n items.
 std::pair<std::size_t, std::size_t> shard(const dist::MpiEnv& env, std::size_t n);
 
+// UserError naming config_json when the model's weights cannot fit the memory of this rank's device: 4 bytes a
+// parameter on the CPU backend (16 with full fine-tuning: grads and two AdamW moments), 2 on a GPU.
+void check_model_fits(const Context& ctx, const io::ModelConfig& mc, const std::string& config_json, bool full);
+
 // UserError naming `key` when `sequences` sequences of up to `tokens` tokens each, processed at once on one rank,
 // cannot fit this machine's memory (a lower bound of what a step keeps per token: each layer's input and the
 // logits): an absurd batch size is refused before anything is sized from it.
