@@ -16,6 +16,7 @@
 #include "rl/grpo.h"
 #include "rl/prompts.h"
 #include "rl/rewards/rewards.h"
+#include "train/checkpoint.h"
 #include "train/run_log.h"
 
 namespace mgrl::app {
@@ -138,6 +139,8 @@ int run_grpo(Context& ctx) {
                   rewards->size() == 1 ? "" : "s");
     log::info(line);
   }
+  // Rollout files are written as checkpoints are (a temporary, then a rename): a killed run's leftovers go.
+  if (env.rank() == 0 && !o.log_dir.empty()) train::remove_stale_temporaries(o.log_dir + "/rollouts");
   std::unique_ptr<rl::GrpoTrainer> trainer;
   env.agree([&] {
     trainer = std::make_unique<rl::GrpoTrainer>(env, ctx.comm, net, *tok, *rewards, std::move(train_data),

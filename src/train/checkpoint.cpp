@@ -465,7 +465,7 @@ int remove_stale_temporaries(const std::string& dir) {
     if (!fs::is_regular_file(it->path(), file_ec)) continue;
     if (fs::remove(it->path(), file_ec)) {
       ++removed;
-      log::info("removed " + join_path(dir, name) + ", the temporary file of an interrupted checkpoint write");
+      log::info("removed " + join_path(dir, name) + ", the temporary file of an interrupted write");
     }
   }
   return removed;

@@ -71,7 +71,8 @@ std::vector<std::string> checkpoints_newest_first(const std::string& dir);
 // first difference) or was written by a newer mgrl.
 Checkpoint read_checkpoint(const std::string& path, const std::string& expected_identity = "");
 // Removes the temporaries `step_<digits>.h5.tmp.<pid>` of dir that an interrupted writer left (a process killed
-// while writing), except those of processes still running on this host; logs one line per file removed.
+// while writing a checkpoint or a GRPO rollout file), except those of processes still running on this host; logs
+// one line per file removed.
 // Returns how many were removed. Never throws.
 int remove_stale_temporaries(const std::string& dir);
 // Removes all but the newest keep_last checkpoints of dir (keep_last <= 0: keep all).

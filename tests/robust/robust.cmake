@@ -29,9 +29,12 @@ endforeach()
 set(RCK "${CMAKE_CURRENT_BINARY_DIR}/robust_resume")
 set(RDAMAGED "/trainable/base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight")
 mgrl_add_cli_test(sft.resume_passes_over_damaged_checkpoint 0
-  "(?s)removed .*b/step_00000003[.]h5[.]tmp[.]999999999, the temporary file of an interrupted checkpoint write.*warning: .*b/step_00000003[.]h5: damaged checkpoint: the data of '${RDAMAGED}' do not match their checksum .*. passing over it to an older checkpoint.*resumed from .*b/step_00000002[.]h5 at step 2.*bitwise equal: yes" - -
+  "(?s)removed .*b/step_00000003[.]h5[.]tmp[.]999999999, the temporary file of an interrupted write.*warning: .*b/step_00000003[.]h5: damaged checkpoint: the data of '${RDAMAGED}' do not match their checksum .*. passing over it to an older checkpoint.*resumed from .*b/step_00000002[.]h5 at step 2.*bitwise equal: yes" - -
   -- bash -c "rm -rf ${RCK} && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${SFT_STR} --train.max_steps=4 --checkpoint.dir=${RCK}/a >/dev/null && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${SFT_STR} --train.max_steps=4 --train.stop_at_step=3 --checkpoint.every_steps=1 --checkpoint.dir=${RCK}/b >/dev/null && $<TARGET_FILE:robust_tool> damage-dataset ${RCK}/b/step_00000003.h5 ${RDAMAGED} && touch ${RCK}/b/step_00000003.h5.tmp.999999999 && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${SFT_STR} --train.max_steps=4 --checkpoint.dir=${RCK}/b --checkpoint.resume=auto 2>&1 && ${CHECK} weights ${RCK}/a/step_00000004.h5 ${RCK}/b/step_00000004.h5 --exact && test ! -e ${RCK}/b/step_00000003.h5.tmp.999999999")
 # An empty override value is a value: --checkpoint.dir= (no checkpoints) and --log.dir= (no logs) run and write
 # nothing.
 mgrl_add_cli_test(sft.empty_override_values_are_accepted 0 "(?s)step 1/1.*files written: 0" - 0
   -- bash -c "rm -rf ${RCK}/empty && mkdir -p ${RCK}/empty && cd ${RCK}/empty && ${RUN1} ${SFT_STR} --train.max_steps=1 --checkpoint.dir= --log.dir= --eval.input= && echo files written: $(ls -A | wc -l)")
+# A GRPO run removes the rollout temporaries a killed run left in <log.dir>/rollouts (and only those).
+mgrl_add_cli_test(grpo.removes_stale_rollout_temporaries 0 "(?s)removed .*/rollouts/step_00000002[.]h5[.]tmp[.]999999999, the temporary file of an interrupted write.*kept" - 0
+  -- bash -c "rm -rf ${RCK}/roll && mkdir -p ${RCK}/roll/rollouts && touch ${RCK}/roll/rollouts/step_00000002.h5.tmp.999999999 ${RCK}/roll/rollouts/notes.tmp.1 && ${RUN1} ${GRPO_STR} --train.max_steps=1 --log.dir=${RCK}/roll && test ! -e ${RCK}/roll/rollouts/step_00000002.h5.tmp.999999999 && test -e ${RCK}/roll/rollouts/notes.tmp.1 && test -s ${RCK}/roll/rollouts/step_00000001.h5 && echo kept")

@@ -19,6 +19,7 @@
 
 #include "core/build_info.h"
 #include "core/error.h"
+#include "io/checksum.h"
 #include "io/hdf5_file.h"
 #include "tests/unit/test_util.h"
 
@@ -324,6 +325,30 @@ std::size_t offset_of(const std::string& file_bytes, const float* values, std::s
   EXPECT_NE(at, std::string::npos) << "tensor bytes not found in the file";
   EXPECT_EQ(file_bytes.find(needle, at + 1), std::string::npos) << "tensor bytes found twice";
   return at;
+}
+
+TEST(Checkpoint, ChecksumIsStableAndSensitive) {
+  // The values are part of the file format: a changed function would make every checkpoint look damaged.
+  std::string bytes;
+  for (int i = 0; i < 1000; ++i) bytes += static_cast<char>(i * 7 + 3);
+  EXPECT_EQ(io::checksum_hex("", 0), "e76a9e4df2caf9c6");
+  EXPECT_EQ(io::checksum_hex("abc", 3), "719817515d5d6b3d");
+  EXPECT_EQ(io::checksum_hex(bytes.data(), bytes.size()), "7efbffc2c9d375c8");
+  EXPECT_EQ(io::checksum_hex(bytes.data(), 999), "1b1ca4c8551047f8");
+  // Every single-bit flip of 1000 bytes changes it, as does moving a byte (a swap) or zeroing a word.
+  const std::uint64_t ref = io::checksum64(bytes.data(), bytes.size());
+  for (std::size_t i = 0; i < bytes.size(); ++i)
+    for (int b = 0; b < 8; ++b) {
+      std::string x = bytes;
+      x[i] = static_cast<char>(x[i] ^ (1 << b));
+      ASSERT_NE(io::checksum64(x.data(), x.size()), ref) << "byte " << i << " bit " << b;
+    }
+  std::string swapped = bytes;
+  std::swap(swapped[10], swapped[500]);
+  EXPECT_NE(io::checksum64(swapped.data(), swapped.size()), ref);
+  std::string zeroed = bytes;
+  std::fill(zeroed.begin() + 64, zeroed.begin() + 72, '\0');
+  EXPECT_NE(io::checksum64(zeroed.data(), zeroed.size()), ref);
 }
 
 TEST(Checkpoint, DamagedTensorDataNameTheTensor) {
