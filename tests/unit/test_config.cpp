@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 
 #include "core/error.h"
@@ -105,6 +106,27 @@ TEST(Config, SyntaxErrorNamesLineAndColumn) {
   const auto msg = test::error_of([&] { Config::load(test_schema(), path, {}); });
   EXPECT_NE(msg.find("syntax.toml:3:"), std::string::npos) << msg;
   EXPECT_NE(msg.find("invalid TOML"), std::string::npos) << msg;
+}
+
+TEST(Config, EmptyOverrideValues) {
+  // An empty value is a value: a string becomes "" (for a key with a default: what its doc says of empty), a list
+  // becomes empty; for a number it is an error that says so; for a required key it counts as missing.
+  const auto c = Config::load(test_schema(), "", {"--lora.targets=", "--model.path=m"}, "eval");
+  EXPECT_TRUE(c.get_strings("lora.targets").empty());
+  std::string msg = test::error_of([&] { Config::load(test_schema(), "", {"--train.steps="}, "eval"); });
+  EXPECT_EQ(msg, "command line: '--train.steps=': key 'train.steps' must be an integer (the value is empty)");
+  msg = test::error_of([&] { Config::load(test_schema(), "", {"--model.path="}, "train"); });
+  EXPECT_EQ(msg.rfind("empty value of required key 'model.path' for mode train", 0), 0u) << msg;
+  msg = test::error_of([&] { Config::load(test_schema(), "", {"--model.kind="}, "eval"); });
+  EXPECT_NE(msg.find("key 'model.kind' must be one of llama, qwen2 (got \"\")"), std::string::npos) << msg;
+}
+
+TEST(Config, DirectoryIsNotAConfigurationFile) {
+  const std::string dir = test::temp_path("config_dir.toml");
+  std::remove(dir.c_str());
+  ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
+  const auto msg = test::error_of([&] { Config::load(test_schema(), dir, {}, "eval"); });
+  EXPECT_EQ(msg, dir + ": not a regular file (the configuration is a TOML file)");
 }
 
 TEST(Config, MissingFileIsAUserError) {

@@ -481,5 +481,34 @@ TEST(FixtureModelFacts, WhatEachFixtureExercises) {
   if (found == 0) GTEST_SKIP() << base << " holds no fixture models";
 }
 
+TEST(HfConfig, ParameterCountIsTheSumOfTheTensors) {
+  for (const std::string& extra : {std::string(""), std::string(R"("tie_word_embeddings": true)"),
+                                   std::string(R"("attention_bias": true, "num_key_value_heads": 2)")}) {
+    const ModelConfig c = parse_hf_config(write_config("count", llama_with(extra)));
+    double sum = 0;
+    for (const auto& t : expected_tensors(c)) sum += static_cast<double>(shape_numel(t.shape));
+    EXPECT_EQ(parameter_count(c), sum) << extra;
+  }
+}
+
+TEST(HfConfig, SizesAreBoundedBeforeAnythingIsBuilt) {
+  // A damaged config.json must not make mgrl loop over 1e8 layers or allocate terabytes: one line naming the key.
+  const auto error = [](const std::string& name, const std::string& extra, const std::string& drop) {
+    const std::string path = write_config(name, llama_with(extra, drop));
+    return test::error_of([&] { parse_hf_config(path); });
+  };
+  std::string msg = error("layers", R"("num_hidden_layers": 100000000)", "num_hidden_layers");
+  EXPECT_NE(msg.find("key 'num_hidden_layers' is 100000000, more than mgrl supports (4096)"), std::string::npos) << msg;
+  msg = error("vocab", R"("vocab_size": 4000000000)", "vocab_size");
+  EXPECT_NE(msg.find("key 'vocab_size' is 4000000000, more than mgrl supports"), std::string::npos) << msg;
+  msg = error("heads", R"("num_attention_heads": 100000)", "num_attention_heads");
+  EXPECT_NE(msg.find("key 'num_attention_heads' is 100000"), std::string::npos) << msg;
+  msg = error("memory", R"("hidden_size": 1000000, "intermediate_size": 4000000, "num_hidden_layers": 4000)",
+              "num_hidden_layers");
+  EXPECT_TRUE(msg.empty() || msg.find("more than this machine's memory") != std::string::npos) << msg;
+  EXPECT_FALSE(msg.empty()) << "a model of 4e16 parameters was accepted";
+  EXPECT_GT(host_memory_bytes(), 0u);
+}
+
 }  // namespace
 }  // namespace mgrl::io
