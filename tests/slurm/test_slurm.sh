@@ -127,18 +127,21 @@ case $case_ in
   preempt_requeue_resume)
     # The same SFT run twice: straight, and signalled (scancel --signal=USR1 --batch) while it runs: mgrl checkpoints,
     # exits 3, the script requeues the job, the job resumes and ends with bitwise the same weights.
-    steps=${MGRL_TEST_PREEMPT_STEPS:-60}
-    args=("$src/inputs/quickstart_sft.toml" "${SFT_ARGS[@]}" --train.max_steps="$steps" --checkpoint.every_steps=0)
+    # Enough work that the signal (about 1 s from scancel to mgrl) arrives well before the end: a step of the tiny
+    # model takes about 1 ms at batch 8, so batch 32 and 2000 steps (seconds).
+    steps=${MGRL_TEST_PREEMPT_STEPS:-2000}
+    args=("$src/inputs/quickstart_sft.toml" "${SFT_ARGS[@]}" --train.batch_size=32 --train.max_steps="$steps"
+          --checkpoint.every_steps=0 --log.every_steps=10)
     ref=$(submit --job-name=ref "$src/slurm/sft.sh" "${args[@]}")
     job=$(submit --job-name=pre "$src/slurm/sft.sh" "${args[@]}")
     dir=$work/runs/pre-$job
-    for _ in $(seq 600); do  # until step 3 is done
-      [ -f "$dir/metrics.jsonl" ] && grep -q '"step":3[,}]' "$dir/metrics.jsonl" && break
+    for _ in $(seq 600); do  # until step 30 is done
+      [ -f "$dir/metrics.jsonl" ] && grep -q '"step":30[,}]' "$dir/metrics.jsonl" && break
       sleep 0.1
     done
-    grep -q '"step":3[,}]' "$dir/metrics.jsonl" || { show_log "$dir/job.log"; fail "the job did not reach step 3"; }
+    grep -q '"step":30[,}]' "$dir/metrics.jsonl" || { show_log "$dir/job.log"; fail "the job did not reach step 30"; }
     scancel --signal=USR1 --batch "$job"
-    echo "signalled job $job (SIGUSR1 to its batch shell) after step 3"
+    echo "signalled job $job (SIGUSR1 to its batch shell) after step 30"
     for _ in $(seq 300); do  # requeued: pending again, one restart
       [ "$(field "$job" Restarts)" = 1 ] && break
       sleep 0.2
