@@ -11,6 +11,8 @@ namespace mgrl::stop {
 namespace {
 
 volatile sig_atomic_t g_signal = 0;
+volatile sig_atomic_t g_armed = 0;
+bool g_tty = false;  // stderr is a terminal: SIGINT is acknowledged at once
 bool g_installed = false;
 bool g_stopped_early = false;
 
@@ -20,17 +22,17 @@ void say(const char* s) {
 }
 
 void on_stop_signal(int signo) {
-  if (g_signal != 0 && signo != SIGUSR1) {
-    // The second SIGINT / SIGTERM: stop now, with the default action of the signal.
+  if (!g_armed || (g_signal != 0 && signo != SIGUSR1)) {
+    // Not yet in a training loop, or the second SIGINT / SIGTERM: stop now, with the signal's default action.
     ::signal(signo, SIG_DFL);
     ::raise(signo);
     return;
   }
   if (g_signal == 0) {
     g_signal = signo;
-    say(signo == SIGUSR1   ? "mgrl: SIGUSR1 received: stopping after this step (checkpoint, then exit 3)\n"
-        : signo == SIGTERM ? "mgrl: SIGTERM received: stopping after this step (checkpoint, then exit 3)\n"
-                           : "mgrl: SIGINT received: stopping after this step (checkpoint, then exit 3); again to stop now\n");
+    // The agreed stop is logged once by rank 0 after the step; at a terminal Ctrl-C is acknowledged at once.
+    if (signo == SIGINT && g_tty)
+      say("mgrl: SIGINT received: stopping after this step (checkpoint, then exit 3); again to stop now\n");
   }
 }
 
@@ -39,6 +41,7 @@ void on_stop_signal(int signo) {
 void install_handlers() {
   if (g_installed) return;
   g_installed = true;
+  g_tty = ::isatty(STDERR_FILENO) == 1;
   for (int signo : {SIGUSR1, SIGTERM, SIGINT}) {
     struct sigaction old {};
     if (signo == SIGINT && ::sigaction(SIGINT, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
@@ -49,6 +52,8 @@ void install_handlers() {
     ::sigaction(signo, &sa, nullptr);
   }
 }
+
+void arm() { g_armed = 1; }
 
 int pending_signal() { return g_signal; }
 

@@ -1,7 +1,9 @@
 // stop.h: graceful stop on a signal. SIGUSR1 (SLURM's warning before the time limit), SIGTERM (preemption,
 // scancel, mpirun forwarding) and SIGINT (Ctrl-C) only raise a flag; the training loops read it at the end of
 // each optimizer step (the ranks agree on it), write a checkpoint and the process exits with kExitStopped.
-// A second SIGINT or SIGTERM ends the process at once, as if no handler were installed.
+// A second SIGINT or SIGTERM ends the process at once, as if no handler were installed. Before a training loop has
+// armed the handlers (set-up: loading, checks, or a job that mpirun aborts because another rank failed) a signal
+// has its default action: there is nothing to checkpoint yet, and a rank must not linger.
 #pragma once
 
 namespace mgrl::stop {
@@ -9,6 +11,8 @@ namespace mgrl::stop {
 // Installs the handlers (idempotent). A SIGINT ignored on entry (a background job of a non-interactive shell)
 // stays ignored.
 void install_handlers();
+// Called by a training loop as it starts: from now on a signal stops after the step.
+void arm();
 // The number of the first stop signal this process received, 0 if none. Async-signal-safe to read.
 int pending_signal();
 // Its name ("SIGUSR1"), or "" when none.

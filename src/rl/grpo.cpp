@@ -537,6 +537,7 @@ GrpoResult GrpoTrainer::run() {
   const auto& names = rewards_.names();
   double run_step_seconds = 0;
   model_.ops().phase_reset();
+  stop::arm();  // from here a stop signal ends the run after its step, with a checkpoint
   while (state_.step < end) {
     phases_.clear();
     const auto step_t0 = Clock::now();

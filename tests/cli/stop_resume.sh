@@ -6,7 +6,7 @@ sig=$1 work=$2 check=$3
 shift 3
 [ "$1" = -- ] && shift
 rm -rf "$work" && mkdir -p "$work"
-steps=60
+steps=1000  # ~1 ms a step: the signal after step 2 must land well before the end
 "$@" --train.max_steps=$steps --log.dir="$work/a" --checkpoint.dir="$work/a/ck" > "$work/a.log" 2>&1
 set -m  # job control: the background run gets SIGINT like a foreground program at a terminal would
 "$@" --train.max_steps=$steps --log.dir="$work/b" --checkpoint.dir="$work/b/ck" > "$work/b.log" 2>&1 &
