@@ -46,7 +46,7 @@ set_tests_properties(unit.grpo_loss PROPERTIES LABELS unit TIMEOUT 120)
 # GRPO must add at least 25 points (the issue's target).
 add_test(NAME cli.quickstart_grpo COMMAND bash ${EXPECT} 0 "held-out accuracy before GRPO [0-9.]+%, after GRPO [0-9.]+% \\(GRPO gain at least 25 points: yes\\)" - -
          -- bash -c "env MGRL_BUILD_DIR=${PROJECT_BINARY_DIR} MGRL_RUNS_DIR=${CMAKE_CURRENT_BINARY_DIR}/quickstart_grpo bash ${PROJECT_SOURCE_DIR}/scripts/quickstart_run.sh | tail -n 1 | awk '{ a = $5; b = $8; sub(/%,?/, \"\", a); sub(/%/, \"\", b); print $0 \" (GRPO gain at least 25 points: \" (b - a >= 25 ? \"yes\" : \"no\") \")\" }'")
-set_tests_properties(cli.quickstart_grpo PROPERTIES LABELS "cli;slow" TIMEOUT 900 WORKING_DIRECTORY "${PROJECT_SOURCE_DIR}"
+set_tests_properties(cli.quickstart_grpo PROPERTIES LABELS "cli;slow" TIMEOUT 1200 WORKING_DIRECTORY "${PROJECT_SOURCE_DIR}"
                      ENVIRONMENT "${MGRL_MPI_ENV}")
 
 # Training starts from lora.adapter when given (SFT and GRPO share the setup): with lr 0 the exported adapter is
