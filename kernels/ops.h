@@ -133,6 +133,9 @@ class Ops {
   // ---- optimizer (kernels/cpu/optimizer.h) ----
   // sum of x[i]^2 in double, returned to the host (synchronises); non-finite if any x[i] is.
   virtual double sum_squares(const float* x, std::size_t n) = 0;
+  // *acc += scale * sum_i w[i] * x[i], accumulated in double in backend memory (acc: one double); no
+  // synchronisation, so a step's loss can be summed on the device and read once at its end.
+  virtual void weighted_sum_accumulate(double* acc, const float* x, const float* w, std::size_t n, double scale) = 0;
   struct AdamW {
     float lr = 1e-4f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.0f;
     std::int64_t step = 1;   // 1-based, for the bias corrections

@@ -140,6 +140,9 @@ class CpuOps final : public Ops {
     cpu::sample(tokens, logprobs, logits, seeds, B, V, params);
   }
   double sum_squares(const float* x, std::size_t n) override { return cpu::sum_squares(x, n); }
+  void weighted_sum_accumulate(double* acc, const float* x, const float* w, std::size_t n, double scale) override {
+    cpu::weighted_sum_accumulate(acc, x, w, n, scale);
+  }
   void adamw(float* params, const float* grads, float* m, float* v, std::size_t n, const AdamW& hp) override {
     cpu::adamw(params, grads, m, v, n, hp);
   }

@@ -11,6 +11,12 @@ double sum_squares(const float* x, std::size_t n) {
   return s;
 }
 
+void weighted_sum_accumulate(double* acc, const float* x, const float* w, std::size_t n, double scale) {
+  double s = 0;
+  for (std::size_t i = 0; i < n; ++i) s += static_cast<double>(w[i]) * x[i];
+  *acc += scale * s;
+}
+
 void adamw(float* params, const float* grads, float* m, float* v, std::size_t n, const Ops::AdamW& hp) {
   const float decay = 1.0f - hp.lr * hp.weight_decay;
   const float bc1 = 1.0f - std::pow(hp.beta1, static_cast<float>(hp.step));

@@ -10,6 +10,9 @@ namespace mgrl::kernels::cpu {
 // sum of x^2 in double.
 double sum_squares(const float* x, std::size_t n);
 
+// *acc += scale * sum_i w[i] * x[i] (double, in index order).
+void weighted_sum_accumulate(double* acc, const float* x, const float* w, std::size_t n, double scale);
+
 // For each i, with g = grads[i] * grad_scale and t = hp.step:
 //   p *= 1 - lr * weight_decay
 //   m = beta1 * m + (1 - beta1) * g;  v = beta2 * v + (1 - beta2) * g^2

@@ -217,6 +217,9 @@ class CudaOps final : public Ops {
     check_device_errors();
     return h;
   }
+  void weighted_sum_accumulate(double* acc, const float* x, const float* w, std::size_t n, double scale) override {
+    cuda::weighted_sum_accumulate(ctx(), acc, x, w, n, scale);
+  }
   void adamw(float* params, const float* grads, float* m, float* v, std::size_t n, const AdamW& hp) override {
     cuda::adamw(ctx(), params, grads, m, v, n, hp);
   }

@@ -1,4 +1,5 @@
-// optimizer.cu: AdamW (elementwise, grid-stride) and sum of squares (per-block double sums, one atomicAdd each).
+// optimizer.cu: AdamW (elementwise, grid-stride), sum of squares (per-block double sums, one atomicAdd each) and the
+// weighted sum of a step's loss (one block, deterministic).
 #include "kernels/cuda/optimizer.cuh"
 
 namespace mgrl::kernels::cuda {
@@ -15,6 +16,20 @@ __global__ void sum_squares_kernel(double* out, const float* x, std::int64_t n) 
     __syncthreads();
   }
   if (threadIdx.x == 0) atomicAdd(out, part[0]);
+}
+
+// One block of kThreads: thread t sums i = t, t + kThreads, ...; then a tree over the block, in a fixed order.
+__global__ void weighted_sum_kernel(double* acc, const float* x, const float* w, std::int64_t n, double scale) {
+  __shared__ double part[kThreads];
+  double s = 0;
+  for (std::int64_t i = threadIdx.x; i < n; i += blockDim.x) s += static_cast<double>(w[i]) * x[i];
+  part[threadIdx.x] = s;
+  __syncthreads();
+  for (int k = blockDim.x / 2; k > 0; k >>= 1) {
+    if (static_cast<int>(threadIdx.x) < k) part[threadIdx.x] += part[threadIdx.x + k];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *acc += scale * part[0];
 }
 
 __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, std::int64_t n, float decay, float beta1,
@@ -38,6 +53,13 @@ void sum_squares(const Ctx& c, double* out_device, const float* x, std::size_t n
   if (n == 0) return;
   const auto N = static_cast<std::int64_t>(n);
   sum_squares_kernel<<<grid_for(N), kThreads, 0, c.stream>>>(out_device, x, N);
+  CUDA_CHECK_LAUNCH();
+}
+
+void weighted_sum_accumulate(const Ctx& c, double* acc_device, const float* x, const float* w, std::size_t n,
+                             double scale) {
+  if (n == 0) return;
+  weighted_sum_kernel<<<1, kThreads, 0, c.stream>>>(acc_device, x, w, static_cast<std::int64_t>(n), scale);
   CUDA_CHECK_LAUNCH();
 }
 

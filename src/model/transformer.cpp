@@ -69,6 +69,7 @@ struct Transformer::Work {
   void* head_scratch;
   void *dx, *dh, *dq, *dk, *dv, *dq2, *dk2, *dattn, *dgate, *dup, *dact, *dxf, *dlora;
   std::vector<std::int32_t> host_ids, host_offsets;  // of the last forward
+  std::vector<float> host_wrow;                      // its loss weights by LM-head row (kept: uploads are async)
 };
 
 // Buffers of infer(), sized for the largest call seen.
@@ -91,6 +92,7 @@ struct Transformer::Arena {
   // The last forward through this arena.
   int B = 0, T = 0, max_len = 0;
   bool train = false, lora = false;
+  bool weights_ready = false;  // add_loss uploaded this forward's loss weights
   std::uint64_t seed = 0;
   float logit_scale = 1.0f;
 };
@@ -533,6 +535,8 @@ void Transformer::forward_pass(const Batch& batch, float* logprobs, bool use_lor
   ops_.rmsnorm_forward(W.xf, W.rstd_f, W.xs[cfg_.num_hidden_layers], final_norm_, T, D,
                        static_cast<float>(cfg_.rms_norm_eps));
   ops_.lm_head_logprob_forward(W.lp, W.lse_head, W.xf, head_, W.targets, T, D, V, logit_scale, W.head_scratch);
+  cur_->weights_ready = false;
+  if (!logprobs) return;
 
   // Row t predicts token t + 1.
   std::vector<float> lp(static_cast<std::size_t>(T));
@@ -542,18 +546,37 @@ void Transformer::forward_pass(const Batch& batch, float* logprobs, bool use_lor
     for (int i = batch.offsets[b]; i + 1 < batch.offsets[b + 1]; ++i) logprobs[i + 1] = lp[static_cast<std::size_t>(i)];
 }
 
+// The loss weights of the packed tokens as the LM head's rows use them: row i predicts token i + 1.
+void Transformer::upload_loss_weights(const float* weights) {
+  Work& W = *cur_->work;
+  W.host_wrow.assign(static_cast<std::size_t>(cur_->T), 0.0f);
+  for (int b = 0; b < cur_->B; ++b)
+    for (int i = W.host_offsets[b]; i + 1 < W.host_offsets[b + 1]; ++i)
+      W.host_wrow[static_cast<std::size_t>(i)] = weights[i + 1];
+  ops_.upload(W.wrow, W.host_wrow.data(), W.host_wrow.size() * sizeof(float));
+  cur_->weights_ready = true;
+}
+
+void Transformer::add_loss(const float* weights, double* loss_acc) {
+  cur_ = train_arena_.get();
+  MGRL_CHECK(cur_->work && cur_->train, "add_loss() needs a forward(train = true) first");
+  upload_loss_weights(weights);
+  ops_.weighted_sum_accumulate(loss_acc, cur_->work->lp, cur_->work->wrow, static_cast<std::size_t>(cur_->T), -1.0);
+}
+
 void Transformer::backward(const float* weights, const std::function<void(int)>& layer_done) {
   cur_ = train_arena_.get();
   MGRL_CHECK(cur_->work && cur_->train, "backward() needs a forward(train = true) first");
   MGRL_CHECK(cur_->lora || opts_.full_finetune, "backward() with nothing trainable");
   const kernels::PhaseScope phase(ops_, kernels::Phase::Backward);
   Work& W = *cur_->work;
-  const int B = cur_->B, T = cur_->T;
+  const int T = cur_->T;
   const int V = static_cast<int>(cfg_.vocab_size), D = static_cast<int>(cfg_.hidden_size);
-  std::vector<float> wrow(static_cast<std::size_t>(T), 0.0f);  // row i predicts token i + 1
-  for (int b = 0; b < B; ++b)
-    for (int i = W.host_offsets[b]; i + 1 < W.host_offsets[b + 1]; ++i) wrow[static_cast<std::size_t>(i)] = weights[i + 1];
-  ops_.upload(W.wrow, wrow.data(), wrow.size() * sizeof(float));
+  if (weights) {
+    upload_loss_weights(weights);
+  } else {
+    MGRL_CHECK(cur_->weights_ready, "backward(nullptr) needs add_loss() after the forward");
+  }
 
   float* dhead = base_grads_ ? g(cfg_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight") : nullptr;
   ops_.lm_head_logprob_backward(W.dxf, dhead, W.wrow, W.xf, head_, W.targets, W.lse_head, T, D, V, cur_->logit_scale,

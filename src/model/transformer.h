@@ -54,7 +54,7 @@ class Transformer {
   const io::ModelConfig& config() const { return cfg_; }
   kernels::Ops& ops() { return ops_; }
 
-  // Forward. logprobs (host, packed [T]): at row offsets[b] + t, log p(token t of b | tokens < t of b) for
+  // Forward. logprobs (host, packed [T]; may be null: not read back): at row offsets[b] + t, log p(token t of b | tokens < t of b) for
   // 1 <= t < length(b); 0 at each sequence's first row. Every sequence needs 1 <= length <= max_position_embeddings. use_lora = false runs the base model (GRPO's reference policy).
   // train = true keeps what backward() needs and applies LoRA dropout (seeded by dropout_seed).
   // logit_scale multiplies the logits before the log-softmax (1 / temperature: GRPO's tempered policy).
@@ -66,7 +66,13 @@ class Transformer {
   // A no-grad scoring pass (e.g. GRPO's reference or old-policy log-probs), as forward(train = false) but in
   // activation buffers of its own: it never disturbs what a pending backward() needs.
   void score(const Batch& batch, float* logprobs, bool use_lora = true, float logit_scale = 1.0f);
-  // Backward of loss = -sum_i weights[i] * logprobs[i] (weights host, packed [T] as logprobs) for the last
+  // For the last training forward: uploads the loss weights (host, packed [T] as logprobs) and adds the loss
+  // -sum_i weights[i] * logprobs[i] to *loss_acc (one double in backend memory) on the device, without a
+  // synchronisation; a following backward(nullptr) uses these weights. (forward's logprobs may then be null: no
+  // download, so a training step queues its micro-batches without waiting for the device.)
+  void add_loss(const float* weights, double* loss_acc);
+  // Backward of loss = -sum_i weights[i] * logprobs[i] (weights host, packed [T] as logprobs; null: those of
+  // add_loss) for the last
   // forward(train = true). Gradients accumulate into lora()->grads() (and base_grads() when full FT).
   // layer_done(l), when given, runs as soon as layer l's gradients are complete (layers finish from the last
   // to the first), e.g. to start reducing that layer's LoRA gradients while the backward goes on.
@@ -104,6 +110,7 @@ class Transformer {
   void forward_pass(const Batch& batch, float* logprobs, bool use_lora, bool train, std::uint64_t dropout_seed,
                     float logit_scale);
   void reserve(int T, int B);
+  void upload_loss_weights(const float* weights);
   // The buffers of one pass through a decoder block (training keeps them per layer; inference reuses one set,
   // with the residual stream updated in place: x_in == x_mid == x_out).
   struct BlockIO {

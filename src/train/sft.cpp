@@ -67,6 +67,7 @@ SftTrainer::SftTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transfo
       CheckpointOptions{opts_.checkpoint_dir, opts_.checkpoint_every, opts_.keep_last, opts_.resume, opts_.config_text},
       model_identity(io::architecture_name(model_.config().arch), tr_.tensors));
   state_.rank_rng.assign(static_cast<std::size_t>(ranks), 0);
+  loss_acc_ = static_cast<double*>(model_.ops().alloc(sizeof(double)));
   // Activation memory planned once: a micro-batch holds at most the `micro` longest examples.
   const int micro = opts_.global_batch / ranks / opts_.grad_accum;
   std::vector<int> lens;
@@ -79,7 +80,7 @@ SftTrainer::SftTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transfo
   if (model_.ops().storage() == DType::F16) state_.loss_scale = 65536.0;  // halved on every overflow
 }
 
-SftTrainer::~SftTrainer() = default;
+SftTrainer::~SftTrainer() { model_.ops().release(loss_acc_); }
 
 double SftTrainer::train_step() {
   const int ranks = env_.size(), rank = env_.rank();
@@ -99,23 +100,28 @@ double SftTrainer::train_step() {
   // out); bf16 and f32 need none.
   const double scale = opt_->loss_scale(state_);
   sync_->zero();
-  double loss_local = 0;
-  std::vector<float> w, lp;
+  kernels::Ops& ops = model_.ops();
+  ops.zero(loss_acc_, sizeof(double));
+  std::vector<float> w;
+  // The micro-batches are queued without waiting for the device: the loss is summed there (add_loss) and read
+  // once, after the gradient norm's synchronisation; the host prepares the next micro-batch while the device
+  // computes this one.
   for (int a = 0; a < opts_.grad_accum; ++a) {
     std::vector<const Example*> mb(local.begin() + a * micro, local.begin() + (a + 1) * micro);
     const model::Batch b = make_batch(mb, inv, &w);
-    lp.assign(b.tokens.size(), 0.0f);
     const std::uint64_t seed = random_bits(random_bits(opts_.seed, static_cast<std::uint64_t>(state_.step)),
                                            static_cast<std::uint64_t>(rank * opts_.grad_accum + a));
-    model_.forward(b, lp.data(), true, true, seed);
-    for (std::size_t i = 0; i < lp.size(); ++i) loss_local -= static_cast<double>(w[i]) * lp[i];
+    model_.forward(b, nullptr, true, true, seed);
+    model_.add_loss(w.data(), loss_acc_);
     if (scale != 1.0)
       for (auto& x : w) x = static_cast<float>(x * scale);
     // LoRA: in the last micro-batch, each layer's gradients are reduced over ranks as soon as the backward
     // has finished them (asynchronously on the GPU, overlapping the layers still to come).
-    model_.backward(w.data(), sync_->hook(a + 1 == opts_.grad_accum));
+    model_.backward(scale != 1.0 ? w.data() : nullptr, sync_->hook(a + 1 == opts_.grad_accum));
   }
-  const double norm = sync_->finish(scale);  // identical on every rank
+  const double norm = sync_->finish(scale);  // identical on every rank; synchronises
+  double loss_local = 0;
+  ops.download(&loss_local, loss_acc_, sizeof(double));  // the device is idle: no wait
   const double loss = env_.allreduce_sum(loss_local);
   state_.tokens_seen += n_tokens;
   model_.ops().phase_begin(kernels::Phase::Optimizer);

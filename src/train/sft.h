@@ -81,7 +81,8 @@ class SftTrainer {
   std::unique_ptr<Checkpointer> ckpt_;
   TrainState state_;
   double last_norm_ = 0;
-  std::int64_t last_tokens_all_ = 0;  // every token of the last step's global batch
+  std::int64_t last_tokens_all_ = 0;
+  double* loss_acc_ = nullptr;  // the step's loss, summed on the device (backend memory)  // every token of the last step's global batch
   std::size_t peak_gpu_ = 0;
 };
 

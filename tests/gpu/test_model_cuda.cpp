@@ -130,6 +130,19 @@ TEST(OptimizerCuda, AdamWAndSumSquaresMatchCpu) {
   EXPECT_LE(rel_error(gv, v), 1e-6);
   const double want = cpu->sum_squares(g.data(), n), got = gpu->sum_squares(dg, n);
   EXPECT_NEAR(got, want, 1e-9 * want);
+  // The loss's weighted sum, accumulated on the device over two calls.
+  double acc_cpu = 0.5;
+  cpu->weighted_sum_accumulate(&acc_cpu, p.data(), g.data(), n, -1.0);
+  cpu->weighted_sum_accumulate(&acc_cpu, m.data(), g.data(), n, 2.0);
+  double* dacc = static_cast<double*>(gpu->alloc(sizeof(double)));
+  const double half = 0.5;
+  gpu->upload(dacc, &half, sizeof(double));
+  gpu->weighted_sum_accumulate(dacc, dp, dg, n, -1.0);  // dp, dm: after the same AdamW step as p, m
+  gpu->weighted_sum_accumulate(dacc, dm, dg, n, 2.0);
+  double acc_gpu = 0;
+  gpu->download(&acc_gpu, dacc, sizeof(double));
+  EXPECT_NEAR(acc_gpu, acc_cpu, 1e-5 * std::abs(acc_cpu) + 1e-12);
+  gpu->release(dacc);
   for (float* d : {dp, dg, dm, dv}) gpu->release(d);
 }
 

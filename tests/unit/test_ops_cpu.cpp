@@ -19,6 +19,7 @@
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/lm_head.h"
 #include "kernels/cpu/lora.h"
+#include "kernels/cpu/optimizer.h"
 #include "kernels/cpu/residual.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
@@ -562,6 +563,17 @@ TEST(OpsCpu, AttentionBackwardMatchesFiniteDifferences) {
 
 // ---------------------------------------------------------------------------------------------------------------
 // swiglu and residual
+
+TEST(OpsCpu, WeightedSumAccumulates) {
+  const Vec x = randn(101, 500), w = randn(101, 501);
+  double want = 0;
+  for (size_t i = 0; i < x.size(); ++i) want += static_cast<double>(x[i]) * w[i];
+  double acc = 1.5;
+  weighted_sum_accumulate(&acc, x.data(), w.data(), x.size(), -2.0);
+  EXPECT_NEAR(acc, 1.5 - 2.0 * want, 1e-12 * (1 + std::abs(want)));
+  weighted_sum_accumulate(&acc, x.data(), w.data(), 0, 3.0);  // nothing to add
+  EXPECT_NEAR(acc, 1.5 - 2.0 * want, 1e-12 * (1 + std::abs(want)));
+}
 
 TEST(OpsCpu, SwigluForwardAndBackward) {
   const int n = 37;
