@@ -41,7 +41,18 @@ std::function<void(int)> GradSync::hook(bool last) {
   if (!last || layer_ranges_.empty()) return {};
   return [this](int l) {
     const auto [begin, end] = layer_ranges_[static_cast<std::size_t>(l)];
-    if (end > begin) comm_.allreduce_sum_async(tr_.grads + begin, end - begin, DType::F32, stream_);
+    if (end <= begin) return;
+    if (comm_.backend() == dist::Backend::Cuda) {
+      comm_.allreduce_sum_async(tr_.grads + begin, end - begin, DType::F32, stream_);
+      return;
+    }
+    // MPI on the host blocks inside the backward: its time (waiting for the slower rank included) is communication,
+    // not backward, in the phase table.
+    const auto t0 = std::chrono::steady_clock::now();
+    comm_.allreduce_sum_async(tr_.grads + begin, end - begin, DType::F32, stream_);
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    model_.ops().phase_add(kernels::Phase::Backward, -dt);
+    model_.ops().phase_add(kernels::Phase::Communication, dt);
   };
 }
 
