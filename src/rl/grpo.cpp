@@ -623,10 +623,14 @@ GrpoResult GrpoTrainer::run() {
     if (last) break;
   }
   rlog.end_progress();
+  const std::vector<std::pair<std::string, double>> host_phases = {{"generation", total_phases_.get("generation")},
+                                                                   {"rewards", total_phases_.get("rewards")}};
   const std::string phases =
-      train::phase_table(model_.ops().phase_seconds(), state_.step - first, run_step_seconds,
-                         {{"generation", total_phases_.get("generation")}, {"rewards", total_phases_.get("rewards")}});
+      train::phase_table(model_.ops().phase_seconds(), state_.step - first, run_step_seconds, host_phases);
   if (rlog.rank0() && state_.step > first) std::fputs(phases.c_str(), stdout);
+  const auto phase_rec = train::phase_record(env_, model_.ops().phase_seconds(), state_.step - first, run_step_seconds,
+                                             static_cast<double>(generated_tokens_), host_phases);
+  if (state_.step > first) rlog.emit({{"step", state_.step}, {"phases", phase_rec}}, state_.step);  // for perf/scaling
   if (!stop::stopped_early()) res.last_eval = evaluate();
   eval_line("after", res.last_eval);
   res.steps = state_.step;

@@ -50,6 +50,18 @@ std::string phase_table(const kernels::PhaseSeconds& s, std::int64_t steps, doub
   return out;
 }
 
+nlohmann::json phase_record(const dist::MpiEnv& env, const kernels::PhaseSeconds& s, std::int64_t steps,
+                            double step_seconds, double tokens, const std::vector<std::pair<std::string, double>>& host) {
+  nlohmann::json own = nlohmann::json::object();
+  for (const auto& [name, v] : host) own[name] = v;
+  for (int p = 0; p < kernels::kNumPhases; ++p) own[kernels::phase_name(static_cast<kernels::Phase>(p))] = s[p];
+  nlohmann::json ranks = nlohmann::json::array();
+  nlohmann::json mine = own;
+  mine["step_seconds"] = step_seconds;
+  for (const auto& r : env.gather_to_root(mine.dump())) ranks.push_back(nlohmann::json::parse(r));
+  return {{"steps", steps}, {"step_seconds", step_seconds}, {"tokens", tokens}, {"seconds", own}, {"ranks", ranks}};
+}
+
 std::string human_time(double s) {
   char buf[32];
   const long t = static_cast<long>(s + 0.5);

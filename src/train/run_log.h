@@ -32,6 +32,14 @@ void mkdir_p(const std::string& dir);
 std::string phase_table(const kernels::PhaseSeconds& s, std::int64_t steps, double step_seconds,
                         const std::vector<std::pair<std::string, double>>& host = {});
 
+// The phase table as data, for tools (perf/scaling): {"steps": n, "step_seconds": s, "tokens": t, "seconds": {phase:
+// s}, "ranks": [{phase: s, ..., "step_seconds": s}, one per rank]}; seconds are totals over the n steps, "seconds" and
+// "step_seconds" rank 0's, "ranks" every rank's own (communication on CPU ranks includes waiting for the slower one).
+// A collective (the ranks' figures are gathered): every rank calls it; "ranks" is empty except on rank 0.
+nlohmann::json phase_record(const dist::MpiEnv& env, const kernels::PhaseSeconds& s, std::int64_t steps,
+                            double step_seconds, double tokens,
+                            const std::vector<std::pair<std::string, double>>& host = {});
+
 // Leaves the op phases of a scope (evaluation, generation) out of the phase table: what was measured before is kept,
 // what the scope adds is dropped. (On a GPU: one synchronisation at each end.)
 class PhasesPaused {

@@ -166,7 +166,7 @@ SftResult SftTrainer::run() {
   const std::int64_t first = state_.step;
   auto window = Clock::now();
   std::int64_t window_tokens = 0, window_all = 0;
-  double step_seconds = 0;
+  double step_seconds = 0, run_all = 0;  // run_all: every token of the batches of this run
   model_.ops().phase_reset();
   double loss = 0;
   const std::int64_t end = opts_.stop_at_step > 0 ? std::min(opts_.stop_at_step, opts_.max_steps) : opts_.max_steps;
@@ -179,6 +179,7 @@ SftResult SftTrainer::run() {
     step_seconds += seconds_since(step_t0);
     window_tokens += state_.tokens_seen - before;
     window_all += last_tokens_all_;
+    run_all += static_cast<double>(last_tokens_all_);
     res.final_loss = loss;
     const bool last = state_.step == end || stop_agreed(env_, state_.step);  // a stop signal: checkpoint, exit 3
     if (rank0 && (state_.step % std::max(1, opts_.log_every) == 0 || last)) {
@@ -226,6 +227,8 @@ SftResult SftTrainer::run() {
   rlog.end_progress();
   const std::string phases = phase_table(model_.ops().phase_seconds(), state_.step - first, step_seconds);
   if (rank0 && state_.step > first) std::fputs(phases.c_str(), stdout);
+  const auto phase_rec = phase_record(env_, model_.ops().phase_seconds(), state_.step - first, step_seconds, run_all);
+  if (state_.step > first) emit({{"step", state_.step}, {"phases", phase_rec}});  // the table as data (perf/scaling)
   // The end: evaluation (not when stopped by a signal), final checkpoint, summary.
   const auto [el, acc] = stop::stopped_early() ? std::pair<double, double>(-1, -1) : evaluate(true);
   if (el >= 0) {
