@@ -99,18 +99,32 @@ case $case_ in
     grep -q "mgrl: $MGRL_TEST_PREFIX/bin/mgrl;" "$dir/job.log" || fail "the installed script did not run the installed binary" ;;
 
   scaling_script)
-    # perf/scaling (issue 12) is not there yet: the job must fail at once, saying so. Once it exists, it must run.
-    job=$(submit --ntasks-per-node=2 --gpus-per-node=2 "$src/slurm/scaling.sh")
-    wait_state "$job" "COMPLETED FAILED CANCELLED TIMEOUT" 120
+    # perf/scaling (issue 12) from the source tree, short mode, at 1 and 2 ranks of a 2-task allocation (one srun job
+    # step per rank count; 4 and 8 are skipped): the job completes, each count's output passes the harness's check
+    # (every point ran, phases present, efficiency in (0, 1.5], the 2-rank one against np1's baseline), and the table
+    # of both counts is written beside them.
+    job=$(submit --ntasks-per-node=2 --gpus-per-node=2 "$src/slurm/scaling.sh" --short)
+    wait_state "$job" "COMPLETED FAILED CANCELLED TIMEOUT" 200
     dir=$work/runs/mgrl-scaling-$job
     show_log "$dir/job.log"
-    if [ -x "$(dirname "$MGRL")/perf/scaling" ] || [ -x "$src/perf/scaling" ]; then
-      [ "$(field "$job" JobState)" = COMPLETED ] || fail "the scaling job failed"
-    else
-      [ "$(field "$job" JobState)" = FAILED ] && [ "$(field "$job" ExitCode)" = 2:0 ] || fail "the job should fail with exit 2"
-      grep -q "scaling.sh: error: the scaling harness perf/scaling was not found" "$dir/job.log" || fail "no clear message"
-      [ "$(field "$job" Restarts)" = 0 ] || fail "a failed job was requeued"
-    fi ;;
+    [ "$(field "$job" JobState)" = COMPLETED ] && [ "$(field "$job" ExitCode)" = 0:0 ] || fail "the scaling job failed"
+    grep -q "skipping 4 GPUs: the allocation has 2 tasks" "$dir/job.log" || fail "4 GPUs not skipped"
+    for n in 1 2; do
+      "$src/perf/scaling" --check="$dir/np$n" --ranks=$n || fail "the output of $n rank(s) is incomplete"
+    done
+    [ -s "$dir/scaling.md" ] || fail "no table of both counts in $dir"
+    for row in "| sft | weak | 1 |" "| sft | weak | 2 |" "| grpo | strong | 1 |" "| grpo | strong | 2 |"; do
+      grep -qF "$row" "$dir/scaling.md" || fail "no row '$row' in $dir/scaling.md"
+    done
+    cat "$dir/scaling.md"
+    # A harness that is not there: the job fails at once (exit 2), saying so, and is not requeued.
+    job=$(MGRL_SCALING=/nonexistent/scaling submit --ntasks-per-node=2 --gpus-per-node=2 "$src/slurm/scaling.sh")
+    wait_state "$job" "COMPLETED FAILED CANCELLED TIMEOUT" 60
+    dir=$work/runs/mgrl-scaling-$job
+    show_log "$dir/job.log"
+    [ "$(field "$job" JobState)" = FAILED ] && [ "$(field "$job" ExitCode)" = 2:0 ] || fail "the job should fail with exit 2"
+    grep -q "scaling.sh: error: the scaling harness perf/scaling was not found" "$dir/job.log" || fail "no clear message"
+    [ "$(field "$job" Restarts)" = 0 ] || fail "a failed job was requeued" ;;
 
   failure_not_requeued)
     # mgrl fails for another reason (a user error: exit 2): the job fails and is not requeued.
