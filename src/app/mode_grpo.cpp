@@ -113,6 +113,7 @@ int run_grpo(Context& ctx) {
   o.num_iterations = static_cast<int>(cfg.get_int("grpo.num_iterations"));
   o.mask_truncated = cfg.get_bool("grpo.mask_truncated_completions");
   o.reference = cfg.get_string("grpo.reference");
+  o.balance = cfg.get_string("grpo.balance");
   o.seed = seed;
   o.log_every = static_cast<int>(cfg.get_int("log.every_steps"));
   o.eval_every = static_cast<int>(cfg.get_int("eval.every_steps"));

@@ -194,6 +194,11 @@ const Schema& mgrl_schema() {
          "optimizer steps per generated batch (mu); old log-probs are computed once per batch", {}, 1.0, {}, {}});
     add({"grpo.mask_truncated_completions", T::Bool, Value(false),
          "truncated completions (no EOS within max_completion_length) get no loss", {}, {}, {}, {}});
+    add({"grpo.balance", T::String, Value(std::string("tokens")),
+         "how prompts (for generation) and completions (for training) are split over ranks: tokens balances the "
+         "expected tokens of each rank (lengths seen in earlier rounds; the round's own lengths for training), none "
+         "gives rank r the r-th block; the trained result does not depend on it",
+         {"tokens", "none"}, {}, {}, {}});
     add({"grpo.importance_sampling_level", T::String, Value(std::string("token")),
          "importance ratio per token (GRPO) or per sequence (GSPO: the exp of the mean token log-ratio)",
          {"token", "sequence"}, {}, {}, {}});

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "dist/comm.h"
@@ -44,6 +45,7 @@ struct GrpoOptions {
   int num_iterations = 1;
   bool mask_truncated = false;
   std::string reference = "initial";  // initial | base
+  std::string balance = "tokens";     // tokens | none: how prompts and completions are split over ranks
   std::uint64_t seed = 0;
   int log_every = 1;
   int eval_every = 0;
@@ -91,7 +93,9 @@ class GrpoTrainer {
   // Local rollouts in [begin, end) whose loss can be non-zero (see trains()); never empty when the range is not:
   // a rank must run every micro-batch's backward, whose gradient buckets are collectives.
   std::vector<std::size_t> trained_in(std::size_t begin, std::size_t end) const;
-  std::vector<double> reward_values(const std::vector<Rollout>& local, std::vector<std::vector<double>>* per_fn);
+  std::vector<double> all_ranks(double v) const;
+  std::vector<std::vector<std::size_t>> generation_split(const std::vector<std::size_t>& indices) const;
+  std::vector<std::vector<std::size_t>> training_split(const std::vector<Rollout>& all, std::vector<double>* cost) const;
 
   const dist::MpiEnv& env_;
   dist::Comm& comm_;
@@ -114,6 +118,14 @@ class GrpoTrainer {
   double last_norm_ = 0;
   std::int64_t generated_tokens_ = 0, trained_tokens_ = 0;
   int accuracy_fn_ = -1;
+  // Mean completion length of each prompt (data file line) when last generated, and over all completions so far.
+  std::unordered_map<std::int64_t, double> seen_length_;
+  double seen_sum_ = 0;
+  std::int64_t seen_count_ = 0;
+  // Straggler wait of every rank over the run (s): at the end of generation + rewards, and in training.
+  std::vector<double> wait_rollout_, wait_training_;
+  double imbalance_sum_[2] = {0, 0};  // generation, training: sums over rounds of max / mean tokens
+  int rounds_ = 0;
 };
 
 }  // namespace mgrl::rl

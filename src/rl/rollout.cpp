@@ -13,7 +13,7 @@
 namespace mgrl::rl {
 
 nlohmann::json to_json(const Rollout& r) {
-  nlohmann::json j = {{"i", r.prompt_index}, {"g", r.generation}, {"p", r.prompt}, {"c", r.completion},
+  nlohmann::json j = {{"k", r.slot}, {"i", r.prompt_index}, {"g", r.generation}, {"p", r.prompt}, {"c", r.completion},
                       {"f", r.finish_reason}, {"rs", r.rewards}, {"r", r.reward}, {"a", r.advantage},
                       {"s", r.sample_logps}, {"m", r.masked}};
   if (!r.old_logps.empty()) j["o"] = r.old_logps;
@@ -23,6 +23,7 @@ nlohmann::json to_json(const Rollout& r) {
 
 Rollout rollout_from_json(const nlohmann::json& j) {
   Rollout r;
+  r.slot = j.value("k", std::int64_t{-1});  // absent in checkpoints before balancing: the caller numbers them
   r.prompt_index = j.at("i").get<std::int64_t>();
   r.generation = j.at("g").get<int>();
   r.prompt = j.at("p").get<std::vector<std::int32_t>>();

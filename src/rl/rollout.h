@@ -11,6 +11,7 @@
 namespace mgrl::rl {
 
 struct Rollout {
+  std::int64_t slot = 0;          // position in the global batch: prompt position x G + generation
   std::int64_t prompt_index = 0;  // 0-based line of the prompt in the data file
   int generation = 0;             // 0..G-1
   std::vector<std::int32_t> prompt, completion;

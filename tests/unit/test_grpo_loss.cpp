@@ -332,3 +332,46 @@ GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(GrpoTrlCase);
 
 }  // namespace
 }  // namespace mgrl::rl
+
+// ---- token-balanced splits (rl/balance.h) ----
+
+#include "rl/balance.h"
+
+TEST(Balance, EqualCountsEveryItemOnceAndDeterministic) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> u(1.0, 100.0);
+  for (int ranks : {1, 2, 3, 4, 8}) {
+    std::vector<double> cost(static_cast<std::size_t>(ranks) * 7);
+    for (auto& c : cost) c = u(rng);
+    const auto split = mgrl::rl::balanced_split(cost, ranks);
+    ASSERT_EQ(split.size(), static_cast<std::size_t>(ranks));
+    std::vector<int> seen(cost.size(), 0);
+    for (const auto& v : split) {
+      EXPECT_EQ(v.size(), 7u);
+      EXPECT_TRUE(std::is_sorted(v.begin(), v.end()));
+      for (std::size_t i : v) ++seen[i];
+    }
+    for (int s : seen) EXPECT_EQ(s, 1);
+    EXPECT_EQ(split, mgrl::rl::balanced_split(cost, ranks));
+  }
+}
+
+// A skewed batch: every fourth item is ten times as long, and the contiguous blocks put them unevenly. The
+// balanced split's largest share is within one item of the mean (the bound of greedy assignment), the contiguous
+// one is not.
+TEST(Balance, SkewedCostsAreBalanced) {
+  std::vector<double> cost;
+  for (int i = 0; i < 32; ++i) cost.push_back(i < 8 ? 100.0 : 10.0 + (i % 3));
+  const int ranks = 4;
+  const auto bal = mgrl::rl::split_load(cost, mgrl::rl::balanced_split(cost, ranks));
+  const auto con = mgrl::rl::split_load(cost, mgrl::rl::contiguous_split(cost.size(), ranks));
+  EXPECT_DOUBLE_EQ(bal.mean, con.mean);
+  EXPECT_GT(con.max / con.mean, 1.8);
+  EXPECT_LE(bal.max - bal.mean, 12.0);  // one short item at most
+  EXPECT_LT(bal.max / bal.mean, 1.05);
+}
+
+TEST(Balance, ContiguousSplitIsBlocks) {
+  const auto split = mgrl::rl::contiguous_split(6, 3);
+  EXPECT_EQ(split, (std::vector<std::vector<std::size_t>>{{0, 1}, {2, 3}, {4, 5}}));
+}
