@@ -15,6 +15,8 @@ packages=(
   libgtest-dev libbenchmark-dev
   # the cluster tests (tests/cluster.cmake): a real SLURM, Lmod, and a venv for EasyBuild
   slurm-wlm slurmctld slurmd slurm-client munge lmod python3-venv
+  # perf/scaling's PNG plots
+  python3-matplotlib
 )
 # EasyBuild (from PyPI) for the easyconfig checks, in its own venv; $MGRL_EASYBUILD_VENV to put it elsewhere.
 eb_venv=${MGRL_EASYBUILD_VENV:-$HOME/.cache/mgrl/easybuild-venv}
