@@ -129,13 +129,18 @@ int default_cpu_threads(int local_size) {
   return allowed > 0 ? allowed : 1;
 }
 
+int gpu_index_for(int local_rank, int local_size, int visible_gpus) {
+  if (visible_gpus <= 0) return -1;
+  return visible_gpus >= local_size ? local_rank : local_rank % visible_gpus;
+}
+
 Device choose_device(const MpiEnv& env, const std::string& requested, int threads) {
   if (requested != "auto" && requested != "cpu" && requested != "cuda")
     throw UserError("runtime.backend must be \"auto\", \"cpu\" or \"cuda\" (got \"" + requested + "\")");
   // This rank's GPU: the node-local rank when the rank sees every GPU of the node; when the
   // launcher shows each rank fewer GPUs (srun --gpus-per-task=1), one of those it sees.
   const int count = cuda_device_count();
-  const int index = count == 0 ? -1 : (count >= env.local_size() ? env.local_rank() : env.local_rank() % count);
+  const int index = gpu_index_for(env.local_rank(), env.local_size(), count);
   const std::string bus = index >= 0 ? cuda_device_info(index).pci_bus_id : std::string();
 
   // Two ranks of a node on one GPU is a launch mistake; find the first such pair.

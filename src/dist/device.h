@@ -44,6 +44,11 @@ std::string cpu_model_name();
 // Cores this rank may use: its affinity mask, shared among the node's ranks when unbound.
 int default_cpu_threads(int local_size);
 
+// The GPU (index among those this process sees) of a rank: its node-local rank when it sees at least one GPU per
+// rank of the node (a launcher that shows every GPU), else local_rank modulo what it sees (srun --gpus-per-task=1,
+// --gpu-bind: SLURM shows each task its own GPU as device 0); -1 without a GPU.
+int gpu_index_for(int local_rank, int local_size, int visible_gpus);
+
 // Collective. requested: "auto", "cpu" or "cuda"; threads: 0 = default_cpu_threads.
 // Throws UserError (same on every rank) when "cuda" is asked for and cannot be had.
 Device choose_device(const MpiEnv& env, const std::string& requested, int threads);

@@ -110,6 +110,19 @@ class CommTest : public ::testing::Test {
 
 const std::vector<std::size_t> kSizes{0, 1, 7, 1000, (1u << 18) + 3};
 
+// SLURM's GPU binding: every GPU of the node visible (srun --gpus-per-node, mpirun): rank i takes GPU i; one GPU
+// per task (--gpus-per-task=1, --gpu-bind=single:1): each takes the one it sees; none: -1. Shared GPUs (more ranks
+// than GPUs) are found by choose_device, which refuses them.
+TEST(GpuBinding, FollowsWhatTheLauncherShows) {
+  using mgrl::dist::gpu_index_for;
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(gpu_index_for(r, 4, 4), r);
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(gpu_index_for(r, 4, 8), r);  // a node with more GPUs than ranks
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(gpu_index_for(r, 4, 1), 0);  // --gpus-per-task=1
+  EXPECT_EQ(gpu_index_for(3, 4, 2), 1);                                // 2 visible to 4 ranks: pairs (refused later)
+  EXPECT_EQ(gpu_index_for(0, 1, 0), -1);
+  EXPECT_EQ(gpu_index_for(2, 4, 0), -1);
+}
+
 TEST_F(CommTest, RankAndSizeMatchMpi) {
   EXPECT_EQ(comm().rank(), test::env().rank());
   EXPECT_EQ(comm().size(), test::env().size());
