@@ -17,6 +17,8 @@ packages=(
   slurm-wlm slurmctld slurmd slurm-client munge lmod python3-venv
   # perf/scaling's PNG plots
   python3-matplotlib
+  # the sanitizer and fuzzing job (scripts/sanitize.sh): clang with its sanitizer and libFuzzer runtimes
+  clang libclang-rt-dev
 )
 # EasyBuild (from PyPI) for the easyconfig checks, in its own venv; $MGRL_EASYBUILD_VENV to put it elsewhere.
 eb_venv=${MGRL_EASYBUILD_VENV:-$HOME/.cache/mgrl/easybuild-venv}

@@ -63,6 +63,10 @@ void read_jsonl(const std::string& path, const std::function<void(const nlohmann
       std::string why = json_error_text(e);
       if (why.rfind("line 1, column ", 0) == 0) why = why.substr(8);  // the line is the file's, named already
       jsonl_error(path, line, "invalid JSON at " + why);
+    } catch (const nlohmann::json::exception& e) {
+      // Valid syntax the library cannot hold, e.g. a number beyond double's range (1e400): out_of_range, which
+      // escaped as a raw library message before fuzzing found it (fuzz/corpus/jsonl/number_overflow.jsonl).
+      jsonl_error(path, line, "invalid JSON: " + json_error_text(e));
     }
     if (!j.is_object()) jsonl_error(path, line, "expected a JSON object");
     fn(j, line);

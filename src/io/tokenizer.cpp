@@ -60,7 +60,7 @@ json read_json(const std::string& path) {
     throw UserError(path + ": a NUL byte at offset " + std::to_string(nul) + " (not a text file, or a damaged one?)");
   try {
     return json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for numbers beyond double's range
     throw UserError(path + ": invalid JSON: " + json_error_text(e));
   }
 }

@@ -95,6 +95,7 @@ c tok_bad_model_type 1 "tok/tokenizer\.json: .*Unigram" 'T json-set tok/tokenize
 
 # ---- data JSONL, every mode ----
 c sft_bad_json 1 'train\.jsonl:3: invalid JSON at column [0-9]+' 'sed -i "3s/.*/{\"prompt\": \"1+1=\", completion: 2}/" train.jsonl' $SFT
+c sft_number_overflow 1 'train\.jsonl:3: invalid JSON: number overflow' 'sed -i "3s/.*/{\"prompt\": 1e999, \"completion\": \"2\"}/" train.jsonl' $SFT
 c sft_nul_byte 1 'train\.jsonl:2: a NUL byte at column [0-9]+' 'sed -i "2s/\$/\x00/" train.jsonl' $SFT
 c sft_not_object 1 'train\.jsonl:1: expected a JSON object' 'sed -i "1s/.*/[1, 2]/" train.jsonl' $SFT
 c sft_wrong_fields 1 'train\.jsonl:1: expected \{"prompt", "completion"\}' 'sed -i "1s/.*/{\"question\": \"x\"}/" train.jsonl' $SFT
