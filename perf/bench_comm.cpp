@@ -1,7 +1,8 @@
 // bench_comm.cpp: allreduce time and bandwidth of Comm for message sizes from 4 KiB to 64 MiB,
 // on the backend given by --backend=cpu|cuda, at any number of ranks. Every rank runs the same
 // fixed number of iterations (so that no rank waits in a collective the others skipped); rank 0
-// prints. Bus bandwidth = algorithm bandwidth * 2 (n - 1) / n, the usual ring-allreduce figure.
+// prints and writes --benchmark_out. Bus bandwidth = algorithm bandwidth * 2 (n - 1) / n, the usual
+// ring-allreduce figure.
 #include <benchmark/benchmark.h>
 
 #include <cstring>
@@ -65,6 +66,8 @@ int main(int argc, char** argv) {
   std::vector<char*> args;
   for (int i = 0; i < argc; ++i) {
     if (std::strncmp(argv[i], "--backend=", 10) == 0) backend = argv[i] + 10;
+    // Only rank 0 writes --benchmark_out: every rank would open (and truncate) the same file.
+    else if (env.rank() != 0 && std::strncmp(argv[i], "--benchmark_out", 15) == 0) continue;
     else args.push_back(argv[i]);
   }
   int n = static_cast<int>(args.size());
