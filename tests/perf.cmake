@@ -14,3 +14,36 @@ add_test(NAME perf.scaling_check_fails COMMAND bash -c
   "d=${SCALING}/bad && rm -rf $d && mkdir -p $d/out && ${PROJECT_SOURCE_DIR}/perf/scaling --mgrl=/bin/false --short --workload=sft --mode=weak --ranks=1 --out=$d/failed; ${PROJECT_SOURCE_DIR}/perf/scaling --check=$d/failed --ranks=1 --workloads=sft --modes=weak && exit 1; cp ${SCALING}/short/scaling.md $d/out/ && sed 's/\"efficiency\": [0-9.e-]*/\"efficiency\": 3.0/' ${SCALING}/short/scaling.json > $d/out/scaling.json && { out=$(${PROJECT_SOURCE_DIR}/perf/scaling --check=$d/out); rc=$?; echo \"$out\"; [ $rc = 1 ] && grep -q 'efficiency 3.0 outside' <<< \"$out\"; } && ${PROJECT_SOURCE_DIR}/perf/scaling --check=${SCALING}/short")
 set_tests_properties(perf.scaling_check_fails PROPERTIES LABELS "perf;slow" TIMEOUT 60 FIXTURES_REQUIRED scaling_short)
 file(MAKE_DIRECTORY "${SCALING}")
+
+# perf.bench_*: the Google Benchmark suites of perf/ (the `bench` target runs them in full) run briefly, only their
+# small sizes: each must exit 0 and write JSON in which every benchmark named here ran without error with a positive
+# bytes/s (and a positive FLOP/s where it reports one). A few seconds each; the figures are not checked.
+if(MGRL_BUILD_BENCH)
+  set(CHECK_BENCH ${PROJECT_SOURCE_DIR}/perf/check_bench_json.py)
+  add_test(NAME perf.bench_io COMMAND ${CHECK_BENCH} ${CMAKE_CURRENT_BINARY_DIR}/bench/bench_io.json
+    BM_TokenizerEncode/qwen2_bytelevel BM_TokenizerEncode/llama3_bytelevel BM_TokenizerEncode/llama2_sentencepiece
+    BM_CheckpointWrite/1 BM_CheckpointRead/1 BM_SafetensorsLoad/BF16/1 BM_SafetensorsLoad/F32/1
+    -- $<TARGET_FILE:bench_io> --bench_dir=${CMAKE_CURRENT_BINARY_DIR}/bench)
+  set(_kernels "")
+  foreach(op LinearForward LinearBackward LoraForward LoraBackward AttentionForward AttentionBackward RmsnormForward
+             RmsnormBackward RopeForward SwigluForward SwigluBackward LmHeadLogprobForward LmHeadLogprobBackward
+             AttentionCached)
+    list(APPEND _kernels BM_${op}/64)
+  endforeach()
+  add_test(NAME perf.bench_kernels_cpu COMMAND ${CHECK_BENCH} ${CMAKE_CURRENT_BINARY_DIR}/bench/bench_kernels_cpu.json
+    ${_kernels} BM_Sample/8 BM_AdamW/65536 -- $<TARGET_FILE:bench_kernels_cpu>)
+  add_test(NAME perf.bench_comm COMMAND ${CHECK_BENCH} ${CMAKE_CURRENT_BINARY_DIR}/bench/bench_comm.json
+    BM_AllreduceF32/4096 BM_AllreduceF32/65536
+    -- ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${MGRL_MPIEXEC_FLAGS} ${MPIEXEC_PREFLAGS}
+       $<TARGET_FILE:bench_comm> ${MPIEXEC_POSTFLAGS} --backend=cpu)
+  set_tests_properties(perf.bench_io PROPERTIES LABELS perf TIMEOUT 60 FIXTURES_SETUP bench_io_json)
+  set_tests_properties(perf.bench_kernels_cpu PROPERTIES LABELS perf TIMEOUT 60)
+  # perf.bench_check_fails: the check fails on a benchmark that did not run and on a zero bytes/s.
+  set(_json ${CMAKE_CURRENT_BINARY_DIR}/bench/bench_io.json)
+  set(_zero ${CMAKE_CURRENT_BINARY_DIR}/bench/zero.json)
+  add_test(NAME perf.bench_check_fails COMMAND bash -c
+    "${CHECK_BENCH} ${_json} BM_CheckpointWrite/1 && ! ${CHECK_BENCH} ${_json} BM_CheckpointWrite/1 BM_NoSuchBenchmark && sed 's/\"bytes_per_second\": [0-9.e+]*/\"bytes_per_second\": 0/' ${_json} > ${_zero} && ! ${CHECK_BENCH} ${_zero} BM_CheckpointWrite/1")
+  set_tests_properties(perf.bench_check_fails PROPERTIES LABELS perf TIMEOUT 30 FIXTURES_REQUIRED bench_io_json)
+  set_tests_properties(perf.bench_comm PROPERTIES LABELS perf TIMEOUT 60 PROCESSORS 2 ENVIRONMENT "${MGRL_MPI_ENV}")
+  file(MAKE_DIRECTORY "${CMAKE_CURRENT_BINARY_DIR}/bench")
+endif()
