@@ -22,10 +22,8 @@ for t in $(seq "$trials"); do
   "$@" "${common[@]}" --log.dir="$d" --checkpoint.dir="$d/ck" > "$d.log" 2>&1 &
   pid=$!
   if (( t % 2 )); then
-    # A random moment: once a random step (1-290) is logged, 0-9 ms later.
-    k=$(( RANDOM % 290 + 1 ))
-    while kill -0 "$pid" 2>/dev/null && ! grep -q "\"step\":$k[,}]" "$d/metrics.jsonl" 2>/dev/null; do sleep 0.002; done
-    sleep "0.00$(( RANDOM % 10 ))"
+    # Random moment: 0-400 ms after the start (the run takes about a second).
+    sleep "0.$(printf %03d $(( RANDOM % 400 )))"
   else
     # Inside a write: after a random number of temporaries seen, as soon as the next one appears.
     want=$(( RANDOM % 40 + 1 )) seen=0 last=""
