@@ -34,9 +34,7 @@ void scale(void* buf, std::size_t n, double by) {
 
 class MpiComm final : public Comm {
  public:
-  MpiComm(int rank, int size, double timeout_s) : Comm(rank, size), watchdog_(timeout_s) {
-    watchdog_.set_who("rank " + std::to_string(rank) + " of " + std::to_string(size));
-  }
+  MpiComm(int rank, int size, double timeout_s) : Comm(rank, size), watchdog_(timeout_s) {}
 
   Backend backend() const override { return Backend::Cpu; }
   std::string name() const override { return "mpi"; }

@@ -37,7 +37,6 @@ class NcclComm final : public Comm {
     watchdog_ = std::make_unique<Watchdog>(timeout_s, [this] {
       if (comm_) ncclCommAbort(comm_);  // unblocks NCCL kernels so that the abort can proceed
     });
-    watchdog_->set_who("rank " + std::to_string(env.rank()) + " of " + std::to_string(env.size()) + " on " + env.host());
     ncclUniqueId id;
     std::memset(&id, 0, sizeof(id));
     if (rank() == 0) NCCL_CHECK(ncclGetUniqueId(&id));

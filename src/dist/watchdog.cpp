@@ -85,7 +85,6 @@ void Watchdog::loop() {
       }
       if (timeout_s_ > 0 && now - it->start > limit) {
         std::ostringstream msg;
-        if (!who_.empty()) msg << who_ << ": ";
         msg << it->what << " did not complete within " << timeout_s_
             << " s (runtime.comm_timeout_s): another rank has probably failed, been killed or is waiting "
                "in a different collective; ending the job";

@@ -43,8 +43,6 @@ class Watchdog {
   // Outstanding asynchronous operations.
   std::size_t pending() const;
   double timeout_s() const { return timeout_s_; }
-  // Who is waiting, for the timeout line (e.g. "rank 0 of 2 on host x"); set once, before the first watch.
-  void set_who(std::string who) { who_ = std::move(who); }
 
  private:
   struct Entry {
@@ -60,7 +58,6 @@ class Watchdog {
 
   double timeout_s_;
   std::function<void()> on_timeout_;
-  std::string who_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::list<Entry> entries_;

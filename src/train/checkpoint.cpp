@@ -18,7 +18,6 @@
 
 #include "core/build_info.h"
 #include "core/error.h"
-#include "core/fault.h"
 #include "core/log.h"
 #include "io/checksum.h"
 #include "io/hdf5_file.h"
@@ -377,9 +376,6 @@ void write_checkpoint(const std::string& dir, const Checkpoint& ck) {
       put(kExpAvg + "/" + t.name, DType::F32, dims, ck.adam_m.data() + t.offset, nbytes);
       put(kExpAvgSq + "/" + t.name, DType::F32, dims, ck.adam_v.data() + t.offset, nbytes);
     }
-    if (fault::injected("checkpoint_write", ck.state.step))
-      throw FatalError("injected fault (MGRL_FAULT_INJECT=checkpoint_write@" + std::to_string(ck.state.step) +
-                       ") while writing " + path);
     put_string(kOrder, order);
     put_string(kConfig, ck.config_text);
     put_string(kIdentity, ck.model_identity);
