@@ -18,6 +18,7 @@
 
 #include "core/build_info.h"
 #include "core/error.h"
+#include "core/fault.h"
 #include "core/log.h"
 #include "io/checksum.h"
 #include "io/hdf5_file.h"
@@ -376,6 +377,7 @@ void write_checkpoint(const std::string& dir, const Checkpoint& ck) {
       put(kExpAvg + "/" + t.name, DType::F32, dims, ck.adam_m.data() + t.offset, nbytes);
       put(kExpAvgSq + "/" + t.name, DType::F32, dims, ck.adam_v.data() + t.offset, nbytes);
     }
+    fault::point("checkpoint_write", 0, ck.state.step);  // tests: fail half way through the file (core/fault.h)
     put_string(kOrder, order);
     put_string(kConfig, ck.config_text);
     put_string(kIdentity, ck.model_identity);

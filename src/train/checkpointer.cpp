@@ -6,6 +6,7 @@
 
 #include "core/build_info.h"
 #include "core/error.h"
+#include "core/fault.h"
 #include "core/log.h"
 
 namespace mgrl::train {
@@ -37,7 +38,16 @@ void Checkpointer::save(const TrainState& st, const std::string& extra) {
                      std::to_string(st.step) + " (hash " + (env_.rank() == first ? mine : std::string("?")) +
                      " vs " + root + "): the ranks have diverged; stopping instead of writing a checkpoint");
   }
-  if (env_.rank() != 0) return;
+  // Rank 0 writes; the others wait for the outcome (agree), so that a failed write ends every rank with rank 0's
+  // one line and the same exit code, instead of leaving them in the next step's collectives until rank 0's
+  // error aborts the job (mpirun's banner, no line naming the write).
+  env_.agree([&] {
+    if (env_.rank() == 0) write(st, extra);
+    else fault::point("checkpoint_write", env_.rank(), st.step);  // tests: a rank failing while rank 0 writes
+  });
+}
+
+void Checkpointer::write(const TrainState& st, const std::string& extra) const {
   const Trainable& tr = opt_.trainable();
   Checkpoint ck;
   ck.state = st;

@@ -39,6 +39,7 @@ class Checkpointer {
   const std::string& identity() const { return identity_; }
 
  private:
+  void write(const TrainState& st, const std::string& extra) const;  // rank 0
   void load(const std::string& path, TrainState& st, std::string* extra);
   Checkpoint read_checked(const std::string& path) const;  // read_checkpoint + this run's size check
   void apply(const Checkpoint& ck, const std::string& path, TrainState& st, std::string* extra);

@@ -1,0 +1,15 @@
+// fault.h: a testing hook. MGRL_FAULT_INJECT=<point>:rank=<R>:step=<N>[:action=throw|kill] makes rank R fail at the
+// named point of step N (throw: a FatalError, as a failing library call would; kill: SIGKILL to itself, as the
+// kernel's OOM killer or a node failure would), so that tests can show how a multi-rank job ends when one rank
+// fails there (tests/faults/). Points: checkpoint_write (rank 0: in the middle of the file, after the tensors;
+// other ranks: while rank 0 writes). Read once; unset, a point costs one branch on a static.
+#pragma once
+#include <cstdint>
+
+namespace mgrl::fault {
+
+// Fails as MGRL_FAULT_INJECT says when it names this point, this rank and this step; otherwise returns.
+// A malformed MGRL_FAULT_INJECT is a UserError (a test that means to inject a fault must not pass without one).
+void point(const char* name, int rank, std::int64_t step);
+
+}  // namespace mgrl::fault
