@@ -15,13 +15,13 @@
 
 namespace mgrl::dist {
 
-std::unique_ptr<Comm> make_mpi_comm(int rank, int size, double timeout_s);
+std::unique_ptr<Comm> make_mpi_comm(const MpiEnv& env, double timeout_s);
 #if MGRL_WITH_CUDA
 std::unique_ptr<Comm> make_nccl_comm(const MpiEnv& env, int device, double timeout_s);
 #endif
 
 std::unique_ptr<Comm> make_comm(const MpiEnv& env, const Device& device, double timeout_s) {
-  if (device.backend == Backend::Cpu) return make_mpi_comm(env.rank(), env.size(), timeout_s);
+  if (device.backend == Backend::Cpu) return make_mpi_comm(env, timeout_s);
 #if MGRL_WITH_CUDA
   return make_nccl_comm(env, device.gpu.index, timeout_s);
 #else

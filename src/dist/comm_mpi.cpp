@@ -8,6 +8,7 @@
 #include "dist/check_mpi.h"
 #include "dist/comm.h"
 #include "dist/comm_detail.h"
+#include "dist/mpi_env.h"
 #include "dist/watchdog.h"
 
 namespace mgrl::dist {
@@ -34,7 +35,10 @@ void scale(void* buf, std::size_t n, double by) {
 
 class MpiComm final : public Comm {
  public:
-  MpiComm(int rank, int size, double timeout_s) : Comm(rank, size), watchdog_(timeout_s) {}
+  MpiComm(const MpiEnv& env, double timeout_s) : Comm(env.rank(), env.size()), env_(env), watchdog_(timeout_s) {
+    env_.attach_watchdog(&watchdog_);
+  }
+  ~MpiComm() override { env_.attach_watchdog(nullptr); }
 
   Backend backend() const override { return Backend::Cpu; }
   std::string name() const override { return "mpi"; }
@@ -86,14 +90,15 @@ class MpiComm final : public Comm {
   void synchronize() override {}
 
  private:
+  const MpiEnv& env_;
   Watchdog watchdog_;
   std::uint64_t seq_ = 0;
 };
 
 }  // namespace
 
-std::unique_ptr<Comm> make_mpi_comm(int rank, int size, double timeout_s) {
-  return std::make_unique<MpiComm>(rank, size, timeout_s);
+std::unique_ptr<Comm> make_mpi_comm(const MpiEnv& env, double timeout_s) {
+  return std::make_unique<MpiComm>(env, timeout_s);
 }
 
 }  // namespace mgrl::dist

@@ -32,7 +32,8 @@ ncclDataType_t nccl_type(DType t) {
 
 class NcclComm final : public Comm {
  public:
-  NcclComm(const MpiEnv& env, int device, double timeout_s) : Comm(env.rank(), env.size()), device_(device) {
+  NcclComm(const MpiEnv& env, int device, double timeout_s)
+      : Comm(env.rank(), env.size()), env_(env), device_(device) {
     CUDA_CHECK(cudaSetDevice(device_));
     watchdog_ = std::make_unique<Watchdog>(timeout_s, [this] {
       if (comm_) ncclCommAbort(comm_);  // unblocks NCCL kernels so that the abort can proceed
@@ -52,9 +53,11 @@ class NcclComm final : public Comm {
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
     CUDA_CHECK(cudaMalloc(&scratch_, sizeof(int)));
+    env_.attach_watchdog(watchdog_.get());  // the host-side agreements are watched too
   }
 
   ~NcclComm() override {
+    env_.attach_watchdog(nullptr);
     if (stream_) cudaStreamSynchronize(stream_);
     watchdog_.reset();  // joins the polling thread and frees the events it still holds
     if (comm_) ncclCommDestroy(comm_);
@@ -148,6 +151,7 @@ class NcclComm final : public Comm {
         [done] { cudaEventDestroy(done); });
   }
 
+  const MpiEnv& env_;
   int device_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;

@@ -9,6 +9,9 @@
 
 #include "core/log.h"
 #include "dist/check_mpi.h"
+#include "dist/comm_detail.h"
+#include "dist/peers.h"
+#include "dist/watchdog.h"
 
 namespace mgrl::dist {
 namespace {
@@ -31,6 +34,8 @@ void on_terminate() {
 }  // namespace
 
 void abort_job(int exit_code) {
+  // This rank's line is out: the other ranks of the host must not add lines of their own about its end.
+  peers::mark_speaking();
   std::fflush(stdout);
   std::fflush(stderr);
   int initialized = 0, finalized = 0;
@@ -55,6 +60,7 @@ MpiEnv::MpiEnv(int* argc, char*** argv) {
   MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local));
   MPI_CHECK(MPI_Comm_rank(local, &local_rank_));
   MPI_CHECK(MPI_Comm_size(local, &local_size_));
+  peers::init(MPI_COMM_WORLD, local);
   MPI_CHECK(MPI_Comm_free(&local));
   num_nodes_ = static_cast<int>(allreduce_sum(static_cast<long long>(local_rank_ == 0 ? 1 : 0)));
 
@@ -67,8 +73,20 @@ MpiEnv::MpiEnv(int* argc, char*** argv) {
 MpiEnv::~MpiEnv() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
+  if (!finalized) {
+    peers::finalize();
+    MPI_Finalize();
+  }
   g_mpi_up = false;
+}
+
+struct MpiEnv::Watched {
+  Watchdog::Guard guard;
+};
+
+MpiEnv::Watched MpiEnv::watch(const char* op, std::size_t count, const char* type) const {
+  if (!watchdog_) return {Watchdog::Guard(nullptr, 0)};
+  return {watchdog_->watch(detail::describe(op, ++seq_, count, type))};
 }
 
 std::string MpiEnv::library_version() const {
@@ -88,39 +106,48 @@ std::string MpiEnv::standard_version() const {
   return std::to_string(major) + "." + std::to_string(minor);
 }
 
-void MpiEnv::barrier() const { MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); }
+void MpiEnv::barrier() const {
+  const auto g = watch("env.barrier", 0, "-");
+  MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+}
 
 int MpiEnv::allreduce_max(int v) const {
+  const auto g = watch("env.allreduce_max", 1, "i32");
   int out = 0;
   MPI_CHECK(MPI_Allreduce(&v, &out, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
   return out;
 }
 
 int MpiEnv::allreduce_min(int v) const {
+  const auto g = watch("env.allreduce_min", 1, "i32");
   int out = 0;
   MPI_CHECK(MPI_Allreduce(&v, &out, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
   return out;
 }
 
 double MpiEnv::allreduce_max(double v) const {
+  const auto g = watch("env.allreduce_max", 1, "f64");
   double out = 0;
   MPI_CHECK(MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
   return out;
 }
 
 long long MpiEnv::allreduce_sum(long long v) const {
+  const auto g = watch("env.allreduce_sum", 1, "i64");
   long long out = 0;
   MPI_CHECK(MPI_Allreduce(&v, &out, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD));
   return out;
 }
 
 double MpiEnv::allreduce_sum(double v) const {
+  const auto g = watch("env.allreduce_sum", 1, "f64");
   double out = 0;
   MPI_CHECK(MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
   return out;
 }
 
 std::vector<std::string> MpiEnv::gather_to_root(const std::string& s) const {
+  const auto g = watch("env.gather", s.size(), "byte");
   int len = static_cast<int>(s.size());
   std::vector<int> lens(rank_ == 0 ? size_ : 0), displs(rank_ == 0 ? size_ : 0);
   MPI_CHECK(MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD));
@@ -143,6 +170,7 @@ std::vector<std::string> MpiEnv::gather_to_root(const std::string& s) const {
 }
 
 std::string MpiEnv::broadcast(const std::string& s, int root) const {
+  const auto g = watch("env.broadcast", s.size(), "byte");
   int len = static_cast<int>(s.size());
   MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, root, MPI_COMM_WORLD));
   std::string out = rank_ == root ? s : std::string(static_cast<std::size_t>(len), '\0');

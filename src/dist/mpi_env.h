@@ -2,11 +2,14 @@
 // host name, rank-0 gathering of lines, collective agreement on errors, job-wide abort.
 // MPI types stay inside src/dist; callers see plain C++.
 #pragma once
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
 
 namespace mgrl::dist {
+
+class Watchdog;
 
 class MpiEnv {
  public:
@@ -40,9 +43,20 @@ class MpiEnv {
   // fn must not itself enter collectives that other ranks could skip.
   void agree(const std::function<void()>& fn) const;
 
+  // The communicator's watchdog also watches this object's collectives (the agreements of the training loops: a
+  // rank that stops or dies between two gradient allreduces leaves the others waiting in one of these). Set by
+  // the Comm for its lifetime; nullptr: unwatched (set-up, before the configuration gives a timeout).
+  void attach_watchdog(Watchdog* w) const { watchdog_ = w; }
+
  private:
+  // A guard over one collective; "env.allreduce_max #3 (i32 x 1)" in the watchdog's message.
+  struct Watched;
+  Watched watch(const char* op, std::size_t count, const char* type) const;
+
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, num_nodes_ = 1;
   std::string host_;
+  mutable Watchdog* watchdog_ = nullptr;
+  mutable std::uint64_t seq_ = 0;
 };
 
 // Thrown by MpiEnv::agree on every rank when some rank failed; the message is already printed.

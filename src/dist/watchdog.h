@@ -1,5 +1,7 @@
-// watchdog.h: a thread that ends the job when a communication call does not complete in time.
-// Blocking calls are watched by a Guard; asynchronous ones (NCCL on a stream) by a poll function.
+// watchdog.h: a thread that ends the job when a communication call does not complete in time, or when another rank
+// of this host has ended (killed, crashed) while this one still runs. Blocking calls are watched by a Guard;
+// asynchronous ones (NCCL on a stream) by a poll function. One line names the operation and, where the watchdog can
+// see it (ranks of this host, dist/peers.h), the rank that ended or is stopped.
 #pragma once
 #include <chrono>
 #include <condition_variable>
@@ -54,7 +56,13 @@ class Watchdog {
   };
   void loop();
   void unwatch(std::uint64_t id);
+  // Called with mu_ held. Ends the job with message, unless another rank of this host has already printed its line
+  // (then this one waits silently to be ended with the job) or should speak first (the lowest rank that still
+  // runs; this one speaks after a grace period if that rank does not end the job). Returns only to wait.
+  void fire_or_wait(const std::string& message, std::chrono::steady_clock::time_point now);
   [[noreturn]] void fire(const std::string& message);
+  // The operation this rank waits in, for messages ("" when none).
+  std::string waiting_in() const;
 
   double timeout_s_;
   std::function<void()> on_timeout_;
@@ -63,6 +71,7 @@ class Watchdog {
   std::list<Entry> entries_;
   std::uint64_t next_id_ = 1;
   bool stop_ = false;
+  std::chrono::steady_clock::time_point deferred_since_{};  // when fire_or_wait first let a lower rank speak
   std::thread thread_;
 };
 
