@@ -4,6 +4,8 @@
 //   check_train losses A.jsonl B.jsonl --after=N         the "loss" of every step > N is identical in both
 //   check_train falls A.jsonl --factor=F                  the last logged loss < F * the first
 //   check_train finite A.h5                               every trainable value and moment of a checkpoint is finite
+//                                                       (and it records skipped steps)
+//   check_train read A.h5                                 the checkpoint reads back (mgrl's reader, every check)
 //   check_train rollouts R.h5 METRICS.jsonl --groups=P --G=G  a GRPO rollout file is consistent and agrees with the
 //                                                       step's metrics (mean reward, mean completion length)
 //   check_train scores A.h5 B.h5 --rtol=X                 two `mgrl score` files: same tokens, log-probs within X
@@ -157,6 +159,12 @@ int main(int argc, char** argv) {
       std::printf("check_train: loss %.4f at step %ld -> %.4f at step %ld\n", first, a.begin()->first, last,
                   a.rbegin()->first);
       return last < factor * first ? 0 : 1;
+    }
+    if (cmd == "read") {  // the checkpoint reads back with every check of mgrl's reader (checksums, sizes, values)
+      const auto a = train::read_checkpoint(argv[2]);
+      std::printf("check_train: %s reads back: step %lld, %zu trainable values\n", argv[2],
+                  static_cast<long long>(a.state.step), a.params.size());
+      return 0;
     }
     if (cmd == "finite") {
       const auto a = train::read_checkpoint(argv[2]);

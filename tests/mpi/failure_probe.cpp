@@ -3,6 +3,8 @@
 //   user-error-on-rank-1    rank 1 throws a UserError while the others wait in a barrier -> exit 2
 //   fatal-on-last-rank      the last rank fails a check while the others wait -> exit 1
 //   rank-1-skips-allreduce  rank 1 never joins an allreduce; the watchdog (2 s) ends the job -> exit 1
+//   rank-1-skips-agreement  the same for one of MpiEnv's collectives (the training loops' agreements), which the
+//                           communicator's watchdog watches too -> exit 1
 #include <chrono>
 #include <string>
 #include <thread>
@@ -21,7 +23,8 @@ int main(int argc, char** argv) {
   return dist::run_guarded(env, [&]() -> int {
     const auto device = dist::choose_device(env, "cpu", 1);
     // A long timeout for the first two: the job must end because of the abort, not the watchdog.
-    auto comm = dist::make_comm(env, device, scenario == "rank-1-skips-allreduce" ? 2.0 : 300.0);
+    const bool skips = scenario == "rank-1-skips-allreduce" || scenario == "rank-1-skips-agreement";
+    auto comm = dist::make_comm(env, device, skips ? 2.0 : 300.0);
     if (scenario == "user-error-on-rank-1") {
       if (env.rank() == 1) throw UserError("probe: user error on rank 1 only");
       comm->barrier();
@@ -35,6 +38,12 @@ int main(int argc, char** argv) {
         return 0;
       }
       comm->allreduce_sum(v.data(), v.size(), DType::F32);
+    } else if (scenario == "rank-1-skips-agreement") {
+      if (env.rank() == 1) {
+        std::this_thread::sleep_for(std::chrono::seconds(60));
+        return 0;
+      }
+      env.allreduce_max(1);
     } else {
       throw UserError("unknown scenario '" + scenario + "'");
     }

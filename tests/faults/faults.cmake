@@ -1,0 +1,46 @@
+# tests/faults: faults in running multi-rank jobs (issue 13, items 5 and 6), with real mpirun on the Qwen2 fixture.
+# Each asserts the exit code, the time the job took to end, the one line of ours, and that no process is left.
+# Label `fault` (and `cli`, `mpi`); the 50-trial kill -9 run is also `slow`.
+set(FAULT_ARGS ${SFT_ARGS} --runtime.threads=1 --checkpoint.resume=none)
+set(FAULT_MPIRUN ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG})
+function(mgrl_add_fault_test name ranks)
+  add_test(NAME fault.${name} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/faults/faults.sh ${ARGN}
+           ${CMAKE_CURRENT_BINARY_DIR}/faults/${name} $<TARGET_FILE:check_train>
+           -- ${FAULT_MPIRUN} ${ranks} ${MGRL_MPIEXEC_FLAGS} $<TARGET_FILE:mgrl> ${FAULT_ARGS})
+  set_tests_properties(fault.${name} PROPERTIES LABELS "fault;cli;mpi" TIMEOUT 90 PROCESSORS 2
+                       PASS_REGULAR_EXPRESSION "PASS: " ENVIRONMENT "${MGRL_MPI_ENV}")
+endfunction()
+# A rank killed (SIGKILL) mid-run: the lowest surviving rank of the host names it and what it was waiting in.
+mgrl_add_fault_test(kill9_rank1.np2 2 kill9:1)
+mgrl_add_fault_test(kill9_rank0.np4 4 kill9:0)
+# A rank stopped (SIGSTOP): the others wait in a collective until runtime.comm_timeout_s, then one line names it.
+mgrl_add_fault_test(sigstop_rank1.np2 2 sigstop:1)
+mgrl_add_fault_test(sigstop_rank2.np4 4 sigstop:2)
+# A rank that throws while a checkpoint is written (rank 0 half way through the file; rank 1 while rank 0 writes):
+# every rank ends with rank 0's line and one exit code, no temporary is left, and resume = auto finishes the run
+# with the weights of an uninterrupted one.
+mgrl_add_fault_test(ckthrow_rank0.np2 2 ckthrow:0)
+mgrl_add_fault_test(ckthrow_rank1.np2 2 ckthrow:1)
+
+# The polite signals to mpirun (SIGUSR1 is cli.stop.sigusr1_mpirun.np2): the ranks checkpoint and stop, resume
+# reaches the same weights. Open MPI's mpirun does not forward SIGTERM and SIGINT: it sends the ranks SIGTERM itself
+# (SIGKILL 1 s later: odls_base_sigkill_timeout) and exits 1.
+foreach(sig TERM INT)
+  string(TOLOWER ${sig} lower)
+  add_test(NAME fault.sig${lower}_mpirun.np2 COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/stop_resume.sh ${sig}
+           ${CMAKE_CURRENT_BINARY_DIR}/faults/sig${lower} $<TARGET_FILE:check_train>
+           -- ${FAULT_MPIRUN} 2 ${MGRL_MPIEXEC_FLAGS} $<TARGET_FILE:mgrl> ${FAULT_ARGS})
+  set_tests_properties(fault.sig${lower}_mpirun.np2 PROPERTIES LABELS "fault;cli;mpi" TIMEOUT 120 PROCESSORS 2
+                       PASS_REGULAR_EXPRESSION "the same weights"
+                       ENVIRONMENT "${MGRL_MPI_ENV};STOP_RC=1;STOP_STEPS=300")
+endforeach()
+
+# kill -9 to the checkpoint writer at random moments (seeded): the newest complete checkpoint always reads back and
+# resume = auto reaches the uninterrupted run's weights bit for bit. 5 trials in the quick suite, 50 in `slow`.
+set(KILL9_LAUNCH $<TARGET_FILE:mgrl> ${FAULT_ARGS})
+add_test(NAME fault.kill9_checkpoints_quick COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/faults/kill9_checkpoints.sh 5 13
+         ${CMAKE_CURRENT_BINARY_DIR}/faults/kill9_quick $<TARGET_FILE:check_train> -- ${KILL9_LAUNCH})
+set_tests_properties(fault.kill9_checkpoints_quick PROPERTIES LABELS "fault;cli" TIMEOUT 120)
+add_test(NAME fault.kill9_checkpoints_50 COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/faults/kill9_checkpoints.sh 50 2024
+         ${CMAKE_CURRENT_BINARY_DIR}/faults/kill9_50 $<TARGET_FILE:check_train> -- ${KILL9_LAUNCH})
+set_tests_properties(fault.kill9_checkpoints_50 PROPERTIES LABELS "fault;slow" TIMEOUT 400)

@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# faults.sh: one rank of a running multi-rank `mgrl sft` job fails; the job must end in time with one line of ours
+# naming the rank and the operation, and leave no process behind.
+#   faults.sh SCENARIO WORK CHECK_TRAIN -- LAUNCH...
+# LAUNCH: mpirun -n N ... mgrl sft ... (without --train.max_steps, --checkpoint.dir, --log.dir, which this adds).
+# Scenarios:
+#   kill9:R       SIGKILL to rank R after step 2 (mid-run)
+#   sigstop:R     SIGSTOP to rank R after step 2: the others wait in a collective until runtime.comm_timeout_s
+#   ckthrow:R     MGRL_FAULT_INJECT: rank R throws while the step-3 checkpoint is written (rank 0 half way through
+#                 the file); then resume = auto from the step-2 checkpoint finishes the run
+set -uo pipefail
+scenario=$1 work=$2 check=$3
+shift 3
+[ "$1" = -- ] && shift
+what=${scenario%%:*} victim=${scenario#*:}
+timeout_s=6   # runtime.comm_timeout_s of the job
+margin=10     # what "a small margin" allows on a loaded 2-core machine (mpirun's own teardown included)
+rm -rf "$work" && mkdir -p "$work"
+fail() { echo "FAIL: $*"; echo "--- stderr"; cat "$work/err" 2>/dev/null; exit 1; }
+
+# Every process of this test carries $work on its command line: mpirun and the ranks.
+ours() { pgrep -f -- "--log.dir=$work/log" || true; }
+cleanup() {
+  # A stopped rank must not outlive the test, whatever happened.
+  for p in $(ours); do kill -CONT "$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; done
+}
+trap cleanup EXIT
+
+rank_pid() {  # the pid of rank $1 of the job (OMPI_COMM_WORLD_RANK / PMI_RANK in its environment)
+  for p in $(ours); do
+    [ "$p" = "$launcher" ] && continue
+    if tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -Eqx "(OMPI_COMM_WORLD_RANK|PMI_RANK)=$1"; then
+      echo "$p"
+      return
+    fi
+  done
+}
+
+steps=100000  # far more than the test lets it run
+extra=()
+if [ "$what" = ckthrow ]; then
+  steps=5
+  extra=(--checkpoint.every_steps=1)
+  export MGRL_FAULT_INJECT="checkpoint_write:rank=$victim:step=3"
+fi
+start=$(date +%s.%N)
+"$@" --train.max_steps=$steps --runtime.comm_timeout_s=$timeout_s --checkpoint.dir="$work/ck" --log.dir="$work/log" \
+  "${extra[@]}" > "$work/out" 2> "$work/err" &
+launcher=$!
+unset MGRL_FAULT_INJECT
+
+case $what in
+  kill9|sigstop)
+    for _ in $(seq 1200); do  # 60 s at most for the start (loading, first steps)
+      grep -q '"step":2[,}]' "$work/log/metrics.jsonl" 2>/dev/null && break
+      kill -0 "$launcher" 2>/dev/null || fail "the job ended before step 2"
+      sleep 0.05
+    done
+    pid=$(rank_pid "$victim")
+    [ -n "$pid" ] || fail "no process found for rank $victim"
+    if [ "$what" = kill9 ]; then kill -KILL "$pid"; else kill -STOP "$pid"; fi
+    start=$(date +%s.%N)
+    ;;
+esac
+wait "$launcher"
+rc=$?
+secs=$(echo "$(date +%s.%N) - $start" | bc)
+echo "scenario $scenario: launcher exit $rc after ${secs}s"
+echo "--- stderr"; cat "$work/err"
+echo "---"
+
+limit=$((timeout_s + margin))
+[ "$(echo "$secs < $limit" | bc)" = 1 ] || fail "the job took ${secs}s to end, more than comm_timeout_s + ${margin}s"
+lines=$(grep -c '^mgrl:' "$work/err")
+[ "$lines" = 1 ] || fail "$lines lines from mgrl on stderr, expected 1"
+line=$(grep '^mgrl:' "$work/err")
+case $what in
+  kill9)
+    [ "$rc" != 0 ] || fail "exit code 0"
+    echo "$line" | grep -Eq "^mgrl: error: (\[rank [0-9]+\] )?rank $victim \(pid $pid\) has ended \(killed or crashed\) while this rank (waited in [a-z_.]+ #[0-9]+|was computing)" ||
+      fail "the line does not name rank $victim and the operation: $line"
+    ;;
+  sigstop)
+    [ "$rc" != 0 ] || fail "exit code 0"
+    [ "$(echo "$secs >= $timeout_s - 1" | bc)" = 1 ] || fail "ended after ${secs}s, before the timeout: by what?"
+    echo "$line" | grep -Eq "^mgrl: error: (\[rank [0-9]+\] )?[a-z_.]+ #[0-9]+ \([^)]*\) did not complete within $timeout_s s \(runtime.comm_timeout_s\): rank $victim \(pid $pid\) is stopped" ||
+      fail "the line does not name the collective and rank $victim: $line"
+    ;;
+  ckthrow)
+    if [ "$victim" = 0 ]; then
+      [ "$rc" = 2 ] || fail "exit code $rc, expected 2 (a write that fails is the file system's doing)"
+      echo "$line" | grep -Eq "^mgrl: error: .*/ck/step_00000003.h5: cannot write the checkpoint .*: fault injected by MGRL_FAULT_INJECT: checkpoint_write on rank 0 at step 3$" ||
+        fail "the line does not name the file, the write and rank 0: $line"
+    else
+      [ "$rc" = 1 ] || fail "exit code $rc, expected 1"
+      echo "$line" | grep -Eq "^mgrl: error: rank $victim: fault injected by MGRL_FAULT_INJECT: checkpoint_write on rank $victim at step 3$" ||
+        fail "the line does not name rank $victim and the write: $line"
+    fi
+    ls "$work/ck" | grep -q tmp && fail "a temporary file is left: $(ls "$work/ck")"
+    # Rank 0's failed write leaves step 2 the newest; another rank's failure does not stop rank 0's write (the
+    # weights were checked equal on every rank before it), so step 3 is complete.
+    newest=$([ "$victim" = 0 ] && echo 2 || echo 3)
+    [ "$(ls "$work/ck" | tail -n 1)" = "step_0000000$newest.h5" ] || fail "checkpoints: $(ls "$work/ck")"
+    # The run goes on from the newest complete checkpoint and ends as an uninterrupted run does.
+    "$@" --train.max_steps=$steps --checkpoint.dir="$work/ck" --log.dir="$work/log" --checkpoint.every_steps=1 \
+      --checkpoint.resume=auto > "$work/resume.log" 2>&1 || fail "resume failed: $(cat "$work/resume.log")"
+    grep -q "resumed from .*step_0000000$newest.h5" "$work/resume.log" || fail "not resumed from step $newest"
+    "$@" --train.max_steps=$steps --checkpoint.dir="$work/straight" --log.dir="$work/straight" > /dev/null 2>&1 ||
+      fail "the uninterrupted run failed"
+    "$check" weights "$work/straight/step_00000005.h5" "$work/ck/step_00000005.h5" --exact || fail "weights differ"
+    ;;
+esac
+
+# No process of the job is left (mpirun reaps its ranks; allow it a moment).
+for _ in $(seq 40); do [ -z "$(ours)" ] && break; sleep 0.1; done
+left=$(ours)
+[ -z "$left" ] || fail "processes left behind: $(ps -o pid,stat,args -p "$(echo $left | tr ' ' ,)")"
+echo "PASS: $scenario ended after ${secs}s (limit ${limit}s), exit $rc, one line: $line"
