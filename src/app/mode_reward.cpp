@@ -1,6 +1,8 @@
 // mode_reward.cpp: `mgrl reward`: scores a JSONL of {"prompt", "completion", ...columns} lines with the configured
 // [[reward]] functions, without a model, and writes one JSON line per input line to standard output (rank 0).
+#include <cstdint>
 #include <iostream>
+#include <limits>
 
 #include "app/modes.h"
 #include "core/error.h"
@@ -27,8 +29,13 @@ int run_reward(Context& ctx) {
       if (!j.is_object() || !j.contains("completion") || !j["completion"].is_string())
         io::jsonl_error(input, line, "each line needs a string \"completion\" (and usually \"prompt\")");
       if (j.contains("prompt") && !j["prompt"].is_string()) io::jsonl_error(input, line, "\"prompt\" must be a string");
-      if (j.contains("completion_tokens") && !j["completion_tokens"].is_number_integer())
-        io::jsonl_error(input, line, "\"completion_tokens\" must be an integer");
+      if (j.contains("completion_tokens") &&
+          (!j["completion_tokens"].is_number_integer() || j["completion_tokens"].get<std::int64_t>() < 0 ||
+           j["completion_tokens"].get<std::int64_t>() > std::numeric_limits<int>::max()))
+        io::jsonl_error(input, line, "\"completion_tokens\" must be an integer in [0, 2^31)");
+      // Read below with a default: a value of another type would be a JSON library exception (exit 1), not this line.
+      if (j.contains("finish_reason") && !j["finish_reason"].is_string())
+        io::jsonl_error(input, line, "\"finish_reason\" must be a string");
       rows.push_back(j);
     });
   });

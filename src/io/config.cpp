@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -13,6 +14,7 @@
 #include <toml++/toml.h>
 
 #include "core/error.h"
+#include "io/unicode.h"
 
 namespace mgrl::io {
 
@@ -43,6 +45,8 @@ std::size_t edit_distance(const std::string& a, const std::string& b) {
   return prev[b.size()];
 }
 
+// A TOML basic string. Control characters other than tab may not appear raw in one (a value given as "\u0001"
+// in a file, or a carriage return on the command line, must still read back from the effective configuration).
 std::string quote(const std::string& s) {
   std::string out = "\"";
   for (const char c : s) {
@@ -51,7 +55,14 @@ std::string quote(const std::string& s) {
       case '\\': out += "\\\\"; break;
       case '\n': out += "\\n"; break;
       case '\t': out += "\\t"; break;
-      default: out += c;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04X", static_cast<unsigned>(static_cast<unsigned char>(c)));
+          out += buf;
+        } else {
+          out += c;
+        }
     }
   }
   return out + "\"";
@@ -151,8 +162,11 @@ std::optional<Value> from_text(const KeySpec& ks, const std::string& text) {
   switch (ks.type) {
     case ValueType::String:
       if (text.size() >= 2 && text.front() == '"' && text.back() == '"') {
-        auto parsed = toml::parse("v = " + text);
-        if (auto s = parsed["v"].as_string()) return Value(s->get());
+        try {
+          auto parsed = toml::parse("v = " + text);
+          if (auto s = parsed["v"].as_string()) return Value(s->get());
+        } catch (const toml::parse_error&) {  // "a"b" is no TOML string: a wrong value, not a crash
+        }
         return std::nullopt;
       }
       return Value(text);
@@ -363,6 +377,11 @@ Config Config::load(const Schema& schema, const std::string& file, const std::ve
     const std::string key = arg.substr(2, eq - 2), text_value = arg.substr(eq + 1);
     const KeySpec* ks = find_key(schema, key);
     if (!ks) throw UserError("command line: " + unknown_key_message(schema, key));
+    // TOML text is UTF-8: a value that is not could not be written into the effective configuration (checkpoints
+    // store it, `mgrl export` reads it back), nor given in a file.
+    if (const auto bad = unicode::utf8_invalid_at(text_value); bad != std::string::npos)
+      throw UserError("command line: the value of '--" + key + "' is not valid UTF-8 (byte " +
+                      std::to_string(bad + 1) + ")");
     auto v = from_text(*ks, text_value);
     if (!v)
       throw UserError("command line: '" + arg + "': key '" + key + "' must be " + value_type_name(ks->type) +

@@ -18,8 +18,12 @@ std::vector<Example> load_examples(const std::string& path, const io::Tokenizer&
     std::vector<std::int32_t> prompt, completion;
     if (j.contains("messages")) {
       const auto& m = j["messages"];
-      if (!m.is_array() || m.empty() || !m.back().is_object() || m.back().value("role", "") != "assistant")
+      const auto must_end_with_assistant = [&] {
         io::jsonl_error(path, line, "\"messages\" must end with an assistant message (the completion)");
+      };
+      if (!m.is_array() || m.empty()) must_end_with_assistant();
+      // Every message is checked before any role is read: a role that is not a string is this line's error,
+      // not a JSON library exception.
       std::vector<io::Message> msgs;
       for (const auto& x : m) {
         if (!x.is_object() || !x.contains("role") || !x.contains("content") || !x["role"].is_string() ||
@@ -27,6 +31,7 @@ std::vector<Example> load_examples(const std::string& path, const io::Tokenizer&
           io::jsonl_error(path, line, "each message needs string \"role\" and \"content\"");
         msgs.push_back({x["role"].get<std::string>(), x["content"].get<std::string>()});
       }
+      if (msgs.back().role != "assistant") must_end_with_assistant();
       ex.completion = msgs.back().content;
       msgs.pop_back();
       prompt = tok.encode_chat(msgs, opts.chat, true);

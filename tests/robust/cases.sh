@@ -33,6 +33,10 @@ c cli_nan 1 "key 'train\.lr' must be a number" '' $SFT --train.lr=nan
 c cli_negative 1 "key 'train\.lr' must be >= 0\.0 \(got -1\.0\)" '' $SFT --train.lr=-1
 c cli_bad_bool 1 "key 'model\.recompute' must be a boolean" '' $SFT --model.recompute=yes
 c cli_bad_list 1 "key 'lora\.targets' must be a list of strings" '' $SFT '--lora.targets=[1, 2]'
+# Found by fuzzing: a quoted value that is no TOML string was a TOML parser exception (exit 1); a value that is not
+# UTF-8 was accepted and made the effective configuration (stored in checkpoints) unreadable.
+c cli_bad_quoted_string 1 "'--model\.path=\"a\"b\"': key 'model\.path' must be a string" '' $SFT '--model.path="a"b"'
+c cli_not_utf8 1 "command line: the value of '--model\.path' is not valid UTF-8 \(byte 2\)" '' $SFT $'--model.path=m\xff'
 c cli_empty_required 1 "empty value of required key 'model\.path' for mode sft" '' $SFT --model.path=
 c cli_missing_required 1 "missing required key 'data\.input' for mode score" '' score --model.path=model --score.output=x.h5
 c cli_unknown_mode 1 "unknown mode 'trian' \(did you mean 'train'\?|unknown mode 'trian'" '' trian
@@ -109,6 +113,10 @@ c generate_prompt_not_string 1 'prompts\.jsonl:1: ' 'sed -i "1s/.*/{\"prompt\": 
 c generate_nul_byte 1 'prompts\.jsonl:3: a NUL byte' 'sed -i "3s/\$/\x00/" prompts.jsonl' $GEN
 c grpo_bad_line 1 'train\.jsonl:5: invalid JSON' 'sed -i "5s/.*/{\"prompt\": /" train.jsonl' $GRPO
 c reward_bad_line 1 'samples\.jsonl:1: ' 'echo "{\"completion\": 3}" > samples.jsonl' reward grpo.toml --data.input=samples.jsonl
+# Found by fuzzing (fuzz/, docs/reliability.md#fuzzing): these were JSON library exceptions (exit 1, no line number).
+c sft_role_not_string 1 'train\.jsonl:1: each message needs string "role" and "content"' 'sed -i "1s/.*/{\"messages\": [{\"role\": 1, \"content\": \"x\"}]}/" train.jsonl' $SFT
+c reward_finish_reason_not_string 1 'samples\.jsonl:1: "finish_reason" must be a string' 'echo "{\"completion\": \"x\", \"finish_reason\": 1}" > samples.jsonl' reward grpo.toml --data.input=samples.jsonl
+c reward_completion_tokens_huge 1 'samples\.jsonl:1: "completion_tokens" must be an integer in' 'echo "{\"completion\": \"x\", \"completion_tokens\": 99999999999}" > samples.jsonl' reward grpo.toml --data.input=samples.jsonl
 
 # ---- checkpoints ----
 c ck_damaged_tensor 1 "ck/step_00000002\.h5: damaged checkpoint: the data of '/trainable/base_model\.model\.model\.layers\.1\.self_attn\.v_proj\.lora_A\.weight' do not match their checksum" 'T damage-dataset ck/step_00000002.h5 /trainable/base_model.model.model.layers.1.self_attn.v_proj.lora_A.weight' $SFT --train.max_steps=3 --checkpoint.dir=out --checkpoint.resume=ck/step_00000002.h5

@@ -185,6 +185,35 @@ TEST(Config, EffectiveConfigRoundTrips) {
   EXPECT_EQ(d.get_strings("lora.targets"), c.get_strings("lora.targets"));
 }
 
+// Found by fuzzing (fuzz/fuzz_config.cpp): control characters in a string (given as \u escapes in a file or raw on
+// the command line) were written raw by to_toml(), which TOML forbids, so the effective configuration stored in a
+// checkpoint did not load again.
+TEST(Config, EffectiveConfigRoundTripsControlCharacters) {
+  const std::string odd = std::string("a\x01" "b\rc\x7f d\x1f\"\\\n\te") + '\0' + "f";
+  const auto path = test::write_temp("ctrl.toml", "mode = \"eval\"\n[model]\npath = \"a\\u0001b\\r\\u0000\"\n");
+  const auto c = Config::load(test_schema(), path, {}, "");
+  EXPECT_EQ(c.get_string("model.path"), std::string("a\x01" "b\r") + '\0');
+  const auto d = Config::load(test_schema(), "", {"--model.path=" + odd}, "train");
+  for (const auto* cfg : {&c, &d}) {
+    const auto text = cfg->to_toml();
+    Config again;
+    ASSERT_NO_THROW(again = Config::from_string(test_schema(), text, "roundtrip")) << text;
+    EXPECT_EQ(again.get_string("model.path"), cfg->get_string("model.path"));
+    EXPECT_EQ(again.to_toml(), text);
+  }
+}
+
+// Found by fuzzing: a command-line value that is not UTF-8 could not be stored as TOML; one in quotes that is no
+// TOML string escaped as a TOML parser exception (an internal error, exit 1) instead of a one-line user error.
+TEST(Config, OverridesThatAreNoTomlText) {
+  auto msg = test::error_of([&] { Config::load(test_schema(), "", {"--model.path=ab\xff"}, "train"); });
+  EXPECT_EQ(msg, "command line: the value of '--model.path' is not valid UTF-8 (byte 3)");
+  msg = test::error_of([&] { Config::load(test_schema(), "", {"--model.path=\"a\"b\""}, "train"); });
+  EXPECT_NE(msg.find("key 'model.path' must be a string"), std::string::npos) << msg;
+  EXPECT_EQ(Config::load(test_schema(), "", {"--model.path=\"a\\u00e9\""}, "train").get_string("model.path"),
+            "a\xc3\xa9");
+}
+
 TEST(Config, HelpConfigDocumentsEveryKeyAndParsesBack) {
   const auto text = help_config(mgrl_schema(), "test");
   for (const auto& ks : mgrl_schema()) {

@@ -102,6 +102,13 @@ TEST(Data, BrokenLinesNameFileAndLine) {
   EXPECT_NE(msg.find("b4.jsonl:1: \"messages\" must end with an assistant message"), std::string::npos) << msg;
   msg = test::error_of([&] { load_examples(test::write_temp("b5.jsonl", "\n\n"), tok, {}); });
   EXPECT_NE(msg.find("b5.jsonl: no examples"), std::string::npos) << msg;
+  // Found by fuzzing (fuzz/fuzz_jsonl.cpp): a last message whose role is not a string was a JSON library exception
+  // (an internal error, exit 1), not this line's error. Anything else than UserError fails the test.
+  for (const char* line : {"{\"messages\": [{\"role\": 1, \"content\": \"x\"}]}", "{\"messages\": [{\"role\": null}]}",
+                           "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": [1], \"content\": \"b\"}]}"}) {
+    msg = test::error_of([&] { load_examples(test::write_temp("b6.jsonl", std::string(line) + "\n"), tok, {}); });
+    EXPECT_NE(msg.find("b6.jsonl:1: each message needs string \"role\" and \"content\""), std::string::npos) << line;
+  }
 }
 
 TEST(AdamW, MatchesTorchUpdateRule) {
