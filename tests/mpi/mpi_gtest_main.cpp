@@ -12,7 +12,10 @@ namespace mgrl::test {
 namespace {
 dist::MpiEnv* g_env = nullptr;
 std::vector<std::string> g_args;
+std::vector<std::function<void()>> g_before_exit;
 }  // namespace
+
+void before_exit(std::function<void()> fn) { g_before_exit.push_back(std::move(fn)); }
 
 dist::MpiEnv& env() { return *g_env; }
 
@@ -53,6 +56,7 @@ int main(int argc, char** argv) {
   const auto* unit = ::testing::UnitTest::GetInstance();
   // A binary whose every test skipped itself (no GPU) reports "skipped" to CTest.
   const bool all_skipped = unit->test_to_run_count() > 0 && unit->skipped_test_count() == unit->test_to_run_count();
+  for (auto& fn : mgrl::test::g_before_exit) fn();
   rc = env.allreduce_max(rc != 0 ? 1 : 0);
   if (rc == 0 && env.allreduce_min(all_skipped ? 1 : 0) == 1) return mgrl::test::kSkip;
   if (rc != 0 && env.rank() == 0) std::fprintf(stderr, "some test failed on at least one rank\n");

@@ -45,6 +45,9 @@ Setup& setup() {
     }
     return r;
   }();
+  // The communicator refers to the MPI environment of main(): release it before main returns.
+  static const bool released_at_exit = (test::before_exit([] { s.comm.reset(); }), true);
+  (void)released_at_exit;
   return s;
 }
 
