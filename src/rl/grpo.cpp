@@ -56,6 +56,17 @@ struct GrpoTrainer::Round {
   std::vector<double> rollout_wait;  // every rank's wait for the slowest at the end of generation + rewards
   std::vector<std::vector<std::size_t>> gen_split;  // the prompts (positions) each rank generated
   double imbalance_generation = 1, imbalance_training = 1;  // max / mean tokens of the ranks' shares
+
+  // The global figures of the round's completions (all, in slot order).
+  void set_figures(const std::vector<Rollout>& all) {
+    for (const auto& r : all) {
+      rewards_fn.push_back(r.rewards);
+      rewards.push_back(r.reward);
+      lengths.push_back(static_cast<int>(r.completion.size()));
+      truncated.push_back(r.finish_reason == "length" ? 1 : 0);
+      tokens.push_back(r.masked ? 0.0 : static_cast<double>(r.completion.size()));
+    }
+  }
 };
 
 GrpoTrainer::GrpoTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transformer& model, const io::Tokenizer& tok,
@@ -264,7 +275,7 @@ std::vector<std::vector<std::size_t>> GrpoTrainer::training_split(const std::vec
 }
 
 void GrpoTrainer::new_round() {
-  const int ranks = env_.size(), rank = env_.rank();
+  const int rank = env_.rank();
   const int P = opts_.batch_prompts, G = opts_.num_generations;
   round_ = std::make_unique<Round>();
   Round& R = *round_;
@@ -352,13 +363,7 @@ void GrpoTrainer::new_round() {
     for (std::size_t s = 0; s < all.size(); ++s) MGRL_CHECK(all[s].slot == static_cast<std::int64_t>(s), "GRPO round: slots");
   }
   // 4. Group-relative advantages, identical on every rank; lengths and loss tokens for normalisers and metrics.
-  for (const auto& r : all) {
-    R.rewards_fn.push_back(r.rewards);
-    R.rewards.push_back(r.reward);
-    R.lengths.push_back(static_cast<int>(r.completion.size()));
-    R.truncated.push_back(r.finish_reason == "length" ? 1 : 0);
-    R.tokens.push_back(r.masked ? 0.0 : static_cast<double>(r.completion.size()));
-  }
+  R.set_figures(all);
   const auto adv = group_advantages(R.rewards, G, opts_.scale_rewards, &R.group_std);
   for (std::size_t s = 0; s < all.size(); ++s) all[s].advantage = adv[s];
   // The lengths each prompt had, for the next generation splits.
@@ -403,7 +408,6 @@ void GrpoTrainer::new_round() {
         }
   }
   if (rank == 0) R.global = std::move(all);
-  (void)ranks;
 }
 
 void GrpoTrainer::resume_round(const std::string& extra) {
@@ -424,13 +428,7 @@ void GrpoTrainer::resume_round(const std::string& extra) {
                     "train.batch_size x grpo.num_generations is " +
                     std::to_string(opts_.batch_prompts * opts_.num_generations));
   for (std::size_t s = 0; s < N; ++s) all[s].slot = static_cast<std::int64_t>(s);  // stored in slot order
-  for (const auto& r : all) {
-    R.rewards_fn.push_back(r.rewards);
-    R.rewards.push_back(r.reward);
-    R.lengths.push_back(static_cast<int>(r.completion.size()));
-    R.truncated.push_back(r.finish_reason == "length" ? 1 : 0);
-    R.tokens.push_back(r.masked ? 0.0 : static_cast<double>(r.completion.size()));
-  }
+  R.set_figures(all);
   group_advantages(R.rewards, opts_.num_generations, opts_.scale_rewards, &R.group_std);
   const auto split = training_split(all, nullptr);
   for (std::size_t s : split[static_cast<std::size_t>(env_.rank())]) R.local.push_back(all[s]);
@@ -456,7 +454,6 @@ double GrpoTrainer::train_step(nlohmann::json* metrics) {
   const float logit_scale = 1.0f / opts_.sampling.temperature;
   const double scale = opt_->loss_scale(state_);
   sync_->zero();
-  const kernels::PhaseSeconds ph0 = model_.ops().phase_seconds();
   double loss = 0, kl = 0, low = 0, high = 0, ratio = 0, ratio_tokens = 0, tokens = 0;
   std::vector<int> plen;
   std::vector<float> lp, w, mask;
@@ -524,12 +521,15 @@ double GrpoTrainer::train_step(nlohmann::json* metrics) {
     tokens = env_.allreduce_sum(tokens);
     ratio_tokens = env_.allreduce_sum(ratio_tokens);
   }
-  // Straggler wait in training: every rank's forward + backward time (the backends keep blocking communication
-  // out of these phases) against the slowest rank's; what a rank waits for at the gradient reduction.
+  // Straggler wait in training: every rank's forward + backward time since the previous step (this step's, and the
+  // round's scoring passes; the backends keep blocking communication out of these phases) against the slowest
+  // rank's: what a rank waits for at the gradient reduction. Read once a step, after the reduction has synchronised
+  // (on the CUDA backend reading the phase times synchronises).
   {
     const kernels::PhaseSeconds ph1 = model_.ops().phase_seconds();
     const auto fwd = static_cast<int>(kernels::Phase::Forward), bwd = static_cast<int>(kernels::Phase::Backward);
-    const auto w = all_ranks(ph1[fwd] - ph0[fwd] + ph1[bwd] - ph0[bwd]);
+    const auto w = all_ranks(ph1[fwd] - phases_seen_[fwd] + ph1[bwd] - phases_seen_[bwd]);
+    phases_seen_ = ph1;
     const double slowest = *std::max_element(w.begin(), w.end());
     double mean = 0;
     wait_training_.resize(w.size(), 0.0);
@@ -655,6 +655,7 @@ GrpoResult GrpoTrainer::run() {
   const auto& names = rewards_.names();
   double run_step_seconds = 0;
   model_.ops().phase_reset();
+  phases_seen_ = {};
   stop::arm();  // from here a stop signal ends the run after its step, with a checkpoint
   while (state_.step < end) {
     phases_.clear();

@@ -124,6 +124,7 @@ class GrpoTrainer {
   std::int64_t seen_count_ = 0;
   // Straggler wait of every rank over the run (s): at the end of generation + rewards, and in training.
   std::vector<double> wait_rollout_, wait_training_;
+  kernels::PhaseSeconds phases_seen_{};  // the backend's phase times at the end of the previous step
   double imbalance_sum_[2] = {0, 0};  // generation, training: sums over rounds of max / mean tokens
   int rounds_ = 0;
 };
