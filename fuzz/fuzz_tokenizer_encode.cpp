@@ -1,5 +1,6 @@
 // fuzz_tokenizer_encode.cpp: encoding arbitrary bytes (invalid UTF-8 included) with real tokenizers of the test
-// data (byte-level BPE: Qwen2; SentencePiece-style: Llama 2), decoding back, and the byte-level round trip.
+// data (byte-level BPE: Qwen2; SentencePiece-style: Llama 2) and decoding back (no round-trip claim: the
+// tokenizers normalise).
 #include <cstdlib>
 
 #include "fuzz/fuzz_common.h"
@@ -15,10 +16,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   static const Tokenizer llama = Tokenizer::from_file(MGRL_FUZZ_DATA_DIR "/tokenizers/llama2_sentencepiece/tokenizer.json");
   const std::string text(reinterpret_cast<const char*>(data), size);
   mgrl::fuzz::refused_ok([&] {
-    const auto ids = qwen.encode(text, false);
-    const std::string back = qwen.decode(ids, false);
-    // Byte-level BPE keeps every byte: valid UTF-8 comes back unchanged (no normalizer in this tokenizer).
-    (void)back;
+    (void)qwen.decode(qwen.encode(text, false), false);
     (void)llama.decode(llama.encode(text, true), true);
   });
   return 0;
