@@ -28,6 +28,17 @@ inline const char* phase_name(Phase p) {
 }
 using PhaseSeconds = std::array<double, kNumPhases>;
 
+// The block table of a paged KV cache (Ops::kv_store, Ops::attention_cached): position p of sequence slot s is row
+// p % block_size of pool block table[s * max_blocks + p / block_size] (a negative entry: no block there).
+struct KvPages {
+  const std::int32_t* table = nullptr;  // backend memory, [slots, max_blocks]
+  int slots = 0;
+  int max_blocks = 0;  // entries per slot
+  int block_size = 0;  // positions per block
+  int n_blocks = 0;    // blocks in each pool
+  int max_len() const { return max_blocks * block_size; }  // positions a slot can hold
+};
+
 class Ops {
  public:
   virtual ~Ops() = default;
@@ -106,16 +117,18 @@ class Ops {
                               float logit_scale) = 0;
 
   // ---- inference with a KV cache (kernels/cpu/kv_cache.h, kernels/cpu/sampling.h) ----
-  // Caches are [slots, max_len, n_kv, head_dim] in storage dtype, one k and one v per layer. Token row t
-  // (of T packed rows, no padding) belongs to sequence slot[t] at position pos[t].
+  // The cache is paged (KvPages): per layer one k and one v pool of blocks [n_blocks, block_size, n_kv, head_dim] in
+  // storage dtype; a block table maps position p of sequence slot s to row p % block_size of block
+  // table[s * max_blocks + p / block_size]. Sequences may share blocks (a prompt prefix shared by its completions).
+  // Token row t (of T packed rows, no padding) belongs to sequence slot[t] at position pos[t].
   // cache_k[slot[t], pos[t]] = k[t]; cache_v[slot[t], pos[t]] = v[t].
   virtual void kv_store(void* cache_k, void* cache_v, const void* k, const void* v, const std::int32_t* slot,
-                        const std::int32_t* pos, int T, int max_len, int n_kv, int head_dim) = 0;
+                        const std::int32_t* pos, int T, const KvPages& pages, int n_kv, int head_dim) = 0;
   // out[t] = attention of q[t] over cache[slot[t], 0..pos[t]] (inclusive: the row's own key must be stored
   // first), grouped-query as attention_forward, scale 1/sqrt(head_dim). q, out: [T, n_heads, head_dim].
   virtual void attention_cached(void* out, const void* q, const void* cache_k, const void* cache_v,
-                                const std::int32_t* slot, const std::int32_t* pos, int T, int max_len, int n_heads,
-                                int n_kv, int head_dim) = 0;
+                                const std::int32_t* slot, const std::int32_t* pos, int T, const KvPages& pages,
+                                int n_heads, int n_kv, int head_dim) = 0;
   // dst[i] = src[idx[i]] for i < n, rows of `width` elements in storage dtype.
   virtual void gather_rows(void* dst, const void* src, const std::int32_t* idx, int n, int width) = 0;
   // One token per row of logits [B, V] (f32), by the canonical algorithm of kernels/cpu/sampling.h,

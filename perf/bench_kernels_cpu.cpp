@@ -29,6 +29,7 @@
 namespace {
 
 using mgrl::kernels::Ops;
+using mgrl::kernels::KvPages;
 
 constexpr int kD = 896, kHeads = 14, kKv = 2, kHd = 64, kI = 4864, kV = 32000, kR = 16;
 constexpr float kEps = 1e-6f;
@@ -179,7 +180,10 @@ void BM_AttentionCached(benchmark::State& state) {
   std::vector<std::int32_t> slot(B), pos(B, len - 1);
   for (int i = 0; i < B; ++i) slot[i] = i;
   const std::int32_t *dslot = b.copy_of(slot), *dpos = b.copy_of(pos);
-  for (auto _ : state) ops().attention_cached(out, q, ck, cv, dslot, dpos, B, max_len, kHeads, kKv, kHd);
+  std::vector<std::int32_t> table(B);  // one block of max_len positions per slot
+  for (int i = 0; i < B; ++i) table[i] = i;
+  const KvPages pages{b.copy_of(table), B, 1, max_len, B};
+  for (auto _ : state) ops().attention_cached(out, q, ck, cv, dslot, dpos, B, pages, kHeads, kKv, kHd);
   report(state, 4.0 * (2.0 * B * len * kKv * kHd + 2.0 * B * kHeads * kHd), 4.0 * B * kHeads * kHd * len);
 }
 

@@ -125,12 +125,13 @@ class CpuOps final : public Ops {
     cpu::lm_head_logits(logits, F(h), F(W), T, D, V, logit_scale);
   }
   void kv_store(void* cache_k, void* cache_v, const void* k, const void* v, const std::int32_t* slot,
-                const std::int32_t* pos, int T, int max_len, int n_kv, int head_dim) override {
-    cpu::kv_store(F(cache_k), F(cache_v), F(k), F(v), slot, pos, T, max_len, n_kv, head_dim);
+                const std::int32_t* pos, int T, const KvPages& pages, int n_kv, int head_dim) override {
+    cpu::kv_store(F(cache_k), F(cache_v), F(k), F(v), slot, pos, T, pages, n_kv, head_dim);
   }
   void attention_cached(void* out, const void* q, const void* cache_k, const void* cache_v, const std::int32_t* slot,
-                        const std::int32_t* pos, int T, int max_len, int n_heads, int n_kv, int head_dim) override {
-    cpu::attention_cached(F(out), F(q), F(cache_k), F(cache_v), slot, pos, T, max_len, n_heads, n_kv, head_dim);
+                        const std::int32_t* pos, int T, const KvPages& pages, int n_heads, int n_kv,
+                        int head_dim) override {
+    cpu::attention_cached(F(out), F(q), F(cache_k), F(cache_v), slot, pos, T, pages, n_heads, n_kv, head_dim);
   }
   void gather_rows(void* dst, const void* src, const std::int32_t* idx, int n, int width) override {
     cpu::gather_rows(F(dst), F(src), idx, n, width);

@@ -16,19 +16,33 @@ __device__ __forceinline__ float warp_dot(const float* a, const S* b, int n) {
   return warp_sum(s);
 }
 
+// Where key u of a row lies: kb + at(u), its value at vb + at(u) (elements).
+struct StridedRows {  // rows at a fixed stride (training: packed token rows)
+  std::int64_t stride;
+  __device__ std::int64_t operator()(int u) const { return u * stride; }
+};
+struct PagedRows {  // rows of one sequence in a paged KV cache (kernels/ops.h KvPages)
+  const std::int32_t* table;  // this sequence's table entries
+  int block_size;
+  std::int64_t width;  // elements per position (n_kv * head_dim)
+  __device__ std::int64_t operator()(int u) const {
+    return (static_cast<std::int64_t>(table[u / block_size]) * block_size + u % block_size) * width;
+  }
+};
+
 // Called by every thread of a block of kWarps full warps, after qs (shared, the query row in fp32) is filled
-// and the block synchronised. Each warp takes every kWarps-th key u of 0..last (key u at kb + u * kstride,
-// its value at vb + u * kstride); acc (shared, [kWarps][kMaxHeadDim]) and red (shared, [kWarps]) are scratch.
+// and the block synchronised. Each warp takes every kWarps-th key u of 0..last (key u at kb + at(u), its value
+// at vb + at(u)); acc (shared, [kWarps][kMaxHeadDim]) and red (shared, [kWarps]) are scratch.
 // Writes o[0..hd) and returns the row's logsumexp of the scaled scores (the same value in every thread).
-template <class S, int kWarps>
+template <class S, int kWarps, class RowAt>
 __device__ float attend_row(S* o, const float* qs, float (*acc)[kMaxHeadDim], float* red, const S* kb, const S* vb,
-                            std::int64_t kstride, int last, int hd, float scale) {
+                            RowAt at, int last, int hd, float scale) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   for (int d = lane; d < hd; d += 32) acc[warp][d] = 0.0f;  // each lane touches only its own entries
 
   // Pass 1: the max of s_u = scale * q . k_u.
   float m = -INFINITY;
-  for (int u = warp; u <= last; u += kWarps) m = fmaxf(m, scale * warp_dot(qs, kb + u * kstride, hd));
+  for (int u = warp; u <= last; u += kWarps) m = fmaxf(m, scale * warp_dot(qs, kb + at(u), hd));
   if (lane == 0) red[warp] = m;
   __syncthreads();
   float mx = red[0];
@@ -38,9 +52,9 @@ __device__ float attend_row(S* o, const float* qs, float (*acc)[kMaxHeadDim], fl
   // Pass 2: l = sum_u exp(s_u - mx), acc = sum_u exp(s_u - mx) v_u (per warp).
   float l = 0.0f;
   for (int u = warp; u <= last; u += kWarps) {
-    const float p = expf(scale * warp_dot(qs, kb + u * kstride, hd) - mx);
+    const float p = expf(scale * warp_dot(qs, kb + at(u), hd) - mx);
     l += p;
-    const S* vu = vb + u * kstride;
+    const S* vu = vb + at(u);
     for (int d = lane; d < hd; d += 32) acc[warp][d] += p * to_f32(vu[d]);
   }
   if (lane == 0) red[warp] = l;

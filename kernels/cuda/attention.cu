@@ -55,7 +55,7 @@ __global__ void attention_forward_kernel(S* out, float* lse, const S* q, const S
   __syncthreads();
   const S* kb = k + row0 * kstride + static_cast<std::int64_t>(kvh) * hd;  // key u at kb + u * kstride
   const S* vb = v + row0 * kstride + static_cast<std::int64_t>(kvh) * hd;
-  const float row_lse = attend_row<S, kAttnWarps>(o, qs, acc, red, kb, vb, kstride, t, hd, scale);
+  const float row_lse = attend_row<S, kAttnWarps>(o, qs, acc, red, kb, vb, StridedRows{kstride}, t, hd, scale);
   if (threadIdx.x == 0) lse[static_cast<std::int64_t>(h) * T + row0 + t] = row_lse;
 }
 

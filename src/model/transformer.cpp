@@ -648,6 +648,7 @@ const float* Transformer::infer(const std::vector<std::int32_t>& tokens, const s
     if (pos[t] < 0 || pos[t] >= cache.max_len())
       throw UserError("a sequence reached " + std::to_string(pos[t] + 1) + " tokens, more than the cache holds (" +
                       std::to_string(cache.max_len()) + ")");
+    MGRL_CHECK(cache.has(slot[t], pos[t]), "infer: a position with no cache block");
   }
   for (int r = 0; r < R; ++r) MGRL_CHECK(out_rows[r] >= 0 && out_rows[r] < T, "infer: output row out of range");
   reserve_infer(T, R);
@@ -663,6 +664,7 @@ const float* Transformer::infer(const std::vector<std::int32_t>& tokens, const s
   ops_.upload(I.pos, pos.data(), pos.size() * 4);
   ops_.upload(I.rows, out_rows.data(), out_rows.size() * 4);
   const bool lora = use_lora && lora_ != nullptr;
+  const kernels::KvPages& pages = cache.pages();
 
   ops_.embedding_forward(I.x, I.ids, embed_, T, V, D);
   // The residual stream stays in I.x (in place); the norms' rstd go to one scratch buffer.
@@ -678,8 +680,8 @@ const float* Transformer::infer(const std::vector<std::int32_t>& tokens, const s
           if (lora) lora_add(l, m, y, x, T, I.xa);
         },
         [&] {
-          ops_.kv_store(cache.k(l), cache.v(l), I.k, I.v, I.slot, I.pos, T, cache.max_len(), nkv, hd);
-          ops_.attention_cached(I.attn, I.q, cache.k(l), cache.v(l), I.slot, I.pos, T, cache.max_len(), nh, nkv, hd);
+          ops_.kv_store(cache.k(l), cache.v(l), I.k, I.v, I.slot, I.pos, T, pages, nkv, hd);
+          ops_.attention_cached(I.attn, I.q, cache.k(l), cache.v(l), I.slot, I.pos, T, pages, nh, nkv, hd);
         });
   }
   ops_.gather_rows(I.hsel, I.x, I.rows, R, D);

@@ -1,4 +1,5 @@
-// generator.cpp: continuous-batching generation over model::Transformer::infer and Ops::sample.
+// generator.cpp: continuous-batching generation over model::Transformer::infer, a paged model::KvCache and
+// Ops::sample.
 #include "rl/generator.h"
 
 #include <algorithm>
@@ -32,6 +33,12 @@ struct Running {
   int pos;                 // position of the next token to feed
   std::int32_t next;       // the token to feed
 };
+// A prompt admitted to its G slots whose prefill is under way (in chunks of the per-step prefill budget).
+struct Prefilling {
+  std::size_t prompt;
+  std::vector<int> slots;  // slots[0] runs the prefill; the others share its cache blocks once it is done
+  int done = 0;            // prompt tokens already in the cache
+};
 }  // namespace
 
 std::vector<Completion> Generator::generate(const std::vector<Prompt>& prompts) {
@@ -48,9 +55,18 @@ std::vector<Completion> Generator::generate(const std::vector<Prompt>& prompts) 
     throw UserError("prompt (" + std::to_string(longest) + " tokens) + max_new_tokens (" +
                     std::to_string(opts_.max_new_tokens) + ") exceeds the model's max_position_embeddings (" +
                     std::to_string(mc.max_position_embeddings) + ")");
-  const int n_slots = std::min<int>(opts_.max_sequences, static_cast<int>(prompts.size()) * G);
   if (prompts.empty()) return {};
-  model::KvCache cache(mc, model_.ops(), n_slots, max_len);
+  const int n_slots = std::min<int>(opts_.max_sequences, static_cast<int>(prompts.size()) * G);
+  // The block pool holds the worst case of every slot busy: at most n_slots / G prompts in flight, each with its
+  // full prompt blocks once and, per completion, the blocks from the prompt's partly filled last block on.
+  const int bs = std::max(1, std::min(opts_.kv_block_size, max_len));
+  const int own_max = model::KvCache::blocks_for(bs - 1 + opts_.max_new_tokens, bs);
+  const int n_blocks = (n_slots / G) * (static_cast<int>(longest) / bs) + n_slots * own_max;
+  model::KvCache cache(mc, model_.ops(), n_slots, max_len, n_blocks, bs);
+  auto blocks_needed = [&](int len) {
+    const int total = model::KvCache::blocks_for(len + opts_.max_new_tokens, bs);
+    return total + (G - 1) * (total - len / bs);
+  };
   kernels::Ops& ops = model_.ops();
 
   std::vector<Completion> out(prompts.size() * static_cast<std::size_t>(G));
@@ -62,6 +78,7 @@ std::vector<Completion> Generator::generate(const std::vector<Prompt>& prompts) 
   std::vector<int> free_slots;
   for (int s = n_slots - 1; s >= 0; --s) free_slots.push_back(s);
   std::vector<Running> running;
+  std::deque<Prefilling> prefilling;
   std::size_t next_prompt = 0;
 
   // Device buffers for sampling, sized for the largest step.
@@ -76,8 +93,11 @@ std::vector<Completion> Generator::generate(const std::vector<Prompt>& prompts) 
   auto finish = [&](Completion& c, const char* reason) { c.finish_reason = reason; };
   stats_ = {};
   stats_.prompts = static_cast<std::int64_t>(prompts.size());
+  stats_.kv_blocks = n_blocks;
+  stats_.kv_cache_bytes = cache.bytes();
+  const int budget_per_step = std::max(1, opts_.max_prefill_tokens);
 
-  while (next_prompt < prompts.size() || !running.empty()) {
+  while (next_prompt < prompts.size() || !running.empty() || !prefilling.empty()) {
     std::vector<std::int32_t> tokens, slot, pos, out_rows;
     std::vector<std::size_t> row_completion;  // completion of each output row
     // Decode rows of the running sequences.
@@ -88,68 +108,83 @@ std::vector<Completion> Generator::generate(const std::vector<Prompt>& prompts) 
       out_rows.push_back(static_cast<std::int32_t>(tokens.size() - 1));
       row_completion.push_back(r.completion);
     }
-    // Admit prompts while G slots are free and the prefill budget allows (at least one per step).
-    struct Admitted {
-      std::size_t prompt;
-      std::vector<int> slots;  // slots[0] holds the prefill; the others get copies of its cache prefix
-    };
-    std::vector<Admitted> admitted;
-    int prefill_tokens = 0;
+    // Admit prompts while G slots and their cache blocks are free (their prefill may start later).
     while (next_prompt < prompts.size() && static_cast<int>(free_slots.size()) >= G &&
-           ((admitted.empty() && running.empty()) ||
-            prefill_tokens + static_cast<int>(prompts[next_prompt].tokens.size()) <= opts_.max_prefill_tokens)) {
-      const auto& p = prompts[next_prompt];
-      Admitted a{next_prompt, {}};
+           cache.free_blocks() >= blocks_needed(static_cast<int>(prompts[next_prompt].tokens.size()))) {
+      const int len = static_cast<int>(prompts[next_prompt].tokens.size());
+      Prefilling a{next_prompt, {}, 0};
       for (int g = 0; g < G; ++g) {
         a.slots.push_back(free_slots.back());
         free_slots.pop_back();
       }
-      for (std::size_t t = 0; t < p.tokens.size(); ++t) {
-        tokens.push_back(p.tokens[t]);
-        slot.push_back(a.slots[0]);
-        pos.push_back(static_cast<std::int32_t>(t));
-      }
-      const auto last = static_cast<std::int32_t>(tokens.size() - 1);
-      for (int g = 0; g < G; ++g) {
-        out_rows.push_back(last);  // the G first tokens are drawn from the same prompt logits
-        row_completion.push_back(next_prompt * G + g);
-      }
-      admitted.push_back(std::move(a));
-      prefill_tokens += static_cast<int>(p.tokens.size());
-      stats_.prompt_tokens += static_cast<std::int64_t>(p.tokens.size());
+      cache.assign(a.slots[0], len + opts_.max_new_tokens);
+      for (int g = 1; g < G; ++g) cache.fork(a.slots[g], a.slots[0], len, len + opts_.max_new_tokens);
+      prefilling.push_back(std::move(a));
+      stats_.prompt_tokens += len;
       ++next_prompt;
     }
-    if (tokens.empty()) break;
-    const float* logits = model_.infer(tokens, slot, pos, out_rows, cache, opts_.use_lora);
-    const int R = static_cast<int>(out_rows.size());
-    for (int r = 0; r < R; ++r) {
-      const Completion& c = out[row_completion[r]];
-      h_seeds[r] = draw_seed(opts_.seed, c.prompt_index, c.generation, static_cast<int>(c.tokens.size()));
+    // Prefill rows: the prompts under way in admission order, up to the step's budget (a long prompt in chunks).
+    // A prompt whose last chunk runs now gets the G output rows of its first tokens, all from its last row.
+    std::vector<std::size_t> completed;  // prompts whose prefill ends in this step
+    int budget = budget_per_step;
+    for (auto& a : prefilling) {
+      if (budget == 0) break;
+      const auto& p = prompts[a.prompt];
+      const int len = static_cast<int>(p.tokens.size());
+      const int n = std::min(budget, len - a.done);
+      for (int t = a.done; t < a.done + n; ++t) {
+        tokens.push_back(p.tokens[static_cast<std::size_t>(t)]);
+        slot.push_back(a.slots[0]);
+        pos.push_back(t);
+      }
+      a.done += n;
+      budget -= n;
+      if (a.done == len) {
+        const auto last = static_cast<std::int32_t>(tokens.size() - 1);
+        for (int g = 0; g < G; ++g) {
+          out_rows.push_back(last);
+          row_completion.push_back(a.prompt * G + g);
+        }
+      }
     }
-    ops.upload(d_seeds, h_seeds.data(), static_cast<std::size_t>(R) * 8);
-    ops.sample(d_tokens, d_logprobs, logits, d_seeds, R, static_cast<int>(mc.vocab_size), opts_.sampling);
-    ops.download(h_tokens.data(), d_tokens, static_cast<std::size_t>(R) * 4);
-    ops.download(h_logprobs.data(), d_logprobs, static_cast<std::size_t>(R) * 4);
+    if (tokens.empty()) break;
+    const int R = static_cast<int>(out_rows.size());
+    // Only a chunk of a long prompt: the step fills the cache and samples nothing (one logits row is computed).
+    const float* logits = model_.infer(
+        tokens, slot, pos, R > 0 ? out_rows : std::vector<std::int32_t>{static_cast<std::int32_t>(tokens.size() - 1)},
+        cache, opts_.use_lora);
+    if (R > 0) {
+      for (int r = 0; r < R; ++r) {
+        const Completion& c = out[row_completion[r]];
+        h_seeds[r] = draw_seed(opts_.seed, c.prompt_index, c.generation, static_cast<int>(c.tokens.size()));
+      }
+      ops.upload(d_seeds, h_seeds.data(), static_cast<std::size_t>(R) * 8);
+      ops.sample(d_tokens, d_logprobs, logits, d_seeds, R, static_cast<int>(mc.vocab_size), opts_.sampling);
+      ops.download(h_tokens.data(), d_tokens, static_cast<std::size_t>(R) * 4);
+      ops.download(h_logprobs.data(), d_logprobs, static_cast<std::size_t>(R) * 4);
+    }
     ++stats_.steps;
 
-    // Where each completion continues: running ones in their slot; an admitted prompt's G completions
-    // in its G slots, the cache prefix of the prefill slot copied into the others.
+    // Where each completion continues: running ones in their slot; a prompt whose prefill ended continues in its G
+    // slots, the others' copy of the prompt's partly filled last block taken now that it is in the cache.
     std::vector<Running> next;
     std::vector<int> slot_of_completion(out.size(), -1), pos_of_completion(out.size(), 0);
     for (const auto& r : running) {
       slot_of_completion[r.completion] = r.slot;
       pos_of_completion[r.completion] = r.pos + 1;
     }
-    for (const auto& a : admitted) {
+    while (!prefilling.empty() &&
+           prefilling.front().done == static_cast<int>(prompts[prefilling.front().prompt].tokens.size())) {
+      const Prefilling& a = prefilling.front();
       const int len = static_cast<int>(prompts[a.prompt].tokens.size());
       for (int g = 0; g < G; ++g) {
-        if (g > 0) cache.copy_prefix(a.slots[g], a.slots[0], len);
+        if (g > 0) cache.copy_tail(a.slots[g], a.slots[0], len);
         slot_of_completion[a.prompt * G + g] = a.slots[g];
         pos_of_completion[a.prompt * G + g] = len;
       }
+      prefilling.pop_front();
     }
-    std::size_t row = 0;
-    for (row = 0; row < static_cast<std::size_t>(R); ++row) {
+    for (std::size_t row = 0; row < static_cast<std::size_t>(R); ++row) {
       const std::size_t ci = row_completion[row];
       Completion& c = out[ci];
       const std::int32_t tok = h_tokens[row];
@@ -178,6 +213,7 @@ std::vector<Completion> Generator::generate(const std::vector<Prompt>& prompts) 
       }
       const int s = slot_of_completion[ci];
       if (done) {
+        cache.release(s);
         free_slots.push_back(s);
       } else {
         next.push_back({ci, s, pos_of_completion[ci], tok});

@@ -1,7 +1,9 @@
-// generator.h: batched generation with a KV cache and continuous batching: prompts are admitted as
-// cache slots free up; the G completions of a prompt share one prefill of it (its cache prefix is
-// copied); every step runs the new prompts' prefill rows together with one decode row per running
-// sequence; tokens are sampled on the device. Results depend only on the seed, the prompt's index
+// generator.h: batched generation with a paged KV cache and continuous batching: prompts are admitted as
+// cache slots free up; the G completions of a prompt share one prefill of it (and the cache blocks of that
+// prefill: the prompt's memory is held once, each completion owns only the blocks it writes); every step runs
+// one decode row per running sequence together with prefill rows of admitted prompts, up to a budget of prompt
+// tokens per step (a long prompt is prefilled in chunks over several steps, so it never stalls the running
+// decodes); tokens are sampled on the device. Results depend only on the seed, the prompt's index
 // and the completion's index, never on batching or rank count (up to floating-point reassociation).
 #pragma once
 #include <cstdint>
@@ -22,7 +24,8 @@ struct GenerationOptions {
   std::vector<std::int32_t> eos_ids;      // any of them ends a completion ("eos"); it is kept in the tokens
   std::vector<std::string> stop_strings;  // text that ends a completion ("stop"); cut from the text
   int max_sequences = 64;                 // sequences in flight (cache slots)
-  int max_prefill_tokens = 2048;          // prompt tokens admitted per step
+  int max_prefill_tokens = 2048;          // prompt tokens prefilled per step (longer prompts: in chunks)
+  int kv_block_size = 16;                 // positions per KV-cache block
   bool use_lora = true;
 };
 
@@ -42,6 +45,8 @@ struct Completion {
 
 struct GenerationStats {
   std::int64_t prompts = 0, prompt_tokens = 0, generated_tokens = 0, steps = 0;
+  int kv_blocks = 0;               // blocks in the KV-cache pool
+  std::size_t kv_cache_bytes = 0;  // its memory (keys and values of every layer)
   double seconds = 0;
 };
 

@@ -629,17 +629,32 @@ TEST_P(OpsCuda, LmHead) {
 }
 
 // KV cache: store (exact copy), cached attention over interleaved rows of several slots (prefill), then one
-// decode row per slot; a position outside the cache is reported at the next synchronisation.
+// decode row per slot, through a block table (one block per slot, or blocks of 8 and 16 positions scattered over a
+// pool with spare blocks); a position outside the cache is reported at the next synchronisation.
 TEST_P(OpsCuda, KvCache) {
   struct Case {
-    int n_heads, n_kv, head_dim;
+    int n_heads, n_kv, head_dim, block;  // block 0: one block of max_len per slot
   };
   const int slots = 3, max_len = 40;
   const Ids len = {37, 20, 5};    // prefill lengths of sequences 0, 1, 2
   const Ids slot_of = {2, 0, 1};  // the slot each sequence lives in
-  for (const Case cs : {Case{4, 4, 40}, Case{6, 2, 128}, Case{5, 1, 72}, Case{4, 2, 256}}) {
+  for (const Case cs : {Case{4, 4, 40, 0}, Case{6, 2, 128, 8}, Case{5, 1, 72, 16}, Case{4, 2, 256, 8},
+                        Case{14, 2, 64, 16}}) {
     const int nh = cs.n_heads, nkv = cs.n_kv, hd = cs.head_dim;
-    const std::string tag = "h" + std::to_string(nh) + "/" + std::to_string(nkv) + " d" + std::to_string(hd) + " ";
+    const int bs = cs.block == 0 ? max_len : cs.block, per_slot = (max_len + bs - 1) / bs;
+    const std::string tag = "h" + std::to_string(nh) + "/" + std::to_string(nkv) + " d" + std::to_string(hd) +
+                            " block " + std::to_string(bs) + " ";
+    // Pool blocks in a shuffled order, plus spares.
+    const int n_blocks = slots * per_slot + 3;
+    Ids pool(static_cast<std::size_t>(n_blocks));
+    std::iota(pool.begin(), pool.end(), 0);
+    std::mt19937 shuffle_gen(120);
+    if (cs.block != 0) std::shuffle(pool.begin(), pool.end(), shuffle_gen);
+    Ids table_h(pool.begin(), pool.begin() + slots * per_slot);
+    Pair table = i32(table_h);
+    const KvPages pc_pages{static_cast<const std::int32_t*>(table.c), slots, per_slot, bs, n_blocks};
+    const KvPages pg_pages{static_cast<const std::int32_t*>(table.g), slots, per_slot, bs, n_blocks};
+    const std::size_t pool_elems = sz(n_blocks, bs, nkv, hd);
     // Prefill rows: every (sequence, position), shuffled so that slots interleave and positions come out of order.
     std::vector<std::pair<int, int>> rows;
     for (int b = 0; b < 3; ++b)
@@ -656,19 +671,19 @@ TEST_P(OpsCuda, KvCache) {
     Pair k = storage(randu(sz(T, nkv, hd), 111, -2.0f, 2.0f));
     Pair v = storage(randu(sz(T, nkv, hd), 112));
     Pair q = storage(randu(sz(T, nh, hd), 113, -2.0f, 2.0f));
-    Pair ck = storage(Vec(sz(slots, max_len, nkv, hd), 0.0f));
-    Pair cv = storage(Vec(sz(slots, max_len, nkv, hd), 0.0f));
+    Pair ck = storage(Vec(pool_elems, 0.0f));
+    Pair cv = storage(Vec(pool_elems, 0.0f));
     const auto* sc = static_cast<const std::int32_t*>(slot.c);
     const auto* sg = static_cast<const std::int32_t*>(slot.g);
     const auto* pc = static_cast<const std::int32_t*>(pos.c);
     const auto* pg = static_cast<const std::int32_t*>(pos.g);
-    cpu_->kv_store(ck.c, cv.c, k.c, v.c, sc, pc, T, max_len, nkv, hd);
-    gpu_->kv_store(ck.g, cv.g, k.g, v.g, sg, pg, T, max_len, nkv, hd);
+    cpu_->kv_store(ck.c, cv.c, k.c, v.c, sc, pc, T, pc_pages, nkv, hd);
+    gpu_->kv_store(ck.g, cv.g, k.g, v.g, sg, pg, T, pg_pages, nkv, hd);
     expect_close(tag + "kv_store cache_k (exact)", ck, 0.0);
     expect_close(tag + "kv_store cache_v (exact)", cv, 0.0);
     Pair out = storage(Vec(sz(T, nh, hd), 3.0f));
-    cpu_->attention_cached(out.c, q.c, ck.c, cv.c, sc, pc, T, max_len, nh, nkv, hd);
-    gpu_->attention_cached(out.g, q.g, ck.g, cv.g, sg, pg, T, max_len, nh, nkv, hd);
+    cpu_->attention_cached(out.c, q.c, ck.c, cv.c, sc, pc, T, pc_pages, nh, nkv, hd);
+    gpu_->attention_cached(out.g, q.g, ck.g, cv.g, sg, pg, T, pg_pages, nh, nkv, hd);
     expect_close(tag + "attention_cached prefill", out, tol());
 
     // Decode: one new row per slot at its next position, stored first, then attended.
@@ -686,25 +701,33 @@ TEST_P(OpsCuda, KvCache) {
     Pair dv = storage(randu(sz(3, nkv, hd), 115));
     Pair dq = storage(randu(sz(3, nh, hd), 116, -2.0f, 2.0f));
     Pair dout = storage(Vec(sz(3, nh, hd), 3.0f));
-    cpu_->kv_store(ck.c, cv.c, dk.c, dv.c, dsc, dpc, 3, max_len, nkv, hd);
-    gpu_->kv_store(ck.g, cv.g, dk.g, dv.g, dsg, dpg, 3, max_len, nkv, hd);
-    cpu_->attention_cached(dout.c, dq.c, ck.c, cv.c, dsc, dpc, 3, max_len, nh, nkv, hd);
-    gpu_->attention_cached(dout.g, dq.g, ck.g, cv.g, dsg, dpg, 3, max_len, nh, nkv, hd);
+    cpu_->kv_store(ck.c, cv.c, dk.c, dv.c, dsc, dpc, 3, pc_pages, nkv, hd);
+    gpu_->kv_store(ck.g, cv.g, dk.g, dv.g, dsg, dpg, 3, pg_pages, nkv, hd);
+    cpu_->attention_cached(dout.c, dq.c, ck.c, cv.c, dsc, dpc, 3, pc_pages, nh, nkv, hd);
+    gpu_->attention_cached(dout.g, dq.g, ck.g, cv.g, dsg, dpg, 3, pg_pages, nh, nkv, hd);
     expect_close(tag + "kv_store decode cache_k (exact)", ck, 0.0);
     expect_close(tag + "attention_cached decode", dout, tol());
   }
-  // A position outside the cache cannot throw inside a kernel: the next synchronisation reports it.
+  // A position outside the cache, or one whose table entry has no block, cannot throw inside a kernel: the next
+  // synchronisation reports it.
   const int nkv = 2, hd = 8;
   Pair ck = storage(Vec(sz(1, 4, nkv, hd), 0.0f)), cv = storage(Vec(sz(1, 4, nkv, hd), 0.0f));
   Pair k = storage(randu(sz(1, nkv, hd), 117)), q = storage(randu(sz(1, 2, hd), 118));
   Pair out = storage(Vec(sz(1, 2, hd), 0.0f));
-  Pair slot = i32({0}), bad = i32({4});
-  gpu_->kv_store(ck.g, cv.g, k.g, k.g, static_cast<const std::int32_t*>(slot.g),
-                 static_cast<const std::int32_t*>(bad.g), 1, 4, nkv, hd);
+  Pair slot = i32({0}), bad = i32({4}), two = i32({2}), table = i32({0}), holes = i32({0, -1});
+  const KvPages one{static_cast<const std::int32_t*>(table.g), 1, 1, 4, 1};
+  const KvPages holed{static_cast<const std::int32_t*>(holes.g), 1, 2, 2, 2};
+  const auto* sg = static_cast<const std::int32_t*>(slot.g);
+  gpu_->kv_store(ck.g, cv.g, k.g, k.g, sg, static_cast<const std::int32_t*>(bad.g), 1, one, nkv, hd);
   EXPECT_THROW(gpu_->synchronize(), FatalError);
   EXPECT_NO_THROW(gpu_->synchronize());
-  gpu_->attention_cached(out.g, q.g, ck.g, cv.g, static_cast<const std::int32_t*>(slot.g),
-                         static_cast<const std::int32_t*>(bad.g), 1, 4, 2, nkv, hd);
+  gpu_->attention_cached(out.g, q.g, ck.g, cv.g, sg, static_cast<const std::int32_t*>(bad.g), 1, one, 2, nkv, hd);
+  EXPECT_THROW(gpu_->synchronize(), FatalError);
+  EXPECT_NO_THROW(gpu_->synchronize());
+  gpu_->kv_store(ck.g, cv.g, k.g, k.g, sg, static_cast<const std::int32_t*>(two.g), 1, holed, nkv, hd);
+  EXPECT_THROW(gpu_->synchronize(), FatalError);
+  EXPECT_NO_THROW(gpu_->synchronize());
+  gpu_->attention_cached(out.g, q.g, ck.g, cv.g, sg, static_cast<const std::int32_t*>(two.g), 1, holed, 2, nkv, hd);
   EXPECT_THROW(gpu_->synchronize(), FatalError);
   EXPECT_NO_THROW(gpu_->synchronize());
 }

@@ -151,6 +151,87 @@ TEST(Generator, SamplingDependsOnlyOnSeedPromptAndIndex) {
   EXPECT_NE(other.generate(prompts)[0].tokens, a[0].tokens);
 }
 
+// The cache's block size, the prefill budget (long prompts in chunks over several steps) and the number of slots
+// change how a generation is scheduled, never what it produces: on the CPU, bit for bit.
+TEST(Generator, BlockSizeAndPrefillChunksChangeNothing) {
+  Loaded m("llama_gqa");
+  GenerationOptions o;
+  o.max_new_tokens = 9;
+  o.num_generations = 3;
+  o.sampling = {1.0f, 0, 1.0f, 0.0f};
+  o.seed = 7;
+  auto prompts = some_prompts();
+  std::vector<std::int32_t> long_prompt;
+  for (int i = 0; i < 23; ++i) long_prompt.push_back(static_cast<std::int32_t>(10 + 7 * i));
+  prompts.push_back({5, long_prompt});
+  Generator base_gen(*m.net, o);
+  const auto base = base_gen.generate(prompts);
+  struct Variant {
+    int block, prefill, slots;
+  };
+  for (const Variant v : {Variant{1, 2048, 64}, Variant{3, 2048, 64}, Variant{1000, 2048, 64}, Variant{4, 1, 64},
+                          Variant{5, 4, 6}, Variant{2, 7, 3}}) {
+    SCOPED_TRACE("block " + std::to_string(v.block) + ", prefill " + std::to_string(v.prefill) + ", slots " +
+                 std::to_string(v.slots));
+    GenerationOptions w = o;
+    w.kv_block_size = v.block;
+    w.max_prefill_tokens = v.prefill;
+    w.max_sequences = v.slots;
+    Generator gen(*m.net, w);
+    const auto got = gen.generate(prompts);
+    ASSERT_EQ(got.size(), base.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i].tokens, base[i].tokens) << i;
+      EXPECT_EQ(got[i].logprobs, base[i].logprobs) << i;
+      EXPECT_EQ(got[i].finish_reason, base[i].finish_reason) << i;
+    }
+    if (v.prefill == 1) {
+      EXPECT_GE(gen.stats().steps, 23) << "one prompt token per step";
+    }
+  }
+}
+
+TEST(KvCachePool, SharedBlocksReturnWithTheirLastUser) {
+  Loaded m("llama_gqa");
+  model::KvCache cache(m.cfg, *m.ops, 3, 10, 6, 4);
+  EXPECT_EQ(cache.free_blocks(), 6);
+  cache.assign(0, 10);  // 3 blocks
+  EXPECT_EQ(cache.free_blocks(), 3);
+  cache.fork(1, 0, 9, 10);  // shares positions 0..7 (2 blocks), a fresh block for 8..9
+  EXPECT_EQ(cache.free_blocks(), 2);
+  EXPECT_TRUE(cache.has(1, 9));
+  EXPECT_THROW(cache.fork(1, 0, 9, 10), FatalError);  // slot 1 is in use
+  EXPECT_THROW(cache.assign(2, 10), FatalError);     // 3 blocks needed, 2 free
+  cache.release(0);  // its own third block returns; the shared two stay with slot 1
+  EXPECT_EQ(cache.free_blocks(), 3);
+  EXPECT_TRUE(cache.has(1, 0));
+  EXPECT_FALSE(cache.has(0, 0));
+  cache.release(1);
+  EXPECT_EQ(cache.free_blocks(), 6);
+  cache.assign(2, 10);
+  EXPECT_EQ(cache.free_blocks(), 3);
+}
+
+// The G completions of a prompt hold its blocks once: the pool is sized for completions, not G prompt copies.
+TEST(Generator, CompletionsShareThePromptsCacheBlocks) {
+  Loaded m("llama_gqa");
+  GenerationOptions o;
+  o.max_new_tokens = 4;
+  o.num_generations = 8;
+  o.kv_block_size = 4;
+  o.sampling.temperature = 0;
+  std::vector<std::int32_t> prompt;
+  for (int i = 0; i < 40; ++i) prompt.push_back(static_cast<std::int32_t>(3 + i));
+  Generator gen(*m.net, o);
+  const auto out = gen.generate({{0, prompt}});
+  for (int g = 1; g < 8; ++g) EXPECT_EQ(out[static_cast<std::size_t>(g)].tokens, out[0].tokens);
+  // 10 prompt blocks once + 8 completions x 2 blocks (positions 40..43 in one, the last token fed at 43) = 26
+  // blocks, against 8 x 11 = 88 with a copy of the prompt per completion.
+  EXPECT_EQ(gen.stats().kv_blocks, 26);
+  const std::size_t per_block = 2 * static_cast<std::size_t>(m.cfg.num_hidden_layers) * m.cfg.kv_dim() * 4 * 4;
+  EXPECT_EQ(gen.stats().kv_cache_bytes, 26 * per_block);
+}
+
 TEST(Generator, GreedyCompletionsOfOnePromptAreIdentical) {
   Loaded m("qwen3_qknorm");
   GenerationOptions o;

@@ -98,6 +98,27 @@ struct AttnCase {
   int B, L, nh, nkv, hd;
   Ids lengths;
 };
+
+// A block table for `slots` sequences of up to max_len positions: block_size = max_len with table[s] = s (one
+// contiguous block per slot), or smaller blocks scattered over a pool with spare blocks, in a shuffled order.
+struct Paging {
+  Ids table;
+  KvPages pages;
+  Paging(int slots, int max_len, int block_size, uint32_t seed) {
+    const int per_slot = (max_len + block_size - 1) / block_size;
+    const int n_blocks = slots * per_slot + (block_size == max_len ? 0 : 5);
+    Ids pool(static_cast<std::size_t>(n_blocks));
+    std::iota(pool.begin(), pool.end(), 0);
+    if (block_size != max_len) {
+      std::mt19937 gen(seed);
+      std::shuffle(pool.begin(), pool.end(), gen);
+    }
+    table.assign(pool.begin(), pool.begin() + slots * per_slot);
+    pages = {table.data(), slots, per_slot, block_size, n_blocks};
+  }
+  std::size_t pool_rows() const { return static_cast<std::size_t>(pages.n_blocks) * pages.block_size; }
+};
+const int kBlockSizes[] = {0, 1, 4, 5};  // 0: one block of max_len per slot
 const std::vector<AttnCase> kAttnCases = {
     {3, 17, 4, 4, 16, {17, 9, 1}},   // MHA
     {3, 19, 6, 2, 24, {19, 11, 5}},  // GQA, groups of 3
@@ -105,112 +126,161 @@ const std::vector<AttnCase> kAttnCases = {
 };
 
 TEST(KvCache, StoreAllRowsThenAttendEqualsTrainingAttention) {
-  for (const AttnCase& cs : kAttnCases) {
-    SCOPED_TRACE("h" + std::to_string(cs.nh) + "/" + std::to_string(cs.nkv));
-    const Batch x(cs.B, cs.L, cs.nh, cs.nkv, cs.hd, cs.lengths, 10);
-    // Sequence b lives in slot slot_of[b] of a cache with two unused slots and room beyond L.
-    const int slots = cs.B + 2, max_len = cs.L + 3;
-    Ids slot_of;
-    for (int b = 0; b < cs.B; ++b) slot_of.push_back(slots - 1 - 2 * b);  // B <= 3: 4, 2, 0 or 3, 1
-    // Every valid (b, t) in a shuffled order: rows of several slots interleaved, positions out of order.
-    std::vector<std::pair<int, int>> bt;
-    for (int b = 0; b < cs.B; ++b)
-      for (int t = 0; t < cs.lengths[static_cast<std::size_t>(b)]; ++t) bt.emplace_back(b, t);
-    std::mt19937 gen(3);
-    std::shuffle(bt.begin(), bt.end(), gen);
-    const Rows r = pack(x, bt, slot_of);
-    const int T = static_cast<int>(bt.size());
+  for (const AttnCase& cs : kAttnCases)
+    for (const int bs : kBlockSizes) {
+      SCOPED_TRACE("h" + std::to_string(cs.nh) + "/" + std::to_string(cs.nkv) + " block " + std::to_string(bs));
+      const Batch x(cs.B, cs.L, cs.nh, cs.nkv, cs.hd, cs.lengths, 10);
+      // Sequence b lives in slot slot_of[b] of a cache with two unused slots and room beyond L.
+      const int slots = cs.B + 2, max_len = cs.L + 3;
+      const Paging pg(slots, max_len, bs == 0 ? max_len : bs, 40);
+      Ids slot_of;
+      for (int b = 0; b < cs.B; ++b) slot_of.push_back(slots - 1 - 2 * b);  // B <= 3: 4, 2, 0 or 3, 1
+      // Every valid (b, t) in a shuffled order: rows of several slots interleaved, positions out of order.
+      std::vector<std::pair<int, int>> bt;
+      for (int b = 0; b < cs.B; ++b)
+        for (int t = 0; t < cs.lengths[static_cast<std::size_t>(b)]; ++t) bt.emplace_back(b, t);
+      std::mt19937 gen(3);
+      std::shuffle(bt.begin(), bt.end(), gen);
+      const Rows r = pack(x, bt, slot_of);
+      const int T = static_cast<int>(bt.size());
 
-    const std::size_t cache_n = static_cast<std::size_t>(slots) * max_len * x.kvrow();
-    Vec ck(cache_n, 7.0f), cv(cache_n, 7.0f);
-    kv_store(ck.data(), cv.data(), r.k.data(), r.v.data(), r.slot.data(), r.pos.data(), T, max_len, cs.nkv, cs.hd);
-    // Exactly the stored entries changed, to the stored rows.
-    std::vector<char> written(static_cast<std::size_t>(slots) * max_len, 0);
-    for (int j = 0; j < T; ++j) {
-      const std::size_t at = static_cast<std::size_t>(r.slot[static_cast<std::size_t>(j)]) * max_len +
-                             static_cast<std::size_t>(r.pos[static_cast<std::size_t>(j)]);
-      written[at] = 1;
-      for (std::size_t d = 0; d < x.kvrow(); ++d) {
-        ASSERT_EQ(ck[at * x.kvrow() + d], r.k[static_cast<std::size_t>(j) * x.kvrow() + d]);
-        ASSERT_EQ(cv[at * x.kvrow() + d], r.v[static_cast<std::size_t>(j) * x.kvrow() + d]);
+      const std::size_t cache_n = pg.pool_rows() * x.kvrow();
+      Vec ck(cache_n, 7.0f), cv(cache_n, 7.0f);
+      kv_store(ck.data(), cv.data(), r.k.data(), r.v.data(), r.slot.data(), r.pos.data(), T, pg.pages, cs.nkv, cs.hd);
+      // Exactly the stored entries changed, to the stored rows.
+      std::vector<char> written(pg.pool_rows(), 0);
+      for (int j = 0; j < T; ++j) {
+        const std::size_t at = kv_row(pg.pages, r.slot[static_cast<std::size_t>(j)], r.pos[static_cast<std::size_t>(j)]);
+        ASSERT_EQ(written[at], 0) << "two positions in one pool row";
+        written[at] = 1;
+        for (std::size_t d = 0; d < x.kvrow(); ++d) {
+          ASSERT_EQ(ck[at * x.kvrow() + d], r.k[static_cast<std::size_t>(j) * x.kvrow() + d]);
+          ASSERT_EQ(cv[at * x.kvrow() + d], r.v[static_cast<std::size_t>(j) * x.kvrow() + d]);
+        }
       }
-    }
-    for (std::size_t at = 0; at < written.size(); ++at) {
-      if (written[at]) continue;
-      for (std::size_t d = 0; d < x.kvrow(); ++d) {
-        ASSERT_EQ(ck[at * x.kvrow() + d], 7.0f) << at;
-        ASSERT_EQ(cv[at * x.kvrow() + d], 7.0f) << at;
+      for (std::size_t at = 0; at < written.size(); ++at) {
+        if (written[at]) continue;
+        for (std::size_t d = 0; d < x.kvrow(); ++d) {
+          ASSERT_EQ(ck[at * x.kvrow() + d], 7.0f) << at;
+          ASSERT_EQ(cv[at * x.kvrow() + d], 7.0f) << at;
+        }
       }
+
+      Vec out(r.q.size(), -3.0f);
+      attention_cached(out.data(), r.q.data(), ck.data(), cv.data(), r.slot.data(), r.pos.data(), T, pg.pages, cs.nh,
+                       cs.nkv, cs.hd);
+      EXPECT_LE(max_err(x, r, out), 1e-5);
+
+      // Decode-style: one row per slot at its last position equals the last row of the full computation.
+      std::vector<std::pair<int, int>> last;
+      for (int b = cs.B - 1; b >= 0; --b) last.emplace_back(b, cs.lengths[static_cast<std::size_t>(b)] - 1);
+      const Rows d = pack(x, last, slot_of);
+      Vec dout(d.q.size(), -3.0f);
+      attention_cached(dout.data(), d.q.data(), ck.data(), cv.data(), d.slot.data(), d.pos.data(), cs.B, pg.pages,
+                       cs.nh, cs.nkv, cs.hd);
+      EXPECT_LE(max_err(x, d, dout), 1e-5);
     }
-
-    Vec out(r.q.size(), -3.0f);
-    attention_cached(out.data(), r.q.data(), ck.data(), cv.data(), r.slot.data(), r.pos.data(), T, max_len, cs.nh,
-                     cs.nkv, cs.hd);
-    EXPECT_LE(max_err(x, r, out), 1e-5);
-
-    // Decode-style: one row per slot at its last position equals the last row of the full computation.
-    std::vector<std::pair<int, int>> last;
-    for (int b = cs.B - 1; b >= 0; --b) last.emplace_back(b, cs.lengths[static_cast<std::size_t>(b)] - 1);
-    const Rows d = pack(x, last, slot_of);
-    Vec dout(d.q.size(), -3.0f);
-    attention_cached(dout.data(), d.q.data(), ck.data(), cv.data(), d.slot.data(), d.pos.data(), cs.B, max_len, cs.nh,
-                     cs.nkv, cs.hd);
-    EXPECT_LE(max_err(x, d, dout), 1e-5);
-  }
 }
 
 TEST(KvCache, PrefillThenDecodeStepsEqualTrainingAttention) {
-  for (const AttnCase& cs : kAttnCases) {
-    SCOPED_TRACE("h" + std::to_string(cs.nh) + "/" + std::to_string(cs.nkv));
-    const Batch x(cs.B, cs.L, cs.nh, cs.nkv, cs.hd, cs.lengths, 20);
-    const int max_len = cs.L;
-    Ids slot_of(static_cast<std::size_t>(cs.B));
-    std::iota(slot_of.begin(), slot_of.end(), 0);
-    std::reverse(slot_of.begin(), slot_of.end());
-    const std::size_t cache_n = static_cast<std::size_t>(cs.B) * max_len * x.kvrow();
-    Vec ck(cache_n, 0.0f), cv(cache_n, 0.0f);
+  for (const AttnCase& cs : kAttnCases)
+    for (const int bs : kBlockSizes) {
+      SCOPED_TRACE("h" + std::to_string(cs.nh) + "/" + std::to_string(cs.nkv) + " block " + std::to_string(bs));
+      const Batch x(cs.B, cs.L, cs.nh, cs.nkv, cs.hd, cs.lengths, 20);
+      const int max_len = cs.L;
+      const Paging pg(cs.B, max_len, bs == 0 ? max_len : bs, 41);
+      Ids slot_of(static_cast<std::size_t>(cs.B));
+      std::iota(slot_of.begin(), slot_of.end(), 0);
+      std::reverse(slot_of.begin(), slot_of.end());
+      const std::size_t cache_n = pg.pool_rows() * x.kvrow();
+      Vec ck(cache_n, 0.0f), cv(cache_n, 0.0f);
 
-    // Prefill: sequence b's first prefill[b] tokens (one sequence has none), rows of the sequences interleaved.
-    Ids prefill(static_cast<std::size_t>(cs.B));
-    for (int b = 0; b < cs.B; ++b)
-      prefill[static_cast<std::size_t>(b)] = b == 1 ? 0 : cs.lengths[static_cast<std::size_t>(b)] / 2 + 1;
-    std::vector<std::pair<int, int>> bt;
-    for (int t = 0; t < cs.L; ++t)
+      // Prefill: sequence b's first prefill[b] tokens (one sequence has none), rows of the sequences interleaved.
+      Ids prefill(static_cast<std::size_t>(cs.B));
       for (int b = 0; b < cs.B; ++b)
-        if (t < prefill[static_cast<std::size_t>(b)]) bt.emplace_back(b, t);
-    const Rows r = pack(x, bt, slot_of);
-    const int T = static_cast<int>(bt.size());
-    kv_store(ck.data(), cv.data(), r.k.data(), r.v.data(), r.slot.data(), r.pos.data(), T, max_len, cs.nkv, cs.hd);
-    Vec out(r.q.size(), -3.0f);
-    attention_cached(out.data(), r.q.data(), ck.data(), cv.data(), r.slot.data(), r.pos.data(), T, max_len, cs.nh,
-                     cs.nkv, cs.hd);
-    EXPECT_LE(max_err(x, r, out), 1e-5) << "prefill";
-
-    // Decode: one row per unfinished sequence per step, stored first, then attended.
-    for (int step = 0;; ++step) {
-      std::vector<std::pair<int, int>> now;
-      for (int b = 0; b < cs.B; ++b) {
-        const int t = prefill[static_cast<std::size_t>(b)] + step;
-        if (t < cs.lengths[static_cast<std::size_t>(b)]) now.emplace_back(b, t);
-      }
-      if (now.empty()) break;
-      const Rows d = pack(x, now, slot_of);
-      const int n = static_cast<int>(now.size());
-      kv_store(ck.data(), cv.data(), d.k.data(), d.v.data(), d.slot.data(), d.pos.data(), n, max_len, cs.nkv, cs.hd);
-      Vec dout(d.q.size(), -3.0f);
-      attention_cached(dout.data(), d.q.data(), ck.data(), cv.data(), d.slot.data(), d.pos.data(), n, max_len, cs.nh,
+        prefill[static_cast<std::size_t>(b)] = b == 1 ? 0 : cs.lengths[static_cast<std::size_t>(b)] / 2 + 1;
+      std::vector<std::pair<int, int>> bt;
+      for (int t = 0; t < cs.L; ++t)
+        for (int b = 0; b < cs.B; ++b)
+          if (t < prefill[static_cast<std::size_t>(b)]) bt.emplace_back(b, t);
+      const Rows r = pack(x, bt, slot_of);
+      const int T = static_cast<int>(bt.size());
+      kv_store(ck.data(), cv.data(), r.k.data(), r.v.data(), r.slot.data(), r.pos.data(), T, pg.pages, cs.nkv, cs.hd);
+      Vec out(r.q.size(), -3.0f);
+      attention_cached(out.data(), r.q.data(), ck.data(), cv.data(), r.slot.data(), r.pos.data(), T, pg.pages, cs.nh,
                        cs.nkv, cs.hd);
-      EXPECT_LE(max_err(x, d, dout), 1e-5) << "decode step " << step;
+      EXPECT_LE(max_err(x, r, out), 1e-5) << "prefill";
+
+      // Decode: one row per unfinished sequence per step, stored first, then attended.
+      for (int step = 0;; ++step) {
+        std::vector<std::pair<int, int>> now;
+        for (int b = 0; b < cs.B; ++b) {
+          const int t = prefill[static_cast<std::size_t>(b)] + step;
+          if (t < cs.lengths[static_cast<std::size_t>(b)]) now.emplace_back(b, t);
+        }
+        if (now.empty()) break;
+        const Rows d = pack(x, now, slot_of);
+        const int n = static_cast<int>(now.size());
+        kv_store(ck.data(), cv.data(), d.k.data(), d.v.data(), d.slot.data(), d.pos.data(), n, pg.pages, cs.nkv,
+                 cs.hd);
+        Vec dout(d.q.size(), -3.0f);
+        attention_cached(dout.data(), d.q.data(), ck.data(), cv.data(), d.slot.data(), d.pos.data(), n, pg.pages,
+                         cs.nh, cs.nkv, cs.hd);
+        EXPECT_LE(max_err(x, d, dout), 1e-5) << "decode step " << step;
+      }
     }
-  }
+}
+
+// Two sequences sharing the blocks of a common prefix attend exactly as if each had its own copy.
+TEST(KvCache, SharedPrefixBlocksEqualCopies) {
+  const int nh = 4, nkv = 2, hd = 8, bs = 4, prefix = 9, L = 14;
+  const std::size_t w = static_cast<std::size_t>(nkv) * hd;
+  const Vec k = randu(static_cast<std::size_t>(2 * L) * w, 50), v = randu(k.size(), 51);
+  // Sequence 0 and 1 share positions 0..prefix-1 (the keys of sequence 0); positions >= prefix differ.
+  // Shared: slot 1 uses slot 0's first two blocks (positions 0..7), its own block 5 for 8..11 (position 8 copied).
+  const Ids shared_table = {0, 1, 2, 3, 0, 1, 5, 6};
+  const Ids own_table = {0, 1, 2, 3, 4, 7, 5, 6};  // every block its own
+  const KvPages shared{shared_table.data(), 2, 4, bs, 8}, own{own_table.data(), 2, 4, bs, 8};
+  auto run = [&](const KvPages& pg) {
+    Vec ck(8 * bs * w, 0.0f), cv(ck.size(), 0.0f);
+    Ids slot, pos;
+    Vec kk, vv;
+    for (int s = 0; s < 2; ++s)
+      for (int t = 0; t < L; ++t) {
+        // With shared blocks, slot 1 stores only from its first own block on (position 8 being the prefix's tail).
+        if (s == 1 && pg.table == shared_table.data() && t < 8) continue;
+        const std::size_t src = (static_cast<std::size_t>(t < prefix ? 0 : s) * L + t) * w;
+        slot.push_back(s);
+        pos.push_back(t);
+        kk.insert(kk.end(), k.begin() + static_cast<std::ptrdiff_t>(src), k.begin() + static_cast<std::ptrdiff_t>(src + w));
+        vv.insert(vv.end(), v.begin() + static_cast<std::ptrdiff_t>(src), v.begin() + static_cast<std::ptrdiff_t>(src + w));
+      }
+    kv_store(ck.data(), cv.data(), kk.data(), vv.data(), slot.data(), pos.data(), static_cast<int>(slot.size()), pg,
+             nkv, hd);
+    const Vec q = randu(static_cast<std::size_t>(2) * nh * hd, 52);
+    const Ids qs = {0, 1}, qp = {L - 1, L - 1};
+    Vec out(q.size());
+    attention_cached(out.data(), q.data(), ck.data(), cv.data(), qs.data(), qp.data(), 2, pg, nh, nkv, hd);
+    return out;
+  };
+  EXPECT_EQ(run(shared), run(own));
 }
 
 TEST(KvCache, PositionOutsideTheCacheThrows) {
   Vec ck(2 * 4 * 3, 0.0f), cv(ck.size(), 0.0f), k(3, 1.0f), v(3, 1.0f), q(3, 1.0f), out(3);
-  const Ids slot = {1}, bad = {4}, neg = {-1};
-  EXPECT_THROW(kv_store(ck.data(), cv.data(), k.data(), v.data(), slot.data(), bad.data(), 1, 4, 1, 3), FatalError);
-  EXPECT_THROW(attention_cached(out.data(), q.data(), ck.data(), cv.data(), slot.data(), neg.data(), 1, 4, 1, 1, 3),
+  const Ids table = {0, 1}, holes = {0, -1};
+  const KvPages pg{table.data(), 2, 1, 4, 2}, paged{holes.data(), 1, 2, 2, 2};
+  const Ids slot = {1}, bad = {4}, neg = {-1}, zero = {0}, three = {3}, far = {2};
+  EXPECT_THROW(kv_store(ck.data(), cv.data(), k.data(), v.data(), slot.data(), bad.data(), 1, pg, 1, 3), FatalError);
+  EXPECT_THROW(attention_cached(out.data(), q.data(), ck.data(), cv.data(), slot.data(), neg.data(), 1, pg, 1, 1, 3),
                FatalError);
+  EXPECT_THROW(kv_store(ck.data(), cv.data(), k.data(), v.data(), far.data(), zero.data(), 1, pg, 1, 3), FatalError);
+  // A position whose table entry has no block.
+  EXPECT_THROW(kv_store(ck.data(), cv.data(), k.data(), v.data(), zero.data(), three.data(), 1, paged, 1, 3),
+               FatalError);
+  EXPECT_THROW(
+      attention_cached(out.data(), q.data(), ck.data(), cv.data(), zero.data(), three.data(), 1, paged, 1, 1, 3),
+      FatalError);
 }
 
 TEST(KvCache, GatherRowsCopiesExactly) {
