@@ -53,6 +53,8 @@ int run_generate(Context& ctx) {
   opts.seed = static_cast<std::uint64_t>(cfg.get_int("generate.seed"));
   opts.stop_strings = cfg.get_strings("generate.stop");
   opts.max_sequences = static_cast<int>(cfg.get_int("generate.max_sequences"));
+  opts.max_prefill_tokens = static_cast<int>(cfg.get_int("generate.max_prefill_tokens"));
+  opts.kv_block_size = static_cast<int>(cfg.get_int("generate.kv_block_size"));
   opts.use_lora = !adapter.empty();
 
   io::ModelConfig mc;

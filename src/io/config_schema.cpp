@@ -151,6 +151,11 @@ const Schema& mgrl_schema() {
          {"auto", "chatml", "llama3", "none"}, {}, {}, {}});
     add({"generate.max_sequences", T::Int, Value(std::int64_t{64}),
          "sequences generated at once on each rank (KV-cache slots)", {}, 1.0, {}, {}});
+    add({"generate.max_prefill_tokens", T::Int, Value(std::int64_t{2048}),
+         "prompt tokens prefilled per generation step beside the running decodes (longer prompts in chunks)", {},
+         1.0, {}, {}});
+    add({"generate.kv_block_size", T::Int, Value(std::int64_t{16}),
+         "positions per KV-cache block (a prompt's blocks are shared by its completions)", {}, 1.0, 4096.0, {}});
     add({"grpo.num_generations", T::Int, Value(std::int64_t{8}),
          "completions sampled per prompt (the group G); they share one prefill of the prompt", {}, 2.0, {}, {}});
     add({"grpo.max_prompt_length", T::Int, Value(std::int64_t{512}),

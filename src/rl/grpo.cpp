@@ -298,6 +298,8 @@ void GrpoTrainer::new_round() {
     if (auto eos = tok_.eos_id()) g.eos_ids = {*eos};
     g.stop_strings = opts_.stop;
     g.max_sequences = std::max(opts_.max_sequences, G);
+    g.max_prefill_tokens = opts_.max_prefill_tokens;
+    g.kv_block_size = opts_.kv_block_size;
     g.use_lora = true;
     std::vector<Prompt> prompts;
     R.gen_split = generation_split(indices);
@@ -575,6 +577,8 @@ EvalResult GrpoTrainer::evaluate() {
     if (auto eos = tok_.eos_id()) g.eos_ids = {*eos};
     g.stop_strings = opts_.stop;
     g.max_sequences = std::max(opts_.max_sequences, G);
+    g.max_prefill_tokens = opts_.max_prefill_tokens;
+    g.kv_block_size = opts_.kv_block_size;
     std::vector<Prompt> prompts;
     for (std::size_t i = lo; i < hi; ++i) prompts.push_back({static_cast<std::int64_t>(i), eval_[i].tokens});
     values->clear();

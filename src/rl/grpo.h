@@ -40,6 +40,8 @@ struct GrpoOptions {
   kernels::Ops::Sampling sampling;
   std::vector<std::string> stop;
   int max_sequences = 64;
+  int max_prefill_tokens = 2048;  // generate.max_prefill_tokens
+  int kv_block_size = 16;         // generate.kv_block_size
   GrpoLossOptions loss;
   std::string scale_rewards = "group";
   int num_iterations = 1;
