@@ -4,10 +4,18 @@
 // table[s * max_blocks + p / block_size].
 //   kv_store          grid-stride over T * n_kv * head_dim elements: a plain copy of each k/v element to the pool
 //                     row of (slot[t], pos[t]).
-//   attention_cached  one block per query row and head (t, h), kCacheWarps warps, the same two passes as the
-//                     training forward (attention.cu): pass 1 the max score over keys u <= pos[t], pass 2 the sum
-//                     of exp(s - max) and the weighted v rows (per-warp accumulators in shared memory, summed at
-//                     the end). Scores are computed twice; k/v rows of a group's heads are re-read from L2.
+//   attention_cached  split over the KV length (flash decoding) and grouped by KV head: one block per (query row t,
+//                     KV head, split of the keys 0..pos[t]), kSplitWarps warps. Each warp walks every
+//                     kSplitWarps-th key of the split, loads its k and v rows once into registers and updates an
+//                     online softmax (running max, sum, weighted v) for all the query heads of the group (GQA:
+//                     one pass over K/V per KV head, not one per query head); the warps' states are merged in
+//                     shared memory. With one split the block writes the output; otherwise it writes its partial
+//                     state (unnormalised sum of v, max, sum of exp) and attention_combine merges the splits of a
+//                     row. The split count fills the GPU: about 2 blocks per SM when rows x KV heads are few
+//                     (decoding at small batch), one split when they are many (prefill), splits of >= 64 keys.
+//                     Groups or head sizes beyond the register tiles (head_dim <= 64 with groups <= 16, <= 128
+//                     with <= 8, <= 256 with <= 4), or calls of more than 65535 rows, take attention_cached_kernel:
+//                     one block per (row, query head), two passes over the keys.
 //   gather_rows       grid-stride over n * width elements.
 #include <string>
 
@@ -102,6 +110,183 @@ __global__ void attention_cached_kernel(S* out, const S* q, const S* ck, const S
                              scale);
 }
 
+// Flash decoding. Per lane, head dims d = lane + 32 i (i < kD) of kG query heads: q, the running max and sum and
+// the weighted v sum in registers (kG x kD <= 32 floats each for q and acc).
+constexpr int kSplitWarps = 4;
+constexpr int kSplitThreads = 32 * kSplitWarps;
+constexpr int kMinSplitKeys = 64;
+
+// grid (n_splits, n_kv, T), kSplitThreads. Keys lo..hi-1 of row t's sequence with lo = split * chunk,
+// hi = min(pos[t] + 1, lo + chunk); query heads kvh * group .. + group - 1.
+template <class S, int kD, int kG>
+__global__ void attention_split_kernel(S* out, float* part, const S* q, const S* ck, const S* cv,
+                                       const std::int32_t* slot, const std::int32_t* pos, KvPages pg, int n_heads,
+                                       int n_kv, int hd, int n_splits, int chunk, float scale, int* err) {
+  __shared__ float s_m[kSplitWarps][kG], s_l[kSplitWarps][kG];
+  __shared__ float s_acc[kSplitWarps][kG][kD * 32];
+  const int split = blockIdx.x, kvh = blockIdx.y;
+  const std::int64_t t = blockIdx.z;
+  const int group = n_heads / n_kv;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int s = slot[t], last = pos[t];
+  const std::int64_t width = static_cast<std::int64_t>(n_kv) * hd;
+  bool bad = s < 0 || s >= pg.slots || last < 0 || last >= pg.max_blocks * pg.block_size;
+  const int lo = split * chunk, hi = bad ? lo : min(last + 1, lo + chunk);
+  const std::int32_t* table = pg.table + static_cast<std::int64_t>(bad ? 0 : s) * pg.max_blocks;
+  if (!bad && lo < hi)
+    for (int j = lo / pg.block_size + static_cast<int>(threadIdx.x); j <= (hi - 1) / pg.block_size; j += blockDim.x)
+      bad = bad || table[j] < 0 || table[j] >= pg.n_blocks;
+  if (__syncthreads_or(bad)) {  // uniform over the block
+    if (threadIdx.x == 0) atomicOr(err, kErrCacheIndex);
+    if (split == 0)
+      for (int i = threadIdx.x; i < group * hd; i += blockDim.x)
+        out[(t * n_heads + static_cast<std::int64_t>(kvh) * group) * hd + i] = from_f32<S>(0.0f);
+    if (n_splits > 1 && threadIdx.x < group) {  // an empty partial: the combine ignores it
+      float* ps = part + ((t * n_heads + kvh * group + threadIdx.x) * n_splits + split) * (hd + 2);
+      ps[hd] = -INFINITY;
+      ps[hd + 1] = 0.0f;
+    }
+    return;
+  }
+  float qr[kG][kD], acc[kG][kD], m[kG], l[kG];
+#pragma unroll
+  for (int g = 0; g < kG; ++g) {
+    m[g] = -INFINITY;
+    l[g] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kD; ++i) {
+      const int d = lane + 32 * i;
+      acc[g][i] = 0.0f;
+      qr[g][i] = (g < group && d < hd) ? to_f32(q[(t * n_heads + kvh * group + g) * hd + d]) * scale : 0.0f;
+    }
+  }
+  const PagedRows at{table, pg.block_size, width};
+  const std::int64_t head = static_cast<std::int64_t>(kvh) * hd;
+  for (int u = lo + warp; u < hi; u += kSplitWarps) {
+    const S* kr = ck + at(u) + head;
+    const S* vr = cv + at(u) + head;
+    float kreg[kD], vreg[kD];
+#pragma unroll
+    for (int i = 0; i < kD; ++i) {
+      const int d = lane + 32 * i;
+      kreg[i] = d < hd ? to_f32(kr[d]) : 0.0f;
+      vreg[i] = d < hd ? to_f32(vr[d]) : 0.0f;
+    }
+#pragma unroll
+    for (int g = 0; g < kG; ++g) {
+      if (g >= group) break;
+      float dot = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kD; ++i) dot += qr[g][i] * kreg[i];
+      const float sc = warp_sum(dot);  // the scaled score, in every lane
+      const float mn = fmaxf(m[g], sc);
+      const float c = expf(m[g] - mn), p = expf(sc - mn);
+      l[g] = l[g] * c + p;
+#pragma unroll
+      for (int i = 0; i < kD; ++i) acc[g][i] = acc[g][i] * c + p * vreg[i];
+      m[g] = mn;
+    }
+  }
+  // Merge the warps: every warp publishes its state; thread (g, d) pairs combine them.
+#pragma unroll
+  for (int g = 0; g < kG; ++g) {
+    if (lane == 0) {
+      s_m[warp][g] = m[g];
+      s_l[warp][g] = l[g];
+    }
+#pragma unroll
+    for (int i = 0; i < kD; ++i) s_acc[warp][g][lane + 32 * i] = acc[g][i];
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < group * hd; i += blockDim.x) {
+    const int g = i / hd, d = i % hd;
+    float M = -INFINITY;
+    for (int w = 0; w < kSplitWarps; ++w) M = fmaxf(M, s_m[w][g]);
+    float L = 0.0f, A = 0.0f;
+    if (M != -INFINITY)
+      for (int w = 0; w < kSplitWarps; ++w) {
+        const float e = expf(s_m[w][g] - M);  // 0 for a warp with no key
+        L += s_l[w][g] * e;
+        A += s_acc[w][g][d] * e;
+      }
+    const std::int64_t row = t * n_heads + static_cast<std::int64_t>(kvh) * group + g;
+    if (n_splits == 1) {
+      out[row * hd + d] = from_f32<S>(A / L);  // L > 0: key 0 is in the only split
+    } else {
+      float* ps = part + (row * n_splits + split) * (hd + 2);
+      ps[d] = A;
+      if (d == 0) {
+        ps[hd] = M;
+        ps[hd + 1] = L;
+      }
+    }
+  }
+}
+
+// grid T * n_heads, 64 threads: out[row] = sum_s e^(m_s - M) acc_s / sum_s e^(m_s - M) l_s over the row's splits.
+template <class S>
+__global__ void attention_combine_kernel(S* out, const float* part, int n_splits, int hd) {
+  const std::int64_t row = blockIdx.x;
+  const float* pr = part + row * n_splits * (hd + 2);
+  float M = -INFINITY;
+  for (int sp = 0; sp < n_splits; ++sp) M = fmaxf(M, pr[sp * (hd + 2) + hd]);
+  float L = 0.0f;
+  for (int sp = 0; sp < n_splits; ++sp) {
+    const float ms = pr[sp * (hd + 2) + hd];
+    if (ms != -INFINITY) L += pr[sp * (hd + 2) + hd + 1] * expf(ms - M);
+  }
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+    float A = 0.0f;
+    for (int sp = 0; sp < n_splits; ++sp) {
+      const float ms = pr[sp * (hd + 2) + hd];
+      if (ms != -INFINITY) A += pr[sp * (hd + 2) + d] * expf(ms - M);
+    }
+    out[row * hd + d] = from_f32<S>(L > 0.0f ? A / L : 0.0f);
+  }
+}
+
+int sm_count() {
+  static const int n = [] {
+    int dev = 0, count = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev));
+    return count;
+  }();
+  return n;
+}
+
+// Launches the split kernel with register tiles for head_dim <= 32 kD and groups <= kG; false when they do not fit.
+template <class S, int kD, int kG>
+bool launch_split(const Ctx& c, S* out, const S* q, const S* ck, const S* cv, const std::int32_t* slot,
+                  const std::int32_t* pos, int T, const KvPages& pg, int n_heads, int n_kv, int hd, float scale) {
+  const int group = n_heads / n_kv;
+  if (hd > 32 * kD || group > kG || T > 65535) return false;  // grid.z holds the rows
+  // Splits: enough blocks for about two per SM, none shorter than kMinSplitKeys keys.
+  const std::int64_t row_blocks = static_cast<std::int64_t>(T) * n_kv;
+  const int max_len = pg.max_len();
+  const std::int64_t want = (2 * static_cast<std::int64_t>(sm_count()) + row_blocks - 1) / row_blocks;
+  const int most = std::max(1, (max_len + kMinSplitKeys - 1) / kMinSplitKeys);
+  int n_splits = static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(want, most)));
+  const int chunk = (max_len + n_splits - 1) / n_splits;
+  n_splits = (max_len + chunk - 1) / chunk;
+  float* part = nullptr;
+  if (n_splits > 1)
+    part = static_cast<float*>(
+        scratch_alloc(static_cast<std::size_t>(T) * n_heads * n_splits * (hd + 2) * sizeof(float), c.stream));
+  const dim3 grid(static_cast<unsigned>(n_splits), static_cast<unsigned>(n_kv), static_cast<unsigned>(T));
+  attention_split_kernel<S, kD, kG><<<grid, kSplitThreads, 0, c.stream>>>(out, part, q, ck, cv, slot, pos, pg,
+                                                                          n_heads, n_kv, hd, n_splits, chunk, scale,
+                                                                          c.err);
+  CUDA_CHECK_LAUNCH();
+  if (n_splits > 1) {
+    attention_combine_kernel<S><<<static_cast<unsigned>(static_cast<std::int64_t>(T) * n_heads), 64, 0, c.stream>>>(
+        out, part, n_splits, hd);
+    CUDA_CHECK_LAUNCH();
+    scratch_free(part, c.stream);
+  }
+  return true;
+}
+
 }  // namespace
 
 void kv_store(const Ctx& c, void* cache_k, void* cache_v, const void* k, const void* v, const std::int32_t* slot,
@@ -132,6 +317,13 @@ void attention_cached(const Ctx& c, void* out, const void* q, const void* cache_
   const float scale = 1.0f / sqrtf(static_cast<float>(head_dim));
   dispatch(c.st, [&](auto tag) {
     using S = decltype(tag);
+    auto* o = static_cast<S*>(out);
+    const auto *qq = static_cast<const S*>(q), *kk = static_cast<const S*>(cache_k),
+               *vv = static_cast<const S*>(cache_v);
+    if (launch_split<S, 2, 16>(c, o, qq, kk, vv, slot, pos, T, pages, n_heads, n_kv, head_dim, scale) ||
+        launch_split<S, 4, 8>(c, o, qq, kk, vv, slot, pos, T, pages, n_heads, n_kv, head_dim, scale) ||
+        launch_split<S, 8, 4>(c, o, qq, kk, vv, slot, pos, T, pages, n_heads, n_kv, head_dim, scale))
+      return;
     attention_cached_kernel<S><<<static_cast<unsigned>(blocks), kCacheThreads, 0, c.stream>>>(
         static_cast<S*>(out), static_cast<const S*>(q), static_cast<const S*>(cache_k), static_cast<const S*>(cache_v),
         slot, pos, pages, n_heads, n_kv, head_dim, scale, c.err);

@@ -633,17 +633,20 @@ TEST_P(OpsCuda, LmHead) {
 // pool with spare blocks); a position outside the cache is reported at the next synchronisation.
 TEST_P(OpsCuda, KvCache) {
   struct Case {
-    int n_heads, n_kv, head_dim, block;  // block 0: one block of max_len per slot
+    int n_heads, n_kv, head_dim, block, max_len;  // block 0: one block of max_len per slot
   };
-  const int slots = 3, max_len = 40;
-  const Ids len = {37, 20, 5};    // prefill lengths of sequences 0, 1, 2
+  const int slots = 3;
   const Ids slot_of = {2, 0, 1};  // the slot each sequence lives in
-  for (const Case cs : {Case{4, 4, 40, 0}, Case{6, 2, 128, 8}, Case{5, 1, 72, 16}, Case{4, 2, 256, 8},
-                        Case{14, 2, 64, 16}}) {
-    const int nh = cs.n_heads, nkv = cs.n_kv, hd = cs.head_dim;
+  // Short caches (one split of the keys), long ones (decode rows split over the KV length and combined), groups
+  // of 1 to 7 query heads per KV head, and a group of 20 beyond the register tiles (the two-pass kernel).
+  for (const Case cs : {Case{4, 4, 40, 0, 40}, Case{6, 2, 128, 8, 40}, Case{5, 1, 72, 16, 40},
+                        Case{4, 2, 256, 8, 40}, Case{14, 2, 64, 16, 40}, Case{14, 2, 64, 16, 1000},
+                        Case{12, 2, 128, 16, 700}, Case{4, 4, 40, 0, 300}, Case{20, 1, 128, 8, 300}}) {
+    const int nh = cs.n_heads, nkv = cs.n_kv, hd = cs.head_dim, max_len = cs.max_len;
+    const Ids len = {max_len - 3, max_len / 2, 5};  // prefill lengths of sequences 0, 1, 2
     const int bs = cs.block == 0 ? max_len : cs.block, per_slot = (max_len + bs - 1) / bs;
     const std::string tag = "h" + std::to_string(nh) + "/" + std::to_string(nkv) + " d" + std::to_string(hd) +
-                            " block " + std::to_string(bs) + " ";
+                            " block " + std::to_string(bs) + " len " + std::to_string(max_len) + " ";
     // Pool blocks in a shuffled order, plus spares.
     const int n_blocks = slots * per_slot + 3;
     Ids pool(static_cast<std::size_t>(n_blocks));
