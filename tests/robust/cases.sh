@@ -134,7 +134,9 @@ c ck_not_hdf5 1 'ck/step_00000002\.h5: not an HDF5 file' 'echo "not a checkpoint
 c ck_nan 1 "nan/step_00000002\.h5: corrupt checkpoint: tensor '/trainable/.*' holds a non-finite value \(nan at index 0\)" 'T checkpoint-nan ck/step_00000002.h5 nan' $SFT --train.max_steps=3 --checkpoint.resume=nan/step_00000002.h5
 c ck_missing 1 'ck/step_00000042\.h5: cannot open' '' $SFT --train.max_steps=3 --checkpoint.resume=ck/step_00000042.h5
 c ck_other_model 1 'ck/step_00000002\.h5: checkpoint of another model' '' $SFT --lora.r=4 --train.max_steps=3 --checkpoint.resume=ck/step_00000002.h5
-c ck_export_damaged 1 "ck/step_00000002\.h5: damaged checkpoint: the data of '/trainable/" 'T damage-dataset ck/step_00000002.h5 /trainable/base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight' export --checkpoint.dir=ck --export.output=exported
+c ck_export_damaged 1 "ck/step_00000002\.h5: damaged checkpoint: the data of '/trainable/.*' do not match their checksum \([0-9a-f]+, stored [0-9a-f]+\); the newest intact checkpoint is ck/step_00000001\.h5 \(step 1\): --export\.checkpoint=ck/step_00000001\.h5 exports it$" 'T damage-dataset ck/step_00000002.h5 /trainable/base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight' export --checkpoint.dir=ck --export.output=exported
+c ck_export_all_damaged 1 "ck/step_00000002\.h5: truncated checkpoint: .*; no other checkpoint of ck is intact$" 'head -c 5000 ck/step_00000002.h5 > x && mv x ck/step_00000002.h5 && T damage-seal ck/step_00000001.h5 metadata' export --checkpoint.dir=ck --export.output=exported
+c ck_export_named_damaged 1 "ck/step_00000001\.h5: damaged checkpoint: its HDF5 metadata .* do not match their checksum \([0-9a-f]+, stored [0-9a-f]+\)$" 'T damage-seal ck/step_00000001.h5 metadata' export --checkpoint.dir=ck --export.checkpoint=ck/step_00000001.h5 --export.output=exported
 
 # ---- output locations ----
 c out_ck_dir_is_file 1 'old_output\.jsonl: cannot create the checkpoint directory \(Not a directory\)' '' $SFT --checkpoint.dir=old_output.jsonl
