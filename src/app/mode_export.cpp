@@ -1,6 +1,7 @@
 // mode_export.cpp: `mgrl export`: a training checkpoint as a PEFT adapter directory (adapter_config.json +
 // adapter_model.safetensors) or, for full fine-tuning, a Hugging Face model directory; optionally the
-// adapter merged into the base weights (W + scale * B A) as a full model directory.
+// adapter merged into the base weights (W + scale * B A) as a full model directory. A damaged checkpoint is never
+// exported, nor silently replaced by an older one: the error names the newest intact one.
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -40,6 +41,22 @@ void make_dir(const std::string& d) {
 
 const char* kLoraPrefix = "base_model.model.";
 
+// What to export instead of a damaged newest checkpoint of dir: "the newest intact checkpoint is <path> (step N):
+// --export.checkpoint=<path> exports it", or that there is none.
+std::string newest_intact_hint(const std::string& dir) {
+  const auto all = train::checkpoints_newest_first(dir);
+  for (std::size_t i = 1; i < all.size(); ++i) {
+    try {
+      const train::Checkpoint older = train::read_checkpoint(all[i]);
+      return "the newest intact checkpoint is " + all[i] + " (step " + std::to_string(older.state.step) +
+             "): --export.checkpoint=" + all[i] + " exports it";
+    } catch (const UserError&) {
+      // damaged too (or not for this mgrl): look further
+    }
+  }
+  return "no other checkpoint of " + dir + " is intact";
+}
+
 }  // namespace
 
 int run_export(Context& ctx) {
@@ -55,8 +72,16 @@ int run_export(Context& ctx) {
       const auto newest = train::newest_checkpoint(dir);
       if (!newest) throw UserError(dir + ": no checkpoint to export");
       path = *newest;
+      try {
+        ck = train::read_checkpoint(path);
+      } catch (const train::CorruptCheckpoint& e) {
+        // Unlike resume (which reaches the same weights again from an older checkpoint), an export of an older
+        // step would be another result than the one asked for: stop, and name the newest intact checkpoint.
+        throw UserError(std::string(e.what()) + "; " + newest_intact_hint(dir));
+      }
+    } else {
+      ck = train::read_checkpoint(path);
     }
-    ck = train::read_checkpoint(path);
     run_cfg = io::Config::from_string(io::mgrl_schema(), ck.config_text, path + ":/config");
   });
   if (ctx.env.rank() != 0) return 0;

@@ -2,6 +2,7 @@
 // alignment); the result is the same on every little-endian host, which is what mgrl runs on.
 #include "io/checksum.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -65,6 +66,43 @@ std::uint64_t checksum64(const void* data, std::size_t n) {
     ++p;
   }
   return avalanche(h);
+}
+
+namespace {
+void append_u64(std::string& out, std::uint64_t v) {
+  char b[8];
+  for (int i = 0; i < 8; ++i) b[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  out.append(b, 8);
+}
+}  // namespace
+
+void BlockChecksum::update(const void* data, std::size_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  total_ += n;
+  if (!partial_.empty()) {  // fill the current block first
+    const std::size_t take = std::min(n, kBlock - partial_.size());
+    partial_.append(reinterpret_cast<const char*>(p), take);
+    p += take;
+    n -= take;
+    if (partial_.size() < kBlock) return;
+    append_u64(block_sums_, checksum64(partial_.data(), partial_.size()));
+    partial_.clear();
+  }
+  for (; n >= kBlock; p += kBlock, n -= kBlock) append_u64(block_sums_, checksum64(p, kBlock));  // whole blocks in place
+  partial_.assign(reinterpret_cast<const char*>(p), n);
+}
+
+std::uint64_t BlockChecksum::digest() const {
+  std::string sums = block_sums_;
+  if (!partial_.empty()) append_u64(sums, checksum64(partial_.data(), partial_.size()));
+  append_u64(sums, total_);
+  return checksum64(sums.data(), sums.size());
+}
+
+std::uint64_t block_checksum(const void* data, std::size_t n) {
+  BlockChecksum c;
+  c.update(data, n);
+  return c.digest();
 }
 
 std::string checksum_hex(const void* data, std::size_t n) {

@@ -118,7 +118,8 @@ const Schema& mgrl_schema() {
          "auto: continue from the newest complete checkpoint of checkpoint.dir if there is one; none; or a path",
          {}, {}, {}, {}});
     add({"export.checkpoint", T::String, Value(std::string("auto")),
-         "checkpoint to export: a path, or auto (the newest of checkpoint.dir)", {}, {}, {}, {}});
+         "checkpoint to export: a path, or auto (the newest of checkpoint.dir; when it is damaged, export stops and names "
+         "the newest intact one)", {}, {}, {}, {}});
     add({"export.output", T::String, std::nullopt,
          "output directory: a PEFT adapter (adapter_config.json + adapter_model.safetensors), or the full model",
          {}, {}, {}, {"export"}});

@@ -1,4 +1,4 @@
-// hdf5_file.cpp: H5Writer (temporary file, fsync, rename) and H5Reader over the HDF5 C API.
+// hdf5_file.cpp: H5Writer (temporary file, optional seal, fsync, rename) and H5Reader over the HDF5 C API.
 #include "io/hdf5_file.h"
 
 #include <fcntl.h>
@@ -6,11 +6,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 
 #include "core/error.h"
 #include "io/check_hdf5.h"
+#include "io/checksum.h"
 
 namespace mgrl::io {
 namespace {
@@ -53,7 +55,7 @@ void fsync_path(const std::string& path, bool directory) {
 
 }  // namespace
 
-H5Writer::H5Writer(std::string path) : path_(std::move(path)) {
+H5Writer::H5Writer(std::string path, std::uint64_t userblock) : path_(std::move(path)), userblock_(userblock) {
   quiet_hdf5();
   // The finished file is renamed over path: never over a directory, a device (/dev/null) or a FIFO.
   struct stat st {};
@@ -61,7 +63,9 @@ H5Writer::H5Writer(std::string path) : path_(std::move(path)) {
     throw UserError(path_ + ": exists and is not a regular file (an output file is written under a temporary name "
                     "and moved there)");
   tmp_ = path_ + ".tmp." + std::to_string(::getpid());
-  file_ = H5Fcreate(tmp_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  Handle fcpl{H5_CHECK(H5Pcreate(H5P_FILE_CREATE)), H5Pclose};
+  if (userblock_ > 0) H5_CHECK(H5Pset_userblock(fcpl.id, userblock_));
+  file_ = H5Fcreate(tmp_.c_str(), H5F_ACC_TRUNC, fcpl.id, H5P_DEFAULT);
   if (file_ < 0) throw UserError(path_ + ": cannot create the HDF5 file (" + std::strerror(errno) + ")");
 }
 
@@ -93,6 +97,20 @@ void H5Writer::write_native(const std::string& name, std::int64_t h5type, const 
   Handle set{H5_CHECK(H5Dcreate2(file_, name.c_str(), h5type, space.id, lcpl.id, H5P_DEFAULT, H5P_DEFAULT)),
              H5Dclose};
   H5_CHECK(H5Dwrite(set.id, h5type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data));
+  std::size_t n = H5Tget_size(h5type);
+  for (const auto d : dims) n *= static_cast<std::size_t>(d);
+  remember(name, set.id, data, n);
+}
+
+void H5Writer::remember(const std::string& name, std::int64_t dataset, const void* data, std::size_t nbytes) {
+  if (userblock_ == 0) return;
+  const hsize_t stored = H5Dget_storage_size(dataset);
+  if (stored == 0 && nbytes == 0) return;  // an empty dataset has no values in the file
+  MGRL_CHECK(stored == nbytes, "'" + name + "' stores " + std::to_string(stored) + " bytes for " +
+                                   std::to_string(nbytes) + " bytes of values (a filter or a type conversion?)");
+  const haddr_t offset = H5Dget_offset(dataset);
+  MGRL_CHECK(offset != HADDR_UNDEF, "'" + name + "' has no contiguous storage");
+  sealed_.push_back({name, static_cast<std::uint64_t>(offset), nbytes, block_checksum(data, nbytes)});
 }
 
 namespace {
@@ -114,6 +132,7 @@ void H5Writer::write_string(const std::string& name, const std::string& value) {
              H5Dclose};
   std::string padded = value.empty() ? std::string(1, '\0') : value;
   H5_CHECK(H5Dwrite(set.id, type.id, H5S_ALL, H5S_ALL, H5P_DEFAULT, padded.data()));
+  remember(name, set.id, padded.data(), padded.size());
 }
 
 void H5Writer::attr(const std::string& object, const std::string& name, const std::string& value) {
@@ -158,7 +177,24 @@ void H5Writer::commit() {
     std::remove(tmp_.c_str());
     throw FatalError(path_ + ": closing the HDF5 file failed");
   }
-  fsync_path(tmp_, false);
+  if (userblock_ > 0) {
+    try {
+      const int fd = ::open(tmp_.c_str(), O_RDWR | O_CLOEXEC);
+      if (fd < 0) throw FatalError(tmp_ + ": cannot open to seal (" + std::string(std::strerror(errno)) + ")");
+      try {
+        seal_file(fd, tmp_, userblock_, std::move(sealed_));
+      } catch (...) {
+        ::close(fd);
+        throw;
+      }
+      if (::close(fd) != 0) throw FatalError(tmp_ + ": closing failed (" + std::string(std::strerror(errno)) + ")");
+    } catch (...) {
+      std::remove(tmp_.c_str());
+      throw;
+    }
+  } else {
+    fsync_path(tmp_, false);
+  }
   if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
     const std::string why = std::strerror(errno);
     std::remove(tmp_.c_str());

@@ -7,13 +7,16 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "io/hdf5_seal.h"
 
 namespace mgrl::io {
 
 class H5Writer {
  public:
-  // Creates "<path>.tmp.<pid>" next to path; nothing exists under path until commit().
-  explicit H5Writer(std::string path);
+  // Creates "<path>.tmp.<pid>" next to path; nothing exists under path until commit(). A userblock size > 0
+  // (io::seal_userblock_size of the names of the datasets to be written) seals the file at commit: the user block
+  // gets checksums of every byte of the file, verified by io::verify_seal before libhdf5 reads it (io/hdf5_seal.h).
+  explicit H5Writer(std::string path, std::uint64_t userblock = 0);
   ~H5Writer();  // without commit(): the temporary file is removed
   H5Writer(const H5Writer&) = delete;
   H5Writer& operator=(const H5Writer&) = delete;
@@ -26,14 +29,18 @@ class H5Writer {
   void attr(const std::string& object, const std::string& name, const std::string& value);
   void attr(const std::string& object, const std::string& name, std::int64_t value);
   void attr(const std::string& object, const std::string& name, const std::vector<std::string>& values);  // 1-D
-  // Flushes, closes, fsyncs and renames the file to its final path.
+  // Flushes, closes, seals (when asked), fsyncs and renames the file to its final path.
   void commit();
 
  private:
   void write_native(const std::string& name, std::int64_t h5type, const std::vector<std::uint64_t>& shape,
                     const void* data);
+  // Remembers where a dataset's values lie and their checksum, for the seal.
+  void remember(const std::string& name, std::int64_t dataset, const void* data, std::size_t nbytes);
   std::string path_, tmp_;
   std::int64_t file_ = -1;
+  std::uint64_t userblock_ = 0;
+  std::vector<SealEntry> sealed_;
 };
 
 class H5Reader {

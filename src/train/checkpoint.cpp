@@ -22,6 +22,7 @@
 #include "core/log.h"
 #include "io/checksum.h"
 #include "io/hdf5_file.h"
+#include "io/hdf5_seal.h"
 
 namespace mgrl::train {
 namespace {
@@ -241,7 +242,8 @@ std::vector<float> read_flat(const io::H5Reader& r, std::int64_t version, const 
   return flat;
 }
 
-Checkpoint read_file(const io::H5Reader& r, const std::string& expected_identity) {
+// r: a verified sealed file, or (sealed false) one written before seals.
+Checkpoint read_file(const io::H5Reader& r, bool sealed, const std::string& expected_identity) {
   const std::string& path = r.path();
   Checkpoint ck;
 
@@ -263,9 +265,6 @@ Checkpoint read_file(const io::H5Reader& r, const std::string& expected_identity
                     ck.mgrl_version + ") is newer than version " + std::to_string(kFormatVersion) +
                     ", the one this mgrl (" + build_info().version + ") reads");
   if (version < 1) corrupt(r, "unknown format_version " + std::to_string(version));
-  if (version < kFirstVersionWithChecksums)
-    log::warn_once(path + ": a checkpoint of format version " + std::to_string(version) + " (mgrl " +
-                   ck.mgrl_version + ") has no checksums: its data are read without verification");
 
   ck.model_identity = read_text(r, version, kIdentity);
   if (!expected_identity.empty()) check_identity(path, ck.model_identity, expected_identity);
@@ -330,6 +329,13 @@ Checkpoint read_file(const io::H5Reader& r, const std::string& expected_identity
   ck.adam_m = read_flat(r, version, kExpAvg, ck.tensors, total);
   ck.adam_v = read_flat(r, version, kExpAvgSq, ck.tensors, total);
   if (r.has(kExtra)) ck.extra = read_text(r, version, kExtra);
+  // Said once the file is read (a damaged one gets its error line alone).
+  if (version < kFirstVersionWithChecksums)
+    log::warn_once(path + ": a checkpoint of format version " + std::to_string(version) + " (mgrl " +
+                   ck.mgrl_version + ") has no checksums: its data are read without verification");
+  else if (!sealed)
+    log::warn_once(path + ": a checkpoint without whole-file checksums (mgrl " + ck.mgrl_version +
+                   ", before checkpoints were sealed): HDF5 has parsed it before its data could be verified");
   return ck;
 }
 
@@ -351,7 +357,15 @@ void write_checkpoint(const std::string& dir, const Checkpoint& ck) {
     if (ec) throw UserError(dir + ": cannot create the checkpoint directory (" + ec.message() + ")");
   }
   remove_stale_temporaries(dir);
-  io::H5Writer w(path);  // UserError naming the path when the file cannot be created
+  // The file is sealed (io/hdf5_seal.h): its user block gets checksums of all its bytes, one per dataset, so that
+  // a reader verifies the whole file before libhdf5 parses it. The user block is sized for these datasets.
+  std::vector<std::string> datasets;
+  for (const auto& t : ck.tensors)
+    for (const auto* group : {&kTrainable, &kExpAvg, &kExpAvgSq}) datasets.push_back(*group + "/" + t.name);
+  for (const auto* name : {&kOrder, &kConfig, &kIdentity, &kStep, &kTokensSeen, &kSkippedSteps, &kLossScale,
+                           &kScalerGoodSteps, &kBestEvalLoss, &kEpoch, &kPosition, &kRng, &kExtra})
+    datasets.push_back(*name);
+  io::H5Writer w(path, io::seal_userblock_size(datasets));  // UserError naming the path when it cannot be created
   try {
     // Every dataset gets a checksum attribute over the bytes of its values (docs/checkpoint.md#integrity).
     const auto put = [&w](const std::string& name, DType type, const std::vector<std::uint64_t>& dims,
@@ -424,11 +438,17 @@ std::vector<std::string> checkpoints_newest_first(const std::string& dir) {
 
 Checkpoint read_checkpoint(const std::string& path, const std::string& expected_identity) {
   try {
+    // Every byte is verified against the seal before libhdf5 parses the file (it reads out of bounds on some
+    // damaged files). A file without a seal that starts with the HDF5 signature was written before seals: it is
+    // read as before (checksums of every dataset's values, after libhdf5 has parsed it), with a warning.
+    const bool sealed = io::verify_seal(path, "checkpoint") == io::SealState::sealed;
     io::H5Reader r(path);  // UserError naming the path: missing, not HDF5, truncated
-    return read_file(r, expected_identity);
+    return read_file(r, sealed, expected_identity);
   } catch (const CorruptCheckpoint&) {
     throw;
   } catch (const NotForThisRun& e) {
+    throw UserError(e.what());
+  } catch (const io::NewerSeal& e) {
     throw UserError(e.what());
   } catch (const UserError& e) {
     // The reader's own errors (cannot open, not HDF5, a dataset of the wrong kind, a failed read): damage.

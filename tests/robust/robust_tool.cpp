@@ -1,5 +1,8 @@
 // robust_tool.cpp: makes the damaged inputs of the robust catalogue (tests/robust/cases.sh) from good ones.
 //   robust_tool damage-dataset FILE.h5 DATASET        flips one byte in the middle of a dataset's stored values
+//                                                     (located by the seal of a sealed file, else by H5Dget_offset)
+//   robust_tool damage-seal FILE.h5 header|metadata   flips one byte of a sealed file's seal (in its user block) or
+//                                                     of its HDF5 metadata (the superblock after the user block)
 //   robust_tool nonfinite FILE.safetensors TENSOR nan|inf   sets element 0 of a tensor (F32/BF16/F16) in place
 //   robust_tool json-set FILE POINTER JSON            sets the value at a JSON pointer ("/a/b") of a JSON file
 //   robust_tool json-del FILE POINTER                 removes the value at a JSON pointer
@@ -20,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "io/hdf5_seal.h"
 #include "io/safetensors.h"
 #include "train/checkpoint.h"
 
@@ -48,15 +52,24 @@ void spill(const std::string& path, const std::string& bytes) {
 }
 
 int damage_dataset(const std::string& file, const std::string& dataset) {
-  const hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-  if (f < 0) die(file + ": cannot open as HDF5");
-  const hid_t d = H5Dopen2(f, dataset.c_str(), H5P_DEFAULT);
-  if (d < 0) die(file + ": no dataset " + dataset);
-  const haddr_t offset = H5Dget_offset(d);
-  const hsize_t size = H5Dget_storage_size(d);
-  H5Dclose(d);
-  H5Fclose(f);
-  if (offset == HADDR_UNDEF || size == 0) die(dataset + ": no contiguous storage");
+  // Where the values lie: from the seal of a sealed file (io/hdf5_seal.h), else from HDF5 itself.
+  std::uint64_t offset = 0, size = 0;
+  const auto sealed = io::read_seal_entries(file);
+  for (const auto& e : sealed)
+    if (e.name == dataset) offset = e.offset, size = e.size;
+  if (sealed.empty()) {
+    const hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0) die(file + ": cannot open as HDF5");
+    const hid_t d = H5Dopen2(f, dataset.c_str(), H5P_DEFAULT);
+    if (d < 0) die(file + ": no dataset " + dataset);
+    const haddr_t at = H5Dget_offset(d);
+    size = H5Dget_storage_size(d);
+    H5Dclose(d);
+    H5Fclose(f);
+    if (at == HADDR_UNDEF) die(dataset + ": no contiguous storage");
+    offset = at;
+  }
+  if (size == 0) die(file + ": no stored values of " + dataset);
   std::string bytes = slurp(file);
   const std::size_t at = static_cast<std::size_t>(offset + size / 2);
   if (at >= bytes.size()) die("offset beyond the file");
@@ -64,6 +77,21 @@ int damage_dataset(const std::string& file, const std::string& dataset) {
   spill(file, bytes);
   std::printf("flipped byte %zu of %s (dataset %s, %llu bytes at %llu)\n", at, file.c_str(), dataset.c_str(),
               static_cast<unsigned long long>(size), static_cast<unsigned long long>(offset));
+  return 0;
+}
+
+int damage_seal(const std::string& file, const std::string& where) {
+  std::string bytes = slurp(file);
+  if (bytes.size() < 64 || bytes.compare(0, 16, "mgrl-sealed-hdf5") != 0) die(file + ": not a sealed file");
+  std::uint64_t userblock = 0;  // byte 24 of the seal, little-endian
+  for (int i = 7; i >= 0; --i) userblock = (userblock << 8) | static_cast<unsigned char>(bytes[24 + static_cast<std::size_t>(i)]);
+  std::size_t at = 0;
+  if (where == "header") at = 60;  // the first entry's name
+  else if (where == "metadata") at = static_cast<std::size_t>(userblock) + 9;  // the superblock's version fields
+  else die("damage-seal: header or metadata, not '" + where + "'");
+  if (at >= bytes.size()) die("offset beyond the file");
+  bytes[at] = static_cast<char>(bytes[at] ^ 0x10);
+  spill(file, bytes);
   return 0;
 }
 
@@ -139,6 +167,7 @@ int main(int argc, char** argv) {
   try {
     const std::string cmd = argc > 1 ? argv[1] : "";
     if (cmd == "damage-dataset" && argc == 4) return damage_dataset(argv[2], argv[3]);
+    if (cmd == "damage-seal" && argc == 4) return damage_seal(argv[2], argv[3]);
     if (cmd == "nonfinite" && argc == 5) return nonfinite(argv[2], argv[3], argv[4]);
     if (cmd == "json-set" && argc == 5) {
       const std::string v = argv[4];

@@ -1,12 +1,17 @@
-// test_hdf5_file.cpp: H5Writer / H5Reader round trips, atomic commit, errors on bad files.
+// test_hdf5_file.cpp: H5Writer / H5Reader round trips, atomic commit, errors on bad files; sealed files
+// (io/hdf5_seal.h): where the seal puts what, and every kind of damage it reports.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cmath>
+#include <cstring>
 #include <fstream>
+#include <random>
 
 #include "core/error.h"
+#include "io/checksum.h"
 #include "io/hdf5_file.h"
+#include "io/hdf5_seal.h"
 #include "tests/unit/test_util.h"
 
 namespace mgrl::io {
@@ -118,6 +123,185 @@ TEST(Hdf5File, BadFilesAreUserErrorsNamingThePath) {
   H5Reader ok(full);
   msg = test::error_of([&] { ok.shape("nope"); });
   EXPECT_NE(msg.find("full.h5: no dataset 'nope'"), std::string::npos) << msg;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+void spill(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+TEST(Hdf5Seal, BlockChecksumIsStableAndIndependentOfPieces) {
+  // The values are part of the file format: a changed function would make every sealed file look damaged.
+  std::string bytes(3 * BlockChecksum::kBlock + 12345, '\0');
+  std::mt19937 gen(5);
+  for (auto& c : bytes) c = static_cast<char>(gen());
+  EXPECT_EQ(block_checksum("", 0), 0xb0d5801d6ad514a2ull);
+  EXPECT_EQ(block_checksum("abc", 3), 0xe77155380d32ce9full);
+  EXPECT_EQ(block_checksum(bytes.data(), bytes.size()), 0x9b0eaa6a41f36571ull);
+  // Any cutting of the same bytes gives the same result.
+  const std::uint64_t whole = block_checksum(bytes.data(), bytes.size());
+  for (const std::size_t piece : {std::size_t{1} << 20, std::size_t{1000}, std::size_t{777777}, bytes.size()}) {
+    BlockChecksum c;
+    for (std::size_t at = 0; at < bytes.size(); at += piece) c.update(bytes.data() + at, std::min(piece, bytes.size() - at));
+    EXPECT_EQ(c.digest(), whole) << "pieces of " << piece;
+    EXPECT_EQ(c.length(), bytes.size());
+  }
+  // A change in any block, a moved block boundary (one byte less) and swapped blocks all change it.
+  for (const std::size_t at : {std::size_t{0}, BlockChecksum::kBlock + 7, bytes.size() - 1}) {
+    std::string x = bytes;
+    x[at] = static_cast<char>(x[at] ^ 1);
+    EXPECT_NE(block_checksum(x.data(), x.size()), whole) << "byte " << at;
+  }
+  EXPECT_NE(block_checksum(bytes.data(), bytes.size() - 1), whole);
+  std::string swapped = bytes.substr(BlockChecksum::kBlock, BlockChecksum::kBlock) +
+                        bytes.substr(0, BlockChecksum::kBlock) + bytes.substr(2 * BlockChecksum::kBlock);
+  EXPECT_NE(block_checksum(swapped.data(), swapped.size()), whole);
+}
+
+// A sealed file of a few datasets: a float tensor, an empty one, a scalar, a string and an empty string.
+std::string write_sealed(const std::string& name, std::vector<float>& values) {
+  const auto path = tmp(name);
+  std::remove(path.c_str());
+  values.assign(3000, 0.0f);
+  for (std::size_t k = 0; k < values.size(); ++k) values[k] = 0.5f + static_cast<float>(k);
+  const std::int64_t scalar = 0x0102030405060708;
+  H5Writer w(path, seal_userblock_size({"g/values", "g/empty", "scalar", "text", "none"}));
+  w.write("g/values", DType::F32, {1000, 3}, values.data());
+  w.write("g/empty", DType::F32, {0, 3}, values.data());
+  w.write("scalar", DType::I64, {}, &scalar);
+  w.write_string("text", "hello, seal");
+  w.write_string("none", "");
+  w.attr("/", "format", "mgrl-test");
+  w.commit();
+  return path;
+}
+
+TEST(Hdf5Seal, SealedFileListsWhereEveryValueLiesAndStaysPlainHdf5) {
+  std::vector<float> values;
+  const auto path = write_sealed("sealed.h5", values);
+  EXPECT_FALSE(exists(path + ".tmp." + std::to_string(::getpid())));
+  EXPECT_EQ(verify_seal(path, "file"), SealState::sealed);
+  const std::string bytes = slurp(path);
+  EXPECT_EQ(bytes.substr(0, 16), "mgrl-sealed-hdf5");
+  EXPECT_EQ(bytes.substr(512, 8), std::string("\x89HDF\r\n\x1a\n", 8)) << "a 512-byte user block, then HDF5";
+  // Every non-empty dataset, in the order written, with the offset of its values from the start of the file.
+  const auto entries = read_seal_entries(path);
+  ASSERT_EQ(entries.size(), 4u);
+  EXPECT_EQ(entries[0].name, "g/values");
+  EXPECT_EQ(entries[1].name, "scalar");
+  EXPECT_EQ(entries[2].name, "text");
+  EXPECT_EQ(entries[3].name, "none");
+  EXPECT_EQ(entries[0].size, 12000u);
+  EXPECT_EQ(std::memcmp(bytes.data() + entries[0].offset, values.data(), 12000), 0);
+  EXPECT_EQ(entries[0].checksum, block_checksum(values.data(), 12000));
+  EXPECT_EQ(bytes.substr(entries[1].offset, 8), std::string("\x08\x07\x06\x05\x04\x03\x02\x01", 8));
+  EXPECT_EQ(bytes.substr(entries[2].offset, entries[2].size), "hello, seal");
+  EXPECT_EQ(entries[3].size, 1u) << "an empty string is stored as one NUL";
+  for (const auto& e : entries) EXPECT_GE(e.offset, 512u) << e.name;
+  // libhdf5 (and h5py, h5dump) read it as any HDF5 file: the user block is skipped.
+  H5Reader r(path);
+  EXPECT_EQ(r.read_all<float>("g/values", DType::F32), values);
+  EXPECT_EQ(r.read_string("text"), "hello, seal");
+  EXPECT_EQ(r.shape("g/empty"), (std::vector<std::uint64_t>{0, 3}));
+  // Without a user block the writer seals nothing.
+  const auto plain = tmp("plain.h5");
+  {
+    H5Writer w(plain);
+    w.write("v", DType::F32, {3}, values.data());
+    w.commit();
+  }
+  EXPECT_EQ(verify_seal(plain, "file"), SealState::unsealed_hdf5);
+  EXPECT_TRUE(read_seal_entries(plain).empty());
+}
+
+TEST(Hdf5Seal, UserBlockGrowsWithTheNamesInPowersOfTwo) {
+  EXPECT_EQ(seal_userblock_size({}), 512u);
+  EXPECT_EQ(seal_userblock_size(std::vector<std::string>(15, std::string(1, 'x'))), 512u);  // 56 + 15 * 29 = 491
+  EXPECT_EQ(seal_userblock_size(std::vector<std::string>(16, std::string(1, 'x'))), 1024u);
+  EXPECT_EQ(seal_userblock_size(std::vector<std::string>(1000, std::string(100, 'x'))), 131072u);
+}
+
+// The message of the UserError that verifying path throws ("" and a failure when none is).
+std::string seal_error(const std::string& path) {
+  try {
+    verify_seal(path, "file");
+  } catch (const UserError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind(path + ": ", 0), 0u) << "does not start with the path: " << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << path << " verified without error";
+  return "";
+}
+
+TEST(Hdf5Seal, EveryKindOfDamageIsNamed) {
+  std::vector<float> values;
+  const auto path = write_sealed("damaged_src.h5", values);
+  const std::string good = slurp(path);
+  const auto entries = read_seal_entries(path);
+  const auto bad = tmp("damaged.h5");
+  const auto expect = [&](const std::string& bytes, const std::string& fragment) {
+    spill(bad, bytes);
+    const std::string msg = seal_error(bad);
+    EXPECT_NE(msg.find(fragment), std::string::npos) << msg;
+  };
+  std::string b = good;
+  b[entries[0].offset + 5000] ^= 0x20;  // a value
+  expect(b, "damaged file: the data of 'g/values' do not match their checksum (");
+  b = good;
+  b[entries[2].offset] ^= 0x01;  // the string
+  expect(b, "damaged file: the data of 'text' do not match their checksum");
+  b = good;
+  b[512 + 9] ^= 0x01;  // HDF5's superblock
+  expect(b, "damaged file: its HDF5 metadata (the bytes outside the datasets' values) do not match their checksum");
+  b = good;
+  b[good.size() - 1] ^= 0x01;  // the last byte (here the empty string's NUL)
+  expect(b, "damaged file: ");
+  b = good;
+  b[511] ^= 0x01;  // the unused end of the user block
+  expect(b, "damaged file: its header (the HDF5 user block) does not match its checksum");
+  b = good;
+  b[50] ^= 0x01;  // the stored checksum of the user block itself
+  expect(b, "its header (the HDF5 user block) does not match its checksum");
+  b = good;
+  b[24] = 0x03;  // the user block size: not a power of two
+  expect(b, "damaged file: its header is damaged (it claims a user block of ");
+  expect(good.substr(0, good.size() - 1), "truncated file: it has " + std::to_string(good.size() - 1) +
+                                              " bytes, its header says " + std::to_string(good.size()));
+  expect(good.substr(0, 300), "truncated file: it has 300 bytes, fewer than its header's 512");
+  expect(good.substr(0, 20), "truncated file: it has 20 bytes, fewer than its header");
+  expect(good + "x", "corrupt file: it has " + std::to_string(good.size() + 1) + " bytes, its header says " +
+                         std::to_string(good.size()) + " (bytes appended?)");
+  expect("", "not an HDF5 file (an empty file)");
+  expect(good.substr(0, 7), "not an HDF5 file (neither an mgrl file header nor the HDF5 signature at its start)");
+  b = good;
+  b[0] = 'M';  // the magic
+  expect(b, "not an HDF5 file (neither an mgrl file header nor the HDF5 signature at its start)");
+  spill(bad, good);
+  EXPECT_EQ(verify_seal(bad, "file"), SealState::sealed) << "the copy itself is intact";
+  const std::string missing = seal_error(tmp("no_such.h5"));
+  EXPECT_NE(missing.find("cannot open (No such file or directory)"), std::string::npos) << missing;
+}
+
+TEST(Hdf5Seal, NewerSealFormatIsNotDamage) {
+  std::vector<float> values;
+  const std::string good = slurp(write_sealed("newer_src.h5", values));
+  // Version 2 with a correct checksum of the user block: written by a newer mgrl, not damaged.
+  std::string b = good;
+  b[16] = 2;
+  std::memset(&b[48], 0, 8);
+  const std::uint64_t sum = checksum64(b.data(), 512);
+  for (int i = 0; i < 8; ++i) b[48 + i] = static_cast<char>(sum >> (8 * i));
+  const auto path = tmp("newer.h5");
+  spill(path, b);
+  const std::string msg = test::error_of<NewerSeal>([&] { verify_seal(path, "file"); });
+  EXPECT_NE(msg.find(path + ": its integrity header has format version 2 (written by a newer mgrl), newer than "
+                            "version 1, the one this mgrl reads"),
+            std::string::npos)
+      << msg;
 }
 
 }  // namespace
