@@ -4,13 +4,13 @@
 
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <optional>
 
 #include "app/modes.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "dist/mpi_env.h"
+#include "io/atomic_file.h"
 #include "io/config.h"
 #include "io/hf_config.h"
 #include "io/jsonl.h"
@@ -118,16 +118,9 @@ int run_generate(Context& ctx) {
     });
     if (inputs.empty()) throw UserError(input + ": no prompts");
     if (!opts.stop_strings.empty() && !tok) throw UserError("generate.stop needs a tokenizer (set model.tokenizer)");
-    if (env.rank() == 0) {  // fail early when the output cannot be written
-      struct stat st {};
-      if (::stat(output.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
-        throw UserError(output + ": exists and is not a regular file (the output is written under a temporary name "
-                        "and moved there)");
-      {
-        std::ofstream probe(output + ".tmp");
-        if (!probe) throw UserError(output + ": cannot write the output file");
-      }
-      std::remove((output + ".tmp").c_str());
+    if (env.rank() == 0) {
+      io::remove_stale_temporaries_of(output);  // a killed earlier run's
+      io::check_output_writable(output);        // fail early when the output cannot be written
     }
   });
   for (auto id : mc.eos_token_ids) opts.eos_ids.push_back(static_cast<std::int32_t>(id));
@@ -171,14 +164,9 @@ int run_generate(Context& ctx) {
   const double slowest = env.allreduce_max(st.seconds);
   if (env.rank() != 0) return 0;
 
-  const std::string tmp = output + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    for (const auto& p : parts) out << p;
-    out.flush();
-    if (!out) throw UserError(output + ": writing failed");
-  }
-  if (std::rename(tmp.c_str(), output.c_str()) != 0) throw UserError(output + ": cannot move the finished file into place");
+  std::string all;
+  for (const auto& p : parts) all += p;
+  io::write_file_atomically(output, all);  // under a temporary name, fsync'ed, renamed: whole or not at all
   char line[256];
   std::snprintf(line, sizeof(line), "generate: %zu prompts x %d, %lld tokens in %.2f s on %d rank%s: %.0f tokens/s in total; wrote %s",
                 N, opts.num_generations, total, slowest, env.size(), env.size() == 1 ? "" : "s",

@@ -13,8 +13,10 @@
 #include "app/modes.h"
 #include "core/build_info.h"
 #include "core/error.h"
+#include "core/fault.h"
 #include "core/log.h"
 #include "dist/mpi_env.h"
+#include "io/atomic_file.h"
 #include "io/config.h"
 #include "io/hdf5_file.h"
 #include "io/hf_config.h"
@@ -75,7 +77,10 @@ int run_score(Context& ctx) {
       seqs.push_back(std::move(ids));
     });
     if (seqs.empty()) throw UserError(input + ": no sequences to score");
-    if (env.rank() == 0) writer = std::make_unique<io::H5Writer>(output);  // fails early if unwritable
+    if (env.rank() == 0) {
+      io::remove_stale_temporaries_of(output);             // a killed earlier run's
+      writer = std::make_unique<io::H5Writer>(output);  // fails early if unwritable
+    }
   });
 
   auto ops = make_ops(ctx.device);
@@ -140,6 +145,7 @@ int run_score(Context& ctx) {
   writer->attr("/", "adapter", adapter);
   writer->attr("/", "input", input);
   writer->attr("/", "mgrl_version", build_info().version);
+  fault::point("output_write", 0, 0);  // tests: killed before the file is complete (core/fault.h)
   writer->commit();
   char line[256];
   std::snprintf(line, sizeof(line), "score: %zu sequences, %lld tokens in %.3f s on %d rank%s (%.0f tokens/s); wrote %s",

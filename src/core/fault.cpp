@@ -35,7 +35,7 @@ Spec parse(const char* text) {
     const std::string field = all.substr(start, colon - start);
     start = colon + 1;
     if (first) {
-      if (field != "checkpoint_write") throw bad("unknown point '" + field + "'");
+      if (field != "checkpoint_write" && field != "output_write") throw bad("unknown point '" + field + "'");
       s.point = field;
       first = false;
       continue;

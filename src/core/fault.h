@@ -2,7 +2,9 @@
 // named point of step N (throw: a FatalError, as a failing library call would; kill: SIGKILL to itself, as the
 // kernel's OOM killer or a node failure would), so that tests can show how a multi-rank job ends when one rank
 // fails there (tests/faults/). Points: checkpoint_write (rank 0: in the middle of the file, after the tensors;
-// other ranks: while rank 0 writes). Read once; unset, a point costs one branch on a static.
+// other ranks: while rank 0 writes); output_write (rank=0:step=0: `mgrl generate` half way through its output
+// file, `mgrl score` after its datasets, before the file is moved into place). Read once; unset, a point costs one
+// branch on a static.
 #pragma once
 #include <cstdint>
 

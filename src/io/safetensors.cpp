@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "io/atomic_file.h"
 #include "io/jsonl.h"
 
 namespace mgrl::io {
@@ -526,8 +527,10 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
   if (::stat(path.c_str(), &existing) == 0 && !S_ISREG(existing.st_mode))
     throw UserError(path + ": exists and is not a regular file (an output file is written under a temporary name and "
                     "moved there)");
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // "<path>.tmp.<pid>", created anew (O_EXCL: a link left under that name is not followed).
+  const std::string tmp = temporary_name(path);
+  ::unlink(tmp.c_str());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) throw UserError(tmp + ": cannot create (" + std::strerror(errno) + ")");
   write_all(fd, len, 8, tmp);
   write_all(fd, text.data(), text.size(), tmp);

@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/random.h"
+#include "io/atomic_file.h"
 #include "io/jsonl.h"
 #include "io/safetensors.h"
 
@@ -222,14 +223,7 @@ void write_peft_adapter(const std::string& dir, const LoraConfig& cfg, const std
                             {"use_dora", false},
                             {"layers_to_transform", nullptr},
                             {"modules_to_save", nullptr}};
-  const std::string tmp = dir + "/adapter_config.json.tmp";
-  {
-    std::ofstream out(tmp);
-    out << j.dump(2) << "\n";
-    if (!out) throw UserError(dir + ": cannot write adapter_config.json");
-  }
-  if (std::rename(tmp.c_str(), (dir + "/adapter_config.json").c_str()) != 0)
-    throw UserError(dir + ": cannot write adapter_config.json");
+  io::write_file_atomically(dir + "/adapter_config.json", j.dump(2) + "\n");  // whole or not at all
 }
 
 void LoraParams::save_peft(const std::string& dir, const std::string& base_model_path) const {

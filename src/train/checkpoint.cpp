@@ -2,11 +2,7 @@
 // checkpoints `<dir>/step_<8 digits>.h5`; the layout is documented in docs/checkpoint.md.
 #include "train/checkpoint.h"
 
-#include <signal.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -20,6 +16,7 @@
 #include "core/error.h"
 #include "core/fault.h"
 #include "core/log.h"
+#include "io/atomic_file.h"
 #include "io/checksum.h"
 #include "io/hdf5_file.h"
 #include "io/hdf5_seal.h"
@@ -479,10 +476,8 @@ int remove_stale_temporaries(const std::string& dir) {
     if (pid_text.empty() || pid_text.size() > 9 ||
         pid_text.find_first_not_of("0123456789") != std::string::npos)
       continue;
-    const long pid = std::stol(pid_text);
-    if (pid == static_cast<long>(::getpid())) continue;
     // A writer still running on this host (e.g. another job writing here) keeps its file.
-    if (pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM)) continue;
+    if (io::writer_may_be_running(std::stol(pid_text))) continue;
     std::error_code file_ec;
     if (!fs::is_regular_file(it->path(), file_ec)) continue;
     if (fs::remove(it->path(), file_ec)) {
