@@ -37,7 +37,7 @@ if [ "$full" = 1 ]; then
   ctest --output-on-failure --timeout 600 -j "$(nproc)" -L "unit|mpi|cli" -LE "slow|gpu" -E "kill9_checkpoint_trials"
 else
   ctest --output-on-failure --timeout 300 -j "$(nproc)" \
-    -R "^unit\.(config|errors|tokenizer|safetensors)$|^comm\.cpu\.np2$|^cli\.sft\.(resume_is_exact|same_weights_on_1_2_4_ranks)$|^fault\.(kill9_rank1|sigstop_rank1)\.np2$|^cli\.grpo\.resume_is_exact$|^cli\.(unknown_key|wrong_type|bad_toml)"
+    -R "^unit\.(config|errors|tokenizer|safetensors|checkpoint)$|^comm\.cpu\.np2$|^cli\.sft\.(resume_is_exact|same_weights_on_1_2_4_ranks)$|^fault\.(kill9_rank1|sigstop_rank1)\.np2$|^cli\.grpo\.resume_is_exact$|^cli\.(unknown_key|wrong_type|bad_toml)"
 fi
 mkdir -p fuzz-findings
 for target in fuzz_config fuzz_safetensors fuzz_tokenizer_json fuzz_tokenizer_encode fuzz_jsonl fuzz_checkpoint; do
