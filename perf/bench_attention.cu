@@ -183,6 +183,8 @@ int main(int argc, char** argv) {
   const Shape shapes[] = {
       {"qwen2.5-0.5b", 8, 1024, 14, 2, 64},
       {"qwen2.5-0.5b", 32, 256, 14, 2, 64},
+      {"qwen2.5-1.5b", 8, 1024, 12, 2, 128},
+      {"qwen2.5-7b", 4, 1024, 28, 4, 128},
       {"llama-8b", 4, 2048, 32, 8, 128},
   };
   for (const Shape& s : shapes) {

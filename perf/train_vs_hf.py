@@ -27,6 +27,14 @@ SHAPES = {
     "qwen2.5-0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
                          num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True, rope_theta=1000000.0,
                          rms_norm_eps=1e-6, max_position_embeddings=32768),
+    # Qwen2.5-1.5B: 28 layers, hidden 1536, 12 query heads, 2 KV heads, head_dim 128, tied embeddings.
+    "qwen2.5-1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+                         num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True, rope_theta=1000000.0,
+                         rms_norm_eps=1e-6, max_position_embeddings=32768),
+    # Qwen2.5-7B: 28 layers, hidden 3584, 28 query heads, 4 KV heads, head_dim 128, separate lm_head.
+    "qwen2.5-7b": dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
+                       num_key_value_heads=4, vocab_size=152064, tie_word_embeddings=False, rope_theta=1000000.0,
+                       rms_norm_eps=1e-6, max_position_embeddings=32768),
     "tiny": dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, vocab_size=512, tie_word_embeddings=True, rope_theta=10000.0,
                  rms_norm_eps=1e-6, max_position_embeddings=4096),
@@ -34,13 +42,19 @@ SHAPES = {
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
-def make_model(path, shape):
+def make_model(path, shape, device="cpu"):
+    """A randomly initialised Qwen2 model of the shape, bf16, saved by transformers; initialised on `device`
+    (on a GPU a 7B model takes seconds instead of minutes)."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
     torch.manual_seed(0)
     cfg = Qwen2Config(**SHAPES[shape], torch_dtype="bfloat16")
-    model = Qwen2ForCausalLM(cfg).to(torch.bfloat16)
+    with torch.device(device):
+        model = Qwen2ForCausalLM(cfg).to(torch.bfloat16)
     model.save_pretrained(path, safe_serialization=True)
+    del model
+    if device != "cpu":
+        torch.cuda.empty_cache()
     for f in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(os.path.join(ROOT, "inputs", "quickstart", f), path)
 
@@ -117,6 +131,23 @@ def run_hf(args, model_dir, data):
     return step_s, (torch.cuda.max_memory_allocated() / 2**30 if dev == "cuda" else float("nan"))
 
 
+def step_flops(shape, batch, seq, r=16):
+    """Model FLOPs of one LoRA step (frozen base): forward 2 x every matmul weight per token, backward 2 x again for
+    the input gradients (no weight gradients of frozen weights), LoRA's own A/B products 3 x 2 x r (in + out) per
+    adapted projection, causal attention 4 x L^2 / 2 x heads x head_dim per sequence and layer forward, 2.5x that
+    backward. The lm_head counts like any matmul."""
+    c = SHAPES[shape]
+    h, f, n, L, V = c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"], seq, c["vocab_size"]
+    hd = h // c["num_attention_heads"]
+    kv = c["num_key_value_heads"] * hd
+    proj = [(h, h), (h, kv), (h, kv), (h, h), (h, f), (h, f), (f, h)]  # (in, out) of q k v o gate up down
+    dense = n * sum(i * o for i, o in proj) + h * V
+    lora = n * sum(r * (i + o) for i, o in proj)
+    tokens = batch * seq
+    attn_fwd = n * batch * 4 * (L * L / 2) * c["num_attention_heads"] * hd
+    return tokens * (4 * dense + 6 * lora) + 3.5 * attn_fwd
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mgrl", default=os.path.join(ROOT, "build", "mgrl"))
@@ -127,22 +158,33 @@ def main():
     ap.add_argument("--warmup", type=int, default=5, help="steps left out of the timing (and mgrl's logging interval)")
     ap.add_argument("--skip-hf", action="store_true", help="time mgrl only")
     ap.add_argument("--backend", default="cuda", help="mgrl's runtime.backend (cpu: a check of this script without a GPU)")
+    ap.add_argument("--peak-tflops", type=float, default=989.0,
+                    help="the GPU's dense bf16 peak for MFU (H100 SXM: 989; H200: 989; A100: 312; V100 fp16: 125)")
+    ap.add_argument("--out", help="also append the table to this file")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="mgrl_perf_")
     model_dir, data = os.path.join(work, "model"), os.path.join(work, "train.jsonl")
-    make_model(model_dir, args.shape)
+    make_model(model_dir, args.shape, "cpu" if args.backend == "cpu" else "cuda")
     make_data(data, max(64, args.batch * args.steps), args.seq)
     tokens = args.batch * args.seq
     m_step, m_peak, m_wall = run_mgrl(args, model_dir, data, work)
-    print(f"\n{args.shape}, LoRA r 16 on {len(TARGETS)} projections, bf16, batch {args.batch} x {args.seq} tokens, "
-          f"{args.steps} steps ({args.warmup} warm-up left out)")
-    print(f"| stack | step | tokens/s (all tokens) | peak GPU memory |\n|---|---|---|---|")
-    print(f"| mgrl sft | {m_step:.3f} s | {tokens / m_step:,.0f} | {m_peak or 'n/a'} |")
+    flops = step_flops(args.shape, args.batch, args.seq)
+    mfu = lambda s: 100.0 * flops / s / (args.peak_tflops * 1e12)
+    lines = [f"\n{args.shape}, LoRA r 16 on {len(TARGETS)} projections, bf16, batch {args.batch} x {args.seq} tokens, "
+             f"{args.steps} steps ({args.warmup} warm-up left out); {flops / 1e12:.1f} TFLOP a step, MFU against "
+             f"{args.peak_tflops:.0f} TFLOP/s",
+             "| stack | step | tokens/s (all tokens) | MFU | peak GPU memory |", "|---|---|---|---|---|",
+             f"| mgrl sft | {m_step:.3f} s | {tokens / m_step:,.0f} | {mfu(m_step):.1f}% | {m_peak or 'n/a'} |"]
     if not args.skip_hf:
         h_step, h_peak = run_hf(args, model_dir, data)
-        print(f"| transformers + PEFT (sdpa) | {h_step:.3f} s | {tokens / h_step:,.0f} | {h_peak:.1f} GiB |")
-        print(f"\nmgrl / transformers+PEFT speed: {h_step / m_step:.2f}x")
-    print(f"(mgrl's whole process, start-up and model load included: {m_wall:.1f} s)")
+        lines.append(f"| transformers + PEFT (sdpa) | {h_step:.3f} s | {tokens / h_step:,.0f} | {mfu(h_step):.1f}% | "
+                     f"{h_peak:.1f} GiB |")
+        lines.append(f"\nmgrl / transformers+PEFT speed: {h_step / m_step:.2f}x")
+    lines.append(f"(mgrl's whole process, start-up and model load included: {m_wall:.1f} s)")
+    print("\n".join(lines))
+    if args.out:
+        with open(args.out, "a") as f:
+            f.write("\n".join(lines) + "\n")
     shutil.rmtree(work, ignore_errors=True)
 
 

@@ -1,13 +1,23 @@
-// lora.cu: fused LoRA adapter kernels, y += scale * (x @ A^T) @ B^T, and its backward (dA, dB, added dx).
+// lora.cu: LoRA adapter, y += scale * (x @ A^T) @ B^T, and its backward (dA, dB, added dx). Two paths:
 //
-// Three kernel shapes cover the five products (r = rank, small):
+// cuBLAS (the default): the five products are tensor-core GEMMs with fp32 accumulation. The f32 operands (A, B, xa,
+// dxa) enter as a split pair hi + lo of storage values (hi = round(v), lo = round(v - hi): about 16 significant bits),
+// concatenated along the GEMM's N (the f32 results xa, dxa, dA, dB: the two halves of a [.., 2r] product summed by a
+// small fold kernel) or K (the storage results y, dx: K = 2r). So xa, dxa, dA and dB keep about fp32 accuracy
+// (relative ~1e-5) while every product runs on tensor cores, and no fp32 atomics are used.
+//
+// fused (MGRL_CUDA_LORA=fused): three custom kernel shapes cover the five products (r = rank, small):
 //   rowdot  out[t, j]  = alpha * sum_i X[t, i] * M[j, i]         xa = x A^T;  dxa = scale * dy B (B transposed first)
 //   addmm   Y[t, c]   += alpha * sum_j Z[t, j] * M(c, j)         y += scale * xa B^T;  dx += dxa A
 //   outer   D(c, j)   += alpha * sum_t Y[t, c] * Z[t, j]         dB += scale * dy^T xa;  dA += dxa^T x
 // X, Y are storage-dtype activations, Z, M, D f32. All sums in fp32.
 #include "kernels/cuda/lora.cuh"
 
+#include <cstdlib>
+#include <cstring>
 #include <string>
+
+#include "kernels/cuda/gemm.cuh"
 
 namespace mgrl::kernels::cuda {
 namespace {
@@ -146,6 +156,216 @@ void outer(const Ctx& c, float* D, const void* Y, const float* Z, int T, int N, 
   CUDA_CHECK_LAUNCH();
 }
 
+
+// ---- the cuBLAS path ----
+
+// Split f32 values into storage pairs: for row i < rows, column c < cols of src (row length cols),
+// dst[i * ld + c] = hi = round(alpha * v) and, when lo_off >= 0, dst[i * ld + c + lo_off] = round(alpha * v - hi);
+// when lo_off < 0 the second copy is hi again at offset -lo_off (a duplicate, for the K-concatenated products).
+template <class S>
+__device__ __forceinline__ void split_one(S* dst, const float* src, std::int64_t k, int cols, std::int64_t ld,
+                                          std::int64_t lo_off, float alpha) {
+  const std::int64_t i = k / cols, c = k % cols;
+  const float v = alpha * src[k];
+  const S hi = from_f32<S>(v);
+  dst[i * ld + c] = hi;
+  if (lo_off >= 0)
+    dst[i * ld + c + lo_off] = from_f32<S>(v - to_f32(hi));
+  else
+    dst[i * ld + c - lo_off] = hi;
+}
+
+// Up to three independent splits in one launch (the weights' operands of one call): part p covers n[p] elements.
+struct SplitJob {
+  void* dst;
+  const float* src;
+  std::int64_t n;
+  int cols;
+  std::int64_t ld, lo_off;
+  float alpha;
+};
+struct SplitJobs {
+  SplitJob j[3];
+  int count;
+};
+
+template <class S>
+__global__ void lora_split_kernel(SplitJobs jobs, std::int64_t total) {
+  for (std::int64_t k = gs_begin(); k < total; k += gs_stride()) {
+    std::int64_t kk = k;
+    int p = 0;
+    while (p + 1 < jobs.count && kk >= jobs.j[p].n) kk -= jobs.j[p++].n;
+    const SplitJob& J = jobs.j[p];
+    split_one<S>(static_cast<S*>(J.dst), J.src, kk, J.cols, J.ld, J.lo_off, J.alpha);
+  }
+}
+
+// Fold the two halves of a split product: out[i * cols + c] (= or +=) src[i * lds + c] + src[i * lds + c + lo_off],
+// and, when pair is non-null, the result's own storage split pair[i * 2 cols + c] = hi, [.. + cols] = lo (the next
+// product's operand). Up to two folds in one launch.
+struct FoldJob {
+  float* out;
+  const float* src;
+  void* pair;
+  std::int64_t n;
+  int cols;
+  std::int64_t lds, lo_off;
+  bool accumulate;
+};
+struct FoldJobs {
+  FoldJob j[2];
+  int count;
+};
+
+template <class S>
+__global__ void lora_fold_kernel(FoldJobs jobs, std::int64_t total) {
+  for (std::int64_t k = gs_begin(); k < total; k += gs_stride()) {
+    std::int64_t kk = k;
+    int p = 0;
+    if (jobs.count > 1 && kk >= jobs.j[0].n) {
+      kk -= jobs.j[0].n;
+      p = 1;
+    }
+    const FoldJob& J = jobs.j[p];
+    const std::int64_t i = kk / J.cols, c = kk % J.cols;
+    float v = J.src[i * J.lds + c] + J.src[i * J.lds + c + J.lo_off];
+    if (J.accumulate) v += J.out[kk];
+    J.out[kk] = v;
+    if (J.pair) {
+      S* q = static_cast<S*>(J.pair) + i * 2 * J.cols + c;
+      const S hi = from_f32<S>(v);
+      q[0] = hi;
+      q[J.cols] = from_f32<S>(v - to_f32(hi));
+    }
+  }
+}
+
+template <class S>
+void split(const Ctx& c, const SplitJobs& jobs) {
+  std::int64_t total = 0;
+  for (int p = 0; p < jobs.count; ++p) total += jobs.j[p].n;
+  if (total <= 0) return;
+  lora_split_kernel<S><<<grid_for(total), kThreads, 0, c.stream>>>(jobs, total);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <class S>
+void fold(const Ctx& c, const FoldJobs& jobs) {
+  std::int64_t total = 0;
+  for (int p = 0; p < jobs.count; ++p) total += jobs.j[p].n;
+  if (total <= 0) return;
+  lora_fold_kernel<S><<<grid_for(total), kThreads, 0, c.stream>>>(jobs, total);
+  CUDA_CHECK_LAUNCH();
+}
+
+// One stream-ordered scratch allocation carved into aligned pieces.
+struct Carve {
+  char* base;
+  std::size_t used = 0;
+  template <class T>
+  T* take(std::size_t count) {
+    T* p = reinterpret_cast<T*>(base + used);
+    used += (count * sizeof(T) + 255) / 256 * 256;
+    return p;
+  }
+};
+
+template <class S>
+void gemm_forward(const Ctx& c, void* y, float* xa, const void* x, const float* A, const float* B, float scale, int T,
+                  int in, int r, int out) {
+  const DType st = c.st;
+  const std::size_t r2 = 2 * static_cast<std::size_t>(r);
+  const std::size_t bytes = (r2 * in * sizeof(S) + 255) / 256 * 256 + (out * r2 * sizeof(S) + 255) / 256 * 256 +
+                            (T * r2 * sizeof(float) + 255) / 256 * 256 + (T * r2 * sizeof(S) + 255) / 256 * 256;
+  Carve cv{static_cast<char*>(scratch_alloc(bytes, c.stream))};
+  S* A2 = cv.take<S>(r2 * in);     // [2r, in]: rows 0..r-1 hi(A), rows r..2r-1 lo(A)
+  S* B2 = cv.take<S>(out * r2);    // [out, 2r]: round(scale B) twice (K-concatenated with xa's hi | lo)
+  float* P = cv.take<float>(T * r2);  // [T, 2r]: x hi(A)^T | x lo(A)^T
+  S* xa2 = cv.take<S>(T * r2);     // [T, 2r]: hi(xa) | lo(xa)
+  SplitJobs sj{};
+  sj.j[0] = {A2, A, static_cast<std::int64_t>(r) * in, in, in, static_cast<std::int64_t>(r) * in, 1.0f};
+  sj.j[1] = {B2, B, static_cast<std::int64_t>(out) * r, r, static_cast<std::int64_t>(r2), -r, scale};
+  sj.count = 2;
+  split<S>(c, sj);
+  // P[T, 2r] = x[T, in] @ A2[2r, in]^T
+  gemm_rm(c.blas, false, true, T, static_cast<int>(r2), in, 1.0f, x, st, in, A2, st, in, 0.0f, P, DType::F32,
+          static_cast<int>(r2));
+  FoldJobs fj{};
+  fj.j[0] = {xa, P, xa2, static_cast<std::int64_t>(T) * r, r, static_cast<std::int64_t>(r2), r, false};
+  fj.count = 1;
+  fold<S>(c, fj);
+  // y[T, out] += xa2[T, 2r] @ B2[out, 2r]^T = (hi(xa) + lo(xa)) @ round(scale B)^T
+  gemm_rm(c.blas, false, true, T, out, static_cast<int>(r2), 1.0f, xa2, st, static_cast<int>(r2), B2, st,
+          static_cast<int>(r2), 1.0f, y, st, out);
+  scratch_free(cv.base, c.stream);
+}
+
+template <class S>
+void gemm_backward(const Ctx& c, void* dx, float* dA, float* dB, const void* dy, const void* x, const float* xa,
+                   const float* A, const float* B, float scale, int T, int in, int r, int out, float* scratch) {
+  const DType st = c.st;
+  const std::size_t r2 = 2 * static_cast<std::size_t>(r);
+  const bool need_dxa = dA || dx;
+  auto al = [](std::size_t b) { return (b + 255) / 256 * 256; };
+  const std::size_t bytes = al(r2 * in * sizeof(S)) + al(out * r2 * sizeof(S)) + al(T * r2 * sizeof(S)) * 2 +
+                            al(T * r2 * sizeof(float)) + al(out * r2 * sizeof(float)) + al(r2 * in * sizeof(float)) +
+                            (scratch ? 0 : al(static_cast<std::size_t>(T) * r * sizeof(float)));
+  Carve cv{static_cast<char*>(scratch_alloc(bytes, c.stream))};
+  S* Ad = cv.take<S>(r2 * in);       // [2r, in]: round(A) twice (K-concatenated with dxa's hi | lo)
+  S* B2 = cv.take<S>(out * r2);      // [out, 2r]: hi(B) | lo(B)
+  S* xa2 = cv.take<S>(T * r2);       // [T, 2r]: hi(xa) | lo(xa)
+  S* dxa2 = cv.take<S>(T * r2);      // [T, 2r]: hi(dxa) | lo(dxa)
+  float* P = cv.take<float>(T * r2);     // [T, 2r]: scale dy hi(B) | scale dy lo(B)
+  float* Q = cv.take<float>(out * r2);   // [out, 2r]: scale dy^T hi(xa) | scale dy^T lo(xa)
+  float* R = cv.take<float>(r2 * in);    // [2r, in]: hi(dxa)^T x ; lo(dxa)^T x
+  float* dxa = scratch ? scratch : cv.take<float>(static_cast<std::size_t>(T) * r);
+  SplitJobs sj{};
+  int n = 0;
+  if (dB) sj.j[n++] = {xa2, xa, static_cast<std::int64_t>(T) * r, r, static_cast<std::int64_t>(r2), r, 1.0f};
+  if (need_dxa) sj.j[n++] = {B2, B, static_cast<std::int64_t>(out) * r, r, static_cast<std::int64_t>(r2), r, 1.0f};
+  if (dx) sj.j[n++] = {Ad, A, static_cast<std::int64_t>(r) * in, in, in, -static_cast<std::int64_t>(r) * in, 1.0f};
+  sj.count = n;
+  split<S>(c, sj);
+  // Q[out, 2r] = scale dy[T, out]^T @ xa2[T, 2r]
+  if (dB)
+    gemm_rm(c.blas, true, false, out, static_cast<int>(r2), T, scale, dy, st, out, xa2, st, static_cast<int>(r2), 0.0f,
+            Q, DType::F32, static_cast<int>(r2));
+  if (need_dxa) {
+    // P[T, 2r] = scale dy[T, out] @ B2[out, 2r]; dxa = its two halves summed (and split for the next products)
+    gemm_rm(c.blas, false, false, T, static_cast<int>(r2), out, scale, dy, st, out, B2, st, static_cast<int>(r2),
+            0.0f, P, DType::F32, static_cast<int>(r2));
+    FoldJobs fj{};
+    fj.j[0] = {dxa, P, dxa2, static_cast<std::int64_t>(T) * r, r, static_cast<std::int64_t>(r2), r, false};
+    fj.count = 1;
+    fold<S>(c, fj);
+  }
+  // R[2r, in] = dxa2[T, 2r]^T @ x[T, in]
+  if (dA)
+    gemm_rm(c.blas, true, false, static_cast<int>(r2), in, T, 1.0f, dxa2, st, static_cast<int>(r2), x, st, in, 0.0f,
+            R, DType::F32, in);
+  FoldJobs fj{};
+  n = 0;
+  if (dB) fj.j[n++] = {dB, Q, nullptr, static_cast<std::int64_t>(out) * r, r, static_cast<std::int64_t>(r2), r, true};
+  if (dA)
+    fj.j[n++] = {dA, R, nullptr, static_cast<std::int64_t>(r) * in, in, in, static_cast<std::int64_t>(r) * in, true};
+  fj.count = n;
+  fold<S>(c, fj);
+  // dx[T, in] += dxa2[T, 2r] @ Ad[2r, in] = (hi(dxa) + lo(dxa)) @ round(A)
+  if (dx)
+    gemm_rm(c.blas, false, false, T, in, static_cast<int>(r2), 1.0f, dxa2, st, static_cast<int>(r2), Ad, st, in, 1.0f,
+            dx, st, in);
+  scratch_free(cv.base, c.stream);
+}
+
+// MGRL_CUDA_LORA=fused selects the custom kernels (read once).
+bool use_fused() {
+  static const bool fused = [] {
+    const char* e = std::getenv("MGRL_CUDA_LORA");
+    return e != nullptr && std::strcmp(e, "fused") == 0;
+  }();
+  return fused;
+}
+
 }  // namespace
 
 void lora_forward(const Ctx& c, void* y, float* xa, const void* x, const float* A, const float* B, float scale, int T,
@@ -154,6 +374,7 @@ void lora_forward(const Ctx& c, void* y, float* xa, const void* x, const float* 
   check_sizes(T, in, r, out);
   dispatch(c.st, [&](auto tag) {
     using S = decltype(tag);
+    if (!use_fused()) return gemm_forward<S>(c, y, xa, x, A, B, scale, T, in, r, out);
     // xa[T, r] = x[T, in] @ A[r, in]^T             (A is row-major [r, in]: M = A)
     rowdot<S>(c, xa, x, A, T, in, r, 1.0f);
     // y[T, out] += scale * xa[T, r] @ B[out, r]^T  (M(c = o, j) = B[o * r + j])
@@ -167,6 +388,7 @@ void lora_backward(const Ctx& c, void* dx, float* dA, float* dB, const void* dy,
   check_sizes(T, in, r, out);
   dispatch(c.st, [&](auto tag) {
     using S = decltype(tag);
+    if (!use_fused()) return gemm_backward<S>(c, dx, dA, dB, dy, x, xa, A, B, scale, T, in, r, out, scratch);
     // dB[out, r] += scale * dy[T, out]^T @ xa[T, r]   (D(c = o, j) = dB[o * r + j])
     if (dB) outer<S>(c, dB, dy, xa, T, out, r, r, 1, scale);
     if (!dA && !dx) return;
