@@ -14,19 +14,60 @@ constexpr int kRowThreads = 512;  // threads of the per-row logsumexp kernel
 
 std::size_t align256(std::size_t n) { return (n + 255) / 256 * 256; }
 
-// One block per row of the chunk: max, then sum of exp(l - max) (fp32, block reductions), lse = max + log(sum),
+// (m, s) pairs of an online log-sum-exp: s = sum of exp(l - m) over the values seen, m their maximum.
+__device__ __forceinline__ void lse_merge(float& m, float& s, float m2, float s2) {
+  if (m2 == -INFINITY) return;
+  if (m == -INFINITY) {
+    m = m2;
+    s = s2;
+    return;
+  }
+  const float mx = fmaxf(m, m2);
+  s = s * expf(m - mx) + s2 * expf(m2 - mx);
+  m = mx;
+}
+__device__ __forceinline__ void lse_add(float& m, float& s, float x) {
+  if (x > m) {
+    s = (m == -INFINITY ? 0.0f : s * expf(m - x)) + 1.0f;
+    m = x;
+  } else {
+    s += expf(x - m);
+  }
+}
+
+// One block per row of the chunk, one pass over the row (online max and sum of exp(l - max), fp32; 16-byte loads
+// when V is a multiple of 4), then a block reduction of the (max, sum) pairs: lse = max + log(sum),
 // logprob = l[target] - lse (0 for ignored rows). Pointers are already offset to the chunk's first row.
 __global__ void lm_head_lse_kernel(float* logprob, float* lse, const float* logits, const std::int32_t* targets,
                                    int V, int* err) {
   const std::int64_t row = blockIdx.x;
   const float* l = logits + row * V;
-  float m = -INFINITY;
-  for (int v = threadIdx.x; v < V; v += blockDim.x) m = fmaxf(m, l[v]);
-  m = block_max(m);
-  float s = 0.0f;
-  for (int v = threadIdx.x; v < V; v += blockDim.x) s += expf(l[v] - m);
-  s = block_sum(s);
+  float m = -INFINITY, s = 0.0f;
+  if ((V & 3) == 0) {
+    const float4* l4 = reinterpret_cast<const float4*>(l);
+    for (int v = threadIdx.x; v < V / 4; v += blockDim.x) {
+      const float4 x = l4[v];
+      lse_add(m, s, x.x);
+      lse_add(m, s, x.y);
+      lse_add(m, s, x.z);
+      lse_add(m, s, x.w);
+    }
+  } else {
+    for (int v = threadIdx.x; v < V; v += blockDim.x) lse_add(m, s, l[v]);
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    const float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+    lse_merge(m, s, m2, s2);
+  }
+  __shared__ float sm[32], ss[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  if (lane == 0) {
+    sm[warp] = m;
+    ss[warp] = s;
+  }
+  __syncthreads();
   if (threadIdx.x == 0) {
+    for (int w = 1; w < nw; ++w) lse_merge(m, s, sm[w], ss[w]);
     const float ls = m + logf(s);
     lse[row] = ls;
     const std::int32_t tg = targets[row];
@@ -36,23 +77,40 @@ __global__ void lm_head_lse_kernel(float* logprob, float* lse, const float* logi
 }
 
 // dl[r, v] = c_r * exp(l[r, v] - lse[r]) - (v == target ? c_r : 0), c_r = weights[r] * logit_scale (0 for ignored
-// rows), rounded to the storage dtype for the two GEMMs. One thread per element, grid-stride.
+// rows), rounded to the storage dtype for the two GEMMs. Grid (ceil(V / (4 * threads)), rows): each thread takes 4
+// consecutive columns of one row (16-byte loads when V is a multiple of 4).
 template <class S>
 __global__ void lm_head_dlogits_kernel(S* dl, const float* logits, const std::int32_t* targets, const float* weights,
-                                       const float* lse, int n, int V, float logit_scale) {
-  const std::int64_t total = static_cast<std::int64_t>(n) * V;
-  for (std::int64_t i = gs_begin(); i < total; i += gs_stride()) {
-    const std::int64_t r = i / V;
-    const int v = static_cast<int>(i % V);
-    const std::int32_t tg = targets[r];
-    const float w = (tg < 0 || tg >= V) ? 0.0f : weights[r];
+                                       const float* lse, int V, float logit_scale) {
+  const std::int64_t r = blockIdx.y;
+  const int v0 = (blockIdx.x * blockDim.x + threadIdx.x) * 4;
+  if (v0 >= V) return;
+  const std::int32_t tg = targets[r];
+  const float w = (tg < 0 || tg >= V) ? 0.0f : weights[r];
+  const float cr = w * logit_scale, ls = lse[r];
+  const float* l = logits + r * V;
+  S* d = dl + r * V;
+  float x[4];
+  const bool full = v0 + 4 <= V;
+  if (full && (V & 3) == 0) {
+    const float4 x4 = *reinterpret_cast<const float4*>(l + v0);
+    x[0] = x4.x;
+    x[1] = x4.y;
+    x[2] = x4.z;
+    x[3] = x4.w;
+  } else {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) x[k] = v0 + k < V ? l[v0 + k] : 0.0f;
+  }
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    if (v0 + k >= V) break;
     float val = 0.0f;
-    if (w != 0.0f) {
-      const float cr = w * logit_scale;
-      val = cr * expf(logits[i] - lse[r]);
-      if (v == tg) val -= cr;
+    if (cr != 0.0f) {
+      val = cr * expf(x[k] - ls);
+      if (v0 + k == tg) val -= cr;
     }
-    dl[i] = from_f32<S>(val);
+    d[v0 + k] = from_f32<S>(val);
   }
 }
 
@@ -76,8 +134,18 @@ void check_sizes(int T, int D, int V) {
 
 }  // namespace
 
+int lm_head_chunk_rows(int V) {
+  // As many rows as keep the chunk's fp32 logits and storage dlogits (6 bytes a value) within 1 GiB, from 128 to
+  // 1024 rows: 1024 for vocabularies up to ~175k (a 152k vocabulary: 933 MB). Larger chunks make the two GEMMs of
+  // each chunk efficient (M = 128 ran at ~280 TFLOP/s on an H100) and give the row kernels more blocks.
+  int rows = 1024;
+  while (rows > 128 && static_cast<std::size_t>(rows) * static_cast<std::size_t>(std::max(V, 1)) * 6 > (1u << 30))
+    rows /= 2;
+  return rows;
+}
+
 std::size_t lm_head_scratch_bytes(DType st, int V) {
-  const std::size_t n = static_cast<std::size_t>(kLmHeadChunkRows) * static_cast<std::size_t>(std::max(V, 0));
+  const std::size_t n = static_cast<std::size_t>(lm_head_chunk_rows(V)) * static_cast<std::size_t>(std::max(V, 0));
   return align256(n * sizeof(float)) + n * dtype_size(st);
 }
 
@@ -87,8 +155,9 @@ void lm_head_logprob_forward(const Ctx& c, float* logprob, float* lse, const voi
   if (T == 0) return;
   void* buf = scratch ? scratch : scratch_alloc(lm_head_scratch_bytes(c.st, V), c.stream);
   float* logits = static_cast<float*>(buf);
-  for (int t0 = 0; t0 < T; t0 += kLmHeadChunkRows) {
-    const int n = std::min(kLmHeadChunkRows, T - t0);
+  const int chunk = lm_head_chunk_rows(V);
+  for (int t0 = 0; t0 < T; t0 += chunk) {
+    const int n = std::min(chunk, T - t0);
     chunk_logits(c, logits, row_ptr(h, t0, D, c.st), W, n, D, V, logit_scale);
     lm_head_lse_kernel<<<n, kRowThreads, 0, c.stream>>>(logprob + t0, lse + t0, logits, targets + t0, V, c.err);
     CUDA_CHECK_LAUNCH();
@@ -103,16 +172,17 @@ void lm_head_logprob_backward(const Ctx& c, void* dh, float* dW, const float* we
   if (T == 0) return;
   void* buf = scratch ? scratch : scratch_alloc(lm_head_scratch_bytes(c.st, V), c.stream);
   float* logits = static_cast<float*>(buf);
-  void* dl = static_cast<char*>(buf) + align256(static_cast<std::size_t>(kLmHeadChunkRows) * V * sizeof(float));
-  for (int t0 = 0; t0 < T; t0 += kLmHeadChunkRows) {
-    const int n = std::min(kLmHeadChunkRows, T - t0);
+  const int chunk = lm_head_chunk_rows(V);
+  void* dl = static_cast<char*>(buf) + align256(static_cast<std::size_t>(chunk) * V * sizeof(float));
+  for (int t0 = 0; t0 < T; t0 += chunk) {
+    const int n = std::min(chunk, T - t0);
     const void* hc = row_ptr(h, t0, D, c.st);
     chunk_logits(c, logits, hc, W, n, D, V, logit_scale);
-    const std::int64_t total = static_cast<std::int64_t>(n) * V;
     dispatch(c.st, [&](auto tag) {
       using S = decltype(tag);
-      lm_head_dlogits_kernel<S><<<grid_for(total), kThreads, 0, c.stream>>>(static_cast<S*>(dl), logits, targets + t0,
-                                                                           weights + t0, lse + t0, n, V, logit_scale);
+      const dim3 grid(static_cast<unsigned>((V + 4 * kThreads - 1) / (4 * kThreads)), static_cast<unsigned>(n));
+      lm_head_dlogits_kernel<S><<<grid, kThreads, 0, c.stream>>>(static_cast<S*>(dl), logits, targets + t0,
+                                                                 weights + t0, lse + t0, V, logit_scale);
       CUDA_CHECK_LAUNCH();
     });
     // dh[n, D] = dl[n, V] @ W[V, D]   (written, storage dtype)

@@ -8,11 +8,11 @@
 
 namespace mgrl::kernels::cuda {
 
-// Rows of logits held at a time.
-inline constexpr int kLmHeadChunkRows = 128;
+// Rows of logits held at a time for a vocabulary of V: 128 to 1024, within 1 GiB of scratch.
+int lm_head_chunk_rows(int V);
 
-// Scratch the logprob ops need: fp32 logits [kLmHeadChunkRows, V], then (256-byte aligned) the storage-dtype
-// dlogits [kLmHeadChunkRows, V] of the backward.
+// Scratch the logprob ops need: fp32 logits [lm_head_chunk_rows(V), V], then (256-byte aligned) the storage-dtype
+// dlogits [lm_head_chunk_rows(V), V] of the backward.
 std::size_t lm_head_scratch_bytes(DType st, int V);
 
 // Semantics of kernels/cpu/lm_head.h: h [T, D] and W [V, D] in storage dtype; logprob, lse, weights [T] and dW

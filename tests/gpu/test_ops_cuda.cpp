@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <utility>
 #include <numeric>
 #include <random>
 #include <string>
@@ -552,10 +553,13 @@ TEST_P(OpsCuda, Residual) {
 }
 
 TEST_P(OpsCuda, LmHead) {
-  const int D = 67, V = 1009;
-  for (const int T : {45, 300}) {  // 300 rows: several chunks of the GPU's 128 and the CPU's 32, the last partial
+  const int D = 67;
+  // V 1009: the row kernels' scalar path; 1012 (a multiple of 4): their 16-byte loads. 2500 rows: three chunks of
+  // the GPU's 1024 (lm_head_chunk_rows at these V), the last partial; 300: several of the CPU's 32.
+  for (const auto& [T, V] : {std::pair<int, int>{45, 1009}, {300, 1009}, {300, 1012}, {2500, 1012}}) {
     for (const float logit_scale : {1.0f, 0.7f}) {
-      const std::string tag = "T" + std::to_string(T) + " s" + std::to_string(logit_scale).substr(0, 3) + " ";
+      const std::string tag =
+          "T" + std::to_string(T) + " V" + std::to_string(V) + " s" + std::to_string(logit_scale).substr(0, 3) + " ";
       Ids tg;
       std::mt19937 gen(90 + T);
       for (int t = 0; t < T; ++t) tg.push_back(t % 7 == 3 ? -1 : static_cast<std::int32_t>(gen() % V));
@@ -611,7 +615,7 @@ TEST_P(OpsCuda, LmHead) {
     }
   }
   // Full logits.
-  const int T = 45;
+  const int T = 45, V = 1009;
   Pair h = storage(randu(sz(T, D), 95));
   Pair W = storage(randu(sz(V, D), 96, -0.5f, 0.5f));
   Pair logits = f32(Vec(sz(T, V), 0.0f));
