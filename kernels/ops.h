@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "core/dtype.h"
@@ -61,6 +62,19 @@ class Ops {
   // The CPU backend implements it (for inference, so that N ranks generate what 1 rank generates); the
   // CUDA backend is not batch-invariant and ignores it.
   virtual void set_batch_invariant(bool on) { (void)on; }
+
+  // Recorded op sequences (the CUDA backend: CUDA graphs). run_recorded(key, body) queues body's ops; a backend that
+  // records does so the first time it meets a key (body's host code runs then, and only then) and replays the
+  // recording for that key afterwards, with one launch instead of one per op. So body must take everything that
+  // changes between calls from device memory (same pointers, same sizes for one key), and must not synchronise,
+  // read back or allocate with alloc(). Returns true when it replayed. Other backends run body every time.
+  // forget_recordings() drops them all: call it before freeing a buffer any recording uses.
+  virtual bool run_recorded(std::uint64_t key, const std::function<void()>& body) {
+    (void)key;
+    body();
+    return false;
+  }
+  virtual void forget_recordings() {}
 
   // ---- ops (forward next to backward) ----
   // embedding.h

@@ -4,8 +4,11 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
+#include <unordered_map>
 
 #include "core/check_cuda.h"
 #include "core/error.h"
@@ -54,6 +57,7 @@ class CudaOps final : public Ops {
   ~CudaOps() override {
     // Teardown must not throw: errors here are ignored.
     (void)cudaStreamSynchronize(stream_);
+    for (auto& [key, exec] : graphs_) (void)cudaGraphExecDestroy(exec);
     timer_.reset();
     (void)cublasDestroy(blas_);
     (void)cudaFree(err_);
@@ -240,8 +244,58 @@ class CudaOps final : public Ops {
     event_s_ = {};
   }
 
+  // ---- recorded op sequences: CUDA graphs captured from the stream (MGRL_CUDA_GRAPHS=0 turns them off) ----
+  bool run_recorded(std::uint64_t key, const std::function<void()>& body) override {
+    if (!graphs_enabled()) {
+      body();
+      return false;
+    }
+    auto it = graphs_.find(key);
+    if (it != graphs_.end()) {
+      CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+      return true;
+    }
+    if (graphs_.size() >= kMaxGraphs) forget_recordings();
+    // Thread-local capture mode: only this thread's CUDA calls are checked against the capture (another thread's
+    // legal synchronising call, e.g. a communicator's, does not invalidate it).
+    CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    try {
+      body();
+    } catch (...) {
+      cudaGraph_t broken = nullptr;
+      (void)cudaStreamEndCapture(stream_, &broken);
+      if (broken) (void)cudaGraphDestroy(broken);
+      throw;
+    }
+    cudaGraph_t graph = nullptr;
+    CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+    (void)cudaGraphDestroy(graph);
+    CUDA_CHECK(e);
+    graphs_.emplace(key, exec);
+    CUDA_CHECK(cudaGraphLaunch(exec, stream_));
+    return false;
+  }
+  void forget_recordings() override {
+    if (graphs_.empty()) return;
+    CUDA_CHECK(cudaStreamSynchronize(stream_));  // a replay in flight may still use the graphs' memory
+    for (auto& [key, exec] : graphs_) (void)cudaGraphExecDestroy(exec);
+    graphs_.clear();
+  }
+
  private:
   cuda::Ctx ctx() const { return cuda::Ctx{st_, stream_, blas_, err_}; }
+
+  static bool graphs_enabled() {
+    static const bool on = [] {
+      const char* e = std::getenv("MGRL_CUDA_GRAPHS");
+      return e == nullptr || std::strcmp(e, "0") != 0;
+    }();
+    return on;
+  }
+  static constexpr std::size_t kMaxGraphs = 256;  // beyond this many keys, start over
+  std::unordered_map<std::uint64_t, cudaGraphExec_t> graphs_;
 
   // The host blocks until the stream's work is done: counted as host wait.
   void wait() {

@@ -160,6 +160,7 @@ Transformer::Transformer(io::ModelConfig cfg, kernels::Ops& ops, ModelOptions op
 }
 
 Transformer::~Transformer() {
+  ops_.forget_recordings();  // decode recordings use this model's buffers
   for (Arena* a : {train_arena_.get(), score_arena_.get()})
     for (void* p : a->allocations) ops_.release(p);
   if (infer_)
@@ -597,6 +598,7 @@ void Transformer::reserve_infer(int T, int R) {
   if (!infer_) infer_ = std::make_unique<InferWork>();
   InferWork& I = *infer_;
   if (T <= I.cap_T && R <= I.cap_R) return;
+  ops_.forget_recordings();  // recorded decode steps use these buffers
   for (void* p : I.allocations) ops_.release(p);
   I.allocations.clear();
   I.cap_T = std::max(T, I.cap_T);
@@ -666,6 +668,10 @@ const float* Transformer::infer(const std::vector<std::int32_t>& tokens, const s
   const bool lora = use_lora && lora_ != nullptr;
   const kernels::KvPages& pages = cache.pages();
 
+  // The forward from the ids to the logits. Decode steps (every row an output row) are recorded once per shape and
+  // buffer set and replayed (a CUDA graph on the CUDA backend): every value that changes between steps (ids, slots,
+  // positions, output rows, the block table) is read from device memory.
+  const auto forward = [&] {
   ops_.embedding_forward(I.x, I.ids, embed_, T, V, D);
   // The residual stream stays in I.x (in place); the norms' rstd go to one scratch buffer.
   const BlockIO io{I.x, I.x, I.x, I.h, I.q, I.k, I.v, I.q_pre, I.k_pre, I.attn, I.h, I.gate, I.up, I.act,
@@ -687,6 +693,30 @@ const float* Transformer::infer(const std::vector<std::int32_t>& tokens, const s
   ops_.gather_rows(I.hsel, I.x, I.rows, R, D);
   ops_.rmsnorm_forward(I.hsel, I.rstd, I.hsel, final_norm_, R, D, eps);
   ops_.lm_head_logits(I.logits, I.hsel, head_, R, D, V, 1.0f);
+  };
+  if (T == R && T <= kMaxRecordedRows) {
+    // The key: everything the recorded launches take by value (sizes, pointers): this model's buffers, the
+    // cache's pools and block table, LoRA on or off.
+    std::uint64_t key = 1469598103934665603ull;
+    const auto mix = [&key](std::uint64_t v) {
+      for (int b = 0; b < 8; ++b) key = (key ^ ((v >> (8 * b)) & 0xffu)) * 1099511628211ull;
+    };
+    const auto ptr = [&mix](const void* p) { mix(static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(p))); };
+    mix(static_cast<std::uint64_t>(T));
+    mix(lora ? 1 : 0);
+    ptr(weights_);
+    ptr(I.x);
+    ptr(I.logits);
+    ptr(pages.table);
+    for (int v : {pages.slots, pages.max_blocks, pages.block_size, pages.n_blocks}) mix(static_cast<std::uint64_t>(v));
+    for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
+      ptr(cache.k(l));
+      ptr(cache.v(l));
+    }
+    ops_.run_recorded(key, forward);
+  } else {
+    forward();
+  }
   return I.logits;
 }
 

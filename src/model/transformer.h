@@ -86,7 +86,9 @@ class Transformer {
   // pos[t]; earlier positions of that sequence are in the cache or earlier rows of this call (a prompt
   // prefill and the decode steps of other sequences may share one call). Returns the f32 logits
   // [out_rows.size(), vocab] of the rows named by out_rows (a row may be named several times), in backend
-  // memory, valid until the next call.
+  // memory, valid until the next call. Calls whose rows are all output rows (decode steps) of at most
+  // kMaxRecordedRows rows are recorded once per row count and cache and replayed (Ops::run_recorded).
+  static constexpr int kMaxRecordedRows = 1024;
   const float* infer(const std::vector<std::int32_t>& tokens, const std::vector<std::int32_t>& slot,
                      const std::vector<std::int32_t>& pos, const std::vector<std::int32_t>& out_rows, KvCache& cache,
                      bool use_lora = true);
