@@ -5,14 +5,15 @@
 #         bash ../shared/hooks/device-bundle.sh build-gpu
 # There:  source .device/env.sh && bash perf/gpu_program.sh [STAGE ...]       (carry [".device"], and ".whl" for trl)
 #
-# Stages (default: all, in this order): info ctest sanitize attention train gen grpo ncu
+# Stages (default: all, in this order): info ctest sanitize_runs sanitize attention train gen grpo ncu
 #   info       nvidia-smi, mgrl info on the CUDA backend, the measured copy bandwidth
 #   ctest      ctest -L gpu, then tests/test_ops_cuda and test_model_cuda verbosely (each comparison's error)
-#   sanitize   compute-sanitizer memcheck, racecheck, synccheck, initcheck over the gpu tests and over 2 steps each
-#              of SFT and GRPO (the Qwen2 test fixture, CUDA backend)
+#   sanitize   compute-sanitizer memcheck, racecheck, synccheck, initcheck over the gpu tests ($SANITIZE_TESTS,
+#              default test_model_cuda test_ops_cuda; tools: $SANITIZE_TOOLS)
+#   sanitize_runs  the same tools over 2 steps each of SFT and GRPO (the Qwen2 test fixture, CUDA backend)
 #   attention  perf/bench_attention (tiled vs naive) and perf/bench_attention_torch.py (torch sdpa flash)
 #   train      perf/train_vs_hf.py at the Qwen2.5 0.5B, 1.5B (batch 8 x 1024) and 7B (4 x 1024) shapes
-#   train05    the same at 0.5B only
+#   train05, train15, train7   the same at one shape
 #   gen        perf/gen_vs_hf.py at the 0.5B shape, batch 1, 8, 64, 256
 #   grpo       perf/grpo_vs_trl.py at the 0.5B shape (needs the trl wheels carried in .whl)
 #   ncu        ncu per-kernel summaries: one SFT step at 0.5B (batch 8 x 1024), 16 decode steps at batch 1 and 64
@@ -69,13 +70,19 @@ stage_ctest() {
   run_stage ctest 900 "cd $build && ctest -L gpu --output-on-failure --timeout 600; \
     echo '--- test_ops_cuda verbose'; $build/tests/test_ops_cuda; echo '--- test_model_cuda verbose'; $build/tests/test_model_cuda"
 }
+stage_sanitize_runs() {
+  local t
+  for t in ${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck}; do
+    run_stage "sanrun_$t" 600 "rm -rf /tmp/gp_sft /tmp/gp_grpo; echo '--- sft 2 steps'; \
+      compute-sanitizer --tool $t --error-exitcode 99 --print-limit 20 $SFT_SMALL; echo \"rc \$?\"; \
+      echo '--- grpo 2 steps'; compute-sanitizer --tool $t --error-exitcode 99 --print-limit 20 $GRPO_SMALL; echo \"rc \$?\""
+  done
+}
 stage_sanitize() {
   local t
-  for t in memcheck racecheck synccheck initcheck; do
-    run_stage "san_$t" 600 "for b in test_ops_cuda test_model_cuda; do echo \"--- \$b\"; \
-      compute-sanitizer --tool $t --error-exitcode 99 --print-limit 20 $build/tests/\$b --gtest_brief=1; echo \"rc \$?\"; done; \
-      rm -rf /tmp/gp_sft /tmp/gp_grpo; echo '--- sft 2 steps'; compute-sanitizer --tool $t --error-exitcode 99 --print-limit 20 $SFT_SMALL; echo \"rc \$?\"; \
-      echo '--- grpo 2 steps'; compute-sanitizer --tool $t --error-exitcode 99 --print-limit 20 $GRPO_SMALL; echo \"rc \$?\""
+  for t in ${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck}; do
+    run_stage "san_$t" 600 "for b in ${SANITIZE_TESTS:-test_model_cuda test_ops_cuda}; do echo \"--- \$b\"; \
+      compute-sanitizer --tool $t --error-exitcode 99 --print-limit 20 $build/tests/\$b --gtest_brief=1; echo \"rc \$?\"; done"
   done
 }
 stage_attention() {
@@ -85,22 +92,24 @@ stage_train05() {
   run_stage train05 420 "python3 $root/perf/train_vs_hf.py --mgrl $mgrl --shape qwen2.5-0.5b --batch 8 --seq 1024 \
     --steps 20 --warmup 5 --out $OUT/train.md"
 }
-stage_train() {
-  stage_train05
+stage_train15() {
   run_stage train15 600 "python3 $root/perf/train_vs_hf.py --mgrl $mgrl --shape qwen2.5-1.5b --batch 8 --seq 1024 \
     --steps 12 --warmup 4 --out $OUT/train.md"
+}
+stage_train7() {
   run_stage train7 900 "python3 $root/perf/train_vs_hf.py --mgrl $mgrl --shape qwen2.5-7b --batch 4 --seq 1024 \
     --steps 8 --warmup 3 --out $OUT/train.md"
 }
+stage_train() { stage_train05; stage_train15; stage_train7; }
 stage_gen() {
-  run_stage gen 900 "python3 $root/perf/gen_vs_hf.py --mgrl $mgrl --shape qwen2.5-0.5b --batches 1,8,64,256 \
-    --prompt-len 128 --new-tokens 256 --out $OUT/gen.md"
+  run_stage gen 900 "python3 $root/perf/gen_vs_hf.py --mgrl $mgrl --shape qwen2.5-0.5b --batches ${GEN_BATCHES:-1,8,64,256} \
+    --prompt-len 128 --new-tokens 256 --repeats ${GEN_REPEATS:-3} --out $OUT/gen.md"
 }
 stage_grpo() {
   run_stage grpo 900 "if [ -d $root/.whl ]; then python3 -m pip install -q --no-index --no-deps --no-compile \
     --no-cache-dir --upgrade --target /tmp/site $root/.whl/*.whl && export PYTHONPATH=/tmp/site; fi; \
     python3 $root/perf/grpo_vs_trl.py --mgrl $mgrl --shape qwen2.5-0.5b --prompts 16 --G 8 --prompt-len 128 \
-    --completion-len 256 --steps 5 --out $OUT/grpo.md"
+    --completion-len 256 --steps ${GRPO_STEPS:-5} --out $OUT/grpo.md"
 }
 stage_ncu() {
   # One SFT step of the 0.5B shape (the model written by train_vs_hf's maker): every kernel of the run, each timed
@@ -125,7 +134,7 @@ with open('/tmp/ncu_prompts.jsonl', 'w') as f:
 }
 
 stages=("$@")
-[ ${#stages[@]} -eq 0 ] && stages=(info ctest sanitize attention train gen grpo ncu)
+[ ${#stages[@]} -eq 0 ] && stages=(info ctest sanitize_runs sanitize attention train gen grpo ncu)
 : > "$OUT/summary.txt"
 note "gpu_program: $(date -u +%FT%TZ), git $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?'), stages: ${stages[*]}"
 for s in "${stages[@]}"; do "stage_$s"; done
