@@ -635,11 +635,21 @@ __global__ void __launch_bounds__(kFaThreads) fa_dkv_kernel(S* dk, S* dv, float*
 
 // dk/dv [T, n_kv, D] = sums over each group's heads (in head order) of the partials [T, n_heads, D] (n4 = T * n_kv *
 // D / 4; every partial row is written by fa_dkv_kernel when cu_seqlens tile [0, T)). Grid-stride over groups of 4
-// elements.
+// elements. When a kernel has flagged malformed cu_seqlens (kErrLength in *err: the rows of a rejected sequence have
+// no partials), dk and dv are written as zeros without reading the partials: the call fails at the next
+// synchronisation, and no uninitialised scratch is read (compute-sanitizer's initcheck found those reads).
 template <class S>
 __global__ void fa_reduce_kv_kernel(S* dk, S* dv, const float* part_k, const float* part_v, std::int64_t n4,
-                                    int n_kv, int group, int D) {
+                                    int n_kv, int group, int D, const int* err) {
   const int per_row = n_kv * D / 4;
+  if (*err & kErrLength) {
+    for (std::int64_t i = gs_begin(); i < n4; i += gs_stride()) {
+      const std::int64_t o = i * 4;
+      *reinterpret_cast<uint2*>(dk + o) = make_uint2(pack2<S>(0.0f, 0.0f), pack2<S>(0.0f, 0.0f));
+      *reinterpret_cast<uint2*>(dv + o) = make_uint2(pack2<S>(0.0f, 0.0f), pack2<S>(0.0f, 0.0f));
+    }
+    return;
+  }
   for (std::int64_t i = gs_begin(); i < n4; i += gs_stride()) {
     const std::int64_t row = i / per_row;
     const int rest = static_cast<int>(i % per_row) * 4;  // kvh * D + d
@@ -778,7 +788,7 @@ void flash_attention_backward(const Ctx& c, void* dq, void* dk, void* dv, const 
       const std::int64_t n4 = static_cast<std::int64_t>(T) * n_kv * head_dim / 4;
       fa_reduce_kv_kernel<S><<<grid_for(n4), kThreads, 0, c.stream>>>(static_cast<S*>(dk), static_cast<S*>(dv),
                                                                        part, part + part_n, n4, n_kv, group,
-                                                                       head_dim);
+                                                                       head_dim, c.err);
       CUDA_CHECK_LAUNCH();
     }
   });
