@@ -57,6 +57,9 @@ class Ops {
   // host f32 -> storage dtype, and back.
   virtual void upload_f32_as_storage(void* dst, const float* host, std::size_t n) = 0;
   virtual void download_storage_as_f32(float* host, const void* src, std::size_t n) = 0;
+  // device f32 -> storage dtype (round to nearest even), both in backend memory: master weights to the weights
+  // the kernels read.
+  virtual void f32_to_storage(void* dst, const float* src, std::size_t n) = 0;
   virtual void synchronize() = 0;
   // Batch-invariant mode: a row's results do not depend on the other rows of a call (kernels/cpu/gemm.h).
   // The CPU backend implements it (for inference, so that N ranks generate what 1 rank generates); the

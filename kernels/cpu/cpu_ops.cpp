@@ -46,6 +46,7 @@ class CpuOps final : public Ops {
   }
   void upload_f32_as_storage(void* dst, const float* host, std::size_t n) override { copy(dst, host, n * 4); }
   void download_storage_as_f32(float* host, const void* src, std::size_t n) override { copy(host, src, n * 4); }
+  void f32_to_storage(void* dst, const float* src, std::size_t n) override { copy(dst, src, n * 4); }
   void synchronize() override {}
   void set_batch_invariant(bool on) override { cpu::set_batch_invariant(on); }
 

@@ -110,6 +110,9 @@ class CudaOps final : public Ops {
     cuda::f32_to_storage(ctx(), dst, tmp, static_cast<std::int64_t>(n));
     cuda::scratch_free(tmp, stream_);
   }
+  void f32_to_storage(void* dst, const float* src, std::size_t n) override {
+    if (n) cuda::f32_to_storage(ctx(), dst, src, static_cast<std::int64_t>(n));
+  }
   void download_storage_as_f32(float* host, const void* src, std::size_t n) override {
     if (!n) return;
     float* tmp = static_cast<float*>(cuda::scratch_alloc(n * sizeof(float), stream_));

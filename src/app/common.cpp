@@ -91,13 +91,16 @@ std::pair<std::size_t, std::size_t> shard(const dist::MpiEnv& env, std::size_t n
 
 void check_model_fits(const Context& ctx, const io::ModelConfig& mc, const std::string& config_json, bool full) {
   const bool gpu = ctx.device.backend == dist::Backend::Cuda;
-  const double bytes = io::parameter_count(mc) * (gpu ? 2.0 : (full ? 16.0 : 4.0));
+  // Bytes a parameter: the weights as stored (GPU 2, CPU 4); full fine-tuning adds f32 gradients and two AdamW
+  // moments (12), and on the GPU the fp32 master weights (4).
+  const double bytes = io::parameter_count(mc) * (gpu ? (full ? 18.0 : 2.0) : (full ? 16.0 : 4.0));
   const double memory = static_cast<double>(gpu ? ctx.device.gpu.memory_bytes : io::host_memory_bytes());
   if (memory > 0 && bytes > memory) {
     char buf[200];
     std::snprintf(buf, sizeof buf, "%.3g parameters need %.1f GiB %s, more than the %.1f GiB of %s",
                   io::parameter_count(mc), bytes / (1024.0 * 1024.0 * 1024.0),
-                  gpu ? "as bf16/fp16" : (full ? "for full fine-tuning in fp32" : "in fp32 on the CPU backend"),
+                  full ? "for full fine-tuning (weights, fp32 gradients and AdamW moments)"
+                       : (gpu ? "as bf16/fp16" : "in fp32 on the CPU backend"),
                   memory / (1024.0 * 1024.0 * 1024.0), gpu ? "this rank's GPU" : "this machine");
     throw UserError(config_json + ": the model's " + buf + " (vocab_size, hidden_size, intermediate_size, num_hidden_layers)");
   }

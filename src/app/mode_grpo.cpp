@@ -61,12 +61,12 @@ int run_grpo(Context& ctx) {
                      static_cast<double>(batch) * static_cast<double>(group) / env.size() /
                          static_cast<double>(cfg.get_int("train.grad_accum")),
                      static_cast<double>(longest), "lower it or grpo.num_generations, or raise train.grad_accum");
-    if (full && ctx.device.backend == dist::Backend::Cuda)
-      throw UserError("train.full_finetune needs f32 weights: use --runtime.backend=cpu, or LoRA on the GPU");
   });
 
   auto ops = make_ops(ctx.device);
-  model::Transformer net(mc, *ops, model::ModelOptions{full, cfg.get_bool("model.recompute")});
+  model::Transformer net(mc, *ops,
+                         model::ModelOptions{full, cfg.get_bool("model.recompute"),
+                                             cfg.get_string("train.master_weights") == "always"});
   const auto seed = static_cast<std::uint64_t>(cfg.get_int("train.seed"));
   bool fresh = true;
   env.agree([&] {

@@ -52,12 +52,12 @@ int run_sft(Context& ctx) {
                      static_cast<double>(longest), "lower it, or raise train.grad_accum");
     check_batch_fits(mc, "eval.batch_size", cfg.get_int("eval.batch_size"), static_cast<double>(cfg.get_int("eval.batch_size")),
                      static_cast<double>(longest), "lower it");
-    if (!random_init && full && ctx.device.backend == dist::Backend::Cuda)
-      throw UserError("train.full_finetune needs f32 weights: use --runtime.backend=cpu, or LoRA on the GPU");
   });
 
   auto ops = make_ops(ctx.device);
-  model::Transformer net(mc, *ops, model::ModelOptions{full, cfg.get_bool("model.recompute")});
+  model::Transformer net(mc, *ops,
+                         model::ModelOptions{full, cfg.get_bool("model.recompute"),
+                                             cfg.get_string("train.master_weights") == "always"});
   const auto seed = static_cast<std::uint64_t>(cfg.get_int("train.seed"));
   env.agree([&] {
     if (random_init) net.init_random(seed, static_cast<float>(cfg.get_float("model.init_std")));

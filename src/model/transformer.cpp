@@ -117,6 +117,8 @@ Transformer::Transformer(io::ModelConfig cfg, kernels::Ops& ops, ModelOptions op
   }
   weights_ = ops_.alloc(base_numel_ * ops_.storage_size());
   if (opts_.full_finetune) base_grads_ = static_cast<float*>(ops_.alloc(base_numel_ * sizeof(float)));
+  if (opts_.full_finetune && (ops_.storage() != DType::F32 || opts_.master_weights))
+    master_ = static_cast<float*>(ops_.alloc(base_numel_ * sizeof(float)));
 
   layers_.resize(static_cast<std::size_t>(cfg_.num_hidden_layers));
   for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
@@ -168,6 +170,18 @@ Transformer::~Transformer() {
   ops_.release(inv_freq_);
   ops_.release(weights_);
   if (base_grads_) ops_.release(base_grads_);
+  if (master_) ops_.release(master_);
+}
+
+float* Transformer::trainable_base() {
+  MGRL_CHECK(opts_.full_finetune, "trainable_base() without full_finetune");
+  if (master_) return master_;
+  MGRL_CHECK(ops_.storage() == DType::F32, "full fine-tuning on non-f32 storage needs master weights");
+  return static_cast<float*>(weights_);
+}
+
+void Transformer::master_weights_changed() {
+  if (master_) ops_.f32_to_storage(weights_, master_, base_numel_);
 }
 
 const void* Transformer::w(const std::string& name) const {
@@ -191,6 +205,7 @@ void Transformer::load_weights(const std::string& dir) {
     host.resize(static_cast<std::size_t>(info.numel()));
     io::copy_finite_to_f32(info, host.data());
     ops_.upload_f32_as_storage(const_cast<void*>(w(t.name)), host.data(), host.size());
+    if (master_) ops_.upload(master_ + t.offset, host.data(), host.size() * sizeof(float));
   }
 }
 
@@ -207,6 +222,7 @@ void Transformer::init_random(std::uint64_t seed, float std) {
       else if (!bias) x = static_cast<float>(std * std::sqrt(-2.0 * std::log(uniform())) * std::cos(6.283185307179586 * uniform()));
     }
     ops_.upload_f32_as_storage(const_cast<void*>(w(t.name)), host.data(), host.size());
+    if (master_) ops_.upload(master_ + t.offset, host.data(), host.size() * sizeof(float));
   }
 }
 

@@ -19,6 +19,10 @@ namespace mgrl::model {
 struct ModelOptions {
   bool full_finetune = false;  // base weights trainable (gradients for every tensor)
   bool recompute = false;      // keep only each layer's input; recompute the layer in the backward
+  // Full fine-tuning keeps fp32 master weights (what the optimizer updates and checkpoints hold) beside the
+  // storage-dtype weights the kernels read whenever storage is not f32 (the GPU); true keeps them on f32 storage
+  // too (tests: the same logic on the CPU backend).
+  bool master_weights = false;
 };
 
 // A packed batch: B sequences stored back to back, no padding. Sequence b is tokens[offsets[b] .. offsets[b+1]);
@@ -103,6 +107,12 @@ class Transformer {
   std::size_t base_numel() const { return base_numel_; }
   void* base_weights() { return weights_; }  // storage dtype
   float* base_grads() { return base_grads_; }  // nullptr unless full_finetune
+  // Full fine-tuning: the f32 weights an optimizer updates: the fp32 master copy when there is one, else the
+  // weights themselves (f32 storage). After writing them, call master_weights_changed().
+  float* trainable_base();
+  bool has_master_weights() const { return master_ != nullptr; }
+  // Rounds the master weights into the storage-dtype weights (no-op without a master copy).
+  void master_weights_changed();
   std::vector<float> base_tensor_host(const std::string& name) const;
 
  private:
@@ -142,6 +152,7 @@ class Transformer {
   std::vector<BaseTensor> base_;
   std::size_t base_numel_ = 0;
   void* weights_ = nullptr;
+  float* master_ = nullptr;  // fp32 master copy of weights_ (full fine-tuning on non-f32 storage)
   float* base_grads_ = nullptr;
   std::vector<LayerW> layers_;
   std::unique_ptr<LoraParams> lora_;

@@ -199,8 +199,10 @@ void GrpoTrainer::score_round(bool old_policy, bool reference) {
       auto& ops = model_.ops();
       ops.copy(swap_, tr_.params, tr_.n * sizeof(float));
       ops.copy(tr_.params, initial_, tr_.n * sizeof(float));
+      tr_.params_changed();
       pass(true, &Rollout::ref_logps);
       ops.copy(tr_.params, swap_, tr_.n * sizeof(float));
+      tr_.params_changed();
     } else {
       pass(false, &Rollout::ref_logps);
     }

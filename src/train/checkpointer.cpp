@@ -87,6 +87,7 @@ void Checkpointer::apply(const Checkpoint& ck, const std::string& path, TrainSta
     log::warn_once(path + ": written by " + std::to_string(ck.state.rank_rng.size()) + " ranks, resumed on " +
                    std::to_string(env_.size()) + " (the data order is the same; per-rank random streams restart)");
   ops_.upload(tr.params, ck.params.data(), tr.n * 4);
+  tr.params_changed();
   ops_.upload(opt_.exp_avg(), ck.adam_m.data(), tr.n * 4);
   ops_.upload(opt_.exp_avg_sq(), ck.adam_v.data(), tr.n * 4);
   st = ck.state;

@@ -41,6 +41,7 @@ bool Optimizer::step(TrainState& st, double norm) {
   const double clip = opts_.max_grad_norm > 0 && norm > opts_.max_grad_norm ? opts_.max_grad_norm / norm : 1.0;
   hp.grad_scale = static_cast<float>(clip / scale);
   ops_.adamw(tr_.params, tr_.grads, m_, v_, tr_.n, hp);
+  tr_.params_changed();
   ++st.step;
   return true;
 }

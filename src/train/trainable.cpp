@@ -8,10 +8,9 @@ namespace mgrl::train {
 Trainable trainable_of(model::Transformer& m, bool full_finetune) {
   Trainable t;
   if (full_finetune) {
-    if (m.ops().storage() != DType::F32)
-      throw UserError("full fine-tuning (train.full_finetune) needs f32 weights: use the CPU backend, or LoRA on the GPU");
-    t.params = static_cast<float*>(m.base_weights());
+    t.params = m.trainable_base();
     t.grads = m.base_grads();
+    if (m.has_master_weights()) t.changed = [&m] { m.master_weights_changed(); };
     MGRL_CHECK(t.grads != nullptr, "the model was built without full_finetune");
     t.n = m.base_numel();
     for (const auto& b : m.base_tensors()) t.tensors.push_back({b.name, b.shape, b.offset});

@@ -2,6 +2,7 @@
 // weights, as one flat f32 buffer with its gradients and the names and shapes of its tensors.
 #pragma once
 #include <cstddef>
+#include <functional>
 #include <vector>
 
 #include "model/transformer.h"
@@ -14,9 +15,16 @@ struct Trainable {
   float* grads = nullptr;
   std::size_t n = 0;
   std::vector<TensorEntry> tensors;
+  // Whoever writes params (the optimizer, a checkpoint restore, GRPO's reference swap) calls this afterwards:
+  // full fine-tuning with fp32 master weights rounds them into the storage-dtype weights the kernels read.
+  // Empty when params are what the kernels read (LoRA; full fine-tuning on f32 storage).
+  std::function<void()> changed;
+  void params_changed() const {
+    if (changed) changed();
+  }
 };
-// The LoRA parameters of the model, or (full fine-tuning) its base weights; UserError when the backend
-// cannot train them (full fine-tuning needs f32 storage, i.e. the CPU backend).
+// The LoRA parameters of the model, or (full fine-tuning) its base weights: f32 storage trains them in place,
+// other storage (the GPU) trains their fp32 master copy.
 Trainable trainable_of(model::Transformer& m, bool full_finetune);
 
 }  // namespace mgrl::train
