@@ -64,28 +64,20 @@ def quiet_transformers():
 def make_model(path, shape, device, adapter_dir=None):
     """train_vs_hf's model (random Qwen2 of the shape, bf16, transformers' save_pretrained, quickstart tokenizer) with
     the special ids set and the EOS row of the output matrix zeroed; with adapter_dir, also an untrained PEFT LoRA."""
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
     quiet_transformers()
-    torch.manual_seed(0)
-    cfg = Qwen2Config(**{**SHAPES[shape], "bos_token_id": BOS, "eos_token_id": EOS, "pad_token_id": PAD})
-    with torch.device(device):
-        model = Qwen2ForCausalLM(cfg).to(torch.bfloat16)
-    with torch.no_grad():
+
+    def zero_eos(model):
         # EOS gets logit exactly 0: a random model's largest logit over the vocabulary is positive, so greedy decoding
         # never ends early (with tied embeddings this also zeroes EOS's input embedding, which no prompt uses).
         model.get_output_embeddings().weight[EOS].zero_()
-    model.save_pretrained(path, safe_serialization=True)
-    if adapter_dir:
+
+    def save_adapter(model):
         from peft import LoraConfig, get_peft_model
-        peft_model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, target_modules=TARGETS, lora_dropout=0.0))
-        peft_model.save_pretrained(adapter_dir)
-        del peft_model
-    del model
-    if device != "cpu":
-        torch.cuda.empty_cache()
-    for f in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(os.path.join(ROOT, "inputs", "quickstart", f), path)
+        get_peft_model(model, LoraConfig(r=16, lora_alpha=32, target_modules=TARGETS, lora_dropout=0.0)).save_pretrained(
+            adapter_dir)
+
+    train_vs_hf.make_model(path, shape, device, overrides={"bos_token_id": BOS, "eos_token_id": EOS, "pad_token_id": PAD},
+                           edit=zero_eos, after_save=save_adapter if adapter_dir else None)
 
 
 def make_prompts(n, length, vocab):

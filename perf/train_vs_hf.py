@@ -42,16 +42,22 @@ SHAPES = {
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
-def make_model(path, shape, device="cpu"):
+def make_model(path, shape, device="cpu", overrides=None, edit=None, after_save=None):
     """A randomly initialised Qwen2 model of the shape, bf16, saved by transformers; initialised on `device`
-    (on a GPU a 7B model takes seconds instead of minutes)."""
+    (on a GPU a 7B model takes seconds instead of minutes). overrides: extra config fields; edit(model): changes the
+    weights before the save (under no_grad); after_save(model): e.g. writes an adapter of it."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
     torch.manual_seed(0)
-    cfg = Qwen2Config(**SHAPES[shape], torch_dtype="bfloat16")
+    cfg = Qwen2Config(**{**SHAPES[shape], **(overrides or {})}, torch_dtype="bfloat16")
     with torch.device(device):
         model = Qwen2ForCausalLM(cfg).to(torch.bfloat16)
+    if edit:
+        with torch.no_grad():
+            edit(model)
     model.save_pretrained(path, safe_serialization=True)
+    if after_save:
+        after_save(model)
     del model
     if device != "cpu":
         torch.cuda.empty_cache()
