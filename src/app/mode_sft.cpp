@@ -67,6 +67,7 @@ int run_sft(Context& ctx) {
 
   train::SftOptions o;
   o.max_steps = cfg.get_int("train.max_steps");
+  o.max_nonfinite_steps = static_cast<int>(cfg.get_int("train.max_nonfinite_steps"));
   o.stop_at_step = cfg.get_int("train.stop_at_step");
   o.global_batch = static_cast<int>(cfg.get_int("train.batch_size"));
   o.grad_accum = static_cast<int>(cfg.get_int("train.grad_accum"));

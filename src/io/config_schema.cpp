@@ -68,6 +68,10 @@ const Schema& mgrl_schema() {
          "CPU too: the same path, for checks)",
          {"auto", "always"}, {}, {}, {}});
     add({"train.max_steps", T::Int, Value(std::int64_t{100}), "optimizer steps", {}, 1.0, {}, {}});
+    add({"train.max_nonfinite_steps", T::Int, Value(std::int64_t{25}),
+         "a step whose loss or gradient norm is not finite changes nothing (skipped on every rank) and writes no "
+         "periodic checkpoint; this many in a row stop the run with exit 2 naming the last checkpoint (fp16's loss "
+         "scaling skips a few while it finds its scale); 0: never stop", {}, 0.0, {}, {}});
     add({"train.stop_at_step", T::Int, Value(std::int64_t{0}),
          "end the run (with a checkpoint) after this step, as a time-limited job would, without changing the "
          "schedule, which still spans max_steps; 0: run to max_steps", {}, 0.0, {}, {}});

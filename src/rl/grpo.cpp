@@ -91,6 +91,7 @@ GrpoTrainer::GrpoTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Trans
   ckpt_ = std::make_unique<train::Checkpointer>(env_, model_.ops(), *opt_, opts_.checkpoint,
                                                 train::model_identity(io::architecture_name(model_.config().arch),
                                                                       tr_.tensors));
+  guard_ = std::make_unique<train::DivergenceGuard>(env_, opts_.max_nonfinite_steps);
   state_.rank_rng.assign(static_cast<std::size_t>(ranks), 0);
   if (model_.ops().storage() == DType::F16) state_.loss_scale = 65536.0;
   // The reference policy: the adapter switched off, unless it must be the starting weights and those are not the
@@ -401,14 +402,14 @@ void GrpoTrainer::new_round() {
   // 7. Rank 0 keeps the whole round (rollout file, checkpoints inside the round), with the scored log-probs.
   if (opts_.num_iterations > 1 || opts_.loss.beta > 0) {
     nlohmann::json js = nlohmann::json::array();
-    for (const auto& r : R.local) js.push_back({r.slot, r.old_logps, r.ref_logps});
+    for (const auto& r : R.local) js.push_back({r.slot, nums(r.old_logps), nums(r.ref_logps)});
     const auto parts = env_.gather_to_root(js.dump());
     if (rank == 0)
       for (const auto& p : parts)
         for (const auto& x : nlohmann::json::parse(p)) {
           Rollout& r = all[x[0].get<std::size_t>()];
-          r.old_logps = x[1].get<std::vector<float>>();
-          r.ref_logps = x[2].get<std::vector<float>>();
+          r.old_logps = nums_of<float>(x[1]);
+          r.ref_logps = nums_of<float>(x[2]);
         }
   }
   if (rank == 0) R.global = std::move(all);
@@ -545,7 +546,7 @@ double GrpoTrainer::train_step(nlohmann::json* metrics) {
   }
   const double lr = opt_->lr(state_);
   model_.ops().phase_begin(kernels::Phase::Optimizer);
-  opt_->step(state_, norm);
+  last_updated_ = opt_->step(state_, norm, loss);
   model_.ops().phase_end(kernels::Phase::Optimizer);
   last_norm_ = norm;
   state_.tokens_seen += static_cast<std::int64_t>(batch_tokens);
@@ -741,8 +742,11 @@ GrpoResult GrpoTrainer::run() {
                             j["clip_ratio/region_mean"].get<double>());
       if (j.contains("kl"))
         k += std::snprintf(line + k, sizeof(line) - static_cast<std::size_t>(k), " | kl %.4f", j["kl"].get<double>());
-      std::snprintf(line + k, sizeof(line) - static_cast<std::size_t>(k), " | %.1fs (gen %.0f%%)", step_seconds,
-                    step_seconds > 0 ? 100.0 * phases_.get("generation") / step_seconds : 0.0);
+      k += std::snprintf(line + k, sizeof(line) - static_cast<std::size_t>(k), " | %.1fs (gen %.0f%%)", step_seconds,
+                         step_seconds > 0 ? 100.0 * phases_.get("generation") / step_seconds : 0.0);
+      if (state_.skipped_steps > 0)  // steps whose loss or gradient norm was not finite: they changed nothing
+        std::snprintf(line + k, sizeof(line) - static_cast<std::size_t>(k), " | skipped %lld",
+                      static_cast<long long>(state_.skipped_steps));
       rlog.line(line);
     }
     rlog.emit(j, state_.step);
@@ -755,7 +759,14 @@ GrpoResult GrpoTrainer::run() {
       for (const auto& r : round_->global) e["rollouts"].push_back(to_json(r));
       return e.dump();
     };
-    if (ckpt_->due(state_.step) && !last) ckpt_->save(state_, round_state());
+    guard_->after_step(last_updated_, state_.step, ckpt_->last_checkpoint());
+    if (ckpt_->due(state_.step) && !last) {
+      if (guard_->diverging())
+        rlog.line("step " + std::to_string(state_.step) +
+                  ": no checkpoint (the step's loss or gradient norm was not finite; it changed nothing)");
+      else
+        ckpt_->save(state_, round_state());
+    }
     if (last && ckpt_->enabled()) ckpt_->save(state_, round_state());
     if (last) break;
   }

@@ -22,6 +22,7 @@
 #include "rl/rollout.h"
 #include "train/checkpointer.h"
 #include "train/data.h"
+#include "train/divergence.h"
 #include "train/grad_sync.h"
 #include "train/optimizer.h"
 #include "train/run_log.h"
@@ -31,6 +32,7 @@ namespace mgrl::rl {
 struct GrpoOptions {
   train::OptimizerOptions optim;
   train::CheckpointOptions checkpoint;
+  int max_nonfinite_steps = 25;  // consecutive steps with a non-finite loss or gradient norm that stop the run; 0 never
   std::int64_t max_steps = 100;
   std::int64_t stop_at_step = 0;
   int batch_prompts = 8;  // prompts per generation round over all ranks
@@ -112,6 +114,8 @@ class GrpoTrainer {
   std::unique_ptr<train::Optimizer> opt_;
   std::unique_ptr<train::GradSync> sync_;
   std::unique_ptr<train::Checkpointer> ckpt_;
+  std::unique_ptr<train::DivergenceGuard> guard_;
+  bool last_updated_ = true;  // the last step changed the weights (not skipped for a non-finite loss or norm)
   train::TrainState state_;
   float* initial_ = nullptr;  // frozen copy of the starting trainable weights (reference = initial), or nullptr
   float* swap_ = nullptr;

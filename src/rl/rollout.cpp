@@ -12,12 +12,45 @@
 
 namespace mgrl::rl {
 
+nlohmann::json num(double v) {
+  if (std::isfinite(v)) return v;
+  return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
+}
+namespace {
+template <class T>
+nlohmann::json nums(const std::vector<T>& v) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const T x : v) a.push_back(num(static_cast<double>(x)));
+  return a;
+}
+}  // namespace
+nlohmann::json nums(const std::vector<float>& v) { return nums<float>(v); }
+nlohmann::json nums(const std::vector<double>& v) { return nums<double>(v); }
+double num_of(const nlohmann::json& j) {
+  if (j.is_string()) {
+    const std::string s = j.get<std::string>();
+    if (s == "nan") return std::numeric_limits<double>::quiet_NaN();
+    if (s == "inf") return std::numeric_limits<double>::infinity();
+    if (s == "-inf") return -std::numeric_limits<double>::infinity();
+  }
+  return j.get<double>();  // anything else that is no number: nlohmann's type error
+}
+template <class T>
+std::vector<T> nums_of(const nlohmann::json& j) {
+  std::vector<T> v;
+  v.reserve(j.size());
+  for (const auto& x : j) v.push_back(static_cast<T>(num_of(x)));
+  return v;
+}
+template std::vector<float> nums_of<float>(const nlohmann::json&);
+template std::vector<double> nums_of<double>(const nlohmann::json&);
+
 nlohmann::json to_json(const Rollout& r) {
-  nlohmann::json j = {{"k", r.slot}, {"i", r.prompt_index}, {"g", r.generation}, {"p", r.prompt}, {"c", r.completion},
-                      {"f", r.finish_reason}, {"rs", r.rewards}, {"r", r.reward}, {"a", r.advantage},
-                      {"s", r.sample_logps}, {"m", r.masked}};
-  if (!r.old_logps.empty()) j["o"] = r.old_logps;
-  if (!r.ref_logps.empty()) j["x"] = r.ref_logps;
+  nlohmann::json j = {{"k", r.slot},      {"i", r.prompt_index},       {"g", r.generation},  {"p", r.prompt},
+                      {"c", r.completion}, {"f", r.finish_reason},      {"rs", nums(r.rewards)}, {"r", num(r.reward)},
+                      {"a", num(r.advantage)}, {"s", nums(r.sample_logps)}, {"m", r.masked}};
+  if (!r.old_logps.empty()) j["o"] = nums(r.old_logps);
+  if (!r.ref_logps.empty()) j["x"] = nums(r.ref_logps);
   return j;
 }
 
@@ -29,13 +62,13 @@ Rollout rollout_from_json(const nlohmann::json& j) {
   r.prompt = j.at("p").get<std::vector<std::int32_t>>();
   r.completion = j.at("c").get<std::vector<std::int32_t>>();
   r.finish_reason = j.at("f").get<std::string>();
-  r.rewards = j.at("rs").get<std::vector<double>>();
-  r.reward = j.at("r").get<double>();
-  r.advantage = j.at("a").get<double>();
-  r.sample_logps = j.at("s").get<std::vector<float>>();
+  r.rewards = nums_of<double>(j.at("rs"));
+  r.reward = num_of(j.at("r"));
+  r.advantage = num_of(j.at("a"));
+  r.sample_logps = nums_of<float>(j.at("s"));
   r.masked = j.at("m").get<bool>();
-  if (j.contains("o")) r.old_logps = j["o"].get<std::vector<float>>();
-  if (j.contains("x")) r.ref_logps = j["x"].get<std::vector<float>>();
+  if (j.contains("o")) r.old_logps = nums_of<float>(j["o"]);
+  if (j.contains("x")) r.ref_logps = nums_of<float>(j["x"]);
   return r;
 }
 

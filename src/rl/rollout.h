@@ -24,6 +24,15 @@ struct Rollout {
   bool masked = false;              // truncated and grpo.mask_truncated_completions: no loss
 };
 
+// JSON has no NaN or infinity (nlohmann writes null): a diverged policy's log-probs are NaN, and rollouts must still
+// cross ranks and checkpoints intact. Numbers go through these: non-finite values travel as the strings "nan",
+// "inf", "-inf"; num_of also reads plain numbers (nlohmann's type error for anything else).
+nlohmann::json num(double v);
+nlohmann::json nums(const std::vector<float>& v);
+nlohmann::json nums(const std::vector<double>& v);
+double num_of(const nlohmann::json& j);
+template <class T>
+std::vector<T> nums_of(const nlohmann::json& j);  // T: float or double
 nlohmann::json to_json(const Rollout& r);
 Rollout rollout_from_json(const nlohmann::json& j);
 

@@ -1,6 +1,7 @@
 // checkpointer.cpp: saving (after a cross-rank weight check) and resuming training runs.
 #include "train/checkpointer.h"
 
+#include <cmath>
 #include <cstdio>
 #include <vector>
 
@@ -45,6 +46,7 @@ void Checkpointer::save(const TrainState& st, const std::string& extra) {
     if (env_.rank() == 0) write(st, extra);
     else fault::point("checkpoint_write", env_.rank(), st.step);  // tests: a rank failing while rank 0 writes
   });
+  last_ = checkpoint_path(opts_.dir, st.step);
 }
 
 void Checkpointer::write(const TrainState& st, const std::string& extra) const {
@@ -59,6 +61,16 @@ void Checkpointer::write(const TrainState& st, const std::string& extra) const {
   ops_.download(ck.params.data(), tr.params, tr.n * 4);
   ops_.download(ck.adam_m.data(), opt_.exp_avg(), tr.n * 4);
   ops_.download(ck.adam_v.data(), opt_.exp_avg_sq(), tr.n * 4);
+  // A diverged run's weights are never written: a checkpoint with a non-finite value could only replace (and,
+  // under keep_last, prune) intact ones.
+  for (const std::vector<float>* v : {&ck.params, &ck.adam_m, &ck.adam_v})
+    for (const float x : *v)
+      if (!std::isfinite(x))
+        throw UserError(checkpoint_path(opts_.dir, st.step) + ": not written: the " +
+                        (v == &ck.params ? "trainable weights" : "AdamW moments") +
+                        " hold non-finite values (the run diverged; lower train.lr?); " +
+                        (last_.empty() ? std::string("no checkpoint was written before it")
+                                       : "the last checkpoint before it: " + last_));
   ck.config_text = opts_.config_text;
   ck.model_identity = identity_;
   ck.mgrl_version = build_info().version;
@@ -134,6 +146,7 @@ std::string Checkpointer::resume(TrainState& st, std::string* extra) {
       for (const auto& why : skipped) log::warn_once(why + "; passing over it to an older checkpoint");
       env_.agree([&] { apply(ck, path, st, extra); });
       log::info("resumed from " + path + " at step " + std::to_string(st.step));
+      last_ = path;
       return path;
     }
     if (!skipped.empty())
@@ -149,6 +162,7 @@ std::string Checkpointer::resume(TrainState& st, std::string* extra) {
     if (!from.empty()) load(from, st, extra);
   });
   if (!from.empty()) log::info("resumed from " + from + " at step " + std::to_string(st.step));
+  last_ = from;
   return from;
 }
 

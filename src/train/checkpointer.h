@@ -1,5 +1,6 @@
 // checkpointer.h: checkpoints of a training run, shared by SFT and GRPO: before writing, every rank's trainable
-// weights are compared with rank 0's (a mismatch stops the run naming the rank); rank 0 writes
+// weights are compared with rank 0's (a mismatch stops the run naming the rank), and weights or moments with a
+// non-finite value are not written (exit 2, naming the last checkpoint); rank 0 writes
 // <dir>/step_<8 digits>.h5 (weights, AdamW moments, state, config, the loop's extra state) and prunes old ones;
 // resume = auto | none | a path, read by every rank, errors agreed on by all ranks.
 #pragma once
@@ -36,6 +37,8 @@ class Checkpointer {
   void save(const TrainState& st, const std::string& extra = "");
   // FNV-1a of this rank's trainable weights, hex.
   std::string params_hash() const;
+  // The newest checkpoint of this run: the last one written, else the one resumed from; "" when none.
+  const std::string& last_checkpoint() const { return last_; }
   const std::string& identity() const { return identity_; }
 
  private:
@@ -48,6 +51,7 @@ class Checkpointer {
   const Optimizer& opt_;
   CheckpointOptions opts_;
   std::string identity_;
+  std::string last_;
 };
 
 }  // namespace mgrl::train

@@ -19,10 +19,10 @@ Optimizer::~Optimizer() {
 
 double Optimizer::loss_scale(const TrainState& st) const { return ops_.storage() == DType::F16 ? st.loss_scale : 1.0; }
 
-bool Optimizer::step(TrainState& st, double norm) {
+bool Optimizer::step(TrainState& st, double norm, double loss) {
   const bool scaling = ops_.storage() == DType::F16;
   const double scale = loss_scale(st);
-  if (!std::isfinite(norm)) {
+  if (!std::isfinite(norm) || !std::isfinite(loss)) {
     ++st.skipped_steps;
     ++st.step;
     if (scaling) {

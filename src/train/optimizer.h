@@ -27,9 +27,10 @@ class Optimizer {
 
   // The factor the loss weights are multiplied by this step (the fp16 loss scale; 1 otherwise).
   double loss_scale(const TrainState& st) const;
-  // One update from the reduced gradients whose global norm (loss scale divided out) is `norm`. Advances st.step
-  // (and st.skipped_steps / the loss scaler). Returns false when the step was skipped for non-finite gradients.
-  bool step(TrainState& st, double norm);
+  // One update from the reduced gradients whose global norm (loss scale divided out) is `norm`, of a step whose
+  // reduced loss is `loss`. Advances st.step (and st.skipped_steps / the loss scaler). Returns false when the step
+  // was skipped because the loss or the gradient norm is not finite (the weights and moments are left as they were).
+  bool step(TrainState& st, double norm, double loss);
   double lr(const TrainState& st) const { return opts_.schedule.at(st.step); }
   float* exp_avg() const { return m_; }
   float* exp_avg_sq() const { return v_; }

@@ -66,6 +66,7 @@ SftTrainer::SftTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transfo
       env_, model_.ops(), *opt_,
       CheckpointOptions{opts_.checkpoint_dir, opts_.checkpoint_every, opts_.keep_last, opts_.resume, opts_.config_text},
       model_identity(io::architecture_name(model_.config().arch), tr_.tensors));
+  guard_ = std::make_unique<DivergenceGuard>(env_, opts_.max_nonfinite_steps);
   state_.rank_rng.assign(static_cast<std::size_t>(ranks), 0);
   loss_acc_ = static_cast<double*>(model_.ops().alloc(sizeof(double)));
   // Activation memory planned once: a micro-batch holds at most the `micro` longest examples.
@@ -125,7 +126,7 @@ double SftTrainer::train_step() {
   const double loss = env_.allreduce_sum(loss_local);
   state_.tokens_seen += n_tokens;
   model_.ops().phase_begin(kernels::Phase::Optimizer);
-  opt_->step(state_, norm);  // a non-finite step is skipped on every rank together
+  last_updated_ = opt_->step(state_, norm, loss);  // a non-finite step is skipped on every rank together
   model_.ops().phase_end(kernels::Phase::Optimizer);
   last_norm_ = norm;
   return loss;
@@ -197,9 +198,12 @@ SftResult SftTrainer::run() {
                            100.0 * tps * flops_per_token / (opts_.gpu_peak_tflops * 1e12 * env_.size()));
       peak_gpu_ = std::max(peak_gpu_, dist::gpu_memory_used());
       if (peak_gpu_ > 0)
-        std::snprintf(line + n, sizeof(line) - n, " | peak GPU mem %.2f GiB", static_cast<double>(peak_gpu_) / (1 << 30));
+        n += std::snprintf(line + n, sizeof(line) - n, " | peak GPU mem %.2f GiB",
+                           static_cast<double>(peak_gpu_) / (1 << 30));
       else
-        std::snprintf(line + n, sizeof(line) - n, " | peak host mem %.2f GiB", host_peak_rss_gib());
+        n += std::snprintf(line + n, sizeof(line) - n, " | peak host mem %.2f GiB", host_peak_rss_gib());
+      if (state_.skipped_steps > 0)  // steps whose loss or gradient norm was not finite: they changed nothing
+        std::snprintf(line + n, sizeof(line) - n, " | skipped %lld", static_cast<long long>(state_.skipped_steps));
       rlog.line(line);
       emit({{"step", state_.step}, {"loss", loss}, {"lr", lr}, {"grad_norm", last_norm_}, {"tokens_per_second", tps},
             {"trained_tokens_per_second", trained_tps}, {"skipped_steps", state_.skipped_steps}});
@@ -218,9 +222,15 @@ SftResult SftTrainer::run() {
         emit({{"step", state_.step}, {"eval_loss", el}});
       }
     }
+    guard_->after_step(last_updated_, state_.step, ckpt_->last_checkpoint());
     if (ckpt_->due(state_.step) && !last) {
-      ckpt_->save(state_);
-      ++res.checkpoints;
+      if (guard_->diverging()) {
+        rlog.line("step " + std::to_string(state_.step) +
+                  ": no checkpoint (the step's loss or gradient norm was not finite; it changed nothing)");
+      } else {
+        ckpt_->save(state_);
+        ++res.checkpoints;
+      }
     }
     if (last) break;
   }

@@ -17,6 +17,7 @@
 #include "model/transformer.h"
 #include "train/checkpoint.h"
 #include "train/checkpointer.h"
+#include "train/divergence.h"
 #include "train/grad_sync.h"
 #include "train/optimizer.h"
 #include "train/trainable.h"
@@ -43,6 +44,7 @@ struct SftOptions {
   std::string checkpoint_dir;
   int checkpoint_every = 0;  // 0: only at the end
   int keep_last = 0;
+  int max_nonfinite_steps = 25;  // consecutive steps with a non-finite loss or gradient norm that stop the run; 0 never
   std::string resume;  // "" / "none", "auto", or a checkpoint path
   std::string log_dir;
   std::string config_text;
@@ -79,6 +81,8 @@ class SftTrainer {
   std::unique_ptr<Optimizer> opt_;
   std::unique_ptr<GradSync> sync_;
   std::unique_ptr<Checkpointer> ckpt_;
+  std::unique_ptr<DivergenceGuard> guard_;
+  bool last_updated_ = true;  // the last step changed the weights (not skipped for a non-finite loss or norm)
   TrainState state_;
   double last_norm_ = 0;
   std::int64_t last_tokens_all_ = 0;
