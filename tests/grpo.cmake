@@ -27,6 +27,9 @@ mgrl_add_cli_test(grpo.balance_halves_token_imbalance 0 "training excess none [0
 # initial weights in and out, and each swap must reach the weights the kernels read: the same weights as without.
 mgrl_add_cli_test(grpo.master_weights_like_f32 0 "bitwise equal: yes" - - -- bash -c
   "rm -rf ${GRPO}/master && ${RUN1} ${GRPO_STR} --train.full_finetune=true --train.max_steps=3 --train.lr=1e-3 --checkpoint.dir=${GRPO}/master/a --log.dir=${GRPO}/master/a && ${RUN1} ${GRPO_STR} --train.full_finetune=true --train.max_steps=3 --train.lr=1e-3 --train.master_weights=always --checkpoint.dir=${GRPO}/master/b --log.dir=${GRPO}/master/b && ${CHECK} weights ${GRPO}/master/a/step_00000003.h5 ${GRPO}/master/b/step_00000003.h5 --exact")
+# The start-up line gives the planned epochs (48 prompts, 4 a round, 2 steps a round: 8 steps = 0.333 epochs).
+mgrl_add_cli_test(grpo.startup_line_plans_epochs 0 "^grpo: .*\\x3b 8 steps = 0[.]333 epochs$" - 0
+  -- ${RUN1} ${GRPO_ARGS} --train.max_steps=8 --train.stop_at_step=1 --checkpoint.dir= --log.dir=)
 # A diverged GRPO run at 2 ranks (train.lr 1e30): the NaN log-probs of its rollouts cross ranks (JSON has no NaN:
 # they travel as strings), the non-finite steps change nothing and write no checkpoint, and the third in a row stops
 # the run with exit 2 naming the last checkpoint.

@@ -1,5 +1,6 @@
 // common.cpp: what several modes share: the op backend of a rank's device, loading a model (+ adapter) on
 // every rank, the shard of a rank, the tokenizer directory.
+#include <algorithm>
 #include <cstdio>
 
 #include "app/modes.h"
@@ -80,6 +81,26 @@ bool setup_trainable_lora(const Context& ctx, model::Transformer& net, std::uint
   if (lc.targets.empty())
     throw UserError("key 'lora.targets' is empty: name the layers that get an adapter (q_proj, k_proj, v_proj, "
                     "o_proj, gate_proj, up_proj, down_proj), or set train.full_finetune = true");
+  // A rank above a layer's own rank (the smaller of its in and out features) adds parameters and nothing else:
+  // x A^T B^T can never exceed min(in, out). Almost always a typo.
+  // The target with the smallest rank is the one named.
+  std::string worst;
+  int worst_in = 0, worst_out = 0;
+  for (const auto& name : lc.targets) {
+    model::Module m;
+    if (!model::parse_module(name, &m)) continue;  // add_lora names an unknown target
+    const int in = model::module_in(net.config(), m), out = model::module_out(net.config(), m);
+    if (worst.empty() || std::min(in, out) < std::min(worst_in, worst_out)) {
+      worst = name;
+      worst_in = in;
+      worst_out = out;
+    }
+  }
+  if (!worst.empty() && lc.r > std::min(worst_in, worst_out))
+    throw UserError("lora.r = " + std::to_string(lc.r) + " exceeds the rank of the " + worst + " layers (" +
+                    std::to_string(worst_in) + " in, " + std::to_string(worst_out) + " out features): at most " +
+                    std::to_string(std::min(worst_in, worst_out)) + " (lower lora.r, or leave " + worst +
+                    " out of lora.targets)");
   net.add_lora(lc, seed);
   return true;
 }

@@ -133,14 +133,19 @@ int run_grpo(Context& ctx) {
     env.agree([&] { throw UserError("eval.pass_k (" + std::to_string(o.pass_k) + ") must not exceed eval.num_samples (" +
                                     std::to_string(o.num_samples) + ")"); });
   {
-    char line[320];
+    // The planned passes over the prompts (a generation round serves num_iterations steps), so that a typo in
+    // train.max_steps or train.batch_size shows at once.
+    const double epochs = static_cast<double>(o.max_steps) * static_cast<double>(o.batch_prompts) /
+                          static_cast<double>(std::max(1, o.num_iterations)) /
+                          static_cast<double>(std::max<std::size_t>(1, train_data.size()));
+    char line[400];
     std::snprintf(line, sizeof(line),
                   "grpo: %s %s, %zu prompts, %zu held-out, %s on %d rank%s; %d prompts x %d completions per step, "
-                  "loss %s, beta %g, %zu reward function%s",
+                  "loss %s, beta %g, %zu reward function%s; %lld steps = %.3g epochs",
                   random_init ? "random-init" : "pretrained", io::architecture_name(mc.arch), train_data.size(),
                   eval_data.size(), full ? "full fine-tuning" : "LoRA", env.size(), env.size() == 1 ? "" : "s",
                   o.batch_prompts, o.num_generations, o.loss.loss_type.c_str(), o.loss.beta, rewards->size(),
-                  rewards->size() == 1 ? "" : "s");
+                  rewards->size() == 1 ? "" : "s", static_cast<long long>(o.max_steps), epochs);
     log::info(line);
   }
   // Rollout files are written as checkpoints are (a temporary, then a rename): a killed run's leftovers go.

@@ -115,10 +115,16 @@ int run_sft(Context& ctx) {
     };
   }
   {
-    char line[256];
-    std::snprintf(line, sizeof(line), "sft: %s %s, %zu training examples, %zu held-out, %s on %d rank%s",
+    // The planned passes over the data, so that a typo in train.max_steps or train.batch_size shows at once.
+    const double epochs = static_cast<double>(o.max_steps) * static_cast<double>(o.global_batch) /
+                          static_cast<double>(std::max<std::size_t>(1, train_data.size()));
+    char line[320];
+    std::snprintf(line, sizeof(line),
+                  "sft: %s %s, %zu training examples, %zu held-out, %s on %d rank%s; %lld steps x %d sequences = %.3g "
+                  "epochs",
                   random_init ? "random-init" : "pretrained", io::architecture_name(mc.arch), train_data.size(),
-                  eval_data.size(), full ? "full fine-tuning" : "LoRA", env.size(), env.size() == 1 ? "" : "s");
+                  eval_data.size(), full ? "full fine-tuning" : "LoRA", env.size(), env.size() == 1 ? "" : "s",
+                  static_cast<long long>(o.max_steps), o.global_batch, epochs);
     log::info(line);
   }
   std::unique_ptr<train::SftTrainer> trainer;

@@ -43,6 +43,10 @@ c cli_unknown_mode 1 "unknown mode 'trian' \(did you mean 'train'\?|unknown mode
 c cli_empty_lora_targets 1 "key 'lora\.targets' is empty" '' $SFT --lora.targets=
 c cli_absurd_batch 1 "key 'train\.batch_size' \(1000000000\): .* more than this machine's memory" '' $SFT --train.batch_size=1000000000
 c cli_absurd_batch_grpo 1 "key 'train\.batch_size' \(1000000000\): .* more than this machine's memory" '' $GRPO --train.batch_size=1000000000
+# lora.r above a target layer's own rank (min of its in and out features; the fixture's k_proj: 48 in, 24 out) adds
+# parameters and nothing else: refused naming the layer (it was accepted silently).
+c lora_r_exceeds_layer_rank 1 "lora\.r = 30 exceeds the rank of the k_proj layers \(48 in, 24 out features\): at most 24" '' $SFT --lora.r=30
+c lora_r_exceeds_layer_rank_grpo_np2 2 "lora\.r = 25 exceeds the rank of the k_proj layers" '' $GRPO --lora.r=25
 c cli_absurd_eval_batch 1 "key 'eval\.batch_size' \(2000000000\)" '' $SFT --eval.input=heldout.jsonl --eval.batch_size=2000000000
 c cli_batch_vs_accum 1 "train\.batch_size / ranks \(4\) must be divisible by train\.grad_accum \(3\)" '' $SFT --train.grad_accum=3
 c cli_batch_vs_ranks_np2 2 "train\.batch_size \(5\) must be divisible by the number of ranks \(2\)" '' $SFT --train.batch_size=5
