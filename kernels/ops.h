@@ -49,6 +49,9 @@ class Ops {
 
   // ---- memory ----
   virtual void* alloc(std::size_t bytes) = 0;  // zero-filled
+  // Bytes that alloc can still hand out now (CPU: the kernel's MemAvailable, within the cgroup's limit; CUDA: the
+  // device's free memory); 0 when unknown.
+  virtual std::size_t available_memory() const = 0;
   virtual void release(void* p) = 0;
   virtual void upload(void* dst, const void* host, std::size_t bytes) = 0;
   virtual void download(void* host, const void* src, std::size_t bytes) = 0;

@@ -2,6 +2,8 @@
 // each op delegating to its kernels/cpu reference implementation.
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <string>
 
 #include "core/error.h"
 #include "kernels/cpu/attention.h"
@@ -32,10 +34,34 @@ class CpuOps final : public Ops {
 
   void* alloc(std::size_t bytes) override {
     void* p = std::calloc(bytes ? bytes : 1, 1);
-    if (!p) throw FatalError("out of host memory allocating " + std::to_string(bytes) + " bytes");
+    if (!p) throw OutOfMemory("out of host memory allocating " + std::to_string(bytes) + " bytes");
     return p;
   }
   void release(void* p) override { std::free(p); }
+  std::size_t available_memory() const override {
+    std::uint64_t avail = 0;
+    {
+      std::ifstream f("/proc/meminfo");
+      std::string key;
+      std::uint64_t kib = 0;
+      std::string unit;
+      while (f >> key >> kib >> unit)
+        if (key == "MemAvailable:") {
+          avail = kib * 1024;
+          break;
+        }
+    }
+    // cgroup v2: a memory limit below what the machine has (containers, SLURM jobs).
+    std::ifstream mx("/sys/fs/cgroup/memory.max"), cur("/sys/fs/cgroup/memory.current");
+    std::string limit;
+    std::uint64_t used = 0;
+    if (mx >> limit && limit != "max" && cur >> used) {
+      const std::uint64_t lim = std::stoull(limit);
+      const std::uint64_t left = lim > used ? lim - used : 0;
+      if (avail == 0 || left < avail) avail = left;
+    }
+    return static_cast<std::size_t>(avail);
+  }
   void upload(void* dst, const void* host, std::size_t bytes) override { copy(dst, host, bytes); }
   void download(void* host, const void* src, std::size_t bytes) override { copy(host, src, bytes); }
   void copy(void* dst, const void* src, std::size_t bytes) override {

@@ -75,10 +75,22 @@ class CudaOps final : public Ops {
   void* alloc(std::size_t bytes) override {
     const std::size_t n = bytes ? bytes : 1;
     void* p = nullptr;
-    CUDA_CHECK(cudaMalloc(&p, n));
+    const cudaError_t e = cudaMalloc(&p, n);
+    if (e == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();  // not sticky: the context stays usable
+      std::size_t free = 0, total = 0;
+      (void)cudaMemGetInfo(&free, &total);
+      throw OutOfMemory("out of GPU memory allocating " + std::to_string(n) + " bytes (" +
+                        std::to_string(free >> 20) + " of " + std::to_string(total >> 20) + " MiB free)");
+    }
+    CUDA_CHECK(e);
     CUDA_CHECK(cudaMemsetAsync(p, 0, n, stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     return p;
+  }
+  std::size_t available_memory() const override {
+    std::size_t free = 0, total = 0;
+    return cudaMemGetInfo(&free, &total) == cudaSuccess ? free : 0;
   }
   void release(void* p) override {
     if (!p) return;

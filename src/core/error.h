@@ -19,6 +19,13 @@ class FatalError : public std::runtime_error {
   explicit FatalError(const std::string& what) : std::runtime_error(what) {}
 };
 
+// A device or host allocation that could not be satisfied (a FatalError unless the caller can name the setting that
+// asked for the memory, which turns it into a UserError).
+class OutOfMemory : public FatalError {
+ public:
+  explicit OutOfMemory(const std::string& what) : FatalError(what) {}
+};
+
 inline constexpr int kExitUserError = 2;
 inline constexpr int kExitFatal = 1;
 // A training run stopped early by SIGUSR1, SIGTERM or SIGINT after writing its checkpoint: work is left, resume

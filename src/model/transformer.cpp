@@ -251,7 +251,35 @@ void Transformer::plan(int max_tokens, bool scoring) {
   reserve(max_tokens, 1);
 }
 
+std::size_t Transformer::activation_bytes(int T) {
+  Arena probe;  // a training arena that nothing is allocated for
+  Arena* const saved = cur_;
+  cur_ = &probe;
+  counting_ = true;
+  counted_ = 0;
+  reserve(T, 1);
+  counting_ = false;
+  cur_ = saved;
+  return counted_;
+}
+
 void Transformer::reserve(int T, int B) {
+  // All or nothing: an allocation that fails (OutOfMemory) leaves the arena empty, so that a smaller plan can follow.
+  try {
+    reserve_arena(T, B);
+  } catch (...) {
+    if (!counting_) {
+      for (void* p : cur_->allocations) ops_.release(p);
+      cur_->allocations.clear();
+      cur_->acts.clear();
+      cur_->work.reset();
+      cur_->cap_T = 0;
+    }
+    throw;
+  }
+}
+
+void Transformer::reserve_arena(int T, int B) {
   if (T <= cur_->cap_T && B <= cur_->cap_T) return;
   T = std::max(T, B);
   for (void* p : cur_->allocations) ops_.release(p);
@@ -264,21 +292,18 @@ void Transformer::reserve(int T, int B) {
   const std::size_t nh = cfg_.num_attention_heads, nkv = cfg_.num_key_value_heads;
   const std::size_t r = lora_ ? static_cast<std::size_t>(lora_->config().r) : 0;
   const bool dropout = lora_ && lora_->config().dropout > 0;
-  auto st = [&](std::size_t n) {  // storage-dtype buffer
-    void* p = ops_.alloc(n * S);
+  auto raw = [&](std::size_t bytes) -> void* {
+    if (counting_) {
+      counted_ += bytes;
+      return nullptr;
+    }
+    void* p = ops_.alloc(bytes);
     cur_->allocations.push_back(p);
     return p;
   };
-  auto f32 = [&](std::size_t n) {
-    void* p = ops_.alloc(n * sizeof(float));
-    cur_->allocations.push_back(p);
-    return static_cast<float*>(p);
-  };
-  auto i32 = [&](std::size_t n) {
-    void* p = ops_.alloc(n * sizeof(std::int32_t));
-    cur_->allocations.push_back(p);
-    return static_cast<std::int32_t*>(p);
-  };
+  auto st = [&](std::size_t n) { return raw(n * S); };  // storage-dtype buffer
+  auto f32 = [&](std::size_t n) { return static_cast<float*>(raw(n * sizeof(float))); };
+  auto i32 = [&](std::size_t n) { return static_cast<std::int32_t*>(raw(n * sizeof(std::int32_t))); };
   const bool grads = cur_->grads;
   const int n_acts = opts_.recompute || !grads ? 1 : static_cast<int>(cfg_.num_hidden_layers);
   for (int i = 0; i < n_acts; ++i) {
@@ -323,8 +348,7 @@ void Transformer::reserve(int T, int B) {
   W.targets = i32(t);
   W.pos = i32(t);
   W.cu_seqlens = i32(t + 1);  // B <= T
-  W.head_scratch = ops_.alloc(ops_.lm_head_scratch_bytes(static_cast<int>(cfg_.vocab_size)));
-  cur_->allocations.push_back(W.head_scratch);
+  W.head_scratch = raw(ops_.lm_head_scratch_bytes(static_cast<int>(cfg_.vocab_size)));
   if (!grads) return;  // a scoring arena: no backward
   W.dx = st(t * D);
   W.dh = st(t * D);

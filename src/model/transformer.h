@@ -56,6 +56,7 @@ class Transformer {
   LoraParams& add_lora(const LoraConfig& cfg, std::uint64_t seed);
   LoraParams* lora() { return lora_.get(); }
   const io::ModelConfig& config() const { return cfg_; }
+  const ModelOptions& options() const { return opts_; }
   kernels::Ops& ops() { return ops_; }
 
   // Forward. logprobs (host, packed [T]; may be null: not read back): at row offsets[b] + t, log p(token t of b | tokens < t of b) for
@@ -85,6 +86,9 @@ class Transformer {
   std::vector<float> input_embedding_grad() const;
   // Full logits of the last forward, host [T, vocab] (tests, debugging).
   std::vector<float> logits() const;
+
+  // Bytes of the training arena for micro-batches of up to T tokens (what plan(T) allocates), without allocating.
+  std::size_t activation_bytes(int T);
 
   // Inference with a KV cache. Row t of the packed rows is token tokens[t] of sequence slot[t] at position
   // pos[t]; earlier positions of that sequence are in the cache or earlier rows of this call (a prompt
@@ -122,6 +126,7 @@ class Transformer {
   void forward_pass(const Batch& batch, float* logprobs, bool use_lora, bool train, std::uint64_t dropout_seed,
                     float logit_scale);
   void reserve(int T, int B);
+  void reserve_arena(int T, int B);  // reserve without the clean-up of a failed allocation
   void upload_loss_weights(const float* weights);
   // The buffers of one pass through a decoder block (training keeps them per layer; inference reuses one set,
   // with the residual stream updated in place: x_in == x_mid == x_out).
@@ -153,6 +158,8 @@ class Transformer {
   std::size_t base_numel_ = 0;
   void* weights_ = nullptr;
   float* master_ = nullptr;  // fp32 master copy of weights_ (full fine-tuning on non-f32 storage)
+  bool counting_ = false;    // reserve() adds up its sizes in counted_ instead of allocating (activation_bytes)
+  std::size_t counted_ = 0;
   float* base_grads_ = nullptr;
   std::vector<LayerW> layers_;
   std::unique_ptr<LoraParams> lora_;

@@ -43,6 +43,10 @@ c cli_unknown_mode 1 "unknown mode 'trian' \(did you mean 'train'\?|unknown mode
 c cli_empty_lora_targets 1 "key 'lora\.targets' is empty" '' $SFT --lora.targets=
 c cli_absurd_batch 1 "key 'train\.batch_size' \(1000000000\): .* more than this machine's memory" '' $SFT --train.batch_size=1000000000
 c cli_absurd_batch_grpo 1 "key 'train\.batch_size' \(1000000000\): .* more than this machine's memory" '' $GRPO --train.batch_size=1000000000
+# A micro-batch whose activations cannot fit (a model of MLP width 2^20 and hidden 4, 32 sequences of ~130 tokens:
+# ~144 GiB) is the user's setting: refused before allocating, naming the keys and what would fit (it ended with
+# exit 1 "out of host memory", or not at all where memory is overcommitted).
+c sft_batch_beyond_memory 1 "train\.batch_size = 32 \(32 sequences per rank and micro-batch with train\.grad_accum = 1, up to [0-9]+ tokens at once.*\) needs [0-9.]+ GiB of activations with model\.recompute = false: more than the [0-9.]+ GiB this rank has available; (about [0-9]+ sequences per micro-batch fit|not one sequence fits): lower train\.batch_size or train\.max_seq_len, raise train\.grad_accum, or set model\.recompute = true" 'T json-set model/config.json /hidden_size 4 && T json-set model/config.json /num_attention_heads 2 && T json-set model/config.json /num_key_value_heads 1 && T json-set model/config.json /intermediate_size 1048576 && for i in $(seq 32); do printf "{\"prompt\": \"1+1=\", \"completion\": \"%s\"}\n" "$(head -c 495 /dev/zero | tr "\\0" 2)"; done > long.jsonl' $SFT --model.init=random --data.input=long.jsonl --train.batch_size=32 --lora.r=2
 # lora.r above a target layer's own rank (min of its in and out features; the fixture's k_proj: 48 in, 24 out) adds
 # parameters and nothing else: refused naming the layer (it was accepted silently).
 c lora_r_exceeds_layer_rank 1 "lora\.r = 30 exceeds the rank of the k_proj layers \(48 in, 24 out features\): at most 24" '' $SFT --lora.r=30
