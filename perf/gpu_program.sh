@@ -5,7 +5,7 @@
 #         bash ../shared/hooks/device-bundle.sh build-gpu
 # There:  source .device/env.sh && bash perf/gpu_program.sh [STAGE ...]       (carry [".device"], and ".whl" for trl)
 #
-# Stages (default: all, in this order): info ctest sanitize_runs sanitize attention train gen grpo ncu
+# Stages (default: all, in this order): info ctest sanitize_runs sanitize attention train gen grpo grpo15 scaling ncu
 #   info       nvidia-smi, mgrl info on the CUDA backend, the measured copy bandwidth
 #   ctest      ctest -L gpu, then tests/test_ops_cuda and test_model_cuda verbosely (each comparison's error)
 #   sanitize   compute-sanitizer memcheck, racecheck, synccheck, initcheck over the gpu tests ($SANITIZE_TESTS,
@@ -16,6 +16,8 @@
 #   train05, train15, train7   the same at one shape
 #   gen        perf/gen_vs_hf.py at the 0.5B shape, batch 1, 8, 64, 256
 #   grpo       perf/grpo_vs_trl.py at the 0.5B shape (needs the trl wheels carried in .whl)
+#   grpo15     a 1.5B-shaped GRPO run of 50 steps (mgrl only), its phase table
+#   scaling    perf/scaling at 1 rank on the CUDA backend
 #   ncu        ncu per-kernel summaries: one SFT step at 0.5B (batch 8 x 1024), 16 decode steps at batch 1 and 64
 # Each stage has a time budget (GPU_STAGE_TIMEOUT_<stage> seconds overrides it). Logs go to $OUT/logs.tgz, re-packed
 # after every stage (so a call cut short still returns what ran), and a one-line-per-stage $OUT/summary.txt.
@@ -111,6 +113,16 @@ stage_grpo() {
     python3 $root/perf/grpo_vs_trl.py --mgrl $mgrl --shape qwen2.5-0.5b --prompts 16 --G 8 --prompt-len 128 \
     --completion-len 256 --steps ${GRPO_STEPS:-5} --out $OUT/grpo.md"
 }
+# Issue 19 item 4: a Qwen2.5-1.5B-shaped GRPO run of 50 steps end to end (mgrl alone; its phase table in the log).
+stage_grpo15() {
+  run_stage grpo15 900 "python3 $root/perf/grpo_vs_trl.py --mgrl $mgrl --shape qwen2.5-1.5b --prompts 16 --G 8 \
+    --prompt-len 128 --completion-len 256 --steps 50 --micro-batch 32 --skip-trl --out $OUT/grpo15.md"
+}
+# Issue 19 item 5: perf/scaling at 1 GPU on the CUDA backend (the built-in workloads; --short keeps it brief).
+stage_scaling() {
+  run_stage scaling 600 "$root/perf/scaling --mgrl $mgrl --ranks 1 --project --out /tmp/scaling_gpu \
+    --runtime.backend=cuda && cp /tmp/scaling_gpu/scaling.md $OUT/scaling.md"
+}
 stage_ncu() {
   # One SFT step of the 0.5B shape (the model written by train_vs_hf's maker): every kernel of the run, each timed
   # alone by ncu (the model load's few conversion kernels included).
@@ -134,11 +146,11 @@ with open('/tmp/ncu_prompts.jsonl', 'w') as f:
 }
 
 stages=("$@")
-[ ${#stages[@]} -eq 0 ] && stages=(info ctest sanitize_runs sanitize attention train gen grpo ncu)
+[ ${#stages[@]} -eq 0 ] && stages=(info ctest sanitize_runs sanitize attention train gen grpo grpo15 scaling ncu)
 : > "$OUT/summary.txt"
 note "gpu_program: $(date -u +%FT%TZ), git $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?'), stages: ${stages[*]}"
 for s in "${stages[@]}"; do "stage_$s"; done
 pack
 echo "=== summary ==="; cat "$OUT/summary.txt"
-for f in train.md gen.md grpo.md; do [ -f "$OUT/$f" ] && { echo "=== $f ==="; cat "$OUT/$f"; }; done
+for f in train.md gen.md grpo.md grpo15.md scaling.md; do [ -f "$OUT/$f" ] && { echo "=== $f ==="; cat "$OUT/$f"; }; done
 exit 0
