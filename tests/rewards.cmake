@@ -3,3 +3,9 @@ add_executable(test_rewards unit/test_rewards.cpp)
 target_link_libraries(test_rewards PRIVATE mgrl_rewards mgrl_io GTest::gtest_main mgrl_warnings)
 add_test(NAME unit.rewards COMMAND test_rewards)
 set_tests_properties(unit.rewards PROPERTIES LABELS unit TIMEOUT 120)
+# `mgrl reward` with code_exec: the honest completion scores 1; one walking the harness's frames to print pass
+# markers, and one returning an object equal to everything, score 0.
+mgrl_add_cli_test(reward.code_exec_verdict_cannot_be_faked 0
+  "(?s)^[{].index.:0,.reward.:1[.]0,[^\\n]*\\n[{].index.:1,.reward.:0[.]0,[^\\n]*\\n[{].index.:2,.reward.:0[.]0,[^\\n]*\\n" - -
+  -- $<TARGET_FILE:mgrl> reward ${CMAKE_CURRENT_SOURCE_DIR}/data/rewards/code_exec.toml
+     --data.input=${CMAKE_CURRENT_SOURCE_DIR}/data/rewards/code_exec.jsonl)

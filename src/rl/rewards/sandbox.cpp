@@ -82,7 +82,7 @@ struct ChildPlan {
   lim(RLIMIT_FSIZE, static_cast<rlim_t>(p.limits.file_mb) << 20);
   lim(RLIMIT_NOFILE, 64);
   lim(RLIMIT_CORE, 0);
-  if (p.root) {  // RLIMIT_NPROC does not bind root: become nobody first
+  if (p.root && !p.limits.own_program) {  // RLIMIT_NPROC does not bind root: become nobody first
     const gid_t g = kNobody;
     if (::setgroups(1, &g) != 0) ::_exit(120);
     if (::setgid(kNobody) != 0 || ::setuid(kNobody) != 0) ::_exit(121);
@@ -173,7 +173,7 @@ SandboxResult run_sandboxed(const std::string& python, const std::string& main_p
   {
     std::ofstream(dir + "/main.py") << main_py;
   }
-  if (sup.root) {
+  if (sup.root && !limits.own_program) {
     (void)!::chown(dir.c_str(), kNobody, kNobody);
     ::chmod(dir.c_str(), 0700);
   }

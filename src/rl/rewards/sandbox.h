@@ -17,6 +17,9 @@ struct SandboxLimits {
   int processes = 64;
   long file_mb = 16;
   std::size_t max_output = 1 << 20;
+  // mgrl's own program (the code_exec test planner), not a completion's: when mgrl runs as root it keeps root
+  // instead of becoming nobody, so that completions (nobody) can neither signal nor trace it.
+  bool own_program = false;
 };
 
 struct SandboxResult {
