@@ -308,6 +308,27 @@ def f(x):
   std::filesystem::remove_all(tmp);
 }
 
+// The expected values stay out of the sandbox's sight: with a root of its own, a data file elsewhere (here in GTest's
+// temporary directory) cannot be read, and neither can the home, working and data directories of the machine.
+TEST(Rewards, SandboxSeesOnlyTheSystem) {
+  if (!sandbox_support().own_root) GTEST_SKIP() << "no root of its own here: " << sandbox_support().describe();
+  const std::string data = test::write_temp("secret_tests.jsonl", "{\"tests\": [\"assert f(7) == 123457\"]}\n");
+  const Rewards r = make("[[reward]]\nkind = \"code_exec\"\n");
+  const nlohmann::json row = {{"tests", {"assert f(7) == 123457"}}};
+  auto block = [](const std::string& code) { return "```python\n" + code + "\n```\n"; };
+  const std::string cwd = std::filesystem::current_path().string();
+  const auto got = score1(r, {block("import re\ndef f(x):\n    return int(re.search(r'== (\\d+)', open('" + data +
+                                    "').read()).group(1))"),
+                              block("import os\ndef f(x):\n    return 123457 if os.path.exists('" + cwd + "') else 0"),
+                              block("import os\ndef f(x):\n    return 123457 if {'home', 'work', 'var', 'srv', 'mnt', "
+                                    "'boot'} & set(os.listdir('/')) else 0"),
+                              block("import os\ndef f(x):\n    return 123457 if os.access('/', os.W_OK) and "
+                                    "open('/x', 'w') else 0"),
+                              block("def f(x):\n    return 123457")},
+                          row);
+  EXPECT_EQ(got, (std::vector<double>{0, 0, 0, 0, 1}));
+}
+
 // What mgrl compares is Python's == on plain values, evaluated by mgrl on what the child reports.
 TEST(Rewards, VerdictComparesLikePython) {
   auto eq = [](const std::string& a, const std::string& b) {
