@@ -378,6 +378,11 @@ TEST(Rewards, VerdictSupportedForms) {
   EXPECT_DOUBLE_EQ(got[1], 5.0 / 6);
   EXPECT_DOUBLE_EQ(got[2], 4.0 / 6);  // a list is not the tuple the test wants
   EXPECT_DOUBLE_EQ(got[3], 3.0 / 6);  // f(2) == 4 by chance, and g, h
+  // A completion cut in the middle of a character (invalid UTF-8) is scored, not thrown on (it was: nlohmann's dump
+  // threw in a worker thread, which ended the process).
+  const nlohmann::json sq = {{"tests", {"assert f(2) == 4"}}};
+  EXPECT_EQ(score1(r, {block("def f(x):\n    return x * x  # \xc3"), block("def f(x):\n    return '\xff'")}, sq),
+            (std::vector<double>{1.0, 0.0}));
   // Cost: one interpreter per test.
   const nlohmann::json three = {{"tests", {"assert f(1) == 1", "assert f(2) == 4", "assert f(3) == 9"}}};
   std::vector<std::string> many(8, block("def f(x):\n    return x * x"));
