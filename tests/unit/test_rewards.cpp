@@ -316,17 +316,19 @@ TEST(Rewards, SandboxSeesOnlyTheSystem) {
   const Rewards r = make("[[reward]]\nkind = \"code_exec\"\n");
   const nlohmann::json row = {{"tests", {"assert f(7) == 123457"}}};
   auto block = [](const std::string& code) { return "```python\n" + code + "\n```\n"; };
-  const std::string cwd = std::filesystem::current_path().string();
+  const std::string src = std::filesystem::path(__FILE__).parent_path().string();  // the machine's files
   const auto got = score1(r, {block("import re\ndef f(x):\n    return int(re.search(r'== (\\d+)', open('" + data +
                                     "').read()).group(1))"),
-                              block("import os\ndef f(x):\n    return 123457 if os.path.exists('" + cwd + "') else 0"),
+                              block("import os\ndef f(x):\n    return 123457 if os.path.exists('" + src + "') else 0"),
                               block("import os\ndef f(x):\n    return 123457 if {'home', 'work', 'var', 'srv', 'mnt', "
                                     "'boot'} & set(os.listdir('/')) else 0"),
                               block("import os\ndef f(x):\n    return 123457 if os.access('/', os.W_OK) and "
                                     "open('/x', 'w') else 0"),
+                              block("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\ndef f(x):\n"
+                                    "    return 123457 if libc.mount(None, b'/usr', None, 32 | 4096, None) == 0 else 0"),
                               block("def f(x):\n    return 123457")},
                           row);
-  EXPECT_EQ(got, (std::vector<double>{0, 0, 0, 0, 1}));
+  EXPECT_EQ(got, (std::vector<double>{0, 0, 0, 0, 0, 1}));  // remounting /usr writable fails too
 }
 
 // What mgrl compares is Python's == on plain values, evaluated by mgrl on what the child reports.

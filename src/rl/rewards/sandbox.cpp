@@ -2,12 +2,15 @@
 #include "rl/rewards/sandbox.h"
 
 #include <fcntl.h>
+#include <linux/capability.h>
+#include <linux/securebits.h>
 #include <grp.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -112,6 +115,18 @@ struct ChildPlan {
   const int devnull = ::open("/dev/null", O_RDONLY);
   if (devnull < 0 || ::dup2(devnull, 0) < 0 || ::dup2(p.out_fd, 1) < 0 || ::dup2(p.out_fd, 2) < 0) ::_exit(124);
   close_from(3);
+  if (p.namespaces && !p.root) {
+    // Root of its own user namespace holds every capability there (it could remount its read-only mounts writable):
+    // none survive, and none come back through execve or setuid, so it is an ordinary user.
+    if (::prctl(PR_SET_SECUREBITS, SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
+                                       SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED) != 0)
+      ::_exit(120);
+    for (int cap = 0; cap <= 63; ++cap) ::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);
+    __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+    __user_cap_data_struct none[2] = {};
+    if (::syscall(SYS_capset, &hdr, none) != 0) ::_exit(120);
+  }
+  ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);  // no set-user-ID program gives anything back
   ::execve(p.argv[0], p.argv, p.envp);
   ::execvpe(p.argv[0], p.argv, p.envp);
   ::_exit(127);
