@@ -271,9 +271,9 @@ class CodeExec : public RewardFunction {
     if (r.timed_out || r.output_capped || r.setup_failed || r.status != 0 || !parse_plans(r.output, tests.size(), p.get())) {
       warn_first(g_planner_failed, "code_exec: the test planner failed (status " + std::to_string(r.status) +
                                        "): the tests of such a data line count as failed");
-      p.reset();
+      return nullptr;  // not kept: the next completion of the line tries again
     }
-    for (std::size_t i = 0; p && i < p->size(); ++i)
+    for (std::size_t i = 0; i < p->size(); ++i)
       if ((*p)[i].kind == TestPlan::kUnsupported)
         warn_first(g_unsupported, "code_exec: a test mgrl cannot check without trusting the completion counts as failed "
                                   "(supported: assert EXPR == LITERAL, assert math.isclose(EXPR, NUMBER...)): '" +
