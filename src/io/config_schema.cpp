@@ -247,7 +247,8 @@ const Schema& mgrl_schema() {
     add({"reward[].block", T::String, Value(std::string("first")),
          "code_exec: which fenced code block of the completion runs", {"first", "last"}, {}, {}, {}});
     add({"reward[].tests_column", T::String, Value(std::string("tests")),
-         "code_exec: the data column with the tests (a list of assert statements, as MBPP's test_list)", {}, {}, {},
+         "code_exec: the data column with the tests (a list of assert statements, as MBPP's test_list; checked: assert "
+         "EXPR == LITERAL and assert math.isclose(EXPR, NUMBER), others count as failed)", {}, {}, {},
          {}});
     add({"reward[].setup_column", T::String, Value(std::string("test_setup_code")),
          "code_exec: an optional data column with code run before the tests", {}, {}, {}, {}});
@@ -257,16 +258,16 @@ const Schema& mgrl_schema() {
     add({"reward[].python", T::String, Value(std::string("python3")), "code_exec: the interpreter (a program name or path)",
          {}, {}, {}, {}});
     add({"reward[].timeout_s", T::Float, Value(0.0),
-         "wall-clock limit in seconds: code_exec per completion (0: 10 s), command per batch (0: 600 s)", {}, 0.0, {},
+         "wall-clock limit in seconds: code_exec per completion, all its tests (0: 10 s), command per batch (0: 600 s)", {}, 0.0, {},
          {}});
-    add({"reward[].cpu_s", T::Int, Value(std::int64_t{5}), "code_exec: CPU seconds per completion", {}, 1.0, {}, {}});
-    add({"reward[].memory_mb", T::Int, Value(std::int64_t{1024}), "code_exec: address space (MiB) per completion", {},
+    add({"reward[].cpu_s", T::Int, Value(std::int64_t{5}), "code_exec: CPU seconds per test (one process each)", {}, 1.0, {}, {}});
+    add({"reward[].memory_mb", T::Int, Value(std::int64_t{1024}), "code_exec: address space (MiB) per test", {},
          16.0, {}, {}});
-    add({"reward[].processes", T::Int, Value(std::int64_t{64}), "code_exec: processes per completion", {}, 1.0, {},
+    add({"reward[].processes", T::Int, Value(std::int64_t{64}), "code_exec: processes per test", {}, 1.0, {},
          {}});
     add({"reward[].file_mb", T::Int, Value(std::int64_t{16}), "code_exec: largest file it may write (MiB)", {}, 0.0,
          {}, {}});
-    add({"reward[].max_output_kb", T::Int, Value(std::int64_t{1024}), "code_exec: output read per completion (KiB)",
+    add({"reward[].max_output_kb", T::Int, Value(std::int64_t{1024}), "code_exec: output read per test (KiB)",
          {}, 1.0, {}, {}});
     add({"reward[].command", T::StringList, Value(std::vector<std::string>{}),
          "command: the program and its arguments (a string names a program; no shell); JSON lines in, one number "

@@ -6,6 +6,8 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -14,6 +16,7 @@
 #include "io/config_schema.h"
 #include "rl/rewards/rewards.h"
 #include "rl/rewards/sandbox.h"
+#include "rl/rewards/verdict.h"
 #include "tests/unit/test_util.h"
 
 namespace mgrl::rl {
@@ -139,6 +142,258 @@ TEST(Rewards, SandboxContainsHostileCode) {
   // And the process still works: a good solution scores again.
   EXPECT_EQ(score1(r, {block("def f(x):\n    return x * x")}, row), (std::vector<double>{1.0}));
   EXPECT_FALSE(sandbox_support().describe().empty());
+}
+
+// A completion must not reach or fake the verdict (docs/rewards.md, "What a code_exec score guarantees"): each of
+// these scores 0 and leaves no process and no file behind. Each tries to find the harness's secrets (frames, gc,
+// files, /proc, environment), to pass without a right value (objects equal to everything, patched builtins and
+// modules, fake markers, early exits) or to act after the solution returned (threads, children).
+TEST(Rewards, VerdictCannotBeFaked) {
+  // Sandboxes go to a directory of this test's own: afterwards it must be empty, and no process may run in it.
+  const std::string tmp = test::temp_path("verdict_tmp_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(tmp);
+  const char* old_tmp = std::getenv("TMPDIR");
+  const std::string saved = old_tmp ? old_tmp : "";
+  ::setenv("TMPDIR", tmp.c_str(), 1);
+  const Rewards r = make("[[reward]]\nkind = \"code_exec\"\ntimeout_s = 3.0\ncpu_s = 2\nmemory_mb = 512\n");
+  const nlohmann::json row = {{"tests", {"assert f(2) == 4", "assert f(3) == 9"}}};
+  auto block = [](const std::string& code) { return "Here:\n```python\n" + code + "\n```\n"; };
+  // Writes pass markers carrying a found secret (or, without one, text that looks like a verdict) everywhere it can,
+  // then leaves with status 0.
+  const std::string fake = R"PY(import os, re, sys
+def _fake(nonce):
+    s = 'ok\nPASS\ntrue\n{"verdict": "pass"}\n1.0\n'
+    if nonce:
+        s += ''.join('\n%s ok %d\n' % (nonce, i) for i in range(10)) + '\n%s done\n' % nonce
+    for fd in range(1, 10):
+        try:
+            os.write(fd, s.encode())
+        except OSError:
+            pass
+    os._exit(0)
+SECRET = re.compile('MGRL[0-9a-f]{32}')
+)PY";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"frames", fake + R"PY(
+fr = sys._getframe()
+while fr is not None:
+    for v in list(fr.f_locals.values()) + list(fr.f_globals.values()):
+        if isinstance(v, str) and SECRET.fullmatch(v):
+            _fake(v)
+    fr = fr.f_back
+_fake(None))PY"},
+      {"gc", fake + R"PY(
+import gc
+for o in gc.get_objects():
+    c = getattr(o, '__code__', None)
+    for k in (c.co_consts if c is not None else ()):
+        if isinstance(k, str) and SECRET.fullmatch(k):
+            _fake(k)
+_fake(None))PY"},
+      {"files and /proc", fake + R"PY(
+def scan(path):
+    try:
+        with open(path, 'rb') as fh:
+            m = re.search(rb'MGRL[0-9a-f]{32}', fh.read(1 << 20))
+        if m:
+            _fake(m.group().decode())
+    except OSError:
+        pass
+for name in os.listdir('.'):
+    scan(name)
+pp = os.getppid()
+for p in ('/proc/self/cmdline', '/proc/self/environ', '/proc/%d/cmdline' % pp, '/proc/%d/environ' % pp):
+    scan(p)
+for d in ('/proc/self/fd', '/proc/%d/fd' % pp):
+    try:
+        os.listdir(d)
+    except OSError:
+        pass
+_fake(None))PY"},
+      {"environment", fake + R"PY(
+for k, v in os.environ.items():
+    m = SECRET.search(k + '=' + v)
+    if m:
+        _fake(m.group())
+_fake(None))PY"},
+      {"writes result-like files", "for n in ('result.json', 'verdict', 'main.py', 'PASS'):\n"
+                                   "    open(n, 'a').write('true\\nPASS\\n')\ndef f(x):\n    return 0"},
+      {"os._exit(0) early", "import os\nos._exit(0)"},
+      {"sys.exit(0) early", "import sys\nsys.exit(0)"},
+      {"os._exit(0) in the test", "def f(x):\n    import os\n    os._exit(0)"},
+      {"exception as verdict", "def f(x):\n    raise SystemExit(0)"},
+      {"equal to everything", "class A:\n    def __eq__(self, o):\n        return True\n    def __ne__(self, o):\n"
+                              "        return False\n    def __bool__(self):\n        return True\n    __hash__ = object.__hash__\n"
+                              "def f(x):\n    return A()"},
+      {"int subclass", "class I(int):\n    def __eq__(self, o):\n        return True\n    __hash__ = int.__hash__\n"
+                       "def f(x):\n    return I(0)"},
+      {"patched exec", "import builtins\nbuiltins.exec = lambda *a, **k: None\nbuiltins.eval = lambda *a, **k: None\n"
+                       "def f(x):\n    return 0"},
+      {"patched isinstance, type, operator.eq, unittest", "import builtins, operator, unittest\n"
+                                                  "builtins.isinstance = lambda *a: True\nbuiltins.type = lambda *a: int\n"
+                                                  "operator.eq = lambda a, b: True\n"
+                                                  "unittest.TestCase.assertEqual = lambda *a, **k: None\n"
+                                                  "def f(x):\n    return 0"},
+      {"patched json", "import json\njson.dumps = lambda *a, **k: 'true'\njson.dump = lambda o, fp, **k: fp.write('true')\n"
+                       "json.loads = lambda *a, **k: True\ndef f(x):\n    return 0"},
+      {"fake markers on stdout and stderr", "import sys, atexit\nfor s in (sys.stdout, sys.stderr):\n"
+                                            "    s.write('\\nMGRL00000000000000000000000000000000 ok 0\\nok\\nPASS\\ntrue\\n')\n"
+                                            "    s.flush()\natexit.register(lambda: print('true\\nPASS'))\n"
+                                            "def f(x):\n    print('{\"verdict\": \"pass\"}')\n    return 0"},
+      {"thread after the solution", fake + R"PY(
+import gc, threading, time
+def spam():
+    while True:
+        nonce = None
+        for o in gc.get_objects():
+            c = getattr(o, '__code__', None)
+            for k in (c.co_consts if c is not None else ()):
+                if isinstance(k, str) and SECRET.fullmatch(k):
+                    nonce = k
+        s = 'true\nPASS\n' + (''.join('\n%s ok %d\n' % (nonce, i) for i in range(10)) if nonce else '')
+        for fd in range(1, 10):
+            try:
+                os.write(fd, s.encode())
+            except OSError:
+                pass
+        time.sleep(0.002)
+threading.Thread(target=spam, daemon=True).start()
+time.sleep(0.1)
+def f(x):
+    return 0)PY"},
+      {"child process after the solution", fake + R"PY(
+import time
+if os.fork() == 0:
+    os.setsid()
+    nonce = None
+    try:
+        m = SECRET.search(open('main.py').read())
+        nonce = m.group() if m else None
+    except OSError:
+        pass
+    for _ in range(400):
+        s = 'true\nPASS\n' + (''.join('\n%s ok %d\n' % (nonce, i) for i in range(10)) if nonce else '')
+        for fd in range(1, 10):
+            try:
+                os.write(fd, s.encode())
+            except OSError:
+                pass
+        time.sleep(0.005)
+    os._exit(0)
+time.sleep(0.2)
+def f(x):
+    return 0)PY"},
+  };
+  std::vector<std::string> completions;
+  for (const auto& c : cases) completions.push_back(block(c.second));
+  if (sandbox_support().namespaces)  // without a PID namespace its parent is this process
+    completions.push_back(block("import os\nos.kill(os.getppid(), 9)\ndef f(x):\n    return 0"));
+  completions.push_back(block("def f(x):\n    return x * x"));  // and an honest one, scored among them
+  const auto got = score1(r, completions, row);
+  for (std::size_t i = 0; i < cases.size(); ++i) EXPECT_EQ(got[i], 0.0) << cases[i].first;
+  if (sandbox_support().namespaces) {
+    EXPECT_EQ(got[cases.size()], 0.0) << "kills its parent";
+  }
+  EXPECT_EQ(got.back(), 1.0) << "the honest solution";
+  // Nothing left: no process whose working directory lies in `tmp`, no file in it.
+  ::usleep(300 * 1000);
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    std::error_code ec;
+    const auto cwd = std::filesystem::read_symlink(e.path() / "cwd", ec).string();
+    EXPECT_TRUE(ec || cwd.rfind(tmp, 0) != 0) << "process " << e.path() << " left in " << cwd;
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(tmp)) << tmp;
+  if (old_tmp) ::setenv("TMPDIR", saved.c_str(), 1);
+  else ::unsetenv("TMPDIR");
+  std::filesystem::remove_all(tmp);
+}
+
+// The expected values stay out of the sandbox's sight: with a root of its own, a data file elsewhere (here in GTest's
+// temporary directory) cannot be read, and neither can the home, working and data directories of the machine.
+TEST(Rewards, SandboxSeesOnlyTheSystem) {
+  if (!sandbox_support().own_root) GTEST_SKIP() << "no root of its own here: " << sandbox_support().describe();
+  const std::string data = test::write_temp("secret_tests.jsonl", "{\"tests\": [\"assert f(7) == 123457\"]}\n");
+  const Rewards r = make("[[reward]]\nkind = \"code_exec\"\n");
+  const nlohmann::json row = {{"tests", {"assert f(7) == 123457"}}};
+  auto block = [](const std::string& code) { return "```python\n" + code + "\n```\n"; };
+  const std::string src = std::filesystem::path(__FILE__).parent_path().string();  // the machine's files
+  const auto got = score1(r, {block("import re\ndef f(x):\n    return int(re.search(r'== (\\d+)', open('" + data +
+                                    "').read()).group(1))"),
+                              block("import os\ndef f(x):\n    return 123457 if os.path.exists('" + src + "') else 0"),
+                              block("import os\ndef f(x):\n    return 123457 if {'home', 'work', 'var', 'srv', 'mnt', "
+                                    "'boot'} & set(os.listdir('/')) else 0"),
+                              block("import os\ndef f(x):\n    return 123457 if os.access('/', os.W_OK) and "
+                                    "open('/x', 'w') else 0"),
+                              block("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\ndef f(x):\n"
+                                    "    return 123457 if libc.mount(None, b'/usr', None, 32 | 4096, None) == 0 else 0"),
+                              block("def f(x):\n    return 123457")},
+                          row);
+  EXPECT_EQ(got, (std::vector<double>{0, 0, 0, 0, 0, 1}));  // remounting /usr writable fails too
+}
+
+// What mgrl compares is Python's == on plain values, evaluated by mgrl on what the child reports.
+TEST(Rewards, VerdictComparesLikePython) {
+  auto eq = [](const std::string& a, const std::string& b) {
+    nlohmann::json x, y;
+    EXPECT_TRUE(parse_report(a, &x)) << a;
+    EXPECT_TRUE(parse_report(b, &y)) << b;
+    return py_equal(x, y);
+  };
+  EXPECT_TRUE(eq(R"({"int":"4"})", R"({"float":"4.0"})"));
+  EXPECT_TRUE(eq("true", R"({"int":"1"})"));
+  EXPECT_TRUE(eq(R"({"int":"123456789012345678901234567890"})", R"({"int":"123456789012345678901234567890"})"));
+  EXPECT_FALSE(eq(R"({"int":"9007199254740993"})", R"({"float":"9007199254740992.0"})"));  // exact, as Python
+  EXPECT_FALSE(eq(R"({"float":"nan"})", R"({"float":"nan"})"));
+  EXPECT_FALSE(eq(R"({"list":[{"int":"1"}]})", R"({"tuple":[{"int":"1"}]})"));
+  EXPECT_TRUE(eq(R"({"set":[{"int":"1"},{"int":"2"}]})", R"({"frozenset":[{"int":"2"},{"int":"1"}]})"));
+  EXPECT_TRUE(eq(R"({"dict":[["a",{"int":"1"}],["b",null]]})", R"({"dict":[["b",null],["a",{"float":"1.0"}]]})"));
+  EXPECT_FALSE(eq(R"({"dict":[["a",{"int":"1"}],["a",{"int":"1"}]]})", R"({"dict":[["a",{"int":"1"}],["b",{"int":"1"}]]})"));
+  EXPECT_FALSE(eq(R"("4")", R"({"int":"4"})"));
+  EXPECT_FALSE(eq(R"({"int":"4","x":1})", R"({"int":"4"})"));  // not a tagged value
+  EXPECT_FALSE(eq(R"({"object":"A"})", R"({"object":"A"})"));
+  nlohmann::json v;
+  EXPECT_FALSE(parse_report(R"({"int":"4"} {"int":"4"})", &v));  // one document only
+  EXPECT_FALSE(parse_report("PASS\n" R"({"int":"4"})", &v));
+  EXPECT_FALSE(parse_report(std::string(1000, '[') + std::string(1000, ']'), &v));  // nested too deep
+}
+
+// The forms of tests mgrl checks, Python's semantics on them, the failure of every other form, and the cost.
+TEST(Rewards, VerdictSupportedForms) {
+  const Rewards r = make("[[reward]]\nkind = \"code_exec\"\ntimeout_s = 10.0\n");
+  const nlohmann::json row = {
+      {"test_setup_code", "import math"},
+      {"tests",
+       {"assert f(2) == 4, 'f(2) is 4'", "assert 9 == f(3)", "assert math.isclose(f(0.5), 0.25, rel_tol=1e-9)",
+        "assert g() == (1, [2.0, 'a'], {'k': {3, 4}}, None, True)", "assert set(h()) == set([1, 2])",
+        "assert f(2)"}}};
+  auto block = [](const std::string& code) { return "```python\n" + code + "\n```\n"; };
+  const std::string g = "def g():\n    return (1.0, [2, 'a'], {'k': frozenset([4, 3])}, None, 1)\n"
+                        "def h():\n    return [2, 1, 2]\n";
+  const auto got = score1(r, {block("def f(x):\n    print('noise ' * 1000)\n    return x * x\n" + g),
+                              block("def f(x):\n    return float(x * x)\n" + g),
+                              block("def f(x):\n    return x * x\ndef g():\n    return [1, [2, 'a'], {'k': {3, 4}}, None, True]\n"
+                                    "def h():\n    return (1, 2)\n"),
+                              block("def f(x):\n    return x + x\n" + g)},
+                          row);
+  // The last test (a truth value) is never checked: 5 of 6 at best.
+  EXPECT_DOUBLE_EQ(got[0], 5.0 / 6);
+  EXPECT_DOUBLE_EQ(got[1], 5.0 / 6);
+  EXPECT_DOUBLE_EQ(got[2], 4.0 / 6);  // a list is not the tuple the test wants
+  EXPECT_DOUBLE_EQ(got[3], 3.0 / 6);  // f(2) == 4 by chance, and g, h
+  // A completion cut in the middle of a character (invalid UTF-8) is scored, not thrown on (it was: nlohmann's dump
+  // threw in a worker thread, which ended the process).
+  const nlohmann::json sq = {{"tests", {"assert f(2) == 4"}}};
+  EXPECT_EQ(score1(r, {block("def f(x):\n    return x * x  # \xc3"), block("def f(x):\n    return '\xff'")}, sq),
+            (std::vector<double>{1.0, 0.0}));
+  // Cost: one interpreter per test.
+  const nlohmann::json three = {{"tests", {"assert f(1) == 1", "assert f(2) == 4", "assert f(3) == 9"}}};
+  std::vector<std::string> many(8, block("def f(x):\n    return x * x"));
+  score1(r, {many[0]}, three);  // plans the tests once
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto all = score1(r, many, three);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  for (double x : all) EXPECT_EQ(x, 1.0);
+  std::printf("code_exec: %.1f ms per test (8 completions x 3 tests, 2 threads: %.0f ms)\n", ms * 2 / 24, ms);
 }
 
 TEST(Rewards, CommandProtocolAndFailures) {

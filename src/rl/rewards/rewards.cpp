@@ -17,13 +17,16 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <random>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <thread>
 
 #include "core/error.h"
 #include "core/log.h"
 #include "rl/rewards/reward_function.h"
 #include "rl/rewards/sandbox.h"
+#include "rl/rewards/verdict.h"
 
 namespace mgrl::rl {
 
@@ -98,7 +101,7 @@ namespace {
 void warn_first(std::atomic<bool>& said, const std::string& msg) {
   if (!said.exchange(true)) log::warn(msg);
 }
-std::atomic<bool> g_missing_column{false}, g_sandbox_failed{false};
+std::atomic<bool> g_missing_column{false}, g_sandbox_failed{false}, g_planner_failed{false}, g_unsupported{false};
 
 std::string trim(const std::string& s) {
   const auto b = s.find_first_not_of(" \t\r\n"), e = s.find_last_not_of(" \t\r\n");
@@ -230,8 +233,6 @@ class Overlong : public RewardFunction {
   int max_, buffer_;
 };
 
-std::string py_literal(const std::string& s) { return nlohmann::json(s).dump(); }  // a JSON string is a Python str
-
 class CodeExec : public RewardFunction {
  public:
   explicit CodeExec(const io::TableItem& t)
@@ -250,29 +251,40 @@ class CodeExec : public RewardFunction {
     if (!found) throw UserError(t.where("python") + "code_exec: the interpreter '" + python_ + "' was not found");
     log::warn_once("code_exec sandbox: " + sandbox_support().describe());
   }
-  // The harness: the solution, then each test, one marker line per passed test, a final marker; the markers carry a
-  // nonce the harness reads from its own file and deletes before the solution runs.
-  std::string program(const std::string& code, const std::string& setup, const std::vector<std::string>& tests,
-                      const std::string& nonce) const {
-    std::string p = "import sys, os\n";
-    p += "def _mgrl_main():\n";
-    p += "    nonce = " + py_literal(nonce) + "\n";
-    p += "    out = os.dup(1)\n";
-    p += "    g = {'__name__': '__main__'}\n";
-    p += "    try:\n        exec(compile(" + py_literal(setup + "\n" + code) + ", 'solution.py', 'exec'), g)\n";
-    p += "    except BaseException:\n        os._exit(3)\n";
-    p += "    tests = [";
-    for (const auto& t : tests) p += py_literal(t) + ", ";
-    p += "]\n";
-    p += "    for i, t in enumerate(tests):\n";
-    p += "        try:\n            exec(compile(t, 'test_%d.py' % i, 'exec'), g)\n";
-    p += "        except BaseException:\n            continue\n";
-    p += "        os.write(out, ('\\n%s ok %d\\n' % (nonce, i)).encode())\n";
-    p += "    os.write(out, ('\\n%s done\\n' % nonce).encode())\n";
-    p += "    os._exit(0)\n";
-    p += "_mgrl_main()\n";
+  // The plans of a data line's tests (verdict.h), made once per distinct list of tests by mgrl's own planner program
+  // (never run with completion code); nullptr when the planner failed.
+  std::shared_ptr<const std::vector<TestPlan>> plans(const std::vector<std::string>& tests) const {
+    const std::string key = nlohmann::json(tests).dump(-1, ' ', true, nlohmann::json::error_handler_t::replace);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      const auto it = plans_.find(key);
+      if (it != plans_.end()) return it->second;
+    }
+    SandboxLimits lim;
+    lim.wall_s = 60;
+    lim.cpu_s = 30;
+    lim.memory_mb = std::max(1024L, lim_.memory_mb);
+    lim.max_output = 64 << 20;
+    lim.own_program = true;
+    const SandboxResult r = run_sandboxed(python_, planner_program(tests), lim);
+    auto p = std::make_shared<std::vector<TestPlan>>();
+    if (r.timed_out || r.output_capped || r.setup_failed || r.status != 0 || !parse_plans(r.output, tests.size(), p.get())) {
+      warn_first(g_planner_failed, "code_exec: the test planner failed (status " + std::to_string(r.status) +
+                                       "): the tests of such a data line count as failed");
+      return nullptr;  // not kept: the next completion of the line tries again
+    }
+    for (std::size_t i = 0; i < p->size(); ++i)
+      if ((*p)[i].kind == TestPlan::kUnsupported)
+        warn_first(g_unsupported, "code_exec: a test mgrl cannot check without trusting the completion counts as failed "
+                                  "(supported: assert EXPR == LITERAL, assert math.isclose(EXPR, NUMBER...)): '" +
+                                      tests[i].substr(0, 120) + "': " + (*p)[i].why);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (plans_.size() > 100000) plans_.clear();  // bounded; a plan is cheap to make again
+    plans_[key] = p;
     return p;
   }
+  // One fresh sandboxed child per test: the solution, then only the test's expression, whose value mgrl compares
+  // with the expected value the child never sees. Every child of a completion shares its timeout_s.
   double run_one(const RewardSample& s) const {
     bool found = false;
     const std::string code = code_block(s.completion, last_, &found);
@@ -282,24 +294,27 @@ class CodeExec : public RewardFunction {
       if (t.is_string()) tests.push_back(t.get<std::string>());
     if (tests.empty()) return 0.0;
     const std::string setup = s.row->contains(setup_) && (*s.row)[setup_].is_string() ? (*s.row)[setup_].get<std::string>() : "";
-    thread_local std::mt19937_64 rng(std::random_device{}());
-    char nonce[40];
-    std::snprintf(nonce, sizeof nonce, "MGRL%016llx%016llx", static_cast<unsigned long long>(rng()),
-                  static_cast<unsigned long long>(rng()));
-    const SandboxResult r = run_sandboxed(python_, program(code, setup, tests, nonce), lim_);
-    if (r.setup_failed)
-      warn_first(g_sandbox_failed, "code_exec: the sandbox could not be set up (status " + std::to_string(r.status) + "): reward 0");
-    if (r.timed_out || r.output_capped || r.setup_failed || r.status != 0) return 0.0;
-    const std::string done = std::string("\n") + nonce + " done\n";
-    if (r.output.size() < done.size() || r.output.compare(r.output.size() - done.size(), done.size(), done) != 0) return 0.0;
-    std::vector<char> passed(tests.size(), 0);
-    const std::string ok = std::string("\n") + nonce + " ok ";
-    for (std::size_t at = r.output.find(ok); at != std::string::npos; at = r.output.find(ok, at + 1)) {
-      const long i = std::strtol(r.output.c_str() + at + ok.size(), nullptr, 10);
-      if (i >= 0 && static_cast<std::size_t>(i) < tests.size()) passed[static_cast<std::size_t>(i)] = 1;
+    const auto plan = plans(tests);
+    if (!plan) return 0.0;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(lim_.wall_s);
+    std::size_t passed = 0;
+    for (std::size_t i = 0; i < tests.size(); ++i) {
+      const TestPlan& p = (*plan)[i];
+      const double left = std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
+      bool ok = false;
+      if (p.kind != TestPlan::kUnsupported && left > 0) {
+        SandboxLimits lim = lim_;
+        lim.wall_s = left;
+        const SandboxResult r = run_sandboxed(python_, test_program(setup + "\n" + code, p.expr), lim);
+        if (r.setup_failed)
+          warn_first(g_sandbox_failed, "code_exec: the sandbox could not be set up (status " + std::to_string(r.status) + "): reward 0");
+        ok = !r.timed_out && !r.output_capped && !r.setup_failed && r.status == 0 && passes(p, r.output);
+      }
+      if (ok) ++passed;
+      else if (all_) return 0.0;
     }
-    const double n = static_cast<double>(std::count(passed.begin(), passed.end(), 1));
-    return all_ ? (n == static_cast<double>(tests.size()) ? 1.0 : 0.0) : n / static_cast<double>(tests.size());
+    const double n = static_cast<double>(passed);
+    return all_ ? (passed == tests.size() ? 1.0 : 0.0) : n / static_cast<double>(tests.size());
   }
   std::vector<double> score(const std::vector<RewardSample>& ss, const std::string&, int threads) const override {
     std::vector<double> out(ss.size(), 0.0);
@@ -321,6 +336,8 @@ class CodeExec : public RewardFunction {
   bool all_;
   std::string python_;
   SandboxLimits lim_;
+  mutable std::mutex mu_;
+  mutable std::map<std::string, std::shared_ptr<const std::vector<TestPlan>>> plans_;
 };
 
 class Command : public RewardFunction {

@@ -2,12 +2,15 @@
 #include "rl/rewards/sandbox.h"
 
 #include <fcntl.h>
+#include <linux/capability.h>
+#include <linux/securebits.h>
 #include <grp.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -15,6 +18,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <deque>
+#include <set>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -56,8 +61,19 @@ void close_from(int first) {
   for (int fd = first; fd < 65536; ++fd) ::close(fd);
 }
 
+// One step of building the sandbox's own root file system (a tmpfs holding only what Python needs), prepared before
+// fork so that the child allocates nothing.
+struct RootOp {
+  enum Kind { kMkdir, kBindRo, kBindRw, kSymlink, kFile } kind;
+  const char* a;  // kMkdir, kFile: the path; kBind*: the source; kSymlink: the link's target
+  const char* b;  // kBind*: the mount point; kSymlink: the link
+};
+
 struct ChildPlan {
   bool namespaces, root;
+  const char* new_root;     // nullptr: the whole file system stays visible (read-only)
+  const char* old_root;     // new_root + "/oldroot"
+  const RootOp* root_ops;   // null-terminated by kind == kMkdir with a == nullptr
   const char* dir;
   const char* const* mounts;  // null-terminated
   const char* uid_map;
@@ -72,7 +88,14 @@ struct ChildPlan {
   if (p.namespaces) {
     // PID 1 of the new namespace: a /proc of its own.
     ::mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr);
+    if (p.new_root) {  // the old file system goes away for good (after the fresh /proc, which needs it to exist)
+      if (::umount2("/oldroot", MNT_DETACH) != 0) ::_exit(125);
+      ::rmdir("/oldroot");
+      ::mount(nullptr, "/", nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, nullptr);
+      if (::access("/oldroot/usr", F_OK) == 0 || ::access("/proc/self", F_OK) != 0) ::_exit(125);
+    }
   }
+  if (!p.argv) ::_exit(0);  // the probe: set up, nothing to run
   auto lim = [](int what, rlim_t v) {
     rlimit r{v, v};
     ::setrlimit(what, &r);
@@ -82,7 +105,7 @@ struct ChildPlan {
   lim(RLIMIT_FSIZE, static_cast<rlim_t>(p.limits.file_mb) << 20);
   lim(RLIMIT_NOFILE, 64);
   lim(RLIMIT_CORE, 0);
-  if (p.root) {  // RLIMIT_NPROC does not bind root: become nobody first
+  if (p.root && !p.limits.own_program) {  // RLIMIT_NPROC does not bind root: become nobody first
     const gid_t g = kNobody;
     if (::setgroups(1, &g) != 0) ::_exit(120);
     if (::setgid(kNobody) != 0 || ::setuid(kNobody) != 0) ::_exit(121);
@@ -92,6 +115,18 @@ struct ChildPlan {
   const int devnull = ::open("/dev/null", O_RDONLY);
   if (devnull < 0 || ::dup2(devnull, 0) < 0 || ::dup2(p.out_fd, 1) < 0 || ::dup2(p.out_fd, 2) < 0) ::_exit(124);
   close_from(3);
+  if (p.namespaces && !p.root) {
+    // Root of its own user namespace holds every capability there (it could remount its read-only mounts writable):
+    // none survive, and none come back through execve or setuid, so it is an ordinary user.
+    if (::prctl(PR_SET_SECUREBITS, SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
+                                       SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED) != 0)
+      ::_exit(120);
+    for (int cap = 0; cap <= 63; ++cap) ::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);
+    __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+    __user_cap_data_struct none[2] = {};
+    if (::syscall(SYS_capset, &hdr, none) != 0) ::_exit(120);
+  }
+  ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);  // no set-user-ID program gives anything back
   ::execve(p.argv[0], p.argv, p.envp);
   ::execvpe(p.argv[0], p.argv, p.envp);
   ::_exit(127);
@@ -112,6 +147,34 @@ struct ChildPlan {
     for (const char* const* m = p.mounts; *m; ++m)
       ::mount(nullptr, *m, nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID, nullptr);
     if (::mount(nullptr, "/", nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY, nullptr) != 0) ::_exit(123);
+    if (p.new_root) {  // a root of its own: only the system's programs and libraries, the interpreter and its directory
+      if (::mount("tmpfs", p.new_root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755") != 0) ::_exit(125);
+      for (const RootOp* op = p.root_ops; op->a; ++op) {
+        bool ok = true;
+        switch (op->kind) {
+          case RootOp::kMkdir:
+            ok = ::mkdir(op->a, 0755) == 0 || errno == EEXIST;
+            break;
+          case RootOp::kFile: {
+            const int fd = ::open(op->a, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+            ok = fd >= 0;
+            if (ok) ::close(fd);
+            break;
+          }
+          case RootOp::kSymlink:
+            ok = ::symlink(op->a, op->b) == 0;
+            break;
+          case RootOp::kBindRo:
+          case RootOp::kBindRw:
+            ok = ::mount(op->a, op->b, nullptr, MS_BIND | MS_REC, nullptr) == 0;
+            if (ok && op->kind == RootOp::kBindRo)
+              ok = ::mount(nullptr, op->b, nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID, nullptr) == 0;
+            break;
+        }
+        if (!ok) ::_exit(125);
+      }
+      if (::syscall(SYS_pivot_root, p.new_root, p.old_root) != 0 || ::chdir("/") != 0) ::_exit(125);
+    }
     // The first child is PID 1 of the new PID namespace; when it ends, the kernel kills the rest of it.
     const pid_t pid = ::fork();
     if (pid < 0) ::_exit(123);
@@ -133,10 +196,66 @@ bool probe_namespaces(bool root) {
   return WIFEXITED(st) && WEXITSTATUS(st) == 0;
 }
 
+// The steps that build the sandbox's root (ChildPlan::root_ops) in `new_root`: the system's programs, libraries and
+// /etc read-only, the interpreter's installation when it lies elsewhere, four devices, its own directory writable,
+// and mount points for /proc and the old root. Strings live in `keep`.
+std::vector<RootOp> root_ops(const std::string& new_root, const std::string& dir, const std::string& py,
+                             std::deque<std::string>* keep) {
+  namespace fs = std::filesystem;
+  auto k = [&](std::string x) { return keep->emplace_back(std::move(x)).c_str(); };
+  std::vector<RootOp> ops;
+  std::set<std::string> made;
+  auto mkdirs = [&](const std::string& path) {
+    for (std::size_t i = 1; i <= path.size(); ++i)
+      if ((i == path.size() || path[i] == '/') && made.insert(path.substr(0, i)).second)
+        ops.push_back({RootOp::kMkdir, k(new_root + path.substr(0, i)), nullptr});
+  };
+  std::vector<std::string> visible = {"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"};
+  std::error_code ec;
+  const fs::path real = fs::canonical(py, ec);
+  if (!ec) {
+    const std::string prefix = real.parent_path().parent_path().string();  // .../bin/python3 -> ...
+    bool inside = prefix.size() <= 1;
+    for (const auto& v : visible) inside = inside || prefix == v || prefix.rfind(v + "/", 0) == 0;
+    if (!inside) visible.push_back(prefix);
+  }
+  for (const auto& v : visible) {
+    struct stat st {};
+    if (::lstat(v.c_str(), &st) != 0) continue;
+    if (S_ISLNK(st.st_mode)) {
+      const fs::path target = fs::read_symlink(v, ec);
+      if (ec) continue;
+      mkdirs(fs::path(v).parent_path().string());
+      ops.push_back({RootOp::kSymlink, k(target.string()), k(new_root + v)});
+    } else if (S_ISDIR(st.st_mode)) {
+      mkdirs(v);
+      ops.push_back({RootOp::kBindRo, k(v), k(new_root + v)});
+    }
+  }
+  for (const char* d : {"/dev/null", "/dev/zero", "/dev/random", "/dev/urandom"}) {
+    if (::access(d, F_OK) != 0) continue;
+    mkdirs("/dev");
+    ops.push_back({RootOp::kFile, k(new_root + d), nullptr});
+    ops.push_back({RootOp::kBindRw, k(d), k(new_root + d)});
+  }
+  mkdirs(dir);
+  ops.push_back({RootOp::kBindRw, k(dir), k(new_root + dir)});
+  mkdirs("/proc");
+  mkdirs("/oldroot");
+  ops.push_back({RootOp::kMkdir, nullptr, nullptr});
+  return ops;
+}
+
+// Runs main_py (nullptr: only sets the sandbox up, the probe of a root of its own) as described in sandbox.h.
+SandboxResult run_impl(const SandboxSupport& sup, bool own_root, const std::string& python, const std::string* main_py,
+                       const SandboxLimits& limits);
+
 }  // namespace
 
 std::string SandboxSupport::describe() const {
-  std::string s = namespaces ? "mount (read-only but its directory), network and PID namespaces"
+  std::string s = own_root   ? "mount (a root of its own: only /usr, /bin, /lib*, /etc and the interpreter's directory, "
+                               "read-only, and its directory), network and PID namespaces"
+                 : namespaces ? "mount (read-only but its directory), network and PID namespaces"
                              : "no namespaces (the system refused them: files outside its directory are writable where "
                                "permissions allow, the network is reachable)";
   s += root ? "; runs as nobody" : "; runs as the current user";
@@ -148,14 +267,22 @@ const SandboxSupport& sandbox_support() {
     SandboxSupport x;
     x.root = ::geteuid() == 0;
     x.namespaces = probe_namespaces(x.root);
+    x.own_root = x.namespaces && run_impl(x, true, "/usr/bin/python3", nullptr, SandboxLimits{}).status == 0;
     return x;
   }();
   return s;
 }
 
 SandboxResult run_sandboxed(const std::string& python, const std::string& main_py, const SandboxLimits& limits) {
-  namespace fs = std::filesystem;
   const SandboxSupport& sup = sandbox_support();
+  return run_impl(sup, sup.own_root, python, &main_py, limits);
+}
+
+namespace {
+
+SandboxResult run_impl(const SandboxSupport& sup, bool own_root, const std::string& python, const std::string* main_py,
+                       const SandboxLimits& limits) {
+  namespace fs = std::filesystem;
   SandboxResult res;
   std::string tmpl = (fs::temp_directory_path() / "mgrl-sandbox-XXXXXX").string();
   if (!::mkdtemp(tmpl.data())) {
@@ -163,17 +290,18 @@ SandboxResult run_sandboxed(const std::string& python, const std::string& main_p
     return res;
   }
   const std::string dir = tmpl;
+  std::string root_tmpl = (fs::temp_directory_path() / "mgrl-root-XXXXXX").string();
+  if (own_root && !::mkdtemp(root_tmpl.data())) own_root = false;
   struct Cleanup {
-    std::string dir;
+    std::string dir, root;
     ~Cleanup() {
       std::error_code ec;
       fs::remove_all(dir, ec);
+      if (!root.empty()) fs::remove_all(root, ec);
     }
-  } cleanup{dir};
-  {
-    std::ofstream(dir + "/main.py") << main_py;
-  }
-  if (sup.root) {
+  } cleanup{dir, own_root ? root_tmpl : std::string()};
+  if (main_py) std::ofstream(dir + "/main.py") << *main_py;
+  if (sup.root && !limits.own_program) {
     (void)!::chown(dir.c_str(), kNobody, kNobody);
     ::chmod(dir.c_str(), 0700);
   }
@@ -193,6 +321,9 @@ SandboxResult run_sandboxed(const std::string& python, const std::string& main_p
       }
   std::string a0 = py, a1 = "-I", a2 = "-S", a3 = "main.py";
   char* argv[] = {a0.data(), a1.data(), a2.data(), a3.data(), nullptr};
+  std::deque<std::string> keep;
+  const std::vector<RootOp> ops = own_root ? root_ops(root_tmpl, dir, py, &keep) : std::vector<RootOp>{};
+  const std::string old_root = root_tmpl + "/oldroot";
   std::string e0 = "PATH=/usr/local/bin:/usr/bin:/bin", e1 = "HOME=" + dir, e2 = "PYTHONDONTWRITEBYTECODE=1",
               e3 = "PYTHONHASHSEED=0", e4 = "LANG=C.UTF-8";
   char* envp[] = {e0.data(), e1.data(), e2.data(), e3.data(), e4.data(), nullptr};
@@ -201,8 +332,9 @@ SandboxResult run_sandboxed(const std::string& python, const std::string& main_p
     res.setup_failed = true;
     return res;
   }
-  const ChildPlan plan{sup.namespaces, sup.root, dir.c_str(), mounts.data(), uid_map.c_str(), gid_map.c_str(),
-                       argv, envp, limits, fds[1]};
+  const ChildPlan plan{sup.namespaces, sup.root, own_root ? root_tmpl.c_str() : nullptr, old_root.c_str(), ops.data(),
+                       dir.c_str(), mounts.data(), uid_map.c_str(), gid_map.c_str(), main_py ? argv : nullptr, envp, limits,
+                       fds[1]};
   const pid_t pid = ::fork();
   if (pid < 0) {
     ::close(fds[0]);
@@ -258,8 +390,10 @@ SandboxResult run_sandboxed(const std::string& python, const std::string& main_p
   }
   ::kill(-pid, SIGKILL);  // anything left in its process group (without a PID namespace)
   res.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  if (res.status >= 120 && res.status <= 124) res.setup_failed = true;
+  if (res.status >= 120 && res.status <= 125) res.setup_failed = true;
   return res;
 }
+
+}  // namespace
 
 }  // namespace mgrl::rl
