@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -39,6 +40,11 @@ struct Handle {
   ~Handle() {
     if (id >= 0) close(id);
   }
+  hid_t take() {  // the caller closes it (and checks the close)
+    const hid_t h = id;
+    id = -1;
+    return h;
+  }
 };
 
 std::string parent_dir(const std::string& path) {
@@ -51,6 +57,18 @@ void fsync_path(const std::string& path, bool directory) {
   if (fd < 0) return;
   ::fsync(fd);
   ::close(fd);
+}
+
+// A file in memory only that takes any write (sparse: ranges never written cost nothing), or -1.
+int memory_file() {
+#ifdef SYS_memfd_create
+  const int fd = static_cast<int>(::syscall(SYS_memfd_create, "mgrl-hdf5-discard", 1u /* MFD_CLOEXEC */));
+  if (fd >= 0) return fd;
+#endif
+  char name[] = "/dev/shm/mgrl-hdf5-discard-XXXXXX";
+  const int fd2 = ::mkstemp(name);
+  if (fd2 >= 0) ::unlink(name);
+  return fd2;
 }
 
 }  // namespace
@@ -66,14 +84,50 @@ H5Writer::H5Writer(std::string path, std::uint64_t userblock) : path_(std::move(
   Handle fcpl{H5_CHECK(H5Pcreate(H5P_FILE_CREATE)), H5Pclose};
   if (userblock_ > 0) H5_CHECK(H5Pset_userblock(fcpl.id, userblock_));
   file_ = H5Fcreate(tmp_.c_str(), H5F_ACC_TRUNC, fcpl.id, H5P_DEFAULT);
-  if (file_ < 0) throw UserError(path_ + ": cannot create the HDF5 file (" + std::strerror(errno) + ")");
+  if (file_ < 0) {
+    const std::string why = std::strerror(errno);
+    std::remove(tmp_.c_str());  // created before libhdf5 failed to write its first bytes (a full disk)
+    throw UserError(path_ + ": cannot create the HDF5 file (" + why + ")");
+  }
 }
 
 H5Writer::~H5Writer() {
-  if (file_ >= 0) {
-    H5Fclose(file_);
-    std::remove(tmp_.c_str());
+  if (file_ >= 0) discard();
+}
+
+// libhdf5 1.10 does not survive a failed H5Fclose: H5F__dest frees the file's structures but the id stays
+// registered, and when the library shuts down (atexit, or MPI_Finalize in the parallel build) it closes that id
+// again and reads the freed structures: SIGSEGV (HDFGroup/hdf5 issue 2257, fixed in 1.14.1). A close fails when
+// its writes fail (a full disk) or after any failed flush (the metadata cache is left mid-flush: "slist already
+// enabled?"). So a write that has failed must not end in a close that writes to the disk: libhdf5's descriptor
+// is replaced (dup2) by one of a file in memory, where whatever the close still writes goes without failing, and
+// the temporary on disk is removed. commit() makes a full disk show before its flush, where it can still discard.
+void H5Writer::discard() noexcept {
+  const int fd = descriptor();
+  if (fd >= 0) {
+    const int sink = memory_file();
+    if (sink >= 0) {
+      ::dup2(sink, fd);  // the descriptor keeps its number; libhdf5 closes it
+      ::close(sink);
+    }
   }
+  H5Fclose(file_);
+  file_ = -1;
+  std::remove(tmp_.c_str());
+}
+
+void H5Writer::fail(const std::string& why) {
+  discard();
+  throw FatalError(path_ + ": " + why);
+}
+
+int H5Writer::descriptor() const noexcept {
+  const hid_t fapl = H5Fget_access_plist(file_);
+  if (fapl < 0) return -1;
+  void* handle = nullptr;
+  const bool sec2 = H5Pget_driver(fapl) == H5FD_SEC2 && H5Fget_vfd_handle(file_, fapl, &handle) >= 0;
+  H5Pclose(fapl);
+  return sec2 && handle != nullptr ? *static_cast<int*>(handle) : -1;
 }
 
 void H5Writer::write(const std::string& name, DType type, const std::vector<std::uint64_t>& shape,
@@ -100,6 +154,8 @@ void H5Writer::write_native(const std::string& name, std::int64_t h5type, const 
   std::size_t n = H5Tget_size(h5type);
   for (const auto d : dims) n *= static_cast<std::size_t>(d);
   remember(name, set.id, data, n);
+  // Small datasets' values wait in the dataset's buffer until it is closed: a failed write (a full disk) shows here.
+  H5_CHECK(H5Dclose(set.take()));
 }
 
 void H5Writer::remember(const std::string& name, std::int64_t dataset, const void* data, std::size_t nbytes) {
@@ -133,6 +189,7 @@ void H5Writer::write_string(const std::string& name, const std::string& value) {
   std::string padded = value.empty() ? std::string(1, '\0') : value;
   H5_CHECK(H5Dwrite(set.id, type.id, H5S_ALL, H5S_ALL, H5P_DEFAULT, padded.data()));
   remember(name, set.id, padded.data(), padded.size());
+  H5_CHECK(H5Dclose(set.take()));  // as in write_native
 }
 
 void H5Writer::attr(const std::string& object, const std::string& name, const std::string& value) {
@@ -170,12 +227,34 @@ void H5Writer::attr(const std::string& object, const std::string& name, std::int
 
 void H5Writer::commit() {
   MGRL_CHECK(file_ >= 0, "commit twice");
-  H5_CHECK(H5Fflush(file_, H5F_SCOPE_GLOBAL));
+  // A full disk must show before the flush, not inside it (see discard). libhdf5 writes nothing beyond the space it
+  // has allocated in the file (its end of allocation, which H5Fget_filesize reports): that space is allocated on
+  // the disk first. posix_fallocate keeps the bytes already written (where the file system has no fallocate, glibc
+  // writes a zero byte into each block that reads zero: slow on a large file, but only there).
+  hsize_t allocated = 0;
+  if (H5Fget_filesize(file_, &allocated) < 0) fail("cannot get the size of the HDF5 file");
+  const int fd = descriptor();
+  if (fd >= 0 && allocated > 0) {
+    const int err = ::posix_fallocate(fd, 0, static_cast<off_t>(allocated));
+    if (err != 0) fail("cannot write the file (" + std::string(std::strerror(err)) + ")");
+  }
+  if (H5Fflush(file_, H5F_SCOPE_GLOBAL) < 0) fail("writing the HDF5 file failed (an I/O error?)");
+  // After the flush, the end of allocation is the file's length (the flush gives the space that its free-space
+  // aggregators held back); the close leaves the file at that length when it was longer (the reservation above).
+  hsize_t length = 0;
+  if (H5Fget_filesize(file_, &length) < 0) fail("cannot get the size of the HDF5 file");
   const herr_t closed = H5Fclose(file_);
   file_ = -1;
   if (closed < 0) {
     std::remove(tmp_.c_str());
     throw FatalError(path_ + ": closing the HDF5 file failed");
+  }
+  struct stat st {};
+  if (::stat(tmp_.c_str(), &st) == 0 && static_cast<hsize_t>(st.st_size) > length &&
+      ::truncate(tmp_.c_str(), static_cast<off_t>(length)) != 0) {
+    const std::string why = std::strerror(errno);
+    std::remove(tmp_.c_str());
+    throw FatalError(tmp_ + ": cannot truncate (" + why + ")");
   }
   if (userblock_ > 0) {
     try {

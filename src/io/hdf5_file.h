@@ -29,7 +29,8 @@ class H5Writer {
   void attr(const std::string& object, const std::string& name, const std::string& value);
   void attr(const std::string& object, const std::string& name, std::int64_t value);
   void attr(const std::string& object, const std::string& name, const std::vector<std::string>& values);  // 1-D
-  // Flushes, closes, seals (when asked), fsyncs and renames the file to its final path.
+  // Flushes, closes, seals (when asked), fsyncs and renames the file to its final path. FatalError naming the path
+  // when the file cannot be written (a full disk, an I/O error); the temporary is removed then.
   void commit();
 
  private:
@@ -37,6 +38,9 @@ class H5Writer {
                     const void* data);
   // Remembers where a dataset's values lie and their checksum, for the seal.
   void remember(const std::string& name, std::int64_t dataset, const void* data, std::size_t nbytes);
+  int descriptor() const noexcept;      // libhdf5's descriptor of the open file (sec2 driver), or -1
+  void discard() noexcept;              // closes the file without letting libhdf5 write to the disk, removes it
+  [[noreturn]] void fail(const std::string& why);  // discard(), then FatalError "PATH: why"
   std::string path_, tmp_;
   std::int64_t file_ = -1;
   std::uint64_t userblock_ = 0;

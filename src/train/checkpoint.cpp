@@ -414,9 +414,11 @@ void write_checkpoint(const std::string& dir, const Checkpoint& ck) {
     w.attr("/", "step", s.step);
     w.commit();
   } catch (const FatalError& e) {
-    // A failed HDF5 write here is the file system's doing (full disk, quota, I/O error); the writer's
-    // destructor removes the temporary file, and nothing under the final name was touched.
-    throw UserError(path + ": cannot write the checkpoint (disk full or I/O error?): " + e.what());
+    // A failed HDF5 write here is the file system's doing (full disk, quota, I/O error); the writer removes the
+    // temporary file (io::H5Writer), and nothing under the final name was touched.
+    std::string why = e.what();
+    if (why.compare(0, path.size() + 2, path + ": ") == 0) why.erase(0, path.size() + 2);  // named once
+    throw UserError(path + ": cannot write the checkpoint (disk full or I/O error?): " + why);
   }
 }
 

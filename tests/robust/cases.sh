@@ -160,5 +160,6 @@ c out_export_is_file 1 'old_output\.jsonl: exists and is not a directory' '' exp
 c out_generate_is_fifo 1 'pipe: exists and is not a regular file' 'mkfifo pipe' $GEN --generate.output=pipe
 c out_score_is_fifo 1 'pipe: exists and is not a regular file' 'mkfifo pipe' $SCORE --score.output=pipe
 c out_export_adapter_is_dir 1 'exported/adapter_model\.safetensors: exists and is not a regular file' 'mkdir -p exported/adapter_model.safetensors' export --checkpoint.dir=ck --export.output=exported
-# A disk that fills up: tests/unit/test_checkpoint.cpp (DiskFullIsAUserErrorAndKeepsTheOldFiles) limits the file
-# size of a child process (RLIMIT_FSIZE); here that limit would stop MPI itself from starting.
+# A disk that fills up: tests/faults/disk_full.sh (fault.disk_full_*) mounts a small tmpfs in a mount namespace of its
+# own; tests/unit/test_checkpoint.cpp (DiskFullIsAUserErrorAndKeepsTheOldFiles) limits the file size of a child
+# process (RLIMIT_FSIZE); here that limit would stop MPI itself from starting.

@@ -830,6 +830,9 @@ TEST(Checkpoint, DiskFullIsAUserErrorAndKeepsTheOldFiles) {
   // A disk that fills up while a checkpoint is written: a child process whose file size is limited (RLIMIT_FSIZE,
   // with SIGXFSZ ignored, so writes fail with EFBIG as they would with ENOSPC) writes a checkpoint larger than the
   // limit. It must fail with a UserError naming the file, leave no temporary, and keep the older checkpoint.
+  // (The child ends with _exit, before libhdf5 shuts down: that part is Hdf5File.FullDiskIsAnError... in
+  // test_hdf5_file.cpp, on a real full tmpfs; under RLIMIT_FSIZE even the memory file that takes a failed file's
+  // close is limited.)
   const std::string dir = fresh_dir("disk_full");
   write_checkpoint(dir, sample(1));
   const std::string before = read_bytes(checkpoint_path(dir, 1));
