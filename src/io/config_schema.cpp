@@ -122,8 +122,9 @@ const Schema& mgrl_schema() {
          "directory of step_<8 digits>.h5 checkpoints; empty: no checkpoints", {}, {}, {}, {}});
     add({"checkpoint.every_steps", T::Int, Value(std::int64_t{0}), "checkpoint every N steps (and at the end); 0: "
          "only at the end", {}, 0.0, {}, {}});
-    add({"checkpoint.keep_last", T::Int, Value(std::int64_t{0}), "keep only the newest K checkpoints; 0: all", {},
-         0.0, {}, {}});
+    add({"checkpoint.keep_last", T::Int, Value(std::int64_t{0}),
+         "keep only the newest K intact checkpoints (damaged ones are set aside as <file>.damaged); 0: all", {}, 0.0,
+         {}, {}});
     add({"checkpoint.resume", T::String, Value(std::string("auto")),
          "auto: continue from the newest complete checkpoint of checkpoint.dir if there is one; none; or a path",
          {}, {}, {}, {}});

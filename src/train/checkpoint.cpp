@@ -490,16 +490,64 @@ int remove_stale_temporaries(const std::string& dir) {
   return removed;
 }
 
-void prune_checkpoints(const std::string& dir, int keep_last) {
+std::string checkpoint_damage(const std::string& path) {
+  try {
+    read_checkpoint(path);
+  } catch (const CorruptCheckpoint& e) {
+    return e.what();
+  } catch (const UserError&) {
+    // not damage (a newer format): the file counts as a checkpoint
+  }
+  return "";
+}
+
+std::string set_aside_damaged(const std::string& path, std::string* why) {
+  // An earlier damaged file of the same step keeps its name: the first free one of .damaged, .damaged.2, ...
+  std::string target = path + ".damaged";
+  std::error_code ec;
+  for (int n = 2; fs::exists(fs::symlink_status(target, ec)); ++n) target = path + ".damaged." + std::to_string(n);
+  fs::rename(path, target, ec);
+  if (ec) {
+    *why = ec.message();
+    return "";
+  }
+  return target;
+}
+
+void prune_checkpoints(const std::string& dir, int keep_last, KnownCheckpoints& known) {
   if (keep_last <= 0) return;
   const auto found = list_checkpoints(dir);
-  const std::size_t keep = static_cast<std::size_t>(keep_last);
-  if (found.size() <= keep) return;
-  for (std::size_t i = 0; i + keep < found.size(); ++i) {
+  int kept = 0;
+  for (auto it = found.rbegin(); it != found.rend(); ++it) {
+    const std::string& path = it->second;
+    if (known.damaged.count(path)) continue;  // a damaged file left in place: neither kept nor deleted
+    if (kept < keep_last) {
+      if (!known.intact.count(path)) {
+        const std::string damage = checkpoint_damage(path);
+        if (!damage.empty()) {
+          std::string why;
+          const std::string aside = set_aside_damaged(path, &why);
+          if (aside.empty()) known.damaged.insert(path);
+          log::warn_once(damage + (aside.empty() ? "; it cannot be set aside (" + why + "): left in place, not counted"
+                                            : "; set aside as " + aside) +
+                    " (pruning to the newest " + std::to_string(keep_last) + " intact checkpoints)");
+          continue;
+        }
+        known.intact.insert(path);
+      }
+      ++kept;
+      continue;
+    }
     std::error_code ec;
-    fs::remove(found[i].second, ec);
-    if (ec) log::warn(found[i].second + ": cannot remove the old checkpoint (" + ec.message() + ")");
+    fs::remove(path, ec);
+    if (ec) log::warn(path + ": cannot remove the old checkpoint (" + ec.message() + ")");
+    known.intact.erase(path);
   }
+}
+
+void prune_checkpoints(const std::string& dir, int keep_last) {
+  KnownCheckpoints none;
+  prune_checkpoints(dir, keep_last, none);
 }
 
 std::string model_identity(const std::string& architecture, const std::vector<TensorEntry>& tensors) {

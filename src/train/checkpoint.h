@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -75,8 +76,26 @@ Checkpoint read_checkpoint(const std::string& path, const std::string& expected_
 // one line per file removed.
 // Returns how many were removed. Never throws.
 int remove_stale_temporaries(const std::string& dir);
-// Removes all but the newest keep_last checkpoints of dir (keep_last <= 0: keep all).
-void prune_checkpoints(const std::string& dir, int keep_last);
+// The damage of a checkpoint file, as resume = auto finds it: the message of read_checkpoint's CorruptCheckpoint, ""
+// when the file reads back intact (or fails for another reason, such as a newer format: not damage).
+std::string checkpoint_damage(const std::string& path);
+// Moves a damaged checkpoint out of the way, to "<path>.damaged" ("<path>.damaged.2", ... when that exists): a name
+// that resume, pruning and the removal of temporaries never take, and that says what the file is. Returns the new
+// path, or "" with the reason in *why when it cannot be renamed (the file then stays where it was). Never throws.
+std::string set_aside_damaged(const std::string& path, std::string* why);
+// What a run's writer (rank 0) knows of the checkpoints of its directory: files known intact (written by the run
+// and read back by the seal, or resumed from) and damaged files that could not be set aside.
+struct KnownCheckpoints {
+  std::set<std::string> intact, damaged;
+};
+// Keeps the newest keep_last *intact* checkpoints of dir and deletes the older ones (keep_last <= 0: keeps all).
+// From the newest down, a file not in known.intact is read back (checkpoint_damage) before it counts; a damaged one
+// is set aside (set_aside_damaged, with a warning naming where) and does not count; a file in known.damaged is
+// neither counted nor deleted. So an intact checkpoint is never deleted while a damaged one is kept, and a damaged
+// one found is never deleted. Files older than the keep_last-th intact one are deleted unread. A file that cannot be
+// deleted is a warning. known.intact gains the files found intact.
+void prune_checkpoints(const std::string& dir, int keep_last, KnownCheckpoints& known);
+void prune_checkpoints(const std::string& dir, int keep_last);  // nothing known: each counted file is read back
 // Identity text of a model: architecture line + one "name [shape]" line per trainable tensor.
 std::string model_identity(const std::string& architecture, const std::vector<TensorEntry>& tensors);
 

@@ -49,7 +49,7 @@ void Checkpointer::save(const TrainState& st, const std::string& extra) {
   last_ = checkpoint_path(opts_.dir, st.step);
 }
 
-void Checkpointer::write(const TrainState& st, const std::string& extra) const {
+void Checkpointer::write(const TrainState& st, const std::string& extra) {
   const Trainable& tr = opt_.trainable();
   Checkpoint ck;
   ck.state = st;
@@ -76,7 +76,9 @@ void Checkpointer::write(const TrainState& st, const std::string& extra) const {
   ck.mgrl_version = build_info().version;
   ck.extra = extra;
   write_checkpoint(opts_.dir, ck);  // removes temporaries left by an interrupted earlier write first
-  prune_checkpoints(opts_.dir, opts_.keep_last);
+  known_.intact.insert(checkpoint_path(opts_.dir, st.step));  // read back against its buffers by the seal
+  ck = Checkpoint();  // pruning may read an older checkpoint back: not two in memory at once
+  prune_checkpoints(opts_.dir, opts_.keep_last, known_);  // the newest keep_last intact ones
 }
 
 void Checkpointer::load(const std::string& path, TrainState& st, std::string* extra) {
@@ -124,7 +126,7 @@ std::string Checkpointer::resume(TrainState& st, std::string* extra) {
     std::vector<std::string> candidates;
     for (std::size_t start = 0, nl; (nl = listing.find('\n', start)) != std::string::npos; start = nl + 1)
       candidates.push_back(listing.substr(start, nl - start));
-    std::vector<std::string> skipped;  // why each newer candidate was passed over
+    std::vector<std::string> skipped, skipped_paths;  // why each newer candidate was passed over, and which
     for (const auto& path : candidates) {
       Checkpoint ck;
       std::string damage;
@@ -140,10 +142,24 @@ std::string Checkpointer::resume(TrainState& st, std::string* extra) {
         const int speaker = env_.allreduce_min(damage.empty() ? env_.size() : env_.rank());
         const std::string why = env_.broadcast(damage, speaker);
         skipped.push_back(why);
+        skipped_paths.push_back(path);
         continue;
       }
-      // Reported once an intact one is found (when none is, the error alone says it).
-      for (const auto& why : skipped) log::warn_once(why + "; passing over it to an older checkpoint");
+      // Once an intact one is found (when none is, the run stops and the error alone says it, changing nothing),
+      // rank 0 sets the damaged newer ones aside (renamed <file>.damaged: never resumed from, never counted or
+      // deleted by pruning, which keeps the newest keep_last intact ones) and reports each. Every rank has read
+      // them by now.
+      if (env_.rank() == 0) {
+        for (std::size_t i = 0; i < skipped.size(); ++i) {
+          std::string why_not;
+          const std::string aside = set_aside_damaged(skipped_paths[i], &why_not);
+          if (aside.empty()) known_.damaged.insert(skipped_paths[i]);
+          log::warn_once(skipped[i] + (aside.empty() ? "; it cannot be set aside (" + why_not + "): left in place"
+                                                     : "; set aside as " + aside) +
+                         "; passing over it to an older checkpoint");
+        }
+        known_.intact.insert(path);
+      }
       env_.agree([&] { apply(ck, path, st, extra); });
       log::info("resumed from " + path + " at step " + std::to_string(st.step));
       last_ = path;

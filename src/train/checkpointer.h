@@ -1,7 +1,8 @@
 // checkpointer.h: checkpoints of a training run, shared by SFT and GRPO: before writing, every rank's trainable
 // weights are compared with rank 0's (a mismatch stops the run naming the rank), and weights or moments with a
 // non-finite value are not written (exit 2, naming the last checkpoint); rank 0 writes
-// <dir>/step_<8 digits>.h5 (weights, AdamW moments, state, config, the loop's extra state) and prunes old ones;
+// <dir>/step_<8 digits>.h5 (weights, AdamW moments, state, config, the loop's extra state) and prunes old ones
+// (keeping the newest keep_last intact ones);
 // resume = auto | none | a path, read by every rank, errors agreed on by all ranks.
 #pragma once
 #include <string>
@@ -30,7 +31,8 @@ class Checkpointer {
   bool due(std::int64_t step) const { return enabled() && opts_.every > 0 && step % opts_.every == 0; }
   // Collective. Loads the checkpoint named by `resume` into the weights, the moments and st; extra gets the
   // loop's state. Returns the path, or "" when starting fresh. auto: the newest intact checkpoint of dir (damaged
-  // newer ones are named in a warning and passed over; UserError when there are checkpoints but none is intact);
+  // newer ones are passed over, and set aside by rank 0 as <file>.damaged with a warning; UserError, renaming
+  // nothing, when there are checkpoints but none is intact);
   // a path: that file, any damage a UserError.
   std::string resume(TrainState& st, std::string* extra);
   // Collective: the hash check, then rank 0 writes.
@@ -42,7 +44,7 @@ class Checkpointer {
   const std::string& identity() const { return identity_; }
 
  private:
-  void write(const TrainState& st, const std::string& extra) const;  // rank 0
+  void write(const TrainState& st, const std::string& extra);  // rank 0: writes, then prunes
   void load(const std::string& path, TrainState& st, std::string* extra);
   Checkpoint read_checked(const std::string& path) const;  // read_checkpoint + this run's size check
   void apply(const Checkpoint& ck, const std::string& path, TrainState& st, std::string* extra);
@@ -52,6 +54,7 @@ class Checkpointer {
   CheckpointOptions opts_;
   std::string identity_;
   std::string last_;
+  KnownCheckpoints known_;  // rank 0: what pruning needs not read back (written, resumed from) or must not touch
 };
 
 }  // namespace mgrl::train

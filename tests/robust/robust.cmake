@@ -34,6 +34,24 @@ set(RDAMAGED "/trainable/base_model.model.model.layers.0.self_attn.q_proj.lora_A
 mgrl_add_cli_test(sft.resume_passes_over_damaged_checkpoint 0
   "(?s)(?=.*removed .*b/step_00000003[.]h5[.]tmp[.]999999999, the temporary file of an interrupted write.*resumed from .*b/step_00000002[.]h5 at step 2)(?=.*warning: .*b/step_00000003[.]h5: damaged checkpoint: the data of '${RDAMAGED}' do not match their checksum .*. passing over it to an older checkpoint).*bitwise equal: yes" - -
   -- bash -c "rm -rf ${RCK}/a ${RCK}/b && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${SFT_STR} --train.max_steps=4 --checkpoint.dir=${RCK}/a >/dev/null && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${SFT_STR} --train.max_steps=4 --train.stop_at_step=3 --checkpoint.every_steps=1 --checkpoint.dir=${RCK}/b >/dev/null && $<TARGET_FILE:robust_tool> damage-dataset ${RCK}/b/step_00000003.h5 ${RDAMAGED} && touch ${RCK}/b/step_00000003.h5.tmp.999999999 && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${SFT_STR} --train.max_steps=4 --checkpoint.dir=${RCK}/b --checkpoint.resume=auto 2>&1 && ${CHECK} weights ${RCK}/a/step_00000004.h5 ${RCK}/b/step_00000004.h5 --exact && test ! -e ${RCK}/b/step_00000003.h5.tmp.999999999")
+# keep_last with a damaged checkpoint (issue 20, part 3): step 3 intact, step 5 damaged, keep_last = 2, resume = auto to
+# step 6. Resume passes over step 5 to step 3 and sets step 5 aside as step_00000005.h5.damaged (a name resume and
+# pruning never take; the warning says where); pruning then keeps the newest 2 intact checkpoints (6 and 3), so step 3
+# is kept and still reads back. Before, step 3 was deleted and the damaged step 5 kept. At 2 ranks, with a checkpoint
+# after every step: the new step 5 does not meet the set-aside one, and the 2 newest intact ones (5 and 6) are kept.
+# (The warning and the "resumed from" line are matched in any order: mpirun forwards stderr and stdout apart.)
+set(RKEEP_SETUP "${RUN1} ${SFT_STR} --train.max_steps=6 --train.stop_at_step=5 --checkpoint.every_steps=1")
+set(RKEEP_DAMAGE "rm K/step_00000001.h5 K/step_00000002.h5 K/step_00000004.h5 && $<TARGET_FILE:robust_tool> damage-dataset K/step_00000005.h5 ${RDAMAGED} >/dev/null")
+set(RKEEP_WARNING "warning: .*/step_00000005[.]h5: damaged checkpoint: the data of '${RDAMAGED}' do not match their checksum [(][0-9a-f]+, stored [0-9a-f]+[)]\\x3b set aside as .*/step_00000005[.]h5[.]damaged\\x3b passing over it to an older checkpoint")
+string(REPLACE "K/" "${RCK}/keep/b/" _keep1 "${RKEEP_DAMAGE}")
+mgrl_add_cli_test(sft.keep_last_keeps_intact_sets_damaged_aside 0
+  "(?s)(?=.*${RKEEP_WARNING})(?=.*resumed from .*keep/b/step_00000003[.]h5 at step 3).*files: step_00000003[.]h5 step_00000005[.]h5[.]damaged step_00000006[.]h5 [|].*reads back: step 3.*bitwise equal: yes" - -
+  -- bash -c "rm -rf ${RCK}/keep && ${RUN1} ${SFT_STR} --train.max_steps=6 --checkpoint.dir=${RCK}/keep/a --log.dir=${RCK}/keep/a >/dev/null && ${RKEEP_SETUP} --checkpoint.dir=${RCK}/keep/b --log.dir=${RCK}/keep/log >/dev/null && ${_keep1} && ${RUN1} ${SFT_STR} --train.max_steps=6 --checkpoint.dir=${RCK}/keep/b --log.dir=${RCK}/keep/log --checkpoint.resume=auto --checkpoint.keep_last=2 2>&1 && echo \"files: $(ls ${RCK}/keep/b | tr '\\n' ' ')|\" && ${CHECK} read ${RCK}/keep/b/step_00000003.h5 && ${CHECK} weights ${RCK}/keep/a/step_00000006.h5 ${RCK}/keep/b/step_00000006.h5 --exact")
+string(REPLACE "K/" "${RCK}/keep2/b/" _keep2 "${RKEEP_DAMAGE}")
+string(REPLACE "${RUN1}" "${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1}" RKEEP_SETUP2 "${RKEEP_SETUP}")
+mgrl_add_cli_test(sft.keep_last_keeps_intact_sets_damaged_aside.np2 0
+  "(?s)(?=.*${RKEEP_WARNING})(?=.*resumed from .*keep2/b/step_00000003[.]h5 at step 3).*files: step_00000005[.]h5 step_00000005[.]h5[.]damaged step_00000006[.]h5 [|].*bitwise equal: yes" - -
+  -- bash -c "rm -rf ${RCK}/keep2 && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${SFT_STR} --train.max_steps=6 --checkpoint.dir=${RCK}/keep2/a --log.dir=${RCK}/keep2/a >/dev/null && ${RKEEP_SETUP2} --checkpoint.dir=${RCK}/keep2/b --log.dir=${RCK}/keep2/log >/dev/null && ${_keep2} && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${SFT_STR} --train.max_steps=6 --checkpoint.every_steps=1 --checkpoint.dir=${RCK}/keep2/b --log.dir=${RCK}/keep2/log --checkpoint.resume=auto --checkpoint.keep_last=2 2>&1 && echo \"files: $(ls ${RCK}/keep2/b | tr '\\n' ' ')|\" && ${CHECK} weights ${RCK}/keep2/a/step_00000006.h5 ${RCK}/keep2/b/step_00000006.h5 --exact")
 # Export does not go around a damaged checkpoint (an older step would be another result than the one asked for):
 # export.checkpoint = auto with a damaged newest checkpoint stops with exit 2, naming it and the newest intact one
 # with the option that exports it; that option then exports step 1, and nothing was written before.

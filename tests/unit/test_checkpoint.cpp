@@ -250,7 +250,7 @@ TEST(Checkpoint, NewestIgnoresTemporariesAndOtherFiles) {
 
 TEST(Checkpoint, PruneKeepsTheNewest) {
   const std::string dir = fresh_dir("prune");
-  for (const std::int64_t step : {10, 50, 20, 40, 30}) touch(checkpoint_path(dir, step));
+  for (const std::int64_t step : {10, 50, 20, 40, 30}) write_checkpoint(dir, sample(step));
   const std::string tmp = checkpoint_path(dir, 60) + ".tmp.123";
   touch(tmp);
   touch(dir + "/notes.txt");
@@ -264,6 +264,63 @@ TEST(Checkpoint, PruneKeepsTheNewest) {
   EXPECT_EQ(names_in(dir), (std::vector<std::string>{"notes.txt", "step_00000040.h5", "step_00000050.h5",
                                                      "step_00000060.h5.tmp.123"}));
   prune_checkpoints(dir + "/missing", 2);  // nothing to do, no error
+}
+
+// Flips one byte in the middle of the stored values of the file's first dataset (as the seal lists them).
+void damage(const std::string& path) {
+  const auto entries = io::read_seal_entries(path);
+  ASSERT_FALSE(entries.empty()) << path;
+  std::string bytes = read_bytes(path);
+  const std::size_t at = entries.front().offset + entries.front().size / 2;
+  bytes[at] = static_cast<char>(bytes[at] ^ 0x5a);
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+TEST(Checkpoint, PruneKeepsTheNewestIntactAndSetsDamagedAside) {
+  // Issue 20: step 3 intact, step 5 damaged, keep_last 2 used to delete step 3 and keep step 5. A damaged checkpoint
+  // does not count: it is set aside under a name that says so (never resumed from, never pruned), and the newest
+  // keep_last intact ones are kept.
+  const std::string dir = fresh_dir("prune_damaged");
+  for (const std::int64_t step : {1, 2, 3, 4, 5, 6}) write_checkpoint(dir, sample(step));
+  damage(checkpoint_path(dir, 5));
+  damage(checkpoint_path(dir, 6));
+  const std::string step3 = read_bytes(checkpoint_path(dir, 3));
+  prune_checkpoints(dir, 2);
+  EXPECT_EQ(names_in(dir), (std::vector<std::string>{"step_00000003.h5", "step_00000004.h5", "step_00000005.h5.damaged",
+                                                     "step_00000006.h5.damaged"}));
+  EXPECT_TRUE(read_bytes(checkpoint_path(dir, 3)) == step3) << "the kept intact checkpoint is untouched";
+  EXPECT_EQ(newest_checkpoint(dir), checkpoint_path(dir, 4)) << "a set-aside file is never a checkpoint again";
+  EXPECT_FALSE(checkpoint_damage(checkpoint_path(dir, 5) + ".damaged").empty()) << "still the damaged file";
+  // Another damaged step 5 later: the earlier set-aside file keeps its name.
+  write_checkpoint(dir, sample(5));
+  damage(checkpoint_path(dir, 5));
+  prune_checkpoints(dir, 2);
+  EXPECT_EQ(names_in(dir), (std::vector<std::string>{"step_00000003.h5", "step_00000004.h5", "step_00000005.h5.damaged",
+                                                     "step_00000005.h5.damaged.2", "step_00000006.h5.damaged"}));
+  // What the writer knows: files known intact are not read again (a file it wrote is counted as such), and a damaged
+  // file that could not be set aside is neither counted nor deleted.
+  write_checkpoint(dir, sample(7));
+  write_checkpoint(dir, sample(8));
+  damage(checkpoint_path(dir, 7));
+  KnownCheckpoints known;
+  known.damaged.insert(checkpoint_path(dir, 7));
+  known.intact.insert(checkpoint_path(dir, 8));
+  prune_checkpoints(dir, 2, known);
+  EXPECT_EQ(names_in(dir), (std::vector<std::string>{"step_00000004.h5", "step_00000005.h5.damaged",
+                                                     "step_00000005.h5.damaged.2", "step_00000006.h5.damaged",
+                                                     "step_00000007.h5", "step_00000008.h5"}));
+  EXPECT_EQ(known.intact, (std::set<std::string>{checkpoint_path(dir, 4), checkpoint_path(dir, 8)}))
+      << "step 4 found intact and remembered, step 3 deleted and forgotten";
+}
+
+TEST(Checkpoint, SetAsideNamesTheFileAndSaysWhenItCannot) {
+  const std::string dir = fresh_dir("set_aside");
+  touch(checkpoint_path(dir, 2));
+  std::string why;
+  EXPECT_EQ(set_aside_damaged(checkpoint_path(dir, 2), &why), checkpoint_path(dir, 2) + ".damaged");
+  EXPECT_EQ(set_aside_damaged(checkpoint_path(dir, 9), &why), "") << "no such file";
+  EXPECT_NE(why.find("No such file"), std::string::npos) << why;
+  EXPECT_EQ(names_in(dir), std::vector<std::string>{"step_00000002.h5.damaged"});
 }
 
 // ---- errors: each a UserError whose message starts with the path ----
