@@ -3,7 +3,8 @@
 #
 # Here:   MGRL_CUDA_ARCHS=90 MGRL_BUILD_DIR=build-gpu bash scripts/build.sh
 #         bash ../shared/hooks/device-bundle.sh build-gpu
-# There:  source .device/env.sh && bash perf/gpu_program.sh [STAGE ...]       (carry [".device"], and ".whl" for trl)
+# There:  source .device/env.sh && bash perf/gpu_program.sh [STAGE ...]       (carry [".device"], and ".whl" for trl:
+#         bash perf/fetch_trl_wheels.sh here first)
 #
 # Stages (default: all, in this order): info ctest sanitize_runs sanitize attention train gen grpo grpo15 scaling ncu
 #   info       nvidia-smi, mgrl info on the CUDA backend, the measured copy bandwidth
