@@ -158,10 +158,10 @@ TEST(Rewards, VerdictCannotBeFaked) {
   const Rewards r = make("[[reward]]\nkind = \"code_exec\"\ntimeout_s = 3.0\ncpu_s = 2\nmemory_mb = 512\n");
   const nlohmann::json row = {{"tests", {"assert f(2) == 4", "assert f(3) == 9"}}};
   auto block = [](const std::string& code) { return "Here:\n```python\n" + code + "\n```\n"; };
-  // Writes pass markers carrying a found secret (or, without one, text that looks like a verdict) everywhere it can,
-  // then leaves with status 0.
+  // _spray writes pass markers carrying a found secret (or, without one, text that looks like a verdict) to every
+  // descriptor it can; _fake does so and leaves with status 0.
   const std::string fake = R"PY(import os, re, sys
-def _fake(nonce):
+def _spray(nonce):
     s = 'ok\nPASS\ntrue\n{"verdict": "pass"}\n1.0\n'
     if nonce:
         s += ''.join('\n%s ok %d\n' % (nonce, i) for i in range(10)) + '\n%s done\n' % nonce
@@ -170,6 +170,8 @@ def _fake(nonce):
             os.write(fd, s.encode())
         except OSError:
             pass
+def _fake(nonce):
+    _spray(nonce)
     os._exit(0)
 SECRET = re.compile('MGRL[0-9a-f]{32}')
 )PY";
@@ -250,12 +252,7 @@ def spam():
             for k in (c.co_consts if c is not None else ()):
                 if isinstance(k, str) and SECRET.fullmatch(k):
                     nonce = k
-        s = 'true\nPASS\n' + (''.join('\n%s ok %d\n' % (nonce, i) for i in range(10)) if nonce else '')
-        for fd in range(1, 10):
-            try:
-                os.write(fd, s.encode())
-            except OSError:
-                pass
+        _spray(nonce)
         time.sleep(0.002)
 threading.Thread(target=spam, daemon=True).start()
 time.sleep(0.1)
@@ -272,12 +269,7 @@ if os.fork() == 0:
     except OSError:
         pass
     for _ in range(400):
-        s = 'true\nPASS\n' + (''.join('\n%s ok %d\n' % (nonce, i) for i in range(10)) if nonce else '')
-        for fd in range(1, 10):
-            try:
-                os.write(fd, s.encode())
-            except OSError:
-                pass
+        _spray(nonce)
         time.sleep(0.005)
     os._exit(0)
 time.sleep(0.2)
