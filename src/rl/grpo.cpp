@@ -102,19 +102,13 @@ GrpoTrainer::GrpoTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Trans
     const long long worst = static_cast<long long>(micro) *
                             static_cast<long long>(longest + static_cast<std::size_t>(opts_.max_completion_length));
     env_.agree([&] {
-      const std::size_t avail = model_.ops().available_memory();
-      if (avail == 0 || worst <= 0 || worst >= (1LL << 31)) return;
-      const std::size_t need = model_.activation_bytes(static_cast<int>(worst));
-      if (need <= avail) return;
-      const double gib = 1024.0 * 1024.0 * 1024.0;
-      char buf[160];
-      std::snprintf(buf, sizeof buf, "%.1f GiB of activations, more than the %.1f GiB this rank has available",
-                    static_cast<double>(need) / gib, static_cast<double>(avail) / gib);
+      const std::string beyond = train::activations_beyond_memory(model_, worst);
+      if (beyond.empty()) return;
       const bool rc = model_.options().recompute;
       throw UserError("a training micro-batch of " + std::to_string(micro) +
                       " completions (train.batch_size / ranks x grpo.num_generations / train.grad_accum), each up to " +
                       std::to_string(longest) + " prompt tokens + grpo.max_completion_length = " +
-                      std::to_string(opts_.max_completion_length) + ", needs up to " + buf +
+                      std::to_string(opts_.max_completion_length) + ", needs up to " + beyond +
                       (rc ? "" : " (model.recompute = false)") +
                       ": lower train.batch_size, grpo.num_generations or grpo.max_completion_length, raise "
                       "train.grad_accum" + (rc ? std::string() : ", or set model.recompute = true"));

@@ -75,51 +75,41 @@ SftTrainer::SftTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transfo
   for (const auto& e : train_) lens.push_back(static_cast<int>(e.tokens.size()));
   const auto top = std::min<std::size_t>(lens.size(), static_cast<std::size_t>(micro));
   std::partial_sort(lens.begin(), lens.begin() + static_cast<std::ptrdiff_t>(top), lens.end(), std::greater<int>());
-  long long most = 0;
-  for (std::size_t i = 0; i < top; ++i) most += lens[i];
-  // A micro-batch too large for this rank's memory is the user's setting: one line naming the keys that decide it,
-  // with the need and the micro-batch that would fit, on every rank together; checked against the memory available
-  // before allocating (where memory is overcommitted an allocation too large may succeed and the process be killed
-  // when it touches it), and the allocation's own failure said the same way.
+  std::vector<long long> upto(top + 1, 0);  // upto[m]: tokens of the m longest examples
+  for (std::size_t i = 0; i < top; ++i) upto[i + 1] = upto[i] + lens[i];
+  const long long most = upto[top];
+  // A micro-batch too large for this rank's memory is the user's setting: one line naming the keys that decide it
+  // and the micro-batch that would fit, on every rank together; checked before allocating, and the allocation's own
+  // failure said the same way.
   if (most > 0 && most < (1LL << 31))
     env_.agree([&] {
-      const auto tokens_of = [&](int m) {
-        long long t = 0;
-        for (int i = 0; i < std::min<int>(m, static_cast<int>(top)); ++i) t += lens[static_cast<std::size_t>(i)];
-        return static_cast<int>(t);
-      };
-      const std::size_t avail = model_.ops().available_memory();
       const auto refuse = [&](const std::string& why) {
-        // The largest micro-batch (of the longest examples) whose activations fit in what is available.
-        int lo = 0, hi = std::min<int>(micro, static_cast<int>(top));
+        // The largest micro-batch (of the longest examples) whose activations fit what is available.
+        const std::size_t avail = model_.ops().available_memory();
+        std::size_t lo = 0, hi = top;
         while (lo < hi) {
-          const int mid = (lo + hi + 1) / 2;
-          if (model_.activation_bytes(tokens_of(mid)) <= avail) lo = mid;
+          const std::size_t mid = (lo + hi + 1) / 2;
+          if (model_.activation_bytes(static_cast<int>(upto[mid])) <= avail) lo = mid;
           else hi = mid - 1;
         }
-        char need[64];
-        std::snprintf(need, sizeof need, "%.1f GiB",
-                      static_cast<double>(model_.activation_bytes(static_cast<int>(most))) / (1024.0 * 1024.0 * 1024.0));
         const bool rc = model_.options().recompute;
         throw UserError("train.batch_size = " + std::to_string(opts_.global_batch) + " (" + std::to_string(micro) +
                         " sequences per rank and micro-batch with train.grad_accum = " +
                         std::to_string(opts_.grad_accum) + ", up to " + std::to_string(most) +
-                        " tokens at once, the longest examples within train.max_seq_len) needs " + need +
-                        " of activations" + (rc ? "" : " with model.recompute = false") + ": " + why + "; " +
+                        " tokens at once, the longest examples within train.max_seq_len) needs " + why +
+                        (rc ? "" : " (model.recompute = false)") + "; " +
                         (lo > 0 ? "about " + std::to_string(lo) + " sequences per micro-batch fit"
                                 : std::string("not one sequence fits")) +
                         ": lower train.batch_size or train.max_seq_len, raise train.grad_accum" +
                         (rc ? std::string() : ", or set model.recompute = true"));
       };
-      if (avail > 0 && model_.activation_bytes(static_cast<int>(most)) > avail) {
-        char have[64];
-        std::snprintf(have, sizeof have, "%.1f GiB", static_cast<double>(avail) / (1024.0 * 1024.0 * 1024.0));
-        refuse(std::string("more than the ") + have + " this rank has available");
-      }
+      const std::string beyond = activations_beyond_memory(model_, most);
+      if (!beyond.empty()) refuse(beyond);
       try {
         model_.plan(static_cast<int>(most));
       } catch (const OutOfMemory& e) {
-        refuse(e.what());
+        refuse(gib(static_cast<double>(model_.activation_bytes(static_cast<int>(most)))) + " of activations (" +
+               e.what() + ")");
       }
     });
   if (model_.ops().storage() == DType::F16) state_.loss_scale = 65536.0;  // halved on every overflow

@@ -1,6 +1,8 @@
 // trainable.cpp: the flat trainable buffer of a model (LoRA or full fine-tuning).
 #include "train/trainable.h"
 
+#include <cstdio>
+
 #include "core/error.h"
 
 namespace mgrl::train {
@@ -26,6 +28,21 @@ Trainable trainable_of(model::Transformer& m, bool full_finetune) {
     t.tensors.push_back({model::LoraParams::peft_name(s, false), {s.out, lora->config().r}, s.b_offset});
   }
   return t;
+}
+
+std::string gib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
+  return buf;
+}
+
+std::string activations_beyond_memory(model::Transformer& m, long long tokens) {
+  const std::size_t avail = m.ops().available_memory();
+  if (avail == 0 || tokens <= 0 || tokens >= (1LL << 31)) return "";
+  const std::size_t need = m.activation_bytes(static_cast<int>(tokens));
+  if (need <= avail) return "";
+  return gib(static_cast<double>(need)) + " of activations, more than the " + gib(static_cast<double>(avail)) +
+         " this rank has available";
 }
 
 }  // namespace mgrl::train

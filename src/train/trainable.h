@@ -3,6 +3,7 @@
 #pragma once
 #include <cstddef>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "model/transformer.h"
@@ -26,5 +27,13 @@ struct Trainable {
 // The LoRA parameters of the model, or (full fine-tuning) its base weights: f32 storage trains them in place,
 // other storage (the GPU) trains their fp32 master copy.
 Trainable trainable_of(model::Transformer& m, bool full_finetune);
+
+// Before planning a training micro-batch of `tokens` tokens: "" when its activations (counted as the arena would
+// allocate them) fit the memory the backend has now (or that is unknown), else "N GiB of activations, more than the
+// M GiB this rank has available". Where memory is overcommitted an allocation too large may succeed and the process
+// be killed when it touches it: hence a check before allocating.
+std::string activations_beyond_memory(model::Transformer& m, long long tokens);
+// "12.3 GiB".
+std::string gib(double bytes);
 
 }  // namespace mgrl::train
