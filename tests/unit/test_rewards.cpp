@@ -395,6 +395,13 @@ TEST(Rewards, CommandProtocolAndFailures) {
   const nlohmann::json row = {{"answer", "ok"}};
   const Rewards r = make("[[reward]]\nkind = \"command\"\nname = \"judge\"\ncommand = [\"python3\", \"" + judge + "\"]\n");
   EXPECT_EQ(score1(r, {"ok", "no", "ok"}, row), (std::vector<double>{1.0, 0.25, 1.0}));
+  // A completion that is not valid UTF-8 (cut inside a character) reaches the program with U+FFFD in place of the
+  // bad bytes; it threw in nlohmann's dump before.
+  const std::string echo = test::write_temp("echo_len.py",
+                                            "import sys, json\nfor l in sys.stdin:\n    c = json.loads(l)['completion']\n"
+                                            "    print(1.0 if c == 'ok\\ufffd' else 0.0)\n");
+  const Rewards e = make("[[reward]]\nkind = \"command\"\nname = \"echo\"\ncommand = [\"python3\", \"" + echo + "\"]\n");
+  EXPECT_EQ(score1(e, {"ok\xc3", "ok"}, row), (std::vector<double>{1.0, 0.0}));
   auto err = [&](const std::string& cmd, const std::string& extra = "") {
     const Rewards c = make("[[reward]]\nkind = \"command\"\nname = \"j\"\ncommand = " + cmd + "\n" + extra);
     return test::error_of([&] { score1(c, {"a", "b"}, row); });

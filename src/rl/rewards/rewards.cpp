@@ -359,7 +359,8 @@ class Command : public RewardFunction {
       j["completion"] = s.completion;
       j["completion_tokens"] = s.completion_tokens;
       j["finish_reason"] = s.finish_reason;
-      input += j.dump() + "\n";
+      // A completion cut inside a character is not valid UTF-8: its bytes go out as U+FFFD (JSON cannot carry them).
+      input += j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
     }
     int in[2], out[2], err[2];
     if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0)
