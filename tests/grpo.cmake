@@ -38,6 +38,13 @@ mgrl_add_cli_test(grpo.diverged_run_stops_naming_its_last_checkpoint 0
   -- bash -c "rm -rf ${GRPO}/div && mkdir -p ${GRPO}/div && rc=0 && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${GRPO_STR} --train.lr=1e30 --train.max_steps=10 --checkpoint.every_steps=1 --checkpoint.keep_last=2 --train.max_nonfinite_steps=3 --checkpoint.dir=${GRPO}/div --log.dir=${GRPO}/div > ${GRPO}/div/out 2> ${GRPO}/div/err || rc=$? && echo \"exit $rc: $(grep '^mgrl:' ${GRPO}/div/err)\" && echo checkpoints: $(cd ${GRPO}/div && ls *.h5) && ( ${CHECK} finite ${GRPO}/div/step_00000001.h5 || true )")
 mgrl_add_cli_test(grpo.resume_is_exact 0 "bitwise equal: yes" - - -- bash -c
   "rm -rf ${GRPO}/resume && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${GRPO_STR} --checkpoint.dir=${GRPO}/resume/a --log.dir=${GRPO}/resume/a && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${GRPO_STR} --train.stop_at_step=3 --checkpoint.dir=${GRPO}/resume/b --log.dir=${GRPO}/resume/b && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${GRPO_STR} --checkpoint.dir=${GRPO}/resume/b --log.dir=${GRPO}/resume/b --checkpoint.resume=auto && ${CHECK} weights ${GRPO}/resume/a/step_00000004.h5 ${GRPO}/resume/b/step_00000004.h5 --exact && ${CHECK} losses ${GRPO}/resume/a/metrics.jsonl ${GRPO}/resume/b/metrics.jsonl --after=3")
+# Dynamic loss scaling in GRPO (tests/cli/loss_scaling.sh): the same weights bit for bit as without it; an overflow
+# injected on rank 1 at step 3 (the first step of the second generation round) skips exactly that step.
+mgrl_add_loss_scaling_test(grpo.loss_scaling_trains_the_same_weights same_as_off -- $<TARGET_FILE:mgrl> ${GRPO_ARGS})
+mgrl_add_loss_scaling_test(grpo.grad_overflow_skips_one_step.np2 overflow 1 3 -- ${NP2} ${GRPO_ARGS})
+set_tests_properties(cli.grpo.loss_scaling_trains_the_same_weights cli.grpo.grad_overflow_skips_one_step.np2
+                     PROPERTIES ENVIRONMENT "${MGRL_MPI_ENV};STEPS=4")
+set_tests_properties(cli.grpo.grad_overflow_skips_one_step.np2 PROPERTIES PROCESSORS 2)
 mgrl_add_cli_test(grpo.rollouts_match_metrics 0 "(?s)rollouts of step 1:.*rollouts of step 3:" - - -- bash -c
   "rm -rf ${GRPO}/roll && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${GRPO_STR} --log.dir=${GRPO}/roll && ${CHECK} rollouts ${GRPO}/roll/rollouts/step_00000001.h5 ${GRPO}/roll/metrics.jsonl --G=4 && ${CHECK} rollouts ${GRPO}/roll/rollouts/step_00000003.h5 ${GRPO}/roll/metrics.jsonl --G=4 && test -s ${GRPO}/roll/job_summary.txt && grep -q 'time split' ${GRPO}/roll/job_summary.txt && ls ${GRPO}/roll/events.out.tfevents.*")
 mgrl_add_cli_test(grpo.batch_must_divide 2 - "train.batch_size \\(3 prompts\\) must be divisible by the number of ranks \\(2\\)" 1

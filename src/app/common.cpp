@@ -19,13 +19,39 @@
 
 namespace mgrl::app {
 
-std::unique_ptr<kernels::Ops> make_ops(const dist::Device& device) {
+std::unique_ptr<kernels::Ops> make_ops(const Context& ctx) {
+  const dist::Device& device = ctx.device;
+  const std::string dtype = ctx.cfg.get_string("model.dtype");
+  std::unique_ptr<kernels::Ops> ops;
+  ctx.env.agree([&] {
+    if (device.backend != dist::Backend::Cuda) {
+      if (dtype != "auto")
+        throw UserError("model.dtype = \"" + dtype + "\" needs the CUDA backend; this run uses the CPU backend, which " +
+                        "computes in f32 (leave model.dtype = \"auto\", or run on GPUs)");
+      ops = kernels::make_cpu_ops();
+      return;
+    }
+    if (dtype == "bf16" && device.gpu.cc_major < 8)
+      throw UserError("model.dtype = \"bf16\" needs compute capability 8.0 or newer; " + device.gpu.name + " is " +
+                      std::to_string(device.gpu.cc_major) + "." + std::to_string(device.gpu.cc_minor) +
+                      " (use \"fp16\" or \"auto\")");
 #if MGRL_WITH_CUDA
-  if (device.backend == dist::Backend::Cuda) return kernels::make_cuda_ops(device.gpu.index);
-#else
-  (void)device;
+    if (dtype == "auto") ops = kernels::make_cuda_ops(device.gpu.index);
+    else ops = kernels::make_cuda_ops(device.gpu.index, dtype == "fp16" ? DType::F16 : DType::BF16);
 #endif
-  return kernels::make_cpu_ops();
+  });
+  MGRL_CHECK(ops != nullptr, "no op backend for this device");
+  return ops;
+}
+
+train::LossScaling loss_scaling(const Context& ctx, DType storage) {
+  train::LossScaling s;
+  ctx.env.agree([&] {
+    s = train::loss_scaling_of(ctx.cfg.get_string("train.loss_scaling"), storage,
+                               ctx.cfg.get_float("train.loss_scale_init"), ctx.cfg.get_float("train.loss_scale_min"),
+                               ctx.cfg.get_int("train.loss_scale_growth_interval"));
+  });
+  return s;
 }
 
 void load_model(const Context& ctx, model::Transformer& net, const std::string& model_dir, const std::string& adapter) {

@@ -63,7 +63,8 @@ int run_grpo(Context& ctx) {
                      static_cast<double>(longest), "lower it or grpo.num_generations, or raise train.grad_accum");
   });
 
-  auto ops = make_ops(ctx.device);
+  auto ops = make_ops(ctx);
+  const train::LossScaling scaling = loss_scaling(ctx, ops->storage());
   model::Transformer net(mc, *ops,
                          model::ModelOptions{full, cfg.get_bool("model.recompute"),
                                              cfg.get_string("train.master_weights") == "always"});
@@ -82,6 +83,7 @@ int run_grpo(Context& ctx) {
   o.batch_prompts = static_cast<int>(cfg.get_int("train.batch_size"));
   o.grad_accum = static_cast<int>(cfg.get_int("train.grad_accum"));
   o.optim.max_grad_norm = cfg.get_float("train.max_grad_norm");
+  o.optim.scaling = scaling;
   o.optim.adamw.beta1 = static_cast<float>(cfg.get_float("train.adam_beta1"));
   o.optim.adamw.beta2 = static_cast<float>(cfg.get_float("train.adam_beta2"));
   o.optim.adamw.eps = static_cast<float>(cfg.get_float("train.adam_eps"));

@@ -83,7 +83,7 @@ int run_score(Context& ctx) {
     }
   });
 
-  auto ops = make_ops(ctx.device);
+  auto ops = make_ops(ctx);
   model::Transformer net(mc, *ops);
   load_model(ctx, net, model_dir, adapter);
 

@@ -54,7 +54,8 @@ int run_sft(Context& ctx) {
                      static_cast<double>(longest), "lower it");
   });
 
-  auto ops = make_ops(ctx.device);
+  auto ops = make_ops(ctx);
+  const train::LossScaling scaling = loss_scaling(ctx, ops->storage());
   model::Transformer net(mc, *ops,
                          model::ModelOptions{full, cfg.get_bool("model.recompute"),
                                              cfg.get_string("train.master_weights") == "always"});
@@ -72,6 +73,7 @@ int run_sft(Context& ctx) {
   o.global_batch = static_cast<int>(cfg.get_int("train.batch_size"));
   o.grad_accum = static_cast<int>(cfg.get_int("train.grad_accum"));
   o.max_grad_norm = cfg.get_float("train.max_grad_norm");
+  o.scaling = scaling;
   o.adamw.beta1 = static_cast<float>(cfg.get_float("train.adam_beta1"));
   o.adamw.beta2 = static_cast<float>(cfg.get_float("train.adam_beta2"));
   o.adamw.eps = static_cast<float>(cfg.get_float("train.adam_eps"));

@@ -6,6 +6,9 @@
 #include <string>
 #include <utility>
 
+#include "core/dtype.h"
+#include "train/optimizer.h"
+
 namespace mgrl::dist {
 class MpiEnv;
 class Comm;
@@ -49,8 +52,12 @@ int run_export(Context& ctx);
 // `mgrl generate`: completions of JSONL prompts into a JSONL file (docs/generate.md).
 int run_generate(Context& ctx);
 
-// The op backend for the rank's device.
-std::unique_ptr<kernels::Ops> make_ops(const dist::Device& device);
+// The op backend for the rank's device, storing model.dtype (auto: bf16 on sm_80 and newer, fp16 before; the CPU
+// backend is f32 and takes auto only). Collective: errors agreed on by all ranks.
+std::unique_ptr<kernels::Ops> make_ops(const Context& ctx);
+// The loss scaling of train.loss_scaling and its keys for a backend storing `storage`. Collective: a bad key is a
+// one-line error agreed on by all ranks.
+train::LossScaling loss_scaling(const Context& ctx, DType storage);
 // Base weights from model_dir and, when adapter is not empty, that PEFT adapter; errors agreed on by all ranks.
 void load_model(const Context& ctx, model::Transformer& net, const std::string& model_dir, const std::string& adapter);
 // Peak dense bf16/fp16 tensor throughput (TFLOP/s) of GPUs whose name we recognise (for MFU); 0 when unknown.

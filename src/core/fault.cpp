@@ -17,6 +17,7 @@ struct Spec {
   std::string point;
   int rank = -1;
   std::int64_t step = -1;
+  std::int64_t count = 1;  // steps step .. step + count - 1 (grad_overflow)
   bool kill = false;
 };
 
@@ -26,7 +27,7 @@ Spec parse(const char* text) {
   const std::string all(text);
   const auto bad = [&all](const std::string& why) {
     return UserError("MGRL_FAULT_INJECT='" + all + "': " + why +
-                     " (expected <point>:rank=<R>:step=<N>[:action=throw|kill])");
+                     " (expected <point>:rank=<R>:step=<N>[:action=throw|kill], or grad_overflow:rank=<R>:step=<N>[:count=<K>])");
   };
   std::size_t start = 0;
   bool first = true;
@@ -35,7 +36,8 @@ Spec parse(const char* text) {
     const std::string field = all.substr(start, colon - start);
     start = colon + 1;
     if (first) {
-      if (field != "checkpoint_write" && field != "output_write") throw bad("unknown point '" + field + "'");
+      if (field != "checkpoint_write" && field != "output_write" && field != "grad_overflow")
+        throw bad("unknown point '" + field + "'");
       s.point = field;
       first = false;
       continue;
@@ -44,12 +46,14 @@ Spec parse(const char* text) {
     if (eq == std::string::npos) throw bad("'" + field + "' is not key=value");
     const std::string key = field.substr(0, eq), value = field.substr(eq + 1);
     char* end = nullptr;
-    if (key == "rank" || key == "step") {
+    if (key == "rank" || key == "step" || (key == "count" && s.point == "grad_overflow")) {
       const long long v = std::strtoll(value.c_str(), &end, 10);
-      if (value.empty() || *end != '\0' || v < 0) throw bad(key + " must be a number >= 0");
+      if (value.empty() || *end != '\0' || v < (key == "count" ? 1 : 0))
+        throw bad(key + (key == "count" ? " must be a number >= 1" : " must be a number >= 0"));
       if (key == "rank") s.rank = static_cast<int>(v);
-      else s.step = v;
-    } else if (key == "action" && (value == "throw" || value == "kill")) {
+      else if (key == "step") s.step = v;
+      else s.count = v;
+    } else if (key == "action" && s.point != "grad_overflow" && (value == "throw" || value == "kill")) {
       s.kill = value == "kill";
     } else {
       throw bad("unknown field '" + field + "'");
@@ -60,15 +64,25 @@ Spec parse(const char* text) {
   return s;
 }
 
+const Spec& spec() {
+  static const Spec s = parse(std::getenv("MGRL_FAULT_INJECT"));
+  return s;
+}
+
 }  // namespace
 
+bool fires(const char* name, int rank, std::int64_t step) {
+  const Spec& s = spec();
+  return s.set && s.rank == rank && s.point == name && step >= s.step && step - s.step < s.count;
+}
+
 void point(const char* name, int rank, std::int64_t step) {
-  static const Spec spec = parse(std::getenv("MGRL_FAULT_INJECT"));
-  if (!spec.set) return;
-  if (spec.rank != rank || spec.step != step || spec.point != name) return;
+  const Spec& s = spec();
+  if (!s.set) return;
+  if (s.rank != rank || s.step != step || s.point != name) return;
   const std::string what = std::string("fault injected by MGRL_FAULT_INJECT: ") + name + " on rank " +
                            std::to_string(rank) + " at step " + std::to_string(step);
-  if (spec.kill) {
+  if (s.kill) {
     ::kill(::getpid(), SIGKILL);
     ::pause();
   }

@@ -3,8 +3,10 @@
 // kernel's OOM killer or a node failure would), so that tests can show how a multi-rank job ends when one rank
 // fails there (tests/faults/). Points: checkpoint_write (rank 0: in the middle of the file, after the tensors;
 // other ranks: while rank 0 writes); output_write (rank=0:step=0: `mgrl generate` half way through its output
-// file, `mgrl score` after its datasets, before the file is moved into place). Read once; unset, a point costs one
-// branch on a static.
+// file, `mgrl score` after its datasets, before the file is moved into place). One point corrupts a value instead
+// of failing: grad_overflow[:count=K] (rank R writes +inf into one gradient element before the allreduce of
+// training steps N to N+K-1, K = 1 by default, as an fp16 overflow would; train/grad_sync.h). Read once; unset, a
+// point costs one branch on a static.
 #pragma once
 #include <cstdint>
 
@@ -13,5 +15,8 @@ namespace mgrl::fault {
 // Fails as MGRL_FAULT_INJECT says when it names this point, this rank and this step; otherwise returns.
 // A malformed MGRL_FAULT_INJECT is a UserError (a test that means to inject a fault must not pass without one).
 void point(const char* name, int rank, std::int64_t step);
+// For the points that corrupt a value (grad_overflow): whether MGRL_FAULT_INJECT names this point, this rank and a
+// step of its range. Never throws for a well-formed MGRL_FAULT_INJECT (a malformed one is a UserError).
+bool fires(const char* name, int rank, std::int64_t step);
 
 }  // namespace mgrl::fault

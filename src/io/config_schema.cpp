@@ -41,6 +41,11 @@ const Schema& mgrl_schema() {
     add({"model.recompute", T::Bool, Value(false),
          "recompute each layer's activations in the backward pass instead of keeping them (less memory)", {}, {}, {},
          {}});
+    add({"model.dtype", T::String, Value(std::string("auto")),
+         "CUDA backend: storage of the frozen weights and activations: auto (bf16 on compute capability 8.0 and newer, "
+         "fp16 before: V100 and T4 have no bf16), bf16 or fp16 (fp16 on any GPU, e.g. to compare with bf16 on the same "
+         "one); LoRA weights, gradients and AdamW moments are f32 either way. The CPU backend is f32 and takes auto only",
+         {"auto", "bf16", "fp16"}, {}, {}, {}});
     add({"model.tokenizer", T::String, Value(std::string("")),
          "directory with tokenizer.json (and tokenizer_config.json); empty: model.path", {}, {}, {}, {}});
     add({"lora.adapter", T::String, Value(std::string("")),
@@ -70,8 +75,25 @@ const Schema& mgrl_schema() {
     add({"train.max_steps", T::Int, Value(std::int64_t{100}), "optimizer steps", {}, 1.0, {}, {}});
     add({"train.max_nonfinite_steps", T::Int, Value(std::int64_t{25}),
          "a step whose loss or gradient norm is not finite changes nothing (skipped on every rank) and writes no "
-         "periodic checkpoint; this many in a row stop the run with exit 2 naming the last checkpoint (fp16's loss "
-         "scaling skips a few while it finds its scale); 0: never stop", {}, 0.0, {}, {}});
+         "periodic checkpoint; this many in a row stop the run with exit 2 naming the last checkpoint. With loss "
+         "scaling, an overflow (gradients not finite at a scale above train.loss_scale_min: skipped, scale halved) "
+         "does not count; a non-finite loss, or an overflow at the minimum scale, does. 0: never stop",
+         {}, 0.0, {}, {}});
+    add({"train.loss_scaling", T::String, Value(std::string("auto")),
+         "dynamic loss scaling: the loss is multiplied by a scale before the backward and the gradients divided by it "
+         "before clipping and the update; a step whose gradients overflow is skipped on every rank and halves the "
+         "scale, train.loss_scale_growth_interval clean steps in a row double it (at most 2^24). auto: dynamic "
+         "exactly when the weights are fp16; dynamic: always (on the CPU too: f32 trains the same weights bit for "
+         "bit); off: never",
+         {"auto", "dynamic", "off"}, {}, {}, {}});
+    add({"train.loss_scale_init", T::Float, Value(65536.0),
+         "the loss scale a run starts with (a power of two, at most 2^24 = 16777216)", {}, 0.0, 16777216.0, {}});
+    add({"train.loss_scale_min", T::Float, Value(1.0),
+         "the smallest loss scale (a power of two <= train.loss_scale_init): gradients that overflow at this scale "
+         "are a diverged step (train.max_nonfinite_steps), not an overflow", {}, 0.0, 16777216.0, {}});
+    add({"train.loss_scale_growth_interval", T::Int, Value(std::int64_t{2000}),
+         "clean steps in a row (no overflow, no skipped step) after which the loss scale doubles (2000: torch's "
+         "GradScaler default)", {}, 1.0, {}, {}});
     add({"train.stop_at_step", T::Int, Value(std::int64_t{0}),
          "end the run (with a checkpoint) after this step, as a time-limited job would, without changing the "
          "schedule, which still spans max_steps; 0: run to max_steps", {}, 0.0, {}, {}});

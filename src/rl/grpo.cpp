@@ -9,6 +9,7 @@
 
 #include "core/build_info.h"
 #include "core/error.h"
+#include "core/fault.h"
 #include "core/log.h"
 #include "core/random.h"
 #include "core/stop.h"
@@ -91,7 +92,7 @@ GrpoTrainer::GrpoTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Trans
   ckpt_ = std::make_unique<train::Checkpointer>(env_, model_.ops(), *opt_, opts_.checkpoint,
                                                 train::model_identity(io::architecture_name(model_.config().arch),
                                                                       tr_.tensors));
-  guard_ = std::make_unique<train::DivergenceGuard>(env_, opts_.max_nonfinite_steps);
+  guard_ = std::make_unique<train::DivergenceGuard>(env_, opts_.max_nonfinite_steps, opts_.optim.scaling.enabled);
   // The training micro-batch at its largest (every completion of the longest prompt at max_completion_length) must
   // fit the memory the rank has: refused at the start naming the keys, rather than failing at the step whose
   // completions first grow that long.
@@ -115,7 +116,7 @@ GrpoTrainer::GrpoTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Trans
     });
   }
   state_.rank_rng.assign(static_cast<std::size_t>(ranks), 0);
-  if (model_.ops().storage() == DType::F16) state_.loss_scale = 65536.0;
+  opt_->start(state_);  // the loss scale of a fresh run; a resume takes the checkpoint's
   // The reference policy: the adapter switched off, unless it must be the starting weights and those are not the
   // base model (a starting adapter, or full fine-tuning): then a frozen copy of the trainable weights only.
   const bool full = model_.base_grads() != nullptr;
@@ -479,8 +480,9 @@ double GrpoTrainer::train_step(nlohmann::json* metrics) {
     }
   const bool first_iteration = state_.step == R.first_step;
   const float logit_scale = 1.0f / opts_.sampling.temperature;
-  const double scale = opt_->loss_scale(state_);
+  const double scale = opt_->loss_scale(state_);  // dynamic loss scaling: the backward's weights carry it
   sync_->zero();
+  sync_->inject_overflow(fault::fires("grad_overflow", rank, state_.step + 1));  // tests (core/fault.h)
   double loss = 0, kl = 0, low = 0, high = 0, ratio = 0, ratio_tokens = 0, tokens = 0;
   std::vector<int> plen;
   std::vector<float> lp, w, mask;
@@ -539,7 +541,7 @@ double GrpoTrainer::train_step(nlohmann::json* metrics) {
   double norm = 0;
   {
     auto t = phases_.time("communication");
-    norm = sync_->finish(scale);
+    norm = train::agreed_norm(env_, sync_->finish(scale));
     loss = env_.allreduce_sum(loss);
     kl = env_.allreduce_sum(kl);
     low = env_.allreduce_sum(low);
@@ -568,7 +570,7 @@ double GrpoTrainer::train_step(nlohmann::json* metrics) {
   }
   const double lr = opt_->lr(state_);
   model_.ops().phase_begin(kernels::Phase::Optimizer);
-  last_updated_ = opt_->step(state_, norm, loss);
+  last_outcome_ = opt_->step(state_, norm, loss);
   model_.ops().phase_end(kernels::Phase::Optimizer);
   last_norm_ = norm;
   state_.tokens_seen += static_cast<std::int64_t>(batch_tokens);
@@ -577,6 +579,7 @@ double GrpoTrainer::train_step(nlohmann::json* metrics) {
   (*metrics)["loss"] = loss;
   (*metrics)["grad_norm"] = norm;
   (*metrics)["lr"] = lr;
+  if (opt_->scaling()) train::scaler_record(*metrics, state_, last_outcome_);
   if (opts_.loss.beta > 0) (*metrics)["kl"] = kl * inv;
   (*metrics)["clip_ratio/low_mean"] = low * inv;
   (*metrics)["clip_ratio/high_mean"] = high * inv;
@@ -766,9 +769,7 @@ GrpoResult GrpoTrainer::run() {
         k += std::snprintf(line + k, sizeof(line) - static_cast<std::size_t>(k), " | kl %.4f", j["kl"].get<double>());
       k += std::snprintf(line + k, sizeof(line) - static_cast<std::size_t>(k), " | %.1fs (gen %.0f%%)", step_seconds,
                          step_seconds > 0 ? 100.0 * phases_.get("generation") / step_seconds : 0.0);
-      if (state_.skipped_steps > 0)  // steps whose loss or gradient norm was not finite: they changed nothing
-        std::snprintf(line + k, sizeof(line) - static_cast<std::size_t>(k), " | skipped %lld",
-                      static_cast<long long>(state_.skipped_steps));
+      train::scaler_text(line + k, sizeof(line) - static_cast<std::size_t>(k), state_, opt_->scaling());
       rlog.line(line);
     }
     rlog.emit(j, state_.step);
@@ -781,7 +782,7 @@ GrpoResult GrpoTrainer::run() {
       for (const auto& r : round_->global) e["rollouts"].push_back(to_json(r));
       return e.dump();
     };
-    guard_->after_step(last_updated_, state_.step, ckpt_->last_checkpoint());
+    guard_->after_step(last_outcome_, state_.step, ckpt_->last_checkpoint());
     if (ckpt_->due(state_.step) && !last) {
       if (guard_->diverging())
         rlog.line("step " + std::to_string(state_.step) +
@@ -811,6 +812,7 @@ GrpoResult GrpoTrainer::run() {
   eval_line("after", res.last_eval);
   res.steps = state_.step;
   res.skipped = state_.skipped_steps;
+  res.overflows = state_.overflow_steps;
   res.seconds = seconds_since(t0);
   rlog.flush();
   if (rlog.rank0() && !opts_.log_dir.empty()) {
@@ -819,6 +821,7 @@ GrpoResult GrpoTrainer::run() {
       << "ranks: " << env_.size() << "\n"
       << "wall time: " << train::human_time(res.seconds) << " (" << res.seconds << " s)\n"
       << "steps: " << res.steps << " (this run: " << res.steps - first << ", skipped: " << res.skipped << ")\n"
+      << train::scaler_summary(state_, opt_->scaling())
       << "generated tokens: " << generated_tokens_ << "\n"
       << "trained (loss) tokens: " << trained_tokens_ << "\n"
       << "time split of rank 0 (s):";

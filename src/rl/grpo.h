@@ -69,7 +69,7 @@ struct EvalResult {
 };
 
 struct GrpoResult {
-  std::int64_t steps = 0, skipped = 0;
+  std::int64_t steps = 0, skipped = 0, overflows = 0;
   EvalResult first_eval, last_eval;
   double seconds = 0;
 };
@@ -115,7 +115,7 @@ class GrpoTrainer {
   std::unique_ptr<train::GradSync> sync_;
   std::unique_ptr<train::Checkpointer> ckpt_;
   std::unique_ptr<train::DivergenceGuard> guard_;
-  bool last_updated_ = true;  // the last step changed the weights (not skipped for a non-finite loss or norm)
+  train::StepOutcome last_outcome_ = train::StepOutcome::Updated;  // of the last step
   train::TrainState state_;
   float* initial_ = nullptr;  // frozen copy of the starting trainable weights (reference = initial), or nullptr
   float* swap_ = nullptr;

@@ -42,6 +42,7 @@ const std::string kIdentity = "/model_identity";
 const std::string kStep = "/state/step";
 const std::string kTokensSeen = "/state/tokens_seen";
 const std::string kSkippedSteps = "/state/skipped_steps";
+const std::string kOverflowSteps = "/state/overflow_steps";  // absent in files older than the loss scaler: 0
 const std::string kLossScale = "/state/loss_scale";
 const std::string kScalerGoodSteps = "/state/scaler_good_steps";
 const std::string kBestEvalLoss = "/state/best_eval_loss";
@@ -271,6 +272,10 @@ Checkpoint read_file(const io::H5Reader& r, bool sealed, const std::string& expe
   s.step = read_i64(r, version, kStep);
   s.tokens_seen = read_i64(r, version, kTokensSeen);
   s.skipped_steps = read_i64(r, version, kSkippedSteps);
+  s.overflow_steps = r.has(kOverflowSteps) ? read_i64(r, version, kOverflowSteps) : 0;
+  if (s.skipped_steps < 0 || s.overflow_steps < 0 || s.overflow_steps > s.skipped_steps)
+    corrupt(r, "skipped_steps = " + std::to_string(s.skipped_steps) + " and overflow_steps = " +
+                   std::to_string(s.overflow_steps) + " disagree");
   s.loss_scale = read_f64(r, version, kLossScale);
   s.scaler_good_steps = read_i64(r, version, kScalerGoodSteps);
   s.best_eval_loss = read_f64(r, version, kBestEvalLoss);
@@ -397,6 +402,7 @@ void write_checkpoint(const std::string& dir, const Checkpoint& ck) {
     put_i64(kStep, s.step);
     put_i64(kTokensSeen, s.tokens_seen);
     put_i64(kSkippedSteps, s.skipped_steps);
+    put_i64(kOverflowSteps, s.overflow_steps);
     put_f64(kLossScale, s.loss_scale);
     put_i64(kScalerGoodSteps, s.scaler_good_steps);
     put_f64(kBestEvalLoss, s.best_eval_loss);

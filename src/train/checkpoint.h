@@ -32,9 +32,10 @@ struct DataCursor {
 struct TrainState {
   std::int64_t step = 0;           // optimizer steps completed
   std::int64_t tokens_seen = 0;    // loss tokens over all ranks
-  std::int64_t skipped_steps = 0;  // steps skipped for inf/NaN gradients
-  double loss_scale = 1.0;         // dynamic loss scaler (fp16); 1 otherwise
-  std::int64_t scaler_good_steps = 0;
+  std::int64_t skipped_steps = 0;  // steps skipped for an inf/NaN loss or gradients (overflows included)
+  std::int64_t overflow_steps = 0;  // of those, the loss scaler's overflows (skipped, scale halved)
+  double loss_scale = 1.0;         // dynamic loss scaler; 1 without loss scaling
+  std::int64_t scaler_good_steps = 0;  // clean steps since the scale last changed
   double best_eval_loss = std::numeric_limits<double>::infinity();
   DataCursor cursor;
   std::vector<std::uint64_t> rank_rng;  // the counter of every rank's random stream, in rank order

@@ -106,6 +106,9 @@ void Checkpointer::apply(const Checkpoint& ck, const std::string& path, TrainSta
   ops_.upload(opt_.exp_avg_sq(), ck.adam_v.data(), tr.n * 4);
   st = ck.state;
   st.rank_rng.assign(static_cast<std::size_t>(env_.size()), static_cast<std::uint64_t>(st.step));
+  // The loss scaler of this run's settings (train.loss_scaling) taking over the checkpoint's scale.
+  const std::string scaler = opt_.resumed(st);
+  if (!scaler.empty()) log::warn_once(path + ": " + scaler);
   if (extra) *extra = ck.extra;
 }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 
 #if MGRL_WITH_CUDA
 #include "kernels/cuda/cuda_ops.h"
@@ -37,11 +38,18 @@ GradSync::GradSync(dist::Comm& comm, model::Transformer& model, const Trainable&
 
 void GradSync::zero() { model_.ops().zero(tr_.grads, tr_.n * sizeof(float)); }
 
+void GradSync::overflow_at(std::size_t i) {
+  static const float inf = std::numeric_limits<float>::infinity();  // static: an asynchronous copy reads it
+  model_.ops().upload(tr_.grads + i, &inf, sizeof(float));  // on the compute stream, before the reduction
+  overflow_ = false;
+}
+
 std::function<void(int)> GradSync::hook(bool last) {
   if (!last || layer_ranges_.empty()) return {};
   return [this](int l) {
     const auto [begin, end] = layer_ranges_[static_cast<std::size_t>(l)];
     if (end <= begin) return;
+    if (overflow_) overflow_at(begin);
     if (comm_.backend() == dist::Backend::Cuda) {
       comm_.allreduce_sum_async(tr_.grads + begin, end - begin, DType::F32, stream_);
       return;
@@ -60,6 +68,7 @@ double GradSync::finish(double scale) {
   kernels::Ops& ops = model_.ops();
   // Communication: from the end of the backward to the reduced gradients, on the backend's stream (on a GPU the
   // stream waits for the collectives, so this is the part of the reduction that the backward did not hide).
+  if (overflow_ && tr_.n > 0) overflow_at(0);  // not reduced by a hook (the whole buffer at once)
   ops.phase_begin(kernels::Phase::Communication);
   if (layer_ranges_.empty()) comm_.allreduce_sum(tr_.grads, tr_.n, DType::F32, stream_);
   comm_.wait(stream_);
@@ -68,6 +77,11 @@ double GradSync::finish(double scale) {
   comm_.synchronize();
   ops.phase_add(kernels::Phase::HostWait, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return std::sqrt(ops.sum_squares(tr_.grads, tr_.n)) / scale;
+}
+
+double agreed_norm(const dist::MpiEnv& env, double norm) {
+  const int bad = env.allreduce_max(std::isfinite(norm) ? 0 : 1);
+  return bad ? std::numeric_limits<double>::infinity() : norm;
 }
 
 }  // namespace mgrl::train

@@ -2,7 +2,8 @@
 // start of a step, each layer's LoRA gradients allreduced (summed) over ranks as soon as the backward of the
 // step's last micro-batch finishes them (one bucket per layer; asynchronous on NCCL, overlapping the layers still
 // to come), or the whole buffer at once when the layers do not split it cleanly (full fine-tuning), then the global
-// gradient norm, identical on every rank.
+// gradient norm, identical on every rank. The gradients are those of the scaled loss: finish() divides the scale out
+// of the norm, the optimizer out of the gradients it reads.
 #pragma once
 #include <cstddef>
 #include <functional>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "dist/comm.h"
+#include "dist/mpi_env.h"
 #include "model/transformer.h"
 #include "train/trainable.h"
 
@@ -26,6 +28,10 @@ class GradSync {
   // summed gradients divided by `scale` (the loss scale); non-finite when any gradient is.
   double finish(double scale);
   bool bucketed() const { return !layer_ranges_.empty(); }
+  // Tests (MGRL_FAULT_INJECT=grad_overflow, core/fault.h): this step, write +inf into one gradient element of this
+  // rank before it is reduced (the first bucket reduced, or the first element of the whole buffer), as an fp16
+  // overflow in this rank's backward would.
+  void inject_overflow(bool on) { overflow_ = on; }
   void* stream() const { return stream_; }
 
  private:
@@ -34,6 +40,13 @@ class GradSync {
   Trainable tr_;
   void* stream_ = nullptr;  // the compute stream (CUDA), for ordering the allreduces after the backward
   std::vector<std::pair<std::size_t, std::size_t>> layer_ranges_;  // gradient bucket of each layer
+  bool overflow_ = false;
+  void overflow_at(std::size_t i);
 };
+
+// The gradient norm every rank acts on: +inf on every rank when it is not finite on some rank, else `norm`. The
+// reduced gradients are the same on every rank, so their norms agree; this makes the skip of an overflowing step a
+// collective decision all the same (one allreduce of an int). Collective.
+double agreed_norm(const dist::MpiEnv& env, double norm);
 
 }  // namespace mgrl::train

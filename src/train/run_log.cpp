@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "core/log.h"
 
@@ -126,6 +127,36 @@ void RunLog::end_progress() {
 
 void RunLog::flush() {
   if (tb_) tb_->flush();
+}
+
+int scaler_text(char* out, std::size_t size, const TrainState& st, bool scaling) {
+  std::string t;
+  char b[64];
+  if (scaling) {
+    std::snprintf(b, sizeof b, " | scale %.9g", st.loss_scale);
+    t += b;
+  }
+  if (st.overflow_steps > 0) t += " | overflows " + std::to_string(st.overflow_steps);
+  if (st.skipped_steps > 0) t += " | skipped " + std::to_string(st.skipped_steps);  // they changed nothing
+  if (size == 0) return 0;
+  const std::size_t n = std::min(t.size(), size - 1);
+  std::memcpy(out, t.data(), n);
+  out[n] = '\0';
+  return static_cast<int>(n);
+}
+
+void scaler_record(nlohmann::json& rec, const TrainState& st, StepOutcome outcome) {
+  rec["loss_scale"] = st.loss_scale;
+  rec["overflow"] = outcome == StepOutcome::Overflow ? 1 : 0;
+  rec["overflow_steps"] = st.overflow_steps;
+}
+
+std::string scaler_summary(const TrainState& st, bool scaling) {
+  if (!scaling) return "";
+  char b[64];
+  std::snprintf(b, sizeof b, "%.9g", st.loss_scale);
+  return "loss scaling: dynamic, scale " + std::string(b) + " at the end; " + std::to_string(st.overflow_steps) +
+         " step" + (st.overflow_steps == 1 ? "" : "s") + " overflowed (skipped, scale halved)\n";
 }
 
 }  // namespace mgrl::train

@@ -16,6 +16,8 @@
 #include "dist/mpi_env.h"
 #include "io/tfevents.h"
 #include "kernels/ops.h"
+#include "train/checkpoint.h"
+#include "train/optimizer.h"
 
 namespace mgrl::train {
 
@@ -24,6 +26,16 @@ double seconds_since(Clock::time_point t);
 std::string human_time(double seconds);  // "42s", "3m05s", "1h02m"
 double host_peak_rss_gib();
 void mkdir_p(const std::string& dir);
+
+// The loss scaler and skipped steps on a step line: " | scale 32768" (loss scaling on), " | overflows N" (the
+// scaler's overflows so far), " | skipped N" (every step that changed nothing, overflows included). Writes at most
+// size - 1 characters to out; returns how many it wrote.
+int scaler_text(char* out, std::size_t size, const TrainState& st, bool scaling);
+// Adds to a metrics record (loss scaling on): loss_scale (after the step), overflow (1: this step overflowed, was
+// skipped and halved the scale; else 0) and overflow_steps (so far).
+void scaler_record(nlohmann::json& rec, const TrainState& st, StepOutcome outcome);
+// job_summary.txt's line about loss scaling ("" when it is off), ending in '\n'.
+std::string scaler_summary(const TrainState& st, bool scaling);
 
 // The phase table of a run: each op phase's seconds per step (kernels::Phase, measured on the backend: CUDA events on
 // a GPU) and its share of the mean step time; attention and LoRA are shown as parts of forward + backward, and what

@@ -17,6 +17,7 @@
 
 #include "core/build_info.h"
 #include "core/error.h"
+#include "core/fault.h"
 #include "core/log.h"
 #include "core/random.h"
 #include "core/stop.h"
@@ -60,13 +61,14 @@ SftTrainer::SftTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transfo
     throw UserError("train.batch_size / ranks (" + std::to_string(opts_.global_batch / ranks) +
                     ") must be divisible by train.grad_accum (" + std::to_string(opts_.grad_accum) + ")");
   tr_ = trainable_of(model_, model_.base_grads() != nullptr);
-  opt_ = std::make_unique<Optimizer>(model_.ops(), tr_, OptimizerOptions{opts_.adamw, opts_.schedule, opts_.max_grad_norm});
+  opt_ = std::make_unique<Optimizer>(model_.ops(), tr_,
+                                     OptimizerOptions{opts_.adamw, opts_.schedule, opts_.max_grad_norm, opts_.scaling});
   sync_ = std::make_unique<GradSync>(comm_, model_, tr_);
   ckpt_ = std::make_unique<Checkpointer>(
       env_, model_.ops(), *opt_,
       CheckpointOptions{opts_.checkpoint_dir, opts_.checkpoint_every, opts_.keep_last, opts_.resume, opts_.config_text},
       model_identity(io::architecture_name(model_.config().arch), tr_.tensors));
-  guard_ = std::make_unique<DivergenceGuard>(env_, opts_.max_nonfinite_steps);
+  guard_ = std::make_unique<DivergenceGuard>(env_, opts_.max_nonfinite_steps, opts_.scaling.enabled);
   state_.rank_rng.assign(static_cast<std::size_t>(ranks), 0);
   loss_acc_ = static_cast<double*>(model_.ops().alloc(sizeof(double)));
   // Activation memory planned once: a micro-batch holds at most the `micro` longest examples.
@@ -112,7 +114,7 @@ SftTrainer::SftTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transfo
                e.what() + ")");
       }
     });
-  if (model_.ops().storage() == DType::F16) state_.loss_scale = 65536.0;  // halved on every overflow
+  opt_->start(state_);  // the loss scale of a fresh run; a resume takes the checkpoint's
 }
 
 SftTrainer::~SftTrainer() { model_.ops().release(loss_acc_); }
@@ -131,10 +133,11 @@ double SftTrainer::train_step() {
   }
   const double inv = 1.0 / static_cast<double>(std::max<std::int64_t>(1, n_tokens));
 
-  // fp16 storage: dynamic loss scaling (the loss weights are multiplied by the scale, the update divides it
-  // out); bf16 and f32 need none.
+  // Dynamic loss scaling (fp16 storage, or train.loss_scaling = dynamic): the loss weights of the backward are
+  // multiplied by the scale; the gradient norm and the update divide it out. The loss itself is not scaled.
   const double scale = opt_->loss_scale(state_);
   sync_->zero();
+  sync_->inject_overflow(fault::fires("grad_overflow", rank, state_.step + 1));  // tests (core/fault.h)
   kernels::Ops& ops = model_.ops();
   ops.zero(loss_acc_, sizeof(double));
   std::vector<float> w;
@@ -154,13 +157,13 @@ double SftTrainer::train_step() {
     // has finished them (asynchronously on the GPU, overlapping the layers still to come).
     model_.backward(scale != 1.0 ? w.data() : nullptr, sync_->hook(a + 1 == opts_.grad_accum));
   }
-  const double norm = sync_->finish(scale);  // identical on every rank; synchronises
+  const double norm = agreed_norm(env_, sync_->finish(scale));  // identical on every rank; synchronises
   double loss_local = 0;
   ops.download(&loss_local, loss_acc_, sizeof(double));  // the device is idle: no wait
   const double loss = env_.allreduce_sum(loss_local);
   state_.tokens_seen += n_tokens;
   model_.ops().phase_begin(kernels::Phase::Optimizer);
-  last_updated_ = opt_->step(state_, norm, loss);  // a non-finite step is skipped on every rank together
+  last_outcome_ = opt_->step(state_, norm, loss);  // a non-finite step is skipped on every rank together
   model_.ops().phase_end(kernels::Phase::Optimizer);
   last_norm_ = norm;
   return loss;
@@ -236,11 +239,13 @@ SftResult SftTrainer::run() {
                            static_cast<double>(peak_gpu_) / (1 << 30));
       else
         n += std::snprintf(line + n, sizeof(line) - n, " | peak host mem %.2f GiB", host_peak_rss_gib());
-      if (state_.skipped_steps > 0)  // steps whose loss or gradient norm was not finite: they changed nothing
-        std::snprintf(line + n, sizeof(line) - n, " | skipped %lld", static_cast<long long>(state_.skipped_steps));
+      n += scaler_text(line + n, sizeof(line) - static_cast<std::size_t>(n), state_, opt_->scaling());
       rlog.line(line);
-      emit({{"step", state_.step}, {"loss", loss}, {"lr", lr}, {"grad_norm", last_norm_}, {"tokens_per_second", tps},
-            {"trained_tokens_per_second", trained_tps}, {"skipped_steps", state_.skipped_steps}});
+      nlohmann::json rec = {{"step", state_.step}, {"loss", loss}, {"lr", lr}, {"grad_norm", last_norm_},
+                            {"tokens_per_second", tps}, {"trained_tokens_per_second", trained_tps},
+                            {"skipped_steps", state_.skipped_steps}};
+      if (opt_->scaling()) scaler_record(rec, state_, last_outcome_);
+      emit(rec);
       window = Clock::now();
       window_tokens = 0;
       window_all = 0;
@@ -256,7 +261,7 @@ SftResult SftTrainer::run() {
         emit({{"step", state_.step}, {"eval_loss", el}});
       }
     }
-    guard_->after_step(last_updated_, state_.step, ckpt_->last_checkpoint());
+    guard_->after_step(last_outcome_, state_.step, ckpt_->last_checkpoint());
     if (ckpt_->due(state_.step) && !last) {
       if (guard_->diverging()) {
         rlog.line("step " + std::to_string(state_.step) +
@@ -295,6 +300,7 @@ SftResult SftTrainer::run() {
   }
   res.steps = state_.step;
   res.skipped = state_.skipped_steps;
+  res.overflows = state_.overflow_steps;
   res.seconds = seconds_since(t0);
   res.tokens_per_second = res.seconds > 0 ? static_cast<double>(state_.tokens_seen) / res.seconds : 0;
   rlog.flush();
@@ -304,6 +310,7 @@ SftResult SftTrainer::run() {
       << "ranks: " << env_.size() << "\n"
       << "wall time: " << human_time(res.seconds) << " (" << res.seconds << " s)\n"
       << "steps: " << res.steps << " (skipped: " << res.skipped << ")\n"
+      << scaler_summary(state_, opt_->scaling())
       << "tokens: " << state_.tokens_seen << " (" << res.tokens_per_second << " tokens/s over the run)\n"
       << "final train loss: " << res.final_loss << "\n"
       << "final eval loss: " << (res.final_eval_loss >= 0 ? std::to_string(res.final_eval_loss) : "none") << "\n"

@@ -32,6 +32,7 @@ struct SftOptions {
   int global_batch = 8;  // sequences per optimizer step over all ranks
   int grad_accum = 1;    // micro-batches per rank per step
   double max_grad_norm = 1.0;  // 0: no clipping
+  LossScaling scaling;         // enabled: dynamic loss scaling (train.loss_scaling)
   kernels::Ops::AdamW adamw;
   Schedule schedule;
   std::uint64_t seed = 0;
@@ -52,7 +53,7 @@ struct SftOptions {
 };
 
 struct SftResult {
-  std::int64_t steps = 0, skipped = 0, checkpoints = 0;
+  std::int64_t steps = 0, skipped = 0, overflows = 0, checkpoints = 0;
   double final_loss = 0, final_eval_loss = -1, best_eval_loss = -1, eval_accuracy = -1, seconds = 0;
   double tokens_per_second = 0;
 };
@@ -82,7 +83,7 @@ class SftTrainer {
   std::unique_ptr<GradSync> sync_;
   std::unique_ptr<Checkpointer> ckpt_;
   std::unique_ptr<DivergenceGuard> guard_;
-  bool last_updated_ = true;  // the last step changed the weights (not skipped for a non-finite loss or norm)
+  StepOutcome last_outcome_ = StepOutcome::Updated;  // of the last step
   TrainState state_;
   double last_norm_ = 0;
   std::int64_t last_tokens_all_ = 0;

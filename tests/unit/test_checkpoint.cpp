@@ -89,6 +89,7 @@ Checkpoint sample(std::int64_t step) {
   s.step = step;
   s.tokens_seen = (std::int64_t{1} << 40) + 3;
   s.skipped_steps = 3;
+  s.overflow_steps = 2;
   s.loss_scale = 1.0 / 3.0;
   s.scaler_good_steps = 17;
   s.best_eval_loss = std::numeric_limits<double>::infinity();
@@ -139,6 +140,7 @@ TEST(Checkpoint, RoundTripIsBitExact) {
   EXPECT_EQ(r.state.step, 42);
   EXPECT_EQ(r.state.tokens_seen, ck.state.tokens_seen);
   EXPECT_EQ(r.state.skipped_steps, 3);
+  EXPECT_EQ(r.state.overflow_steps, 2);
   EXPECT_EQ(std::memcmp(&r.state.loss_scale, &ck.state.loss_scale, sizeof(double)), 0);
   EXPECT_EQ(r.state.scaler_good_steps, 17);
   EXPECT_TRUE(std::isinf(r.state.best_eval_loss) && r.state.best_eval_loss > 0);
@@ -157,7 +159,7 @@ TEST(Checkpoint, FileHasTheDocumentedLayout) {
   write_checkpoint(dir, ck);
   // The seal in the user block lists every dataset with its values (docs/checkpoint.md#integrity).
   const auto entries = io::read_seal_entries(checkpoint_path(dir, 7));
-  ASSERT_EQ(entries.size(), 9u + 12u);
+  ASSERT_EQ(entries.size(), 9u + 13u);
   EXPECT_EQ(entries[0].name, "/trainable/" + kZ) << "in the order written";
   EXPECT_EQ(entries[0].size, 64u);
   EXPECT_EQ(read_bytes(checkpoint_path(dir, 7)).substr(entries[0].offset, 64),
@@ -185,8 +187,9 @@ TEST(Checkpoint, FileHasTheDocumentedLayout) {
   EXPECT_EQ(r.dtype("/trainable/" + kA), DType::F32);
   EXPECT_EQ(r.shape("/optimizer/exp_avg/" + kB), (std::vector<std::uint64_t>{60, 4}));
   EXPECT_EQ(r.read_string("/trainable_order"), kZ + "\n" + kA + "\n" + kB);
-  EXPECT_EQ(r.list("/state"), (std::vector<std::string>{"best_eval_loss", "data", "loss_scale", "rng",
-                                                        "scaler_good_steps", "skipped_steps", "step", "tokens_seen"}));
+  EXPECT_EQ(r.list("/state"), (std::vector<std::string>{"best_eval_loss", "data", "loss_scale", "overflow_steps",
+                                                        "rng", "scaler_good_steps", "skipped_steps", "step",
+                                                        "tokens_seen"}));
   EXPECT_EQ(r.list("/state/data"), (std::vector<std::string>{"epoch", "position"}));
   EXPECT_EQ(r.dtype("/state/step"), DType::I64);
   EXPECT_TRUE(r.shape("/state/step").empty());
@@ -388,6 +391,7 @@ std::string difference(const Checkpoint& a, const Checkpoint& b) {
       return "tensor " + a.tensors[i].name;
   const auto &s = a.state, &t = b.state;
   if (s.step != t.step || s.tokens_seen != t.tokens_seen || s.skipped_steps != t.skipped_steps ||
+      s.overflow_steps != t.overflow_steps ||
       std::memcmp(&s.loss_scale, &t.loss_scale, sizeof(double)) != 0 || s.scaler_good_steps != t.scaler_good_steps ||
       std::memcmp(&s.best_eval_loss, &t.best_eval_loss, sizeof(double)) != 0 || s.cursor.epoch != t.cursor.epoch ||
       s.cursor.position != t.cursor.position || s.rank_rng != t.rank_rng)
@@ -717,6 +721,7 @@ TEST(Checkpoint, HandWrittenLayoutReads) {
   EXPECT_EQ(ck.tensors[1].offset, 24u);
   EXPECT_EQ(ck.params.size(), 48u);
   EXPECT_EQ(ck.state.step, 5);
+  EXPECT_EQ(ck.state.overflow_steps, 0) << "files from before the loss scaler counted overflows have none: 0";
   EXPECT_EQ(ck.state.rank_rng, (std::vector<std::uint64_t>{1, ~std::uint64_t{0}}));
   EXPECT_EQ(ck.mgrl_version, "0.1.0");
 }
@@ -825,7 +830,7 @@ TEST(Checkpoint, ManyTensorsGetALargerUserBlock) {
   std::uint64_t ub = 0;
   for (int i = 7; i >= 0; --i) ub = (ub << 8) | static_cast<unsigned char>(bytes[24 + static_cast<std::size_t>(i)]);
   EXPECT_EQ(ub, 131072u);
-  EXPECT_EQ(io::read_seal_entries(checkpoint_path(dir, 2)).size(), 1200u + 11u) << "/state/rng is empty: no values";
+  EXPECT_EQ(io::read_seal_entries(checkpoint_path(dir, 2)).size(), 1200u + 12u) << "/state/rng is empty: no values";
   EXPECT_EQ(difference(read_checkpoint(checkpoint_path(dir, 2), ck.model_identity), ck), "");
 }
 
