@@ -54,6 +54,9 @@ c grpo_batch_beyond_memory 1 "a training micro-batch of 4 completions \(train\.b
 c lora_r_exceeds_layer_rank 1 "lora\.r = 30 exceeds the rank of the k_proj layers \(48 in, 24 out features\): at most 24" '' $SFT --lora.r=30
 c lora_r_exceeds_layer_rank_grpo_np2 2 "lora\.r = 25 exceeds the rank of the k_proj layers" '' $GRPO --lora.r=25
 c cli_absurd_eval_batch 1 "key 'eval\.batch_size' \(2000000000\)" '' $SFT --eval.input=heldout.jsonl --eval.batch_size=2000000000
+c cli_loss_scale_not_power_of_two 1 "train\.loss_scale_init = 1000: must be a power of two" '' $SFT --train.loss_scaling=dynamic --train.loss_scale_init=1000
+c cli_loss_scale_min_above_init_np2 2 "train\.loss_scale_min = 4: must be a power of two no larger than train\.loss_scale_init \(2\)" '' $SFT --train.loss_scale_init=2 --train.loss_scale_min=4
+c cli_dtype_on_cpu 1 'model\.dtype = "fp16" needs the CUDA backend; this run uses the CPU backend' '' $SFT --model.dtype=fp16
 c cli_batch_vs_accum 1 "train\.batch_size / ranks \(4\) must be divisible by train\.grad_accum \(3\)" '' $SFT --train.grad_accum=3
 c cli_batch_vs_ranks_np2 2 "train\.batch_size \(5\) must be divisible by the number of ranks \(2\)" '' $SFT --train.batch_size=5
 

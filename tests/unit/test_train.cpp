@@ -1,10 +1,12 @@
 // test_train.cpp: the pieces of the SFT loop: learning-rate schedules, the epoch sampler and its cursor,
 // SFT examples (loss on completion tokens, EOS, truncation, errors), AdamW against a double-precision
-// implementation of torch.optim.AdamW's update.
+// implementation of torch.optim.AdamW's update, the dynamic loss scaler of the optimizer.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <set>
 
 #include "core/error.h"
@@ -12,6 +14,7 @@
 #include "kernels/ops.h"
 #include "tests/unit/test_util.h"
 #include "train/data.h"
+#include "train/optimizer.h"
 #include "train/schedule.h"
 
 namespace mgrl::train {
@@ -149,6 +152,161 @@ TEST(AdamW, MatchesTorchUpdateRule) {
   }(), 1e-12);
   g[5] = NAN;
   EXPECT_FALSE(std::isfinite(ops->sum_squares(g.data(), n)));
+}
+
+// An optimizer over n f32 values of CPU memory, its gradients set by hand.
+struct Scaled {
+  std::unique_ptr<kernels::Ops> ops = kernels::make_cpu_ops();
+  std::vector<float> params, grads;
+  std::unique_ptr<Optimizer> opt;
+  TrainState st;
+  Scaled(bool scaling, std::int64_t growth_interval = 3, double init = 8, double min = 2, double max_norm = 1.0) {
+    params = {0.5f, -0.25f, 1.0f, 2.0f};
+    grads.assign(params.size(), 0.0f);
+    Trainable tr;
+    tr.params = params.data();
+    tr.grads = grads.data();
+    tr.n = params.size();
+    OptimizerOptions o;
+    o.schedule.kind = "constant";
+    o.schedule.lr = 0.1;
+    o.schedule.total_steps = 100;
+    o.max_grad_norm = max_norm;
+    o.scaling = loss_scaling_of(scaling ? "dynamic" : "off", DType::F32, init, min, growth_interval);
+    opt = std::make_unique<Optimizer>(*ops, tr, o);
+    opt->start(st);
+  }
+  // A step whose unscaled gradients are g (multiplied here by the loss scale, as the backward would).
+  StepOutcome step(const std::vector<float>& g, double loss = 1.0) {
+    double sq = 0;
+    for (std::size_t i = 0; i < g.size(); ++i) {
+      grads[i] = static_cast<float>(g[i] * opt->loss_scale(st));
+      sq += static_cast<double>(grads[i]) * grads[i];
+    }
+    return opt->step(st, std::sqrt(sq) / opt->loss_scale(st), loss);
+  }
+};
+
+const float kInf = std::numeric_limits<float>::infinity();
+
+TEST(LossScaler, OverflowSkipsAndHalvesCleanStepsGrowIt) {
+  Scaled s(true);
+  EXPECT_EQ(s.st.loss_scale, 8.0) << "a fresh run starts at loss_scale_init";
+  EXPECT_EQ(s.step({0.1f, 0.2f, -0.1f, 0.3f}), StepOutcome::Updated);
+  const std::vector<float> before = s.params;
+  std::vector<float> m(4), v(4);
+  std::memcpy(m.data(), s.opt->exp_avg(), 16);
+  std::memcpy(v.data(), s.opt->exp_avg_sq(), 16);
+  EXPECT_EQ(s.step({0.1f, kInf, 0.0f, 0.0f}), StepOutcome::Overflow);
+  EXPECT_EQ(s.st.loss_scale, 4.0);
+  EXPECT_EQ(s.st.step, 2);
+  EXPECT_EQ(s.st.skipped_steps, 1);
+  EXPECT_EQ(s.st.overflow_steps, 1);
+  EXPECT_EQ(s.st.scaler_good_steps, 0);
+  EXPECT_EQ(std::memcmp(before.data(), s.params.data(), 16), 0) << "an overflow changes no weight";
+  EXPECT_EQ(std::memcmp(m.data(), s.opt->exp_avg(), 16), 0) << "nor a moment";
+  EXPECT_EQ(std::memcmp(v.data(), s.opt->exp_avg_sq(), 16), 0);
+  // growth_interval (3) clean steps in a row double the scale, and the count starts again.
+  EXPECT_EQ(s.step({0.1f, 0.1f, 0.1f, 0.1f}), StepOutcome::Updated);
+  EXPECT_EQ(s.step({0.1f, 0.1f, 0.1f, 0.1f}), StepOutcome::Updated);
+  EXPECT_EQ(s.st.loss_scale, 4.0);
+  EXPECT_EQ(s.st.scaler_good_steps, 2);
+  EXPECT_EQ(s.step({0.1f, 0.1f, 0.1f, 0.1f}), StepOutcome::Updated);
+  EXPECT_EQ(s.st.loss_scale, 8.0);
+  EXPECT_EQ(s.st.scaler_good_steps, 0);
+  // A NaN gradient is an overflow too; halving stops at the minimum (2), where an overflow is divergence.
+  EXPECT_EQ(s.step({std::nanf(""), 0, 0, 0}), StepOutcome::Overflow);
+  EXPECT_EQ(s.st.loss_scale, 4.0);
+  EXPECT_EQ(s.step({kInf, 0, 0, 0}), StepOutcome::Overflow);
+  EXPECT_EQ(s.st.loss_scale, 2.0);
+  EXPECT_EQ(s.step({kInf, 0, 0, 0}), StepOutcome::Diverged);
+  EXPECT_EQ(s.st.loss_scale, 2.0) << "never below the minimum";
+  EXPECT_EQ(s.st.overflow_steps, 3);
+  EXPECT_EQ(s.st.skipped_steps, 4);
+  // A non-finite loss is the model's doing: divergence, the scale left alone, the clean count reset.
+  EXPECT_EQ(s.step({0.1f, 0.1f, 0.1f, 0.1f}), StepOutcome::Updated);
+  EXPECT_EQ(s.st.scaler_good_steps, 1);
+  EXPECT_EQ(s.step({0.1f, 0.1f, 0.1f, 0.1f}, std::numeric_limits<double>::quiet_NaN()), StepOutcome::Diverged);
+  EXPECT_EQ(s.st.loss_scale, 2.0);
+  EXPECT_EQ(s.st.scaler_good_steps, 0);
+  EXPECT_EQ(s.st.overflow_steps, 3);
+  EXPECT_EQ(s.st.skipped_steps, 5);
+}
+
+TEST(LossScaler, GrowthStopsAt2To24) {
+  Scaled s(true, 1, 4194304, 1);
+  for (int i = 0; i < 5; ++i) s.step({0.1f, 0.1f, 0.1f, 0.1f});
+  EXPECT_EQ(s.st.loss_scale, kMaxLossScale);
+}
+
+TEST(LossScaler, UnscaledUpdateIsBitwiseThatWithoutScaling) {
+  // The gradients arrive multiplied by the scale; the optimizer divides it out (folded into AdamW's factor with the
+  // clip): the same weights bit for bit, clipped (norm 5 > 1) or not, as long as nothing overflows.
+  for (const double max_norm : {1.0, 0.0}) {
+    Scaled a(false, 2, 8, 1, max_norm), b(true, 2, 8, 1, max_norm);
+    for (int t = 0; t < 6; ++t) {
+      const std::vector<float> g{3.0f * std::sin(1.0f + t), 4.0f * std::cos(0.3f * t), 1e-3f * t, -0.7f};
+      EXPECT_EQ(a.step(g), StepOutcome::Updated);
+      EXPECT_EQ(b.step(g), StepOutcome::Updated);
+    }
+    EXPECT_EQ(b.st.loss_scale, 64.0) << "grown three times";
+    EXPECT_EQ(std::memcmp(a.params.data(), b.params.data(), 16), 0) << "max_grad_norm " << max_norm;
+    EXPECT_EQ(std::memcmp(a.opt->exp_avg(), b.opt->exp_avg(), 16), 0);
+    EXPECT_EQ(std::memcmp(a.opt->exp_avg_sq(), b.opt->exp_avg_sq(), 16), 0);
+  }
+}
+
+TEST(LossScaler, WithoutScalingEveryNonFiniteStepIsDivergence) {
+  Scaled s(false);
+  EXPECT_EQ(s.st.loss_scale, 1.0);
+  EXPECT_EQ(s.opt->loss_scale(s.st), 1.0);
+  EXPECT_EQ(s.step({kInf, 0, 0, 0}), StepOutcome::Diverged);
+  EXPECT_EQ(s.st.loss_scale, 1.0);
+  EXPECT_EQ(s.st.overflow_steps, 0);
+  EXPECT_EQ(s.st.skipped_steps, 1);
+}
+
+TEST(LossScaler, ResumeKeepsTheScaleOfAScaledRun) {
+  Scaled s(true, 3, 8, 1);
+  TrainState ck;  // a scaled run's checkpoint: kept as it is
+  ck.loss_scale = 1;
+  ck.overflow_steps = 3;
+  ck.scaler_good_steps = 2;
+  EXPECT_EQ(s.opt->resumed(ck), "");
+  EXPECT_EQ(ck.loss_scale, 1.0);
+  EXPECT_EQ(ck.scaler_good_steps, 2);
+  TrainState unscaled;  // a run without scaling wrote scale 1 and never overflowed: start at init
+  unscaled.scaler_good_steps = 0;
+  EXPECT_NE(s.opt->resumed(unscaled).find("train.loss_scale_init = 8"), std::string::npos);
+  EXPECT_EQ(unscaled.loss_scale, 8.0);
+  TrainState big;
+  big.loss_scale = 3;  // not a power of two: not a scale this mgrl wrote
+  s.opt->resumed(big);
+  EXPECT_EQ(big.loss_scale, 8.0);
+  Scaled off(false);
+  TrainState scaled;
+  scaled.loss_scale = 1024;
+  scaled.scaler_good_steps = 5;
+  EXPECT_NE(off.opt->resumed(scaled), "");
+  EXPECT_EQ(scaled.loss_scale, 1.0) << "scaling off: the scale is 1";
+}
+
+TEST(LossScaler, SettingsFromTheConfiguration) {
+  EXPECT_TRUE(loss_scaling_of("auto", DType::F16, 65536, 1, 2000).enabled);
+  EXPECT_FALSE(loss_scaling_of("auto", DType::BF16, 65536, 1, 2000).enabled);
+  EXPECT_FALSE(loss_scaling_of("auto", DType::F32, 65536, 1, 2000).enabled);
+  EXPECT_TRUE(loss_scaling_of("dynamic", DType::F32, 65536, 1, 2000).enabled);
+  EXPECT_FALSE(loss_scaling_of("off", DType::F16, 65536, 1, 2000).enabled);
+  EXPECT_EQ(loss_scaling_of("dynamic", DType::F32, 0.5, 0.125, 7).min, 0.125);
+  auto msg = test::error_of([] { loss_scaling_of("dynamic", DType::F32, 1000, 1, 2000); });
+  EXPECT_NE(msg.find("train.loss_scale_init = 1000: must be a power of two"), std::string::npos) << msg;
+  msg = test::error_of([] { loss_scaling_of("auto", DType::F32, 65536, 3, 2000); });
+  EXPECT_NE(msg.find("train.loss_scale_min = 3: must be a power of two"), std::string::npos) << msg;
+  msg = test::error_of([] { loss_scaling_of("auto", DType::F32, 64, 128, 2000); });
+  EXPECT_NE(msg.find("train.loss_scale_min = 128: must be a power of two no larger than train.loss_scale_init (64)"),
+            std::string::npos) << msg;
+  msg = test::error_of([] { loss_scaling_of("auto", DType::F32, 33554432, 1, 2000); });
+  EXPECT_NE(msg.find("train.loss_scale_init = 33554432"), std::string::npos) << msg;
 }
 
 }  // namespace
