@@ -172,7 +172,7 @@ int main(int argc, char** argv) {
         if (it == a.end()) continue;
         all_finite = all_finite && std::isfinite(it->second) && std::isfinite(loss);
         const double r = std::fabs(it->second - loss) / std::max(1e-12, std::fabs(loss));
-        if (!(r <= worst)) {
+        if (worst_step < 0 || !(r <= worst)) {  // NaN counts as the worst
           worst = r;
           worst_step = step;
         }
