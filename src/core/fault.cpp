@@ -27,7 +27,8 @@ Spec parse(const char* text) {
   const std::string all(text);
   const auto bad = [&all](const std::string& why) {
     return UserError("MGRL_FAULT_INJECT='" + all + "': " + why +
-                     " (expected <point>:rank=<R>:step=<N>[:action=throw|kill], or grad_overflow:rank=<R>:step=<N>[:count=<K>])");
+                     " (expected <point>:rank=<R>:step=<N>[:action=throw|kill], or grad_overflow[_local]:rank=<R>:step=<N>"
+                     "[:count=<K>])");
   };
   std::size_t start = 0;
   bool first = true;
@@ -36,7 +37,8 @@ Spec parse(const char* text) {
     const std::string field = all.substr(start, colon - start);
     start = colon + 1;
     if (first) {
-      if (field != "checkpoint_write" && field != "output_write" && field != "grad_overflow")
+      if (field != "checkpoint_write" && field != "output_write" && field != "grad_overflow" &&
+          field != "grad_overflow_local")
         throw bad("unknown point '" + field + "'");
       s.point = field;
       first = false;
@@ -46,14 +48,15 @@ Spec parse(const char* text) {
     if (eq == std::string::npos) throw bad("'" + field + "' is not key=value");
     const std::string key = field.substr(0, eq), value = field.substr(eq + 1);
     char* end = nullptr;
-    if (key == "rank" || key == "step" || (key == "count" && s.point == "grad_overflow")) {
+    const bool corrupts = s.point == "grad_overflow" || s.point == "grad_overflow_local";
+    if (key == "rank" || key == "step" || (key == "count" && corrupts)) {
       const long long v = std::strtoll(value.c_str(), &end, 10);
       if (value.empty() || *end != '\0' || v < (key == "count" ? 1 : 0))
         throw bad(key + (key == "count" ? " must be a number >= 1" : " must be a number >= 0"));
       if (key == "rank") s.rank = static_cast<int>(v);
       else if (key == "step") s.step = v;
       else s.count = v;
-    } else if (key == "action" && s.point != "grad_overflow" && (value == "throw" || value == "kill")) {
+    } else if (key == "action" && !corrupts && (value == "throw" || value == "kill")) {
       s.kill = value == "kill";
     } else {
       throw bad("unknown field '" + field + "'");

@@ -5,8 +5,9 @@
 // other ranks: while rank 0 writes); output_write (rank=0:step=0: `mgrl generate` half way through its output
 // file, `mgrl score` after its datasets, before the file is moved into place). One point corrupts a value instead
 // of failing: grad_overflow[:count=K] (rank R writes +inf into one gradient element before the allreduce of
-// training steps N to N+K-1, K = 1 by default, as an fp16 overflow would; train/grad_sync.h). Read once; unset, a
-// point costs one branch on a static.
+// training steps N to N+K-1, K = 1 by default, as an fp16 overflow would; train/grad_sync.h), and
+// grad_overflow_local[:count=K] the same after the allreduce, on rank R's copy only (as a fault of that rank's memory
+// would: the ranks must still agree to skip). Read once; unset, a point costs one branch on a static.
 #pragma once
 #include <cstdint>
 

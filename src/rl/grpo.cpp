@@ -482,7 +482,8 @@ double GrpoTrainer::train_step(nlohmann::json* metrics) {
   const float logit_scale = 1.0f / opts_.sampling.temperature;
   const double scale = opt_->loss_scale(state_);  // dynamic loss scaling: the backward's weights carry it
   sync_->zero();
-  sync_->inject_overflow(fault::fires("grad_overflow", rank, state_.step + 1));  // tests (core/fault.h)
+  if (fault::fires("grad_overflow", rank, state_.step + 1)) sync_->inject_overflow(true);  // tests (core/fault.h)
+  else sync_->inject_overflow(fault::fires("grad_overflow_local", rank, state_.step + 1), true);
   double loss = 0, kl = 0, low = 0, high = 0, ratio = 0, ratio_tokens = 0, tokens = 0;
   std::vector<int> plen;
   std::vector<float> lp, w, mask;

@@ -76,6 +76,10 @@ double GradSync::finish(double scale) {
   const auto t0 = std::chrono::steady_clock::now();
   comm_.synchronize();
   ops.phase_add(kernels::Phase::HostWait, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  if (overflow_local_ && tr_.n > 0) {
+    overflow_at(0);
+    overflow_local_ = false;
+  }
   return std::sqrt(ops.sum_squares(tr_.grads, tr_.n)) / scale;
 }
 

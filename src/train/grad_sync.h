@@ -31,7 +31,12 @@ class GradSync {
   // Tests (MGRL_FAULT_INJECT=grad_overflow, core/fault.h): this step, write +inf into one gradient element of this
   // rank before it is reduced (the first bucket reduced, or the first element of the whole buffer), as an fp16
   // overflow in this rank's backward would.
-  void inject_overflow(bool on) { overflow_ = on; }
+  // after_reduction: into this rank's reduced gradients only (MGRL_FAULT_INJECT=grad_overflow_local): its norm alone is
+  // not finite, and agreed_norm must make every rank skip.
+  void inject_overflow(bool on, bool after_reduction = false) {
+    overflow_ = on && !after_reduction;
+    overflow_local_ = on && after_reduction;
+  }
   void* stream() const { return stream_; }
 
  private:
@@ -40,7 +45,7 @@ class GradSync {
   Trainable tr_;
   void* stream_ = nullptr;  // the compute stream (CUDA), for ordering the allreduces after the backward
   std::vector<std::pair<std::size_t, std::size_t>> layer_ranges_;  // gradient bucket of each layer
-  bool overflow_ = false;
+  bool overflow_ = false, overflow_local_ = false;
   void overflow_at(std::size_t i);
 };
 

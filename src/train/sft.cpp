@@ -137,7 +137,8 @@ double SftTrainer::train_step() {
   // multiplied by the scale; the gradient norm and the update divide it out. The loss itself is not scaled.
   const double scale = opt_->loss_scale(state_);
   sync_->zero();
-  sync_->inject_overflow(fault::fires("grad_overflow", rank, state_.step + 1));  // tests (core/fault.h)
+  if (fault::fires("grad_overflow", rank, state_.step + 1)) sync_->inject_overflow(true);  // tests (core/fault.h)
+  else sync_->inject_overflow(fault::fires("grad_overflow_local", rank, state_.step + 1), true);
   kernels::Ops& ops = model_.ops();
   ops.zero(loss_acc_, sizeof(double));
   std::vector<float> w;

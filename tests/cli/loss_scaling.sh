@@ -6,7 +6,9 @@
 # Cases:
 #   same_as_off       dynamic scaling (growth every step: the scale changes all the time) trains bit for bit the
 #                     weights, moments and losses of a run without scaling.
-#   overflow R N      MGRL_FAULT_INJECT=grad_overflow on rank R at step N against the same run without it. "Identical
+#   overflow R N [P]  MGRL_FAULT_INJECT=P (grad_overflow, default; grad_overflow_local: after the allreduce, on rank R's
+#                     copy only, so that only the ranks' agreement makes the others skip) on rank R at step N against
+#                     the same run without it. "Identical
 #                     otherwise" means: steps 1..N-1 give bitwise the same checkpoints (weights, AdamW moments, data
 #                     cursor); step N computes the same loss (same weights, same batch) but changes nothing: the
 #                     weights and moments after N are bitwise those after N-1 of the run without the fault; the scale
@@ -55,9 +57,9 @@ case "$case_" in
     echo "PASS: dynamic loss scaling (scale ${want# }) trains bit for bit the weights of a run without it"
     ;;
   overflow)
-    r=${args[0]} n=${args[1]}
+    r=${args[0]} n=${args[1]} point=${args[2]:-grad_overflow}
     train a "${dyn[@]}"
-    MGRL_FAULT_INJECT="grad_overflow:rank=$r:step=$n" train b "${dyn[@]}"
+    MGRL_FAULT_INJECT="$point:rank=$r:step=$n" train b "${dyn[@]}" || fail "the run with the fault: $(grep '^mgrl' "$work/b.log")"
     for k in $(seq 1 $((n - 1))); do
       "$check" weights "$(ck "$work/a" "$k")" "$(ck "$work/b" "$k")" --exact > /dev/null || fail "step $k differs"
     done
@@ -80,7 +82,7 @@ case "$case_" in
       fail "step line of step $n: $(grep "^step $n/" "$work/b.log")"
     grep -q "^loss scaling: dynamic, scale 32768 at the end; 1 step overflowed (skipped, scale halved)$" \
       "$work/b/job_summary.txt" || fail "job_summary.txt: $(cat "$work/b/job_summary.txt")"
-    echo "PASS: an overflow injected on rank $r at step $n skipped exactly that step on every rank and halved the scale;" \
+    echo "PASS: an overflow injected ($point) on rank $r at step $n skipped exactly that step on every rank and halved the scale;" \
          "steps 1..$((n - 1)) and the loss of step $n are those of the run without it"
     ;;
   resume)
