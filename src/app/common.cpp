@@ -26,8 +26,8 @@ std::unique_ptr<kernels::Ops> make_ops(const Context& ctx) {
   ctx.env.agree([&] {
     if (device.backend != dist::Backend::Cuda) {
       if (dtype != "auto")
-        throw UserError("model.dtype = \"" + dtype + "\" needs the CUDA backend; this run uses the CPU backend, which " +
-                        "computes in f32 (leave model.dtype = \"auto\", or run on GPUs)");
+        throw UserError("model.dtype = \"" + dtype + "\" needs the CUDA backend; this run uses the CPU backend, " +
+                        "which computes in f32 (leave model.dtype = \"auto\", or run on GPUs)");
       ops = kernels::make_cpu_ops();
       return;
     }

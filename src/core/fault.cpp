@@ -27,8 +27,8 @@ Spec parse(const char* text) {
   const std::string all(text);
   const auto bad = [&all](const std::string& why) {
     return UserError("MGRL_FAULT_INJECT='" + all + "': " + why +
-                     " (expected <point>:rank=<R>:step=<N>[:action=throw|kill], or grad_overflow[_local]:rank=<R>:step=<N>"
-                     "[:count=<K>])");
+                     " (expected <point>:rank=<R>:step=<N>[:action=throw|kill], or "
+                     "grad_overflow[_local]:rank=<R>:step=<N>[:count=<K>])");
   };
   std::size_t start = 0;
   bool first = true;

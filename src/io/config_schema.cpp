@@ -42,9 +42,10 @@ const Schema& mgrl_schema() {
          "recompute each layer's activations in the backward pass instead of keeping them (less memory)", {}, {}, {},
          {}});
     add({"model.dtype", T::String, Value(std::string("auto")),
-         "CUDA backend: storage of the frozen weights and activations: auto (bf16 on compute capability 8.0 and newer, "
-         "fp16 before: V100 and T4 have no bf16), bf16 or fp16 (fp16 on any GPU, e.g. to compare with bf16 on the same "
-         "one); LoRA weights, gradients and AdamW moments are f32 either way. The CPU backend is f32 and takes auto only",
+         "CUDA backend: storage of the frozen weights and activations: auto (bf16 on compute capability 8.0 and "
+         "newer, fp16 before: V100 and T4 have no bf16), bf16 or fp16 (fp16 on any GPU, e.g. to compare with bf16 on "
+         "the same one); LoRA weights, gradients and AdamW moments are f32 either way. The CPU backend is f32 and "
+         "takes auto only",
          {"auto", "bf16", "fp16"}, {}, {}, {}});
     add({"model.tokenizer", T::String, Value(std::string("")),
          "directory with tokenizer.json (and tokenizer_config.json); empty: model.path", {}, {}, {}, {}});

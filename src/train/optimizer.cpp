@@ -29,8 +29,8 @@ LossScaling loss_scaling_of(const std::string& mode, DType storage, double init,
   s.enabled = mode == "dynamic" || (mode == "auto" && storage == DType::F16);
   if (!power_of_two(init) || init > kMaxLossScale)
     throw UserError("train.loss_scale_init = " + number(init) +
-                    ": must be a power of two (..., 0.5, 1, 2, ...) no larger than 16777216 (2^24), so that scaling the loss "
-                    "is exact");
+                    ": must be a power of two (..., 0.5, 1, 2, ...) no larger than 16777216 (2^24), so that "
+                    "scaling the loss is exact");
   if (!power_of_two(min) || min > init)
     throw UserError("train.loss_scale_min = " + number(min) + ": must be a power of two no larger than "
                     "train.loss_scale_init (" + number(init) + ")");

@@ -199,7 +199,8 @@ int main(int argc, char** argv) {
           std::printf("check_train: step %ld: %s %.17g vs %.17g\n", step, key.c_str(), loss, it->second);
         }
       }
-      std::printf("check_train: %d %s values after step %ld compared, %d differ\n", compared, key.c_str(), after, differ);
+      std::printf("check_train: %d %s values after step %ld compared, %d differ\n", compared, key.c_str(), after,
+                  differ);
       return compared > 0 && differ == 0 ? 0 : 1;
     }
     if (cmd == "falls") {
