@@ -28,4 +28,13 @@ void flash_attention_backward(const Ctx& c, void* dq, void* dk, void* dv, const 
                               const std::int32_t* cu_seqlens, int B, int T, int max_len, int n_heads, int n_kv,
                               int head_dim);
 
+// The backward's two helper kernels, shared with the Volta kernels (flash_attention_sm70.cu): Dsum [n_heads, T] =
+// rowsum(dout * out) over every token row (head_dim even); and dk/dv [T, n_kv, head_dim] = the fp32 partials
+// [T, n_heads, head_dim] summed over each group's query heads in head order (head_dim % 4 == 0), or zeros without
+// reading the partials when *c.err holds kErrLength (a rejected sequence's rows have none). T > 0.
+void flash_attention_dsum(const Ctx& c, float* Dsum, const void* dout, const void* out, int T, int n_heads,
+                          int head_dim);
+void flash_attention_reduce_kv(const Ctx& c, void* dk, void* dv, const float* part_k, const float* part_v, int T,
+                               int n_kv, int group, int head_dim);
+
 }  // namespace mgrl::kernels::cuda
