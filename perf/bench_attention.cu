@@ -5,9 +5,9 @@
 // tensor-core path's outputs from the naive kernels'. Every sequence is full (length L), packed as the op takes
 // them: cu_seqlens = b * L, T = B * L, max_len = L.
 //   build/perf/bench_attention [reps]        (default 10 timed calls per kernel after 2 warm-up calls; median)
-// The Volta kernels (fp16 only) are timed on sm_70/sm_72, and on any newer GPU with MGRL_CUDA_ATTENTION=sm70, which
-// also runs every shape in fp16, so that one run on the same GPU compares them with the mma.sync kernels
-// ("sm70 / tiled" lines):
+// The Volta kernels (fp16 only) are timed where the mma.sync ones do not run (sm_70, or a build for compute_70
+// alone), and on any newer GPU with MGRL_CUDA_ATTENTION=sm70, which also runs every shape in fp16, so that one run
+// on the same GPU compares them with the mma.sync kernels ("sm70 / tiled" lines):
 //   MGRL_CUDA_ATTENTION=sm70 build/perf/bench_attention 20
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -145,14 +145,11 @@ void bench(const Shape& sh, DType st, int reps, cudaStream_t stream, int* err) {
 
   const Ctx c{st, stream, nullptr, err};
   const int B = sh.B, L = sh.L, T = B * L, nh = sh.nh, nkv = sh.nkv, hd = sh.hd;
-  int dev = 0, major = 0, minor = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
   const std::initializer_list<const void*> tensors = {q, k, v, dout, out[1], dq[1], dk[1], dv[1],
                                                       out[2], dq[2], dk[2], dv[2]};
   std::vector<Path> paths;
-  if (flash_attention_applies(st, hd, tensors)) {
+  const bool tiled = flash_attention_applies(st, hd, tensors);
+  if (tiled) {
     const int i = 1 + static_cast<int>(paths.size());
     paths.push_back({"tiled",
                      [&, i] { flash_attention_forward(c, out[i], lse[i], q, k, v, cu_seqlens, B, T, L, nh, nkv, hd); },
@@ -161,7 +158,7 @@ void bench(const Shape& sh, DType st, int reps, cudaStream_t stream, int* err) {
                                                 T, L, nh, nkv, hd);
                      }});
   }
-  if ((flash_attention_sm70_forced() || major * 10 + minor < 75) && flash_attention_sm70_applies(st, hd, tensors)) {
+  if ((flash_attention_sm70_forced() || !tiled) && flash_attention_sm70_applies(st, hd, tensors)) {
     const int i = 1 + static_cast<int>(paths.size());
     paths.push_back({"sm70",
                      [&, i] {

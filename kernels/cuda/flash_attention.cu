@@ -721,6 +721,11 @@ bool flash_attention_applies(DType st, int head_dim, std::initializer_list<const
   CUDA_CHECK(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   const int cc = major * 10 + minor;
   if (cc < 75 || (st == DType::BF16 && cc < 80)) return false;
+  // The architecture these kernels were compiled for in the image the device runs: a build for compute_70 alone
+  // (PTX that a newer GPU's driver JIT-compiles) has neither ldmatrix nor mma.sync in them (they would trap).
+  cudaFuncAttributes code{};
+  CUDA_CHECK(cudaFuncGetAttributes(&code, fa_dsum_kernel<__half>));  // every kernel of this file is compiled alike
+  if (code.ptxVersion < 75 || (st == DType::BF16 && code.ptxVersion < 80)) return false;
   const int need = head_dim == 64 ? std::max({fwd_smem<64>(), dq_smem<64>(), dkv_smem<64>()})
                                   : std::max({fwd_smem<128>(), dq_smem<128>(), dkv_smem<128>()});
   return smem >= need;

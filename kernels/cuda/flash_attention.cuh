@@ -9,8 +9,8 @@
 namespace mgrl::kernels::cuda {
 
 // Whether the tiled kernels take a call: head_dim 64 or 128; a GPU with ldmatrix/mma.sync for the storage type
-// (fp16: sm_75+, bf16: sm_80+) and enough shared memory per block for the tiles; every tensor pointer 16-byte
-// aligned; and the environment variable MGRL_CUDA_ATTENTION not set to "naive". Otherwise attention.cu runs the
+// (fp16: sm_75+, bf16: sm_80+), running code compiled for such an architecture (not compute_70 PTX JIT-compiled),
+// and enough shared memory per block for the tiles; every tensor pointer 16-byte aligned; and the environment variable MGRL_CUDA_ATTENTION not set to "naive". Otherwise attention.cu runs the
 // Volta kernels (flash_attention_sm70.cuh) where they apply, else its straightforward kernels
 // (attention_kernels in attention.cuh; MGRL_CUDA_ATTENTION=sm70 puts the Volta kernels first).
 bool flash_attention_applies(DType st, int head_dim, std::initializer_list<const void*> tensors);
