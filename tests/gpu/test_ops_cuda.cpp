@@ -421,8 +421,10 @@ class OpsCudaAttention : public OpsCuda {
     return cases;
   }
 
-  // Runs one case against the CPU reference (out, lse, dq, dk, dv), checks the guard rows and determinism.
-  void run_case(const AttnCase& cs, const std::string& path) {
+  // Runs one case against the CPU reference (out, lse, dq, dk, dv), checks the guard rows and determinism;
+  // tolerance for the storage-dtype outputs (0: tol()).
+  void run_case(const AttnCase& cs, const std::string& path, double tolerance = 0.0) {
+    if (tolerance == 0.0) tolerance = tol();
     constexpr int kGuard = 64;  // extra rows after the T packed rows of every tensor: no kernel may touch them
     const int B = cs.B, max_len = cs.L, nh = cs.n_heads, nkv = cs.n_kv, hd = cs.head_dim;
     Ids cu(static_cast<std::size_t>(B) + 1, 0);
@@ -433,10 +435,10 @@ class OpsCudaAttention : public OpsCuda {
                             std::to_string(max_len) + " h" + std::to_string(nh) + "/" + std::to_string(nkv) + " d" +
                             std::to_string(hd) + " ";
     // The first n values must match the CPU; the rest (guard) must still hold the prefill on the GPU.
-    auto check = [&](const std::string& what, const Pair& p, std::size_t n, float fill, double tolerance) {
+    auto check = [&](const std::string& what, const Pair& p, std::size_t n, float fill, double limit) {
       const Vec ref = cpu_values(p), got = gpu_values(p);
       expect_close_vec(tag + what, Vec(ref.begin(), ref.begin() + static_cast<std::ptrdiff_t>(n)),
-                       Vec(got.begin(), got.begin() + static_cast<std::ptrdiff_t>(n)), tolerance);
+                       Vec(got.begin(), got.begin() + static_cast<std::ptrdiff_t>(n)), limit);
       std::size_t touched = 0;
       for (std::size_t i = n; i < got.size(); ++i) touched += got[i] != fill;
       EXPECT_EQ(touched, 0u) << tag << what << ": values past the T packed rows were written";
@@ -451,7 +453,7 @@ class OpsCudaAttention : public OpsCuda {
     Pair lse = f32(Vec(sz(nh, T) + kGuard, 3.0f));  // [nh, T] and a guard
     cpu_->attention_forward(out.c, static_cast<float*>(lse.c), q.c, k.c, v.c, cuc, B, T, max_len, nh, nkv, hd);
     gpu_->attention_forward(out.g, static_cast<float*>(lse.g), q.g, k.g, v.g, cug, B, T, max_len, nh, nkv, hd);
-    check("attention out", out, sz(T, nh, hd), 3.0f, tol());
+    check("attention out", out, sz(T, nh, hd), 3.0f, tolerance);
     check("attention lse", lse, sz(nh, T), 3.0f, kF32Tol);
 
     // Backward from the CPU's lse on both sides (and each side's own out); dq/dk/dv prefilled with junk (every
@@ -465,9 +467,9 @@ class OpsCudaAttention : public OpsCuda {
                              cuc, B, T, max_len, nh, nkv, hd);
     gpu_->attention_backward(dq.g, dk.g, dv.g, dout.g, out.g, q.g, k.g, v.g, static_cast<const float*>(lse_ref.g),
                              cug, B, T, max_len, nh, nkv, hd);
-    check("attention dq", dq, sz(T, nh, hd), 7.0f, tol());
-    check("attention dk", dk, sz(T, nkv, hd), 7.0f, tol());
-    check("attention dv", dv, sz(T, nkv, hd), 7.0f, tol());
+    check("attention dq", dq, sz(T, nh, hd), 7.0f, tolerance);
+    check("attention dk", dk, sz(T, nkv, hd), 7.0f, tolerance);
+    check("attention dv", dv, sz(T, nkv, hd), 7.0f, tolerance);
     gpu_->synchronize();  // no error bit set
 
     // Deterministic: the same backward again gives the same bits.
@@ -570,8 +572,10 @@ TEST_P(OpsCudaAttention, AttentionSm70) {
   ASSERT_STREQ(cuda_attention_kernels(DType::F16, 64), "sm70") << "the Volta kernels do not run here";
   EXPECT_STREQ(cuda_attention_kernels(DType::F16, 128), hd128 ? "sm70" : "naive");
   EXPECT_STREQ(cuda_attention_kernels(DType::F16, 40), "naive");
+  // Tighter than tol(): rounding the outputs and P / dS to fp16 gives about 3e-4 on these cases, while an online
+  // softmax that forgot to rescale O when a later key tile raises a row's maximum gives about 8e-3 on some of them.
   for (const AttnCase& cs : tiled_cases())
-    if (cs.head_dim == 64 || hd128) run_case(cs, "sm70 ");
+    if (cs.head_dim == 64 || hd128) run_case(cs, "sm70 ", 3e-3);
   run_bad_cu_seqlens(hd128 ? std::vector<int>{64, 128} : std::vector<int>{64}, "sm70 ");
 }
 
