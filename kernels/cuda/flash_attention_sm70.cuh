@@ -13,7 +13,7 @@ namespace mgrl::kernels::cuda {
 bool flash_attention_sm70_forced();
 
 // Whether these kernels take a call: fp16 storage; head_dim 64 or 128; compute capability 7.0 or newer; enough
-// shared memory per block for the tiles (opt-in; hd 64: 48 KB, hd 128: 72 KB); every tensor pointer 16-byte
+// shared memory per block for the tiles (opt-in; hd 64: 47.25 KB, hd 128: 71.25 KB); every tensor pointer 16-byte
 // aligned; and MGRL_CUDA_ATTENTION not "naive".
 bool flash_attention_sm70_applies(DType st, int head_dim, std::initializer_list<const void*> tensors);
 

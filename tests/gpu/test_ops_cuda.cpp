@@ -567,7 +567,7 @@ TEST_P(OpsCudaAttention, AttentionSm70) {
     EXPECT_STREQ(cuda_attention_kernels(DType::F16, 128), "sm70");
   }
   const ScopedEnv env("MGRL_CUDA_ATTENTION", "sm70");
-  // head_dim 128 needs 72 KB of shared memory per block (sm_75's 64 KB is too little; sm_70 has 96 KB).
+  // head_dim 128 needs 71.25 KB of shared memory per block (sm_75's 64 KB is too little; sm_70 has 96 KB).
   const bool hd128 = smem >= cuda::sm70::max_smem(128);
   ASSERT_STREQ(cuda_attention_kernels(DType::F16, 64), "sm70") << "the Volta kernels do not run here";
   EXPECT_STREQ(cuda_attention_kernels(DType::F16, 128), hd128 ? "sm70" : "naive");
