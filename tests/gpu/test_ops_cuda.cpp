@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/build_info.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "kernels/cpu/rope.h"
@@ -527,10 +528,30 @@ TEST_P(OpsCudaAttention, Attention) {
   };
   const std::vector<AttnCase>& tiled = tiled_cases();
   // fp16 at head_dim 64 runs tensor cores on every GPU the backend takes (sm_70+): the mma.sync kernels, or the
-  // Volta ones on sm_7.0 and in builds for compute_70 alone; bf16 runs the mma.sync kernels when built for sm_80+.
-  std::printf("  [%s] attention kernels at head_dim 64: %s\n", dtype_name(st()), cuda_attention_kernels(st(), 64));
+  // Volta ones on sm_7.0 and where the code was compiled for compute_70 only. A build with code for this GPU's own
+  // architecture (CMAKE_CUDA_ARCHITECTURES naming it, or "native") runs the mma.sync kernels from sm_75 (fp16) and
+  // sm_80 (bf16) on.
+  std::printf("  [%s] attention kernels at head_dim 64: %s (built for %s)\n", dtype_name(st()),
+              cuda_attention_kernels(st(), 64), build_info().cuda_architectures);
   if (st() == DType::F16) {
     EXPECT_STRNE(cuda_attention_kernels(st(), 64), "naive");
+  }
+  {
+    int major = 0, minor = 0;
+    ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+    ASSERT_EQ(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0), cudaSuccess);
+    const int cc = major * 10 + minor;
+    bool own_code = false;
+    std::string archs = build_info().cuda_architectures;
+    for (std::size_t a = 0; a <= archs.size();) {
+      const std::size_t b = std::min(archs.find(';', a), archs.size());
+      const std::string arch = archs.substr(a, b - a);  // "90", "90-real", "90-virtual", "native"
+      own_code = own_code || arch == "native" || arch.substr(0, arch.find('-')) == std::to_string(cc);
+      a = b + 1;
+    }
+    if (own_code && cc >= (st() == DType::BF16 ? 80 : 75)) {
+      EXPECT_STREQ(cuda_attention_kernels(st(), 64), "tiled");
+    }
   }
   EXPECT_STREQ(cuda_attention_kernels(st(), 40), "naive");
   for (const AttnCase& cs : fallback) run_case(cs, "");
