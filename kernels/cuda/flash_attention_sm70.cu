@@ -18,11 +18,11 @@
 // layouts: flash_attention_sm70_plan.h (checked on the CPU by tests/unit/test_attention_sm70_plan.cpp).
 //
 //   forward  grid (B * n_heads, ceil(max_len / 64) query blocks), last query block first. Key/value tiles of 64
-//            rows from key 0 up to the block's last valid query (causal tile skipping; only tiles reaching past a
-//            warp's first row are masked). Per tile and warp: S = Q K^T (16 x 64) -> scratch -> lanes: online
-//            softmax in fp32, base 2 (scores times scale * log2 e), P rounded to fp16 in place -> P into fragments
-//            -> per 64 output columns P V -> scratch -> O = alpha O + P V in registers. Writes out = O / l and
-//            lse = (m + log2 l) ln 2 for rows below the sequence's length.
+//            rows (head_dim 128: 32) from key 0 up to the block's last valid query (causal tile skipping; only tiles
+//            reaching past a warp's first row are masked). Per tile and warp: S = Q K^T (16 x tile) -> scratch ->
+//            lanes: online softmax in fp32, base 2 (scores times scale * log2 e), P rounded to fp16 in place -> P
+//            into fragments -> per 64 (head_dim 128: 32) output columns P V -> scratch -> O = alpha O + P V in
+//            registers. Writes out = O / l and lse = (m + log2 l) ln 2 for rows below the sequence's length.
 //   backward (1) D = rowsum(dout * out) (flash_attention_dsum).
 //            (2) dq: grid as the forward; key tiles of 32 rows; S = Q K^T, dP = dO V^T -> scratch -> lanes:
 //                P = exp2(s scale log2 e - lse log2 e) (masked), dS = P (dP - D) in fp16 in place -> dQ += dS K
@@ -51,10 +51,8 @@ namespace mgrl::kernels::cuda {
 namespace {
 
 namespace wmma = nvcuda::wmma;
-using sm70::kChunk;
 using sm70::kDkvM;
 using sm70::kDqN;
-using sm70::kFwdN;
 using sm70::kRows;
 using sm70::val_col;
 using sm70::val_row;
@@ -165,15 +163,16 @@ __device__ __forceinline__ float quad_sum(float v) {
 // ---- forward ----
 // grid (B * n_heads, ceil(max_len / 64)), 128 threads, fwd_smem(D).bytes. Block (b * n_heads + h, query block from
 // q0): reads q rows row0 + [q0, q_end) and k/v rows row0 + [0, q_end) with q_end = min(q0 + 64, len); writes out
-// rows row0 + [q0, q_end) (head h) and lse[h * T + row0 + [q0, q_end)].
+// rows row0 + [q0, q_end) (head h) and lse[h * T + row0 + [q0, q_end)]. Launch bounds ask for two blocks an SM (at
+// most 255 registers: what Volta's 96 KB fit; without it sm_90's ptxas chose 128 registers and spilled).
 template <int D>
-__global__ void __launch_bounds__(sm70::kThreads) sm70_forward_kernel(__half* out, float* lse, const __half* q,
-                                                                const __half* k, const __half* v,
-                                                                const std::int32_t* cu_seqlens, int B, int T,
-                                                                int max_len, int n_heads, int n_kv,
-                                                                float scale_log2, int* err) {
+__global__ void __launch_bounds__(sm70::kThreads, 2)
+    sm70_forward_kernel(__half* out, float* lse, const __half* q, const __half* k, const __half* v,
+                        const std::int32_t* cu_seqlens, int B, int T, int max_len, int n_heads, int n_kv,
+                        float scale_log2, int* err) {
   constexpr sm70::Smem L = sm70::fwd_smem(D);
-  constexpr int BN = kFwdN, P = sm70::tile_pitch(D), K16 = D / 16, SP = L.s_pitch;
+  constexpr int BN = sm70::fwd_tile(D), kChunk = sm70::fwd_chunk(D), P = sm70::tile_pitch(D), K16 = D / 16;
+  constexpr int SP = L.s_pitch;
   extern __shared__ __align__(128) unsigned char smem[];
   __half* Qs = reinterpret_cast<__half*>(smem + L.q);  // [64][P]
   __half* Ks = reinterpret_cast<__half*>(smem + L.k);  // [BN][P]

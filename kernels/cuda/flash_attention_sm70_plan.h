@@ -14,11 +14,14 @@ namespace mgrl::kernels::cuda::sm70 {
 inline constexpr int kWarps = 4;
 inline constexpr int kThreads = 32 * kWarps;
 inline constexpr int kRows = 16 * kWarps;  // query rows of a forward / dq block, key rows of a dkv block
-inline constexpr int kFwdN = 64;           // key rows of a forward tile
 inline constexpr int kDqN = 32;            // key rows of a dq tile
 inline constexpr int kDkvM = 32;           // query rows of a dkv tile
-inline constexpr int kChunk = 64;          // output columns of one P V product in the forward (head_dim / 64 of them)
 inline constexpr int kVolta = 96 * 1024;   // largest shared memory per block on sm_70 (opt-in above 48 KB)
+
+// Forward: key rows of a tile, and output columns of one P V product (head_dim / chunk of them per tile). head_dim 128
+// takes 32 and 32 so that the forward fits two blocks in Volta's 96 KB an SM (44 KB each, as head_dim 64 with 64s).
+MGRL_SM70_HD constexpr int fwd_tile(int head_dim) { return head_dim == 64 ? 64 : 32; }
+MGRL_SM70_HD constexpr int fwd_chunk(int head_dim) { return head_dim == 64 ? 64 : 32; }
 
 // Shared rows: fp16 tiles at head_dim + 8 elements (16-row steps stay 32-byte aligned, as wmma needs); fp32
 // scratch at width + 8 floats (width 32 or 64: pitch = 8 mod 32 words, so the float2 reads below are free of bank
@@ -38,13 +41,15 @@ MGRL_SM70_HD constexpr int tile_bytes(int rows, int head_dim) { return rows * ti
 MGRL_SM70_HD constexpr int scratch_bytes(int width) { return kWarps * 16 * scratch_pitch(width) * 4; }
 MGRL_SM70_HD constexpr int stage_bytes(int head_dim) { return kWarps * 16 * tile_pitch(head_dim) * 4; }
 
-// forward: Q [64], K [kFwdN], V [kFwdN], scratch [4 warps][16][kChunk + 8] (S, then P in place, then P V).
+// forward: Q [64], K [fwd_tile], V [fwd_tile], scratch [4 warps][16][max(fwd_tile, fwd_chunk) + 8] (S, then P in
+// place, then P V).
 MGRL_SM70_HD constexpr Smem fwd_smem(int head_dim) {
-  Smem m{-1, -1, -1, -1, -1, -1, -1, -1, -1, 0, scratch_pitch(kFwdN > kChunk ? kFwdN : kChunk)};
+  const int n = fwd_tile(head_dim), c = fwd_chunk(head_dim);
+  Smem m{-1, -1, -1, -1, -1, -1, -1, -1, -1, 0, scratch_pitch(n > c ? n : c)};
   m.q = 0;
   m.k = m.q + tile_bytes(kRows, head_dim);
-  m.v = m.k + tile_bytes(kFwdN, head_dim);
-  m.s = m.v + tile_bytes(kFwdN, head_dim);
+  m.v = m.k + tile_bytes(n, head_dim);
+  m.s = m.v + tile_bytes(n, head_dim);
   m.bytes = m.s + kWarps * 16 * m.s_pitch * 4;
   return m;
 }

@@ -80,13 +80,17 @@ void check_layout(const std::string& what, const Smem& m, int head_dim, int q_ro
 
 TEST(AttentionSm70Plan, SharedMemoryLayouts) {
   for (const int d : {64, 128}) {
-    check_layout("forward", fwd_smem(d), d, kRows, kFwdN, 0, kFwdN > kChunk ? kFwdN : kChunk);
+    check_layout("forward", fwd_smem(d), d, kRows, fwd_tile(d), 0, std::max(fwd_tile(d), fwd_chunk(d)));
+    EXPECT_EQ(d % fwd_chunk(d), 0);
+    EXPECT_EQ(fwd_tile(d) % 16, 0);
     check_layout("dq", dq_smem(d), d, kRows, kDqN, 0, kDqN);
     check_layout("dkv", dkv_smem(d), d, kDkvM, kRows, kDkvM, kDkvM);
     EXPECT_EQ(max_smem(d), std::max({fwd_smem(d).bytes, dq_smem(d).bytes, dkv_smem(d).bytes}));
   }
-  // The figures the README states: head_dim 64 fits two blocks in Volta's 96 KB an SM, head_dim 128 one (72 KB).
+  // The figures the README states: head_dim 64 fits two blocks of every kernel in Volta's 96 KB an SM; at head_dim
+  // 128 the forward fits two, dq and dkv one (72 KB).
   EXPECT_LE(2 * max_smem(64), kVolta);
+  EXPECT_LE(2 * fwd_smem(128).bytes, kVolta);
   EXPECT_EQ(max_smem(64), 48384);
   EXPECT_EQ(max_smem(128), 72960);
   EXPECT_EQ(dq_smem(64).stage + stage_bytes(64), dq_smem(64).k);
@@ -179,7 +183,7 @@ TEST(AttentionSm70Plan, EveryCausalPairOnce) {
     for (const int extra : {0, 1, 64, 100}) {  // max_len above the length: blocks past the end exit
       const int max_len = len + extra;
       SCOPED_TRACE("len " + std::to_string(len) + " max_len " + std::to_string(max_len));
-      for (const int tile : {kFwdN, kDqN}) {
+      for (const int tile : {fwd_tile(64), fwd_tile(128), kDqN}) {
         int bad = 0;
         const auto c = replay_query_blocks(len, max_len, tile, &bad);
         EXPECT_EQ(bad, 0) << "forward/dq tile " << tile << " loads a tile past the sequence";
@@ -207,7 +211,7 @@ TEST(AttentionSm70Plan, EveryCausalPairOnce) {
 TEST(AttentionSm70Plan, UnmaskedTilesNeedNoMask) {
   for (int wrow = 0; wrow < 256; wrow += 16)
     for (int kbase = 0; kbase <= wrow + 64; kbase += 32)
-      for (const int tile : {kFwdN, kDqN})
+      for (const int tile : {fwd_tile(64), fwd_tile(128), kDqN})
         if (!key_tile_masked(kbase, tile, wrow)) {
           for (int t = wrow; t < wrow + 16; ++t) EXPECT_LE(kbase + tile - 1, t);
         }
