@@ -13,6 +13,8 @@
 #              default test_model_cuda test_ops_cuda; tools: $SANITIZE_TOOLS)
 #   sanitize_runs  the same tools over 2 steps each of SFT and GRPO (the Qwen2 test fixture, CUDA backend)
 #   attention  perf/bench_attention (tiled vs naive) and perf/bench_attention_torch.py (torch sdpa flash)
+#   attention_sm70  (not in the default list) perf/bench_attention with MGRL_CUDA_ATTENTION=sm70: the Volta wmma
+#              kernels against the mma.sync ones on this GPU, every shape in fp16
 #   train      perf/train_vs_hf.py at the Qwen2.5 0.5B, 1.5B (batch 8 x 1024) and 7B (4 x 1024) shapes
 #   train05, train15, train7   the same at one shape
 #   gen        perf/gen_vs_hf.py at the 0.5B shape, batch 1, 8, 64, 256
@@ -90,6 +92,9 @@ stage_sanitize() {
 }
 stage_attention() {
   run_stage attention 300 "$build/perf/bench_attention 20; python3 $root/perf/bench_attention_torch.py --reps 20"
+}
+stage_attention_sm70() {
+  run_stage attention_sm70 300 "MGRL_CUDA_ATTENTION=sm70 $build/perf/bench_attention 20"
 }
 stage_train05() {
   run_stage train05 420 "python3 $root/perf/train_vs_hf.py --mgrl $mgrl --shape qwen2.5-0.5b --batch 8 --seq 1024 \

@@ -1,6 +1,6 @@
 // attention.cu: causal grouped-query attention over packed variable-length sequences, forward (saves lse) and
-// backward: the entry points (head_dim 64 and 128 go to the tiled kernels of flash_attention.cu) and the fallback
-// kernels.
+// backward: the entry points (head_dim 64 and 128 go to the tiled kernels of flash_attention.cu, or on Volta to those
+// of flash_attention_sm70.cu) and the fallback kernels.
 //
 // Straightforward kernels, written to be checked by reading (no tiling, no tensor cores):
 //   forward       one block per query row (b, h, t): pass 1 finds the max score over keys u <= t, pass 2 sums
@@ -20,6 +20,7 @@
 
 #include "kernels/cuda/attend_row.cuh"
 #include "kernels/cuda/flash_attention.cuh"
+#include "kernels/cuda/flash_attention_sm70.cuh"
 
 #include <string>
 
@@ -246,14 +247,40 @@ void attention_backward_naive(const Ctx& c, void* dq, void* dk, void* dv, const 
   scratch_free(Drow, c.stream);
 }
 
+AttentionKernels attention_kernels(DType st, int head_dim, std::initializer_list<const void*> tensors) {
+  if (flash_attention_sm70_forced() && flash_attention_sm70_applies(st, head_dim, tensors))
+    return AttentionKernels::kSm70;
+  if (flash_attention_applies(st, head_dim, tensors)) return AttentionKernels::kTiled;
+  if (flash_attention_sm70_applies(st, head_dim, tensors)) return AttentionKernels::kSm70;
+  return AttentionKernels::kNaive;
+}
+
+const char* attention_kernels_name(AttentionKernels k) {
+  switch (k) {
+    case AttentionKernels::kTiled:
+      return "tiled";
+    case AttentionKernels::kSm70:
+      return "sm70";
+    case AttentionKernels::kNaive:
+      break;
+  }
+  return "naive";
+}
+
 void attention_forward(const Ctx& c, void* out, float* lse, const void* q, const void* k, const void* v,
                        const std::int32_t* cu_seqlens, int B, int T, int max_len, int n_heads, int n_kv,
                        int head_dim) {
   check_shapes(B, T, max_len, n_heads, n_kv, head_dim);
   if (T == 0) return;
-  if (flash_attention_applies(c.st, head_dim, {out, q, k, v})) {
-    flash_attention_forward(c, out, lse, q, k, v, cu_seqlens, B, T, max_len, n_heads, n_kv, head_dim);
-    return;
+  switch (attention_kernels(c.st, head_dim, {out, q, k, v})) {
+    case AttentionKernels::kTiled:
+      flash_attention_forward(c, out, lse, q, k, v, cu_seqlens, B, T, max_len, n_heads, n_kv, head_dim);
+      return;
+    case AttentionKernels::kSm70:
+      flash_attention_sm70_forward(c, out, lse, q, k, v, cu_seqlens, B, T, max_len, n_heads, n_kv, head_dim);
+      return;
+    case AttentionKernels::kNaive:
+      break;
   }
   attention_forward_naive(c, out, lse, q, k, v, cu_seqlens, B, T, max_len, n_heads, n_kv, head_dim);
 }
@@ -263,10 +290,17 @@ void attention_backward(const Ctx& c, void* dq, void* dk, void* dv, const void* 
                         int max_len, int n_heads, int n_kv, int head_dim) {
   check_shapes(B, T, max_len, n_heads, n_kv, head_dim);
   if (T == 0) return;
-  if (flash_attention_applies(c.st, head_dim, {dq, dk, dv, dout, out, q, k, v})) {
-    flash_attention_backward(c, dq, dk, dv, dout, out, q, k, v, lse, cu_seqlens, B, T, max_len, n_heads, n_kv,
-                             head_dim);
-    return;
+  switch (attention_kernels(c.st, head_dim, {dq, dk, dv, dout, out, q, k, v})) {
+    case AttentionKernels::kTiled:
+      flash_attention_backward(c, dq, dk, dv, dout, out, q, k, v, lse, cu_seqlens, B, T, max_len, n_heads, n_kv,
+                               head_dim);
+      return;
+    case AttentionKernels::kSm70:
+      flash_attention_sm70_backward(c, dq, dk, dv, dout, out, q, k, v, lse, cu_seqlens, B, T, max_len, n_heads,
+                                    n_kv, head_dim);
+      return;
+    case AttentionKernels::kNaive:
+      break;
   }
   attention_backward_naive(c, dq, dk, dv, dout, q, k, v, lse, cu_seqlens, B, T, max_len, n_heads, n_kv, head_dim);
 }

@@ -2,6 +2,7 @@
 // backward.
 #pragma once
 #include <cstdint>
+#include <initializer_list>
 
 #include "kernels/cuda/common.cuh"
 
@@ -15,15 +16,24 @@ inline constexpr int kMaxHeadDim = 256;
 // [T, n_heads, head_dim], k, v, dk, dv [T, n_kv, head_dim] in storage dtype; lse [n_heads, T] f32 (lse[h * T + row]).
 // Malformed cu_seqlens (see seq_rows) set kErrLength in *c.err (the host reports it at its next sync); the bad
 // sequence is treated as empty (its rows are neither read nor written). The backward also takes the forward's
-// output `out`. head_dim 64 and 128 run the tiled tensor-core kernels of flash_attention.cu where they apply
-// (flash_attention_applies), everything else the straightforward kernels below; both take stream-ordered scratch
-// in the backward (see flash_attention.cuh; naive: n_heads * T floats). T == 0 launches nothing.
+// output `out`. head_dim 64 and 128 run tensor-core kernels where they apply (attention_kernels below), everything
+// else the straightforward kernels; all take stream-ordered scratch in the backward (see flash_attention.cuh;
+// naive: n_heads * T floats). T == 0 launches nothing.
 void attention_forward(const Ctx& c, void* out, float* lse, const void* q, const void* k, const void* v,
                        const std::int32_t* cu_seqlens, int B, int T, int max_len, int n_heads, int n_kv,
                        int head_dim);
 void attention_backward(const Ctx& c, void* dq, void* dk, void* dv, const void* dout, const void* out, const void* q,
                         const void* k, const void* v, const float* lse, const std::int32_t* cu_seqlens, int B, int T,
                         int max_len, int n_heads, int n_kv, int head_dim);
+
+// The kernels a call runs on the current device, for the storage dtype, head_dim and tensor pointers: kTiled
+// (flash_attention.cu, mma.sync: fp16 sm_75+, bf16 sm_80+), kSm70 (flash_attention_sm70.cu, wmma: fp16 sm_70+)
+// or kNaive (the straightforward kernels). MGRL_CUDA_ATTENTION=naive forces kNaive, =sm70 puts kSm70 first wherever
+// it applies (any GPU of compute capability 7.0+: how tests and benchmarks run the Volta kernels on newer GPUs);
+// otherwise kTiled where it applies, then kSm70 (Volta), then kNaive.
+enum class AttentionKernels { kTiled, kSm70, kNaive };
+AttentionKernels attention_kernels(DType st, int head_dim, std::initializer_list<const void*> tensors);
+const char* attention_kernels_name(AttentionKernels k);  // "tiled", "sm70", "naive"
 
 // The straightforward kernels alone (one block per row, no tiling, no tensor cores), any head_dim <= kMaxHeadDim:
 // the fallback, and the baseline of perf/bench_attention.

@@ -360,6 +360,10 @@ std::unique_ptr<Ops> make_cuda_ops(int device, DType storage) {
   return std::make_unique<CudaOps>(device, storage);
 }
 
+const char* cuda_attention_kernels(DType storage, int head_dim) {
+  return cuda::attention_kernels_name(cuda::attention_kernels(storage, head_dim, {}));
+}
+
 void* cuda_stream(const Ops& ops) {
   const auto* c = dynamic_cast<const CudaOps*>(&ops);
   return c ? static_cast<void*>(c->stream()) : nullptr;

@@ -24,4 +24,9 @@ std::unique_ptr<Ops> make_cuda_ops(int device, DType storage);
 // follow ops.synchronize().
 void* cuda_stream(const Ops& ops);
 
+// Which attention kernels Ops::attention_forward / attention_backward run on the current CUDA device for this
+// storage dtype and head_dim (16-byte aligned tensors), under the current MGRL_CUDA_ATTENTION: "tiled" (mma.sync,
+// sm_75+), "sm70" (wmma, Volta's kernels) or "naive" (the fallback). Tests use it to make sure a forced path runs.
+const char* cuda_attention_kernels(DType storage, int head_dim);
+
 }  // namespace mgrl::kernels

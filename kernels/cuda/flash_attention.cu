@@ -721,6 +721,11 @@ bool flash_attention_applies(DType st, int head_dim, std::initializer_list<const
   CUDA_CHECK(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   const int cc = major * 10 + minor;
   if (cc < 75 || (st == DType::BF16 && cc < 80)) return false;
+  // The architecture these kernels were compiled for in the image the device runs: a build for compute_70 alone
+  // (PTX that a newer GPU's driver JIT-compiles) has neither ldmatrix nor mma.sync in them (they would trap).
+  cudaFuncAttributes code{};
+  CUDA_CHECK(cudaFuncGetAttributes(&code, fa_dsum_kernel<__half>));  // every kernel of this file is compiled alike
+  if (code.ptxVersion < 75 || (st == DType::BF16 && code.ptxVersion < 80)) return false;
   const int need = head_dim == 64 ? std::max({fwd_smem<64>(), dq_smem<64>(), dkv_smem<64>()})
                                   : std::max({fwd_smem<128>(), dq_smem<128>(), dkv_smem<128>()});
   return smem >= need;
@@ -762,11 +767,9 @@ void flash_attention_backward(const Ctx& c, void* dq, void* dk, void* dv, const 
   float* part = nullptr;
   const std::size_t part_n = static_cast<std::size_t>(T) * n_heads * head_dim;  // [T, n_heads, head_dim]
   if (group > 1) part = static_cast<float*>(scratch_alloc(2 * sizeof(float) * part_n, c.stream));
+  flash_attention_dsum(c, Dsum, dout, out, T, n_heads, head_dim);
   dispatch(c.st, [&](auto tag) {
     using S = decltype(tag);
-    fa_dsum_kernel<S><<<static_cast<unsigned>((rows + kFaWarps - 1) / kFaWarps), kFaThreads, 0, c.stream>>>(
-        Dsum, static_cast<const S*>(dout), static_cast<const S*>(out), T, n_heads, head_dim);
-    CUDA_CHECK_LAUNCH();
     with_config<S>(head_dim, [&](auto dim, auto k8) {
       constexpr int D = decltype(dim)::value;
       constexpr bool K8 = decltype(k8)::value;
@@ -784,16 +787,35 @@ void flash_attention_backward(const Ctx& c, void* dq, void* dk, void* dv, const 
           lse, Dsum, cu_seqlens, B, T, max_len, n_heads, n_kv, scale, scale_log2, c.err);
       CUDA_CHECK_LAUNCH();
     });
-    if (part) {
-      const std::int64_t n4 = static_cast<std::int64_t>(T) * n_kv * head_dim / 4;
-      fa_reduce_kv_kernel<S><<<grid_for(n4), kThreads, 0, c.stream>>>(static_cast<S*>(dk), static_cast<S*>(dv),
-                                                                       part, part + part_n, n4, n_kv, group,
-                                                                       head_dim, c.err);
-      CUDA_CHECK_LAUNCH();
-    }
   });
-  if (part) scratch_free(part, c.stream);
+  if (part) {
+    flash_attention_reduce_kv(c, dk, dv, part, part + part_n, T, n_kv, group, head_dim);
+    scratch_free(part, c.stream);
+  }
   scratch_free(Dsum, c.stream);
+}
+
+void flash_attention_dsum(const Ctx& c, float* Dsum, const void* dout, const void* out, int T, int n_heads,
+                          int head_dim) {
+  const std::int64_t rows = static_cast<std::int64_t>(T) * n_heads;
+  dispatch(c.st, [&](auto tag) {
+    using S = decltype(tag);
+    fa_dsum_kernel<S><<<static_cast<unsigned>((rows + kFaWarps - 1) / kFaWarps), kFaThreads, 0, c.stream>>>(
+        Dsum, static_cast<const S*>(dout), static_cast<const S*>(out), T, n_heads, head_dim);
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+void flash_attention_reduce_kv(const Ctx& c, void* dk, void* dv, const float* part_k, const float* part_v, int T,
+                               int n_kv, int group, int head_dim) {
+  const std::int64_t n4 = static_cast<std::int64_t>(T) * n_kv * head_dim / 4;
+  dispatch(c.st, [&](auto tag) {
+    using S = decltype(tag);
+    fa_reduce_kv_kernel<S><<<grid_for(n4), kThreads, 0, c.stream>>>(static_cast<S*>(dk), static_cast<S*>(dv),
+                                                                     part_k, part_v, n4, n_kv, group, head_dim,
+                                                                     c.err);
+    CUDA_CHECK_LAUNCH();
+  });
 }
 
 }  // namespace mgrl::kernels::cuda

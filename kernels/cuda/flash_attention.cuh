@@ -9,9 +9,10 @@
 namespace mgrl::kernels::cuda {
 
 // Whether the tiled kernels take a call: head_dim 64 or 128; a GPU with ldmatrix/mma.sync for the storage type
-// (fp16: sm_75+, bf16: sm_80+) and enough shared memory per block for the tiles; every tensor pointer 16-byte
-// aligned; and the environment variable MGRL_CUDA_ATTENTION not set to "naive". Otherwise attention.cu runs its
-// straightforward kernels.
+// (fp16: sm_75+, bf16: sm_80+), running code compiled for such an architecture (not compute_70 PTX JIT-compiled),
+// and enough shared memory per block for the tiles; every tensor pointer 16-byte aligned; and the environment variable MGRL_CUDA_ATTENTION not set to "naive". Otherwise attention.cu runs the
+// Volta kernels (flash_attention_sm70.cuh) where they apply, else its straightforward kernels
+// (attention_kernels in attention.cuh; MGRL_CUDA_ATTENTION=sm70 puts the Volta kernels first).
 bool flash_attention_applies(DType st, int head_dim, std::initializer_list<const void*> tensors);
 
 // Same semantics and arguments as attention_forward / attention_backward (attention.cuh: packed sequences,
@@ -27,5 +28,14 @@ void flash_attention_backward(const Ctx& c, void* dq, void* dk, void* dv, const 
                               const void* q, const void* k, const void* v, const float* lse,
                               const std::int32_t* cu_seqlens, int B, int T, int max_len, int n_heads, int n_kv,
                               int head_dim);
+
+// The backward's two helper kernels, shared with the Volta kernels (flash_attention_sm70.cu): Dsum [n_heads, T] =
+// rowsum(dout * out) over every token row (head_dim even); and dk/dv [T, n_kv, head_dim] = the fp32 partials
+// [T, n_heads, head_dim] summed over each group's query heads in head order (head_dim % 4 == 0), or zeros without
+// reading the partials when *c.err holds kErrLength (a rejected sequence's rows have none). T > 0.
+void flash_attention_dsum(const Ctx& c, float* Dsum, const void* dout, const void* out, int T, int n_heads,
+                          int head_dim);
+void flash_attention_reduce_kv(const Ctx& c, void* dk, void* dv, const float* part_k, const float* part_v, int T,
+                               int n_kv, int group, int head_dim);
 
 }  // namespace mgrl::kernels::cuda

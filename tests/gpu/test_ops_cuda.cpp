@@ -19,10 +19,12 @@
 #include <utility>
 #include <vector>
 
+#include "core/build_info.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/flash_attention_sm70_plan.h"
 #include "kernels/ops.h"
 
 namespace mgrl::kernels {
@@ -379,9 +381,10 @@ TEST_P(OpsCuda, Rope) {
 
 // Attention over packed variable-length sequences: each case lists B sequences' lengths (<= L); they are packed
 // back to back (T = sum of lengths, cu_seqlens = prefix sums, max_len = L, which may exceed the longest length).
-// head_dim 64 and 128 take the tiled tensor-core kernels (flash_attention.cu), other head_dims the straightforward
-// ones. MGRL_CUDA_ATTENTION selects a path for the reruns below: "naive" (fallback kernels at every head_dim) and
-// "mma_k8" (fp16: the m16n8k8 form that sm_75 runs, on this GPU).
+// head_dim 64 and 128 take tensor-core kernels (flash_attention.cu; on Volta flash_attention_sm70.cu), other
+// head_dims the straightforward ones. MGRL_CUDA_ATTENTION selects a path for the reruns below: "naive" (fallback
+// kernels at every head_dim), "mma_k8" (fp16: the m16n8k8 form that sm_75 runs, on this GPU) and "sm70" (fp16: the
+// Volta wmma kernels, on this GPU).
 struct AttnCase {
   int B, L, n_heads, n_kv, head_dim;
   Ids lengths;
@@ -398,30 +401,32 @@ class ScopedEnv {
   const char* name_;
 };
 
-TEST_P(OpsCuda, Attention) {
-  const std::vector<AttnCase> fallback = {
-      {3, 19, 6, 2, 40, {19, 11, 1}},   // GQA (groups of 3), head_dim not a multiple of 32, length 1
-      {2, 8, 4, 4, 24, {0, 5}},          // MHA, an empty sequence, max_len above the longest
-      {2, 13, 5, 1, 72, {13, 9}},        // MQA
-      {2, 21, 4, 2, 10, {21, 6}},        // a small head_dim
-      {2, 30, 4, 2, 33, {30, 17}},       // an odd head_dim
-  };
-  // Tiled kernels: query/key blocks of 64, lengths not multiples of the tiles, lengths 0, 1, L and in between (so
-  // sequences start at rows that are not multiples of 64 either).
-  const std::vector<AttnCase> tiled = {
-      {2, 33, 4, 2, 128, {33, 20}},              // shorter than one block
-      {2, 77, 4, 2, 64, {77, 40}},               // GQA, groups of 2
-      {4, 200, 14, 2, 64, {200, 0, 1, 131}},     // Qwen2.5-0.5B heads (groups of 7)
-      {2, 130, 3, 3, 64, {130, 64}},             // MHA: dk/dv straight from the key-block kernel
-      {4, 77, 14, 2, 128, {77, 0, 1, 50}},
-      {3, 200, 4, 2, 128, {1, 200, 64}},
-      {1, 128, 8, 1, 128, {128}},                // MQA, L a multiple of every tile
-      {3, 140, 4, 2, 64, {70, 140, 5}},          // max_len 140 > the first sequence: blocks past its end exit
-  };
-  constexpr int kGuard = 64;  // extra rows after the T packed rows of every tensor: no kernel may touch them
+// The attention cases as fixture helpers, so that every kernel path runs the same ones.
+class OpsCudaAttention : public OpsCuda {
+ protected:
+  // Tensor-core kernels: query/key blocks of 64, lengths not multiples of the tiles, lengths 0, 1, L and in between
+  // (so sequences start at rows that are not multiples of 64 either).
+  static const std::vector<AttnCase>& tiled_cases() {
+    static const std::vector<AttnCase> cases = {
+        {2, 33, 4, 2, 128, {33, 20}},           // shorter than one block
+        {2, 77, 4, 2, 64, {77, 40}},            // GQA, groups of 2
+        {4, 200, 14, 2, 64, {200, 0, 1, 131}},  // Qwen2.5-0.5B heads (groups of 7)
+        {2, 130, 3, 3, 64, {130, 64}},          // MHA: dk/dv straight from the key-block kernel
+        {4, 77, 14, 2, 128, {77, 0, 1, 50}},
+        {3, 200, 4, 2, 128, {1, 200, 64}},
+        {1, 128, 8, 1, 128, {128}},             // MQA, L a multiple of every tile
+        {3, 140, 4, 2, 64, {70, 140, 5}},       // max_len 140 > the first sequence: blocks past its end exit
+        {4, 97, 8, 2, 128, {31, 32, 33, 97}},   // GQA groups of 4; lengths about the 32-row tiles of the sm70 path
+        {4, 97, 8, 2, 64, {97, 33, 32, 31}},
+    };
+    return cases;
+  }
 
-  // Runs one case against the CPU reference (out, lse, dq, dk, dv), checks the guard rows and determinism.
-  auto run = [&](const AttnCase& cs, const std::string& path) {
+  // Runs one case against the CPU reference (out, lse, dq, dk, dv), checks the guard rows and determinism;
+  // tolerance for the storage-dtype outputs (0: tol()).
+  void run_case(const AttnCase& cs, const std::string& path, double tolerance = 0.0) {
+    if (tolerance == 0.0) tolerance = tol();
+    constexpr int kGuard = 64;  // extra rows after the T packed rows of every tensor: no kernel may touch them
     const int B = cs.B, max_len = cs.L, nh = cs.n_heads, nkv = cs.n_kv, hd = cs.head_dim;
     Ids cu(static_cast<std::size_t>(B) + 1, 0);
     for (std::size_t b = 0; b < cs.lengths.size(); ++b) cu[b + 1] = cu[b] + cs.lengths[b];
@@ -431,10 +436,10 @@ TEST_P(OpsCuda, Attention) {
                             std::to_string(max_len) + " h" + std::to_string(nh) + "/" + std::to_string(nkv) + " d" +
                             std::to_string(hd) + " ";
     // The first n values must match the CPU; the rest (guard) must still hold the prefill on the GPU.
-    auto check = [&](const std::string& what, const Pair& p, std::size_t n, float fill, double tolerance) {
+    auto check = [&](const std::string& what, const Pair& p, std::size_t n, float fill, double limit) {
       const Vec ref = cpu_values(p), got = gpu_values(p);
       expect_close_vec(tag + what, Vec(ref.begin(), ref.begin() + static_cast<std::ptrdiff_t>(n)),
-                       Vec(got.begin(), got.begin() + static_cast<std::ptrdiff_t>(n)), tolerance);
+                       Vec(got.begin(), got.begin() + static_cast<std::ptrdiff_t>(n)), limit);
       std::size_t touched = 0;
       for (std::size_t i = n; i < got.size(); ++i) touched += got[i] != fill;
       EXPECT_EQ(touched, 0u) << tag << what << ": values past the T packed rows were written";
@@ -449,7 +454,7 @@ TEST_P(OpsCuda, Attention) {
     Pair lse = f32(Vec(sz(nh, T) + kGuard, 3.0f));  // [nh, T] and a guard
     cpu_->attention_forward(out.c, static_cast<float*>(lse.c), q.c, k.c, v.c, cuc, B, T, max_len, nh, nkv, hd);
     gpu_->attention_forward(out.g, static_cast<float*>(lse.g), q.g, k.g, v.g, cug, B, T, max_len, nh, nkv, hd);
-    check("attention out", out, sz(T, nh, hd), 3.0f, tol());
+    check("attention out", out, sz(T, nh, hd), 3.0f, tolerance);
     check("attention lse", lse, sz(nh, T), 3.0f, kF32Tol);
 
     // Backward from the CPU's lse on both sides (and each side's own out); dq/dk/dv prefilled with junk (every
@@ -463,9 +468,9 @@ TEST_P(OpsCuda, Attention) {
                              cuc, B, T, max_len, nh, nkv, hd);
     gpu_->attention_backward(dq.g, dk.g, dv.g, dout.g, out.g, q.g, k.g, v.g, static_cast<const float*>(lse_ref.g),
                              cug, B, T, max_len, nh, nkv, hd);
-    check("attention dq", dq, sz(T, nh, hd), 7.0f, tol());
-    check("attention dk", dk, sz(T, nkv, hd), 7.0f, tol());
-    check("attention dv", dv, sz(T, nkv, hd), 7.0f, tol());
+    check("attention dq", dq, sz(T, nh, hd), 7.0f, tolerance);
+    check("attention dk", dk, sz(T, nkv, hd), 7.0f, tolerance);
+    check("attention dv", dv, sz(T, nkv, hd), 7.0f, tolerance);
     gpu_->synchronize();  // no error bit set
 
     // Deterministic: the same backward again gives the same bits.
@@ -475,56 +480,130 @@ TEST_P(OpsCuda, Attention) {
     EXPECT_EQ(gpu_values(dq), grads[0]) << tag << "dq not deterministic";
     EXPECT_EQ(gpu_values(dk), grads[1]) << tag << "dk not deterministic";
     EXPECT_EQ(gpu_values(dv), grads[2]) << tag << "dv not deterministic";
-  };
+  }
 
-  for (const AttnCase& cs : fallback) run(cs, "");
-  for (const AttnCase& cs : tiled) run(cs, "");
+  // Malformed cu_seqlens for each head_dim, forward and backward (see Attention).
+  void run_bad_cu_seqlens(const std::vector<int>& head_dims, const std::string& path) {
+    struct BadCu {
+      Ids cu;
+      const char* what;
+    };
+    const std::vector<BadCu> bad = {
+        {{0, 75, 80}, "a sequence longer than max_len"},
+        {{0, 50, 40, 80}, "decreasing cu_seqlens"},
+        {{0, 30, 60}, "cu_seqlens[B] != T"},
+    };
+    for (const int hd : head_dims) {
+      for (const BadCu& bc : bad) {
+        const int B = static_cast<int>(bc.cu.size()) - 1, T = 80, max_len = 70, nh = 2, nkv = 1;
+        const std::string tag = path + "head_dim " + std::to_string(hd) + ", " + bc.what;
+        Pair cus = i32(bc.cu);
+        const auto* cug = static_cast<const std::int32_t*>(cus.g);
+        Pair q = storage(randu(sz(T, nh, hd), 64));
+        Pair kv = storage(randu(sz(T, nkv, hd), 65));
+        Pair out = storage(Vec(sz(T, nh, hd), 0.0f));
+        Pair lse = f32(Vec(sz(nh, T), 0.0f));
+        gpu_->attention_forward(out.g, static_cast<float*>(lse.g), q.g, kv.g, kv.g, cug, B, T, max_len, nh, nkv, hd);
+        EXPECT_THROW(gpu_->synchronize(), FatalError) << tag << " (forward)";
+        gpu_->synchronize();  // the error word was cleared
+        Pair dq = storage(Vec(sz(T, nh, hd), 0.0f));
+        Pair dk = storage(Vec(sz(T, nkv, hd), 0.0f));
+        Pair dv = storage(Vec(sz(T, nkv, hd), 0.0f));
+        gpu_->attention_backward(dq.g, dk.g, dv.g, q.g, out.g, q.g, kv.g, kv.g, static_cast<const float*>(lse.g), cug,
+                                 B, T, max_len, nh, nkv, hd);
+        EXPECT_THROW(gpu_->synchronize(), FatalError) << tag << " (backward)";
+        gpu_->synchronize();
+      }
+    }
+  }
+};
+
+TEST_P(OpsCudaAttention, Attention) {
+  const std::vector<AttnCase> fallback = {
+      {3, 19, 6, 2, 40, {19, 11, 1}},   // GQA (groups of 3), head_dim not a multiple of 32, length 1
+      {2, 8, 4, 4, 24, {0, 5}},          // MHA, an empty sequence, max_len above the longest
+      {2, 13, 5, 1, 72, {13, 9}},        // MQA
+      {2, 21, 4, 2, 10, {21, 6}},        // a small head_dim
+      {2, 30, 4, 2, 33, {30, 17}},       // an odd head_dim
+  };
+  const std::vector<AttnCase>& tiled = tiled_cases();
+  // fp16 at head_dim 64 runs tensor cores on every GPU the backend takes (sm_70+): the mma.sync kernels, or the
+  // Volta ones on sm_7.0 and where the code was compiled for compute_70 only. A build with code for this GPU's own
+  // architecture (CMAKE_CUDA_ARCHITECTURES naming it, or "native") runs the mma.sync kernels from sm_75 (fp16) and
+  // sm_80 (bf16) on.
+  std::printf("  [%s] attention kernels at head_dim 64: %s (built for %s)\n", dtype_name(st()),
+              cuda_attention_kernels(st(), 64), build_info().cuda_architectures);
+  if (st() == DType::F16) {
+    EXPECT_STRNE(cuda_attention_kernels(st(), 64), "naive");
+  }
+  {
+    int major = 0, minor = 0;
+    ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+    ASSERT_EQ(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0), cudaSuccess);
+    const int cc = major * 10 + minor;
+    bool own_code = false;
+    std::string archs = build_info().cuda_architectures;
+    for (std::size_t a = 0; a <= archs.size();) {
+      const std::size_t b = std::min(archs.find(';', a), archs.size());
+      const std::string arch = archs.substr(a, b - a);  // "90", "90-real", "90-virtual", "native"
+      own_code = own_code || arch == "native" || arch.substr(0, arch.find('-')) == std::to_string(cc);
+      a = b + 1;
+    }
+    if (own_code && cc >= (st() == DType::BF16 ? 80 : 75)) {
+      EXPECT_STREQ(cuda_attention_kernels(st(), 64), "tiled");
+    }
+  }
+  EXPECT_STREQ(cuda_attention_kernels(st(), 40), "naive");
+  for (const AttnCase& cs : fallback) run_case(cs, "");
+  for (const AttnCase& cs : tiled) run_case(cs, "");
   {
     const ScopedEnv env("MGRL_CUDA_ATTENTION", "naive");
-    run(tiled[1], "naive ");
-    run(tiled[4], "naive ");
-    run(tiled[7], "naive ");
+    EXPECT_STREQ(cuda_attention_kernels(st(), 64), "naive");
+    run_case(tiled[1], "naive ");
+    run_case(tiled[4], "naive ");
+    run_case(tiled[7], "naive ");
   }
   if (st() == DType::F16) {
     const ScopedEnv env("MGRL_CUDA_ATTENTION", "mma_k8");
-    for (const AttnCase& cs : tiled) run(cs, "k8 ");
+    for (const AttnCase& cs : tiled) run_case(cs, "k8 ");
   }
 
   // Malformed cu_seqlens (the host cannot see them: device memory) are flagged by the kernels and reported at the
   // next synchronisation, on both paths, forward and backward: a sequence longer than max_len, a decreasing entry,
   // and an end other than T. T <= B * max_len holds in each, so the host-side checks pass.
-  struct BadCu {
-    Ids cu;
-    const char* what;
-  };
-  const std::vector<BadCu> bad = {
-      {{0, 75, 80}, "a sequence longer than max_len"},
-      {{0, 50, 40, 80}, "decreasing cu_seqlens"},
-      {{0, 30, 60}, "cu_seqlens[B] != T"},
-  };
-  for (const int hd : {64, 24}) {
-    for (const BadCu& bc : bad) {
-      const int B = static_cast<int>(bc.cu.size()) - 1, T = 80, max_len = 70, nh = 2, nkv = 1;
-      const std::string tag = "head_dim " + std::to_string(hd) + ", " + bc.what;
-      Pair cus = i32(bc.cu);
-      const auto* cug = static_cast<const std::int32_t*>(cus.g);
-      Pair q = storage(randu(sz(T, nh, hd), 64));
-      Pair kv = storage(randu(sz(T, nkv, hd), 65));
-      Pair out = storage(Vec(sz(T, nh, hd), 0.0f));
-      Pair lse = f32(Vec(sz(nh, T), 0.0f));
-      gpu_->attention_forward(out.g, static_cast<float*>(lse.g), q.g, kv.g, kv.g, cug, B, T, max_len, nh, nkv, hd);
-      EXPECT_THROW(gpu_->synchronize(), FatalError) << tag << " (forward)";
-      gpu_->synchronize();  // the error word was cleared
-      Pair dq = storage(Vec(sz(T, nh, hd), 0.0f));
-      Pair dk = storage(Vec(sz(T, nkv, hd), 0.0f));
-      Pair dv = storage(Vec(sz(T, nkv, hd), 0.0f));
-      gpu_->attention_backward(dq.g, dk.g, dv.g, q.g, out.g, q.g, kv.g, kv.g, static_cast<const float*>(lse.g), cug,
-                               B, T, max_len, nh, nkv, hd);
-      EXPECT_THROW(gpu_->synchronize(), FatalError) << tag << " (backward)";
-      gpu_->synchronize();
-    }
-  }
+  run_bad_cu_seqlens({64, 24}, "");
 }
+
+// The Volta kernels (flash_attention_sm70.cu: wmma, fp16), forced by MGRL_CUDA_ATTENTION=sm70 on whatever GPU this
+// is (compute capability 7.0 or newer; on an H100 the same code the V100 runs): the tensor-core cases and the
+// malformed cu_seqlens, against the CPU reference. On sm_70/sm_72 they are also the default path for fp16.
+TEST_P(OpsCudaAttention, AttentionSm70) {
+  if (st() != DType::F16) GTEST_SKIP() << "the Volta kernels store fp16";
+  int major = 0, minor = 0, smem = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0), cudaSuccess);
+  if (major * 10 + minor < 75) {
+    EXPECT_STREQ(cuda_attention_kernels(DType::F16, 64), "sm70");
+    EXPECT_STREQ(cuda_attention_kernels(DType::F16, 128), "sm70");
+  }
+  const ScopedEnv env("MGRL_CUDA_ATTENTION", "sm70");
+  // head_dim 128 needs 71.25 KB of shared memory per block (sm_75's 64 KB is too little; sm_70 has 96 KB).
+  const bool hd128 = smem >= cuda::sm70::max_smem(128);
+  ASSERT_STREQ(cuda_attention_kernels(DType::F16, 64), "sm70") << "the Volta kernels do not run here";
+  EXPECT_STREQ(cuda_attention_kernels(DType::F16, 128), hd128 ? "sm70" : "naive");
+  EXPECT_STREQ(cuda_attention_kernels(DType::F16, 40), "naive");
+  // Tighter than tol(): rounding the outputs and P / dS to fp16 gives about 3e-4 on these cases, while an online
+  // softmax that forgot to rescale O when a later key tile raises a row's maximum gives about 8e-3 on some of them.
+  for (const AttnCase& cs : tiled_cases())
+    if (cs.head_dim == 64 || hd128) run_case(cs, "sm70 ", 3e-3);
+  run_bad_cu_seqlens(hd128 ? std::vector<int>{64, 128} : std::vector<int>{64}, "sm70 ");
+}
+
+INSTANTIATE_TEST_SUITE_P(Storage, OpsCudaAttention, ::testing::Values(DType::BF16, DType::F16),
+                         [](const ::testing::TestParamInfo<DType>& info) {
+                           return std::string(info.param == DType::BF16 ? "bf16" : "fp16");
+                         });
 
 TEST_P(OpsCuda, Swiglu) {
   const std::int64_t n = 1003;
