@@ -5,6 +5,7 @@
 #include <utf8proc.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -25,6 +26,7 @@ namespace {
 constexpr int kMaxDepth = 128;                        // nesting of expressions and blocks while parsing
 constexpr int kMaxExprDepth = 256;                    // depth of an expression's tree (chains such as a+b+c... included)
 constexpr int kMaxCallDepth = 64;                     // macro calls inside macro calls
+constexpr int kMaxEvalDepth = 1500;                   // statements and expressions being evaluated, one inside another
 constexpr std::size_t kMaxString = 16u << 20;         // any string, the output included (bytes)
 constexpr std::size_t kMaxList = 1u << 20;            // elements of a list made by the template
 constexpr std::int64_t kMaxRange = 100000;            // range() length (Jinja's sandbox limit)
@@ -1314,6 +1316,26 @@ bool is_cased_upper(char32_t c) { return utf8proc_tolower(static_cast<utf8proc_i
 
 }  // namespace
 
+Value Value::make_list(List x) {
+  Value v;
+  v.kind = Kind::List;
+  for (const auto& e : x)
+    if (e.kind == Kind::List || e.kind == Kind::Dict) v.nest = std::max(v.nest, e.nest);
+  if (++v.nest > kMaxNesting) throw UserError("a list nested deeper than " + std::to_string(kMaxNesting) + " levels");
+  v.list = std::make_shared<const List>(std::move(x));
+  return v;
+}
+
+Value Value::make_dict(Dict x) {
+  Value v;
+  v.kind = Kind::Dict;
+  for (const auto& e : x)
+    if (e.second.kind == Kind::List || e.second.kind == Kind::Dict) v.nest = std::max(v.nest, e.second.nest);
+  if (++v.nest > kMaxNesting) throw UserError("a dict nested deeper than " + std::to_string(kMaxNesting) + " levels");
+  v.dict = std::make_shared<Dict>(std::move(x));
+  return v;
+}
+
 const Value* Value::find(const std::string& key) const {
   if ((kind != Kind::Dict && kind != Kind::Namespace) || !dict) return nullptr;
   for (const auto& kv : *dict)
@@ -1321,7 +1343,15 @@ const Value* Value::find(const std::string& key) const {
   return nullptr;
 }
 
-Value from_json(const nlohmann::json& j) {
+namespace {
+Value from_json_at(const nlohmann::json& j, std::uint32_t depth);
+}
+
+Value from_json(const nlohmann::json& j) { return from_json_at(j, 0); }
+
+namespace {
+Value from_json_at(const nlohmann::json& j, std::uint32_t depth) {
+  if (depth > Value::kMaxNesting) throw UserError("a JSON value nested deeper than " + std::to_string(Value::kMaxNesting) + " levels");
   switch (j.type()) {
     case nlohmann::json::value_t::null: return Value::none();
     case nlohmann::json::value_t::boolean: return Value::boolean(j.get<bool>());
@@ -1336,17 +1366,18 @@ Value from_json(const nlohmann::json& j) {
     case nlohmann::json::value_t::array: {
       List l;
       l.reserve(j.size());
-      for (const auto& x : j) l.push_back(from_json(x));
+      for (const auto& x : j) l.push_back(from_json_at(x, depth + 1));
       return Value::make_list(std::move(l));
     }
     case nlohmann::json::value_t::object: {
       Dict d;
-      for (auto it = j.begin(); it != j.end(); ++it) d.emplace_back(it.key(), from_json(it.value()));
+      for (auto it = j.begin(); it != j.end(); ++it) d.emplace_back(it.key(), from_json_at(it.value(), depth + 1));
       return Value::make_dict(std::move(d));
     }
     default: return Value::none();
   }
 }
+}  // namespace
 
 std::string to_str(const Value& v) {
   switch (v.kind) {
@@ -1434,8 +1465,20 @@ class Renderer {
     return Value::string(std::move(s));
   }
 
+  struct EvalDepth {
+    Renderer& r;
+    EvalDepth(Renderer& renderer, const Node& n) : r(renderer) {
+      if (++r.eval_depth_ > kMaxEvalDepth) {
+        --r.eval_depth_;
+        r.err(n, "the template nests too deeply while rendering (macros calling macros inside deep blocks)");
+      }
+    }
+    ~EvalDepth() { --r.eval_depth_; }
+  };
+
   // ---- statements ----
   void exec(const Node& n, Frame& f) {
+    EvalDepth guard(*this, n);
     step(n);
     switch (n.kind) {
       case N::Body:
@@ -1579,6 +1622,7 @@ class Renderer {
 
   // ---- expressions ----
   Value eval(const Node& n, Frame& f) {
+    EvalDepth guard(*this, n);
     step(n);
     switch (n.kind) {
       case N::Const: return n.value;
@@ -2258,7 +2302,11 @@ class Renderer {
       const std::string part = path.substr(p, q == std::string::npos ? std::string::npos : q - p);
       if (cur.kind == Kind::Undefined) return cur;
       bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
-      if (digits && cur.kind == Kind::List) cur = get_item(n, cur, Value::integer(std::stoll(part)));
+      if (digits && cur.kind == Kind::List) {
+        errno = 0;
+        const long long k = std::strtoll(part.c_str(), nullptr, 10);
+        cur = errno == ERANGE ? Value::undefined(part) : get_item(n, cur, Value::integer(k));
+      }
       else if (cur.kind == Kind::Dict || cur.kind == Kind::Namespace) cur = get_attr(n, cur, part);
       else cur = Value::undefined(part);
       if (q == std::string::npos) return cur;
@@ -2655,6 +2703,7 @@ class Renderer {
   std::int64_t steps_ = 0;
   int call_depth_ = 0;
   int capture_depth_ = 0;
+  int eval_depth_ = 0;
 };
 
 }  // namespace
@@ -2675,6 +2724,10 @@ Template::Output Template::render(const Vars& vars) const {
   Renderer r(*impl_, out);
   try {
     r.run(vars);
+  } catch (const UserError& e) {  // a limit of the value type: name the template
+    const std::string m = e.what();
+    if (m.rfind(impl_->name + ":", 0) == 0) throw;
+    throw UserError(impl_->name + ": " + m);
   } catch (const BreakSignal&) {
     throw UserError(impl_->name + ": 'break' outside a loop");
   } catch (const ContinueSignal&) {

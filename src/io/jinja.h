@@ -46,6 +46,7 @@ struct Value {
   std::shared_ptr<const List> list;      // List (immutable, as in transformers' sandbox)
   std::shared_ptr<Dict> dict;            // Dict (not changed once made) and Namespace (changed by set ns.x)
   std::shared_ptr<const MacroDef> macro;
+  std::uint32_t nest = 0;                // List/Dict: 1 + the deepest nesting of an element
 
   static Value undefined(std::string name = "") { Value v; v.s = std::move(name); return v; }
   static Value none() { Value v; v.kind = Kind::None; return v; }
@@ -53,9 +54,11 @@ struct Value {
   static Value integer(std::int64_t x) { Value v; v.kind = Kind::Int; v.i = x; return v; }
   static Value number(double x) { Value v; v.kind = Kind::Float; v.f = x; return v; }
   static Value string(std::string x) { Value v; v.kind = Kind::String; v.s = std::move(x); return v; }
-  static Value make_list(List x) { Value v; v.kind = Kind::List; v.list = std::make_shared<const List>(std::move(x)); return v; }
+  // Lists and dicts nest at most kMaxNesting deep (UserError beyond): printing, comparing and freeing them recurse.
+  static constexpr std::uint32_t kMaxNesting = 512;
+  static Value make_list(List x);
   static Value make_tuple(List x) { Value v = make_list(std::move(x)); v.b = true; return v; }
-  static Value make_dict(Dict x) { Value v; v.kind = Kind::Dict; v.dict = std::make_shared<Dict>(std::move(x)); return v; }
+  static Value make_dict(Dict x);
 
   bool is_undefined() const { return kind == Kind::Undefined; }
   // The member of a Dict/Namespace, or nullptr.

@@ -234,6 +234,15 @@ TEST(Jinja, HostileTemplatesEndWithAnError) {
   std::string chain = "{{ 1";
   for (int i = 0; i < 5000; ++i) chain += " + 1";
   EXPECT_NE(render_error(chain + " }}").find("an expression nested deeper than 256 levels"), std::string::npos);
+  EXPECT_EQ(render_error("{% set ns = namespace(v=1) %}{% for i in range(600) %}{% set ns.v = [ns.v] %}{% endfor %}"),
+            "t.jinja: a list nested deeper than 512 levels");
+  std::string ifs, endifs;
+  for (int i = 0; i < 40; ++i) ifs += "{% if n %}", endifs += "{% endif %}";
+  EXPECT_NE(render_error("{% macro m(n) %}" + ifs + "{{ m(n - 1) }}" + endifs + "{% endmacro %}{{ m(60) }}")
+                .find("nests too deeply while rendering"),
+            std::string::npos);
+  std::string deep_json = "{\"x\": " + std::string(1000, '[') + std::string(1000, ']') + "}";
+  EXPECT_NE(error_of([&] { render("{{ x }}", json::parse(deep_json)); }).find("nested deeper than 512"), std::string::npos);
   EXPECT_NE(render_error("{{ 9223372036854775807 + 1 }}").find("integer overflow"), std::string::npos);
   EXPECT_NE(render_error("{{ 1 // 0 }}").find("division or modulo by zero"), std::string::npos);
 }
