@@ -143,8 +143,14 @@ RenderedChat ChatTemplate::render(const nlohmann::json& messages, bool add_gener
       if (messages[i].value("role", "") != "assistant") continue;
       const nlohmann::json before(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(i));
       const nlohmann::json upto(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(i) + 1);
-      const std::string p = im.run(before, true).text;
-      const std::string q = im.run(upto, false).text;
+      std::string p, q;
+      try {
+        p = im.run(before, true).text;
+        q = im.run(upto, false).text;
+      } catch (const UserError& e) {
+        throw UserError("finding assistant message " + std::to_string(i + 1) + " by rendering the messages before it: " +
+                        e.what() + " (a template that marks assistant text with {% generation %} needs no such rendering)");
+      }
       if (q.size() > p.size() && q.compare(0, p.size(), p) == 0 && r.text.compare(0, q.size(), q) == 0)
         r.spans.emplace_back(p.size(), q.size());
     }

@@ -1168,7 +1168,7 @@ void json_string(std::string& out, const std::string& s) {
       case '\b': out += "\\b"; break;
       case '\f': out += "\\f"; break;
       default:
-        if (c < 0x20 || c == 0x7f) {
+        if (c < 0x20) {
           char b[8];
           std::snprintf(b, sizeof b, "\\u%04x", c);
           out += b;

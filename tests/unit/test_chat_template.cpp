@@ -197,6 +197,8 @@ TEST(Jinja, FiltersTestsAndMethods) {
             "True 2 A B éa");
   EXPECT_EQ(render("{{ {'z': [1, 'é\"'], 'a': none} | tojson }}"), "{\"z\": [1, \"é\\\"\"], \"a\": null}");
   EXPECT_EQ(render("{{ {'z': 1, 'a': 2} | tojson(sort_keys=true) }}"), "{\"a\": 2, \"z\": 1}");
+  EXPECT_EQ(render("{{ '\\x01\\x7f\\n' | tojson }} {{ ['\\x7f'] }}"), "\"\\u0001\x7f\\n\" ['\\x7f']");  // as json.dumps, repr
+  EXPECT_EQ(render("{{ 'ß'.upper() }}"), "ẞ");  // utf8proc's one-character mapping (Python: 'SS'), a documented difference
   EXPECT_EQ(render("{{ x | default('d') }} {{ 0 | default('d', true) }} {{ [] | first }}|{{ 'abc' | list }}"), "d d |['a', 'b', 'c']");
 }
 
