@@ -30,14 +30,15 @@ import transformers
 from transformers import AutoTokenizer
 from transformers.utils.chat_template_utils import render_jinja_template
 
-TEMPLATES = {  # template -> the tokenizer fixture it is rendered with
-    "llama3": "llama3_bytelevel",
-    "qwen25": "qwen2_bytelevel",
-    "qwen3": "qwen2_bytelevel",
-    "gemma": "llama2_sentencepiece",
-    "mistral": "llama2_sentencepiece",
-    "features": "qwen2_bytelevel",
-}
+TEMPLATES = [  # (template, the tokenizer it is rendered with: tests/data/tokenizers/<name>, or a path from the root)
+    ("llama3", "llama3_bytelevel"),
+    ("qwen25", "qwen2_bytelevel"),
+    ("qwen3", "qwen2_bytelevel"),
+    ("gemma", "llama2_sentencepiece"),
+    ("mistral", "llama2_sentencepiece"),
+    ("features", "qwen2_bytelevel"),
+    ("qwen25", "inputs/quickstart"),  # digits only: the template's text is <unk> tokens (their offsets, the mask)
+]
 
 SYSTEM = {"role": "system", "content": "You are a careful assistant.\n"}
 CONVERSATIONS = [
@@ -94,10 +95,11 @@ def main():
     args = ap.parse_args()
     tok_root = os.path.join(root, "tests", "data", "tokenizers")
     lines = []
-    for name, tok_name in TEMPLATES.items():
+    for name, tok_name in TEMPLATES:
         template = open(os.path.join(args.out, name + ".jinja"), encoding="utf-8").read()
-        hf = AutoTokenizer.from_pretrained(os.path.join(tok_root, tok_name))
-        raw = tokenizers.Tokenizer.from_file(os.path.join(tok_root, tok_name, "tokenizer.json"))
+        tok_dir = os.path.join(root, tok_name) if "/" in tok_name else os.path.join(tok_root, tok_name)
+        hf = AutoTokenizer.from_pretrained(tok_dir)
+        raw = tokenizers.Tokenizer.from_file(os.path.join(tok_dir, "tokenizer.json"))
         generation = "{%- generation %}" in template or "{% generation %}" in template
         convs = list(CONVERSATIONS)
         if name == "qwen3":

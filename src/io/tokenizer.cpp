@@ -527,6 +527,7 @@ class Bpe {
     return &by_id_[id];
   }
   int32_t max_id() const { return static_cast<int32_t>(by_id_.size()) - 1; }
+  std::optional<int32_t> unk_id() const { return unk_id_; }
 
  private:
   struct Merge {
@@ -1442,13 +1443,13 @@ std::vector<std::pair<size_t, size_t>> Tokenizer::token_offsets(const std::vecto
                     ") back to the text at byte " + std::to_string(p) +
                     " (the tokenizer's normalizer changes this text), so its assistant mask is unknown");
   };
-  for (size_t k = 0; k < ids.size(); ++k) {
+  // the surface of token k ("" for one that has none)
+  const auto surface_of = [&](size_t k, bool* added) {
     std::string surface;
-    bool added = false;
     const auto a = im.added_by_id.find(ids[k]);
     if (a != im.added_by_id.end()) {
       surface = im.added[a->second].content;
-      added = true;
+      *added = true;
     } else if (const std::string* t = im.model.id_to_token(ids[k])) {
       const std::string& s = *t;
       int byte = -1;
@@ -1474,6 +1475,31 @@ std::vector<std::pair<size_t, size_t>> Tokenizer::token_offsets(const std::vecto
           }
         }
       }
+    }
+    return surface;
+  };
+  for (size_t k = 0; k < ids.size(); ++k) {
+    bool added = false;
+    const std::string surface = surface_of(k, &added);
+    if (ids[k] == im.model.unk_id() && text.compare(p, surface.size(), surface) != 0) {
+      // the unknown token stands for one character, or (fuse_unk) a run of them: up to where the next token's
+      // surface matches
+      size_t q = p < text.size() ? p + std::max<size_t>(1, uc::utf8_len(static_cast<unsigned char>(text[p]))) : p;
+      if (k + 1 < ids.size() && ids[k + 1] == im.model.unk_id()) {
+        // unknown tokens one after the other (no fuse_unk): one character each
+      } else if (k + 1 < ids.size()) {
+        bool next_added = false;
+        const std::string next = surface_of(k + 1, &next_added);
+        while (q < text.size() && !next.empty() && text.compare(q, next.size(), next) != 0 &&
+               !(next[0] == ' ' && text.compare(q, next.size() - 1, next, 1) == 0))
+          q += std::max<size_t>(1, uc::utf8_len(static_cast<unsigned char>(text[q])));
+      } else {
+        q = text.size();
+      }
+      q = std::min(q, text.size());
+      out.emplace_back(p, q);
+      p = q;
+      continue;
     }
     if (text.compare(p, surface.size(), surface) == 0) {
       out.emplace_back(p, p + surface.size());

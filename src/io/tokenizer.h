@@ -89,8 +89,9 @@ class Tokenizer {
   // or {"content": ...} form) that are set: the variables transformers gives a chat template.
   const std::vector<std::pair<std::string, std::string>>& special_token_strings() const;
   // [begin, end) byte offsets in text of each token of ids = encode(text, false), found by matching every token's
-  // surface form (its bytes; SentencePiece's ▁ as a space) along the text. UserError when a token cannot be
-  // placed (a normalizer that rewrites the text).
+  // surface form (its bytes; SentencePiece's ▁ as a space) along the text; an unknown token covers one character,
+  // or the run up to where the next token matches (fuse_unk). UserError when a token cannot be placed (a
+  // normalizer that rewrites the text).
   std::vector<std::pair<size_t, size_t>> token_offsets(const std::vector<int32_t>& ids, const std::string& text) const;
   const std::string& path() const;  // the tokenizer.json read
 

@@ -44,7 +44,10 @@ TEST(ChatTemplate, MatchesTransformersOnTheFamilyTemplates) {
     const json c = json::parse(line);
     const std::string what = c["template"].get<std::string>() + "/" + c["case"].get<std::string>() +
                              " gen=" + c["add_generation_prompt"].dump() + " kwargs=" + c["kwargs"].dump();
-    const Tokenizer tok = Tokenizer::from_dir(kData + "/tokenizers/" + c["tokenizer"].get<std::string>());
+    const std::string tok_name = c["tokenizer"].get<std::string>();
+    const Tokenizer tok = Tokenizer::from_dir(tok_name.find('/') != std::string::npos
+                                                  ? std::string(MGRL_SOURCE_DIR) + "/" + tok_name
+                                                  : kData + "/tokenizers/" + tok_name);
     ChatOptions o;
     o.template_path = kData + "/chat_templates/" + c["template"].get<std::string>() + ".jinja";
     o.template_kwargs = c["kwargs"].dump();
@@ -68,9 +71,9 @@ TEST(ChatTemplate, MatchesTransformersOnTheFamilyTemplates) {
     for (auto m : r.mask) ones += m;
     masks += ones > 0;
   }
-  EXPECT_GE(n, 90);
+  EXPECT_GE(n, 100);
   EXPECT_GE(masks, 40);  // most conversations have trained assistant tokens
-  EXPECT_EQ(errors, 4);
+  EXPECT_EQ(errors, 4);  // gemma and mistral refuse roles that do not alternate
 }
 
 TEST(ChatTemplate, TokenizerTemplateAndSpecialTokens) {
