@@ -21,8 +21,9 @@ CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=De
 # unit tests, the 2-rank communicator, SFT/GRPO/fault cli tests and the fuzz targets. MGRL_SANITIZE_FULL=1 builds
 # everything and runs every unit, mpi and cli test (about 40 minutes on 2 cores; docs/reliability.md has its result).
 full=${MGRL_SANITIZE_FULL:-0}
-targets=(mgrl check_train test_config test_errors test_tokenizer test_safetensors test_checkpoint test_comm
-         fuzz_config fuzz_safetensors fuzz_tokenizer_json fuzz_tokenizer_encode fuzz_jsonl fuzz_checkpoint fuzz_verdict)
+targets=(mgrl check_train test_config test_errors test_tokenizer test_chat_template test_safetensors test_checkpoint test_comm
+         fuzz_config fuzz_safetensors fuzz_tokenizer_json fuzz_tokenizer_encode fuzz_jsonl fuzz_checkpoint fuzz_verdict
+         fuzz_jinja)
 if [ "$full" = 1 ]; then
   cmake --build "$build" --parallel "$(nproc)"
 else
@@ -37,11 +38,11 @@ if [ "$full" = 1 ]; then
   ctest --output-on-failure --timeout 600 -j "$(nproc)" -L "unit|mpi|cli" -LE "slow|gpu" -E "kill9_checkpoint_trials"
 else
   ctest --output-on-failure --timeout 300 -j "$(nproc)" \
-    -R "^unit\.(config|errors|tokenizer|safetensors|checkpoint)$|^comm\.cpu\.np2$|^cli\.sft\.(resume_is_exact|same_weights_on_1_2_4_ranks)$|^fault\.(kill9_rank1|sigstop_rank1)\.np2$|^cli\.grpo\.resume_is_exact$|^cli\.(unknown_key|wrong_type|bad_toml)"
+    -R "^unit\.(config|errors|tokenizer|chat_template|safetensors|checkpoint)$|^comm\.cpu\.np2$|^cli\.sft\.(resume_is_exact|same_weights_on_1_2_4_ranks)$|^fault\.(kill9_rank1|sigstop_rank1)\.np2$|^cli\.grpo\.resume_is_exact$|^cli\.(unknown_key|wrong_type|bad_toml)"
 fi
 mkdir -p fuzz-findings
 for target in fuzz_config fuzz_safetensors fuzz_tokenizer_json fuzz_tokenizer_encode fuzz_jsonl fuzz_checkpoint \
-              fuzz_verdict; do
+              fuzz_verdict fuzz_jinja; do
   corpus="$root/fuzz/corpus/${target#fuzz_}"
   work="fuzz-corpus/${target#fuzz_}"  # new inputs found now go here, not into the source tree
   mkdir -p "$work"

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "dist/mpi_env.h"
+#include "io/chat_template.h"
 #include "io/config.h"
 #include "io/tokenizer.h"
 #include "model/lora.h"
@@ -72,9 +73,13 @@ double gpu_peak_tflops(const dist::Device& d) {
   return 0;
 }
 
-io::ChatFormat chat_format(const io::Config& cfg, const char* key, const io::Tokenizer& tok) {
-  const std::string name = cfg.get_string(key);
-  return name == "auto" ? tok.chat_format() : io::chat_format_from_name(name);
+io::ChatTemplate chat_template(const io::Config& cfg, const char* format_key, const io::Tokenizer& tok) {
+  io::ChatOptions o;
+  o.format = cfg.get_string(format_key);
+  o.format_key = format_key;
+  o.template_path = cfg.get_string("chat.template");
+  o.template_kwargs = cfg.get_string("chat.template_kwargs");
+  return io::ChatTemplate(tok, o);
 }
 
 model::LoraConfig lora_config(const io::Config& cfg) {

@@ -11,6 +11,7 @@
 #include "core/log.h"
 #include "dist/mpi_env.h"
 #include "io/atomic_file.h"
+#include "io/chat_template.h"
 #include "io/config.h"
 #include "io/hf_config.h"
 #include "io/jsonl.h"
@@ -64,10 +65,8 @@ int run_generate(Context& ctx) {
     mc = io::parse_hf_config(model_dir + "/config.json");
     check_model_fits(ctx, mc, model_dir + "/config.json", false);
     if (file_exists(tok_dir + "/tokenizer.json")) tok = io::Tokenizer::from_dir(tok_dir);
-    std::string fmt_name = cfg.get_string("generate.chat_format");
-    io::ChatFormat fmt = io::ChatFormat::None;
-    if (tok && fmt_name == "auto") fmt = tok->chat_format();
-    else if (fmt_name != "auto") fmt = io::chat_format_from_name(fmt_name);
+    std::optional<io::ChatTemplate> chat;
+    if (tok) chat.emplace(chat_template(cfg, "generate.chat_format", *tok));
     auto need_tokenizer = [&](int line, const char* what) {
       if (!tok)
         io::jsonl_error(input, line, std::string(what) + " input needs a tokenizer, but " + tok_dir +
@@ -77,19 +76,13 @@ int run_generate(Context& ctx) {
       Input in;
       if (j.contains("messages")) {
         need_tokenizer(line, "\"messages\"");
-        if (!j["messages"].is_array()) io::jsonl_error(input, line, "\"messages\" must be an array");
-        std::vector<io::Message> msgs;
-        for (const auto& m : j["messages"]) {
-          if (!m.is_object() || !m.contains("role") || !m.contains("content") || !m["role"].is_string() ||
-              !m["content"].is_string())
-            io::jsonl_error(input, line, "each message needs string \"role\" and \"content\"");
-          msgs.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
-        }
-        if (fmt == io::ChatFormat::None && cfg.get_string("generate.chat_format") == "auto")
-          io::jsonl_error(input, line, "\"messages\" need a chat format: the tokenizer has no known chat template; "
-                                       "set generate.chat_format to chatml, llama3 or none");
         in.prompt = j["messages"];
-        in.tokens = tok->encode_chat(msgs, fmt, true);
+        try {
+          io::ChatTemplate::check_messages(j["messages"]);
+          in.tokens = chat->encode(j["messages"], true);
+        } catch (const UserError& e) {
+          io::jsonl_error(input, line, e.what());
+        }
       } else if (j.contains("prompt")) {
         need_tokenizer(line, "\"prompt\"");
         if (!j["prompt"].is_string()) io::jsonl_error(input, line, "\"prompt\" must be a string");

@@ -9,6 +9,7 @@
 #include "dist/comm.h"
 #include "dist/device.h"
 #include "dist/mpi_env.h"
+#include "io/chat_template.h"
 #include "io/config.h"
 #include "io/hf_config.h"
 #include "io/tokenizer.h"
@@ -46,11 +47,10 @@ int run_grpo(Context& ctx) {
     if (tok->vocab_size() > mc.vocab_size)
       throw UserError(tok->path() + ": the tokenizer has " + std::to_string(tok->vocab_size()) +
                       " tokens, more than the model's vocab_size (" + std::to_string(mc.vocab_size) + ")");
-    const io::ChatFormat chat = chat_format(cfg, "train.chat_format", *tok);
-    const bool chat_auto = cfg.get_string("train.chat_format") == "auto";
-    train_data = rl::load_prompts(cfg.get_string("data.input"), *tok, chat, chat_auto, max_prompt);
+    const io::ChatTemplate chat = chat_template(cfg, "train.chat_format", *tok);
+    train_data = rl::load_prompts(cfg.get_string("data.input"), *tok, chat, max_prompt);
     if (!cfg.get_string("eval.input").empty())
-      eval_data = rl::load_prompts(cfg.get_string("eval.input"), *tok, chat, chat_auto, max_prompt);
+      eval_data = rl::load_prompts(cfg.get_string("eval.input"), *tok, chat, max_prompt);
     const std::int64_t longest = max_prompt + cfg.get_int("grpo.max_completion_length");
     if (mc.max_position_embeddings > 0 && longest > mc.max_position_embeddings)
       throw UserError("grpo.max_prompt_length + grpo.max_completion_length (" + std::to_string(longest) +

@@ -17,6 +17,7 @@
 #include "core/log.h"
 #include "dist/mpi_env.h"
 #include "io/atomic_file.h"
+#include "io/chat_template.h"
 #include "io/config.h"
 #include "io/hdf5_file.h"
 #include "io/hf_config.h"
@@ -39,6 +40,7 @@ int run_score(Context& ctx) {
   // Every rank reads and checks everything, so that every input error is reported once, collectively.
   io::ModelConfig mc;
   std::optional<io::Tokenizer> tokenizer;
+  std::optional<io::ChatTemplate> chat;
   std::vector<std::vector<std::int32_t>> seqs;
   std::unique_ptr<io::H5Writer> writer;
   env.agree([&] {
@@ -47,16 +49,27 @@ int run_score(Context& ctx) {
     const std::string tok_dir = tokenizer_dir(cfg);
     io::read_jsonl(input, [&](const nlohmann::json& j, int line) {
       std::vector<std::int32_t> ids;
+      const auto need_tokenizer = [&](const char* what) {
+        if (tokenizer) return;
+        std::ifstream probe(tok_dir + "/tokenizer.json");
+        if (!probe)
+          io::jsonl_error(input, line, std::string(what) + " input needs a tokenizer, but " + tok_dir +
+                                           " has no tokenizer.json (set model.tokenizer)");
+        tokenizer = io::Tokenizer::from_dir(tok_dir);
+      };
       if (j.contains("text")) {  // encoded as AutoTokenizer(text) would: special tokens as its post-processor adds them
         if (!j["text"].is_string()) io::jsonl_error(input, line, "\"text\" must be a string");
-        if (!tokenizer) {
-          std::ifstream probe(tok_dir + "/tokenizer.json");
-          if (!probe)
-            io::jsonl_error(input, line, "\"text\" input needs a tokenizer, but " + tok_dir +
-                                             " has no tokenizer.json (set model.tokenizer)");
-          tokenizer = io::Tokenizer::from_dir(tok_dir);
-        }
+        need_tokenizer("\"text\"");
         ids = tokenizer->encode(j["text"].get<std::string>());
+      } else if (j.contains("messages")) {  // the conversation as the model's chat template renders it
+        need_tokenizer("\"messages\"");
+        if (!chat) chat.emplace(chat_template(cfg, "generate.chat_format", *tokenizer));
+        try {
+          io::ChatTemplate::check_messages(j["messages"]);
+          ids = chat->encode(j["messages"], false);
+        } catch (const UserError& e) {
+          io::jsonl_error(input, line, e.what());
+        }
       } else if (j.contains("tokens") && j["tokens"].is_array()) {
         for (const auto& v : j["tokens"]) {
           if (!v.is_number_integer()) io::jsonl_error(input, line, "token " + v.dump() + " is not an integer id");
@@ -64,7 +77,7 @@ int run_score(Context& ctx) {
           ids.push_back(id < 0 || id > INT32_MAX ? -1 : static_cast<std::int32_t>(id));
         }
       } else {
-        io::jsonl_error(input, line, "expected \"text\" or a \"tokens\" array of token ids");
+        io::jsonl_error(input, line, "expected \"text\", \"messages\" or a \"tokens\" array of token ids");
       }
       if (ids.empty()) io::jsonl_error(input, line, "the sequence has no tokens");
       for (const auto id : ids)

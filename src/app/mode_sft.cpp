@@ -10,6 +10,7 @@
 #include "dist/comm.h"
 #include "dist/device.h"
 #include "dist/mpi_env.h"
+#include "io/chat_template.h"
 #include "io/config.h"
 #include "io/hf_config.h"
 #include "io/tokenizer.h"
@@ -41,7 +42,8 @@ int run_sft(Context& ctx) {
     train::DataOptions d;
     d.max_seq_len = static_cast<int>(std::min<std::int64_t>(cfg.get_int("train.max_seq_len"),
                                                             mc.max_position_embeddings > 0 ? mc.max_position_embeddings : 1 << 30));
-    d.chat = chat_format(cfg, "train.chat_format", *tok);
+    const io::ChatTemplate chat = chat_template(cfg, "train.chat_format", *tok);
+    d.chat = &chat;
     train_data = train::load_examples(cfg.get_string("data.input"), *tok, d);
     if (!cfg.get_string("eval.input").empty()) eval_data = train::load_examples(cfg.get_string("eval.input"), *tok, d);
     std::size_t longest = 1;

@@ -17,8 +17,8 @@ struct Device;
 namespace mgrl::io {
 class Config;
 class Tokenizer;
+class ChatTemplate;
 struct ModelConfig;
-enum class ChatFormat;
 }
 namespace mgrl::kernels {
 class Ops;
@@ -51,6 +51,8 @@ int run_reward(Context& ctx);
 int run_export(Context& ctx);
 // `mgrl generate`: completions of JSONL prompts into a JSONL file (docs/generate.md).
 int run_generate(Context& ctx);
+// `mgrl render`: the text, token ids and assistant mask of each {"messages"} line, JSON lines out (docs/sft.md).
+int run_render(Context& ctx);
 
 // The op backend for the rank's device, storing model.dtype (auto: bf16 on sm_80 and newer, fp16 before; the CPU
 // backend is f32 and takes auto only). Collective: errors agreed on by all ranks.
@@ -62,8 +64,9 @@ train::LossScaling loss_scaling(const Context& ctx, DType storage);
 void load_model(const Context& ctx, model::Transformer& net, const std::string& model_dir, const std::string& adapter);
 // Peak dense bf16/fp16 tensor throughput (TFLOP/s) of GPUs whose name we recognise (for MFU); 0 when unknown.
 double gpu_peak_tflops(const dist::Device& d);
-// The chat format named by a key (auto: the tokenizer's template).
-io::ChatFormat chat_format(const io::Config& cfg, const char* key, const io::Tokenizer& tok);
+// How {"messages"} become text and tokens (io/chat_template.h): the format named by format_key (auto: the model's
+// template, or chat.template), with chat.template_kwargs.
+io::ChatTemplate chat_template(const io::Config& cfg, const char* format_key, const io::Tokenizer& tok);
 // The LoRA configuration of a run: lora.adapter's adapter_config.json when given (lora.dropout from the keys),
 // else the lora.* keys.
 model::LoraConfig lora_config(const io::Config& cfg);

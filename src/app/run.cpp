@@ -72,6 +72,7 @@ int run(dist::MpiEnv& env, int argc, char** argv) {
     if (mode == "export") return run_export(ctx);
     if (mode == "score") return run_score(ctx);
     if (mode == "generate") return run_generate(ctx);
+    if (mode == "render") return run_render(ctx);
     throw UserError("mode '" + mode + "' is not implemented in this build");
   });
 }

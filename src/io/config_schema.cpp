@@ -6,7 +6,7 @@ namespace mgrl::io {
 
 const std::vector<std::string>& mgrl_modes() {
   static const std::vector<std::string> modes{"info", "sft", "grpo", "reward", "export", "score", "generate",
-                                              "help-config"};
+                                              "render", "help-config"};
   return modes;
 }
 
@@ -18,8 +18,8 @@ const Schema& mgrl_schema() {
     add({"mode", T::String, std::nullopt,
          "what to run: info (ranks, devices, versions), sft (supervised fine-tuning), grpo (reinforcement learning "
          "with group-relative policy optimisation), reward (score completions with the [[reward]] functions), export (a checkpoint as a "
-         "PEFT adapter or merged model), score (log-probs of token sequences), generate (completions of prompts) "
-         "or help-config (this list); the command line may name it instead",
+         "PEFT adapter or merged model), score (log-probs of token sequences), generate (completions of prompts), "
+         "render (the text, tokens and assistant mask of chat data) or help-config (this list); the command line may name it instead",
          mgrl_modes(), {}, {}, {}});
     add({"runtime.backend", T::String, Value(std::string("auto")),
          "compute backend: auto (CUDA when every rank has a GPU of its own, else CPU), cpu or cuda",
@@ -32,7 +32,7 @@ const Schema& mgrl_schema() {
          {}, 0.0, std::nullopt, {}});
     add({"model.path", T::String, std::nullopt,
          "Hugging Face model directory: config.json and model.safetensors (or a sharded index)", {}, {}, {},
-         {"score", "generate", "sft", "grpo"}});
+         {"score", "generate", "sft", "grpo", "render"}});
     add({"model.init", T::String, Value(std::string("pretrained")),
          "pretrained: weights from model.path; random: only model.path/config.json is read and the weights are "
          "drawn (normal(0, model.init_std); norms 1) for training a small model from scratch",
@@ -53,9 +53,18 @@ const Schema& mgrl_schema() {
          "PEFT LoRA adapter directory (adapter_config.json + adapter_model.safetensors) to apply; empty: none",
          {}, {}, {}, {}});
     add({"data.input", T::String, std::nullopt,
-         "input JSONL file; score: {\"tokens\": [ids]} per line; generate: {\"prompt\": text}, {\"messages\": "
-         "[{\"role\", \"content\"}]} or {\"prompt_tokens\": [ids]} per line",
-         {}, {}, {}, {"score", "generate", "sft", "grpo", "reward"}});
+         "input JSONL file; score: {\"tokens\": [ids]}, {\"text\": text} or {\"messages\": [...]} per line; generate: "
+         "{\"prompt\": text}, {\"messages\": [{\"role\", \"content\"}]} or {\"prompt_tokens\": [ids]} per line; "
+         "render: {\"messages\": [...]} per line",
+         {}, {}, {}, {"score", "generate", "sft", "grpo", "reward", "render"}});
+    add({"chat.template", T::String, Value(std::string("")),
+         "a Jinja chat template file (.jinja) used instead of the model's own (tokenizer_config.json chat_template or "
+         "chat_template.jinja); empty: the model's. Only with chat_format = auto",
+         {}, {}, {}, {}});
+    add({"chat.template_kwargs", T::String, Value(std::string("{}")),
+         "extra variables for the chat template, a JSON object, e.g. '{\"enable_thinking\": false}' (as "
+         "apply_chat_template(..., **kwargs))",
+         {}, {}, {}, {}});
     add({"lora.r", T::Int, Value(std::int64_t{8}), "LoRA rank", {}, 1.0, 4096.0, {}});
     add({"lora.alpha", T::Float, Value(16.0), "LoRA alpha: the adapter's output is scaled by alpha / r", {}, 0.0, {},
          {}});
@@ -120,7 +129,8 @@ const Schema& mgrl_schema() {
     add({"train.max_seq_len", T::Int, Value(std::int64_t{2048}),
          "longest training sequence in tokens; longer completions are cut", {}, 2.0, {}, {}});
     add({"train.chat_format", T::String, Value(std::string("auto")),
-         "how {\"messages\"} examples become text: auto (the tokenizer's chat template), chatml, llama3 or none",
+         "how {\"messages\"} examples become text: auto (the model's own chat template, or chat.template), or a "
+         "built-in format for models without one: chatml, llama3 or none",
          {"auto", "chatml", "llama3", "none"}, {}, {}, {}});
     add({"eval.input", T::String, Value(std::string("")), "held-out JSONL (same format as data.input); empty: none",
          {}, {}, {}, {}});
@@ -182,7 +192,8 @@ const Schema& mgrl_schema() {
     add({"generate.stop", T::StringList, Value(std::vector<std::string>{}),
          "strings that end a completion (cut from its text)", {}, {}, {}, {}});
     add({"generate.chat_format", T::String, Value(std::string("auto")),
-         "how {\"messages\"} inputs become text: auto (from the tokenizer's chat template), chatml, llama3 or none",
+         "how {\"messages\"} inputs become text: auto (the model's own chat template, or chat.template), or a "
+         "built-in format for models without one: chatml, llama3 or none",
          {"auto", "chatml", "llama3", "none"}, {}, {}, {}});
     add({"generate.max_sequences", T::Int, Value(std::int64_t{64}),
          "sequences generated at once on each rank (KV-cache slots)", {}, 1.0, {}, {}});

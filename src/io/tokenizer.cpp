@@ -527,6 +527,7 @@ class Bpe {
     return &by_id_[id];
   }
   int32_t max_id() const { return static_cast<int32_t>(by_id_.size()) - 1; }
+  std::optional<int32_t> unk_id() const { return unk_id_; }
 
  private:
   struct Merge {
@@ -1174,8 +1175,9 @@ struct Tokenizer::Impl {
   TokenTrie raw_trie, normalized_trie;  // tokens matched in the input / in the normalized text
 
   std::optional<int32_t> bos, eos, pad;
-  std::string chat_template;
-  ChatFormat chat_format = ChatFormat::None;
+  std::vector<std::pair<std::string, std::string>> special_strings;  // bos_token, eos_token, ... as written
+  std::string chat_template, chat_template_origin;
+  bool byte_level = false;  // model tokens are byte-level strings (a ByteLevel pre-tokenizer or decoder)
   int32_t vocab_size = 0;
 
   void load(const std::string& json_path);
@@ -1211,6 +1213,18 @@ void Tokenizer::Impl::load(const std::string& json_path) {
   if (model_type != "BPE") ctx.unsupported("model type", model_type, "BPE");
   model.load(m, ctx);
 
+  const std::function<bool(const json&)> has_byte_level = [&](const json& x) {
+    if (x.is_object()) {
+      if (x.value("type", json()) == "ByteLevel") return true;
+      for (const auto& kv : x.items())
+        if (has_byte_level(kv.value())) return true;
+    } else if (x.is_array()) {
+      for (const auto& y : x)
+        if (has_byte_level(y)) return true;
+    }
+    return false;
+  };
+  byte_level = has_byte_level(j.value("pre_tokenizer", json())) || has_byte_level(j.value("decoder", json()));
   normalizer = make_normalizer(j.value("normalizer", json()), ctx);
   pre_tokenizer = make_pre_tokenizer(j.value("pre_tokenizer", json()), ctx);
   post_processor = make_post_processor(j.value("post_processor", json()), ctx);
@@ -1262,6 +1276,9 @@ void Tokenizer::Impl::load_config(const std::string& dir) {
     if (!id) throw UserError(cfg_path + ": " + key + " '" + *tok + "' is not a token of " + path);
     return id;
   };
+  // transformers passes these to chat templates as variables (its special_tokens_map)
+  for (const char* key : {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"})
+    if (const auto t = config_token(cfg, key, cfg_path)) special_strings.emplace_back(key, *t);
   if (have_cfg) {
     bos = id_of("bos_token");
     eos = id_of("eos_token");
@@ -1274,17 +1291,18 @@ void Tokenizer::Impl::load_config(const std::string& dir) {
   const auto ct = cfg.find("chat_template");
   if (ct != cfg.end() && ct->is_string()) {
     chat_template = ct->get<std::string>();
+    chat_template_origin = cfg_path + " (chat_template)";
   } else if (ct != cfg.end() && ct->is_array()) {  // [{"name": "default", "template": ...}, ...]
     for (const auto& t : *ct)
-      if (t.is_object() && t.value("name", "") == "default" && t.contains("template") && t["template"].is_string())
+      if (t.is_object() && t.value("name", "") == "default" && t.contains("template") && t["template"].is_string()) {
         chat_template = t["template"].get<std::string>();
+        chat_template_origin = cfg_path + " (chat_template \"default\")";
+      }
   }
-  if (chat_template.empty() && file_exists(dir + "/chat_template.jinja"))
+  if (chat_template_origin.empty() && file_exists(dir + "/chat_template.jinja")) {
     chat_template = read_text(dir + "/chat_template.jinja");
-  if (chat_template.find("<|im_start|>") != std::string::npos)
-    chat_format = ChatFormat::ChatML;
-  else if (chat_template.find("<|start_header_id|>") != std::string::npos)
-    chat_format = ChatFormat::Llama3;
+    chat_template_origin = dir + "/chat_template.jinja";
+  }
 }
 
 // Splits every piece without a token at the added tokens of trie (normalizing it first when asked).
@@ -1408,7 +1426,109 @@ bool Tokenizer::is_special(int32_t id) const {
   return it != impl_->added_by_id.end() && impl_->added[it->second].special;
 }
 const std::string& Tokenizer::chat_template() const { return impl_->chat_template; }
-ChatFormat Tokenizer::chat_format() const { return impl_->chat_format; }
+const std::string& Tokenizer::chat_template_origin() const { return impl_->chat_template_origin; }
+const std::vector<std::pair<std::string, std::string>>& Tokenizer::special_token_strings() const {
+  return impl_->special_strings;
+}
+
+std::vector<std::pair<size_t, size_t>> Tokenizer::token_offsets(const std::vector<int32_t>& ids,
+                                                                const std::string& text) const {
+  const Impl& im = *impl_;
+  const auto& table = byte_table();
+  std::vector<std::pair<size_t, size_t>> out;
+  out.reserve(ids.size());
+  size_t p = 0;
+  const auto fail = [&](size_t k) {
+    throw UserError(im.path + ": cannot map token " + std::to_string(k) + " (id " + std::to_string(ids[k]) +
+                    ") back to the text at byte " + std::to_string(p) +
+                    " (the tokenizer's normalizer changes this text), so its assistant mask is unknown");
+  };
+  // the surface of token k ("" for one that has none)
+  const auto surface_of = [&](size_t k, bool* added) {
+    std::string surface;
+    const auto a = im.added_by_id.find(ids[k]);
+    if (a != im.added_by_id.end()) {
+      surface = im.added[a->second].content;
+      *added = true;
+    } else if (const std::string* t = im.model.id_to_token(ids[k])) {
+      const std::string& s = *t;
+      int byte = -1;
+      if (s.size() == 6 && s.compare(0, 3, "<0x") == 0 && s[5] == '>' && hex_digit(s[3]) >= 0 && hex_digit(s[4]) >= 0)
+        byte = hex_digit(s[3]) * 16 + hex_digit(s[4]);
+      if (byte >= 0) {
+        surface.assign(1, static_cast<char>(byte));
+      } else if (im.byte_level) {
+        bool all = true;
+        for (size_t i = 0; i < s.size() && all;) {
+          const auto it = table.to_byte.find(uc::utf8_next(s, i));
+          if (it == table.to_byte.end()) all = false;
+          else surface += static_cast<char>(it->second);
+        }
+        if (!all) surface = s;
+      } else {
+        for (size_t i = 0; i < s.size();) {  // SentencePiece's word-boundary mark is a space
+          if (s.compare(i, 3, "\xE2\x96\x81") == 0) {
+            surface += ' ';
+            i += 3;
+          } else {
+            surface += s[i++];
+          }
+        }
+      }
+    }
+    return surface;
+  };
+  for (size_t k = 0; k < ids.size(); ++k) {
+    bool added = false;
+    const std::string surface = surface_of(k, &added);
+    if (ids[k] == im.model.unk_id() && text.compare(p, surface.size(), surface) != 0) {
+      // the unknown token stands for one character, or (fuse_unk) a run of them: up to where the next token's
+      // surface matches
+      size_t q = p < text.size() ? p + std::max<size_t>(1, uc::utf8_len(static_cast<unsigned char>(text[p]))) : p;
+      if (k + 1 < ids.size() && ids[k + 1] == im.model.unk_id()) {
+        // unknown tokens one after the other (no fuse_unk): one character each
+      } else if (k + 1 < ids.size()) {
+        bool next_added = false;
+        const std::string next = surface_of(k + 1, &next_added);
+        while (q < text.size() && !next.empty() && text.compare(q, next.size(), next) != 0 &&
+               !(next[0] == ' ' && text.compare(q, next.size() - 1, next, 1) == 0))
+          q += std::max<size_t>(1, uc::utf8_len(static_cast<unsigned char>(text[q])));
+      } else {
+        q = text.size();
+      }
+      q = std::min(q, text.size());
+      out.emplace_back(p, q);
+      p = q;
+      continue;
+    }
+    if (text.compare(p, surface.size(), surface) == 0) {
+      out.emplace_back(p, p + surface.size());
+      p += surface.size();
+      continue;
+    }
+    // a space the normalizer or pre-tokenizer prepended (SentencePiece layouts) is not in the text
+    if (!surface.empty() && surface[0] == ' ' && text.compare(p, surface.size() - 1, surface, 1) == 0) {
+      out.emplace_back(p, p + surface.size() - 1);
+      p += surface.size() - 1;
+      continue;
+    }
+    // whitespace an added token strips (lstrip/rstrip) belongs to it
+    size_t q = p;
+    while (q < text.size() && uc::is_white_space(static_cast<unsigned char>(text[q]))) ++q;
+    if (q > p && !surface.empty() && text.compare(q, surface.size(), surface) == 0) {
+      if (added) {
+        out.emplace_back(p, q + surface.size());
+      } else {
+        if (!out.empty()) out.back().second = q;
+        out.emplace_back(q, q + surface.size());
+      }
+      p = q + surface.size();
+      continue;
+    }
+    fail(k);
+  }
+  return out;
+}
 const std::string& Tokenizer::path() const { return impl_->path; }
 
 // ---------------------------------------------------------------------------------------------

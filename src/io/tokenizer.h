@@ -1,6 +1,7 @@
 // tokenizer.h: Hugging Face tokenizer.json (BPE: byte-level as in GPT-2 / Llama-3 / Qwen2, and
-// SentencePiece-style with byte fallback as in Llama-2 / Mistral), tokenizer_config.json facts, and the
-// chat formats (ChatML, Llama-3).
+// SentencePiece-style with byte fallback as in Llama-2 / Mistral), tokenizer_config.json facts (special tokens,
+// the chat template's text: io/chat_template.h renders it), and the built-in chat formats (ChatML, Llama-3) used
+// only when a user names one.
 //
 // Encoding and decoding follow the Hugging Face `tokenizers` library (tests compare ids and strings with
 // it on fixtures in tests/data/tokenizers). Supported tokenizer.json components:
@@ -20,6 +21,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace mgrl::io {
@@ -29,7 +31,8 @@ struct Message {
   std::string content;
 };
 
-// How a conversation becomes text:
+// The built-in formats, for models without a chat template (train.chat_format / generate.chat_format name one;
+// `auto` always means the model's own template, io/chat_template.h). How a conversation becomes text:
 //   ChatML  <|im_start|>{role}\n{content}<|im_end|>\n ...; generation prompt <|im_start|>assistant\n
 //           (Qwen's templates; Qwen2/2.5 templates also insert a default system message when the
 //           conversation has none: this does not, give one explicitly if wanted)
@@ -77,10 +80,19 @@ class Tokenizer {
   std::optional<std::string> id_to_token(int32_t id) const;
   bool is_special(int32_t id) const;  // a special added token
 
-  // The chat template of tokenizer_config.json or chat_template.jinja ("" when none), and the
-  // ChatFormat it is (None when there is no template or it is neither ChatML nor Llama-3).
+  // The chat template of tokenizer_config.json ("chat_template": a string, or the list entry named "default") or
+  // else of chat_template.jinja; "" when none. origin: where it was read ("dir/tokenizer_config.json
+  // (chat_template)", "dir/chat_template.jinja"), for error messages.
   const std::string& chat_template() const;
-  ChatFormat chat_format() const;
+  const std::string& chat_template_origin() const;
+  // bos_token, eos_token, unk_token, sep_token, pad_token, cls_token, mask_token of tokenizer_config.json (string
+  // or {"content": ...} form) that are set: the variables transformers gives a chat template.
+  const std::vector<std::pair<std::string, std::string>>& special_token_strings() const;
+  // [begin, end) byte offsets in text of each token of ids = encode(text, false), found by matching every token's
+  // surface form (its bytes; SentencePiece's ▁ as a space) along the text; an unknown token covers one character,
+  // or the run up to where the next token matches (fuse_unk). UserError when a token cannot be placed (a
+  // normalizer that rewrites the text).
+  std::vector<std::pair<size_t, size_t>> token_offsets(const std::vector<int32_t>& ids, const std::string& text) const;
   const std::string& path() const;  // the tokenizer.json read
 
   struct Impl;

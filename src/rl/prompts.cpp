@@ -6,27 +6,20 @@
 
 namespace mgrl::rl {
 
-std::vector<PromptRow> load_prompts(const std::string& path, const io::Tokenizer& tok, io::ChatFormat chat,
-                                    bool chat_format_auto, int max_prompt_length) {
+std::vector<PromptRow> load_prompts(const std::string& path, const io::Tokenizer& tok, const io::ChatTemplate& chat,
+                                    int max_prompt_length) {
   std::vector<PromptRow> rows;
   io::read_jsonl(path, [&](const nlohmann::json& j, int line) {
     PromptRow p;
     p.index = line - 1;
     if (!j.is_object()) io::jsonl_error(path, line, "each line must be a JSON object");
     if (j.contains("messages")) {
-      if (!j["messages"].is_array() || j["messages"].empty())
-        io::jsonl_error(path, line, "\"messages\" must be a non-empty array");
-      std::vector<io::Message> msgs;
-      for (const auto& m : j["messages"]) {
-        if (!m.is_object() || !m.contains("role") || !m.contains("content") || !m["role"].is_string() ||
-            !m["content"].is_string())
-          io::jsonl_error(path, line, "each message needs string \"role\" and \"content\"");
-        msgs.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+      try {
+        io::ChatTemplate::check_messages(j["messages"]);
+        p.tokens = chat.encode(j["messages"], true);
+      } catch (const UserError& e) {
+        io::jsonl_error(path, line, e.what());
       }
-      if (chat == io::ChatFormat::None && chat_format_auto)
-        io::jsonl_error(path, line, "\"messages\" need a chat format: the tokenizer has no known chat template; "
-                                    "set train.chat_format to chatml, llama3 or none");
-      p.tokens = tok.encode_chat(msgs, chat, true);
       p.text = tok.decode(p.tokens, false);
     } else if (j.contains("prompt")) {
       if (!j["prompt"].is_string()) io::jsonl_error(path, line, "\"prompt\" must be a string");

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/chat_template.h"
 #include "io/tokenizer.h"
 
 namespace mgrl::rl {
@@ -20,7 +21,7 @@ struct PromptRow {
 };
 
 // UserError "file:line: ..." for a broken line, a line with neither prompt nor messages, or an empty file.
-std::vector<PromptRow> load_prompts(const std::string& path, const io::Tokenizer& tok, io::ChatFormat chat,
-                                    bool chat_format_auto, int max_prompt_length);
+std::vector<PromptRow> load_prompts(const std::string& path, const io::Tokenizer& tok, const io::ChatTemplate& chat,
+                                    int max_prompt_length);
 
 }  // namespace mgrl::rl

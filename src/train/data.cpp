@@ -9,6 +9,61 @@
 
 namespace mgrl::train {
 
+Example chat_example(const nlohmann::json& messages, const io::Tokenizer& tok, const DataOptions& opts,
+                     std::string* text) {
+  io::ChatTemplate::check_messages(messages);
+  if (messages.back()["role"] != "assistant")
+    throw UserError("\"messages\" must end with an assistant message (the completion)");
+  if (opts.chat == nullptr) throw UserError("internal: no chat template given for \"messages\"");
+  const io::ChatTemplate& chat = *opts.chat;
+  Example ex;
+  ex.completion = messages.back()["content"].get<std::string>();
+  const auto too_long = [&](std::size_t prompt) {
+    throw UserError("the prompt alone has " + std::to_string(prompt) + " tokens, not less than train.max_seq_len (" +
+                    std::to_string(opts.max_seq_len) + ")");
+  };
+  if (chat.builtin()) {
+    if (opts.add_eos && !tok.eos_id())
+      throw UserError(tok.path() + ": the tokenizer has no EOS token (tokenizer_config.json eos_token)");
+    const nlohmann::json earlier(messages.begin(), messages.end() - 1);
+    std::vector<std::int32_t> prompt = chat.encode(earlier, true);
+    std::vector<std::int32_t> completion = tok.encode(ex.completion, false);
+    if (opts.add_eos) completion.push_back(*tok.eos_id());
+    if (prompt.empty()) throw UserError("the prompt has no tokens");
+    if (completion.empty()) throw UserError("the completion has no tokens");
+    if (static_cast<int>(prompt.size()) >= opts.max_seq_len) too_long(prompt.size());
+    if (text) *text = chat.text(earlier, true) + ex.completion + (opts.add_eos ? *tok.id_to_token(*tok.eos_id()) : "");
+    ex.prompt_len = static_cast<std::int32_t>(prompt.size());
+    ex.tokens = std::move(prompt);
+    for (auto t : completion) {
+      if (static_cast<int>(ex.tokens.size()) >= opts.max_seq_len) break;
+      ex.tokens.push_back(t);
+    }
+    return ex;
+  }
+  io::RenderedChat r = chat.render(messages, false);
+  if (!r.mask.empty()) r.mask[0] = 0;  // the first token is predicted from nothing
+  // the final assistant turn starts at the last run of trained tokens
+  std::size_t last = r.mask.size();
+  while (last > 0 && !r.mask[last - 1]) --last;
+  if (last == 0)
+    throw UserError("no assistant turn is trained: " + chat.describe() +
+                    " renders none of them as an extension of the conversation before it (mark the assistant text "
+                    "with {% generation %} ... {% endgeneration %})");
+  std::size_t start = last;
+  while (start > 0 && r.mask[start - 1]) --start;
+  if (static_cast<int>(start) >= opts.max_seq_len) too_long(start);
+  if (static_cast<int>(r.tokens.size()) > opts.max_seq_len) {
+    r.tokens.resize(static_cast<std::size_t>(opts.max_seq_len));
+    r.mask.resize(static_cast<std::size_t>(opts.max_seq_len));
+  }
+  if (text) *text = std::move(r.text);
+  ex.prompt_len = static_cast<std::int32_t>(start);
+  ex.tokens = std::move(r.tokens);
+  ex.loss_mask = std::move(r.mask);
+  return ex;
+}
+
 std::vector<Example> load_examples(const std::string& path, const io::Tokenizer& tok, const DataOptions& opts) {
   std::vector<Example> out;
   const auto eos = tok.eos_id();
@@ -17,25 +72,12 @@ std::vector<Example> load_examples(const std::string& path, const io::Tokenizer&
     Example ex;
     std::vector<std::int32_t> prompt, completion;
     if (j.contains("messages")) {
-      const auto& m = j["messages"];
-      const auto must_end_with_assistant = [&] {
-        io::jsonl_error(path, line, "\"messages\" must end with an assistant message (the completion)");
-      };
-      if (!m.is_array() || m.empty()) must_end_with_assistant();
-      // Every message is checked before any role is read: a role that is not a string is this line's error,
-      // not a JSON library exception.
-      std::vector<io::Message> msgs;
-      for (const auto& x : m) {
-        if (!x.is_object() || !x.contains("role") || !x.contains("content") || !x["role"].is_string() ||
-            !x["content"].is_string())
-          io::jsonl_error(path, line, "each message needs string \"role\" and \"content\"");
-        msgs.push_back({x["role"].get<std::string>(), x["content"].get<std::string>()});
+      try {
+        out.push_back(chat_example(j["messages"], tok, opts));
+      } catch (const UserError& e) {
+        io::jsonl_error(path, line, e.what());
       }
-      if (msgs.back().role != "assistant") must_end_with_assistant();
-      ex.completion = msgs.back().content;
-      msgs.pop_back();
-      prompt = tok.encode_chat(msgs, opts.chat, true);
-      completion = tok.encode(ex.completion, false);
+      return;
     } else if (j.contains("prompt") && j.contains("completion")) {
       if (!j["prompt"].is_string() || !j["completion"].is_string())
         io::jsonl_error(path, line, "\"prompt\" and \"completion\" must be strings");

@@ -1,5 +1,5 @@
 // data.h: supervised fine-tuning data: JSONL examples ({"prompt", "completion"} or chat {"messages"})
-// tokenized once, with the loss on completion tokens only; an epoch-wise shuffled order from the run seed;
+// tokenized once, with the loss on completion tokens (chat: the assistant turns, io/chat_template.h) only; an epoch-wise shuffled order from the run seed;
 // the global batch of each step split over ranks and micro-batches. A micro-batch is packed (model::Batch): every
 // sequence attends only to itself, exactly as at inference, and nothing is spent on padding.
 #pragma once
@@ -7,6 +7,9 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "io/chat_template.h"
 #include "io/tokenizer.h"
 #include "train/checkpoint.h"
 
@@ -15,15 +18,26 @@ namespace mgrl::train {
 struct Example {
   std::vector<std::int32_t> tokens;
   std::int32_t prompt_len = 0;  // the loss covers tokens[prompt_len..]: each predicted from what precedes it
+  // When not empty (chat through the model's template): the loss covers the tokens t with loss_mask[t] = 1 (every
+  // trained assistant turn) instead, and prompt_len is where the final assistant turn starts.
+  std::vector<std::uint8_t> loss_mask;
   std::string completion;       // the expected completion text (for exact-match accuracy)
   std::vector<std::int32_t> prompt_tokens() const { return {tokens.begin(), tokens.begin() + prompt_len}; }
 };
 
 struct DataOptions {
   int max_seq_len = 2048;  // longer examples are cut (completion tokens dropped from the end)
-  io::ChatFormat chat = io::ChatFormat::None;
-  bool add_eos = true;  // append the tokenizer's EOS to every completion
+  const io::ChatTemplate* chat = nullptr;  // how {"messages"} examples become tokens (required for them)
+  bool add_eos = true;  // append the tokenizer's EOS to every completion (not to a template's conversation: it ends its turns)
 };
+
+// One {"messages": [...]} example as SFT trains on it (what `mgrl render` shows): the messages end with an
+// assistant message. With the model's template: the rendered conversation, the loss on every assistant turn the
+// template's marks or prefixes show (io::ChatTemplate::render); with a built-in format: the earlier messages with
+// the generation prompt, then the final message's content and EOS, the loss on those. The text is returned in
+// *text when given. UserError (the caller adds file and line) for a conversation that cannot be trained.
+Example chat_example(const nlohmann::json& messages, const io::Tokenizer& tok, const DataOptions& opts,
+                     std::string* text = nullptr);
 
 // Reads and tokenizes a JSONL file. UserError "file:line: ..." for a broken line.
 std::vector<Example> load_examples(const std::string& path, const io::Tokenizer& tok, const DataOptions& opts);

@@ -40,12 +40,16 @@ model::Batch make_batch(const std::vector<const Example*>& ex, double inv_tokens
   for (const auto* e : ex) b.add(e->tokens);
   weights->assign(b.tokens.size(), 0.0f);
   for (int i = 0; i < b.B(); ++i)
-    for (int t = ex[i]->prompt_len; t < b.length(i); ++t)
-      (*weights)[static_cast<std::size_t>(b.offsets[i] + t)] = static_cast<float>(inv_tokens);
+    for (int t = ex[i]->loss_mask.empty() ? ex[i]->prompt_len : 0; t < b.length(i); ++t)
+      if (ex[i]->loss_mask.empty() || ex[i]->loss_mask[static_cast<std::size_t>(t)])
+        (*weights)[static_cast<std::size_t>(b.offsets[i] + t)] = static_cast<float>(inv_tokens);
   return b;
 }
 
-std::int64_t loss_tokens(const Example& e) { return static_cast<std::int64_t>(e.tokens.size()) - e.prompt_len; }
+std::int64_t loss_tokens(const Example& e) {
+  if (!e.loss_mask.empty()) return std::count(e.loss_mask.begin(), e.loss_mask.end(), std::uint8_t{1});
+  return static_cast<std::int64_t>(e.tokens.size()) - e.prompt_len;
+}
 
 }  // namespace
 

@@ -94,8 +94,8 @@ TEST(Tokenizer, ConfigFactsLlama3) {
   EXPECT_EQ(*tok.bos_id(), *tok.token_to_id("<|begin_of_text|>"));
   EXPECT_EQ(*tok.eos_id(), *tok.token_to_id("<|eot_id|>"));
   EXPECT_FALSE(tok.pad_id());
-  EXPECT_EQ(tok.chat_format(), ChatFormat::Llama3);
   EXPECT_NE(tok.chat_template().find("<|start_header_id|>"), std::string::npos);
+  EXPECT_EQ(tok.chat_template_origin(), kDataDir + "/llama3_bytelevel/tokenizer_config.json (chat_template)");
   EXPECT_TRUE(tok.is_special(*tok.bos_id()));
   EXPECT_FALSE(tok.is_special(*tok.token_to_id("<tool_call>")));  // an added token, not special
   EXPECT_EQ(tok.vocab_size(), *tok.token_to_id("\n\n\n") + 1);    // the last added token
@@ -107,8 +107,8 @@ TEST(Tokenizer, ConfigFactsQwen2) {
   ASSERT_TRUE(tok.eos_id() && tok.pad_id());
   EXPECT_EQ(*tok.eos_id(), *tok.token_to_id("<|im_end|>"));
   EXPECT_EQ(*tok.pad_id(), *tok.token_to_id("<|endoftext|>"));
-  EXPECT_EQ(tok.chat_format(), ChatFormat::ChatML);
-  EXPECT_EQ(Tokenizer::from_dir(kDataDir + "/gpt2_bytelevel").chat_format(), ChatFormat::None);
+  EXPECT_NE(tok.chat_template().find("<|im_start|>"), std::string::npos);
+  EXPECT_EQ(Tokenizer::from_dir(kDataDir + "/gpt2_bytelevel").chat_template_origin(), "");
 }
 
 TEST(Tokenizer, WithoutConfigBosComesFromThePostProcessor) {
@@ -120,7 +120,8 @@ TEST(Tokenizer, WithoutConfigBosComesFromThePostProcessor) {
   ASSERT_TRUE(tok.bos_id());
   EXPECT_EQ(*tok.bos_id(), *tok.token_to_id("<s>"));
   EXPECT_FALSE(tok.eos_id());
-  EXPECT_EQ(tok.chat_format(), ChatFormat::None);
+  EXPECT_EQ(tok.chat_template(), "");
+  EXPECT_TRUE(tok.special_token_strings().empty());
 }
 
 TEST(Tokenizer, TokenLookups) {
@@ -253,7 +254,8 @@ TEST(Chat, EncodeChatHasOneBos) {
   EXPECT_EQ(qwen.decode(q), "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
 }
 
-// transformers' apply_chat_template with the fixtures' templates (chat.jsonl) gives the same text and ids.
+// transformers' apply_chat_template with the fixtures' templates (chat.jsonl) gives the same text and ids: the
+// built-in formats reproduce these two templates (the templates themselves: test_chat_template.cpp).
 TEST(Chat, MatchesTransformers) {
   for (const char* name : {"llama3_bytelevel", "qwen2_bytelevel"}) {
     const Tokenizer tok = Tokenizer::from_dir(kDataDir + "/" + name);
@@ -265,8 +267,9 @@ TEST(Chat, MatchesTransformers) {
       std::vector<Message> messages;
       for (const auto& m : c["messages"]) messages.push_back({m["role"], m["content"]});
       const bool gen = c["add_generation_prompt"];
-      EXPECT_EQ(show(apply_chat(messages, tok.chat_format(), gen)), show(c["text"].get<std::string>())) << name;
-      EXPECT_EQ(show(tok.encode_chat(messages, tok.chat_format(), gen)), show(c["ids"].get<std::vector<int32_t>>()))
+      const ChatFormat fmt = std::string(name) == "llama3_bytelevel" ? ChatFormat::Llama3 : ChatFormat::ChatML;
+      EXPECT_EQ(show(apply_chat(messages, fmt, gen)), show(c["text"].get<std::string>())) << name;
+      EXPECT_EQ(show(tok.encode_chat(messages, fmt, gen)), show(c["ids"].get<std::vector<int32_t>>()))
           << name;
     }
     EXPECT_EQ(n, 6) << name;
@@ -320,11 +323,12 @@ TEST(Tokenizer, ChatTemplateSources) {
                                                         {{"name", "default"}, {"template", "{{ '<|im_start|>' }}"}}}}}
                                                      .dump();
   EXPECT_EQ(Tokenizer::from_dir(a).chat_template(), "{{ '<|im_start|>' }}");
-  EXPECT_EQ(Tokenizer::from_dir(a).chat_format(), ChatFormat::ChatML);
+  EXPECT_EQ(Tokenizer::from_dir(a).chat_template_origin(), a + "/tokenizer_config.json (chat_template \"default\")");
   // chat_template.jinja, as newer transformers save it
   const std::string b = write_tokenizer("tmpl_jinja", json::object());
   std::ofstream(b + "/chat_template.jinja") << "{{ '<|start_header_id|>' }}";
-  EXPECT_EQ(Tokenizer::from_dir(b).chat_format(), ChatFormat::Llama3);
+  EXPECT_EQ(Tokenizer::from_dir(b).chat_template(), "{{ '<|start_header_id|>' }}");
+  EXPECT_EQ(Tokenizer::from_dir(b).chat_template_origin(), b + "/chat_template.jinja");
 }
 
 TEST(Errors, UnsupportedComponents) {

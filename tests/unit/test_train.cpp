@@ -10,6 +10,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "io/chat_template.h"
 #include "io/tokenizer.h"
 #include "kernels/ops.h"
 #include "tests/unit/test_util.h"
@@ -112,6 +113,34 @@ TEST(Data, BrokenLinesNameFileAndLine) {
     msg = test::error_of([&] { load_examples(test::write_temp("b6.jsonl", std::string(line) + "\n"), tok, {}); });
     EXPECT_NE(msg.find("b6.jsonl:1: each message needs string \"role\" and \"content\""), std::string::npos) << line;
   }
+}
+
+// Chat data through the model's template: every assistant turn is trained (its text and the turn's end token),
+// nothing else; prompt_tokens() is the conversation up to the final turn, as generation would see it.
+TEST(Data, ChatTemplateTrainsEveryAssistantTurn) {
+  const auto tok = io::Tokenizer::from_dir(MGRL_SOURCE_DIR "/tests/data/tokenizers/llama3_bytelevel");
+  const io::ChatTemplate chat(tok, io::ChatOptions{});
+  DataOptions o;
+  o.chat = &chat;
+  const auto path = test::write_temp("chat.jsonl",
+                                     "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", "
+                                     "\"content\": \"Hello there\"}, {\"role\": \"user\", \"content\": \"Bye\"}, "
+                                     "{\"role\": \"assistant\", \"content\": \"See you\"}]}\n");
+  const auto ex = load_examples(path, tok, o);
+  ASSERT_EQ(ex.size(), 1u);
+  ASSERT_EQ(ex[0].loss_mask.size(), ex[0].tokens.size());
+  std::string trained;
+  for (std::size_t t = 0; t < ex[0].tokens.size(); ++t)
+    if (ex[0].loss_mask[t]) trained += tok.decode({ex[0].tokens[t]});
+  EXPECT_EQ(trained, "Hello there<|eot_id|>See you<|eot_id|>");
+  EXPECT_EQ(tok.decode(ex[0].prompt_tokens()),
+            chat.text(nlohmann::json::parse(R"([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello there"},
+                                                {"role": "user", "content": "Bye"}])"), true));
+  EXPECT_EQ(ex[0].completion, "See you");
+  DataOptions tiny = o;
+  tiny.max_seq_len = 5;
+  const auto msg = test::error_of([&] { load_examples(path, tok, tiny); });
+  EXPECT_NE(msg.find("chat.jsonl:1: the prompt alone has"), std::string::npos) << msg;
 }
 
 TEST(AdamW, MatchesTorchUpdateRule) {

@@ -1,0 +1,61 @@
+// mode_render.cpp: `mgrl render`: what each {"messages"} line of a JSONL file becomes for the model (the text, the
+// token ids and the assistant mask), one JSON line per input line on standard output (rank 0), made by the same
+// functions SFT (train::chat_example), GRPO and generate (io::ChatTemplate::encode) use.
+#include <iostream>
+
+#include "app/modes.h"
+#include "core/error.h"
+#include "dist/mpi_env.h"
+#include "io/chat_template.h"
+#include "io/config.h"
+#include "io/jsonl.h"
+#include "io/tokenizer.h"
+#include "train/data.h"
+
+namespace mgrl::app {
+
+int run_render(Context& ctx) {
+  const auto& cfg = ctx.cfg;
+  const std::string input = cfg.get_string("data.input");
+  std::vector<nlohmann::json> out;
+  ctx.env.agree([&] {
+    const io::Tokenizer tok = io::Tokenizer::from_dir(tokenizer_dir(cfg));
+    const io::ChatTemplate chat = chat_template(cfg, "train.chat_format", tok);
+    train::DataOptions d;
+    d.max_seq_len = static_cast<int>(cfg.get_int("train.max_seq_len"));
+    d.chat = &chat;
+    io::read_jsonl(input, [&](const nlohmann::json& j, int line) {
+      if (!j.contains("messages")) io::jsonl_error(input, line, "each line needs \"messages\" (a conversation)");
+      const nlohmann::json& m = j["messages"];
+      nlohmann::json row = {{"index", line - 1}};
+      try {
+        io::ChatTemplate::check_messages(m);
+        if (m.back()["role"] == "assistant") {  // an SFT example: the tokens and loss mask SFT trains on
+          std::string text;
+          const train::Example ex = train::chat_example(m, tok, d, &text);
+          std::vector<int> mask(ex.tokens.size(), 0);
+          for (std::size_t t = 0; t < mask.size(); ++t)
+            mask[t] = ex.loss_mask.empty() ? (static_cast<std::int32_t>(t) >= ex.prompt_len) : ex.loss_mask[t];
+          row["use"] = "sft";
+          row["text"] = text;
+          row["tokens"] = ex.tokens;
+          row["assistant_mask"] = mask;
+        } else {  // a prompt: what GRPO and generate give the model, the generation prompt added
+          row["use"] = "prompt";
+          row["text"] = chat.text(m, true);
+          const auto tokens = chat.encode(m, true);
+          row["tokens"] = tokens;
+          row["assistant_mask"] = std::vector<int>(tokens.size(), 0);
+        }
+      } catch (const UserError& e) {
+        io::jsonl_error(input, line, e.what());
+      }
+      out.push_back(std::move(row));
+    });
+  });
+  if (ctx.env.rank() != 0) return 0;
+  for (const auto& row : out) std::cout << row.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  return 0;
+}
+
+}  // namespace mgrl::app
