@@ -5,7 +5,7 @@
 namespace mgrl::io {
 
 const std::vector<std::string>& mgrl_modes() {
-  static const std::vector<std::string> modes{"info", "sft", "grpo", "reward", "export", "score", "generate",
+  static const std::vector<std::string> modes{"info", "sft", "grpo", "dpo", "reward", "export", "score", "generate",
                                               "help-config"};
   return modes;
 }
@@ -17,7 +17,7 @@ const Schema& mgrl_schema() {
     auto add = [&s](KeySpec k) { s.push_back(std::move(k)); };
     add({"mode", T::String, std::nullopt,
          "what to run: info (ranks, devices, versions), sft (supervised fine-tuning), grpo (reinforcement learning "
-         "with group-relative policy optimisation), reward (score completions with the [[reward]] functions), export (a checkpoint as a "
+         "with group-relative policy optimisation), dpo (direct preference optimisation on preference pairs), reward (score completions with the [[reward]] functions), export (a checkpoint as a "
          "PEFT adapter or merged model), score (log-probs of token sequences), generate (completions of prompts) "
          "or help-config (this list); the command line may name it instead",
          mgrl_modes(), {}, {}, {}});
@@ -32,7 +32,7 @@ const Schema& mgrl_schema() {
          {}, 0.0, std::nullopt, {}});
     add({"model.path", T::String, std::nullopt,
          "Hugging Face model directory: config.json and model.safetensors (or a sharded index)", {}, {}, {},
-         {"score", "generate", "sft", "grpo"}});
+         {"score", "generate", "sft", "grpo", "dpo"}});
     add({"model.init", T::String, Value(std::string("pretrained")),
          "pretrained: weights from model.path; random: only model.path/config.json is read and the weights are "
          "drawn (normal(0, model.init_std); norms 1) for training a small model from scratch",
@@ -54,8 +54,9 @@ const Schema& mgrl_schema() {
          {}, {}, {}, {}});
     add({"data.input", T::String, std::nullopt,
          "input JSONL file; score: {\"tokens\": [ids]} per line; generate: {\"prompt\": text}, {\"messages\": "
-         "[{\"role\", \"content\"}]} or {\"prompt_tokens\": [ids]} per line",
-         {}, {}, {}, {"score", "generate", "sft", "grpo", "reward"}});
+         "[{\"role\", \"content\"}]} or {\"prompt_tokens\": [ids]} per line; dpo: {\"prompt\", \"chosen\", "
+         "\"rejected\"} per line (docs/dpo.md)",
+         {}, {}, {}, {"score", "generate", "sft", "grpo", "dpo", "reward"}});
     add({"lora.r", T::Int, Value(std::int64_t{8}), "LoRA rank", {}, 1.0, 4096.0, {}});
     add({"lora.alpha", T::Float, Value(16.0), "LoRA alpha: the adapter's output is scaled by alpha / r", {}, 0.0, {},
          {}});
@@ -242,6 +243,25 @@ const Schema& mgrl_schema() {
     add({"grpo.importance_sampling_level", T::String, Value(std::string("token")),
          "importance ratio per token (GRPO) or per sequence (GSPO: the exp of the mean token log-ratio)",
          {"token", "sequence"}, {}, {}, {}});
+    add({"dpo.loss_type", T::String, Value(std::string("sigmoid")),
+         "DPO loss per pair, as trl names it: sigmoid (DPO), hinge (SLiC), ipo, robust (label_smoothing as the flip "
+         "probability) or sigmoid_norm (sigmoid on the per-token log-ratios)",
+         {"sigmoid", "hinge", "ipo", "robust", "sigmoid_norm"}, {}, {}, {}});
+    add({"dpo.beta", T::Float, Value(0.1),
+         "how far the policy may move from the reference (higher: less); ipo: the regulariser tau", {}, 1e-12, {},
+         {}});
+    add({"dpo.label_smoothing", T::Float, Value(0.0),
+         "robust: the probability that a pair's preference is flipped, in [0, 0.5)", {}, 0.0, 0.5, {}});
+    add({"dpo.ld_alpha", T::Float, Value(1.0),
+         "LD-DPO: weight of the completion tokens beyond the shorter completion's length in the sequence log-probs; "
+         "1: none (plain DPO)", {}, 0.0, 1.0, {}});
+    add({"dpo.max_length", T::Int, Value(std::int64_t{1024}),
+         "longest sequence (prompt + completion) in tokens: longer ones keep their start; pairs whose prompt alone "
+         "is this long are left out (as trl)", {}, 2.0, {}, {}});
+    add({"dpo.precompute_ref_log_probs", T::Bool, Value(false),
+         "compute the reference log-probs of every pair once before training instead of once per batch (always so "
+         "with full fine-tuning or a starting lora.adapter, whose reference is the starting weights)", {}, {}, {},
+         {}});
     add({"rollouts.every_steps", T::Int, Value(std::int64_t{1}),
          "write <log.dir>/rollouts/step_<8 digits>.h5 every N steps (and at the last); 0: never", {}, 0.0, {}, {}});
     // [[reward]] tables (docs/rewards.md): one reward function each; the total reward is their weighted sum.
