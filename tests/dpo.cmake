@@ -5,3 +5,35 @@ target_compile_definitions(test_dpo PRIVATE MGRL_TEST_DATA_DIR="${CMAKE_CURRENT_
                                             MGRL_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 add_test(NAME unit.dpo COMMAND test_dpo)
 set_tests_properties(unit.dpo PROPERTIES LABELS unit TIMEOUT 120)
+
+# The binary end to end (LoRA on the Qwen2 fixture with the quickstart tokenizer; 48 quickstart pairs in
+# data/dpo_cli): the same weights on 1, 2 and 4 ranks; resume equals an uninterrupted run bit for bit, with the
+# reference from the adapter switched off (LoRA) and from the starting weights computed before the resume (full
+# fine-tuning); the exported adapter is PEFT's; a broken line is one error naming file and line.
+set(DPO "${CMAKE_CURRENT_BINARY_DIR}/dpo")
+set(DPO_ARGS dpo --runtime.backend=cpu --model.path=${MODELS}/qwen2_bias_tied --model.tokenizer=${PROJECT_SOURCE_DIR}/inputs/quickstart
+    --data.input=${CMAKE_CURRENT_SOURCE_DIR}/data/dpo_cli/train.jsonl --eval.input=${CMAKE_CURRENT_SOURCE_DIR}/data/dpo_cli/heldout.jsonl
+    --train.batch_size=8 --train.lr=2e-3 --lora.r=4 --lora.alpha=8 --checkpoint.resume=none)
+string(JOIN " " DPO_STR ${DPO_ARGS})
+mgrl_add_cli_test(dpo.same_weights_on_1_2_4_ranks 0 "(?s)relative differences.*relative differences" - 0 -- bash -c
+  "rm -rf ${DPO}/dp && ${RUN1} ${DPO_STR} --train.max_steps=4 --checkpoint.dir=${DPO}/dp/np1 && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${DPO_STR} --train.max_steps=4 --checkpoint.dir=${DPO}/dp/np2 && ${RUNN} 4 ${MPIEXEC_FLAGS_STR} ${RUN1} ${DPO_STR} --train.max_steps=4 --train.grad_accum=2 --checkpoint.dir=${DPO}/dp/np4 && ${CHECK} weights ${DPO}/dp/np2/step_00000004.h5 ${DPO}/dp/np1/step_00000004.h5 --rtol=1e-5 --moments && ${CHECK} weights ${DPO}/dp/np4/step_00000004.h5 ${DPO}/dp/np1/step_00000004.h5 --rtol=1e-5 --moments")
+set_tests_properties(cli.dpo.same_weights_on_1_2_4_ranks PROPERTIES TIMEOUT 120)
+foreach(kind lora full)
+  if(kind STREQUAL "full")
+    set(extra "--train.full_finetune=true --train.lr=1e-3")
+  else()
+    set(extra "--dpo.loss_type=ipo")
+  endif()
+  mgrl_add_cli_test(dpo.resume_is_exact_${kind} 0 "bitwise equal: yes" - - -- bash -c
+    "rm -rf ${DPO}/resume_${kind} && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${DPO_STR} ${extra} --train.max_steps=6 --checkpoint.dir=${DPO}/resume_${kind}/a --log.dir=${DPO}/resume_${kind}/a && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${DPO_STR} ${extra} --train.max_steps=6 --train.stop_at_step=3 --checkpoint.dir=${DPO}/resume_${kind}/b --log.dir=${DPO}/resume_${kind}/b && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${DPO_STR} ${extra} --train.max_steps=6 --checkpoint.dir=${DPO}/resume_${kind}/b --log.dir=${DPO}/resume_${kind}/b --checkpoint.resume=auto && ${CHECK} weights ${DPO}/resume_${kind}/a/step_00000006.h5 ${DPO}/resume_${kind}/b/step_00000006.h5 --exact && ${CHECK} losses ${DPO}/resume_${kind}/a/metrics.jsonl ${DPO}/resume_${kind}/b/metrics.jsonl --after=3")
+  set_tests_properties(cli.dpo.resume_is_exact_${kind} PROPERTIES TIMEOUT 120)
+endforeach()
+# The step line, trl's metric names in metrics.jsonl, the held-out preference accuracy, and the checkpoint exported
+# as a PEFT adapter that `mgrl score` loads.
+mgrl_add_cli_test(dpo.metrics_eval_and_export 0
+  "(?s)^dpo: pretrained Qwen2ForCausalLM, 48 training pairs, 16 held-out, LoRA on 1 rank, loss sigmoid, beta 0[.]1, reference the adapter switched off.*step 3/3 [|] loss [0-9.]+ [|] accuracy [0-9.]+ [|] margin -?[0-9.]+ [|] lr .*held-out step 3 [|] loss [0-9.]+ [|] preference accuracy [0-9.]+% [|] margin.*rewards/accuracies.*rewards/chosen.*rewards/margins.*rewards/rejected.*eval_rewards/accuracies.*adapter_model.safetensors" - 0 -- bash -c
+  "rm -rf ${DPO}/metrics && ${RUN1} ${DPO_STR} --train.max_steps=3 --log.dir=${DPO}/metrics --checkpoint.dir=${DPO}/metrics/ck && head -c 100000 ${DPO}/metrics/metrics.jsonl && ${RUN1} export --checkpoint.dir=${DPO}/metrics/ck --export.output=${DPO}/metrics/adapter && ${RUN1} score --runtime.backend=cpu --model.path=${MODELS}/qwen2_bias_tied --lora.adapter=${DPO}/metrics/adapter --data.input=${CMAKE_CURRENT_SOURCE_DIR}/data/score/qwen2_bias_tied.jsonl --score.output=${DPO}/metrics/s.h5 > /dev/null && ls ${DPO}/metrics/adapter")
+mgrl_add_cli_test(dpo.broken_line 2 - "bad.jsonl:2: expected \\{\"prompt\", \"chosen\", \"rejected\"\\}: no \"rejected\"" 1
+  -- ${MPIRUN} 2 ${MGRL_MPIEXEC_FLAGS} $<TARGET_FILE:mgrl> ${DPO_ARGS} --data.input=${CMAKE_CURRENT_SOURCE_DIR}/data/dpo_cli/bad.jsonl --train.max_steps=1)
+mgrl_add_cli_test(dpo.batch_must_divide 2 - "train.batch_size \\(6 pairs\\) must be divisible by the number of ranks \\(4\\)" 1
+  -- ${MPIRUN} 4 ${MGRL_MPIEXEC_FLAGS} $<TARGET_FILE:mgrl> ${DPO_ARGS} --train.batch_size=6 --train.max_steps=1)
