@@ -54,6 +54,8 @@ CASES = [
          reference="base", max_length=8),
     dict(name="sigmoid_ld_alpha", model="qwen3_qknorm", loss_type="sigmoid", beta=0.3, reference="base",
          ld_alpha=0.5),
+    dict(name="sigmoid_sft_truncated", model="llama_gqa", loss_type="sigmoid", beta=0.1, reference="base",
+         sft_weight=0.5, max_length=8),
 ]
 NPAIRS = 4
 
@@ -100,7 +102,9 @@ def make_case(spec, out_root, tokenizer_file):
     tok = PreTrainedTokenizerFast(tokenizer_file=tokenizer_file, eos_token="<eos>", pad_token="<pad>")
     cfg = DPOConfig(
         output_dir=tempfile.mkdtemp(), report_to="none", use_cpu=True, bf16=False, fp16=False,
-        per_device_train_batch_size=NPAIRS, gradient_accumulation_steps=1, loss_type=[spec["loss_type"]],
+        per_device_train_batch_size=NPAIRS, gradient_accumulation_steps=1,
+        loss_type=[spec["loss_type"]] + (["sft"] if spec.get("sft_weight") else []),
+        loss_weights=[1.0, spec["sft_weight"]] if spec.get("sft_weight") else None,
         beta=spec["beta"], label_smoothing=spec.get("label_smoothing", 0.0), ld_alpha=spec.get("ld_alpha"),
         max_length=spec.get("max_length", 1024), logging_steps=1, seed=0, gradient_checkpointing=False,
     )
@@ -147,7 +151,8 @@ def make_case(spec, out_root, tokenizer_file):
                      "peft": peft.__version__},
         "config": {"loss_type": spec["loss_type"], "beta": spec["beta"],
                    "label_smoothing": spec.get("label_smoothing", 0.0), "ld_alpha": spec.get("ld_alpha"),
-                   "max_length": cfg.max_length, "reference": spec["reference"]},
+                   "max_length": cfg.max_length, "reference": spec["reference"],
+                   "sft_weight": spec.get("sft_weight", 0.0)},
         "pairs": pairs,
         "loss": float(loss.detach()),
         "metrics": metrics,

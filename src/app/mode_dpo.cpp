@@ -78,6 +78,7 @@ int run_dpo(Context& ctx) {
   o.loss.type = train::dpo_loss_type(cfg.get_string("dpo.loss_type"));
   o.loss.beta = cfg.get_float("dpo.beta");
   o.loss.label_smoothing = cfg.get_float("dpo.label_smoothing");
+  o.loss.sft_weight = cfg.get_float("dpo.sft_weight");
   o.ld_alpha = cfg.get_float("dpo.ld_alpha");
   // The reference is the starting policy (as trl): a fresh adapter switched off is the base model; full fine-tuning
   // and a starting adapter have no such switch, so their reference is scored once, before training.
@@ -133,11 +134,11 @@ int run_dpo(Context& ctx) {
                           static_cast<double>(std::max<std::size_t>(1, train_data.pairs.size()));
     char line[360];
     std::snprintf(line, sizeof(line),
-                  "dpo: %s %s, %zu training pairs, %zu held-out, %s on %d rank%s, loss %s, beta %g, reference %s; "
+                  "dpo: %s %s, %zu training pairs, %zu held-out, %s on %d rank%s, loss %s%s, beta %g, reference %s; "
                   "%lld steps x %d pairs = %.3g epochs",
                   random_init ? "random-init" : "pretrained", io::architecture_name(mc.arch), train_data.pairs.size(),
                   eval_data.pairs.size(), full ? "full fine-tuning" : "LoRA", env.size(), env.size() == 1 ? "" : "s",
-                  train::dpo_loss_name(o.loss.type), o.loss.beta,
+                  train::dpo_loss_name(o.loss.type), o.loss.sft_weight != 0 ? " + sft" : "", o.loss.beta,
                   o.precompute_ref ? "log-probs of the starting weights, computed once" : "the adapter switched off",
                   static_cast<long long>(o.max_steps), o.global_batch, epochs);
     log::info(line);

@@ -252,6 +252,9 @@ const Schema& mgrl_schema() {
          {}});
     add({"dpo.label_smoothing", T::Float, Value(0.0),
          "robust: the probability that a pair's preference is flipped, in [0, 0.5)", {}, 0.0, 0.5, {}});
+    add({"dpo.sft_weight", T::Float, Value(0.0),
+         "weight of trl's sft loss added to the pair loss (RPO): the mean negative log-prob of the chosen completions' "
+         "tokens over the batch (trl: loss_type = [type, \"sft\"], loss_weights = [1, w]); 0: none", {}, 0.0, {}, {}});
     add({"dpo.ld_alpha", T::Float, Value(1.0),
          "LD-DPO: weight of the completion tokens beyond the shorter completion's length in the sequence log-probs; "
          "1: none (plain DPO)", {}, 0.0, 1.0, {}});

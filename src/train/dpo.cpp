@@ -28,25 +28,38 @@ void DpoSums::add(const DpoPairIn& in, const DpoPairOut& out) {
   margin += out.reward_chosen - out.reward_rejected;
   logp_chosen += in.chosen;
   logp_rejected += in.rejected;
+  logp_accuracy += in.chosen > in.rejected ? 1.0 : 0.0;
+}
+
+double DpoSums::total_loss(double sft_weight) const {
+  return loss / std::max(1.0, pairs) + (sft_weight != 0 ? sft_weight * sft_nll / std::max(1.0, chosen_tokens) : 0.0);
+}
+
+double chosen_tokens(const std::vector<const PreferencePair*>& pairs) {
+  double n = 0;
+  for (const auto* p : pairs) n += p->chosen_tokens();
+  return n;
 }
 
 void DpoSums::allreduce(const dist::MpiEnv& env) {
-  for (double* x : {&pairs, &loss, &reward_chosen, &reward_rejected, &accuracy, &margin, &logp_chosen, &logp_rejected})
+  for (double* x : {&pairs, &loss, &reward_chosen, &reward_rejected, &accuracy, &margin, &logp_chosen, &logp_rejected, &logp_accuracy, &sft_nll,
+                    &chosen_tokens})
     *x = env.allreduce_sum(*x);
 }
 
 namespace {
 
 // trl's metric names (a prefix: "" in training, "eval_" for the held-out set), means over the pairs.
-nlohmann::json named(const DpoSums& s, const std::string& prefix) {
+nlohmann::json named(const DpoSums& s, const std::string& prefix, double sft_weight) {
   const double n = std::max(1.0, s.pairs);
-  return {{prefix + "loss", s.loss / n},
+  return {{prefix + "loss", s.total_loss(sft_weight)},
           {prefix + "rewards/chosen", s.reward_chosen / n},
           {prefix + "rewards/rejected", s.reward_rejected / n},
           {prefix + "rewards/accuracies", s.accuracy / n},
           {prefix + "rewards/margins", s.margin / n},
           {prefix + "logps/chosen", s.logp_chosen / n},
-          {prefix + "logps/rejected", s.logp_rejected / n}};
+          {prefix + "logps/rejected", s.logp_rejected / n},
+          {prefix + "logps/accuracies", s.logp_accuracy / n}};
 }
 
 }  // namespace
@@ -135,8 +148,9 @@ std::vector<double> dpo_sequence_logps(const model::Batch& b, const std::vector<
 }
 
 void dpo_loss_weights(const DpoLossOptions& o, const std::vector<const PreferencePair*>& mb, const model::Batch& b,
-                      const std::vector<float>& tw, const std::vector<double>& pol, const std::vector<double>& ref,
-                      double factor, std::vector<float>* w, DpoSums* sums) {
+                      const std::vector<float>& tw, const float* lp, const std::vector<double>& pol,
+                      const std::vector<double>& ref, double pair_factor, double sft_factor, std::vector<float>* w,
+                      DpoSums* sums) {
   w->assign(b.tokens.size(), 0.0f);
   for (std::size_t k = 0; k < mb.size(); ++k) {
     DpoPairIn in;
@@ -148,13 +162,22 @@ void dpo_loss_weights(const DpoLossOptions& o, const std::vector<const Preferenc
     in.rejected_tokens = mb[k]->rejected_tokens();
     const DpoPairOut out = dpo_pair_loss(o, in);
     if (sums) sums->add(in, out);
-    // d loss / d logp_i = (d loss / d sequence log-prob) x the token's weight in it; w_i is its negative.
+    // d loss / d logp_i = (d loss / d sequence log-prob) x the token's weight in it; w_i is its negative. The sft
+    // term adds sft_factor on every completion token of the chosen sequence (LD-DPO's weights do not apply to it).
     for (int s = 0; s < 2; ++s) {
       const int seq = static_cast<int>(2 * k) + s;
-      const double g = -(s == 0 ? out.d_chosen : out.d_rejected) * factor;
-      for (int r = b.offsets[seq]; r < b.offsets[seq + 1]; ++r)
-        (*w)[static_cast<std::size_t>(r)] = static_cast<float>(g * tw[static_cast<std::size_t>(r)]);
+      const double g = -(s == 0 ? out.d_chosen : out.d_rejected) * pair_factor;
+      for (int r = b.offsets[seq]; r < b.offsets[seq + 1]; ++r) {
+        const bool completion = r - b.offsets[seq] >= mb[k]->prompt_len;
+        double x = g * tw[static_cast<std::size_t>(r)];
+        if (s == 0 && completion) {
+          x += sft_factor;
+          if (sums) sums->sft_nll -= lp[r];
+        }
+        (*w)[static_cast<std::size_t>(r)] = static_cast<float>(x);
+      }
     }
+    if (sums) sums->chosen_tokens += mb[k]->chosen_tokens();
   }
 }
 
@@ -217,6 +240,10 @@ double DpoTrainer::train_step(DpoSums* sums) {
   // The loss is the mean over the global batch's pairs: every rank weighs its pairs by 1 / global pairs, and the
   // gradients are summed over ranks.
   const double inv = 1.0 / static_cast<double>(opts_.global_batch);
+  // The sft term's mean is over the chosen completion tokens of the global batch.
+  double global_chosen = 0;
+  for (std::size_t i : global) global_chosen += train_[i].chosen_tokens();
+  const double sft_inv = opts_.loss.sft_weight / std::max(1.0, global_chosen);
   const double scale = opt_->loss_scale(state_);
   sync_->zero();
   std::vector<float> lp, w, tw;
@@ -232,12 +259,12 @@ double DpoTrainer::train_step(DpoSums* sums) {
                                            static_cast<std::uint64_t>(rank * opts_.grad_accum + a));
     model_.forward(b, lp.data(), true, true, seed);
     pol = dpo_sequence_logps(b, tw, lp.data());
-    dpo_loss_weights(opts_.loss, mb, b, tw, pol, ref, inv * scale, &w, sums);
+    dpo_loss_weights(opts_.loss, mb, b, tw, lp.data(), pol, ref, inv * scale, sft_inv * scale, &w, sums);
     model_.backward(w.data(), sync_->hook(a + 1 == opts_.grad_accum));
   }
   const double norm = agreed_norm(env_, sync_->finish(scale));  // identical on every rank
   sums->allreduce(env_);
-  const double loss = sums->loss / static_cast<double>(opts_.global_batch);
+  const double loss = sums->total_loss(opts_.loss.sft_weight);
   state_.tokens_seen += completion_tokens;
   model_.ops().phase_begin(kernels::Phase::Optimizer);
   last_outcome_ = opt_->step(state_, norm, loss);  // a non-finite step is skipped on every rank together
@@ -263,7 +290,7 @@ DpoSums DpoTrainer::evaluate() {
     lp.assign(b.tokens.size(), 0.0f);
     model_.score(b, lp.data(), true);
     pol = dpo_sequence_logps(b, tw, lp.data());
-    dpo_loss_weights(opts_.loss, mb, b, tw, pol, ref, 0.0, &w, &s);
+    dpo_loss_weights(opts_.loss, mb, b, tw, lp.data(), pol, ref, 0.0, 0.0, &w, &s);
   }
   s.allreduce(env_);
   return s;
@@ -292,13 +319,39 @@ DpoResult DpoTrainer::run() {
   auto eval_line = [&](const DpoSums& s, const char* what) {
     const double n = std::max(1.0, s.pairs);
     char line[200];
-    std::snprintf(line, sizeof(line), "%s step %lld | loss %.4f | preference accuracy %.1f%% | margin %.4f",
-                  what, static_cast<long long>(state_.step), s.loss / n, 100.0 * s.accuracy / n, s.margin / n);
+    std::snprintf(line, sizeof(line),
+                  "%s step %lld | loss %.4f | preference accuracy %.1f%% | margin %.4f | chosen more likely %.1f%%", what,
+                  static_cast<long long>(state_.step), s.total_loss(opts_.loss.sft_weight), 100.0 * s.accuracy / n, s.margin / n,
+                  100.0 * s.logp_accuracy / n);
     rlog.line(line);
-    nlohmann::json j = named(s, "eval_");
+    nlohmann::json j = named(s, "eval_", opts_.loss.sft_weight);
     j["step"] = state_.step;
     emit(j);
   };
+  // Greedy exact-match accuracy of the held-out prompts against the chosen completions (eval.accuracy).
+  auto greedy = [&](const char* what) {
+    if (!opts_.accuracy || eval_.empty()) return -1.0;
+    std::vector<Example> ex;
+    for (const auto& p : eval_) {
+      Example e;
+      e.tokens.assign(p.chosen.begin(), p.chosen.begin() + p.prompt_len);
+      e.prompt_len = p.prompt_len;
+      e.completion = p.chosen_text;
+      ex.push_back(std::move(e));
+    }
+    const double acc = opts_.accuracy(ex);
+    char line[200];
+    std::snprintf(line, sizeof(line), "%s step %lld | held-out accuracy %.1f%% (greedy completions equal to the chosen one)",
+                  what, static_cast<long long>(state_.step), 100.0 * acc);
+    rlog.line(line);
+    emit({{"step", state_.step}, {"eval_accuracy", acc}});
+    return acc;
+  };
+  // A fresh run starts with the held-out figures of the starting policy (its rewards are 0: it is the reference).
+  if (first == 0 && !eval_.empty() && state_.step < end) {
+    eval_line(evaluate(), "eval before");
+    greedy("eval before");
+  }
   while (state_.step < end) {
     const double lr = opts_.schedule.at(state_.step);
     const auto step_t0 = Clock::now();
@@ -320,7 +373,7 @@ DpoResult DpoTrainer::run() {
                             sums.accuracy / n, sums.margin / n, lr, last_norm_, tps);
       scaler_text(line + k, sizeof(line) - static_cast<std::size_t>(k), state_, opt_->scaling());
       rlog.line(line);
-      nlohmann::json j = named(sums, "");
+      nlohmann::json j = named(sums, "", opts_.loss.sft_weight);
       j["step"] = state_.step;
       j["lr"] = lr;
       j["grad_norm"] = last_norm_;
@@ -352,24 +405,9 @@ DpoResult DpoTrainer::run() {
   if (!stop::stopped_early() && !eval_.empty()) {
     const DpoSums s = evaluate();
     eval_line(s, "held-out");
-    res.eval_loss = s.loss / std::max(1.0, s.pairs);
+    res.eval_loss = s.total_loss(opts_.loss.sft_weight);
     res.eval_preference_accuracy = s.accuracy / std::max(1.0, s.pairs);
-    if (opts_.accuracy) {
-      std::vector<Example> ex;
-      for (const auto& p : eval_) {
-        Example e;
-        e.tokens.assign(p.chosen.begin(), p.chosen.begin() + p.prompt_len);
-        e.prompt_len = p.prompt_len;
-        e.completion = p.chosen_text;
-        ex.push_back(std::move(e));
-      }
-      res.eval_accuracy = opts_.accuracy(ex);
-      char line[160];
-      std::snprintf(line, sizeof(line), "held-out accuracy %.1f%% (greedy completions equal to the chosen one)",
-                    100.0 * res.eval_accuracy);
-      rlog.line(line);
-      emit({{"step", state_.step}, {"eval_accuracy", res.eval_accuracy}});
-    }
+    res.eval_accuracy = greedy("held-out");
   }
   if (ckpt_->enabled() && state_.step > first) ckpt_->save(state_);
   res.steps = state_.step;

@@ -60,6 +60,10 @@ struct DpoOptions {
 struct DpoSums {
   double pairs = 0, loss = 0, reward_chosen = 0, reward_rejected = 0, accuracy = 0, margin = 0, logp_chosen = 0,
          logp_rejected = 0;
+  double logp_accuracy = 0;  // mgrl's addition: the policy's own preference, chosen log-prob > rejected log-prob
+  double sft_nll = 0, chosen_tokens = 0;  // -sum of the chosen completions' token log-probs, and their count
+  // The loss: the mean pair loss, plus sft_weight x the chosen tokens' mean negative log-prob.
+  double total_loss(double sft_weight) const;
   void add(const DpoPairIn& in, const DpoPairOut& out);
   void allreduce(const dist::MpiEnv& env);
 };
@@ -71,10 +75,14 @@ model::Batch dpo_batch(const std::vector<const PreferencePair*>& mb, double ld_a
 // the sequence log-prob of each packed sequence from the per-token log-probs lp (packed as the batch);
 std::vector<double> dpo_sequence_logps(const model::Batch& b, const std::vector<float>& token_weight, const float* lp);
 // the pairs' losses (added to sums) and the backward's per-token weights w (its loss is -sum_i w_i logp_i) for the
-// loss factor x sum of the per-pair losses; pol and ref hold the policy's and the reference's sequence log-probs.
+// loss pair_factor x sum of the per-pair losses + sft_factor x sum of the chosen completion tokens' -logp; lp holds
+// the policy's per-token log-probs, pol and ref the policy's and the reference's sequence log-probs.
 void dpo_loss_weights(const DpoLossOptions& o, const std::vector<const PreferencePair*>& mb, const model::Batch& b,
-                      const std::vector<float>& token_weight, const std::vector<double>& pol,
-                      const std::vector<double>& ref, double factor, std::vector<float>* w, DpoSums* sums);
+                      const std::vector<float>& token_weight, const float* lp, const std::vector<double>& pol,
+                      const std::vector<double>& ref, double pair_factor, double sft_factor, std::vector<float>* w,
+                      DpoSums* sums);
+// Completion tokens of the chosen sequences of some pairs.
+double chosen_tokens(const std::vector<const PreferencePair*>& pairs);
 
 struct DpoResult {
   std::int64_t steps = 0, skipped = 0;

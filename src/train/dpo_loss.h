@@ -16,6 +16,10 @@ struct DpoLossOptions {
   DpoLossType type = DpoLossType::Sigmoid;
   double beta = 0.1;             // trl's beta (ipo: the regulariser tau)
   double label_smoothing = 0.0;  // robust: the probability that a label is flipped, in [0, 0.5)
+  // Weight of trl's "sft" loss added to the pair loss (RPO): the mean negative log-prob of the chosen completions'
+  // tokens (trl: loss_type = [type, "sft"], loss_weights = [1, sft_weight]); 0: none. Not a per-pair term: the
+  // trainer adds it over the batch's chosen tokens.
+  double sft_weight = 0.0;
 };
 
 // One preference pair: the sequence log-probs (sums over the completion's tokens, as trl's `logps`) of the policy

@@ -1,5 +1,5 @@
 // test_dpo.cpp: DPO: every loss type's derivative against finite differences; the whole micro-batch computation
-// (packed pairs, sequence log-probs with LD-DPO weights, reference with the adapter off or the starting adapter,
+// (packed pairs, sequence log-probs with LD-DPO weights, the sft term, reference with the adapter off or the starting adapter,
 // loss, trl's metrics, every LoRA gradient) against fixtures written by the real trl DPOTrainer (tests/data/dpo,
 // tools/make_dpo_fixtures.py) on the tiny model fixtures; preference pairs read from JSONL (strings and chat
 // messages) and their errors.
@@ -79,7 +79,7 @@ std::vector<std::string> trl_cases() {
   return out;
 }
 
-TEST(DpoTrl, FixturesPresent) { EXPECT_GE(trl_cases().size(), 6u) << "tests/data/dpo holds too few cases"; }
+TEST(DpoTrl, FixturesPresent) { EXPECT_GE(trl_cases().size(), 7u) << "tests/data/dpo holds too few cases"; }
 
 class DpoTrlCase : public ::testing::TestWithParam<std::string> {};
 
@@ -134,10 +134,11 @@ TEST_P(DpoTrlCase, LossMetricsAndGradientsMatchTrl) {
   o.type = dpo_loss_type(k["loss_type"].get<std::string>());
   o.beta = k["beta"].get<double>();
   o.label_smoothing = k["label_smoothing"].get<double>();
+  o.sft_weight = k.value("sft_weight", 0.0);
   const double N = static_cast<double>(pairs.size());
   DpoSums sums;
-  dpo_loss_weights(o, mb, b, tw, pol, ref, 1.0 / N, &w, &sums);
-  const double loss = sums.loss / N, want = c["loss"].get<double>();
+  dpo_loss_weights(o, mb, b, tw, lp.data(), pol, ref, 1.0 / N, o.sft_weight / chosen_tokens(mb), &w, &sums);
+  const double loss = sums.total_loss(o.sft_weight), want = c["loss"].get<double>();
   EXPECT_LE(std::fabs(loss - want), 1e-5 * std::max(1e-3, std::fabs(want))) << "loss " << loss << " vs " << want;
   const auto& m = c["metrics"];
   const std::vector<std::pair<const char*, double>> got{
