@@ -4,7 +4,13 @@ without its carries when the addition has any, else the correct sum with one dig
 inputs/quickstart/dpo_train.jsonl and inputs/quickstart/dpo_heldout.jsonl ({"prompt", "chosen", "rejected"}).
 Deterministic (fixed seed); standard library only.
 Run by hand from the repository root:  python3 tools/make_dpo_quickstart.py
+
+With --generations GEN.jsonl (the output of `mgrl generate` on prompts of train.jsonl, several sampled completions
+per prompt), it writes on-policy pairs instead, to --out: for each prompt with a wrong sampled completion, chosen = the
+correct sum, rejected = the first wrong completion the model sampled; prompts whose samples are all right are left out
+(docs/dpo.md: the quickstart comparison).
 """
+import argparse
 import json
 import os
 import random
@@ -48,7 +54,30 @@ def convert(src, dst, rng, limit):
     return n
 
 
+def on_policy(generations, out):
+    wrong, right = {}, {}
+    with open(generations) as f:
+        for line in f:
+            r = json.loads(line)
+            a, b = (int(x) for x in r["prompt"].rstrip("=").split("+"))
+            key = (r["index"], r["prompt"])
+            right[key] = str(a + b)
+            if r["completion"] != str(a + b) and key not in wrong:
+                wrong[key] = r["completion"]
+    with open(out, "w") as g:
+        for key in sorted(wrong):
+            g.write(json.dumps({"prompt": key[1], "chosen": right[key], "rejected": wrong[key]}) + "\n")
+    print(len(wrong), "pairs from", len(right), "prompts")
+
+
 def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--generations")
+    ap.add_argument("--out")
+    a = ap.parse_args()
+    if a.generations:
+        on_policy(a.generations, a.out)
+        return
     rng = random.Random(2026)
     for name, limit in (("train", 2000), ("heldout", None)):
         n = convert(os.path.join(DIR, name + ".jsonl"), os.path.join(DIR, "dpo_" + name + ".jsonl"), rng, limit)
