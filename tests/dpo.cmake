@@ -48,3 +48,7 @@ mgrl_add_cli_test(dpo.preference_accuracy_rises 0
      --train.full_finetune=true --train.batch_size=32 --train.max_steps=300 --train.lr=3e-3 --train.schedule=cosine
      --train.warmup_steps=10 --dpo.beta=0.1 --log.every_steps=100 --eval.every_steps=100 --checkpoint.resume=none)
 set_tests_properties(cli.dpo.preference_accuracy_rises PROPERTIES TIMEOUT 180)
+# Dynamic loss scaling (what fp16 storage uses; forced on the f32 CPU backend): the backward's per-token weights carry
+# the scale and the update divides it out, so 4 steps train bit for bit the weights and moments of 4 steps without it.
+mgrl_add_cli_test(dpo.loss_scaling_changes_nothing_in_f32 0 "(?s)step 4/4 [^\\n]*[|] scale 65536.*bitwise equal: yes" - - -- bash -c
+  "rm -rf ${DPO}/scaling && ${RUN1} ${DPO_STR} --train.max_steps=4 --checkpoint.dir=${DPO}/scaling/a > /dev/null && ${RUN1} ${DPO_STR} --train.max_steps=4 --train.loss_scaling=dynamic --checkpoint.dir=${DPO}/scaling/b && ${CHECK} weights ${DPO}/scaling/a/step_00000004.h5 ${DPO}/scaling/b/step_00000004.h5 --exact")
