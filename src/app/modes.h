@@ -45,6 +45,8 @@ int run_score(Context& ctx);
 int run_sft(Context& ctx);
 // `mgrl grpo`: reinforcement learning with group-relative policy optimisation (docs/grpo.md).
 int run_grpo(Context& ctx);
+// `mgrl dpo`: direct preference optimisation on preference pairs (docs/dpo.md).
+int run_dpo(Context& ctx);
 // `mgrl reward`: the [[reward]] functions on a JSONL of {prompt, completion, ...} lines, JSON lines out.
 int run_reward(Context& ctx);
 // `mgrl export`: a checkpoint as a PEFT adapter directory, optionally also merged into a full model.

@@ -5,7 +5,7 @@
 namespace mgrl::io {
 
 const std::vector<std::string>& mgrl_modes() {
-  static const std::vector<std::string> modes{"info", "sft", "grpo", "reward", "export", "score", "generate",
+  static const std::vector<std::string> modes{"info", "sft", "grpo", "dpo", "reward", "export", "score", "generate",
                                               "render", "help-config"};
   return modes;
 }
@@ -17,9 +17,10 @@ const Schema& mgrl_schema() {
     auto add = [&s](KeySpec k) { s.push_back(std::move(k)); };
     add({"mode", T::String, std::nullopt,
          "what to run: info (ranks, devices, versions), sft (supervised fine-tuning), grpo (reinforcement learning "
-         "with group-relative policy optimisation), reward (score completions with the [[reward]] functions), export (a checkpoint as a "
-         "PEFT adapter or merged model), score (log-probs of token sequences), generate (completions of prompts), "
-         "render (the text, tokens and assistant mask of chat data) or help-config (this list); the command line may name it instead",
+         "with group-relative policy optimisation), dpo (direct preference optimisation on preference pairs), reward "
+         "(score completions with the [[reward]] functions), export (a checkpoint as a PEFT adapter or merged model), "
+         "score (log-probs of token sequences), generate (completions of prompts), render (the text, tokens and "
+         "assistant mask of chat data) or help-config (this list); the command line may name it instead",
          mgrl_modes(), {}, {}, {}});
     add({"runtime.backend", T::String, Value(std::string("auto")),
          "compute backend: auto (CUDA when every rank has a GPU of its own, else CPU), cpu or cuda",
@@ -32,7 +33,7 @@ const Schema& mgrl_schema() {
          {}, 0.0, std::nullopt, {}});
     add({"model.path", T::String, std::nullopt,
          "Hugging Face model directory: config.json and model.safetensors (or a sharded index)", {}, {}, {},
-         {"score", "generate", "sft", "grpo", "render"}});
+         {"score", "generate", "sft", "grpo", "dpo", "render"}});
     add({"model.init", T::String, Value(std::string("pretrained")),
          "pretrained: weights from model.path; random: only model.path/config.json is read and the weights are "
          "drawn (normal(0, model.init_std); norms 1) for training a small model from scratch",
@@ -55,8 +56,8 @@ const Schema& mgrl_schema() {
     add({"data.input", T::String, std::nullopt,
          "input JSONL file; score: {\"tokens\": [ids]}, {\"text\": text} or {\"messages\": [...]} per line; generate: "
          "{\"prompt\": text}, {\"messages\": [{\"role\", \"content\"}]} or {\"prompt_tokens\": [ids]} per line; "
-         "render: {\"messages\": [...]} per line",
-         {}, {}, {}, {"score", "generate", "sft", "grpo", "reward", "render"}});
+         "dpo: {\"prompt\", \"chosen\", \"rejected\"} per line (docs/dpo.md); render: {\"messages\": [...]} per line",
+         {}, {}, {}, {"score", "generate", "sft", "grpo", "dpo", "reward", "render"}});
     add({"chat.template", T::String, Value(std::string("")),
          "a Jinja chat template file (.jinja) used instead of the model's own (tokenizer_config.json chat_template or "
          "chat_template.jinja); empty: the model's. Only with chat_format = auto",
@@ -253,6 +254,28 @@ const Schema& mgrl_schema() {
     add({"grpo.importance_sampling_level", T::String, Value(std::string("token")),
          "importance ratio per token (GRPO) or per sequence (GSPO: the exp of the mean token log-ratio)",
          {"token", "sequence"}, {}, {}, {}});
+    add({"dpo.loss_type", T::String, Value(std::string("sigmoid")),
+         "DPO loss per pair, as trl names it: sigmoid (DPO), hinge (SLiC), ipo, robust (label_smoothing as the flip "
+         "probability) or sigmoid_norm (sigmoid on the per-token log-ratios)",
+         {"sigmoid", "hinge", "ipo", "robust", "sigmoid_norm"}, {}, {}, {}});
+    add({"dpo.beta", T::Float, Value(0.1),
+         "how far the policy may move from the reference (higher: less); ipo: the regulariser tau", {}, 1e-12, {},
+         {}});
+    add({"dpo.label_smoothing", T::Float, Value(0.0),
+         "robust: the probability that a pair's preference is flipped, in [0, 0.5)", {}, 0.0, 0.5, {}});
+    add({"dpo.sft_weight", T::Float, Value(0.0),
+         "weight of trl's sft loss added to the pair loss (RPO): the mean negative log-prob of the chosen completions' "
+         "tokens over the batch (trl: loss_type = [type, \"sft\"], loss_weights = [1, w]); 0: none", {}, 0.0, {}, {}});
+    add({"dpo.ld_alpha", T::Float, Value(1.0),
+         "LD-DPO: weight of the completion tokens beyond the shorter completion's length in the sequence log-probs; "
+         "1: none (plain DPO)", {}, 0.0, 1.0, {}});
+    add({"dpo.max_length", T::Int, Value(std::int64_t{1024}),
+         "longest sequence (prompt + completion) in tokens: longer ones keep their start; pairs whose prompt alone "
+         "is this long are left out (as trl)", {}, 2.0, {}, {}});
+    add({"dpo.precompute_ref_log_probs", T::Bool, Value(false),
+         "compute the reference log-probs of every pair once before training instead of once per batch (always so "
+         "with full fine-tuning or a starting lora.adapter, whose reference is the starting weights)", {}, {}, {},
+         {}});
     add({"rollouts.every_steps", T::Int, Value(std::int64_t{1}),
          "write <log.dir>/rollouts/step_<8 digits>.h5 every N steps (and at the last); 0: never", {}, 0.0, {}, {}});
     // [[reward]] tables (docs/rewards.md): one reward function each; the total reward is their weighted sum.

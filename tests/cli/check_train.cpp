@@ -1,7 +1,9 @@
 // check_train.cpp: checks on training outputs for the CLI tests.
 //   check_train weights A.h5 B.h5 [--exact | --rtol=X]   trainable weights and AdamW moments of two checkpoints
-//                 [--any-step]                          agree (bitwise, or relative norm <= X); --any-step: of two
-//                                                       different steps (only weights and moments compared)
+//                 [--any-step] [--moments]              agree (bitwise, or relative norm <= X); --any-step: of two
+//                                                       different steps (only weights and moments compared);
+//                                                       --moments: the AdamW moments too agree within X (a
+//                                                       gradient scale changes them, not Adam's update)
 //   check_train state A.h5                                prints the step, skipped and overflowed steps, loss scale
 //                                                       and the scaler's clean-step count of a checkpoint
 //   check_train losses A.jsonl B.jsonl --after=N         the "loss" of every step > N is identical in both
@@ -86,6 +88,7 @@ int main(int argc, char** argv) {
                                 a.state.cursor.position == b.state.cursor.position && a.state.tokens_seen == b.state.tokens_seen
                             ? 0
                             : 1;
+      if (opt(argc, argv, "--moments") && (em > rtol || ev > rtol)) return 1;
       return ep <= rtol ? 0 : 1;
     }
     if (cmd == "rollouts" && argc >= 4) {

@@ -1,0 +1,157 @@
+// mode_dpo.cpp: `mgrl dpo`: direct preference optimisation (LoRA or full) on JSONL preference pairs, data-parallel
+// over ranks (docs/dpo.md).
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+
+#include "app/modes.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "dist/comm.h"
+#include "dist/device.h"
+#include "dist/mpi_env.h"
+#include "io/chat_template.h"
+#include "io/config.h"
+#include "io/hf_config.h"
+#include "io/tokenizer.h"
+#include "model/lora.h"
+#include "model/transformer.h"
+#include "rl/generator.h"
+#include "train/dpo.h"
+#include "train/dpo_data.h"
+
+namespace mgrl::app {
+int run_dpo(Context& ctx) {
+  const auto& env = ctx.env;
+  const auto& cfg = ctx.cfg;
+  const std::string model_dir = cfg.get_string("model.path");
+  const bool random_init = cfg.get_string("model.init") == "random";
+  const bool full = cfg.get_bool("train.full_finetune");
+
+  io::ModelConfig mc;
+  std::unique_ptr<io::Tokenizer> tok;
+  train::PairData train_data, eval_data;
+  env.agree([&] {
+    mc = io::parse_hf_config(model_dir + "/config.json");
+    check_model_fits(ctx, mc, model_dir + "/config.json", full);
+    tok = std::make_unique<io::Tokenizer>(io::Tokenizer::from_dir(tokenizer_dir(cfg)));
+    if (tok->vocab_size() > mc.vocab_size)
+      throw UserError(tok->path() + ": the tokenizer has " + std::to_string(tok->vocab_size()) +
+                      " tokens, more than the model's vocab_size (" + std::to_string(mc.vocab_size) + ")");
+    train::PairOptions d;
+    d.max_length = static_cast<int>(std::min<std::int64_t>(
+        cfg.get_int("dpo.max_length"), mc.max_position_embeddings > 0 ? mc.max_position_embeddings : 1 << 30));
+    const io::ChatTemplate chat = chat_template(cfg, "train.chat_format", *tok);
+    d.chat = &chat;
+    train_data = train::load_pairs(cfg.get_string("data.input"), *tok, d);
+    if (!cfg.get_string("eval.input").empty()) eval_data = train::load_pairs(cfg.get_string("eval.input"), *tok, d);
+    std::size_t longest = 1;
+    for (const auto* set : {&train_data, &eval_data})
+      for (const auto& p : set->pairs) longest = std::max({longest, p.chosen.size(), p.rejected.size()});
+    const std::int64_t batch = cfg.get_int("train.batch_size"), accum = cfg.get_int("train.grad_accum");
+    check_batch_fits(mc, "train.batch_size", batch,
+                     2.0 * static_cast<double>(batch) / env.size() / static_cast<double>(accum),
+                     static_cast<double>(longest), "lower it, or raise train.grad_accum");
+    check_batch_fits(mc, "eval.batch_size", cfg.get_int("eval.batch_size"),
+                     2.0 * static_cast<double>(cfg.get_int("eval.batch_size")), static_cast<double>(longest),
+                     "lower it");
+  });
+  for (const auto* set : {&train_data, &eval_data})
+    if (set->dropped > 0)
+      log::warn(std::to_string(set->dropped) + " pair" + (set->dropped == 1 ? "" : "s") + " left out (from line " +
+                std::to_string(set->first_dropped_line) + " of " +
+                (set == &train_data ? cfg.get_string("data.input") : cfg.get_string("eval.input")) +
+                "): the prompt alone has dpo.max_length tokens or more");
+
+  auto ops = make_ops(ctx);
+  const train::LossScaling scaling = loss_scaling(ctx, ops->storage());
+  model::Transformer net(mc, *ops,
+                         model::ModelOptions{full, cfg.get_bool("model.recompute"),
+                                             cfg.get_string("train.master_weights") == "always"});
+  const auto seed = static_cast<std::uint64_t>(cfg.get_int("train.seed"));
+  bool fresh_adapter = false;
+  env.agree([&] {
+    if (random_init) net.init_random(seed, static_cast<float>(cfg.get_float("model.init_std")));
+    else net.load_weights(model_dir);
+    if (!full) fresh_adapter = setup_trainable_lora(ctx, net, seed);
+  });
+
+  train::DpoOptions o;
+  o.loss.type = train::dpo_loss_type(cfg.get_string("dpo.loss_type"));
+  o.loss.beta = cfg.get_float("dpo.beta");
+  o.loss.label_smoothing = cfg.get_float("dpo.label_smoothing");
+  o.loss.sft_weight = cfg.get_float("dpo.sft_weight");
+  o.ld_alpha = cfg.get_float("dpo.ld_alpha");
+  // The reference is the starting policy (as trl): a fresh adapter switched off is the base model; full fine-tuning
+  // and a starting adapter have no such switch, so their reference is scored once, before training.
+  o.precompute_ref = cfg.get_bool("dpo.precompute_ref_log_probs") || full || !fresh_adapter;
+  o.max_steps = cfg.get_int("train.max_steps");
+  o.max_nonfinite_steps = static_cast<int>(cfg.get_int("train.max_nonfinite_steps"));
+  o.stop_at_step = cfg.get_int("train.stop_at_step");
+  o.global_batch = static_cast<int>(cfg.get_int("train.batch_size"));
+  o.grad_accum = static_cast<int>(cfg.get_int("train.grad_accum"));
+  o.max_grad_norm = cfg.get_float("train.max_grad_norm");
+  o.scaling = scaling;
+  o.adamw.beta1 = static_cast<float>(cfg.get_float("train.adam_beta1"));
+  o.adamw.beta2 = static_cast<float>(cfg.get_float("train.adam_beta2"));
+  o.adamw.eps = static_cast<float>(cfg.get_float("train.adam_eps"));
+  o.adamw.weight_decay = static_cast<float>(cfg.get_float("train.weight_decay"));
+  o.schedule.kind = cfg.get_string("train.schedule");
+  o.schedule.lr = cfg.get_float("train.lr");
+  o.schedule.total_steps = o.max_steps;
+  o.schedule.warmup_steps = cfg.get_int("train.warmup_steps") > 0
+                                ? cfg.get_int("train.warmup_steps")
+                                : train::Schedule::warmup_from_ratio(cfg.get_float("train.warmup_ratio"), o.max_steps);
+  o.seed = seed;
+  o.log_every = static_cast<int>(cfg.get_int("log.every_steps"));
+  o.eval_every = static_cast<int>(cfg.get_int("eval.every_steps"));
+  o.eval_batch = static_cast<int>(cfg.get_int("eval.batch_size"));
+  o.checkpoint_dir = cfg.get_string("checkpoint.dir");
+  o.checkpoint_every = static_cast<int>(cfg.get_int("checkpoint.every_steps"));
+  o.keep_last = static_cast<int>(cfg.get_int("checkpoint.keep_last"));
+  o.resume = cfg.get_string("checkpoint.resume");
+  o.log_dir = cfg.get_string("log.dir");
+  o.config_text = cfg.to_toml();
+  if (cfg.get_bool("eval.accuracy") && !eval_data.pairs.empty()) {
+    const int max_new = static_cast<int>(cfg.get_int("eval.max_new_tokens"));
+    o.accuracy = [&env, &net, &tok, max_new](const std::vector<train::Example>& eval) {
+      rl::GenerationOptions g;
+      g.max_new_tokens = max_new;
+      g.sampling.temperature = 0;
+      if (tok->eos_id()) g.eos_ids = {*tok->eos_id()};
+      const auto [lo, hi] = shard(env, eval.size());
+      std::vector<rl::Prompt> prompts;
+      for (std::size_t i = lo; i < hi; ++i) prompts.push_back({static_cast<std::int64_t>(i), eval[i].prompt_tokens()});
+      long long right = 0;
+      if (!prompts.empty()) {
+        rl::Generator gen(net, g, [&](const std::vector<std::int32_t>& ids) { return tok->decode(ids, true); });
+        for (const auto& c : gen.generate(prompts))
+          right += c.text == eval[static_cast<std::size_t>(c.prompt_index)].completion ? 1 : 0;
+      }
+      return static_cast<double>(env.allreduce_sum(right)) / static_cast<double>(eval.size());
+    };
+  }
+  {
+    const double epochs = static_cast<double>(o.max_steps) * static_cast<double>(o.global_batch) /
+                          static_cast<double>(std::max<std::size_t>(1, train_data.pairs.size()));
+    char line[360];
+    std::snprintf(line, sizeof(line),
+                  "dpo: %s %s, %zu training pairs, %zu held-out, %s on %d rank%s, loss %s%s, beta %g, reference %s; "
+                  "%lld steps x %d pairs = %.3g epochs",
+                  random_init ? "random-init" : "pretrained", io::architecture_name(mc.arch), train_data.pairs.size(),
+                  eval_data.pairs.size(), full ? "full fine-tuning" : "LoRA", env.size(), env.size() == 1 ? "" : "s",
+                  train::dpo_loss_name(o.loss.type), o.loss.sft_weight != 0 ? " + sft" : "", o.loss.beta,
+                  o.precompute_ref ? "log-probs of the starting weights, computed once" : "the adapter switched off",
+                  static_cast<long long>(o.max_steps), o.global_batch, epochs);
+    log::info(line);
+  }
+  std::unique_ptr<train::DpoTrainer> trainer;
+  env.agree([&] {
+    trainer = std::make_unique<train::DpoTrainer>(env, ctx.comm, net, std::move(train_data.pairs),
+                                                  std::move(eval_data.pairs), o);
+  });
+  trainer->run();
+  return 0;
+}
+
+}  // namespace mgrl::app

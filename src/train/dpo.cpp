@@ -1,0 +1,435 @@
+// dpo.cpp: the DPO training loop.
+#include "train/dpo.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/build_info.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/random.h"
+#include "core/stop.h"
+#include "io/hf_config.h"
+#include "train/run_log.h"
+#include "train/stop_agreement.h"
+
+namespace mgrl::train {
+
+void DpoSums::add(const DpoPairIn& in, const DpoPairOut& out) {
+  pairs += 1;
+  loss += out.loss;
+  reward_chosen += out.reward_chosen;
+  reward_rejected += out.reward_rejected;
+  accuracy += out.reward_chosen > out.reward_rejected ? 1.0 : 0.0;  // trl: strictly greater
+  margin += out.reward_chosen - out.reward_rejected;
+  logp_chosen += in.chosen;
+  logp_rejected += in.rejected;
+  logp_accuracy += in.chosen > in.rejected ? 1.0 : 0.0;
+}
+
+double DpoSums::total_loss(double sft_weight) const {
+  return loss / std::max(1.0, pairs) + (sft_weight != 0 ? sft_weight * sft_nll / std::max(1.0, chosen_tokens) : 0.0);
+}
+
+double chosen_tokens(const std::vector<const PreferencePair*>& pairs) {
+  double n = 0;
+  for (const auto* p : pairs) n += p->chosen_tokens();
+  return n;
+}
+
+void DpoSums::allreduce(const dist::MpiEnv& env) {
+  for (double* x : {&pairs, &loss, &reward_chosen, &reward_rejected, &accuracy, &margin, &logp_chosen, &logp_rejected, &logp_accuracy, &sft_nll,
+                    &chosen_tokens})
+    *x = env.allreduce_sum(*x);
+}
+
+namespace {
+
+// trl's metric names (a prefix: "" in training, "eval_" for the held-out set), means over the pairs.
+nlohmann::json named(const DpoSums& s, const std::string& prefix, double sft_weight) {
+  const double n = std::max(1.0, s.pairs);
+  return {{prefix + "loss", s.total_loss(sft_weight)},
+          {prefix + "rewards/chosen", s.reward_chosen / n},
+          {prefix + "rewards/rejected", s.reward_rejected / n},
+          {prefix + "rewards/accuracies", s.accuracy / n},
+          {prefix + "rewards/margins", s.margin / n},
+          {prefix + "logps/chosen", s.logp_chosen / n},
+          {prefix + "logps/rejected", s.logp_rejected / n},
+          {prefix + "logps/accuracies", s.logp_accuracy / n}};
+}
+
+}  // namespace
+
+DpoTrainer::DpoTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transformer& model,
+                       std::vector<PreferencePair> train, std::vector<PreferencePair> eval, DpoOptions opts)
+    : env_(env), comm_(comm), model_(model), train_(std::move(train)), eval_(std::move(eval)), opts_(std::move(opts)),
+      sampler_(train_.size(), opts_.seed) {
+  const int ranks = env_.size();
+  if (opts_.global_batch % ranks != 0)
+    throw UserError("train.batch_size (" + std::to_string(opts_.global_batch) +
+                    " pairs) must be divisible by the number of ranks (" + std::to_string(ranks) + ")");
+  if ((opts_.global_batch / ranks) % opts_.grad_accum != 0)
+    throw UserError("train.batch_size / ranks (" + std::to_string(opts_.global_batch / ranks) +
+                    " pairs) must be divisible by train.grad_accum (" + std::to_string(opts_.grad_accum) + ")");
+  if (opts_.loss.type == DpoLossType::Robust && !(opts_.loss.label_smoothing >= 0 && opts_.loss.label_smoothing < 0.5))
+    throw UserError("dpo.label_smoothing must lie in [0, 0.5) for dpo.loss_type = \"robust\" (got " +
+                    std::to_string(opts_.loss.label_smoothing) + ")");
+  if (!(opts_.loss.beta > 0)) throw UserError("dpo.beta must be above 0");
+  tr_ = trainable_of(model_, model_.base_grads() != nullptr);
+  opt_ = std::make_unique<Optimizer>(model_.ops(), tr_,
+                                     OptimizerOptions{opts_.adamw, opts_.schedule, opts_.max_grad_norm, opts_.scaling});
+  sync_ = std::make_unique<GradSync>(comm_, model_, tr_);
+  ckpt_ = std::make_unique<Checkpointer>(
+      env_, model_.ops(), *opt_,
+      CheckpointOptions{opts_.checkpoint_dir, opts_.checkpoint_every, opts_.keep_last, opts_.resume, opts_.config_text},
+      model_identity(io::architecture_name(model_.config().arch), tr_.tensors));
+  guard_ = std::make_unique<DivergenceGuard>(env_, opts_.max_nonfinite_steps, opts_.scaling.enabled);
+  state_.rank_rng.assign(static_cast<std::size_t>(ranks), 0);
+  opt_->start(state_);  // the loss scale of a fresh run; a resume takes the checkpoint's
+  // Activations planned once: a micro-batch holds at most the longest `micro` pairs (both sequences of each).
+  const int micro = opts_.global_batch / ranks / opts_.grad_accum;
+  std::vector<long long> lens;
+  for (const auto& p : train_) lens.push_back(static_cast<long long>(p.chosen.size() + p.rejected.size()));
+  const auto top = std::min<std::size_t>(lens.size(), static_cast<std::size_t>(micro));
+  std::partial_sort(lens.begin(), lens.begin() + static_cast<std::ptrdiff_t>(top), lens.end(), std::greater<long long>());
+  long long most = 0;
+  for (std::size_t i = 0; i < top; ++i) most += lens[i];
+  if (most > 0 && most < (1LL << 31))
+    env_.agree([&] {
+      const auto refuse = [&](const std::string& why) {
+        throw UserError("train.batch_size = " + std::to_string(opts_.global_batch) + " (" + std::to_string(micro) +
+                        " pairs per rank and micro-batch with train.grad_accum = " + std::to_string(opts_.grad_accum) +
+                        ", up to " + std::to_string(most) + " tokens at once within dpo.max_length) needs " + why +
+                        ": lower train.batch_size or dpo.max_length, or raise train.grad_accum");
+      };
+      const std::string beyond = activations_beyond_memory(model_, most);
+      if (!beyond.empty()) refuse(beyond);
+      try {
+        model_.plan(static_cast<int>(most));
+      } catch (const OutOfMemory& e) {
+        refuse(gib(static_cast<double>(model_.activation_bytes(static_cast<int>(most)))) + " of activations (" +
+               e.what() + ")");
+      }
+    });
+}
+
+DpoTrainer::~DpoTrainer() = default;
+
+model::Batch dpo_batch(const std::vector<const PreferencePair*>& mb, double ld_alpha, std::vector<float>* tw) {
+  model::Batch b;
+  for (const auto* p : mb) {
+    b.add(p->chosen);
+    b.add(p->rejected);
+  }
+  tw->assign(b.tokens.size(), 0.0f);
+  for (std::size_t k = 0; k < mb.size(); ++k) {
+    const auto* p = mb[k];
+    const int shared = std::min(p->chosen_tokens(), p->rejected_tokens());
+    for (int s = 0; s < 2; ++s) {
+      const int seq = static_cast<int>(2 * k) + s;
+      for (int t = p->prompt_len; t < b.length(seq); ++t)
+        (*tw)[static_cast<std::size_t>(b.offsets[seq] + t)] =
+            t - p->prompt_len < shared ? 1.0f : static_cast<float>(ld_alpha);
+    }
+  }
+  return b;
+}
+
+std::vector<double> dpo_sequence_logps(const model::Batch& b, const std::vector<float>& tw, const float* lp) {
+  std::vector<double> out(static_cast<std::size_t>(b.B()), 0.0);
+  for (int s = 0; s < b.B(); ++s)
+    for (int r = b.offsets[s]; r < b.offsets[s + 1]; ++r)
+      out[static_cast<std::size_t>(s)] += static_cast<double>(tw[static_cast<std::size_t>(r)]) * lp[r];
+  return out;
+}
+
+void dpo_loss_weights(const DpoLossOptions& o, const std::vector<const PreferencePair*>& mb, const model::Batch& b,
+                      const std::vector<float>& tw, const float* lp, const std::vector<double>& pol,
+                      const std::vector<double>& ref, double pair_factor, double sft_factor, std::vector<float>* w,
+                      DpoSums* sums) {
+  w->assign(b.tokens.size(), 0.0f);
+  for (std::size_t k = 0; k < mb.size(); ++k) {
+    DpoPairIn in;
+    in.chosen = pol[2 * k];
+    in.rejected = pol[2 * k + 1];
+    in.ref_chosen = ref[2 * k];
+    in.ref_rejected = ref[2 * k + 1];
+    in.chosen_tokens = mb[k]->chosen_tokens();
+    in.rejected_tokens = mb[k]->rejected_tokens();
+    const DpoPairOut out = dpo_pair_loss(o, in);
+    if (sums) sums->add(in, out);
+    // d loss / d logp_i = (d loss / d sequence log-prob) x the token's weight in it; w_i is its negative. The sft
+    // term adds sft_factor on every completion token of the chosen sequence (LD-DPO's weights do not apply to it).
+    for (int s = 0; s < 2; ++s) {
+      const int seq = static_cast<int>(2 * k) + s;
+      const double g = -(s == 0 ? out.d_chosen : out.d_rejected) * pair_factor;
+      for (int r = b.offsets[seq]; r < b.offsets[seq + 1]; ++r) {
+        const bool completion = r - b.offsets[seq] >= mb[k]->prompt_len;
+        double x = g * tw[static_cast<std::size_t>(r)];
+        if (s == 0 && completion) {
+          x += sft_factor;
+          if (sums) sums->sft_nll -= lp[r];
+        }
+        (*w)[static_cast<std::size_t>(r)] = static_cast<float>(x);
+      }
+    }
+    if (sums) sums->chosen_tokens += mb[k]->chosen_tokens();
+  }
+}
+
+void DpoTrainer::reference(const std::vector<const PreferencePair*>& mb, const model::Batch& b,
+                           const std::vector<float>& tw, std::vector<double>* ref) {
+  if (opts_.precompute_ref) {
+    ref->clear();
+    for (const auto* p : mb) {
+      ref->push_back(p->ref_chosen);
+      ref->push_back(p->ref_rejected);
+    }
+    return;
+  }
+  std::vector<float> lp(b.tokens.size(), 0.0f);
+  model_.score(b, lp.data(), false);  // the adapter switched off: the base model, no second copy of the weights
+  *ref = dpo_sequence_logps(b, tw, lp.data());
+}
+
+void DpoTrainer::precompute(std::vector<PreferencePair>& pairs) {
+  // Every rank scores its share of the pairs with the starting weights; rank 0 gathers and broadcasts them all.
+  const std::size_t N = pairs.size();
+  const std::size_t lo = N * static_cast<std::size_t>(env_.rank()) / static_cast<std::size_t>(env_.size()),
+                    hi = N * static_cast<std::size_t>(env_.rank() + 1) / static_cast<std::size_t>(env_.size());
+  std::vector<double> mine;
+  std::vector<float> lp, tw;
+  for (std::size_t s = lo; s < hi; s += static_cast<std::size_t>(opts_.eval_batch)) {
+    std::vector<const PreferencePair*> mb;
+    for (std::size_t i = s; i < std::min(hi, s + static_cast<std::size_t>(opts_.eval_batch)); ++i) mb.push_back(&pairs[i]);
+    const model::Batch b = dpo_batch(mb, opts_.ld_alpha, &tw);
+    lp.assign(b.tokens.size(), 0.0f);
+    model_.score(b, lp.data(), true);
+    const auto seq = dpo_sequence_logps(b, tw, lp.data());
+    mine.insert(mine.end(), seq.begin(), seq.end());
+  }
+  std::string bytes(mine.size() * sizeof(double), '\0');
+  if (!mine.empty()) std::memcpy(&bytes[0], mine.data(), bytes.size());
+  std::string all;
+  for (const auto& part : env_.gather_to_root(bytes)) all += part;
+  all = env_.broadcast(all, 0);
+  MGRL_CHECK(all.size() == 2 * N * sizeof(double), "reference log-probs: wrong size after the gather");
+  std::vector<double> v(2 * N);
+  std::memcpy(v.data(), all.data(), all.size());
+  for (std::size_t i = 0; i < N; ++i) {
+    pairs[i].ref_chosen = v[2 * i];
+    pairs[i].ref_rejected = v[2 * i + 1];
+  }
+}
+
+double DpoTrainer::train_step(DpoSums* sums) {
+  const int ranks = env_.size(), rank = env_.rank();
+  const auto global = sampler_.next(state_.cursor, opts_.global_batch);
+  const int local_n = opts_.global_batch / ranks, micro = local_n / opts_.grad_accum;
+  std::int64_t completion_tokens = 0;
+  last_tokens_ = 0;
+  for (std::size_t i : global) {
+    const auto& p = train_[i];
+    completion_tokens += p.chosen_tokens() + p.rejected_tokens();
+    last_tokens_ += static_cast<std::int64_t>(p.chosen.size() + p.rejected.size());
+  }
+  // The loss is the mean over the global batch's pairs: every rank weighs its pairs by 1 / global pairs, and the
+  // gradients are summed over ranks.
+  const double inv = 1.0 / static_cast<double>(opts_.global_batch);
+  // The sft term's mean is over the chosen completion tokens of the global batch.
+  double global_chosen = 0;
+  for (std::size_t i : global) global_chosen += train_[i].chosen_tokens();
+  const double sft_inv = opts_.loss.sft_weight / std::max(1.0, global_chosen);
+  const double scale = opt_->loss_scale(state_);
+  sync_->zero();
+  std::vector<float> lp, w, tw;
+  std::vector<double> ref, pol;
+  for (int a = 0; a < opts_.grad_accum; ++a) {
+    std::vector<const PreferencePair*> mb;
+    for (int i = 0; i < micro; ++i)
+      mb.push_back(&train_[global[static_cast<std::size_t>(rank * local_n + a * micro + i)]]);
+    const model::Batch b = dpo_batch(mb, opts_.ld_alpha, &tw);
+    reference(mb, b, tw, &ref);  // before the policy's pass, which backward() then needs untouched
+    lp.assign(b.tokens.size(), 0.0f);
+    const std::uint64_t seed = random_bits(random_bits(opts_.seed, static_cast<std::uint64_t>(state_.step)),
+                                           static_cast<std::uint64_t>(rank * opts_.grad_accum + a));
+    model_.forward(b, lp.data(), true, true, seed);
+    pol = dpo_sequence_logps(b, tw, lp.data());
+    dpo_loss_weights(opts_.loss, mb, b, tw, lp.data(), pol, ref, inv * scale, sft_inv * scale, &w, sums);
+    model_.backward(w.data(), sync_->hook(a + 1 == opts_.grad_accum));
+  }
+  const double norm = agreed_norm(env_, sync_->finish(scale));  // identical on every rank
+  sums->allreduce(env_);
+  const double loss = sums->total_loss(opts_.loss.sft_weight);
+  state_.tokens_seen += completion_tokens;
+  model_.ops().phase_begin(kernels::Phase::Optimizer);
+  last_outcome_ = opt_->step(state_, norm, loss);  // a non-finite step is skipped on every rank together
+  model_.ops().phase_end(kernels::Phase::Optimizer);
+  last_norm_ = norm;
+  return loss;
+}
+
+DpoSums DpoTrainer::evaluate() {
+  DpoSums s;
+  if (eval_.empty()) return s;
+  const PhasesPaused paused(model_.ops());
+  const std::size_t N = eval_.size();
+  const std::size_t lo = N * static_cast<std::size_t>(env_.rank()) / static_cast<std::size_t>(env_.size()),
+                    hi = N * static_cast<std::size_t>(env_.rank() + 1) / static_cast<std::size_t>(env_.size());
+  std::vector<float> lp, tw, w;
+  std::vector<double> ref, pol;
+  for (std::size_t i0 = lo; i0 < hi; i0 += static_cast<std::size_t>(opts_.eval_batch)) {
+    std::vector<const PreferencePair*> mb;
+    for (std::size_t i = i0; i < std::min(hi, i0 + static_cast<std::size_t>(opts_.eval_batch)); ++i) mb.push_back(&eval_[i]);
+    const model::Batch b = dpo_batch(mb, opts_.ld_alpha, &tw);
+    reference(mb, b, tw, &ref);
+    lp.assign(b.tokens.size(), 0.0f);
+    model_.score(b, lp.data(), true);
+    pol = dpo_sequence_logps(b, tw, lp.data());
+    dpo_loss_weights(opts_.loss, mb, b, tw, lp.data(), pol, ref, 0.0, 0.0, &w, &s);
+  }
+  s.allreduce(env_);
+  return s;
+}
+
+DpoResult DpoTrainer::run() {
+  DpoResult res;
+  const auto t0 = Clock::now();
+  // The reference from the starting weights, before a resume replaces them: no copy of the weights is kept.
+  if (opts_.precompute_ref) {
+    const PhasesPaused paused(model_.ops());
+    precompute(train_);
+    precompute(eval_);
+  }
+  ckpt_->resume(state_, nullptr);
+  RunLog rlog(env_, opts_.log_dir);
+  const bool rank0 = rlog.rank0();
+  auto emit = [&](const nlohmann::json& j) { rlog.emit(j, state_.step); };
+  const std::int64_t first = state_.step;
+  auto window = Clock::now();
+  std::int64_t window_tokens = 0;
+  double step_seconds = 0, run_tokens = 0;
+  model_.ops().phase_reset();
+  const std::int64_t end = opts_.stop_at_step > 0 ? std::min(opts_.stop_at_step, opts_.max_steps) : opts_.max_steps;
+  stop::arm();
+  auto eval_line = [&](const DpoSums& s, const char* what) {
+    const double n = std::max(1.0, s.pairs);
+    char line[200];
+    std::snprintf(line, sizeof(line),
+                  "%s step %lld | loss %.4f | preference accuracy %.1f%% | margin %.4f | chosen more likely %.1f%%", what,
+                  static_cast<long long>(state_.step), s.total_loss(opts_.loss.sft_weight), 100.0 * s.accuracy / n, s.margin / n,
+                  100.0 * s.logp_accuracy / n);
+    rlog.line(line);
+    nlohmann::json j = named(s, "eval_", opts_.loss.sft_weight);
+    j["step"] = state_.step;
+    emit(j);
+  };
+  // Greedy exact-match accuracy of the held-out prompts against the chosen completions (eval.accuracy).
+  auto greedy = [&](const char* what) {
+    if (!opts_.accuracy || eval_.empty()) return -1.0;
+    std::vector<Example> ex;
+    for (const auto& p : eval_) {
+      Example e;
+      e.tokens.assign(p.chosen.begin(), p.chosen.begin() + p.prompt_len);
+      e.prompt_len = p.prompt_len;
+      e.completion = p.chosen_text;
+      ex.push_back(std::move(e));
+    }
+    const double acc = opts_.accuracy(ex);
+    char line[200];
+    std::snprintf(line, sizeof(line), "%s step %lld | held-out accuracy %.1f%% (greedy completions equal to the chosen one)",
+                  what, static_cast<long long>(state_.step), 100.0 * acc);
+    rlog.line(line);
+    emit({{"step", state_.step}, {"eval_accuracy", acc}});
+    return acc;
+  };
+  // A fresh run starts with the held-out figures of the starting policy (its rewards are 0: it is the reference).
+  if (first == 0 && !eval_.empty() && state_.step < end) {
+    eval_line(evaluate(), "eval before");
+    greedy("eval before");
+  }
+  while (state_.step < end) {
+    const double lr = opts_.schedule.at(state_.step);
+    const auto step_t0 = Clock::now();
+    DpoSums sums;
+    const double loss = train_step(&sums);
+    step_seconds += seconds_since(step_t0);
+    window_tokens += last_tokens_;
+    run_tokens += static_cast<double>(last_tokens_);
+    res.final_loss = loss;
+    const bool last = state_.step == end || stop_agreed(env_, state_.step);
+    if (rank0 && (state_.step % std::max(1, opts_.log_every) == 0 || last)) {
+      const double dt = seconds_since(window);
+      const double tps = dt > 0 ? static_cast<double>(window_tokens) / dt : 0;
+      const double n = std::max(1.0, sums.pairs);
+      char line[320];
+      int k = std::snprintf(line, sizeof(line),
+                            "step %lld/%lld | loss %.4f | accuracy %.2f | margin %.4f | lr %.2e | grad norm %.3f | %.0f tok/s",
+                            static_cast<long long>(state_.step), static_cast<long long>(opts_.max_steps), loss,
+                            sums.accuracy / n, sums.margin / n, lr, last_norm_, tps);
+      scaler_text(line + k, sizeof(line) - static_cast<std::size_t>(k), state_, opt_->scaling());
+      rlog.line(line);
+      nlohmann::json j = named(sums, "", opts_.loss.sft_weight);
+      j["step"] = state_.step;
+      j["lr"] = lr;
+      j["grad_norm"] = last_norm_;
+      j["tokens_per_second"] = tps;
+      j["skipped_steps"] = state_.skipped_steps;
+      if (opt_->scaling()) scaler_record(j, state_, last_outcome_);
+      emit(j);
+      window = Clock::now();
+      window_tokens = 0;
+    }
+    rlog.progress(state_.step, first, opts_.max_steps, seconds_since(t0));
+    if (opts_.eval_every > 0 && state_.step % opts_.eval_every == 0 && !last && !eval_.empty())
+      eval_line(evaluate(), "eval");
+    guard_->after_step(last_outcome_, state_.step, ckpt_->last_checkpoint());
+    if (ckpt_->due(state_.step) && !last) {
+      if (guard_->diverging())
+        rlog.line("step " + std::to_string(state_.step) +
+                  ": no checkpoint (the step's loss or gradient norm was not finite; it changed nothing)");
+      else
+        ckpt_->save(state_);
+    }
+    if (last) break;
+  }
+  rlog.end_progress();
+  const std::string phases = phase_table(model_.ops().phase_seconds(), state_.step - first, step_seconds);
+  if (rank0 && state_.step > first) std::fputs(phases.c_str(), stdout);
+  const auto phase_rec = phase_record(env_, model_.ops().phase_seconds(), state_.step - first, step_seconds, run_tokens);
+  if (state_.step > first) emit({{"step", state_.step}, {"phases", phase_rec}});
+  if (!stop::stopped_early() && !eval_.empty()) {
+    const DpoSums s = evaluate();
+    eval_line(s, "held-out");
+    res.eval_loss = s.total_loss(opts_.loss.sft_weight);
+    res.eval_preference_accuracy = s.accuracy / std::max(1.0, s.pairs);
+    res.eval_accuracy = greedy("held-out");
+  }
+  if (ckpt_->enabled() && state_.step > first) ckpt_->save(state_);
+  res.steps = state_.step;
+  res.skipped = state_.skipped_steps;
+  res.seconds = seconds_since(t0);
+  rlog.flush();
+  if (rank0 && !opts_.log_dir.empty()) {
+    std::ofstream s(opts_.log_dir + "/job_summary.txt");
+    s << "mgrl " << build_info().version << " dpo (" << dpo_loss_name(opts_.loss.type) << ", beta " << opts_.loss.beta
+      << ")\n"
+      << "ranks: " << env_.size() << "\n"
+      << "wall time: " << human_time(res.seconds) << " (" << res.seconds << " s)\n"
+      << "steps: " << res.steps << " (skipped: " << res.skipped << ")\n"
+      << scaler_summary(state_, opt_->scaling())
+      << "final train loss: " << res.final_loss << "\n";
+    if (res.eval_loss >= 0)
+      s << "held-out loss: " << res.eval_loss << "\nheld-out preference accuracy: " << res.eval_preference_accuracy
+        << "\n";
+    if (res.eval_accuracy >= 0) s << "held-out accuracy: " << res.eval_accuracy << "\n";
+    if (state_.step > first) s << "rank 0 " << phases;
+  }
+  return res;
+}
+
+}  // namespace mgrl::train

@@ -1,0 +1,126 @@
+// dpo.h: the direct preference optimisation loop (trl's DPOTrainer): each step takes a global batch of preference
+// pairs split over ranks and micro-batches; the reference's sequence log-probs come from the same model with the
+// adapter switched off (one no-grad pass per micro-batch, before the policy's) or were computed once before
+// training (full fine-tuning, a starting adapter, or dpo.precompute_ref_log_probs); the loss is the mean over the
+// global batch of the per-pair loss, its gradient reaches every completion token through the backward's per-token
+// weights; then the SFT machinery: gradient allreduce, clipping, AdamW, checkpoints with exact resume, metrics with
+// trl's names, and a held-out evaluation (preference accuracy, loss, optionally greedy exact-match accuracy).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dist/comm.h"
+#include "dist/mpi_env.h"
+#include "model/transformer.h"
+#include "train/checkpointer.h"
+#include "train/data.h"
+#include "train/divergence.h"
+#include "train/dpo_data.h"
+#include "train/dpo_loss.h"
+#include "train/grad_sync.h"
+#include "train/optimizer.h"
+#include "train/schedule.h"
+#include "train/trainable.h"
+
+namespace mgrl::train {
+
+struct DpoOptions {
+  DpoLossOptions loss;
+  double ld_alpha = 1.0;  // LD-DPO: weight of completion tokens beyond the shorter completion's length; 1: off
+  // The reference's log-probs: false: the adapter switched off, once per micro-batch; true: computed for every pair
+  // before training with the starting weights (what full fine-tuning and a starting adapter need).
+  bool precompute_ref = false;
+  std::int64_t max_steps = 100;
+  std::int64_t stop_at_step = 0;
+  int global_batch = 8;  // pairs per optimizer step over all ranks
+  int grad_accum = 1;
+  double max_grad_norm = 1.0;
+  LossScaling scaling;  // dynamic loss scaling (fp16 storage, or train.loss_scaling)
+  kernels::Ops::AdamW adamw;
+  Schedule schedule;
+  std::uint64_t seed = 0;
+  int log_every = 1;
+  int eval_every = 0;
+  int eval_batch = 16;  // pairs per scoring pass
+  // Held-out greedy exact-match accuracy of the chosen completions (the app layer generates). Collective.
+  std::function<double(const std::vector<Example>&)> accuracy;
+  std::string checkpoint_dir;
+  int checkpoint_every = 0;
+  int keep_last = 0;
+  int max_nonfinite_steps = 25;
+  std::string resume;
+  std::string log_dir;
+  std::string config_text;
+};
+
+// The figures of a set of pairs, summed (divide by pairs for trl's means).
+struct DpoSums {
+  double pairs = 0, loss = 0, reward_chosen = 0, reward_rejected = 0, accuracy = 0, margin = 0, logp_chosen = 0,
+         logp_rejected = 0;
+  double logp_accuracy = 0;  // mgrl's addition: the policy's own preference, chosen log-prob > rejected log-prob
+  double sft_nll = 0, chosen_tokens = 0;  // -sum of the chosen completions' token log-probs, and their count
+  // The loss: the mean pair loss, plus sft_weight x the chosen tokens' mean negative log-prob.
+  double total_loss(double sft_weight) const;
+  void add(const DpoPairIn& in, const DpoPairOut& out);
+  void allreduce(const dist::MpiEnv& env);
+};
+
+// The pieces of a DPO micro-batch (the trainer's, and the fixture test's against trl):
+// the packed batch of some pairs (chosen, rejected, chosen, ...) and each row's weight in its sequence's log-prob
+// (0 on prompt rows, 1 on completion rows; ld_alpha beyond the shorter completion's length);
+model::Batch dpo_batch(const std::vector<const PreferencePair*>& mb, double ld_alpha, std::vector<float>* token_weight);
+// the sequence log-prob of each packed sequence from the per-token log-probs lp (packed as the batch);
+std::vector<double> dpo_sequence_logps(const model::Batch& b, const std::vector<float>& token_weight, const float* lp);
+// the pairs' losses (added to sums) and the backward's per-token weights w (its loss is -sum_i w_i logp_i) for the
+// loss pair_factor x sum of the per-pair losses + sft_factor x sum of the chosen completion tokens' -logp; lp holds
+// the policy's per-token log-probs, pol and ref the policy's and the reference's sequence log-probs.
+void dpo_loss_weights(const DpoLossOptions& o, const std::vector<const PreferencePair*>& mb, const model::Batch& b,
+                      const std::vector<float>& token_weight, const float* lp, const std::vector<double>& pol,
+                      const std::vector<double>& ref, double pair_factor, double sft_factor, std::vector<float>* w,
+                      DpoSums* sums);
+// Completion tokens of the chosen sequences of some pairs.
+double chosen_tokens(const std::vector<const PreferencePair*>& pairs);
+
+struct DpoResult {
+  std::int64_t steps = 0, skipped = 0;
+  double final_loss = 0, eval_loss = -1, eval_preference_accuracy = -1, eval_accuracy = -1, seconds = 0;
+};
+
+class DpoTrainer {
+ public:
+  DpoTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transformer& model, std::vector<PreferencePair> train,
+             std::vector<PreferencePair> eval, DpoOptions opts);
+  ~DpoTrainer();
+  DpoResult run();
+  // The held-out figures (every rank); exact-match accuracy too when `accuracy` (else -1).
+  DpoSums evaluate();
+  const TrainState& state() const { return state_; }
+
+ private:
+  void precompute(std::vector<PreferencePair>& pairs);
+  // The reference's sequence log-probs of a micro-batch: precomputed, or the adapter switched off.
+  void reference(const std::vector<const PreferencePair*>& mb, const model::Batch& b, const std::vector<float>& tw,
+                 std::vector<double>* ref);
+  double train_step(DpoSums* sums);
+
+  const dist::MpiEnv& env_;
+  dist::Comm& comm_;
+  model::Transformer& model_;
+  std::vector<PreferencePair> train_, eval_;
+  DpoOptions opts_;
+  Sampler sampler_;
+  Trainable tr_;
+  std::unique_ptr<Optimizer> opt_;
+  std::unique_ptr<GradSync> sync_;
+  std::unique_ptr<Checkpointer> ckpt_;
+  std::unique_ptr<DivergenceGuard> guard_;
+  TrainState state_;
+  StepOutcome last_outcome_ = StepOutcome::Updated;
+  double last_norm_ = 0;
+  std::int64_t last_tokens_ = 0;
+};
+
+}  // namespace mgrl::train

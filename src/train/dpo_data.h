@@ -1,0 +1,46 @@
+// dpo_data.h: preference pairs for DPO: JSONL lines {"prompt", "chosen", "rejected"} as strings, or with the prompt
+// as a list of chat messages and chosen / rejected as assistant message lists (or strings), rendered through the
+// model's chat template; tokenized as trl's DPOTrainer does (the completion starts where the tokenized prompt and
+// prompt + completion diverge), cut to max_length keeping the start, pairs whose prompt fills max_length left out.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "io/chat_template.h"
+#include "io/tokenizer.h"
+
+namespace mgrl::train {
+
+struct PreferencePair {
+  // Whole sequences, prompt + completion, at most max_length tokens; the completion is tokens[prompt_len..].
+  std::vector<std::int32_t> chosen, rejected;
+  std::int32_t prompt_len = 0;
+  std::string chosen_text;  // the chosen completion as text (greedy exact-match accuracy)
+  // The reference policy's sequence log-probs, when computed before training (dpo.precompute_ref_log_probs).
+  double ref_chosen = 0, ref_rejected = 0;
+  int chosen_tokens() const { return static_cast<int>(chosen.size()) - prompt_len; }
+  int rejected_tokens() const { return static_cast<int>(rejected.size()) - prompt_len; }
+};
+
+struct PairOptions {
+  int max_length = 1024;  // trl's max_length (keep_start truncation)
+  const io::ChatTemplate* chat = nullptr;  // how chat-message pairs become tokens (required for them)
+};
+
+struct PairData {
+  std::vector<PreferencePair> pairs;
+  int dropped = 0;           // pairs whose prompt alone has max_length tokens or more (trl drops them too)
+  int first_dropped_line = 0;
+};
+
+// Reads and tokenizes a JSONL file of preference pairs. UserError "file:line: ..." for a broken line, and naming
+// the file when no pair is left.
+PairData load_pairs(const std::string& path, const io::Tokenizer& tok, const PairOptions& opts);
+
+// The token ids of a conversation through the chat template (io/chat_template.h, the path SFT, GRPO and
+// `mgrl render` use): the one place DPO renders messages.
+std::vector<std::int32_t> render_conversation(const io::ChatTemplate& chat, const std::vector<io::Message>& messages,
+                                              bool add_generation_prompt);
+
+}  // namespace mgrl::train

@@ -1,0 +1,41 @@
+// dpo_loss.h: the per-pair losses of direct preference optimisation as trl's DPOTrainer (1.16) defines them
+// (sigmoid, hinge, ipo, robust, sigmoid_norm), with their derivatives with respect to the policy's sequence
+// log-probs, and the reward figures trl logs (rewards/chosen, rewards/rejected, rewards/accuracies, rewards/margins).
+#pragma once
+#include <string>
+
+namespace mgrl::train {
+
+enum class DpoLossType { Sigmoid, Hinge, Ipo, Robust, SigmoidNorm };
+
+// "sigmoid", "hinge", "ipo", "robust", "sigmoid_norm" (UserError naming dpo.loss_type otherwise).
+DpoLossType dpo_loss_type(const std::string& name);
+const char* dpo_loss_name(DpoLossType t);
+
+struct DpoLossOptions {
+  DpoLossType type = DpoLossType::Sigmoid;
+  double beta = 0.1;             // trl's beta (ipo: the regulariser tau)
+  double label_smoothing = 0.0;  // robust: the probability that a label is flipped, in [0, 0.5)
+  // Weight of trl's "sft" loss added to the pair loss (RPO): the mean negative log-prob of the chosen completions'
+  // tokens (trl: loss_type = [type, "sft"], loss_weights = [1, sft_weight]); 0: none. Not a per-pair term: the
+  // trainer adds it over the batch's chosen tokens.
+  double sft_weight = 0.0;
+};
+
+// One preference pair: the sequence log-probs (sums over the completion's tokens, as trl's `logps`) of the policy
+// and of the reference, and the completion lengths in tokens (ipo and sigmoid_norm divide by them).
+struct DpoPairIn {
+  double chosen = 0, rejected = 0;          // policy
+  double ref_chosen = 0, ref_rejected = 0;  // reference
+  int chosen_tokens = 1, rejected_tokens = 1;
+};
+
+struct DpoPairOut {
+  double loss = 0;
+  double d_chosen = 0, d_rejected = 0;  // d loss / d chosen, d loss / d rejected (the policy's sequence log-probs)
+  double reward_chosen = 0, reward_rejected = 0;  // beta * (policy - reference)
+};
+
+DpoPairOut dpo_pair_loss(const DpoLossOptions& o, const DpoPairIn& p);
+
+}  // namespace mgrl::train

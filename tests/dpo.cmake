@@ -1,0 +1,54 @@
+# dpo.cmake: `mgrl dpo`: the objective against the real trl (unit.dpo) and the binary end to end (cli.dpo.*).
+add_executable(test_dpo unit/test_dpo.cpp)
+target_link_libraries(test_dpo PRIVATE mgrl_train mgrl_model GTest::gtest_main mgrl_warnings)
+target_compile_definitions(test_dpo PRIVATE MGRL_TEST_DATA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/data"
+                                            MGRL_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+add_test(NAME unit.dpo COMMAND test_dpo)
+set_tests_properties(unit.dpo PROPERTIES LABELS unit TIMEOUT 120)
+
+# The binary end to end (LoRA on the Qwen2 fixture with the quickstart tokenizer; 48 quickstart pairs in
+# data/dpo_cli): the same weights on 1, 2 and 4 ranks; resume equals an uninterrupted run bit for bit, with the
+# reference from the adapter switched off (LoRA) and from the starting weights computed before the resume (full
+# fine-tuning); the exported adapter is PEFT's; a broken line is one error naming file and line.
+set(DPO "${CMAKE_CURRENT_BINARY_DIR}/dpo")
+set(DPO_ARGS dpo --runtime.backend=cpu --model.path=${MODELS}/qwen2_bias_tied --model.tokenizer=${PROJECT_SOURCE_DIR}/inputs/quickstart
+    --data.input=${CMAKE_CURRENT_SOURCE_DIR}/data/dpo_cli/train.jsonl --eval.input=${CMAKE_CURRENT_SOURCE_DIR}/data/dpo_cli/heldout.jsonl
+    --train.batch_size=8 --train.lr=2e-3 --lora.r=4 --lora.alpha=8 --checkpoint.resume=none)
+string(JOIN " " DPO_STR ${DPO_ARGS})
+mgrl_add_cli_test(dpo.same_weights_on_1_2_4_ranks 0 "(?s)relative differences.*relative differences" - 0 -- bash -c
+  "rm -rf ${DPO}/dp && ${RUN1} ${DPO_STR} --train.max_steps=4 --checkpoint.dir=${DPO}/dp/np1 && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${DPO_STR} --train.max_steps=4 --checkpoint.dir=${DPO}/dp/np2 && ${RUNN} 4 ${MPIEXEC_FLAGS_STR} ${RUN1} ${DPO_STR} --train.max_steps=4 --train.grad_accum=2 --checkpoint.dir=${DPO}/dp/np4 && ${CHECK} weights ${DPO}/dp/np2/step_00000004.h5 ${DPO}/dp/np1/step_00000004.h5 --rtol=1e-5 --moments && ${CHECK} weights ${DPO}/dp/np4/step_00000004.h5 ${DPO}/dp/np1/step_00000004.h5 --rtol=1e-5 --moments")
+set_tests_properties(cli.dpo.same_weights_on_1_2_4_ranks PROPERTIES TIMEOUT 120)
+foreach(kind lora full)
+  if(kind STREQUAL "full")
+    set(extra "--train.full_finetune=true --train.lr=1e-3")
+  else()
+    set(extra "--dpo.loss_type=ipo")
+  endif()
+  mgrl_add_cli_test(dpo.resume_is_exact_${kind} 0 "bitwise equal: yes" - - -- bash -c
+    "rm -rf ${DPO}/resume_${kind} && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${DPO_STR} ${extra} --train.max_steps=6 --checkpoint.dir=${DPO}/resume_${kind}/a --log.dir=${DPO}/resume_${kind}/a && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${DPO_STR} ${extra} --train.max_steps=6 --train.stop_at_step=3 --checkpoint.dir=${DPO}/resume_${kind}/b --log.dir=${DPO}/resume_${kind}/b && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${DPO_STR} ${extra} --train.max_steps=6 --checkpoint.dir=${DPO}/resume_${kind}/b --log.dir=${DPO}/resume_${kind}/b --checkpoint.resume=auto && ${CHECK} weights ${DPO}/resume_${kind}/a/step_00000006.h5 ${DPO}/resume_${kind}/b/step_00000006.h5 --exact && ${CHECK} losses ${DPO}/resume_${kind}/a/metrics.jsonl ${DPO}/resume_${kind}/b/metrics.jsonl --after=3")
+  set_tests_properties(cli.dpo.resume_is_exact_${kind} PROPERTIES TIMEOUT 120)
+endforeach()
+# The step line, trl's metric names in metrics.jsonl, the held-out preference accuracy, and the checkpoint exported
+# as a PEFT adapter that `mgrl score` loads.
+mgrl_add_cli_test(dpo.metrics_eval_and_export 0
+  "(?s)^dpo: pretrained Qwen2ForCausalLM, 48 training pairs, 16 held-out, LoRA on 1 rank, loss sigmoid, beta 0[.]1, reference the adapter switched off.*step 3/3 [|] loss [0-9.]+ [|] accuracy [0-9.]+ [|] margin -?[0-9.]+ [|] lr .*held-out step 3 [|] loss [0-9.]+ [|] preference accuracy [0-9.]+% [|] margin.*rewards/accuracies.*rewards/chosen.*rewards/margins.*rewards/rejected.*eval_rewards/accuracies.*adapter_model.safetensors" - 0 -- bash -c
+  "rm -rf ${DPO}/metrics && ${RUN1} ${DPO_STR} --train.max_steps=3 --log.dir=${DPO}/metrics --checkpoint.dir=${DPO}/metrics/ck && head -c 100000 ${DPO}/metrics/metrics.jsonl && ${RUN1} export --checkpoint.dir=${DPO}/metrics/ck --export.output=${DPO}/metrics/adapter && ${RUN1} score --runtime.backend=cpu --model.path=${MODELS}/qwen2_bias_tied --lora.adapter=${DPO}/metrics/adapter --data.input=${CMAKE_CURRENT_SOURCE_DIR}/data/score/qwen2_bias_tied.jsonl --score.output=${DPO}/metrics/s.h5 > /dev/null && ls ${DPO}/metrics/adapter")
+mgrl_add_cli_test(dpo.broken_line 2 - "bad.jsonl:2: expected \\{\"prompt\", \"chosen\", \"rejected\"\\}: no \"rejected\"" 1
+  -- ${MPIRUN} 2 ${MGRL_MPIEXEC_FLAGS} $<TARGET_FILE:mgrl> ${DPO_ARGS} --data.input=${CMAKE_CURRENT_SOURCE_DIR}/data/dpo_cli/bad.jsonl --train.max_steps=1)
+mgrl_add_cli_test(dpo.batch_must_divide 2 - "train.batch_size \\(6 pairs\\) must be divisible by the number of ranks \\(4\\)" 1
+  -- ${MPIRUN} 4 ${MGRL_MPIEXEC_FLAGS} $<TARGET_FILE:mgrl> ${DPO_ARGS} --train.batch_size=6 --train.max_steps=1)
+# DPO learns: the quickstart's tiny Llama from random weights, full fine-tuning on the 2000 quickstart pairs (reference:
+# the random starting model, scored once), 300 steps of 32 pairs: the held-out preference accuracy rises from 0 (the
+# policy is the reference) to >= 60%, and the policy's own preference for the right sum over the wrong one from
+# below 50% to >= 55%. One thread (the same sums on any machine); about 6 s of CPU time.
+mgrl_add_cli_test(dpo.preference_accuracy_rises 0
+  "(?s)eval before step 0 [|] loss 0[.]6931 [|] preference accuracy 0[.]0% [|] margin 0[.]0000 [|] chosen more likely [0-4][0-9][.][0-9]%.*held-out step 300 [|] loss 0[.][0-5][0-9]* [|] preference accuracy (6[0-9]|[7-9][0-9])[.][0-9]% [|] margin [0-9.]+ [|] chosen more likely (5[5-9]|[6-9][0-9])[.][0-9]%" - 0
+  -- ${RUN1} dpo --runtime.backend=cpu --runtime.threads=1 --model.path=${PROJECT_SOURCE_DIR}/inputs/quickstart --model.init=random --model.init_std=0.05
+     --data.input=${PROJECT_SOURCE_DIR}/inputs/quickstart/dpo_train.jsonl --eval.input=${PROJECT_SOURCE_DIR}/inputs/quickstart/dpo_heldout.jsonl
+     --train.full_finetune=true --train.batch_size=32 --train.max_steps=300 --train.lr=3e-3 --train.schedule=cosine
+     --train.warmup_steps=10 --dpo.beta=0.1 --log.every_steps=100 --eval.every_steps=100 --checkpoint.resume=none)
+set_tests_properties(cli.dpo.preference_accuracy_rises PROPERTIES TIMEOUT 180)
+# Dynamic loss scaling (what fp16 storage uses; forced on the f32 CPU backend): the backward's per-token weights carry
+# the scale and the update divides it out, so 4 steps train bit for bit the weights and moments of 4 steps without it.
+mgrl_add_cli_test(dpo.loss_scaling_changes_nothing_in_f32 0 "(?s)step 4/4 [^\\n]*[|] scale 65536.*bitwise equal: yes" - - -- bash -c
+  "rm -rf ${DPO}/scaling && ${RUN1} ${DPO_STR} --train.max_steps=4 --checkpoint.dir=${DPO}/scaling/a > /dev/null && ${RUN1} ${DPO_STR} --train.max_steps=4 --train.loss_scaling=dynamic --checkpoint.dir=${DPO}/scaling/b && ${CHECK} weights ${DPO}/scaling/a/step_00000004.h5 ${DPO}/scaling/b/step_00000004.h5 --exact")

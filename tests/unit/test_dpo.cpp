@@ -1,0 +1,256 @@
+// test_dpo.cpp: DPO: every loss type's derivative against finite differences; the whole micro-batch computation
+// (packed pairs, sequence log-probs with LD-DPO weights, the sft term, reference with the adapter off or the starting adapter,
+// loss, trl's metrics, every LoRA gradient) against fixtures written by the real trl DPOTrainer (tests/data/dpo,
+// tools/make_dpo_fixtures.py) on the tiny model fixtures; preference pairs read from JSONL (strings and chat
+// messages) and their errors.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "io/hf_config.h"
+#include "io/safetensors.h"
+#include "kernels/ops.h"
+#include "model/lora.h"
+#include "model/transformer.h"
+#include "tests/unit/test_util.h"
+#include "train/dpo.h"
+#include "train/dpo_data.h"
+#include "train/dpo_loss.h"
+
+namespace mgrl::train {
+namespace {
+
+const std::string kData = MGRL_TEST_DATA_DIR;
+const std::string kSource = MGRL_SOURCE_DIR;
+
+// d loss / d chosen and d loss / d rejected against central differences, for every loss type, on pairs where the
+// reward margin is negative, small and large (the hinge's flat side included).
+TEST(DpoPairLoss, DerivativesMatchFiniteDifferences) {
+  int checked = 0;
+  for (auto type : {DpoLossType::Sigmoid, DpoLossType::Hinge, DpoLossType::Ipo, DpoLossType::Robust,
+                    DpoLossType::SigmoidNorm})
+    for (double margin : {-3.0, 0.4, 25.0}) {
+      DpoLossOptions o;
+      o.type = type;
+      o.beta = 0.2;
+      o.label_smoothing = 0.15;
+      DpoPairIn p{-10.0 + margin, -10.0, -11.0, -10.5, 4, 7};
+      const DpoPairOut out = dpo_pair_loss(o, p);
+      const double h = 1e-5;
+      auto at = [&](double dc, double dr) {
+        DpoPairIn q = p;
+        q.chosen += dc;
+        q.rejected += dr;
+        return dpo_pair_loss(o, q).loss;
+      };
+      const double fc = (at(h, 0) - at(-h, 0)) / (2 * h), fr = (at(0, h) - at(0, -h)) / (2 * h);
+      EXPECT_NEAR(out.d_chosen, fc, 1e-6 * std::max(1.0, std::fabs(fc))) << dpo_loss_name(type) << " " << margin;
+      EXPECT_NEAR(out.d_rejected, fr, 1e-6 * std::max(1.0, std::fabs(fr))) << dpo_loss_name(type) << " " << margin;
+      EXPECT_NEAR(out.reward_chosen, 0.2 * (p.chosen - p.ref_chosen), 1e-12);
+      EXPECT_TRUE(std::isfinite(out.loss));
+      ++checked;
+    }
+  EXPECT_EQ(checked, 15);
+  // The sigmoid loss at equal log-ratios is log 2; with a huge margin it stays finite (no exp overflow).
+  EXPECT_NEAR(dpo_pair_loss({}, {-5, -7, -5, -7, 1, 1}).loss, std::log(2.0), 1e-15);
+  const auto far = dpo_pair_loss({DpoLossType::Sigmoid, 1.0, 0}, {0, -5000, 0, 0, 1, 1});
+  EXPECT_EQ(far.loss, 0.0);
+  const auto wrong = dpo_pair_loss({DpoLossType::Sigmoid, 1.0, 0}, {-5000, 0, 0, 0, 1, 1});
+  EXPECT_NEAR(wrong.loss, 5000.0, 1e-9);
+  EXPECT_NEAR(wrong.d_chosen, -1.0, 1e-12);
+}
+
+// ---- against trl ----
+
+std::vector<std::string> trl_cases() {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(kData + "/dpo", ec))
+    if (e.is_directory() && std::filesystem::exists(e.path() / "case.json")) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TEST(DpoTrl, FixturesPresent) { EXPECT_GE(trl_cases().size(), 7u) << "tests/data/dpo holds too few cases"; }
+
+class DpoTrlCase : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(DpoTrlCase, LossMetricsAndGradientsMatchTrl) {
+  const std::string dir = kData + "/dpo/" + GetParam();
+  nlohmann::json c;
+  std::ifstream(dir + "/case.json") >> c;
+  const auto& k = c["config"];
+  const std::string model_dir = kData + "/models/" + c["model"].get<std::string>();
+  auto ops = kernels::make_cpu_ops();
+  model::Transformer net(io::parse_hf_config(model_dir + "/config.json"), *ops);
+  net.load_weights(model_dir);
+  net.add_lora(model::read_peft_config(dir + "/adapter/adapter_config.json"), 0).load_peft(dir + "/adapter");
+
+  // The pairs as load_pairs leaves them: prompt + completion, cut to max_length (trl's collator, keep_start).
+  const auto max_length = static_cast<std::size_t>(k["max_length"].get<int>());
+  std::vector<PreferencePair> pairs;
+  for (const auto& p : c["pairs"]) {
+    PreferencePair pr;
+    const auto prompt = p["prompt_ids"].get<std::vector<std::int32_t>>();
+    pr.prompt_len = static_cast<std::int32_t>(prompt.size());
+    for (const char* key : {"chosen_ids", "rejected_ids"}) {
+      auto s = prompt;
+      const auto comp = p[key].get<std::vector<std::int32_t>>();
+      s.insert(s.end(), comp.begin(), comp.end());
+      s.resize(std::min(s.size(), max_length));
+      (std::string(key) == "chosen_ids" ? pr.chosen : pr.rejected) = s;
+    }
+    pairs.push_back(pr);
+  }
+  std::vector<const PreferencePair*> mb;
+  for (const auto& p : pairs) mb.push_back(&p);
+  const double ld_alpha = k["ld_alpha"].is_null() ? 1.0 : k["ld_alpha"].get<double>();
+  std::vector<float> tw, lp, w;
+  const model::Batch b = dpo_batch(mb, ld_alpha, &tw);
+  lp.assign(b.tokens.size(), 0.0f);
+  std::vector<double> ref;
+  if (k["reference"] == "base") {
+    net.score(b, lp.data(), false);  // the adapter switched off
+  } else {  // trl's frozen copy of the starting adapter: the fixture model's own
+    model::Transformer initial(io::parse_hf_config(model_dir + "/config.json"), *ops);
+    initial.load_weights(model_dir);
+    initial.add_lora(model::read_peft_config(model_dir + "/adapter_config.json"), 0).load_peft(model_dir);
+    initial.score(b, lp.data(), true);
+  }
+  ref = dpo_sequence_logps(b, tw, lp.data());
+  lp.assign(b.tokens.size(), 0.0f);
+  net.forward(b, lp.data(), true, true, 0);
+  const auto pol = dpo_sequence_logps(b, tw, lp.data());
+
+  DpoLossOptions o;
+  o.type = dpo_loss_type(k["loss_type"].get<std::string>());
+  o.beta = k["beta"].get<double>();
+  o.label_smoothing = k["label_smoothing"].get<double>();
+  o.sft_weight = k.value("sft_weight", 0.0);
+  const double N = static_cast<double>(pairs.size());
+  DpoSums sums;
+  dpo_loss_weights(o, mb, b, tw, lp.data(), pol, ref, 1.0 / N, o.sft_weight / chosen_tokens(mb), &w, &sums);
+  const double loss = sums.total_loss(o.sft_weight), want = c["loss"].get<double>();
+  EXPECT_LE(std::fabs(loss - want), 1e-5 * std::max(1e-3, std::fabs(want))) << "loss " << loss << " vs " << want;
+  const auto& m = c["metrics"];
+  const std::vector<std::pair<const char*, double>> got{
+      {"rewards/chosen", sums.reward_chosen / N}, {"rewards/rejected", sums.reward_rejected / N},
+      {"rewards/accuracies", sums.accuracy / N},  {"rewards/margins", sums.margin / N},
+      {"logps/chosen", sums.logp_chosen / N},     {"logps/rejected", sums.logp_rejected / N}};
+  // A reward is beta x a difference of two sequence log-probs of ~20 nats each: mgrl's f32 forward knows those to
+  // ~1e-7 relative, so a reward near 0 is compared against beta x |logps| (the scale its error has).
+  const double scale = o.beta * std::fabs(m["logps/chosen"].get<double>());
+  for (const auto& [name, v] : got) {
+    ASSERT_TRUE(m.contains(name)) << name;
+    const double x = m[name].get<double>();
+    const double floor = std::string(name).rfind("rewards/", 0) == 0 ? scale : 0.0;
+    EXPECT_LE(std::fabs(v - x), 1e-5 * std::max(std::fabs(x), floor)) << name << ": " << v << " vs " << x;
+  }
+
+  net.backward(w.data());
+  io::SafetensorsFile grads(dir + "/grads.safetensors");
+  model::LoraParams& lora = *net.lora();
+  std::vector<float> host(lora.numel());
+  ops->download(host.data(), lora.grads(), host.size() * sizeof(float));
+  int compared = 0;
+  for (const auto& sl : lora.slots())
+    for (bool is_a : {true, false}) {
+      const std::string name = model::LoraParams::peft_name(sl, is_a);
+      const auto want_g = io::to_f32(grads.get(name));
+      const std::size_t off = is_a ? sl.a_offset : sl.b_offset;
+      const std::vector<float> g(host.begin() + static_cast<std::ptrdiff_t>(off),
+                                 host.begin() + static_cast<std::ptrdiff_t>(off + want_g.size()));
+      EXPECT_LE(test::rel_error(g, want_g), 1e-4) << name;
+      ++compared;
+    }
+  EXPECT_EQ(compared, static_cast<int>(grads.tensors().size()));
+}
+
+INSTANTIATE_TEST_SUITE_P(Trl, DpoTrlCase, ::testing::ValuesIn(trl_cases()));
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(DpoTrlCase);
+
+// ---- preference pairs from JSONL ----
+
+TEST(DpoPairs, StringsAreTokenizedAsTrlDoes) {
+  const auto tok = io::Tokenizer::from_dir(kSource + "/inputs/quickstart");
+  const std::string f = test::write_temp("dpo_pairs.jsonl",
+                                         "{\"prompt\": \"12+3=\", \"chosen\": \"15\", \"rejected\": \"105\"}\n"
+                                         "\n"
+                                         "{\"prompt\": \"1+1=\", \"chosen\": \"2\", \"rejected\": \"3\"}\n");
+  const PairData d = load_pairs(f, tok, PairOptions{});
+  ASSERT_EQ(d.pairs.size(), 2u);
+  const auto& p = d.pairs[0];
+  const auto prompt = tok.encode("12+3=", true);
+  EXPECT_EQ(p.prompt_len, static_cast<int>(prompt.size()));
+  auto want = tok.encode("12+3=15", true);
+  want.push_back(*tok.eos_id());  // trl appends EOS to string completions
+  EXPECT_EQ(p.chosen, want);
+  EXPECT_EQ(p.rejected_tokens(), 4);  // "105" + EOS
+  EXPECT_EQ(p.chosen_text, "15");
+  // max_length keeps the start; a prompt of max_length tokens or more leaves the pair out (as trl).
+  PairOptions cut;
+  cut.max_length = 7;  // <bos> 1 2 + 3 = then 1 completion token of the first pair
+  const PairData c = load_pairs(f, tok, cut);
+  ASSERT_EQ(c.pairs.size(), 2u);
+  EXPECT_EQ(c.pairs[0].chosen.size(), 7u);
+  EXPECT_EQ(c.pairs[0].chosen_tokens(), 1);
+  cut.max_length = 6;
+  const PairData e = load_pairs(f, tok, cut);
+  EXPECT_EQ(e.pairs.size(), 1u);
+  EXPECT_EQ(e.dropped, 1);
+  EXPECT_EQ(e.first_dropped_line, 1);
+  cut.max_length = 2;
+  EXPECT_NE(test::error_of([&] { load_pairs(f, tok, cut); }).find("no pairs left"), std::string::npos);
+}
+
+TEST(DpoPairs, ChatMessagesGoThroughTheTemplate) {
+  const auto tok = io::Tokenizer::from_dir(kData + "/tokenizers/qwen2_bytelevel");
+  const std::string f = test::write_temp(
+      "dpo_chat.jsonl",
+      "{\"prompt\": [{\"role\": \"user\", \"content\": \"Say hi\"}], \"chosen\": [{\"role\": \"assistant\", "
+      "\"content\": \"Hi!\"}], \"rejected\": \"No.\"}\n");
+  io::ChatOptions co;
+  co.format = "chatml";
+  const io::ChatTemplate chat(tok, co);
+  PairOptions o;
+  o.chat = &chat;
+  const PairData d = load_pairs(f, tok, o);
+  ASSERT_EQ(d.pairs.size(), 1u);
+  const std::vector<io::Message> prompt{{"user", "Say hi"}};
+  const auto pids = tok.encode_chat(prompt, io::ChatFormat::ChatML, true);
+  EXPECT_EQ(d.pairs[0].prompt_len, static_cast<int>(pids.size()));
+  EXPECT_EQ(d.pairs[0].chosen, tok.encode_chat({{"user", "Say hi"}, {"assistant", "Hi!"}}, io::ChatFormat::ChatML, false));
+  EXPECT_EQ(d.pairs[0].rejected, tok.encode_chat({{"user", "Say hi"}, {"assistant", "No."}}, io::ChatFormat::ChatML, false));
+  EXPECT_EQ(d.pairs[0].chosen_text, "Hi!");
+}
+
+TEST(DpoPairs, BrokenLinesNameFileAndLine) {
+  const auto tok = io::Tokenizer::from_dir(kSource + "/inputs/quickstart");
+  const std::vector<std::pair<std::string, std::string>> cases{
+      {"{\"prompt\": \"1+1=\", \"chosen\": \"2\"}", ":2: expected {\"prompt\", \"chosen\", \"rejected\"}: no \"rejected\""},
+      {"{\"prompt\": \"1+1=\", \"chosen\": 2, \"rejected\": \"3\"}", ":2: with a string \"prompt\", \"chosen\" and \"rejected\" must be strings"},
+      {"{\"prompt\": 5, \"chosen\": \"2\", \"rejected\": \"3\"}", ":2: \"prompt\" must be a string or a list of chat messages"},
+      {"{\"prompt\": [{\"role\": \"user\"}], \"chosen\": \"2\", \"rejected\": \"3\"}", ":2: each message of \"prompt\" needs string"},
+      {"{\"prompt\": [{\"role\": \"user\", \"content\": \"1\"}], \"chosen\": [], \"rejected\": \"3\"}", ":2: \"chosen\" must be a non-empty list"},
+      {"[1, 2]", ":2:"},
+  };
+  for (const auto& [line, want] : cases) {
+    const std::string f = test::write_temp("dpo_bad.jsonl", "{\"prompt\": \"1+1=\", \"chosen\": \"2\", \"rejected\": \"3\"}\n" + line + "\n");
+    const std::string e = test::error_of([&] { load_pairs(f, tok, PairOptions{}); });
+    EXPECT_NE(e.find("dpo_bad.jsonl" + want), std::string::npos) << e;
+  }
+  EXPECT_NE(test::error_of([&] { load_pairs(test::write_temp("dpo_empty.jsonl", "\n"), tok, PairOptions{}); })
+                .find("dpo_empty.jsonl: no pairs"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace mgrl::train
