@@ -111,10 +111,11 @@ apt_opts=(-o "Dir::Etc::sourcelist=$dir/apt/etc/sources.list" -o Dir::Etc::sourc
           -o "Dir::State::lists=$dir/apt/lists" -o Dir::State::status=/dev/null -o "Dir::Cache=$dir/apt/cache"
           -o APT::Sandbox::User=root -o Debug::NoLocking=1 -o Acquire::Retries=3)
 say "apt index of $mirror bookworm non-free (private lists in $dir/apt)"
-apt-get "${apt_opts[@]}" -qq update > "$dir/apt/update.log" 2>&1 ||
+apt-get "${apt_opts[@]}" -qq --error-on=any update > "$dir/apt/update.log" 2>&1 ||
   { cat "$dir/apt/update.log" >&2; die "apt-get update of $mirror bookworm non-free failed (is the mirror reachable?)"; }
-version=$(apt-cache "${apt_opts[@]}" show --no-all-versions "$deb_package" 2>/dev/null | awk '/^Version:/ { print $2; exit }')
-sha=$(apt-cache "${apt_opts[@]}" show --no-all-versions "$deb_package" 2>/dev/null | awk '/^SHA256:/ { print $2; exit }')
+record=$(apt-cache "${apt_opts[@]}" show --no-all-versions "$deb_package" 2>/dev/null || true)
+version=$(awk '/^Version:/ { print $2; exit }' <<< "$record")
+sha=$(awk '/^SHA256:/ { print $2; exit }' <<< "$record")
 [ -n "$version" ] && [ -n "$sha" ] || die "$deb_package is not in $mirror bookworm non-free"
 case "$version" in "$deb_upstream"*) ;; *) die "$deb_package is $version there, not CUDA ${deb_upstream}x" ;; esac
 deb="$dir/downloads/${deb_package}_${version//:/%3a}_amd64.deb"
