@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# volta_build.sh: the V100 (sm_70) build job (scripts/test.sh runs it after the main suite): builds mgrl's CUDA code
+# for sm_70 with the CUDA 11.8 toolchain of scripts/cuda118.sh (CUDA 13, the system's, cannot target sm_70), links
+# the mgrl binary against cuBLAS 11 and NCCL for CUDA 11, and checks it:
+#   - cuobjdump (11.8) finds one sm_70 ELF (cubin: SASS) for every kernels/cuda/*.cu that was compiled, and no
+#     other architecture, and the cubins hold the kernels of each op family (rmsnorm, rope, attention, flash
+#     attention, LoRA, AdamW, sampling, ...);
+#   - `mgrl info` runs (on the CPU here) and reports the sm_70 build and NCCL 2.x (the CUDA 11 build).
+# Nothing is skipped: a failure to fetch the toolchain, configure, compile, link or check fails the job with a message.
+# Build directory: build-sm70/ (or $MGRL_VOLTA_DIR); the C++ parts are compiled by nvcc's host compiler too.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${MGRL_VOLTA_DIR:-$root/build-sm70}
+fail() { echo "volta_build: FAILED: $*" >&2; exit 1; }
+
+start=$(date +%s)
+env_file=$(bash "$root/scripts/cuda118.sh") || fail "scripts/cuda118.sh could not provide the CUDA 11.8 toolchain (above)"
+# shellcheck disable=SC1090
+source "$env_file"
+mkdir -p "$build"
+CC=$MGRL_CUDA118_CC CXX=$MGRL_CUDA118_CXX cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DMGRL_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=70 -DMGRL_BUILD_TESTS=OFF -DMGRL_BUILD_BENCH=OFF \
+  > "$build/configure.log" 2>&1 || { cat "$build/configure.log"; fail "configuring the sm_70 build"; }
+grep -q "CUDA backend ON (architectures: 70)" "$build/configure.log" ||
+  { cat "$build/configure.log"; fail "CMake did not configure the CUDA backend for sm_70"; }
+cmake --build "$build" --parallel "$(nproc)" --target mgrl > "$build/build.log" 2>&1 ||
+  { grep -E -B2 -A8 "error|FAILED" "$build/build.log" | head -n 80; fail "building mgrl for sm_70 with CUDA 11.8"; }
+
+# ---- the binary holds sm_70 SASS, and only that, for every CUDA source ----
+cuobjdump="$MGRL_CUDA118_HOME/bin/cuobjdump"
+objects=$(find "$build/kernels" -name '*.cu.o' | wc -l)
+elfs=$("$cuobjdump" --list-elf "$build/mgrl")
+n_elf=$(grep -c '\.cubin' <<< "$elfs" || true)
+n_sm70=$(grep -c 'sm_70\.cubin' <<< "$elfs" || true)
+[ "$objects" -gt 0 ] || fail "no CUDA objects in $build/kernels"
+[ "$n_elf" = "$objects" ] && [ "$n_sm70" = "$objects" ] ||
+  { echo "$elfs"; fail "mgrl holds $n_elf ELF images ($n_sm70 for sm_70) for $objects CUDA objects"; }
+# The kernels (entry functions) of the sm_70 cubins: their symbol tables (disassembling them all takes a minute).
+sass=$("$cuobjdump" -symbols "$build/mgrl" | awk '/STO_ENTRY/ { print $NF }')
+missing=()
+for k in embedding_forward_kernel rmsnorm_forward_kernel rope_kernel attention_forward_kernel fa_forward_kernel \
+         fa_dq_kernel fa_dkv_kernel swiglu_forward_kernel lora_addmm_kernel lm_head_lse_kernel sample_kernel \
+         kv_store_kernel adamw_kernel dropout_kernel residual_kernel f32_to_storage_kernel; do
+  grep -q "$k" <<< "$sass" || missing+=("$k")
+done
+[ ${#missing[@]} -eq 0 ] || fail "no sm_70 SASS for ${missing[*]}"
+n_kernels=$(wc -l <<< "$sass")
+
+# ---- the binary runs (CPU backend here) and says what it was built with ----
+info=$("$build/mgrl" info --runtime.backend=cpu 2>&1) || { echo "$info"; fail "mgrl info (sm_70 build) failed"; }
+grep -q "architectures 70)" <<< "$info" || { echo "$info"; fail "mgrl info does not report the sm_70 build"; }
+grep -q "^NCCL: 2\." <<< "$info" || { echo "$info"; fail "mgrl info reports no NCCL 2.x"; }
+echo "volta_build: mgrl for sm_70 with CUDA 11.8 ($(basename "$CUDAHOSTCXX") host compiler, NCCL" \
+     "$(sed -n 's/^NCCL: //p' <<< "$info")): $objects CUDA objects, $n_kernels kernels with sm_70 SASS," \
+     "$(( $(date +%s) - start )) s"
