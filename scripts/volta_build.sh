@@ -5,6 +5,7 @@
 #   - cuobjdump (11.8) finds one sm_70 ELF (cubin: SASS) for every kernels/cuda/*.cu that was compiled, and no
 #     other architecture, and the cubins hold the kernels of each op family (rmsnorm, rope, attention, flash
 #     attention, LoRA, AdamW, sampling, ...);
+#   - it loads libcudart.so.11.0, cuBLAS 11 and NCCL (for CUDA 11) from the cache, and no newer CUDA's libraries;
 #   - `mgrl info` runs (on the CPU here) and reports the sm_70 build and NCCL 2.x (the CUDA 11 build).
 # Nothing is skipped: a failure to fetch the toolchain, configure, compile, link or check fails the job with a message.
 # Build directory: build-sm70/ (or $MGRL_VOLTA_DIR); the C++ parts are compiled by nvcc's host compiler too.
@@ -45,6 +46,16 @@ for k in embedding_forward_kernel rmsnorm_forward_kernel rope_kernel attention_f
 done
 [ ${#missing[@]} -eq 0 ] || fail "no sm_70 SASS for ${missing[*]}"
 n_kernels=$(wc -l <<< "$sass")
+
+# ---- it links the CUDA 11 libraries of the cache (shared cudart, cuBLAS 11, NCCL for CUDA 11), not CUDA 13's ----
+grep -A3 "^build mgrl:" "$build/build.ninja" | grep -q -- "-lcudart_static" &&
+  fail "mgrl links -lcudart_static, which the CUDA 11.8 cache does not have (another toolkit's would be used)"
+libs=$(ldd "$build/mgrl")
+for lib in libcudart.so.11.0 libcublas.so.11 libcublasLt.so.11 libnccl.so.2; do
+  grep -q "$lib => $(dirname "$MGRL_CUDA118_HOME")/" <<< "$libs" ||
+    { echo "$libs"; fail "mgrl does not load $lib from the CUDA 11.8 cache"; }
+done
+grep -q "libcudart.so.1[2-9]\|libcublas.so.1[2-9]" <<< "$libs" && { echo "$libs"; fail "mgrl loads a newer CUDA's libraries"; }
 
 # ---- the binary runs (CPU backend here) and says what it was built with ----
 info=$("$build/mgrl" info --runtime.backend=cpu 2>&1) || { echo "$info"; fail "mgrl info (sm_70 build) failed"; }
