@@ -8,7 +8,8 @@
 #   - it loads libcudart.so.11.0, cuBLAS 11 and NCCL (for CUDA 11) from the cache, and no newer CUDA's libraries;
 #   - `mgrl info` runs (on the CPU here) and reports the sm_70 build and NCCL 2.x (the CUDA 11 build).
 # Nothing is skipped: a failure to fetch the toolchain, configure, compile, link or check fails the job with a message.
-# Build directory: build-sm70/ (or $MGRL_VOLTA_DIR); the C++ parts are compiled by nvcc's host compiler too.
+# Build directory: build-sm70/ (or $MGRL_VOLTA_DIR); the C++ parts are compiled by nvcc's host compiler too. Built:
+# mgrl and the GPU test programs test_ops_cuda and test_model_cuda (not run: no GPU here).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${MGRL_VOLTA_DIR:-$root/build-sm70}
@@ -20,11 +21,12 @@ env_file=$(bash "$root/scripts/cuda118.sh") || fail "scripts/cuda118.sh could no
 source "$env_file"
 mkdir -p "$build"
 CC=$MGRL_CUDA118_CC CXX=$MGRL_CUDA118_CXX cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DMGRL_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=70 -DMGRL_BUILD_TESTS=OFF -DMGRL_BUILD_BENCH=OFF \
+  -DMGRL_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=70 -DMGRL_BUILD_TESTS=ON -DMGRL_BUILD_BENCH=OFF \
   > "$build/configure.log" 2>&1 || { cat "$build/configure.log"; fail "configuring the sm_70 build"; }
 grep -q "CUDA backend ON (architectures: 70)" "$build/configure.log" ||
   { cat "$build/configure.log"; fail "CMake did not configure the CUDA backend for sm_70"; }
-cmake --build "$build" --parallel "$(nproc)" --target mgrl > "$build/build.log" 2>&1 ||
+# mgrl and the GPU test programs (what `ctest -L gpu` runs on a V100; here they are only built), nothing else.
+cmake --build "$build" --parallel "$(nproc)" --target mgrl test_ops_cuda test_model_cuda > "$build/build.log" 2>&1 ||
   { grep -E -B2 -A8 "error|FAILED" "$build/build.log" | head -n 80; fail "building mgrl for sm_70 with CUDA 11.8"; }
 
 # ---- the binary holds sm_70 SASS, and only that, for every CUDA source ----
