@@ -31,15 +31,17 @@ cmake --build "$build" --parallel "$(nproc)" --target mgrl test_ops_cuda test_mo
 
 # ---- the binary holds sm_70 SASS, and only that, for every CUDA source ----
 cuobjdump="$MGRL_CUDA118_HOME/bin/cuobjdump"
-objects=$(find "$build/kernels" -name '*.cu.o' | wc -l)
-elfs=$("$cuobjdump" --list-elf "$build/mgrl")
+# The CUDA objects of this configuration (build.ninja; stale objects of removed sources do not count).
+objects=$(grep -c '^build kernels/CMakeFiles/mgrl_kernels\.dir/cuda/[^:]*\.cu\.o:' "$build/build.ninja" || true)
+elfs=$("$cuobjdump" --list-elf "$build/mgrl") || fail "cuobjdump --list-elf could not read $build/mgrl"
 n_elf=$(grep -c '\.cubin' <<< "$elfs" || true)
 n_sm70=$(grep -c 'sm_70\.cubin' <<< "$elfs" || true)
 [ "$objects" -gt 0 ] || fail "no CUDA objects in $build/kernels"
 [ "$n_elf" = "$objects" ] && [ "$n_sm70" = "$objects" ] ||
   { echo "$elfs"; fail "mgrl holds $n_elf ELF images ($n_sm70 for sm_70) for $objects CUDA objects"; }
 # The kernels (entry functions) of the sm_70 cubins: their symbol tables (disassembling them all takes a minute).
-sass=$("$cuobjdump" -symbols "$build/mgrl" | awk '/STO_ENTRY/ { print $NF }')
+sass=$("$cuobjdump" -symbols "$build/mgrl" | awk '/STO_ENTRY/ { print $NF }') ||
+  fail "cuobjdump -symbols could not read $build/mgrl"
 missing=()
 for k in embedding_forward_kernel rmsnorm_forward_kernel rope_kernel attention_forward_kernel fa_forward_kernel \
          fa_dq_kernel fa_dkv_kernel swiglu_forward_kernel lora_addmm_kernel lm_head_lse_kernel sample_kernel \
@@ -52,7 +54,7 @@ n_kernels=$(wc -l <<< "$sass")
 # ---- it links the CUDA 11 libraries of the cache (shared cudart, cuBLAS 11, NCCL for CUDA 11), not CUDA 13's ----
 grep -A3 "^build mgrl:" "$build/build.ninja" | grep -q -- "-lcudart_static" &&
   fail "mgrl links -lcudart_static, which the CUDA 11.8 cache does not have (another toolkit's would be used)"
-libs=$(ldd "$build/mgrl")
+libs=$(ldd "$build/mgrl") || fail "ldd could not read $build/mgrl"
 for lib in libcudart.so.11.0 libcublas.so.11 libcublasLt.so.11 libnccl.so.2; do
   grep -q "$lib => $(dirname "$MGRL_CUDA118_HOME")/" <<< "$libs" ||
     { echo "$libs"; fail "mgrl does not load $lib from the CUDA 11.8 cache"; }
