@@ -4,7 +4,7 @@
 # the mgrl binary against cuBLAS 11 and NCCL for CUDA 11, and checks it:
 #   - cuobjdump (11.8) finds one sm_70 ELF (cubin: SASS) for every kernels/cuda/*.cu that was compiled, and no
 #     other architecture, and the cubins hold the kernels of each op family (rmsnorm, rope, attention, flash
-#     attention, LoRA, AdamW, sampling, ...);
+#     attention and its Volta kernels, LoRA, AdamW, sampling, ...);
 #   - it loads libcudart.so.11.0, cuBLAS 11 and NCCL (for CUDA 11) from the cache, and no newer CUDA's libraries;
 #   - `mgrl info` runs (on the CPU here) and reports the sm_70 build and NCCL 2.x (the CUDA 11 build).
 # Nothing is skipped: a failure to fetch the toolchain, configure, compile, link or check fails the job with a message.
@@ -44,7 +44,7 @@ sass=$("$cuobjdump" -symbols "$build/mgrl" | awk '/STO_ENTRY/ { print $NF }') ||
   fail "cuobjdump -symbols could not read $build/mgrl"
 missing=()
 for k in embedding_forward_kernel rmsnorm_forward_kernel rope_kernel attention_forward_kernel fa_forward_kernel \
-         fa_dq_kernel fa_dkv_kernel swiglu_forward_kernel lora_addmm_kernel lm_head_lse_kernel sample_kernel \
+         fa_dq_kernel fa_dkv_kernel sm70_forward_kernel sm70_dq_kernel sm70_dkv_kernel swiglu_forward_kernel lora_addmm_kernel lm_head_lse_kernel sample_kernel \
          kv_store_kernel adamw_kernel dropout_kernel residual_kernel f32_to_storage_kernel; do
   grep -q "$k" <<< "$sass" || missing+=("$k")
 done
