@@ -37,6 +37,15 @@ if(MGRL_WITH_CUDA)
   enable_language(CUDA)
   set(CMAKE_CUDA_STANDARD 17)
   set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+  # A toolkit without the static CUDA runtime (the CUDA 11.8 of scripts/cuda118.sh, assembled from NVIDIA's wheels,
+  # has libcudart.so only) links the shared one: else nvcc's -lcudart_static could find another toolkit's archive in
+  # the linker's default paths.
+  if(NOT DEFINED CMAKE_CUDA_RUNTIME_LIBRARY AND CMAKE_CUDA_COMPILER_TOOLKIT_ROOT AND
+     NOT EXISTS "${CMAKE_CUDA_COMPILER_TOOLKIT_ROOT}/lib64/libcudart_static.a" AND
+     NOT EXISTS "${CMAKE_CUDA_COMPILER_TOOLKIT_ROOT}/lib/libcudart_static.a" AND
+     EXISTS "${CMAKE_CUDA_COMPILER_TOOLKIT_ROOT}/lib64/libcudart.so")
+    set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
+  endif()
   if(CMAKE_CUDA_COMPILER_VERSION VERSION_GREATER_EQUAL 13 AND "70" IN_LIST CMAKE_CUDA_ARCHITECTURES)
     message(FATAL_ERROR "CUDA ${CMAKE_CUDA_COMPILER_VERSION} cannot build for sm_70 (V100): use a CUDA 12.x toolkit "
                         "for V100, or drop 70 from CMAKE_CUDA_ARCHITECTURES")

@@ -285,7 +285,8 @@ class CudaOps final : public Ops {
     cudaGraph_t graph = nullptr;
     CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
     cudaGraphExec_t exec = nullptr;
-    const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+    // WithFlags: CUDA 11.4 to 13 (the 3-argument cudaGraphInstantiate is 12.0+; 11.8 builds for V100 need this).
+    const cudaError_t e = cudaGraphInstantiateWithFlags(&exec, graph, 0);
     (void)cudaGraphDestroy(graph);
     CUDA_CHECK(e);
     graphs_.emplace(key, exec);

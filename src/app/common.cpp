@@ -22,23 +22,19 @@ namespace mgrl::app {
 
 std::unique_ptr<kernels::Ops> make_ops(const Context& ctx) {
   const dist::Device& device = ctx.device;
-  const std::string dtype = ctx.cfg.get_string("model.dtype");
+  // The job's oldest GPU decides model.dtype = "auto", so that every rank stores the same dtype.
+  const int cc = dist::job_compute_capability(ctx.env, device);
   std::unique_ptr<kernels::Ops> ops;
   ctx.env.agree([&] {
+    const DType storage = dist::storage_dtype(device.backend, cc, ctx.cfg.get_string("model.dtype"));
     if (device.backend != dist::Backend::Cuda) {
-      if (dtype != "auto")
-        throw UserError("model.dtype = \"" + dtype + "\" needs the CUDA backend; this run uses the CPU backend, " +
-                        "which computes in f32 (leave model.dtype = \"auto\", or run on GPUs)");
       ops = kernels::make_cpu_ops();
       return;
     }
-    if (dtype == "bf16" && device.gpu.cc_major < 8)
-      throw UserError("model.dtype = \"bf16\" needs compute capability 8.0 or newer; " + device.gpu.name + " is " +
-                      std::to_string(device.gpu.cc_major) + "." + std::to_string(device.gpu.cc_minor) +
-                      " (use \"fp16\" or \"auto\")");
 #if MGRL_WITH_CUDA
-    if (dtype == "auto") ops = kernels::make_cuda_ops(device.gpu.index);
-    else ops = kernels::make_cuda_ops(device.gpu.index, dtype == "fp16" ? DType::F16 : DType::BF16);
+    ops = kernels::make_cuda_ops(device.gpu.index, storage);
+#else
+    (void)storage;
 #endif
   });
   MGRL_CHECK(ops != nullptr, "no op backend for this device");

@@ -5,6 +5,8 @@
 
 #include "app/modes.h"
 #include "core/build_info.h"
+#include "core/error.h"
+#include "io/config.h"
 #include "dist/comm.h"
 #include "dist/device.h"
 #include "dist/mpi_env.h"
@@ -18,6 +20,18 @@ std::string gib(std::size_t bytes) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.1f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
   return buf;
+}
+
+// The storage dtype a run of this configuration gets on this job's devices (dist::storage_dtype), or why model.dtype
+// would be refused: info still succeeds, so that an input for other machines can be checked here.
+std::string storage_text(const Context& ctx, int cc) {
+  try {
+    const DType t = dist::storage_dtype(ctx.device.backend, cc, ctx.cfg.get_string("model.dtype"));
+    if (ctx.device.backend != dist::Backend::Cuda) return "fp32";
+    return std::string(t == DType::BF16 ? "bf16" : "fp16") + " storage";
+  } catch (const UserError& e) {
+    return std::string("refused here: ") + e.what();
+  }
 }
 
 std::string rank_line(const dist::MpiEnv& env, const dist::Device& d) {
@@ -51,6 +65,7 @@ int run_info(Context& ctx) {
   const double selftest_ms = dist::comm_selftest(ctx.comm);
   const std::string cuda_driver = dist::cuda_driver_version();
   const std::string cuda_runtime = dist::cuda_runtime_version();
+  const int cc = dist::job_compute_capability(env, ctx.device);
   if (env.rank() != 0) return 0;
 
   std::ostringstream out;
@@ -59,7 +74,8 @@ int run_info(Context& ctx) {
   out << "mgrl " << b.version << " (git " << b.git_sha << ", " << b.build_type << ", " << b.compiler << ")\n";
   out << "build: CUDA backend "
       << (b.with_cuda ? std::string("on (architectures ") + b.cuda_architectures + ")" : std::string("off")) << "\n";
-  out << "backend: " << dist::backend_name(ctx.device.backend) << ", " << env.size() << " rank"
+  out << "backend: " << dist::backend_name(ctx.device.backend) << " (" << storage_text(ctx, cc) << "), " << env.size()
+      << " rank"
       << (env.size() == 1 ? "" : "s") << " on " << env.num_nodes() << " node" << (env.num_nodes() == 1 ? "" : "s")
       << "; communicator " << ctx.comm.name() << ", allreduce self-test passed (";
   char ms[32];

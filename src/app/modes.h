@@ -56,8 +56,9 @@ int run_generate(Context& ctx);
 // `mgrl render`: the text, token ids and assistant mask of each {"messages"} line, JSON lines out (docs/sft.md).
 int run_render(Context& ctx);
 
-// The op backend for the rank's device, storing model.dtype (auto: bf16 on sm_80 and newer, fp16 before; the CPU
-// backend is f32 and takes auto only). Collective: errors agreed on by all ranks.
+// The op backend for the rank's device, storing model.dtype (dist::storage_dtype: auto is bf16 when the job's oldest
+// GPU is sm_80 or newer, fp16 before; the CPU backend is f32 and takes auto only). Collective: errors agreed on by
+// all ranks.
 std::unique_ptr<kernels::Ops> make_ops(const Context& ctx);
 // The loss scaling of train.loss_scaling and its keys for a backend storing `storage`. Collective: a bad key is a
 // one-line error agreed on by all ranks.

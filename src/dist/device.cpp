@@ -134,6 +134,28 @@ int gpu_index_for(int local_rank, int local_size, int visible_gpus) {
   return visible_gpus >= local_size ? local_rank : local_rank % visible_gpus;
 }
 
+DType storage_dtype(Backend backend, int cc, const std::string& requested) {
+  if (requested != "auto" && requested != "bf16" && requested != "fp16")
+    throw UserError("model.dtype must be \"auto\", \"bf16\" or \"fp16\" (got \"" + requested + "\")");
+  if (backend != Backend::Cuda) {
+    if (requested != "auto")
+      throw UserError("model.dtype = \"" + requested + "\" needs the CUDA backend; this run uses the CPU backend, " +
+                      "which computes in f32 (leave model.dtype = \"auto\", or run on GPUs)");
+    return DType::F32;
+  }
+  if (requested == "fp16") return DType::F16;
+  if (requested == "bf16" && cc < 80)
+    throw UserError("model.dtype = \"bf16\" needs compute capability 8.0 or newer; this job has a GPU of " +
+                    std::to_string(cc / 10) + "." + std::to_string(cc % 10) + " (use \"fp16\" or \"auto\")");
+  return cc >= 80 ? DType::BF16 : DType::F16;
+}
+
+int job_compute_capability(const MpiEnv& env, const Device& device) {
+  const bool gpu = device.backend == Backend::Cuda;
+  const int cc = env.allreduce_min(gpu ? 10 * device.gpu.cc_major + device.gpu.cc_minor : 1 << 20);
+  return cc == 1 << 20 ? 0 : cc;
+}
+
 Device choose_device(const MpiEnv& env, const std::string& requested, int threads) {
   if (requested != "auto" && requested != "cpu" && requested != "cuda")
     throw UserError("runtime.backend must be \"auto\", \"cpu\" or \"cuda\" (got \"" + requested + "\")");

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
+
 namespace mgrl::dist {
 
 class MpiEnv;
@@ -48,6 +50,15 @@ int default_cpu_threads(int local_size);
 // rank of the node (a launcher that shows every GPU), else local_rank modulo what it sees (srun --gpus-per-task=1,
 // --gpu-bind: SLURM shows each task its own GPU as device 0); -1 without a GPU.
 int gpu_index_for(int local_rank, int local_size, int visible_gpus);
+
+// The storage dtype of a backend (frozen weights and activations; LoRA weights, gradients and AdamW state stay f32)
+// as model.dtype (`requested`: "auto", "bf16" or "fp16") asks, for a job whose oldest GPU has compute capability cc
+// (10 * major + minor: 70 for V100, 75 for T4, 80 for A100; ignored on the CPU). auto: bf16 from 8.0 on, fp16 before
+// (no bf16 before Ampere; fp16 trains with dynamic loss scaling); the CPU backend is f32. UserError naming
+// model.dtype for bf16 before 8.0 and for bf16 or fp16 on the CPU backend. Pure: tested without a GPU.
+DType storage_dtype(Backend backend, int cc, const std::string& requested);
+// Collective: the smallest compute capability (10 * major + minor) of the job's GPUs, 0 on the CPU backend.
+int job_compute_capability(const MpiEnv& env, const Device& device);
 
 // Collective. requested: "auto", "cpu" or "cuda"; threads: 0 = default_cpu_threads.
 // Throws UserError (same on every rank) when "cuda" is asked for and cannot be had.
