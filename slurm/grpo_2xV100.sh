@@ -42,4 +42,7 @@ source "$MGRL_SLURM_DIR/common.sh"
 
 input=$MGRL_SLURM_DIR/../inputs/grpo_gsm8k.toml
 if [ $# -gt 0 ] && [[ $1 == *.toml ]]; then input=$1; shift; fi
-mgrl_train "$input" "$@"
+# A V100 has 16 or 32 GB: the example's training micro-batch (64 completions of up to 512 tokens a rank) keeps its
+# activations only with recomputation (about 4 GiB instead of more than 32 at Qwen2.5-0.5B; docs/cluster.md, V100).
+# Later arguments win: --model.recompute=false (or --train.grad_accum=4) on the command line replaces it.
+mgrl_train "$input" --model.recompute=true "$@"
