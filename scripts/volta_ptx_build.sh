@@ -90,7 +90,7 @@ for t in "${targets[@]}"; do
   grep -q '\.cubin' <<< "$elf" && { echo "$elf"; fail "$t holds SASS (ELF images): it must be PTX only"; }
 done
 for t in mgrl tests/test_ops_cuda tests/test_model_cuda perf/bench_attention; do
-  printf '%s\n' "${with_code[@]}" | grep -qx "$t" || fail "$t was not built or holds no device code"
+  [[ " ${with_code[*]} " == *" $t "* ]] || fail "$t was not built or holds no device code"
 done
 # The attention kernels' PTX: the Volta kernels (wmma m16n16k16, HMMA on sm_70) are there, the sm_75/sm_80 instruction
 # forms (mma.sync m16n8k8/k16, ldmatrix) are not (compiled out: the tiled kernels trap and are never chosen).
@@ -124,8 +124,8 @@ for t in "${targets[@]}"; do
       { echo "$libs"; fail "$t does not load the system's NCCL ($nccl_lib)"; }
   fi
 done
-ldd "$build/mgrl" | grep -q "libcublas.so.13" && ldd "$build/mgrl" | grep -q "libnccl.so.2" ||
-  fail "mgrl links neither cuBLAS 13 nor NCCL"
+libs=$(ldd "$build/mgrl")
+grep -q "libcublas.so.13" <<< "$libs" && grep -q "libnccl.so.2" <<< "$libs" || fail "mgrl does not link cuBLAS 13 and NCCL"
 
 # ---- cuBLAS 13 behind 11.8's headers: the same prototypes and enumerator values for everything mgrl uses ----
 chk="$build/cublas-abi"
@@ -140,7 +140,7 @@ mapfile -t enums < <(grep -rhoE '\b(CUBLAS|CUDA_R)_[A-Z0-9_]+' "$root/kernels" "
 # The prototypes, as clang reads them in C (C++ adds inline overloads that are not what the binaries import).
 clang=""
 for c in "$MGRL_CUDA118_CC" clang-14 clang; do
-  [ -n "$c" ] && "$c" --version 2>/dev/null | grep -q "clang version" && { clang=$c; break; }
+  [ -n "$c" ] && [[ "$("$c" --version 2>/dev/null || true)" == *"clang version"* ]] && { clang=$c; break; }
 done
 [ -n "$clang" ] || fail "the cuBLAS API check needs clang (clang-14, as scripts/cuda118.sh installs)"
 printf '#include <cublas_v2.h>\n' > "$chk/include.c"
