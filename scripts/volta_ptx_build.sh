@@ -177,6 +177,7 @@ for v in 11 13; do
 done
 diff "$chk/abi11.txt" "$chk/abi13.txt" > "$chk/diff.txt" ||
   { cat "$chk/diff.txt"; fail "cuBLAS 11.8's and 13's headers differ in a type size or enumerator mgrl uses (above)"; }
+rm -f "$chk/abi11" "$chk/abi13"  # (executables: the device bundle would pack them)
 
 # ---- the binary runs (CPU backend here) and says what it was built with ----
 info=$("$build/mgrl" info --runtime.backend=cpu 2>&1) || { echo "$info"; fail "mgrl info (compute_70 PTX build) failed"; }
