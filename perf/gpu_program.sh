@@ -17,14 +17,13 @@
 #              kernels against the mma.sync ones on this GPU, every shape in fp16
 #   volta      (not in the default list; issue 21 item 4) the CUDA 11.8 compute_70 PTX-only build of
 #              scripts/volta_ptx_build.sh ($MGRL_VOLTA_PTX_DIR, default build-volta-ptx), JIT-compiled by this GPU's
-#              driver: volta_info (mgrl info, the libraries loaded, the JIT's cost: first and second call),
-#              volta_ctest (ctest -L gpu but the next test; the attention tests verbosely: which kernels ran),
-#              volta_sft (gpu.sft_fp16_tracks_bf16 verbosely: 100 fp16 steps with loss scaling against bf16, both
-#              from this build; the metrics to $OUT/volta_sft_*), volta_attention (bench_attention with
-#              MGRL_CUDA_ATTENTION=sm70, every shape fp16: the Volta kernels from the compute_70 PTX; and, when the
-#              normal sm_90 build's bench_attention is here ($MGRL_BUILD_DIR/perf, or .carry/bench_attention_sm90.tar.xz),
-#              the same with it: the Volta kernels compiled for sm_90 and the mma.sync ("tiled") kernels;
-#              $OUT/volta_attention.md tabulates PTX sm70 against sm_90 tiled). docs/performance.md has the recipe.
+#              driver, in four stages that also run alone: volta_info (mgrl info, the libraries loaded, the JIT's
+#              cost: first and second call), volta_sft (gpu.sft_fp16_tracks_bf16 verbosely: 100 fp16 steps with
+#              loss scaling against bf16, both from this build; the metrics to $OUT/volta_sft_*), volta_attention
+#              (bench_attention with MGRL_CUDA_ATTENTION=sm70, every shape fp16, from this build and, when carried,
+#              the normal sm_90 build's: $OUT/volta_attention.md, PTX sm70 against sm_90 tiled), volta_ctest
+#              (ctest -L gpu but gpu.sft_fp16_tracks_bf16; the attention tests verbosely: which kernels ran).
+#              docs/performance.md ("The Volta code on an H100") has the recipe.
 #   train      perf/train_vs_hf.py at the Qwen2.5 0.5B, 1.5B (batch 8 x 1024) and 7B (4 x 1024) shapes
 #   train05, train15, train7   the same at one shape
 #   gen        perf/gen_vs_hf.py at the 0.5B shape, batch 1, 8, 64, 256
@@ -107,36 +106,47 @@ stage_attention_sm70() {
   run_stage attention_sm70 300 "MGRL_CUDA_ATTENTION=sm70 $build/perf/bench_attention 20"
 }
 # Issue 21 item 4: the Volta code paths (sm70 attention, fp16 storage and loss scaling) from a compute_70 PTX-only build.
-stage_volta() {
-  local vb=${MGRL_VOLTA_PTX_DIR:-$root/build-volta-ptx} f missing=()
+# volta_ready NAME: whether the build is here (else one line in the summary, and gpu_program.sh exits 1); sets vb and
+# venv (cudart 11 of the build, also on its binaries' RUNPATH; a JIT cache of its own, large enough for every kernel).
+volta_ready() {
+  vb=${MGRL_VOLTA_PTX_DIR:-$root/build-volta-ptx}
+  venv="export LD_LIBRARY_PATH=$vb/cudart11\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH} CUDA_CACHE_PATH=/tmp/volta_jit \
+    CUDA_CACHE_MAXSIZE=4294967296;"
+  local f missing=()
   for f in mgrl cudart11/libcudart.so.11.0 tests/test_ops_cuda tests/test_model_cuda tests/check_train \
            perf/bench_attention CTestTestfile.cmake; do
     [ -e "$vb/$f" ] || missing+=("$f")
   done
-  if [ ${#missing[@]} -gt 0 ]; then
-    note "stage volta: FAILED before it ran: $vb lacks ${missing[*]} (the compute_70 PTX build: bash" \
-         "scripts/volta_ptx_build.sh, then the device bundle of it; docs/performance.md, 'The Volta code on an H100')"
-    setup_failed=1
-    return 0
-  fi
-  # cudart 11 of the build (also on its binaries' RUNPATH); a fresh JIT cache, large enough for every kernel.
-  local env="export LD_LIBRARY_PATH=$vb/cudart11\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH} CUDA_CACHE_PATH=/tmp/volta_jit \
-    CUDA_CACHE_MAXSIZE=4294967296;"
-  run_stage volta_info 600 "$env rm -rf /tmp/volta_jit; nvidia-smi -L; ldd $vb/mgrl | grep -E 'cudart|cublas|nccl'; \
+  [ ${#missing[@]} -eq 0 ] && return 0
+  note "stage $1: FAILED before it ran: $vb lacks ${missing[*]} (the compute_70 PTX build: bash" \
+       "scripts/volta_ptx_build.sh, then the device bundle of it; docs/performance.md, 'The Volta code on an H100')"
+  setup_failed=1
+  return 1
+}
+# mgrl info on the CUDA backend twice: the first call pays the driver's JIT of every kernel (cudart 11 loads modules
+# eagerly), the second finds them in the JIT cache.
+stage_volta_info() {
+  volta_ready volta_info || return 0
+  run_stage volta_info 90 "$venv rm -rf /tmp/volta_jit; nvidia-smi -L; ldd $vb/mgrl | grep -E 'cudart|cublas|nccl'; \
     for i in 1 2; do t0=\$(date +%s%N); $vb/mgrl info --runtime.backend=cuda; rc=\$?; \
       echo \"mgrl info call \$i: rc \$rc, \$(( (\$(date +%s%N) - t0) / 1000000 )) ms (JIT cache: \$(du -sh /tmp/volta_jit 2>/dev/null | cut -f1))\"; done"
-  grep -E "^(rank|build|backend|CUDA|NCCL):? |mgrl info call|^mgrl: error" "$logs/volta_info.log" | head -n 12 | sed 's/^/  volta_info: /' | tee -a "$OUT/summary.txt"
-  run_stage volta_ctest 1200 "$env cd $vb && ctest -L gpu -E '^gpu[.]sft_fp16_tracks_bf16\$' --output-on-failure --timeout 600; \
-    rc=\$?; echo '--- the attention tests, verbosely (which kernels ran)'; $vb/tests/test_ops_cuda --gtest_filter='*Attention*'; \
-    exit \$rc"
-  grep -E "% tests passed|attention kernels at head_dim|^\[  (PASSED|FAILED) |\*\*\*(Failed|Skipped)|skipped" "$logs/volta_ctest.log" |
-    sed 's/^/  volta_ctest: /' | tee -a "$OUT/summary.txt"
-  run_stage volta_sft 600 "$env cd $vb && ctest -R '^gpu[.]sft_fp16_tracks_bf16\$' -V --timeout 300; rc=\$?; \
+  grep -E "^(rank|build|backend|CUDA|NCCL):? |mgrl info call|^mgrl: error" "$logs/volta_info.log" | head -n 12 |
+    sed 's/^/  volta_info: /' | tee -a "$OUT/summary.txt"
+}
+# gpu.sft_fp16_tracks_bf16 verbosely: 100 LoRA steps in fp16 with dynamic loss scaling against bf16 (this build both).
+stage_volta_sft() {
+  volta_ready volta_sft || return 0
+  run_stage volta_sft 180 "$venv cd $vb && ctest -R '^gpu[.]sft_fp16_tracks_bf16\$' -V --timeout 170; rc=\$?; \
     for r in bf16 fp16; do cp $vb/tests/sft/fp16/\$r/metrics.jsonl $OUT/volta_sft_\$r.metrics.jsonl; \
       cp $vb/tests/sft/fp16/\$r/job_summary.txt $OUT/volta_sft_\$r.job_summary.txt; done; exit \$rc"
   grep -E "check_train: .*steps compared|^[0-9]+: loss scaling: |% tests passed|Skipped|Failed" "$logs/volta_sft.log" |
     grep -v "Test command" | sed 's/^[0-9]*: //; s/^/  volta_sft: /' | tee -a "$OUT/summary.txt"
-  # The normal build's bench_attention (sm_90 SASS): in the build, or carried as .carry/bench_attention_sm90.tar.xz.
+}
+# bench_attention with MGRL_CUDA_ATTENTION=sm70 (every shape in fp16) from the PTX build, and from the normal sm_90
+# build when it is here (in $MGRL_BUILD_DIR, or carried as .carry/bench_attention_sm90.tar.xz): that one times the
+# Volta kernels compiled for sm_90 and the mma.sync (tiled) kernels; $OUT/volta_attention.md puts them side by side.
+stage_volta_attention() {
+  volta_ready volta_attention || return 0
   local sm90=${MGRL_SM90_BENCH:-$build/perf/bench_attention}
   if [ ! -x "$sm90" ] && [ -f "$root/.carry/bench_attention_sm90.tar.xz" ]; then
     mkdir -p /tmp/volta_sm90 && tar -xJf "$root/.carry/bench_attention_sm90.tar.xz" -C /tmp/volta_sm90 &&
@@ -145,12 +155,25 @@ stage_volta() {
   local with_sm90="echo 'no sm_90 bench_attention ($sm90): the tiled comparison is left out'"
   [ -x "$sm90" ] && with_sm90="echo '--- the sm_90 build (Volta kernels compiled for sm_90, and tiled)'; \
     MGRL_CUDA_ATTENTION=sm70 $sm90 20 | tee $OUT/volta_bench_sm90.txt"
-  run_stage volta_attention 600 "echo '--- the compute_70 PTX build (Volta kernels, JIT-compiled)'; \
-    ($env MGRL_CUDA_ATTENTION=sm70 $vb/perf/bench_attention 20) | tee $OUT/volta_bench_ptx.txt; $with_sm90"
+  rm -f "$OUT/volta_bench_ptx.txt" "$OUT/volta_bench_sm90.txt"
+  run_stage volta_attention 150 "echo '--- the compute_70 PTX build (Volta kernels, JIT-compiled)'; \
+    ($venv MGRL_CUDA_ATTENTION=sm70 $vb/perf/bench_attention 20) | tee $OUT/volta_bench_ptx.txt; $with_sm90"
   volta_attention_table "$OUT/volta_bench_ptx.txt" "$OUT/volta_bench_sm90.txt" > "$OUT/volta_attention.md"
   sed 's/^/  volta_attention: /' "$OUT/volta_attention.md" | tee -a "$OUT/summary.txt"
-  pack
 }
+# ctest -L gpu but gpu.sft_fp16_tracks_bf16 (volta_sft runs it), then the attention tests verbosely: their first line
+# says which kernels ran ("sm70 (built for 70-virtual)").
+stage_volta_ctest() {
+  volta_ready volta_ctest || return 0
+  run_stage volta_ctest 540 "$venv cd $vb && ctest -L gpu -E '^gpu[.]sft_fp16_tracks_bf16\$' --output-on-failure --timeout 300; \
+    rc=\$?; echo '--- the attention tests, verbosely (which kernels ran)'; $vb/tests/test_ops_cuda --gtest_filter='*Attention*'; \
+    exit \$rc"
+  grep -E "% tests passed|attention kernels at head_dim|^\[  (PASSED|FAILED) |\*\*\*(Failed|Skipped|Timeout)|skipped" \
+    "$logs/volta_ctest.log" | sed 's/^/  volta_ctest: /' | tee -a "$OUT/summary.txt"
+}
+# All four, the shortest first. Limits 90 + 180 + 150 + 540 s: a `run` of 600 s that is cut short in volta_ctest keeps
+# the other three's results, and volta_ctest alone fits a second call.
+stage_volta() { stage_volta_info; stage_volta_sft; stage_volta_attention; stage_volta_ctest; }
 # volta_attention_table PTX_LOG SM90_LOG: per shape, forward and backward ms of the Volta kernels from the PTX build,
 # of the Volta kernels and the tiled ones from the sm_90 build, and PTX sm70 / sm_90 tiled (a markdown table).
 volta_attention_table() {
