@@ -20,7 +20,7 @@
 #   - NCCL: the system's (/usr/local/cuda/lib64/libnccl.so.2, the normal build's), its nccl.h alone on the include
 #     path (a shim directory: /usr/local/cuda/include also holds CUDA 13's runtime headers).
 # Checks (each failure ends the script with a message, exit 1): every binary with device code holds compute_70 PTX
-# for each CUDA object and no ELF (SASS) image; the PTX of the attention kernels has no mma.sync m16n8 / ldmatrix
+# images only (mgrl one for each CUDA object) and no ELF (SASS) image; the PTX of the attention kernels has no mma.sync m16n8 / ldmatrix
 # and the Volta kernels' wmma m16n16k16; ldd finds libcudart.so.11.0 in BUILD/cudart11, cuBLAS 13 and the system NCCL,
 # and nothing of CUDA 11's cuBLAS/NCCL; the cuBLAS API check above; `mgrl info` runs (CPU here).
 # Built: mgrl, the executables `ctest -L gpu` runs (read from ctest), perf/bench_attention.
