@@ -127,7 +127,7 @@ volta_ready() {
 # eagerly), the second finds them in the JIT cache.
 stage_volta_info() {
   volta_ready volta_info || return 0
-  run_stage volta_info 90 "$venv rm -rf /tmp/volta_jit; nvidia-smi -L; ldd $vb/mgrl | grep -E 'cudart|cublas|nccl'; \
+  run_stage volta_info 180 "$venv rm -rf /tmp/volta_jit; nvidia-smi -L; ldd $vb/mgrl | grep -E 'cudart|cublas|nccl'; \
     for i in 1 2; do t0=\$(date +%s%N); $vb/mgrl info --runtime.backend=cuda; rc=\$?; \
       echo \"mgrl info call \$i: rc \$rc, \$(( (\$(date +%s%N) - t0) / 1000000 )) ms (JIT cache: \$(du -sh /tmp/volta_jit 2>/dev/null | cut -f1))\"; done"
   grep -E "^(rank|build|backend|CUDA|NCCL):? |mgrl info call|^mgrl: error" "$logs/volta_info.log" | head -n 12 |
@@ -171,7 +171,7 @@ stage_volta_ctest() {
   grep -E "% tests passed|attention kernels at head_dim|^\[  (PASSED|FAILED) |\*\*\*(Failed|Skipped|Timeout)|skipped" \
     "$logs/volta_ctest.log" | sed 's/^/  volta_ctest: /' | tee -a "$OUT/summary.txt"
 }
-# All four, the shortest first. Limits 90 + 180 + 150 + 540 s: a `run` of 600 s that is cut short in volta_ctest keeps
+# All four, the shortest first. Limits 180 + 180 + 150 + 540 s (the first JIT of every kernel falls in volta_info): a `run` of 600 s that is cut short in volta_ctest keeps
 # the other three's results, and volta_ctest alone fits a second call.
 stage_volta() { stage_volta_info; stage_volta_sft; stage_volta_attention; stage_volta_ctest; }
 # volta_attention_table PTX_LOG SM90_LOG: per shape, forward and backward ms of the Volta kernels from the PTX build,
