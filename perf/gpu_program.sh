@@ -171,8 +171,8 @@ stage_volta_ctest() {
   grep -E "% tests passed|attention kernels at head_dim|^\[  (PASSED|FAILED) |\*\*\*(Failed|Skipped|Timeout)|skipped" \
     "$logs/volta_ctest.log" | sed 's/^/  volta_ctest: /' | tee -a "$OUT/summary.txt"
 }
-# All four, the shortest first. Limits 180 + 180 + 150 + 540 s (the first JIT of every kernel falls in volta_info): a `run` of 600 s that is cut short in volta_ctest keeps
-# the other three's results, and volta_ctest alone fits a second call.
+# All four, the shortest first. Limits 180 + 180 + 150 + 540 s (the first JIT of every kernel falls in volta_info): a
+# `run` of 600 s cut short in volta_ctest keeps the other three's results, and volta_ctest alone fits a second call.
 stage_volta() { stage_volta_info; stage_volta_sft; stage_volta_attention; stage_volta_ctest; }
 # volta_attention_table PTX_LOG SM90_LOG: per shape, forward and backward ms of the Volta kernels from the PTX build,
 # of the Volta kernels and the tiled ones from the sm_90 build, and PTX sm70 / sm_90 tiled (a markdown table).
