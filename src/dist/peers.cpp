@@ -303,6 +303,7 @@ std::vector<Remote> probe(double wait_s) {
     std::string got;
   };
   std::vector<Try> tries;
+  if (g_cards.empty()) return {};
   const Card& me = g_cards[static_cast<std::size_t>(g_self)];
   for (int rank : g_remote) {
     const Card& c = g_cards[static_cast<std::size_t>(rank)];

@@ -23,6 +23,10 @@ work=$(mktemp -d "$MGRL_TEST_WORK/$case_.XXXXXX")
 cd "$work"
 export MGRL=$MGRL_TEST_BIN
 fail() { echo "FAIL: $*"; exit 1; }
+# The background reference runs of this script end with it (by their pids), however it ends.
+trap 'for p in $(jobs -p); do pkill -TERM -P "$p" 2>/dev/null; kill "$p" 2>/dev/null || true; done' EXIT
+# The cluster gone (stopped by its watcher when ctest was killed): end now rather than after every wait's limit.
+alive_cluster() { [ -f "$S/env.sh" ] || fail "the multi-node test SLURM has been stopped"; }
 field() { scontrol show job "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p" | head -n 1; }
 show_log() { [ -f "$1" ] && sed 's/^/    | /' "$1" || true; }
 now() { date +%s.%N; }
@@ -30,6 +34,7 @@ since() { echo "$(now) - $1" | bc; }
 wait_state() {  # JOB "STATES..." [timeout]
   local job=$1 want=$2 limit=${3:-90} s=""
   for _ in $(seq $((limit * 5))); do
+    alive_cluster
     s=$(field "$job" JobState)
     [[ " $want " == *" $s "* ]] && return 0
     sleep 0.2
@@ -41,6 +46,7 @@ submit() { sbatch --parsable "$@" | cut -d';' -f1; }
 wait_idle() {
   local n
   for _ in $(seq 300); do
+    alive_cluster
     local all=1
     for n in "$@"; do [ "$(sinfo -h -n "$n" -o %t 2>/dev/null)" = idle ] || all=0; done
     [ $all = 1 ] && return 0
@@ -104,6 +110,7 @@ lost_node() {
   echo "job $job runs on $(field "$job" NodeList) (batch shell on n1); node $lost will be lost ($how)"
   info_lines --jobid="$job" --overlap
   for _ in $(seq 1200); do  # until a checkpoint is written and the run has gone on past it
+    alive_cluster
     [ -f "$dir/metrics.jsonl" ] && grep -q '"step":'$((every + 10))'[,}]' "$dir/metrics.jsonl" && break
     sleep 0.1
   done
@@ -247,6 +254,7 @@ case $case_ in
     wait_state "$job" "RUNNING" 60
     info_lines --jobid="$job" --overlap
     for _ in $(seq 1200); do
+      alive_cluster
       [ -f "$dir/metrics.jsonl" ] && grep -q '"step":30[,}]' "$dir/metrics.jsonl" && break
       sleep 0.1
     done
