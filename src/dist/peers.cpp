@@ -184,15 +184,15 @@ void init(MPI_Comm world, MPI_Comm local, const std::string& host) {
   if (!read_stat(static_cast<long>(::getpid()), &state, &start)) start = -1;
   long long mine[3] = {g_self, static_cast<long long>(::getpid()), start};
   std::vector<long long> all(static_cast<std::size_t>(3 * local_size));
-  if (MPI_Allgather(mine, 3, MPI_LONG_LONG, all.data(), 3, MPI_LONG_LONG, local) != MPI_SUCCESS) return;
-  for (int i = 0; i < local_size; ++i) {
+  const bool gathered = MPI_Allgather(mine, 3, MPI_LONG_LONG, all.data(), 3, MPI_LONG_LONG, local) == MPI_SUCCESS;
+  for (int i = 0; gathered && i < local_size; ++i) {
     const Known k{static_cast<int>(all[3 * i]), static_cast<long>(all[3 * i + 1]), all[3 * i + 2]};
     if (k.rank == g_self) continue;
     long long seen = -2;
     // Seen under the same pid with the same start time: the same process, in this pid namespace.
     if (k.start_time >= 0 && read_stat(k.pid, &state, &seen) && seen == k.start_time) g_known.push_back(k);
   }
-  // Every rank's card: host name, addresses and probe port.
+  // Every rank's card: host name, addresses and probe port (the ranks /proc does not show are probed through it).
   Card me{};
   me.rank = g_self;
   me.pid = static_cast<std::int64_t>(::getpid());

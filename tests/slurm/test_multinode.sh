@@ -275,6 +275,38 @@ case $case_ in
     "$MGRL_TEST_CHECK" losses "$work/ref/metrics.jsonl" "$dir/metrics.jsonl" --after="$stopped"
     echo "stopped after step $stopped of $steps on 2 nodes, requeued, resumed: the same weights as the straight run" ;;
 
+  rank_stopped)
+    # The ranks of n2 stopped (SIGSTOP) in a 2 x 2 srun job: their probe ports accept but nobody answers, and at
+    # runtime.comm_timeout_s one line names the operation, the ranks and their host as not answering; exit 1 (a hang,
+    # not a lost node: the batch scripts would not requeue it).
+    tmo=4
+    info_lines -w n1,n2
+    rm -rf "$work/stop"
+    srun -w n1,n2 -N2 --ntasks-per-node=2 --mpi=pmix "$MGRL" "${SFT[@]}" --train.max_steps=100000 --checkpoint.every_steps=0 \
+      --runtime.comm_timeout_s=$tmo --log.every_steps=10 --log.dir="$work/stop" > "$work/stop.out" 2>&1 &
+    srun_pid=$!
+    for _ in $(seq 600); do
+      [ -f "$work/stop/metrics.jsonl" ] && grep -q '"step":20[,}]' "$work/stop/metrics.jsonl" && break
+      sleep 0.1
+    done
+    grep -q '"step":20[,}]' "$work/stop/metrics.jsonl" || { cat "$work/stop.out"; fail "the job did not reach step 20"; }
+    pids=$(bash "$cluster" leftovers "$S" n2 | grep -o 'mgrl (pid [0-9]*)' | grep -o '[0-9]*')
+    [ "$(wc -w <<< "$pids")" = 2 ] || fail "not 2 ranks on n2: $pids"
+    # shellcheck disable=SC2086
+    kill -STOP $pids
+    t0=$(now)
+    rc=0
+    wait "$srun_pid" || rc=$?
+    secs=$(since "$t0")
+    for p in $pids; do kill -CONT "$p" 2>/dev/null || true; kill -KILL "$p" 2>/dev/null || true; done
+    grep -v '^step ' "$work/stop.out"
+    echo "srun exit $rc, ${secs} s after the ranks of n2 were stopped (runtime.comm_timeout_s = $tmo)"
+    [ "$(grep -c '^mgrl: error' "$work/stop.out")" = 1 ] || fail "not exactly one error line"
+    grep -Eq "^mgrl: error: [a-z_.]+ #[0-9]+ \([a-z0-9]+ x [0-9]+\) did not complete within $tmo s \(runtime.comm_timeout_s\): rank 2, rank 3 on host n2 do not answer \(the process is stopped or hung\); ending the job$" "$work/stop.out" ||
+      fail "the line does not name the operation, ranks 2, 3 and host n2 as not answering"
+    [ "$rc" = 1 ] || fail "srun exit $rc, expected 1 (nothing was lost)"
+    [ "$(echo "$secs < $tmo + 12" | bc)" = 1 ] || fail "srun ended ${secs} s after the stop" ;;
+
   node_killed) lost_node kill ;;
   link_cut) lost_node cut ;;
 
