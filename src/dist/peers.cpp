@@ -325,7 +325,8 @@ std::vector<Remote> probe(double wait_s) {
     }
     tries.push_back(std::move(t));
   }
-  const auto deadline = clock::now() + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(wait_s));
+  const auto deadline =
+      clock::now() + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(wait_s));
   for (;;) {
     std::vector<pollfd> fds;
     std::vector<Try*> who;

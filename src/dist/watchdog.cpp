@@ -94,10 +94,13 @@ void Watchdog::fire(const std::string& message, int exit_code) {
 }
 
 namespace {
-// "rank 2, rank 3" from a list of ranks.
+// "rank 2, rank 3" from a list of ranks; past 8, "rank 8, ..., rank 15 and 12 more".
 std::string rank_list(const std::vector<int>& ranks) {
+  constexpr std::size_t kNamed = 8;
   std::string s;
-  for (std::size_t i = 0; i < ranks.size(); ++i) s += (i ? ", rank " : "rank ") + std::to_string(ranks[i]);
+  for (std::size_t i = 0; i < ranks.size() && i < kNamed; ++i)
+    s += (i ? ", rank " : "rank ") + std::to_string(ranks[i]);
+  if (ranks.size() > kNamed) s += " and " + std::to_string(ranks.size() - kNamed) + " more";
   return s;
 }
 // The ranks of the last probe in one state, grouped by host: {host -> (ranks, first address)}.
@@ -148,9 +151,10 @@ void Watchdog::probe_remote(std::unique_lock<std::mutex>& lock, std::chrono::ste
                last_probe_, kExitRankLost);
 }
 
-std::string Watchdog::remote_story(bool* lost) const {
+std::string Watchdog::remote_story(bool* lost, std::chrono::steady_clock::time_point since) const {
   *lost = false;
   std::string story;
+  if (last_probe_ < since) return story;  // no probe during this wait: what an earlier one found may be over
   const auto add = [&story](const std::string& s) { story += (story.empty() ? "" : "; ") + s; };
   for (const auto& [host, what] : by_host(remote_, peers::Reach::Refused)) {
     add(rank_list(what.first) + " on host " + host + (what.first.size() > 1 ? " have" : " has") +
@@ -219,7 +223,7 @@ void Watchdog::loop() {
         for (const auto& p : peers::look())
           if (p.state == peers::State::Stopped) stopped += (n_stopped++ ? ", " : "") + peers::name(p);
         bool lost = false;
-        const std::string remote = remote_story(&lost);
+        const std::string remote = remote_story(&lost, it->start);
         if (n_stopped)
           msg << stopped << (n_stopped > 1 ? " are" : " is")
               << " stopped (SIGSTOP, a debugger or job control); ending the job";

@@ -72,8 +72,9 @@ class Watchdog {
   [[noreturn]] void fire(const std::string& message, int exit_code);
   // Probes the ranks of other hosts when a call has waited long enough; ends the job when one has ended.
   void probe_remote(std::unique_lock<std::mutex>& lock, std::chrono::steady_clock::time_point now);
-  // What the last probe found wrong, for the timeout's message ("" when nothing); sets *lost when a rank is lost.
-  std::string remote_story(bool* lost) const;
+  // What the last probe found wrong, for the timeout's message ("" when nothing, or when it was made before
+  // `since`, the start of the call that timed out); sets *lost when a rank is lost.
+  std::string remote_story(bool* lost, std::chrono::steady_clock::time_point since) const;
   // The operation this rank waits in, for messages ("" when none).
   std::string waiting_in() const;
 
