@@ -132,8 +132,10 @@ case $action in
     n=${3:?node}
     keep=$(pidof_file "$S/slurmd-$n.pid")
     left=""
-    for p in $(ip netns pids "$(node_ns "$n")" 2>/dev/null); do
-      [ "$p" != "$keep" ] && left+="${left:+, }$(cat "/proc/$p/comm" 2>/dev/null) (pid $p)"
+    for p in $(ip netns pids "$(node_ns "$n")" 2>/dev/null || true); do
+      [ "$p" = "$keep" ] && continue
+      comm=$(cat "/proc/$p/comm" 2>/dev/null || true)  # empty: it has just ended
+      [ -n "$comm" ] && left+="${left:+, }$comm (pid $p)"
     done
     echo "$left"
     exit 0 ;;

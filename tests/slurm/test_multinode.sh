@@ -55,12 +55,22 @@ wait_idle() {
   sinfo -N
   fail "nodes $* are not idle after 60 s"
 }
-# release JOB NODE...: a requeued job may start now (else it waits ~2 minutes, BeginTime), once its nodes are idle:
-# a start while they still complete its last run fails ("Job credential revoked") and the job with it.
+# release JOB NODE...: a requeued job may start now (else it waits ~2 minutes, BeginTime), once its nodes are idle
+# and no process of its last run is left on them: a start while they still complete that run fails ("Job credential
+# revoked"), and the new run reuses the step ids (and PMIx sockets) of the last.
 release() {
-  local job=$1
+  local job=$1 n left=""
   shift
   wait_idle "$@"
+  for n in "$@"; do
+    for i in $(seq 150); do
+      left=$(bash "$cluster" leftovers "$S" "$n")
+      [ -z "$left" ] && break
+      [ "$i" = 1 ] && echo "node $n is idle but still runs $left: waiting"
+      sleep 0.2
+    done
+    [ -z "$left" ] || fail "node $n still runs $left 30 s after it became idle"
+  done
   sleep 2
   scontrol update JobId="$job" StartTime=now
 }
