@@ -104,13 +104,13 @@ remove_stale() {
 
 node_ns() { echo "mgmn$(own_id)-$1"; }
 
-# start_slurmd NODE: slurmd in NODE's network namespace, with its own hostname and its own TmpFS directory.
+# start_slurmd NODE: slurmd in NODE's network namespace, with its own hostname, TmpFS directory and /dev/shm.
 start_slurmd() {
   local n=$1 ns
   ns=$(node_ns "$n")
   rm -f "$S/slurmd-$n.pid"
   SLURM_CONF=$S/slurm.conf nsenter --net="/var/run/netns/$ns" unshare --uts --mount --propagation private \
-    sh -c "mount --bind '$S/tmp-$n' '$S/tmp' && hostname $n && exec slurmd -N $n"
+    sh -c "mount --bind '$S/tmp-$n' '$S/tmp' && mount --bind '$S/shm-$n' /dev/shm && hostname $n && exec slurmd -N $n"
 }
 
 case $action in
@@ -146,7 +146,7 @@ case $action in
     # slurmd does not remove, and the step of the same id in the requeued job then fails on that node ("Cannot bind()
     # UNIX socket ...: Address already in use", "Cannot create directory .../pmix.JOB.STEP/: File exists").
     if [ -z "$(ip netns pids "$(node_ns "$n")" 2>/dev/null)" ]; then
-      rm -rf "${S:?}/tmp-$n/"* "$S/spool-$n"/stepd.slurm.pmix.* "$S/spool-$n"/pmix.*
+      rm -rf "${S:?}/tmp-$n/"* "$S/shm-$n/"* "$S/spool-$n"/stepd.slurm.pmix.* "$S/spool-$n"/pmix.*
     fi
     start_slurmd "$n"
     log "slurmd of node $n started again"
@@ -225,7 +225,18 @@ while (echo > "/dev/tcp/127.0.0.1/$ctl_port") 2>/dev/null || (echo > "/dev/tcp/1
 done
 d_port=$((ctl_port + 1))
 mkdir -p "$S/state" "$S/tmp" "$S/dev"
-for n in "${NODES[@]}"; do mkdir -p "$S/spool-$n" "$S/tmp-$n"; touch "$S/dev/$n-nvidia"{0,1,2,3}; done
+for n in "${NODES[@]}"; do mkdir -p "$S/spool-$n" "$S/tmp-$n" "$S/shm-$n"; touch "$S/dev/$n-nvidia"{0,1,2,3}; done
+# The epilog of every job on every node, as sites have one: Open MPI's shared-memory segments of ranks that did not
+# reach MPI_Finalize (aborted, killed) stay in /dev/shm (seen here: vader_segment.n2.*), named after the host and Open
+# MPI's job id, which follows the SLURM job and step ids that a requeued job reuses. The node's /dev/shm is its own
+# (a bind mount in its namespace), as on separate machines.
+cat > "$S/epilog.sh" <<'EPILOG'
+#!/bin/sh
+# epilog.sh: after each job, what an aborted Open MPI job leaves in this node's (private) /dev/shm.
+rm -f /dev/shm/vader_segment.* /dev/shm/sm_segment.*
+exit 0
+EPILOG
+chmod 0755 "$S/epilog.sh"
 {
   echo "# The multi-node test SLURM of $S (tests/slurm/multinode_cluster.sh): nodes ${NODES[*]} on $sub.0/24."
   cat <<CONF
@@ -264,6 +275,7 @@ MessageTimeout=5
 InactiveLimit=0
 MinJobAge=600
 KillWait=5
+Epilog=$S/epilog.sh
 GresTypes=gpu
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 CONF
