@@ -15,6 +15,9 @@ packages=(
   libgtest-dev libbenchmark-dev
   # the cluster tests (tests/cluster.cmake): a real SLURM, Lmod, and a venv for EasyBuild
   slurm-wlm slurmctld slurmd slurm-client munge lmod python3-venv
+  # the multi-node cluster tests (tests/slurm/multinode_cluster.sh): network namespaces, veth pairs and a bridge
+  # (ip), nsenter and unshare (UTS and mount namespaces per node), bc for their timings
+  iproute2 util-linux bc
   # perf/scaling's PNG plots
   python3-matplotlib
   # the sanitizer and fuzzing job (scripts/sanitize.sh): clang with its sanitizer and libFuzzer runtimes

@@ -9,14 +9,17 @@
 #   - runs mgrl under srun with a graceful stop: SIGUSR1 / SIGTERM / SIGINT reaching this shell (#SBATCH
 #     --signal=B:USR1@300, scancel --signal=USR1 --batch, preemption) is passed on to every rank, which finish their
 #     step, write a checkpoint and exit with code 3;
-#   - decides what comes next from mgrl's exit code: 0, done; 3 (stopped with work left), `scontrol requeue` of this
-#     job, which starts again later and resumes from the newest checkpoint (checkpoint.resume = "auto"); anything
-#     else, the job fails and is not requeued.
+#   - decides what comes next from mgrl's exit code: 0, done; 3 (stopped with work left) or 4 (a rank or node of the
+#     job was lost: killed, crashed, its node down or its network cut), `scontrol requeue` of this job, which starts
+#     again later (on the nodes SLURM then gives it) and resumes from the newest checkpoint (checkpoint.resume =
+#     "auto"); anything else, the job fails and is not requeued.
 # Environment it reads (all optional): MGRL, MGRL_RUN_DIR, MGRL_SRUN_FLAGS (extra srun options), MGRL_MAX_REQUEUES
 # (default 20), MGRL_REQUEUE=0 (never requeue).
 
-# Exit code of mgrl when a stop signal ended a training run before its last step (src/core/error.h).
+# Exit codes of mgrl (src/core/error.h): a stop signal ended a training run before its last step; another rank was
+# lost (killed, crashed, its node or network lost) and the job ended.
 MGRL_EXIT_STOPPED=3
+MGRL_EXIT_RANK_LOST=4
 
 mgrl_log() { echo "[mgrl-job $(date '+%F %T')] $*"; }
 
@@ -100,16 +103,19 @@ mgrl_finish() {
     0)
       mgrl_log "mgrl finished (exit 0): done"
       exit 0 ;;
-    "$MGRL_EXIT_STOPPED")
+    "$MGRL_EXIT_STOPPED" | "$MGRL_EXIT_RANK_LOST")
+      local why="mgrl stopped with work left (exit 3) after writing a checkpoint"
+      [ "$rc" = "$MGRL_EXIT_RANK_LOST" ] &&
+        why="mgrl lost a rank or node (exit 4; its line above names it): the job resumes from its last checkpoint"
       if [ -z "${SLURM_JOB_ID:-}" ] || [ "${MGRL_REQUEUE:-1}" = 0 ]; then
-        mgrl_log "mgrl stopped with work left (exit 3) after writing a checkpoint; not requeued (no SLURM job, or MGRL_REQUEUE=0)"
+        mgrl_log "$why; not requeued (no SLURM job, or MGRL_REQUEUE=0)"
         exit "$rc"
       fi
       if [ "$restarts" -ge "${MGRL_MAX_REQUEUES:-20}" ]; then
-        mgrl_log "mgrl stopped with work left (exit 3), but the job was already requeued $restarts times (MGRL_MAX_REQUEUES): not requeued"
+        mgrl_log "$why, but the job was already requeued $restarts times (MGRL_MAX_REQUEUES): not requeued"
         exit "$rc"
       fi
-      mgrl_log "mgrl stopped with work left (exit 3) after writing a checkpoint: requeueing job $SLURM_JOB_ID (restart $((restarts + 1)))"
+      mgrl_log "$why: requeueing job $SLURM_JOB_ID (restart $((restarts + 1)))"
       if scontrol requeue "$SLURM_JOB_ID"; then
         exit 0
       fi

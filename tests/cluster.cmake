@@ -2,6 +2,10 @@
 #   slurm      a real single-node SLURM (munged, slurmctld, slurmd) started once per ctest run by the fixture
 #              slurm.cluster_start and stopped by slurm.cluster_stop; mgrl on the CPU backend under srun, salloc +
 #              mpirun, and the batch scripts of slurm/ (including stop, requeue and exact resume)
+#   slurm      also slurm.multinode.*: a real SLURM of 3 hosts on this machine (network namespaces with their own
+#              hostnames and addresses on a bridge, a slurmd each), started once by slurm.multinode.cluster_start and
+#              stopped by slurm.multinode.cluster_stop: ranks of 2 nodes over TCP, the batch scripts, preemption, and a
+#              node lost mid-job (killed, link cut); one test at a time (RESOURCE_LOCK: they kill nodes)
 #   module     `cmake --install` into a temporary prefix (fixture install.prefix), then real Lmod
 #   packaging  the Spack recipe's dependencies against CMakeLists.txt; the easyconfigs with EasyBuild
 # They exit 77 (skipped) only when SLURM, Lmod or EasyBuild cannot be had here (scripts/install_deps.sh installs
@@ -31,6 +35,23 @@ foreach(case srun_info grpo_script multinode_script sft_script_installed scaling
                        TIMEOUT 240 PROCESSORS 2 ENVIRONMENT "${SLURM_ENV}")
 endforeach()
 set_tests_properties(slurm.sft_script_installed PROPERTIES FIXTURES_REQUIRED "slurm_cluster;mgrl_installed")
+
+# ---- slurm.multinode: 3 hosts in network namespaces (tests/slurm/multinode_cluster.sh) ----
+set(MN_STATE "${CLUSTER}/multinode_state")
+add_test(NAME slurm.multinode.cluster_start COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/slurm/multinode_cluster.sh start "${MN_STATE}")
+set_tests_properties(slurm.multinode.cluster_start PROPERTIES LABELS slurm FIXTURES_SETUP slurm_multinode SKIP_RETURN_CODE 77
+                     TIMEOUT 60 RESOURCE_LOCK slurm_multinode)
+add_test(NAME slurm.multinode.cluster_stop COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/slurm/multinode_cluster.sh stop "${MN_STATE}")
+set_tests_properties(slurm.multinode.cluster_stop PROPERTIES LABELS slurm FIXTURES_CLEANUP slurm_multinode TIMEOUT 60
+                     RESOURCE_LOCK slurm_multinode)
+set(MN_ENV ${MGRL_MPI_ENV} MGRL_TEST_MN_STATE=${MN_STATE} MGRL_TEST_BIN=$<TARGET_FILE:mgrl> MGRL_TEST_SRC=${PROJECT_SOURCE_DIR}
+    MGRL_TEST_WORK=${CLUSTER}/multinode_work MGRL_TEST_CHECK=$<TARGET_FILE:check_train> MPIEXEC=${MPIEXEC_EXECUTABLE})
+foreach(case srun_info sft_same_weights grpo_same_weights script_as_written preempt_requeue_resume rank_stopped node_killed
+             link_cut)
+  add_test(NAME slurm.multinode.${case} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/slurm/test_multinode.sh ${case})
+  set_tests_properties(slurm.multinode.${case} PROPERTIES LABELS slurm FIXTURES_REQUIRED slurm_multinode
+                       SKIP_RETURN_CODE 77 TIMEOUT 300 PROCESSORS 2 RESOURCE_LOCK slurm_multinode ENVIRONMENT "${MN_ENV}")
+endforeach()
 
 # ---- module ----
 foreach(case lua tcl depends_on prereq scripts)

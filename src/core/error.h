@@ -31,6 +31,9 @@ inline constexpr int kExitFatal = 1;
 // A training run stopped early by SIGUSR1, SIGTERM or SIGINT after writing its checkpoint: work is left, resume
 // with checkpoint.resume = "auto" (slurm/common.sh requeues the job on this code).
 inline constexpr int kExitStopped = 3;
+// Another rank of the job ended (killed, crashed) or became unreachable (its node or network lost) while this one ran:
+// the job can resume from its last checkpoint once the node is back (slurm/common.sh requeues the job on this code).
+inline constexpr int kExitRankLost = 4;
 
 // Throws FatalError "<lib> error at <file>:<line> (rank R): <expr> failed: <detail>".
 [[noreturn]] void check_failed(const char* lib, const char* expr, const std::string& detail, const char* file,

@@ -60,14 +60,13 @@ MpiEnv::MpiEnv(int* argc, char*** argv) {
   MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local));
   MPI_CHECK(MPI_Comm_rank(local, &local_rank_));
   MPI_CHECK(MPI_Comm_size(local, &local_size_));
-  peers::init(MPI_COMM_WORLD, local);
-  MPI_CHECK(MPI_Comm_free(&local));
-  num_nodes_ = static_cast<int>(allreduce_sum(static_cast<long long>(local_rank_ == 0 ? 1 : 0)));
-
   char name[MPI_MAX_PROCESSOR_NAME];
   int len = 0;
   MPI_CHECK(MPI_Get_processor_name(name, &len));
   host_.assign(name, static_cast<std::size_t>(len));
+  peers::init(MPI_COMM_WORLD, local, host_);
+  MPI_CHECK(MPI_Comm_free(&local));
+  num_nodes_ = static_cast<int>(allreduce_sum(static_cast<long long>(local_rank_ == 0 ? 1 : 0)));
 }
 
 MpiEnv::~MpiEnv() {
@@ -77,6 +76,7 @@ MpiEnv::~MpiEnv() {
     peers::finalize();
     MPI_Finalize();
   }
+  peers::close_probe();
   g_mpi_up = false;
 }
 

@@ -1,10 +1,13 @@
-// watchdog.cpp: polling thread behind Watchdog; a timeout or a vanished rank of this host prints one line and
-// aborts the job.
+// watchdog.cpp: polling thread behind Watchdog; a timeout, a vanished rank of this host or a rank of another host
+// that has ended or cannot be reached prints one line and aborts the job.
 #include "dist/watchdog.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <map>
 #include <sstream>
 
+#include "core/error.h"
 #include "core/log.h"
 #include "dist/mpi_env.h"
 #include "dist/peers.h"
@@ -64,7 +67,7 @@ std::string Watchdog::waiting_in() const {
   return oldest ? oldest->what : std::string();
 }
 
-void Watchdog::fire_or_wait(const std::string& message, std::chrono::steady_clock::time_point now) {
+void Watchdog::fire_or_wait(const std::string& message, std::chrono::steady_clock::time_point now, int exit_code) {
   using namespace std::chrono;
   // Mpirun ends every rank once one has aborted; lines from the others would only repeat the story, in a worse
   // order (a rank that lost its peer after that peer's own error line).
@@ -80,14 +83,95 @@ void Watchdog::fire_or_wait(const std::string& message, std::chrono::steady_cloc
     // A lower rank of this host sees the same and speaks for the job; this one speaks only if it does not.
     if (now - deferred_since_ < seconds(3)) return;
   }
-  fire(message);
+  fire(message, exit_code);
 }
 
-void Watchdog::fire(const std::string& message) {
+void Watchdog::fire(const std::string& message, int exit_code) {
   peers::mark_speaking();
   if (on_timeout_) on_timeout_();
   log::error(message);
-  abort_job(1);
+  abort_job(exit_code);
+}
+
+namespace {
+// "rank 2, rank 3" from a list of ranks; past 8, "rank 8, ..., rank 15 and 12 more".
+std::string rank_list(const std::vector<int>& ranks) {
+  constexpr std::size_t kNamed = 8;
+  std::string s;
+  for (std::size_t i = 0; i < ranks.size() && i < kNamed; ++i)
+    s += (i ? ", rank " : "rank ") + std::to_string(ranks[i]);
+  if (ranks.size() > kNamed) s += " and " + std::to_string(ranks.size() - kNamed) + " more";
+  return s;
+}
+// The ranks of the last probe in one state, grouped by host: {host -> (ranks, first address)}.
+std::map<std::string, std::pair<std::vector<int>, std::string>> by_host(const std::vector<RemoteSeen>& seen,
+                                                                        peers::Reach reach) {
+  std::map<std::string, std::pair<std::vector<int>, std::string>> out;
+  for (const auto& r : seen) {
+    if (r.reach != static_cast<int>(reach)) continue;
+    auto& e = out[r.host];
+    if (e.first.empty()) e.second = r.address;
+    e.first.push_back(r.rank);
+  }
+  return out;
+}
+}  // namespace
+
+void Watchdog::probe_remote(std::unique_lock<std::mutex>& lock, std::chrono::steady_clock::time_point now) {
+  using namespace std::chrono;
+  if (timeout_s_ <= 0 || peers::remote_count() == 0) return;
+  const Entry* oldest = nullptr;
+  for (const auto& e : entries_)
+    if (!oldest || e.start < oldest->start) oldest = &e;
+  if (!oldest) return;
+  // A call that waits this long gets the other hosts' ranks probed, again every `every` while it waits; each probe
+  // waits `wait` for answers. With the default timeout (600 s): after 10 s, 2 s, every 4 s.
+  const double after = std::clamp(timeout_s_ / 5, 0.5, 10.0);
+  const double wait = std::clamp(timeout_s_ / 10, 0.2, 2.0);
+  const double every = std::max(1.0, 2 * wait);
+  if (duration<double>(now - oldest->start).count() < after) return;
+  if (last_probe_ != steady_clock::time_point{} && duration<double>(now - last_probe_).count() < every) return;
+  lock.unlock();  // the main thread must not wait for the probe to watch or unwatch its calls
+  const auto found = peers::probe(wait);
+  lock.lock();
+  last_probe_ = steady_clock::now();
+  probe_wait_s_ = wait;
+  remote_.clear();
+  for (const auto& r : found) remote_.push_back({r.rank, r.host, r.address, r.doing, static_cast<int>(r.reach)});
+  const std::string in = waiting_in();
+  if (in.empty()) return;  // the call has completed meanwhile
+  // A rank whose port refuses connections has ended: no reason to wait for the timeout.
+  const auto ended = by_host(remote_, peers::Reach::Refused);
+  if (ended.empty()) return;
+  const auto& [host, what] = *ended.begin();
+  const auto& [ranks, address] = what;
+  fire_or_wait(rank_list(ranks) + " on host " + host + (ranks.size() > 1 ? " have" : " has") +
+                   " ended (killed, crashed or its node lost: " + address + " refuses connections) while this rank "
+                   "waited in " + in + "; ending the job",
+               last_probe_, kExitRankLost);
+}
+
+std::string Watchdog::remote_story(bool* lost, std::chrono::steady_clock::time_point since) const {
+  *lost = false;
+  std::string story;
+  if (last_probe_ < since) return story;  // no probe during this wait: what an earlier one found may be over
+  const auto add = [&story](const std::string& s) { story += (story.empty() ? "" : "; ") + s; };
+  for (const auto& [host, what] : by_host(remote_, peers::Reach::Refused)) {
+    add(rank_list(what.first) + " on host " + host + (what.first.size() > 1 ? " have" : " has") +
+        " ended (killed, crashed or its node lost: " + what.second + " refuses connections)");
+    *lost = true;
+  }
+  for (const auto& [host, what] : by_host(remote_, peers::Reach::Unreachable)) {
+    std::ostringstream s;
+    s << rank_list(what.first) << " on host " << host << " cannot be reached (no connection to " << what.second
+      << " within " << probe_wait_s_ << " s: the node is down or its network is cut)";
+    add(s.str());
+    *lost = true;
+  }
+  for (const auto& [host, what] : by_host(remote_, peers::Reach::Silent))
+    add(rank_list(what.first) + " on host " + host + (what.first.size() > 1 ? " do" : " does") +
+        " not answer (the process is stopped or hung)");
+  return story;
 }
 void Watchdog::loop() {
   using namespace std::chrono;
@@ -96,6 +180,9 @@ void Watchdog::loop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
     cv_.wait_for(lock, milliseconds(50));
+    if (stop_) break;
+    peers::set_doing(waiting_in());  // what this rank's probe port answers
+    probe_remote(lock, steady_clock::now());
     if (stop_) break;
     const auto now = steady_clock::now();
     // A rank of this host that has ended while this one runs (before MPI_Finalize, which no rank passes alone):
@@ -110,7 +197,7 @@ void Watchdog::loop() {
                          (in.empty() ? std::string("while this rank was computing")
                                      : "while this rank waited in " + in) +
                          "; ending the job",
-                     now);
+                     now, kExitRankLost);
         break;
       }
     }
@@ -120,7 +207,7 @@ void Watchdog::loop() {
         try {
           finished = it->done();
         } catch (const std::exception& e) {
-          fire(std::string("communication failed during ") + it->what + ": " + e.what());
+          fire(std::string("communication failed during ") + it->what + ": " + e.what(), kExitFatal);
         }
         if (finished) {
           if (it->release) it->release();
@@ -135,13 +222,17 @@ void Watchdog::loop() {
         int n_stopped = 0;
         for (const auto& p : peers::look())
           if (p.state == peers::State::Stopped) stopped += (n_stopped++ ? ", " : "") + peers::name(p);
+        bool lost = false;
+        const std::string remote = remote_story(&lost, it->start);
         if (n_stopped)
           msg << stopped << (n_stopped > 1 ? " are" : " is")
               << " stopped (SIGSTOP, a debugger or job control); ending the job";
+        else if (!remote.empty())
+          msg << remote << "; ending the job";
         else
           msg << "another rank has probably failed, been killed or is waiting in a different collective; ending "
                  "the job";
-        fire_or_wait(msg.str(), now);
+        fire_or_wait(msg.str(), now, lost && !n_stopped ? kExitRankLost : kExitFatal);
         break;  // waiting for a lower rank to speak: look again at the next poll
       }
       ++it;

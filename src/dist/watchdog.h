@@ -1,7 +1,8 @@
 // watchdog.h: a thread that ends the job when a communication call does not complete in time, or when another rank
-// of this host has ended (killed, crashed) while this one still runs. Blocking calls are watched by a Guard;
-// asynchronous ones (NCCL on a stream) by a poll function. One line names the operation and, where the watchdog can
-// see it (ranks of this host, dist/peers.h), the rank that ended or is stopped.
+// has ended (killed, crashed, its node lost) while this one still runs. Blocking calls are watched by a Guard;
+// asynchronous ones (NCCL on a stream) by a poll function. One line names the operation and the rank that ended, is
+// stopped or cannot be reached, with its host: ranks of this host through /proc, the others by a TCP probe
+// (dist/peers.h) once a call has waited a while. A lost rank ends the job with exit code kExitRankLost (4).
 #pragma once
 #include <chrono>
 #include <condition_variable>
@@ -11,8 +12,16 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace mgrl::dist {
+
+// A rank of another host as the last probe found it (dist/peers.h's Remote, kept by the watchdog).
+struct RemoteSeen {
+  int rank;
+  std::string host, address, doing;
+  int reach;  // peers::Reach
+};
 
 class Watchdog {
  public:
@@ -59,8 +68,13 @@ class Watchdog {
   // Called with mu_ held. Ends the job with message, unless another rank of this host has already printed its line
   // (then this one waits silently to be ended with the job) or should speak first (the lowest rank that still
   // runs; this one speaks after a grace period if that rank does not end the job). Returns only to wait.
-  void fire_or_wait(const std::string& message, std::chrono::steady_clock::time_point now);
-  [[noreturn]] void fire(const std::string& message);
+  void fire_or_wait(const std::string& message, std::chrono::steady_clock::time_point now, int exit_code);
+  [[noreturn]] void fire(const std::string& message, int exit_code);
+  // Probes the ranks of other hosts when a call has waited long enough; ends the job when one has ended.
+  void probe_remote(std::unique_lock<std::mutex>& lock, std::chrono::steady_clock::time_point now);
+  // What the last probe found wrong, for the timeout's message ("" when nothing, or when it was made before
+  // `since`, the start of the call that timed out); sets *lost when a rank is lost.
+  std::string remote_story(bool* lost, std::chrono::steady_clock::time_point since) const;
   // The operation this rank waits in, for messages ("" when none).
   std::string waiting_in() const;
 
@@ -72,6 +86,9 @@ class Watchdog {
   std::uint64_t next_id_ = 1;
   bool stop_ = false;
   std::chrono::steady_clock::time_point deferred_since_{};  // when fire_or_wait first let a lower rank speak
+  std::chrono::steady_clock::time_point last_probe_{};
+  std::vector<RemoteSeen> remote_;  // the last probe's findings
+  double probe_wait_s_ = 0;         // how long it waited for answers
   std::thread thread_;
 };
 
