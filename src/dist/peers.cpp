@@ -74,7 +74,9 @@ std::vector<Card> g_cards;     // every rank's, in rank order
 std::vector<int> g_remote;     // the ranks probe() looks at
 int g_listen = -1;
 int g_wake[2] = {-1, -1};      // written to end the answering thread
-std::thread g_server;
+// Never destroyed: a process that ends without close_probe (std::exit on an error path) must not meet a joinable
+// std::thread in static destruction (std::terminate).
+std::thread* g_server = nullptr;
 std::mutex g_doing_mu;
 std::string g_doing;
 
@@ -210,7 +212,7 @@ void init(MPI_Comm world, MPI_Comm local, const std::string& host) {
     for (const auto& k : g_known) seen = seen || k.rank == c.rank;
     if (!seen) g_remote.push_back(c.rank);
   }
-  if (g_listen >= 0 && ::pipe2(g_wake, O_CLOEXEC) == 0) g_server = std::thread(serve);
+  if (g_listen >= 0 && ::pipe2(g_wake, O_CLOEXEC) == 0) g_server = new std::thread(serve);
   // One int per local rank in shared memory; without it the flags are simply not consulted.
   int* base = nullptr;
   if (MPI_Win_allocate_shared(sizeof(int), sizeof(int), MPI_INFO_NULL, local, &base, &g_win) != MPI_SUCCESS) {
@@ -229,10 +231,12 @@ void init(MPI_Comm world, MPI_Comm local, const std::string& host) {
 }
 
 void close_probe() {
-  if (g_server.joinable()) {
+  if (g_server) {
     const char x = 1;
     (void)!::write(g_wake[1], &x, 1);
-    g_server.join();
+    g_server->join();
+    delete g_server;
+    g_server = nullptr;
   }
   for (int* fd : {&g_wake[0], &g_wake[1], &g_listen})
     if (*fd >= 0) {
