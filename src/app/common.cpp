@@ -78,6 +78,23 @@ io::ChatTemplate chat_template(const io::Config& cfg, const char* format_key, co
   return io::ChatTemplate(tok, o);
 }
 
+train::OptimizerOptions optimizer_options(const io::Config& cfg, std::int64_t max_steps, const train::LossScaling& scaling) {
+  train::OptimizerOptions o;
+  o.max_grad_norm = cfg.get_float("train.max_grad_norm");
+  o.scaling = scaling;
+  o.adamw.beta1 = static_cast<float>(cfg.get_float("train.adam_beta1"));
+  o.adamw.beta2 = static_cast<float>(cfg.get_float("train.adam_beta2"));
+  o.adamw.eps = static_cast<float>(cfg.get_float("train.adam_eps"));
+  o.adamw.weight_decay = static_cast<float>(cfg.get_float("train.weight_decay"));
+  o.schedule.kind = cfg.get_string("train.schedule");
+  o.schedule.lr = cfg.get_float("train.lr");
+  o.schedule.total_steps = max_steps;
+  o.schedule.warmup_steps = cfg.get_int("train.warmup_steps") > 0
+                                ? cfg.get_int("train.warmup_steps")
+                                : train::Schedule::warmup_from_ratio(cfg.get_float("train.warmup_ratio"), max_steps);
+  return o;
+}
+
 model::LoraConfig lora_config(const io::Config& cfg) {
   const std::string adapter = cfg.get_string("lora.adapter");
   model::LoraConfig lc;

@@ -82,18 +82,7 @@ int run_grpo(Context& ctx) {
   o.stop_at_step = cfg.get_int("train.stop_at_step");
   o.batch_prompts = static_cast<int>(cfg.get_int("train.batch_size"));
   o.grad_accum = static_cast<int>(cfg.get_int("train.grad_accum"));
-  o.optim.max_grad_norm = cfg.get_float("train.max_grad_norm");
-  o.optim.scaling = scaling;
-  o.optim.adamw.beta1 = static_cast<float>(cfg.get_float("train.adam_beta1"));
-  o.optim.adamw.beta2 = static_cast<float>(cfg.get_float("train.adam_beta2"));
-  o.optim.adamw.eps = static_cast<float>(cfg.get_float("train.adam_eps"));
-  o.optim.adamw.weight_decay = static_cast<float>(cfg.get_float("train.weight_decay"));
-  o.optim.schedule.kind = cfg.get_string("train.schedule");
-  o.optim.schedule.lr = cfg.get_float("train.lr");
-  o.optim.schedule.total_steps = o.max_steps;
-  o.optim.schedule.warmup_steps = cfg.get_int("train.warmup_steps") > 0
-                                      ? cfg.get_int("train.warmup_steps")
-                                      : train::Schedule::warmup_from_ratio(cfg.get_float("train.warmup_ratio"), o.max_steps);
+  o.optim = optimizer_options(cfg, o.max_steps, scaling);
   o.checkpoint = {cfg.get_string("checkpoint.dir"), static_cast<int>(cfg.get_int("checkpoint.every_steps")),
                   static_cast<int>(cfg.get_int("checkpoint.keep_last")), cfg.get_string("checkpoint.resume"),
                   cfg.to_toml()};

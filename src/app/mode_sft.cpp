@@ -74,18 +74,13 @@ int run_sft(Context& ctx) {
   o.stop_at_step = cfg.get_int("train.stop_at_step");
   o.global_batch = static_cast<int>(cfg.get_int("train.batch_size"));
   o.grad_accum = static_cast<int>(cfg.get_int("train.grad_accum"));
-  o.max_grad_norm = cfg.get_float("train.max_grad_norm");
-  o.scaling = scaling;
-  o.adamw.beta1 = static_cast<float>(cfg.get_float("train.adam_beta1"));
-  o.adamw.beta2 = static_cast<float>(cfg.get_float("train.adam_beta2"));
-  o.adamw.eps = static_cast<float>(cfg.get_float("train.adam_eps"));
-  o.adamw.weight_decay = static_cast<float>(cfg.get_float("train.weight_decay"));
-  o.schedule.kind = cfg.get_string("train.schedule");
-  o.schedule.lr = cfg.get_float("train.lr");
-  o.schedule.total_steps = o.max_steps;
-  o.schedule.warmup_steps = cfg.get_int("train.warmup_steps") > 0
-                                ? cfg.get_int("train.warmup_steps")
-                                : train::Schedule::warmup_from_ratio(cfg.get_float("train.warmup_ratio"), o.max_steps);
+  {
+    const train::OptimizerOptions oo = optimizer_options(cfg, o.max_steps, scaling);
+    o.max_grad_norm = oo.max_grad_norm;
+    o.scaling = oo.scaling;
+    o.adamw = oo.adamw;
+    o.schedule = oo.schedule;
+  }
   o.seed = seed;
   o.log_every = static_cast<int>(cfg.get_int("log.every_steps"));
   o.eval_every = static_cast<int>(cfg.get_int("eval.every_steps"));

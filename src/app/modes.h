@@ -89,6 +89,9 @@ void check_model_fits(const Context& ctx, const io::ModelConfig& mc, const std::
 // logits): an absurd batch size is refused before anything is sized from it.
 void check_batch_fits(const io::ModelConfig& mc, const std::string& key, std::int64_t value, double sequences,
                       double tokens, const std::string& advice);
+// The optimizer keys (train.max_grad_norm, adam_*, weight_decay, schedule, lr, warmup_steps / warmup_ratio over
+// max_steps) with the loss scaling chosen for this run: one reading for SFT, GRPO and DPO.
+train::OptimizerOptions optimizer_options(const io::Config& cfg, std::int64_t max_steps, const train::LossScaling& scaling);
 // model.tokenizer, or model.path when it is empty.
 std::string tokenizer_dir(const io::Config& cfg);
 
