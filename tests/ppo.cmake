@@ -1,4 +1,5 @@
-# ppo.cmake: PPO tests (included by tests/CMakeLists.txt): the objective against trl's PPOTrainer (unit.ppo_loss).
+# ppo.cmake: PPO tests (included by tests/CMakeLists.txt): the objective against trl's PPOTrainer and the value head
+# (unit.ppo_loss).
 add_executable(test_ppo_loss unit/test_ppo_loss.cpp)
 target_link_libraries(test_ppo_loss PRIVATE mgrl_rl GTest::gtest_main mgrl_warnings)
 target_compile_definitions(test_ppo_loss PRIVATE MGRL_TEST_DATA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/data")

@@ -1,7 +1,7 @@
 // test_ppo_loss.cpp: the PPO objective (src/rl/ppo_loss.h) against trl 1.12.0's PPOTrainer.train() on fixed rollout
 // tensors (tests/data/ppo, tools/make_ppo_fixtures.py): rewards, GAE returns, whitened advantages, every mini-batch's
 // loss and its gradients with respect to the new log-probs and values, and the logged metrics; the gradients against
-// finite differences; the value positions and the KL estimators.
+// finite differences; the value positions and the KL estimators; the value head (gradients, AdamW, exact state).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,6 +16,7 @@
 
 #include "core/error.h"
 #include "rl/ppo_loss.h"
+#include "rl/value_head.h"
 
 namespace mgrl::rl {
 namespace {
@@ -212,6 +213,67 @@ TEST(PpoLoss, ValuePositionsKlAndWhitening) {
     for (double a : s.advantages) sum += a, sq += a * a, n += 1;
   EXPECT_NEAR(sum / n, 0.0, 1e-12);
   EXPECT_NEAR(sq / (n - 1), 1.0, 1e-6);
+}
+
+
+// The value head: d loss / d (w, b, h) against central differences for loss = sum_r c_r v_r^2 / 2; an AdamW step
+// as torch's rule moves every parameter against its gradient; the JSON state restores bit for bit and refuses a head
+// of another width.
+TEST(ValueHead, GradientsStepAndState) {
+  const int H = 5, R = 3;
+  ValueHead vh(H);
+  std::vector<float> h(static_cast<std::size_t>(H * R));
+  for (std::size_t i = 0; i < h.size(); ++i) h[i] = static_cast<float>(std::sin(1.7 * static_cast<double>(i) + 0.3));
+  const double c[R] = {0.5, -1.25, 2.0};
+  double v[R];
+  vh.forward(h.data(), R, v);
+  for (double x : v) EXPECT_EQ(x, 0.0);  // zero start
+  // Move it off zero with one step on a fixed gradient, then check derivatives there.
+  for (std::size_t i = 0; i < vh.grads().size(); ++i) vh.grads()[i] = std::cos(static_cast<double>(i));
+  kernels::Ops::AdamW hp;
+  hp.lr = 0.1f;
+  hp.step = 1;
+  vh.step(hp);
+  for (std::size_t i = 0; i < vh.params().size(); ++i)
+    EXPECT_NEAR(vh.params()[i], -0.1 * (std::cos(static_cast<double>(i)) > 0 ? 1 : -1), 1e-5) << i;  // Adam's first step: -lr sign(g)
+  vh.zero_grad();
+  auto loss = [&](const ValueHead& head, const std::vector<float>& x) {
+    double out[R], l = 0;
+    head.forward(x.data(), R, out);
+    for (int r = 0; r < R; ++r) l += 0.5 * c[r] * out[r] * out[r];
+    return l;
+  };
+  vh.forward(h.data(), R, v);
+  double dv[R];
+  for (int r = 0; r < R; ++r) dv[r] = c[r] * v[r];
+  std::vector<float> dh(h.size());
+  vh.backward(h.data(), R, dv, dh.data());
+  const double eps = 1e-3;
+  for (std::size_t i = 0; i < h.size(); ++i) {
+    auto hp_ = h, hm = h;
+    hp_[i] += static_cast<float>(eps);
+    hm[i] -= static_cast<float>(eps);
+    EXPECT_NEAR(dh[i], (loss(vh, hp_) - loss(vh, hm)) / (2 * eps), 2e-4) << "h " << i;
+  }
+  const nlohmann::json st = vh.state();
+  for (std::size_t k = 0; k < vh.params().size(); ++k) {
+    auto moved = st;
+    ValueHead p(H), m(H);
+    auto pp = st["params"].get<std::vector<float>>(), pm = pp;
+    pp[k] += static_cast<float>(eps);
+    pm[k] -= static_cast<float>(eps);
+    moved["params"] = pp;
+    p.restore(moved);
+    moved["params"] = pm;
+    m.restore(moved);
+    EXPECT_NEAR(vh.grads()[k], (loss(p, h) - loss(m, h)) / (2 * eps), 2e-4) << "param " << k;
+  }
+  ValueHead back(H);
+  back.restore(nlohmann::json::parse(st.dump()));
+  EXPECT_EQ(back.params(), vh.params());
+  EXPECT_EQ(back.state().dump(), st.dump());
+  ValueHead other(H + 1);
+  EXPECT_THROW(other.restore(st), UserError);
 }
 
 }  // namespace
