@@ -81,7 +81,13 @@ class Transformer {
   // forward(train = true). Gradients accumulate into lora()->grads() (and base_grads() when full FT).
   // layer_done(l), when given, runs as soon as layer l's gradients are complete (layers finish from the last
   // to the first), e.g. to start reducing that layer's LoRA gradients while the backward goes on.
-  void backward(const float* weights, const std::function<void(int)>& layer_done = {});
+  // dhidden (host [T, hidden]; null: none) is a gradient with respect to the final hidden state (final_hidden()) of
+  // a loss term computed from it outside the model (PPO's value head), added to what the LM head gives.
+  void backward(const float* weights, const std::function<void(int)>& layer_done = {},
+                const float* dhidden = nullptr);
+  // The final hidden state (after the final norm: what the LM head reads) of the last forward(train = true), host
+  // [T, hidden] in packed rows (PPO's value head reads it).
+  std::vector<float> final_hidden() const;
   // Gradient of the last backward's loss with respect to the input embeddings, host [T, hidden].
   std::vector<float> input_embedding_grad() const;
   // Full logits of the last forward, host [T, vocab] (tests, debugging).
