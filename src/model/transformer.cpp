@@ -774,7 +774,7 @@ std::vector<float> Transformer::input_embedding_grad() const {
 }
 
 std::vector<float> Transformer::final_hidden() const {
-  MGRL_CHECK(train_arena_->work != nullptr && train_arena_->train, "final_hidden() needs a forward(train = true)");
+  MGRL_CHECK(train_arena_->work != nullptr, "final_hidden() needs a forward() first");
   const Arena& a = *train_arena_;
   std::vector<float> out(static_cast<std::size_t>(a.T) * cfg_.hidden_size);
   ops_.download_storage_as_f32(out.data(), a.work->xf, out.size());

@@ -85,8 +85,8 @@ class Transformer {
   // a loss term computed from it outside the model (PPO's value head), added to what the LM head gives.
   void backward(const float* weights, const std::function<void(int)>& layer_done = {},
                 const float* dhidden = nullptr);
-  // The final hidden state (after the final norm: what the LM head reads) of the last forward(train = true), host
-  // [T, hidden] in packed rows (PPO's value head reads it).
+  // The final hidden state (after the final norm: what the LM head reads) of the last forward() (training or not;
+  // score() passes have buffers of their own), host [T, hidden] in packed rows (PPO's value head reads it).
   std::vector<float> final_hidden() const;
   // Gradient of the last backward's loss with respect to the input embeddings, host [T, hidden].
   std::vector<float> input_embedding_grad() const;
