@@ -5,7 +5,7 @@
 namespace mgrl::io {
 
 const std::vector<std::string>& mgrl_modes() {
-  static const std::vector<std::string> modes{"info", "sft", "grpo", "dpo", "reward", "export", "score", "generate",
+  static const std::vector<std::string> modes{"info", "sft", "grpo", "dpo", "ppo", "reward", "export", "score", "generate",
                                               "render", "help-config"};
   return modes;
 }
@@ -17,7 +17,8 @@ const Schema& mgrl_schema() {
     auto add = [&s](KeySpec k) { s.push_back(std::move(k)); };
     add({"mode", T::String, std::nullopt,
          "what to run: info (ranks, devices, versions), sft (supervised fine-tuning), grpo (reinforcement learning "
-         "with group-relative policy optimisation), dpo (direct preference optimisation on preference pairs), reward "
+         "with group-relative policy optimisation), dpo (direct preference optimisation on preference pairs), ppo "
+         "(reinforcement learning with a value head and GAE, as trl's PPO trainer), reward "
          "(score completions with the [[reward]] functions), export (a checkpoint as a PEFT adapter or merged model), "
          "score (log-probs of token sequences), generate (completions of prompts), render (the text, tokens and "
          "assistant mask of chat data) or help-config (this list); the command line may name it instead",
@@ -33,7 +34,7 @@ const Schema& mgrl_schema() {
          {}, 0.0, std::nullopt, {}});
     add({"model.path", T::String, std::nullopt,
          "Hugging Face model directory: config.json and model.safetensors (or a sharded index)", {}, {}, {},
-         {"score", "generate", "sft", "grpo", "dpo", "render"}});
+         {"score", "generate", "sft", "grpo", "dpo", "ppo", "render"}});
     add({"model.init", T::String, Value(std::string("pretrained")),
          "pretrained: weights from model.path; random: only model.path/config.json is read and the weights are "
          "drawn (normal(0, model.init_std); norms 1) for training a small model from scratch",
@@ -57,7 +58,7 @@ const Schema& mgrl_schema() {
          "input JSONL file; score: {\"tokens\": [ids]}, {\"text\": text} or {\"messages\": [...]} per line; generate: "
          "{\"prompt\": text}, {\"messages\": [{\"role\", \"content\"}]} or {\"prompt_tokens\": [ids]} per line; "
          "dpo: {\"prompt\", \"chosen\", \"rejected\"} per line (docs/dpo.md); render: {\"messages\": [...]} per line",
-         {}, {}, {}, {"score", "generate", "sft", "grpo", "dpo", "reward", "render"}});
+         {}, {}, {}, {"score", "generate", "sft", "grpo", "dpo", "ppo", "reward", "render"}});
     add({"chat.template", T::String, Value(std::string("")),
          "a Jinja chat template file (.jinja) used instead of the model's own (tokenizer_config.json chat_template or "
          "chat_template.jinja); empty: the model's. Only with chat_format = auto",
@@ -277,6 +278,8 @@ const Schema& mgrl_schema() {
          "with full fine-tuning or a starting lora.adapter, whose reference is the starting weights)", {}, {}, {},
          {}});
     // [ppo] (docs/ppo.md): trl's PPOTrainer (trl.experimental.ppo, trl 1.12.0) under its names and defaults.
+    add({"ppo.max_prompt_length", T::Int, Value(std::int64_t{512}),
+         "longest prompt in tokens; longer prompts keep their last tokens", {}, 1.0, {}, {}});
     add({"ppo.response_length", T::Int, Value(std::int64_t{53}),
          "most tokens generated per response; a response that stops (EOS) before it also gets a value at the state "
          "after its last token, where its score is placed", {}, 1.0, {}, {}});
