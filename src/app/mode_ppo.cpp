@@ -34,7 +34,7 @@ int run_ppo(Context& ctx) {
 
   io::ModelConfig mc;
   std::unique_ptr<io::Tokenizer> tok;
-  std::vector<rl::PromptRow> train_data;
+  std::vector<rl::PromptRow> train_data, eval_data;
   const int max_prompt = static_cast<int>(cfg.get_int("ppo.max_prompt_length"));
   env.agree([&] {
     mc = io::parse_hf_config(model_dir + "/config.json");
@@ -45,6 +45,8 @@ int run_ppo(Context& ctx) {
                       " tokens, more than the model's vocab_size (" + std::to_string(mc.vocab_size) + ")");
     const io::ChatTemplate chat = chat_template(cfg, "train.chat_format", *tok);
     train_data = rl::load_prompts(cfg.get_string("data.input"), *tok, chat, max_prompt);
+    if (!cfg.get_string("eval.input").empty())
+      eval_data = rl::load_prompts(cfg.get_string("eval.input"), *tok, chat, max_prompt);
     const std::int64_t longest = max_prompt + cfg.get_int("ppo.response_length");
     if (mc.max_position_embeddings > 0 && longest > mc.max_position_embeddings)
       throw UserError("ppo.max_prompt_length + ppo.response_length (" + std::to_string(longest) +
@@ -100,13 +102,16 @@ int run_ppo(Context& ctx) {
   o.log_dir = cfg.get_string("log.dir");
   o.config_text = cfg.to_toml();
   o.threads = std::max(1, ctx.device.cpu_threads);
+  o.eval_every = static_cast<int>(cfg.get_int("eval.every_steps"));
+  o.eval_max_new_tokens = static_cast<int>(cfg.get_int("eval.max_new_tokens"));
+  o.accuracy_reward = cfg.get_string("eval.accuracy_reward");
   {
     char line[400];
     std::snprintf(line, sizeof(line),
-                  "ppo: %s %s, %zu prompts, %s on %d rank%s; %d responses per rollout batch, %d epochs x %d "
+                  "ppo: %s %s, %zu prompts, %zu held-out, %s on %d rank%s; %d responses per rollout batch, %d epochs x %d "
                   "mini-batches, kl %s x %g, %zu reward function%s; %lld optimizer steps",
                   random_init ? "random-init" : "pretrained", io::architecture_name(mc.arch), train_data.size(),
-                  full ? "full fine-tuning" : "LoRA", env.size(), env.size() == 1 ? "" : "s", o.batch_prompts,
+                  eval_data.size(), full ? "full fine-tuning" : "LoRA", env.size(), env.size() == 1 ? "" : "s", o.batch_prompts,
                   o.num_ppo_epochs, o.num_mini_batches, cfg.get_string("ppo.kl_estimator").c_str(), o.ppo.kl_coef,
                   rewards->size(), rewards->size() == 1 ? "" : "s", static_cast<long long>(o.max_steps));
     log::info(line);
@@ -114,7 +119,8 @@ int run_ppo(Context& ctx) {
   if (env.rank() == 0 && !o.log_dir.empty()) train::remove_stale_temporaries(o.log_dir + "/rollouts");
   std::unique_ptr<rl::PpoTrainer> trainer;
   env.agree([&] {
-    trainer = std::make_unique<rl::PpoTrainer>(env, ctx.comm, net, *tok, *rewards, std::move(train_data), o);
+    trainer = std::make_unique<rl::PpoTrainer>(env, ctx.comm, net, *tok, *rewards, std::move(train_data),
+                                               std::move(eval_data), o);
   });
   trainer->run();
   return 0;

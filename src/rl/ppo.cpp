@@ -19,9 +19,10 @@
 namespace mgrl::rl {
 
 PpoTrainer::PpoTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transformer& model, const io::Tokenizer& tok,
-                       const Rewards& rewards, std::vector<PromptRow> train, PpoTrainOptions opts)
+                       const Rewards& rewards, std::vector<PromptRow> train, std::vector<PromptRow> eval,
+                       PpoTrainOptions opts)
     : env_(env), comm_(comm), model_(model), tok_(tok), rewards_(rewards), train_(std::move(train)),
-      opts_(std::move(opts)), sampler_(train_.size(), opts_.seed) {
+      eval_(std::move(eval)), opts_(std::move(opts)), sampler_(train_.size(), opts_.seed) {
   const int ranks = env_.size();
   if (opts_.batch_prompts % ranks != 0)
     throw UserError("train.batch_size (" + std::to_string(opts_.batch_prompts) +
@@ -38,6 +39,10 @@ PpoTrainer::PpoTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transfo
     throw UserError("train.stop_at_step (" + std::to_string(opts_.stop_at_step) + ") must be a multiple of " +
                     std::to_string(spu) + " (checkpoints fall between rollout batches)");
   if (rewards_.size() == 0) throw UserError("ppo needs at least one [[reward]] table");
+  // The reference is the model with the adapter switched off: with full fine-tuning that is the policy itself.
+  if (model_.base_grads() != nullptr && opts_.ppo.kl_coef > 0)
+    throw UserError("ppo's reference policy is the model with the LoRA adapter switched off: with "
+                    "train.full_finetune = true there is none, so set ppo.kl_coef = 0 (or train with LoRA)");
   tr_ = train::trainable_of(model_, model_.base_grads() != nullptr);
   opt_ = std::make_unique<train::Optimizer>(model_.ops(), tr_, opts_.optim);
   sync_ = std::make_unique<train::GradSync>(comm_, model_, tr_);
@@ -49,6 +54,58 @@ PpoTrainer::PpoTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transfo
   vh_buf_ = static_cast<float*>(model_.ops().alloc(vh_->params().size() * sizeof(float)));
   state_.rank_rng.assign(static_cast<std::size_t>(ranks), 0);
   opt_->start(state_);
+  const auto& names = rewards_.names();
+  const auto& kinds = rewards_.kinds();
+  if (!opts_.accuracy_reward.empty()) {
+    const auto it = std::find(names.begin(), names.end(), opts_.accuracy_reward);
+    if (it == names.end()) throw UserError("eval.accuracy_reward: no reward is named '" + opts_.accuracy_reward + "'");
+    accuracy_fn_ = static_cast<int>(it - names.begin());
+  } else {
+    for (std::size_t f = 0; f < kinds.size() && accuracy_fn_ < 0; ++f)
+      if (kinds[f] == "answer_match" || kinds[f] == "code_exec") accuracy_fn_ = static_cast<int>(f);
+  }
+}
+
+PpoEval PpoTrainer::evaluate() {
+  PpoEval res;
+  if (eval_.empty()) return res;
+  const train::PhasesPaused paused(model_.ops());
+  const std::size_t N = eval_.size();
+  const std::size_t lo = N * static_cast<std::size_t>(env_.rank()) / static_cast<std::size_t>(env_.size());
+  const std::size_t hi = N * static_cast<std::size_t>(env_.rank() + 1) / static_cast<std::size_t>(env_.size());
+  res.prompts = N;
+  double reward = 0;
+  long long right = 0;
+  std::vector<Prompt> prompts;
+  for (std::size_t i = lo; i < hi; ++i) prompts.push_back({static_cast<std::int64_t>(i), eval_[i].tokens});
+  if (!prompts.empty()) {
+    GenerationOptions g;
+    g.max_new_tokens = opts_.eval_max_new_tokens;
+    g.sampling.temperature = 0;  // greedy
+    if (auto eos = tok_.eos_id()) g.eos_ids = {*eos};
+    g.max_sequences = opts_.max_sequences;
+    g.max_prefill_tokens = opts_.max_prefill_tokens;
+    g.kv_block_size = opts_.kv_block_size;
+    Generator gen(model_, g, [&](const std::vector<std::int32_t>& ids) { return tok_.decode(ids, true); });
+    std::vector<RewardSample> samples;
+    for (const auto& c : gen.generate(prompts)) {
+      const PromptRow& p = eval_[static_cast<std::size_t>(c.prompt_index)];
+      RewardSample s;
+      s.prompt = p.text;
+      s.completion = c.text;
+      s.row = &p.row;
+      s.completion_tokens = static_cast<int>(c.tokens.size());
+      s.finish_reason = c.finish_reason;
+      samples.push_back(std::move(s));
+    }
+    for (const auto& v : rewards_.score(samples, opts_.log_dir.empty() ? "." : opts_.log_dir, opts_.threads)) {
+      reward += rewards_.total(v);
+      right += accuracy_fn_ >= 0 && v[static_cast<std::size_t>(accuracy_fn_)] >= 1.0 - 1e-9 ? 1 : 0;
+    }
+  }
+  res.mean_reward = env_.allreduce_sum(reward) / static_cast<double>(N);
+  if (accuracy_fn_ >= 0) res.accuracy = static_cast<double>(env_.allreduce_sum(right)) / static_cast<double>(N);
+  return res;
 }
 
 PpoTrainer::~PpoTrainer() {
@@ -262,6 +319,22 @@ std::int64_t PpoTrainer::run() {
   const auto t0 = train::Clock::now();
   stop::arm();
   auto extra_state = [&]() { return nlohmann::json{{"value_head", vh_->state()}}.dump(); };
+  auto eval_line = [&](const char* when) {
+    const PpoEval e = evaluate();
+    if (e.prompts == 0) return;
+    char line[256];
+    int k = std::snprintf(line, sizeof(line), "eval %s step %lld | held-out mean reward %.4f", when,
+                          static_cast<long long>(state_.step), e.mean_reward);
+    if (e.accuracy >= 0)
+      std::snprintf(line + k, sizeof(line) - static_cast<std::size_t>(k), " | held-out accuracy %.1f%% (%lld/%zu)",
+                    100.0 * e.accuracy,
+                    static_cast<long long>(std::llround(e.accuracy * static_cast<double>(e.prompts))), e.prompts);
+    rlog.line(line);
+    nlohmann::json j = {{"step", state_.step}, {"eval_reward", e.mean_reward}};
+    if (e.accuracy >= 0) j["eval_accuracy"] = e.accuracy;
+    rlog.emit(j, state_.step);
+  };
+  if (state_.step == 0 && first < end) eval_line("before");
   while (state_.step < end) {
     nlohmann::json j = {{"step", state_.step + steps_per_update()}};
     const std::int64_t before = state_.step;
@@ -281,6 +354,7 @@ std::int64_t PpoTrainer::run() {
     }
     rlog.progress(state_.step, first, opts_.max_steps, train::seconds_since(t0));
     const bool last = state_.step >= end || train::stop_agreed(env_, state_.step);
+    if (opts_.eval_every > 0 && state_.step / opts_.eval_every != before / opts_.eval_every && !last) eval_line("at");
     // checkpoint.every_steps counts optimizer steps; a checkpoint falls at the end of the update that reaches one.
     const int every = opts_.checkpoint.every;
     const bool due = ckpt_->enabled() && every > 0 && state_.step / every != before / every;
@@ -289,6 +363,7 @@ std::int64_t PpoTrainer::run() {
     if (last) break;
   }
   rlog.end_progress();
+  if (!stop::stopped_early()) eval_line("after");
   rlog.flush();
   return state_.step;
 }

@@ -46,15 +46,25 @@ struct PpoTrainOptions {
   std::string config_text;
   int threads = 1;
   int log_every = 1;
+  int eval_every = 0;           // eval.every_steps (optimizer steps; at the end of the update that reaches one)
+  int eval_max_new_tokens = 32;
+  std::string accuracy_reward;  // eval.accuracy_reward; "": the first answer_match or code_exec reward
+};
+
+// Held-out figures of greedy completions: mean total reward, and the accuracy (the accuracy reward at 1).
+struct PpoEval {
+  double mean_reward = -1, accuracy = -1;
+  std::size_t prompts = 0;
 };
 
 class PpoTrainer {
  public:
   PpoTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transformer& model, const io::Tokenizer& tok,
-             const Rewards& rewards, std::vector<PromptRow> train, PpoTrainOptions opts);
+             const Rewards& rewards, std::vector<PromptRow> train, std::vector<PromptRow> eval, PpoTrainOptions opts);
   ~PpoTrainer();
   // Runs to max_steps (or stop_at_step); returns the optimizer steps done in all.
   std::int64_t run();
+  PpoEval evaluate();  // collective
 
  private:
   int steps_per_update() const { return opts_.num_ppo_epochs * opts_.num_mini_batches; }
@@ -68,8 +78,9 @@ class PpoTrainer {
   model::Transformer& model_;
   const io::Tokenizer& tok_;
   const Rewards& rewards_;
-  std::vector<PromptRow> train_;
+  std::vector<PromptRow> train_, eval_;
   PpoTrainOptions opts_;
+  int accuracy_fn_ = -1;
   train::Sampler sampler_;
   train::Trainable tr_;
   std::unique_ptr<train::Optimizer> opt_;
