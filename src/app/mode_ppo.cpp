@@ -32,6 +32,12 @@ int run_ppo(Context& ctx) {
   if (rewards->size() == 0)
     env.agree([&] { throw UserError(cfg.file() + ": ppo needs at least one [[reward]] table (docs/rewards.md)"); });
 
+  if (cfg.get_int("train.grad_accum") != 1)
+    env.agree([&] {
+      throw UserError("ppo does not use train.grad_accum (each rank trains its share of a mini-batch in one pass; "
+                      "ppo.num_mini_batches sets the optimizer steps): leave it at 1");
+    });
+
   io::ModelConfig mc;
   std::unique_ptr<io::Tokenizer> tok;
   std::vector<rl::PromptRow> train_data, eval_data;
