@@ -111,6 +111,14 @@ Transformer::Transformer(io::ModelConfig cfg, kernels::Ops& ops, ModelOptions op
       score_arena_(std::make_unique<Arena>()), cur_(train_arena_.get()) {
   score_arena_->grads = false;
   if (cfg_.head_dim % 2 != 0) throw UserError("head_dim must be even for rotary embeddings");
+  // config.json features that io::parse_hf_config reads but this model does not compute yet.
+  if (cfg_.gemma || cfg_.sliding_window > 0 || cfg_.hidden_act != "silu" ||
+      (cfg_.rope_scaling && cfg_.rope_scaling->rope_type != "llama3")) {
+    throw UserError(std::string("config.json: ") + io::architecture_name(cfg_.arch) +
+                    (cfg_.sliding_window > 0 ? " with sliding_window" : "") +
+                    " is not supported by the model yet (Gemma norms, GeGLU, sliding windows, soft-capping, linear "
+                    "RoPE scaling)");
+  }
   for (const auto& t : io::expected_tensors(cfg_)) {
     base_.push_back({t.name, t.shape, base_numel_});
     base_numel_ += static_cast<std::size_t>(io::shape_numel(t.shape));
