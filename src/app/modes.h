@@ -47,6 +47,8 @@ int run_sft(Context& ctx);
 int run_grpo(Context& ctx);
 // `mgrl dpo`: direct preference optimisation on preference pairs (docs/dpo.md).
 int run_dpo(Context& ctx);
+// `mgrl ppo`: reinforcement learning with a value head and GAE, as trl's PPO trainer (docs/ppo.md).
+int run_ppo(Context& ctx);
 // `mgrl reward`: the [[reward]] functions on a JSONL of {prompt, completion, ...} lines, JSON lines out.
 int run_reward(Context& ctx);
 // `mgrl export`: a checkpoint as a PEFT adapter directory, optionally also merged into a full model.

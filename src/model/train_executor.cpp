@@ -459,7 +459,7 @@ void TrainExecutor::add_loss(const float* weights, double* loss_acc) {
   ops_.weighted_sum_accumulate(loss_acc, cur_->work->lp, cur_->work->wrow, static_cast<std::size_t>(cur_->T), -1.0);
 }
 
-void TrainExecutor::backward(const float* weights, const std::function<void(int)>& layer_done) {
+void TrainExecutor::backward(const float* weights, const std::function<void(int)>& layer_done, const float* dhidden) {
   cur_ = train_arena_.get();
   MGRL_CHECK(cur_->work && cur_->train, "backward() needs a forward(train = true) first");
   MGRL_CHECK(cur_->lora || opts_.full_finetune, "backward() with nothing trainable");
@@ -476,6 +476,10 @@ void TrainExecutor::backward(const float* weights, const std::function<void(int)
   float* dhead = def_.head_grad();
   ops_.lm_head_logprob_backward(W.dxf, dhead, W.wrow, W.xf, def_.head(), W.targets, W.lse_head, T, D, V,
                                 cur_->logit_scale, W.head_scratch, def_.final_softcap());
+  if (dhidden) {  // W.dh is free until the last layer's backward: it carries dhidden in the storage dtype
+    ops_.upload_f32_as_storage(W.dh, dhidden, static_cast<std::size_t>(T) * static_cast<std::size_t>(D));
+    ops_.residual_forward(W.dxf, W.dh, static_cast<std::int64_t>(T) * D);
+  }
   ops_.rmsnorm_backward(W.dx, def_.final_norm_grad(), W.dxf, W.xs[cfg_.num_hidden_layers], def_.final_norm(),
                         W.rstd_f, T, D, false, def_.unit_offset_norms());
   for (int l = cfg_.num_hidden_layers - 1; l >= 0; --l) {
@@ -494,6 +498,14 @@ std::vector<float> TrainExecutor::input_embedding_grad() const {
   const std::size_t n = static_cast<std::size_t>(a.T) * cfg_.hidden_size;
   std::vector<float> out(n);
   ops_.download_storage_as_f32(out.data(), a.work->dx, n);
+  return out;
+}
+
+std::vector<float> TrainExecutor::final_hidden() const {
+  MGRL_CHECK(train_arena_ && train_arena_->work != nullptr, "final_hidden() needs a forward() first");
+  const Arena& a = *train_arena_;
+  std::vector<float> out(static_cast<std::size_t>(a.T) * cfg_.hidden_size);
+  ops_.download_storage_as_f32(out.data(), a.work->xf, out.size());
   return out;
 }
 
