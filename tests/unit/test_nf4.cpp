@@ -5,15 +5,23 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "io/hf_config.h"
+#include "io/nf4_tensor.h"
 #include "io/safetensors.h"
 #include "kernels/cpu/nf4.h"
+#include "test_util.h"
 
 namespace {
 
 using namespace mgrl;
+using mgrl::test::error_of;
 namespace cpu = mgrl::kernels::cpu;
 
 const std::string kBlocks = MGRL_TEST_DATA_DIR "/nf4/blocks.safetensors";
@@ -133,6 +141,104 @@ TEST(Nf4, StorageBytes) {
   // 3 x 7: 11 bytes of codes, one block
   EXPECT_EQ(cpu::nf4_bytes(3, 7, false), 11 + 4);
   EXPECT_EQ(cpu::nf4_bytes(3, 7, true), 11 + 1 + 4 + 4);
+}
+
+}  // namespace
+
+// ---- a model directory saved by transformers + bitsandbytes (tests/data/nf4/llama_nf4) ----
+
+namespace {
+
+const std::string kNf4Model = MGRL_TEST_DATA_DIR "/nf4/llama_nf4";
+const std::string kDenseModel = MGRL_TEST_DATA_DIR "/nf4/llama_dense";
+
+TEST(Nf4Model, ConfigHasBitsandbytes4bit) {
+  const io::ModelConfig c = io::parse_hf_config(kNf4Model + "/config.json");
+  ASSERT_TRUE(c.bnb4bit.has_value());
+  EXPECT_TRUE(c.bnb4bit->double_quant);
+  EXPECT_EQ(c.bnb4bit->compute_dtype, "float32");
+  EXPECT_FALSE(io::parse_hf_config(kDenseModel + "/config.json").bnb4bit.has_value());
+}
+
+// Every projection of the saved model: read without dequantizing, and equal to what quantizing the bf16 source
+// here gives (codes, 8-bit absmax, nested absmax); the embeddings, norms and lm_head stay dense.
+TEST(Nf4Model, ReadsEveryProjectionAndMatchesQuantizingTheSource) {
+  const io::ModelConfig c = io::parse_hf_config(kNf4Model + "/config.json");
+  const io::SafetensorsModel m(kNf4Model), dense(kDenseModel);
+  int projections = 0, dense_weights = 0, own_offset_diffs = 0;
+  for (const io::TensorSpec& spec : io::expected_tensors(c)) {
+    SCOPED_TRACE(spec.name);
+    if (!io::has_bnb_nf4(m, spec.name)) {
+      ++dense_weights;
+      EXPECT_EQ(m.get(spec.name).dtype, DType::F32);
+      continue;
+    }
+    ++projections;
+    ASSERT_EQ(spec.shape.size(), 2u);
+    const io::Nf4Tensor t = io::read_bnb_nf4(m, spec.name, spec.shape[0], spec.shape[1]);
+    EXPECT_TRUE(t.double_quant);
+    EXPECT_TRUE(same_bits(t.code, std::vector<float>(cpu::nf4_code(), cpu::nf4_code() + 16)));
+    EXPECT_TRUE(same_bits(t.nested_code, std::vector<float>(cpu::dynamic_code(), cpu::dynamic_code() + 256)));
+    const std::vector<float> w = io::to_f32(dense.get(spec.name, spec.shape));
+    std::vector<std::uint8_t> codes(static_cast<std::size_t>(cpu::nf4_code_bytes(t.numel())));
+    std::vector<float> absmax(static_cast<std::size_t>(t.blocks()));
+    cpu::nf4_quantize(w.data(), t.numel(), codes.data(), absmax.data());
+    EXPECT_EQ(codes, t.codes);
+    std::vector<std::uint8_t> q(absmax.size());
+    std::vector<float> nested(t.nested_absmax.size());
+    float offset = t.offset;
+    cpu::nf4_double_quantize(absmax.data(), t.blocks(), q.data(), nested.data(), &offset, true);
+    EXPECT_EQ(q, t.qabsmax);
+    EXPECT_TRUE(same_bits(nested, t.nested_absmax));
+    float own = 0;
+    cpu::nf4_double_quantize(absmax.data(), t.blocks(), q.data(), nested.data(), &own);
+    own_offset_diffs += own != t.offset;
+    // dequantized: within the NF4 step of the source
+    std::vector<float> am(absmax.size()), deq(w.size());
+    cpu::nf4_absmax_dequantize(t.qabsmax.data(), t.nested_absmax.data(), t.offset, t.nested_code.data(), t.blocks(),
+                               am.data());
+    cpu::nf4_dequantize(t.codes.data(), am.data(), t.code.data(), t.numel(), deq.data());
+    for (std::size_t i = 0; i < w.size(); ++i)
+      ASSERT_LE(std::fabs(deq[i] - w[i]), 0.17f * am[i / 64] + 1e-6f) << i;
+  }
+  EXPECT_EQ(projections, 2 * 7);
+  EXPECT_EQ(dense_weights, 1 + 2 * 2 + 1 + 1);  // embed, 2 norms a layer, final norm, lm_head
+  std::printf("own offsets one ulp from torch's mean: %d of %d\n", own_offset_diffs, projections);
+}
+
+TEST(Nf4Model, BadFilesAreOneClearLine) {
+  const io::SafetensorsModel m(kNf4Model);
+  const std::string name = "model.layers.0.self_attn.q_proj.weight";
+  EXPECT_NE(error_of([&] { io::read_bnb_nf4(m, name, 64, 32); }).find("shape [64, 64], expected [64, 32]"),
+            std::string::npos);
+  // a copy without the nested_absmax of q_proj
+  const std::string dir = test::temp_path("nf4_broken");
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(kNf4Model + "/config.json", dir + "/config.json",
+                             std::filesystem::copy_options::overwrite_existing);
+  const io::SafetensorsFile f(kNf4Model + "/model.safetensors");
+  std::vector<io::TensorToWrite> keep;
+  for (const io::TensorInfo& t : f.tensors())
+    if (t.name != name + ".nested_absmax") keep.push_back({t.name, t.dtype, t.shape, t.data});
+  io::write_safetensors(dir + "/model.safetensors", keep);
+  const io::SafetensorsModel broken(dir);
+  EXPECT_EQ(error_of([&] { io::read_bnb_nf4(broken, name, 64, 64); }),
+            dir + ": tensor '" + name + "' is bitsandbytes 4-bit but '" + name + ".nested_absmax' is missing");
+  // configs mgrl refuses: the fixture's config.json with another quantization_config
+  const auto with_quant = [&](const std::string& file, const nlohmann::json& q) {
+    nlohmann::json j = nlohmann::json::parse(std::ifstream(kNf4Model + "/config.json"));
+    j["quantization_config"] = q;
+    return test::write_temp(file, j.dump());
+  };
+  const std::string fp4 = with_quant(
+      "nf4_fp4.json", {{"quant_method", "bitsandbytes"}, {"load_in_4bit", true}, {"bnb_4bit_quant_type", "fp4"}});
+  EXPECT_EQ(error_of([&] { io::parse_hf_config(fp4); }),
+            fp4 + ": key 'quantization_config.bnb_4bit_quant_type' is 'fp4': mgrl reads NF4 only (not fp4)");
+  const std::string int8 = with_quant("nf4_int8.json", {{"quant_method", "bitsandbytes"}, {"load_in_8bit", true}});
+  EXPECT_NE(error_of([&] { io::parse_hf_config(int8); }).find("not 8-bit ones"), std::string::npos);
+  const std::string gptq = with_quant("nf4_gptq.json", {{"quant_method", "gptq"}, {"bits", 4}});
+  EXPECT_EQ(error_of([&] { io::parse_hf_config(gptq); }),
+            gptq + ": key 'quantization_config.quant_method' is 'gptq': mgrl reads bitsandbytes 4-bit (NF4) models only");
 }
 
 }  // namespace
