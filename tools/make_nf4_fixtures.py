@@ -10,7 +10,12 @@ Files written (tests/data/nf4/README.md describes every tensor):
                          absmax, offset, nested absmax, nested code) and the dequantized weights
   llama_dense/           a tiny random Llama (hidden 64, 2 layers) as save_pretrained writes it in bf16
   llama_nf4/             the same model loaded with BitsAndBytesConfig(load_in_4bit, nf4, double quant,
-                         compute dtype float32) and saved by save_pretrained: transformers' bnb-4bit layout
+                         compute dtype float32) and saved by save_pretrained: transformers' bnb-4bit layout;
+                         with a PEFT LoRA adapter (adapter_config.json, adapter_model.safetensors) and
+                         reference.safetensors: log-probs, loss and LoRA gradients of the QLoRA model
+                         (transformers + PEFT + bitsandbytes on the CPU, float32) and the same computed in float64
+                         with the bitsandbytes-dequantized weights in a dense model (tools/make_fixtures.py's exact
+                         float64 forward); the script checks that the two agree.
 
 bitsandbytes runs on the CPU here. Quantization on the CPU is bitsandbytes' "default" (torch) kernel for the 4-bit
 codes and its native CPU library for the 8-bit (double-quantized) absmax. The reference dequantization is the
@@ -26,7 +31,7 @@ import shutil
 import sys
 
 os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")  # bitsandbytes wraps its default kernels in torch.compile
-os.environ.setdefault("PYTHONHASHSEED", "0")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
@@ -145,7 +150,106 @@ def make_model(out_dir):
     q.save_pretrained(nf4)
 
 
+QLORA_R = 4
+QLORA_ALPHA = 8
+BATCH_LENGTHS = [10, 6, 8]
+
+
+def make_qlora_reference(out_dir):
+    """A LoRA adapter over llama_nf4 and what transformers + PEFT + bitsandbytes compute with it."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import make_fixtures as mf  # the float64 machinery of the dense-model fixtures
+    from peft import LoraConfig, get_peft_model
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM, LlamaForCausalLM
+
+    dense_dir = os.path.join(out_dir, "llama_dense")
+    nf4_dir = os.path.join(out_dir, "llama_nf4")
+    # the saved bnb-4bit directory, as a user loads it (its config.json carries the quantization_config)
+    q = AutoModelForCausalLM.from_pretrained(nf4_dir, device_map="cpu", dtype=torch.float32,
+                                             attn_implementation="eager")
+    assert isinstance(q.model.layers[0].mlp.up_proj, bitsandbytes.nn.Linear4bit)
+    lcfg = LoraConfig(r=QLORA_R, lora_alpha=QLORA_ALPHA, lora_dropout=0.0, target_modules=list(mf.TARGET_MODULES),
+                      bias="none", task_type="CAUSAL_LM")
+    pm = get_peft_model(q, lcfg)
+    gen = torch.Generator().manual_seed(2313)
+    with torch.no_grad():
+        for name, p in sorted(pm.named_parameters(), key=lambda kv: kv[0]):
+            if ".lora_A." in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.2)
+            elif ".lora_B." in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.05)
+    pm.eval()
+    pm.save_pretrained(nf4_dir)
+    os.remove(os.path.join(nf4_dir, "README.md"))  # PEFT's model-card template
+    # inputs: a padded batch of 3
+    L, V = max(BATCH_LENGTHS), q.config.vocab_size
+    lengths = torch.tensor(BATCH_LENGTHS, dtype=torch.int64)
+    ids = torch.randint(1, V, (len(BATCH_LENGTHS), L), generator=gen)
+    mask = (torch.arange(L)[None, :] < lengths[:, None]).to(torch.int64)
+    ids = ids * mask
+    # transformers + PEFT + bitsandbytes, float32
+    emb = pm.get_input_embeddings()(ids).detach().clone().requires_grad_(True)
+    out, lp32, loss32 = mf.forward_loss(pm, emb, ids, mask)
+    loss32.backward()
+    grads32 = {k: p.grad.detach().clone() for k, p in sorted(mf.lora_params(pm).items())}
+    # the same model in float64: a dense Llama holding bitsandbytes' dequantized weights, the same adapter
+    import bitsandbytes.functional as BFn
+
+    dense = LlamaForCausalLM.from_pretrained(dense_dir, dtype=torch.float32, attn_implementation="eager")
+    with torch.no_grad():
+        sd = dense.state_dict()
+        for name, mod in q.named_modules():
+            if isinstance(mod, bitsandbytes.nn.Linear4bit):
+                w = mod.weight
+                deq = default_dequant_4bit(w.data, BFn.dequantize_blockwise(w.quant_state.absmax,
+                                                                           w.quant_state.state2) +
+                                           w.quant_state.offset, tuple(w.quant_state.shape))
+                key = name.replace("base_model.model.", "").replace(".base_layer", "") + ".weight"
+                sd[key].copy_(deq)
+        dense.load_state_dict(sd)
+    dense = dense.to(torch.float64)
+    dm = get_peft_model(dense, lcfg)
+    with torch.no_grad():
+        src = {k: v for k, v in mf.lora_params(pm).items()}
+        for k, p in mf.lora_params(dm).items():
+            p.copy_(src[k].to(torch.float64))
+    dm.eval()
+    with mf.exact_float64():
+        ref = mf.compute_reference(dm, ids, mask)
+    # QLoRA (float32, bitsandbytes) against the float64 dense reference
+    valid = mask.clone()
+    valid[:, 0] = 0
+    lp_diff = float(((lp32.detach() - ref["logprobs"]) * valid).abs().max())
+    loss_diff = float((loss32.detach() - ref["loss"][0]).abs())
+    grad_rel = max(float((grads32[k].double() - ref["grad." + k]).norm() / ref["grad." + k].norm()) for k in grads32)
+    report = dict(logprobs_max_abs_diff=lp_diff, loss_abs_diff=loss_diff, lora_grad_max_rel_diff=grad_rel,
+                  loss=float(ref["loss"][0]))
+    if not (lp_diff < 1e-4 and loss_diff < 1e-5 and grad_rel < 1e-4):
+        raise SystemExit(f"QLoRA (bitsandbytes, float32) disagrees with the float64 dense reference: {report}")
+    ref["bnb_f32.logprobs"] = lp32.detach()
+    ref["bnb_f32.loss"] = loss32.detach().reshape(1)
+    for k, g in grads32.items():
+        ref["bnb_f32.grad." + k] = g
+    tensors = {"input_ids": ids.to(torch.int32), "attention_mask": mask.to(torch.int32),
+               "lengths": lengths.to(torch.int32)}
+    for k, v in ref.items():
+        if k in ("logits", "logits_base", "hidden_final"):
+            continue  # kept small: the log-probs, loss and gradients are what the C++ test compares
+        tensors[k] = v.to(torch.float32).contiguous()
+    mf.save_safetensors_sorted(tensors, os.path.join(nf4_dir, "reference.safetensors"),
+                               {"format": "pt", "generator": "tools/make_nf4_fixtures.py", "computed_in": "float64",
+                                "torch": torch.__version__, "bitsandbytes": bitsandbytes.__version__})
+    # the adapter loads in PEFT over the bnb-quantized base (what mgrl's export must also do)
+    assert load_file(os.path.join(nf4_dir, "adapter_model.safetensors"))
+    return report
+
+
 def main():
+    # PEFT writes adapter_config.json's target_modules from a Python set: a fixed hash seed keeps the file stable.
+    if os.environ.get("PYTHONHASHSEED") != "0":
+        os.environ["PYTHONHASHSEED"] = "0"
+        os.execv(sys.executable, [sys.executable] + sys.argv)
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="tests/data/nf4")
     args = ap.parse_args()
@@ -153,6 +257,7 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     meta = make_blocks(args.out)
     make_model(args.out)
+    qlora = make_qlora_reference(args.out)
     import transformers
 
     info = dict(
@@ -160,6 +265,7 @@ def main():
         transformers=transformers.__version__,
         bitsandbytes=bitsandbytes.__version__,
         native_cpu_dequant_disagreement=meta,
+        qlora_bnb_f32_vs_f64_dense=qlora,
     )
     with open(os.path.join(args.out, "versions.json"), "w") as f:
         json.dump(info, f, indent=1, sort_keys=True)
