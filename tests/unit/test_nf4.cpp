@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -16,6 +17,7 @@
 #include "io/nf4_tensor.h"
 #include "io/safetensors.h"
 #include "kernels/cpu/nf4.h"
+#include "kernels/ops.h"
 #include "test_util.h"
 
 namespace {
@@ -239,6 +241,41 @@ TEST(Nf4Model, BadFilesAreOneClearLine) {
   const std::string gptq = with_quant("nf4_gptq.json", {{"quant_method", "gptq"}, {"bits", 4}});
   EXPECT_EQ(error_of([&] { io::parse_hf_config(gptq); }),
             gptq + ": key 'quantization_config.quant_method' is 'gptq': mgrl reads bitsandbytes 4-bit (NF4) models only");
+}
+
+}  // namespace
+
+// ---- the op of the CPU backend (Ops::dequantize_nf4), on bitsandbytes' double-quantized fixture ----
+
+namespace {
+
+TEST(Nf4Ops, CpuBackendDequantizesDoubleQuantizedRanges) {
+  io::SafetensorsFile f(kBlocks);
+  const std::vector<std::uint8_t> codes = u8(f, "nested.codes"), q = u8(f, "nested.dq.absmax");
+  const std::vector<float> nested = f32(f, "nested.dq.nested_absmax"), want = f32(f, "nested.dq.dequant");
+  const std::vector<float> absmax = f32(f, "nested.absmax");
+  auto ops = kernels::make_cpu_ops();
+  kernels::Nf4Weight w;
+  w.codes = codes.data();
+  w.code = cpu::nf4_code();
+  w.qabsmax = q.data();
+  w.nested_absmax = nested.data();
+  w.nested_code = cpu::dynamic_code();
+  w.offset = f32(f, "nested.dq.offset")[0];
+  const std::int64_t cols = 832, n = static_cast<std::int64_t>(want.size());
+  for (const auto& [b, e] : {std::pair<std::int64_t, std::int64_t>{0, n}, {3 * cols, 11 * cols}, {77, 16601}}) {
+    std::vector<float> got(static_cast<std::size_t>(e - b));
+    ops->dequantize_nf4(got.data(), w, b, e);
+    EXPECT_TRUE(same_bits(got, std::vector<float>(want.begin() + b, want.begin() + e))) << b << ".." << e;
+  }
+  // plain absmax: the plain fixture
+  kernels::Nf4Weight p;
+  p.codes = codes.data();
+  p.code = cpu::nf4_code();
+  p.absmax = absmax.data();
+  std::vector<float> got(want.size());
+  ops->dequantize_nf4(got.data(), p, 0, n);
+  EXPECT_TRUE(same_bits(got, f32(f, "nested.dequant")));
 }
 
 }  // namespace
