@@ -95,6 +95,16 @@ train::OptimizerOptions optimizer_options(const io::Config& cfg, std::int64_t ma
   return o;
 }
 
+model::ModelOptions model_options(const io::Config& cfg, bool full_finetune) {
+  model::ModelOptions o;
+  o.full_finetune = full_finetune;
+  o.recompute = cfg.get_bool("model.recompute");
+  o.master_weights = cfg.get_string("train.master_weights") == "always";
+  o.quantize = cfg.get_string("model.quantize") == "nf4" ? model::Quantize::Nf4 : model::Quantize::None;
+  o.quantize_double = cfg.get_bool("model.quantize_double");
+  return o;
+}
+
 model::LoraConfig lora_config(const io::Config& cfg) {
   const std::string adapter = cfg.get_string("lora.adapter");
   model::LoraConfig lc;

@@ -65,9 +65,7 @@ int run_grpo(Context& ctx) {
 
   auto ops = make_ops(ctx);
   const train::LossScaling scaling = loss_scaling(ctx, ops->storage());
-  model::Transformer net(mc, *ops,
-                         model::ModelOptions{full, cfg.get_bool("model.recompute"),
-                                             cfg.get_string("train.master_weights") == "always"});
+  model::Transformer net(mc, *ops, model_options(cfg, full));
   const auto seed = static_cast<std::uint64_t>(cfg.get_int("train.seed"));
   bool fresh = true;
   env.agree([&] {

@@ -26,6 +26,7 @@ class Ops;
 namespace mgrl::model {
 class Transformer;
 struct LoraConfig;
+struct ModelOptions;
 }
 
 namespace mgrl::app {
@@ -73,6 +74,8 @@ io::ChatTemplate chat_template(const io::Config& cfg, const char* format_key, co
 // The LoRA configuration of a run: lora.adapter's adapter_config.json when given (lora.dropout from the keys),
 // else the lora.* keys.
 model::LoraConfig lora_config(const io::Config& cfg);
+// The model's options from model.recompute, model.quantize, model.quantize_double and train.master_weights.
+model::ModelOptions model_options(const io::Config& cfg, bool full_finetune);
 // Adds the LoRA adapter to train: the PEFT adapter of lora.adapter when given (its config wins over lora.r,
 // lora.alpha, lora.targets, lora.use_rslora), else a fresh one from the lora.* keys. Returns true when fresh
 // (B = 0: the starting policy is the base model). Call inside env.agree.

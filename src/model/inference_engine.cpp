@@ -112,6 +112,7 @@ const float* InferenceEngine::infer(const std::vector<std::int32_t>& tokens, con
   // buffer set and replayed (a CUDA graph on the CUDA backend): every value that changes between steps (ids, slots,
   // positions, output rows, the block table) is read from device memory.
   const auto forward = [&] {
+  def_.invalidate_workspace();  // a recording must hold every layer's NF4 dequantization
   ops_.embedding_forward(I.x, I.ids, def_.embed(), T, V, D);
   // The residual stream stays in I.x (in place); the norms' rstd go to one scratch buffer.
   const BlockIO io{I.x, I.x, I.x, I.h, I.q, I.k, I.v, I.q_pre, I.k_pre, I.attn, I.h, I.gate, I.up, I.act,
