@@ -4,6 +4,7 @@
 // NF4 weights stay NF4 in memory; full fine-tuning over NF4 is refused.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -160,6 +161,36 @@ TEST(Qlora, WeightsStayNf4AndRecomputeGivesTheSameGradients) {
   // the host copy of an NF4 tensor is its dequantized value
   const auto q = plain.model->base_tensor_host("model.layers.1.mlp.down_proj.weight");
   EXPECT_EQ(q.size(), static_cast<std::size_t>(c.hidden_size * c.intermediate_size));
+}
+
+// The inference engine (KV cache, one token per sequence per call after a 2-token prefill) gives the training
+// forward's logits: every call dequantizes the layers again (the workspace holds one layer at a time).
+TEST(Qlora, InferenceEngineMatchesTheTrainingForward) {
+  QloraRun r(kNf4);
+  std::vector<float> lp(r.batch.tokens.size());
+  r.model->forward(r.batch, lp.data());
+  const std::vector<float> full = r.model->logits();
+  const int V = static_cast<int>(r.model->config().vocab_size);
+  KvCache cache(r.model->config(), *r.ops, r.B, r.L);
+  std::vector<float> got(full.size(), 0.0f);
+  for (int step = 0;; ++step) {
+    std::vector<std::int32_t> tok, slot, pos, rows, where;
+    for (int s = 0; s < r.B; ++s) {
+      const int from = step == 0 ? 0 : step + 1, to = step == 0 ? 2 : step + 2;
+      for (int t = from; t < std::min(to, r.batch.length(s)); ++t) {
+        tok.push_back(r.batch.tokens[static_cast<std::size_t>(r.batch.offsets[s] + t)]);
+        slot.push_back(s);
+        pos.push_back(t);
+        rows.push_back(static_cast<std::int32_t>(tok.size() - 1));
+        where.push_back(r.batch.offsets[s] + t);
+      }
+    }
+    if (tok.empty()) break;
+    const float* logits = r.model->infer(tok, slot, pos, rows, cache);
+    for (std::size_t i = 0; i < rows.size(); ++i)
+      std::copy(logits + i * V, logits + (i + 1) * V, got.begin() + static_cast<std::ptrdiff_t>(where[i]) * V);
+  }
+  EXPECT_LE(rel_error(got, full), 1e-5);
 }
 
 TEST(Qlora, FullFinetuneOverNf4IsRefused) {
