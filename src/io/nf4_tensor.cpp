@@ -39,6 +39,31 @@ std::vector<T> copy_of(const TensorInfo& t) {
 
 }  // namespace
 
+bool is_bnb_companion(const std::string& name) {
+  static const char* const kSuffixes[] = {".weight.absmax", ".weight.quant_map", ".weight.nested_absmax",
+                                          ".weight.nested_quant_map", ".weight.quant_state.bitsandbytes__nf4"};
+  for (const char* suf : kSuffixes) {
+    const std::size_t n = std::strlen(suf);
+    if (name.size() > n && name.compare(name.size() - n, n, suf) == 0) return true;
+  }
+  return false;
+}
+
+Nf4Tensor read_bnb_nf4(const SafetensorsModel& m, const std::string& name) {
+  const TensorInfo& st = companion(m, name, kStateSuffix, DType::U8, -1);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(std::string(reinterpret_cast<const char*>(st.data), st.nbytes));
+  } catch (const nlohmann::json::exception&) {
+    throw UserError(where(m, name + kStateSuffix) + " is not the JSON of a bitsandbytes quant state");
+  }
+  const nlohmann::json* shape = j.is_object() && j.contains("shape") ? &j["shape"] : nullptr;
+  if (!shape || !shape->is_array() || shape->size() != 2 || !(*shape)[0].is_number_integer() ||
+      !(*shape)[1].is_number_integer())
+    throw UserError(where(m, name + kStateSuffix) + ": 'shape' is not the [rows, cols] of a matrix");
+  return read_bnb_nf4(m, name, (*shape)[0].get<std::int64_t>(), (*shape)[1].get<std::int64_t>());
+}
+
 bool has_bnb_nf4(const SafetensorsModel& m, const std::string& name) {
   return m.find(name + kStateSuffix) != nullptr;
 }

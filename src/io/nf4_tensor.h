@@ -43,5 +43,11 @@ bool has_bnb_nf4(const SafetensorsModel& m, const std::string& name);
 // against shape [rows, cols]. UserError naming the directory, the tensor and what is wrong: a missing companion,
 // quant_type other than nf4, a blocksize other than 64, a shape other than expected, sizes that disagree.
 Nf4Tensor read_bnb_nf4(const SafetensorsModel& m, const std::string& name, std::int64_t rows, std::int64_t cols);
+// The same with the shape its quant_state gives (a matrix), for readers that do not know it (export's merge).
+Nf4Tensor read_bnb_nf4(const SafetensorsModel& m, const std::string& name);
+
+// True for the tensors bitsandbytes stores beside a 4-bit weight W.weight (W.weight.absmax, .quant_map,
+// .nested_absmax, .nested_quant_map, .quant_state.bitsandbytes__nf4): not model parameters of their own.
+bool is_bnb_companion(const std::string& name);
 
 }  // namespace mgrl::io
