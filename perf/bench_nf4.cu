@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
     return 77;
   }
   auto ops = kernels::make_cuda_ops(0);
-  cudaStream_t s = static_cast<cudaStream_t>(kernels::cuda_stream(*ops));
+  cudaStream_t s = static_cast<cudaStream_t>(ops->device_stream().cuda);
   const Proj shapes[] = {{"7B q/k/v/o", 4096, 4096}, {"7B gate/up", 4096, 11008}, {"7B down", 11008, 4096},
                          {"70B q/o", 8192, 8192},   {"70B k/v", 8192, 1024},    {"70B gate/up", 8192, 28672},
                          {"70B down", 28672, 8192}};

@@ -51,9 +51,22 @@ train::LossScaling loss_scaling(const Context& ctx, DType storage) {
   return s;
 }
 
+void log_base_memory(model::Transformer& net) {
+  const model::ModelDef& d = net.definition();
+  if (!d.quantized()) return;
+  char buf[200];
+  std::snprintf(buf, sizeof buf,
+                "model: base projections NF4 (%.2f MiB), dequantized a layer at a time into a %.2f MiB workspace; "
+                "%.2f MiB dense",
+                static_cast<double>(d.nf4_bytes()) / 1048576.0, static_cast<double>(d.nf4_workspace_bytes()) / 1048576.0,
+                static_cast<double>(d.dense_numel() * d.ops().storage_size()) / 1048576.0);
+  log::info(buf);
+}
+
 void load_model(const Context& ctx, model::Transformer& net, const std::string& model_dir, const std::string& adapter) {
   ctx.env.agree([&] {
     net.load_weights(model_dir);
+    log_base_memory(net);
     if (!adapter.empty())
       net.add_lora(model::read_peft_config(adapter + "/adapter_config.json"), 0).load_peft(adapter);
   });

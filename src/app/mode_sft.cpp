@@ -63,6 +63,7 @@ int run_sft(Context& ctx) {
   env.agree([&] {
     if (random_init) net.init_random(seed, static_cast<float>(cfg.get_float("model.init_std")));
     else net.load_weights(model_dir);
+    log_base_memory(net);
     if (!full) setup_trainable_lora(ctx, net, seed);
   });
 

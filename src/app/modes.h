@@ -66,6 +66,8 @@ std::unique_ptr<kernels::Ops> make_ops(const Context& ctx);
 train::LossScaling loss_scaling(const Context& ctx, DType storage);
 // Base weights from model_dir and, when adapter is not empty, that PEFT adapter; errors agreed on by all ranks.
 void load_model(const Context& ctx, model::Transformer& net, const std::string& model_dir, const std::string& adapter);
+// One line on rank 0 when the base projections are NF4 (QLoRA): their bytes, the workspace's, the dense rest's.
+void log_base_memory(model::Transformer& net);
 // Peak dense bf16/fp16 tensor throughput (TFLOP/s) of GPUs whose name we recognise (for MFU); 0 when unknown.
 double gpu_peak_tflops(const dist::Device& d);
 // How {"messages"} become text and tokens (io/chat_template.h): the format named by format_key (auto: the model's
