@@ -309,18 +309,19 @@ ModelConfig parse_hf_config(const std::string& path) {
   if (c.q_dim() > (std::int64_t{1} << 20))
     k.fail("num_attention_heads", "x head_dim (" + std::to_string(c.q_dim()) + ") is more than mgrl supports (" +
                                       std::to_string(std::int64_t{1} << 20) + ")");
-  // The whole model must fit this machine's memory at 2 bytes a parameter (bf16/fp16; the CPU backend needs 4);
-  // a bitsandbytes 4-bit model stores its projections at about half a byte a parameter.
+  // The whole model must fit this machine's memory as the least any configuration stores it: 2 bytes a parameter
+  // (bf16/fp16; the CPU backend needs 4), its projections at about half a byte as NF4 (QLoRA: a bitsandbytes 4-bit
+  // directory, or model.quantize = "nf4", which this reader does not see). The run's own check is exact.
   const double n_params = parameter_count(c), memory = static_cast<double>(host_memory_bytes());
   const double n_proj = static_cast<double>(c.num_hidden_layers) *
                         static_cast<double>(c.hidden_size) *
                         static_cast<double>(2 * c.q_dim() + 2 * c.kv_dim() + 3 * c.intermediate_size);
-  const double stored = c.bnb4bit ? (n_params - n_proj) * 2 + n_proj * 0.53 : n_params * 2;
+  const double stored = (n_params - n_proj) * 2 + n_proj * 0.516;
   if (memory > 0 && stored > memory) {
     char count[32];
     std::snprintf(count, sizeof count, "%.3g", n_params);
     throw UserError(path + ": the model it describes has " + count + " parameters (" + gib(stored) +
-                    (c.bnb4bit ? " with NF4 projections" : " at 2 bytes each") + "), more than this machine's memory (" +
+                    " with NF4 projections" + "), more than this machine's memory (" +
                     gib(memory) + "): check vocab_size, hidden_size, intermediate_size and num_hidden_layers");
   }
 
