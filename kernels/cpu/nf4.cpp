@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <thread>
+#include <vector>
 
 namespace mgrl::kernels::cpu {
 
@@ -149,6 +151,22 @@ const DynamicLut& dynamic_lut() {
   return l;
 }
 }  // namespace
+
+void nf4_quantize_parallel(const float* x, std::int64_t n, std::uint8_t* codes, float* absmax, int threads) {
+  const std::int64_t blocks = nf4_blocks(n);
+  const std::int64_t per = std::max<std::int64_t>(1024, (blocks + threads - 1) / std::max(threads, 1));  // blocks
+  if (threads <= 1 || blocks <= per) {
+    nf4_quantize(x, n, codes, absmax);
+    return;
+  }
+  std::vector<std::thread> pool;
+  for (std::int64_t b0 = 0; b0 < blocks; b0 += per) {
+    const std::int64_t i0 = b0 * kNf4Block, i1 = std::min(n, (b0 + per) * kNf4Block);
+    // chunks start on a block (64 values = 32 code bytes): only the last one has the tail block or a padding nibble
+    pool.emplace_back([=] { nf4_quantize(x + i0, i1 - i0, codes + i0 / 2, absmax + b0); });
+  }
+  for (auto& t : pool) t.join();
+}
 
 void nf4_double_quantize(const float* absmax, std::int64_t nblocks, std::uint8_t* qabsmax, float* nested_absmax,
                          float* offset, bool offset_given) {

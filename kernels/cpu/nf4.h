@@ -50,6 +50,9 @@ std::int64_t nf4_bytes(std::int64_t rows, std::int64_t cols, bool double_quant);
 
 // x[n] (finite) -> codes[nf4_code_bytes(n)], absmax[nf4_blocks(n)].
 void nf4_quantize(const float* x, std::int64_t n, std::uint8_t* codes, float* absmax);
+// The same on up to `threads` host threads (blocks are independent; the bytes are nf4_quantize's): quantizing a
+// large model at load.
+void nf4_quantize_parallel(const float* x, std::int64_t n, std::uint8_t* codes, float* absmax, int threads);
 
 // absmax[nblocks] -> qabsmax[nblocks], nested_absmax[ceil(nblocks/256)], *offset. With offset_given, *offset is an
 // input (bitsandbytes' own fp32 mean, for bit-equal results) instead of computed here.

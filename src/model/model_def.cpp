@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include <cstring>
+#include <thread>
 
 #include "core/error.h"
 #include "core/random.h"
@@ -251,7 +252,8 @@ void ModelDef::upload_tensor(std::size_t index, const std::vector<float>& host) 
     const std::int64_t n = s.rows * s.cols, blocks = kernels::cpu::nf4_blocks(n);
     std::vector<std::uint8_t> codes(static_cast<std::size_t>(kernels::cpu::nf4_code_bytes(n))), q;
     std::vector<float> absmax(static_cast<std::size_t>(blocks)), nested;
-    kernels::cpu::nf4_quantize(host.data(), n, codes.data(), absmax.data());
+    kernels::cpu::nf4_quantize_parallel(host.data(), n, codes.data(), absmax.data(),
+                                        static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
     float offset = 0.0f;
     if (s.double_quant) {
       q.resize(absmax.size());

@@ -136,6 +136,22 @@ TEST(Nf4, DoubleQuantizationGivesBitsandbytesBytes) {
   std::printf("offsets one ulp from torch's mean: %d of 5\n", ulp_offsets);
 }
 
+TEST(Nf4, ParallelQuantizeGivesTheSameBytes) {
+  const std::int64_t n = 64 * 5000 + 37;  // several chunks, a tail block, an odd count
+  std::vector<float> x(static_cast<std::size_t>(n));
+  std::uint32_t h = 12345;
+  for (auto& v : x) {
+    h = h * 1664525u + 1013904223u;
+    v = (static_cast<float>(h >> 8) / 16777216.0f - 0.5f) * ((h & 0xff) == 0 ? 8.0f : 1.0f);
+  }
+  std::vector<std::uint8_t> c1(static_cast<std::size_t>(cpu::nf4_code_bytes(n))), c4(c1.size());
+  std::vector<float> a1(static_cast<std::size_t>(cpu::nf4_blocks(n))), a4(a1.size());
+  cpu::nf4_quantize(x.data(), n, c1.data(), a1.data());
+  cpu::nf4_quantize_parallel(x.data(), n, c4.data(), a4.data(), 4);
+  EXPECT_EQ(c1, c4);
+  EXPECT_TRUE(same_bits(a1, a4));
+}
+
 TEST(Nf4, StorageBytes) {
   // 4096 x 4096: 8 MiB of codes + 262144 blocks
   EXPECT_EQ(cpu::nf4_bytes(4096, 4096, false), 8388608 + 4 * 262144);
