@@ -41,6 +41,19 @@ struct KvPages {
   int max_len() const { return max_blocks * block_size; }  // positions a slot can hold
 };
 
+// An NF4 weight in backend memory, in bitsandbytes' layout (kernels/cpu/nf4.h): packed 4-bit codes of a row-major
+// matrix, blocks of 64 values, and per block either an f32 absmax or (double-quantized) an 8-bit code of
+// absmax - offset with an f32 absmax per 256 blocks.
+struct Nf4Weight {
+  const std::uint8_t* codes = nullptr;          // (n + 1) / 2 bytes, element 2i in the high nibble
+  const float* code = nullptr;                  // the 16 NF4 values
+  const float* absmax = nullptr;                // plain: f32 [blocks]; null when double-quantized
+  const std::uint8_t* qabsmax = nullptr;        // double-quantized: [blocks]
+  const float* nested_absmax = nullptr;         // double-quantized: [ceil(blocks / 256)]
+  const float* nested_code = nullptr;           // double-quantized: the 256-value dynamic code
+  float offset = 0.0f;                          // double-quantized: added to every dequantized absmax
+};
+
 // The queue a backend's ops run on, for work on other queues that must be ordered with them (dist::Comm's
 // collectives take it as their Stream). CUDA: the backend's non-blocking cudaStream_t; null on the CPU backend.
 struct DeviceStream {
@@ -132,6 +145,10 @@ class Ops {
                                   const void* k, const void* v, const float* lse, const std::int32_t* cu_seqlens,
                                   int B, int T, int max_len, int n_heads, int n_kv, int head_dim,
                                   const AttentionOptions& opt = {}) = 0;
+  // nf4.h: elements [begin, end) of an NF4 weight (a row range: begin = r0 * cols) dequantized into dst[0 .. end -
+  // begin) in the storage dtype: code[c] * absmax, in f32, then rounded once to the storage dtype. For the frozen
+  // base weights of QLoRA: a layer's weights into a workspace, then the dense GEMMs.
+  virtual void dequantize_nf4(void* dst, const Nf4Weight& w, std::int64_t begin, std::int64_t end) = 0;
   // swiglu.h
   virtual void swiglu_forward(void* out, const void* gate, const void* up, std::int64_t n) = 0;
   virtual void swiglu_backward(void* dgate, void* dup, const void* dout, const void* gate, const void* up,

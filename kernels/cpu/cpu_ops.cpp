@@ -4,6 +4,7 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "kernels/cpu/attention.h"
@@ -13,6 +14,7 @@
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/lm_head.h"
 #include "kernels/cpu/lora.h"
+#include "kernels/cpu/nf4.h"
 #include "kernels/cpu/optimizer.h"
 #include "kernels/cpu/residual.h"
 #include "kernels/cpu/rmsnorm.h"
@@ -132,6 +134,20 @@ class CpuOps final : public Ops {
     cpu::attention_backward(F(dq), F(dk), F(dv), F(dout), F(q), F(k), F(v), lse, cu_seqlens, B, T, max_len, n_heads,
                             n_kv, head_dim, opt);
   }
+  void dequantize_nf4(void* dst, const Nf4Weight& w, std::int64_t begin, std::int64_t end) override {
+    if (end <= begin) return;
+    if (w.absmax) {
+      cpu::nf4_dequantize_range(w.codes, w.absmax, w.code, begin, end, F(dst));
+      return;
+    }
+    // double-quantized: the absmax of the blocks the range touches, then the codes
+    const std::int64_t b0 = begin / cpu::kNf4Block, b1 = (end - 1) / cpu::kNf4Block + 1;
+    nf4_absmax_.resize(static_cast<std::size_t>(b1));
+    for (std::int64_t b = b0; b < b1; ++b)
+      nf4_absmax_[static_cast<std::size_t>(b)] =
+          w.nested_code[w.qabsmax[b]] * w.nested_absmax[b / cpu::kNf4NestedBlock] + w.offset;
+    cpu::nf4_dequantize_range(w.codes, nf4_absmax_.data(), w.code, begin, end, F(dst));
+  }
   void swiglu_forward(void* out, const void* gate, const void* up, std::int64_t n) override {
     cpu::swiglu_forward(F(out), F(gate), F(up), n);
   }
@@ -187,6 +203,9 @@ class CpuOps final : public Ops {
   void adamw(float* params, const float* grads, float* m, float* v, std::size_t n, const AdamW& hp) override {
     cpu::adamw(params, grads, m, v, n, hp);
   }
+
+ private:
+  std::vector<float> nf4_absmax_;  // dequantize_nf4: the dequantized absmax of a double-quantized weight
 };
 
 }  // namespace

@@ -21,6 +21,7 @@
 #include "kernels/cuda/linear.cuh"
 #include "kernels/cuda/lm_head.cuh"
 #include "kernels/cuda/lora.cuh"
+#include "kernels/cuda/nf4.cuh"
 #include "kernels/cuda/optimizer.cuh"
 #include "kernels/cuda/phase_timer.cuh"
 #include "kernels/cuda/residual.cuh"
@@ -194,6 +195,9 @@ class CudaOps final : public Ops {
                           const AttentionOptions& opt = {}) override {
     cuda::attention_backward(ctx(), dq, dk, dv, dout, out, q, k, v, lse, cu_seqlens, B, T, max_len, n_heads, n_kv,
                              head_dim, opt);
+  }
+  void dequantize_nf4(void* dst, const Nf4Weight& w, std::int64_t begin, std::int64_t end) override {
+    cuda::dequantize_nf4(ctx(), dst, w, begin, end);
   }
   void swiglu_forward(void* out, const void* gate, const void* up, std::int64_t n) override {
     cuda::swiglu_forward(ctx(), out, gate, up, n);

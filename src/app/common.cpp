@@ -51,9 +51,22 @@ train::LossScaling loss_scaling(const Context& ctx, DType storage) {
   return s;
 }
 
+void log_base_memory(model::Transformer& net) {
+  const model::ModelDef& d = net.definition();
+  if (!d.quantized()) return;
+  char buf[200];
+  std::snprintf(buf, sizeof buf,
+                "model: base projections NF4 (%.2f MiB), dequantized a layer at a time into a %.2f MiB workspace; "
+                "%.2f MiB dense",
+                static_cast<double>(d.nf4_bytes()) / 1048576.0, static_cast<double>(d.nf4_workspace_bytes()) / 1048576.0,
+                static_cast<double>(d.dense_numel() * d.ops().storage_size()) / 1048576.0);
+  log::info(buf);
+}
+
 void load_model(const Context& ctx, model::Transformer& net, const std::string& model_dir, const std::string& adapter) {
   ctx.env.agree([&] {
     net.load_weights(model_dir);
+    log_base_memory(net);
     if (!adapter.empty())
       net.add_lora(model::read_peft_config(adapter + "/adapter_config.json"), 0).load_peft(adapter);
   });
@@ -92,6 +105,16 @@ train::OptimizerOptions optimizer_options(const io::Config& cfg, std::int64_t ma
   o.schedule.warmup_steps = cfg.get_int("train.warmup_steps") > 0
                                 ? cfg.get_int("train.warmup_steps")
                                 : train::Schedule::warmup_from_ratio(cfg.get_float("train.warmup_ratio"), max_steps);
+  return o;
+}
+
+model::ModelOptions model_options(const io::Config& cfg, bool full_finetune) {
+  model::ModelOptions o;
+  o.full_finetune = full_finetune;
+  o.recompute = cfg.get_bool("model.recompute");
+  o.master_weights = cfg.get_string("train.master_weights") == "always";
+  o.quantize = cfg.get_string("model.quantize") == "nf4" ? model::Quantize::Nf4 : model::Quantize::None;
+  o.quantize_double = cfg.get_bool("model.quantize_double");
   return o;
 }
 
@@ -158,14 +181,26 @@ void check_model_fits(const Context& ctx, const io::ModelConfig& mc, const std::
   const bool gpu = ctx.device.backend == dist::Backend::Cuda;
   // Bytes a parameter: the weights as stored (GPU 2, CPU 4); full fine-tuning adds f32 gradients and two AdamW
   // moments (12), and on the GPU the fp32 master weights (4).
-  const double bytes = io::parameter_count(mc) * (gpu ? (full ? 18.0 : 2.0) : (full ? 16.0 : 4.0));
+  double bytes = io::parameter_count(mc) * (gpu ? (full ? 18.0 : 2.0) : (full ? 16.0 : 4.0));
+  // QLoRA (model.quantize = "nf4", or a bitsandbytes 4-bit directory): the projections as NF4 (4.5 bits a weight,
+  // 4.127 double-quantized) plus one layer of them dequantized in the workspace; the rest as stored.
+  const bool nf4 = !full && (mc.bnb4bit || ctx.cfg.get_string("model.quantize") == "nf4");
+  if (nf4) {
+    const bool dq = mc.bnb4bit ? mc.bnb4bit->double_quant : ctx.cfg.get_bool("model.quantize_double");
+    const double layer_proj = static_cast<double>(mc.hidden_size) *
+                              static_cast<double>(2 * mc.q_dim() + 2 * mc.kv_dim() + 3 * mc.intermediate_size);
+    const double proj = layer_proj * static_cast<double>(mc.num_hidden_layers);
+    const double stored = gpu ? 2.0 : 4.0;
+    bytes = (io::parameter_count(mc) - proj) * stored + proj * (dq ? 4.127 : 4.5) / 8.0 + layer_proj * stored;
+  }
   const double memory = static_cast<double>(gpu ? ctx.device.gpu.memory_bytes : io::host_memory_bytes());
   if (memory > 0 && bytes > memory) {
     char buf[200];
     std::snprintf(buf, sizeof buf, "%.3g parameters need %.1f GiB %s, more than the %.1f GiB of %s",
                   io::parameter_count(mc), bytes / (1024.0 * 1024.0 * 1024.0),
-                  full ? "for full fine-tuning (weights, fp32 gradients and AdamW moments)"
-                       : (gpu ? "as bf16/fp16" : "in fp32 on the CPU backend"),
+                  full  ? "for full fine-tuning (weights, fp32 gradients and AdamW moments)"
+                  : nf4 ? "with NF4 projections"
+                        : (gpu ? "as bf16/fp16" : "in fp32 on the CPU backend"),
                   memory / (1024.0 * 1024.0 * 1024.0), gpu ? "this rank's GPU" : "this machine");
     throw UserError(config_json + ": the model's " + buf + " (vocab_size, hidden_size, intermediate_size, num_hidden_layers)");
   }

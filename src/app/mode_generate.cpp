@@ -122,7 +122,7 @@ int run_generate(Context& ctx) {
     opts.eos_ids.push_back(*tok->eos_id());
 
   auto ops = make_ops(ctx);
-  model::Transformer net(mc, *ops);
+  model::Transformer net(mc, *ops, model_options(cfg, false));
   load_model(ctx, net, model_dir, adapter);
 
   const std::size_t N = inputs.size();

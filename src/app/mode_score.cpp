@@ -97,7 +97,7 @@ int run_score(Context& ctx) {
   });
 
   auto ops = make_ops(ctx);
-  model::Transformer net(mc, *ops);
+  model::Transformer net(mc, *ops, model_options(cfg, false));
   load_model(ctx, net, model_dir, adapter);
 
   // This rank's contiguous shard, batched by similar lengths to save padding.

@@ -26,6 +26,7 @@ class Ops;
 namespace mgrl::model {
 class Transformer;
 struct LoraConfig;
+struct ModelOptions;
 }
 
 namespace mgrl::app {
@@ -67,6 +68,8 @@ std::unique_ptr<kernels::Ops> make_ops(const Context& ctx);
 train::LossScaling loss_scaling(const Context& ctx, DType storage);
 // Base weights from model_dir and, when adapter is not empty, that PEFT adapter; errors agreed on by all ranks.
 void load_model(const Context& ctx, model::Transformer& net, const std::string& model_dir, const std::string& adapter);
+// One line on rank 0 when the base projections are NF4 (QLoRA): their bytes, the workspace's, the dense rest's.
+void log_base_memory(model::Transformer& net);
 // Peak dense bf16/fp16 tensor throughput (TFLOP/s) of GPUs whose name we recognise (for MFU); 0 when unknown.
 double gpu_peak_tflops(const dist::Device& d);
 // How {"messages"} become text and tokens (io/chat_template.h): the format named by format_key (auto: the model's
@@ -75,6 +78,8 @@ io::ChatTemplate chat_template(const io::Config& cfg, const char* format_key, co
 // The LoRA configuration of a run: lora.adapter's adapter_config.json when given (lora.dropout from the keys),
 // else the lora.* keys.
 model::LoraConfig lora_config(const io::Config& cfg);
+// The model's options from model.recompute, model.quantize, model.quantize_double and train.master_weights.
+model::ModelOptions model_options(const io::Config& cfg, bool full_finetune);
 // Adds the LoRA adapter to train: the PEFT adapter of lora.adapter when given (its config wins over lora.r,
 // lora.alpha, lora.targets, lora.use_rslora), else a fresh one from the lora.* keys. Returns true when fresh
 // (B = 0: the starting policy is the base model). Call inside env.agree.

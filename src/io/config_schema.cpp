@@ -51,6 +51,17 @@ const Schema& mgrl_schema() {
          {"auto", "bf16", "fp16"}, {}, {}, {}});
     add({"model.tokenizer", T::String, Value(std::string("")),
          "directory with tokenizer.json (and tokenizer_config.json); empty: model.path", {}, {}, {}, {}});
+    add({"model.quantize", T::String, Value(std::string("none")),
+         "frozen base projections (q/k/v/o, gate/up/down) quantized at load: none, or nf4 (QLoRA: 4-bit NormalFloat "
+         "in bitsandbytes' layout, blocks of 64 values with an absmax each, dequantized per layer into a workspace "
+         "for the GEMMs); embeddings, norms and lm_head stay dense. A model.path that transformers saved in "
+         "bitsandbytes 4-bit form (config.json quantization_config) is read as NF4 whatever this says. LoRA only: "
+         "refused with train.full_finetune",
+         {"none", "nf4"}, {}, {}, {}});
+    add({"model.quantize_double", T::Bool, Value(false),
+         "with model.quantize = \"nf4\": double quantization (bitsandbytes' bnb_4bit_use_double_quant): each block's "
+         "absmax stored as 8 bits with an fp32 scale per 256 blocks (about 0.37 fewer bits a weight)",
+         {}, {}, {}, {}});
     add({"lora.adapter", T::String, Value(std::string("")),
          "PEFT LoRA adapter directory (adapter_config.json + adapter_model.safetensors) to apply; empty: none",
          {}, {}, {}, {}});

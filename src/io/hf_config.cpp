@@ -210,6 +210,37 @@ void check_limit(const Keys& k, const std::string& key, std::int64_t value, std:
     k.fail(key, "is " + std::to_string(value) + ", more than mgrl supports (" + std::to_string(limit) + ")");
 }
 
+// quantization_config: absent -> nullopt; bitsandbytes 4-bit NF4 -> its settings; anything else -> UserError.
+std::optional<Bnb4bitConfig> parse_quantization(const Keys& k, const std::string& path) {
+  const json* q = k.find("quantization_config");
+  if (!q) return std::nullopt;
+  if (!q->is_object()) k.fail("quantization_config", "must be an object, not " + describe(*q));
+  const Keys qk(*q, path, "quantization_config.");
+  const std::string method = qk.get_string("quant_method", "bitsandbytes");
+  if (method != "bitsandbytes")
+    qk.fail("quant_method", "is '" + method + "': mgrl reads bitsandbytes 4-bit (NF4) models only");
+  if (qk.get_bool("load_in_8bit", false) || qk.get_bool("_load_in_8bit", false))
+    qk.fail("load_in_8bit", "is true: mgrl reads bitsandbytes 4-bit (NF4) models, not 8-bit ones");
+  if (!qk.get_bool("load_in_4bit", false) && !qk.get_bool("_load_in_4bit", false))
+    qk.fail("load_in_4bit", "is not true: mgrl reads bitsandbytes 4-bit (NF4) models only");
+  const std::string type = qk.get_string("bnb_4bit_quant_type", "fp4");
+  if (type != "nf4") qk.fail("bnb_4bit_quant_type", "is '" + type + "': mgrl reads NF4 only (not fp4)");
+  const std::string storage = qk.get_string("bnb_4bit_quant_storage", "uint8");
+  if (storage != "uint8")
+    qk.fail("bnb_4bit_quant_storage", "is '" + storage + "': mgrl reads uint8 NF4 storage only");
+  Bnb4bitConfig b;
+  b.double_quant = qk.get_bool("bnb_4bit_use_double_quant", false);
+  b.compute_dtype = qk.get_string("bnb_4bit_compute_dtype", "");
+  if (const json* skip = qk.find("llm_int8_skip_modules")) {
+    if (!skip->is_array()) qk.fail("llm_int8_skip_modules", "must be a list of module names");
+    for (const json& m : *skip) {
+      if (!m.is_string()) qk.fail("llm_int8_skip_modules", "must be a list of module names");
+      b.skip_modules.push_back(m.get<std::string>());
+    }
+  }
+  return b;
+}
+
 // A number key that transformers defaults to `def` when absent and turns off when null (soft-capping, windows).
 double optional_number(const json& j, const Keys& k, const std::string& key, double def) {
   if (!j.contains(key)) return def;
@@ -386,18 +417,25 @@ ModelConfig parse_hf_config(const std::string& path) {
     k.fail("use_sliding_window", "is true: sliding-window attention is not supported");
   }
   c.torch_dtype = k.find("torch_dtype") ? k.get_string("torch_dtype", "") : k.get_string("dtype", "");
+  c.bnb4bit = parse_quantization(k, path);
 
   if (c.q_dim() > (std::int64_t{1} << 20))
     k.fail("num_attention_heads", "x head_dim (" + std::to_string(c.q_dim()) + ") is more than mgrl supports (" +
                                       std::to_string(std::int64_t{1} << 20) + ")");
-  // The whole model must fit this machine's memory at 2 bytes a parameter (bf16/fp16; the CPU backend needs 4).
+  // The whole model must fit this machine's memory as the least any configuration stores it: 2 bytes a parameter
+  // (bf16/fp16; the CPU backend needs 4), its projections at about half a byte as NF4 (QLoRA: a bitsandbytes 4-bit
+  // directory, or model.quantize = "nf4", which this reader does not see). The run's own check is exact.
   const double n_params = parameter_count(c), memory = static_cast<double>(host_memory_bytes());
-  if (memory > 0 && n_params * 2 > memory) {
+  const double n_proj = static_cast<double>(c.num_hidden_layers) *
+                        static_cast<double>(c.hidden_size) *
+                        static_cast<double>(2 * c.q_dim() + 2 * c.kv_dim() + 3 * c.intermediate_size);
+  const double stored = (n_params - n_proj) * 2 + n_proj * 0.516;
+  if (memory > 0 && stored > memory) {
     char count[32];
     std::snprintf(count, sizeof count, "%.3g", n_params);
-    throw UserError(path + ": the model it describes has " + count + " parameters (" + gib(n_params * 2) +
-                    " at 2 bytes each), more than this machine's memory (" + gib(memory) +
-                    "): check vocab_size, hidden_size, intermediate_size and num_hidden_layers");
+    throw UserError(path + ": the model it describes has " + count + " parameters (" + gib(stored) +
+                    " with NF4 projections" + "), more than this machine's memory (" +
+                    gib(memory) + "): check vocab_size, hidden_size, intermediate_size and num_hidden_layers");
   }
 
   if (k.find("bos_token_id")) c.bos_token_id = k.get_int("bos_token_id");

@@ -24,6 +24,14 @@ struct RopeScaling {
   std::int64_t original_max_position_embeddings = 8192;
 };
 
+// quantization_config of a model directory that transformers saved with bitsandbytes in 4-bit form
+// (quant_method "bitsandbytes", load_in_4bit). mgrl reads NF4 with uint8 storage; other quantizations are refused.
+struct Bnb4bitConfig {
+  bool double_quant = false;                // bnb_4bit_use_double_quant
+  std::string compute_dtype;                // bnb_4bit_compute_dtype (informative: mgrl computes in its own dtype)
+  std::vector<std::string> skip_modules;    // llm_int8_skip_modules (modules left dense)
+};
+
 struct ModelConfig {
   Architecture arch = Architecture::Llama;
   std::int64_t vocab_size = 0;
@@ -52,6 +60,7 @@ struct ModelConfig {
   std::vector<bool> layer_sliding;     // [num_hidden_layers]: the layer uses the sliding window
   double rope_local_theta = 0;         // RoPE base of sliding layers (Gemma 3, never scaled); 0: rope_theta
   std::string torch_dtype;  // informative ("bfloat16", ...; "" when absent)
+  std::optional<Bnb4bitConfig> bnb4bit;  // set when config.json has a bitsandbytes 4-bit quantization_config
   std::optional<std::int64_t> bos_token_id;
   std::vector<std::int64_t> eos_token_ids;  // config.json gives one id or a list
 

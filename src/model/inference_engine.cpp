@@ -112,6 +112,7 @@ const float* InferenceEngine::infer(const std::vector<std::int32_t>& tokens, con
   // buffer set and replayed (a CUDA graph on the CUDA backend): every value that changes between steps (ids, slots,
   // positions, output rows, the block table) is read from device memory.
   const auto forward = [&] {
+  def_.invalidate_workspace();  // a recording must hold every layer's NF4 dequantization
   ops_.embedding_forward(I.x, I.ids, def_.embed(), T, V, D, def_.embed_scale());
   // The residual stream stays in I.x (in place); the norms' rstd go to one scratch buffer.
   // Gemma's post-norms run in place on tmp.

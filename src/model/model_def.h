@@ -15,6 +15,10 @@
 
 namespace mgrl::model {
 
+// How the frozen base projections are held when the directory does not say (a bitsandbytes 4-bit directory is NF4
+// whatever this says): as loaded (dense, storage dtype) or NF4-quantized at load (QLoRA).
+enum class Quantize { None, Nf4 };
+
 struct ModelOptions {
   bool full_finetune = false;  // base weights trainable (gradients for every tensor)
   bool recompute = false;      // keep only each layer's input; recompute the layer in the backward
@@ -22,6 +26,10 @@ struct ModelOptions {
   // storage-dtype weights the kernels read whenever storage is not f32 (the GPU); true keeps them on f32 storage
   // too (tests: the same logic on the CPU backend).
   bool master_weights = false;
+  // model.quantize / model.quantize_double: the q/k/v/o and gate/up/down weights as NF4 (bitsandbytes' layout,
+  // kernels/cpu/nf4.h), the absmax double-quantized or not. LoRA only: refused with full_finetune.
+  Quantize quantize = Quantize::None;
+  bool quantize_double = false;
 };
 
 // How a base weight is held. Dense: the whole tensor in the backend's storage dtype (today's only kind). The other
@@ -85,8 +93,19 @@ class ModelDef {
   const ModelOptions& options() const { return opts_; }
   kernels::Ops& ops() const { return ops_; }
 
-  // The dense weights of decoder layer l, materialised first for a kind that is not dense.
-  const LayerWeights& layer(int l) const { return dense_layers_[static_cast<std::size_t>(l)]; }
+  // The dense weights of decoder layer l, materialised first for a kind that is not dense: NF4 projections are
+  // dequantized into one per-layer workspace (queued on the backend's stream), so the pointers of layer(l) are valid
+  // until layer(k) of another layer k is asked for. Asking again for the layer the workspace holds costs nothing.
+  const LayerWeights& layer(int l) const;
+  // Forget which layer the NF4 workspace holds, so that the next layer(l) dequantizes again (a recorded op sequence
+  // must contain its dequantizations: the inference engine calls this at the start of each forward it may record).
+  void invalidate_workspace() const { ws_layer_ = -1; }
+  // Base parameters held dense (the arena of base_weights()) and the bytes of the NF4 weights (codes + absmax
+  // state, backend memory); the NF4 workspace (one layer's projections, storage dtype) is nf4_workspace_bytes().
+  std::size_t dense_numel() const { return dense_numel_; }
+  std::size_t nf4_bytes() const { return nf4_bytes_; }
+  std::size_t nf4_workspace_bytes() const { return ws_bytes_; }
+  bool quantized() const { return !nf4_.empty(); }
   const LayerHandles& layer_handles(int l) const { return layers_[static_cast<std::size_t>(l)]; }
   const LayerGrads& layer_grads(int l) const { return grads_[static_cast<std::size_t>(l)]; }
   // The dense data of one handle (storage dtype); null for an absent handle.
@@ -111,11 +130,13 @@ class ModelDef {
   float final_softcap() const { return static_cast<float>(cfg_.final_logit_softcapping); }
   bool geglu() const { return cfg_.hidden_act == "gelu_pytorch_tanh"; }
 
-  // Full fine-tuning: all base tensors in one flat f32 gradient buffer, in expected_tensors() order.
+  // Full fine-tuning: all base tensors in one flat f32 gradient buffer, in expected_tensors() order. base_numel()
+  // counts every base parameter, NF4 ones too (full fine-tuning has none).
   struct BaseTensor {
     std::string name;
     io::Shape shape;
-    std::size_t offset;  // elements into the base arena / gradient buffer
+    std::size_t offset;  // dense tensors: elements into the base arena / gradient buffer
+    int nf4 = -1;        // NF4 tensors: index into the NF4 weights; -1: dense
   };
   const std::vector<BaseTensor>& base_tensors() const { return base_; }
   std::size_t base_numel() const { return base_numel_; }
@@ -134,6 +155,9 @@ class ModelDef {
   WeightHandle handle(const std::string& name) const;  // a FatalError for a name this architecture lacks
   float* grad(const WeightHandle& h) const;
   void upload_tensor(std::size_t index, const std::vector<float>& host);
+  struct Nf4Slot;
+  void upload_nf4(Nf4Slot& s, const std::vector<std::uint8_t>& codes, const std::vector<float>& absmax,
+                  const std::vector<std::uint8_t>& qabsmax, const std::vector<float>& nested, float offset);
 
   io::ModelConfig cfg_;
   kernels::Ops& ops_;
@@ -144,12 +168,27 @@ class ModelDef {
   float* master_ = nullptr;  // fp32 master copy of weights_ (full fine-tuning on non-f32 storage)
   float* base_grads_ = nullptr;
   std::vector<LayerHandles> layers_;
-  std::vector<LayerWeights> dense_layers_;  // layers_ resolved to dense pointers (every kind is dense today)
+  std::vector<LayerWeights> dense_layers_;  // layers_ resolved to dense pointers (NF4: into the workspace)
   std::vector<LayerGrads> grads_;
   WeightHandle embed_, final_norm_, head_;
   std::unique_ptr<LoraParams> lora_;
   float* inv_freq_ = nullptr;
   float* inv_freq_local_ = nullptr;  // sliding layers' (rope_local_theta), when they have their own
+  // NF4 weights: one backend allocation each (codes, then the absmax state), the shared code tables, and the
+  // workspace one layer's NF4 projections are dequantized into.
+  struct Nf4Slot {
+    void* mem = nullptr;
+    std::size_t bytes = 0;
+    std::int64_t rows = 0, cols = 0;
+    bool double_quant = false;
+    kernels::Nf4Weight w;
+  };
+  std::vector<Nf4Slot> nf4_;
+  std::size_t dense_numel_ = 0, nf4_bytes_ = 0, ws_bytes_ = 0;
+  float* nf4_tables_ = nullptr;  // the 16 NF4 values, then the 256 dynamic-code values
+  void* workspace_ = nullptr;
+  std::vector<bool> layer_nf4_;
+  mutable int ws_layer_ = -1;
 };
 
 }  // namespace mgrl::model

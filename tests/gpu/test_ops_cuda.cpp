@@ -22,6 +22,7 @@
 #include "core/build_info.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "kernels/cpu/nf4.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/flash_attention_sm70_plan.h"
 #include "kernels/ops.h"
@@ -636,6 +637,61 @@ INSTANTIATE_TEST_SUITE_P(Storage, OpsCudaAttention, ::testing::Values(DType::BF1
                          [](const ::testing::TestParamInfo<DType>& info) {
                            return std::string(info.param == DType::BF16 ? "bf16" : "fp16");
                          });
+
+// NF4 dequantization (QLoRA base weights): the GPU writes code * absmax rounded once to the storage dtype, which is
+// the CPU reference's f32 value rounded: equal bits, for plain and double-quantized absmax, whole and row ranges
+// (an odd start too). Written without a GPU at hand: compiled for sm_80, never run (see the nf4 branch's report).
+TEST_P(OpsCuda, DequantizeNf4) {
+  const std::int64_t rows = 300, cols = 333;  // 99900 values: 1561 blocks (a tail of 60), 7 nested groups
+  const std::int64_t n = rows * cols;
+  Vec w = randu(sz(n), 41, -0.05f, 0.05f);
+  for (std::int64_t r = 0; r < rows; r += 17) w[sz(r * cols)] = 0.4f;  // uneven absmax
+  std::vector<std::uint8_t> codes(sz(cpu::nf4_code_bytes(n)));
+  Vec absmax(sz(cpu::nf4_blocks(n)));
+  cpu::nf4_quantize(w.data(), n, codes.data(), absmax.data());
+  std::vector<std::uint8_t> qabsmax(absmax.size());
+  Vec nested(sz(cpu::nf4_nested_blocks(n)));
+  float offset = 0.0f;
+  cpu::nf4_double_quantize(absmax.data(), static_cast<std::int64_t>(absmax.size()), qabsmax.data(), nested.data(),
+                           &offset);
+  auto bytes = [&](const std::vector<std::uint8_t>& v) {
+    Pair p{own(*cpu_, v.size()), own(*gpu_, v.size()), v.size(), false};
+    cpu_->upload(p.c, v.data(), v.size());
+    gpu_->upload(p.g, v.data(), v.size());
+    return p;
+  };
+  Pair pc = bytes(codes), pq = bytes(qabsmax);
+  Pair pa = f32(absmax), pn = f32(nested);
+  Pair code = f32(Vec(cpu::nf4_code(), cpu::nf4_code() + 16));
+  Pair dyn = f32(Vec(cpu::dynamic_code(), cpu::dynamic_code() + 256));
+  for (const bool dq : {false, true}) {
+    Nf4Weight wc, wg;
+    wc.codes = static_cast<const std::uint8_t*>(pc.c);
+    wg.codes = static_cast<const std::uint8_t*>(pc.g);
+    wc.code = static_cast<const float*>(code.c);
+    wg.code = static_cast<const float*>(code.g);
+    if (dq) {
+      wc.qabsmax = static_cast<const std::uint8_t*>(pq.c);
+      wg.qabsmax = static_cast<const std::uint8_t*>(pq.g);
+      wc.nested_absmax = static_cast<const float*>(pn.c);
+      wg.nested_absmax = static_cast<const float*>(pn.g);
+      wc.nested_code = static_cast<const float*>(dyn.c);
+      wg.nested_code = static_cast<const float*>(dyn.g);
+      wc.offset = wg.offset = offset;
+    } else {
+      wc.absmax = static_cast<const float*>(pa.c);
+      wg.absmax = static_cast<const float*>(pa.g);
+    }
+    const std::pair<std::int64_t, std::int64_t> ranges[] = {{0, n}, {7 * cols, 123 * cols}, {61, 5000}};
+    for (const auto& [b, e] : ranges) {
+      Pair out = storage(Vec(sz(e - b), 0.0f));
+      cpu_->dequantize_nf4(out.c, wc, b, e);
+      gpu_->dequantize_nf4(out.g, wg, b, e);
+      EXPECT_EQ(gpu_values(out), rounded(cpu_values(out))) << (dq ? "double-quantized " : "plain ") << b << ".." << e;
+    }
+  }
+  gpu_->synchronize();
+}
 
 TEST_P(OpsCuda, Swiglu) {
   const std::int64_t n = 1003;
