@@ -33,10 +33,20 @@ const Schema& mgrl_schema() {
          {}, 0.0, std::nullopt, {}});
     add({"model.path", T::String, std::nullopt,
          "Hugging Face model directory: config.json and model.safetensors (or a sharded index)", {}, {}, {},
-         {"score", "generate", "sft", "grpo", "dpo", "render"}});
+         {"score", "generate", "sft", "grpo", "dpo", "render", "unless model.shape"}});
+    add({"model.shape", T::String, Value(std::string("")),
+         "a built-in model shape instead of model.path's config.json (sft, grpo, dpo with model.init = \"random\", "
+         "and plan): tiny-llama, llama-3.2-1b, llama-3.2-3b, llama-3.1-8b, llama-3.1-70b, qwen2.5-0.5b, -1.5b, -3b, "
+         "-7b, -14b, -32b, -72b, qwen3-0.6b, qwen3-8b, qwen3-32b; the tokenizer then comes from model.tokenizer",
+         {}, {}, {}, {}});
+    add({"model.num_layers", T::Int, Value(std::int64_t{0}),
+         "decoder layers of the model instead of its config's num_hidden_layers (model.init = \"random\" or plan: "
+         "e.g. a 70B-shaped step on fewer layers); 0: the config's",
+         {}, 0.0, 4096.0, {}});
     add({"model.init", T::String, Value(std::string("pretrained")),
-         "pretrained: weights from model.path; random: only model.path/config.json is read and the weights are "
-         "drawn (normal(0, model.init_std); norms 1) for training a small model from scratch",
+         "pretrained: weights from model.path; random: only the model's shape is read (model.path/config.json or "
+         "model.shape) and the weights are drawn (normal(0, model.init_std); norms 1), seeded by train.seed: for "
+         "training a small model from scratch, or measuring a large model's step without its files",
          {"pretrained", "random"}, {}, {}, {}});
     add({"model.init_std", T::Float, Value(0.02), "standard deviation of random initial weights", {}, 0.0, {}, {}});
     add({"model.recompute", T::Bool, Value(false),
