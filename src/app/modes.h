@@ -53,6 +53,8 @@ int run_reward(Context& ctx);
 int run_export(Context& ctx);
 // `mgrl generate`: completions of JSONL prompts into a JSONL file (docs/generate.md).
 int run_generate(Context& ctx);
+// `mgrl plan`: the memory a rank of the configured run needs, by part, from the model's shape alone (docs/large-models.md).
+int run_plan(dist::MpiEnv& env, const io::Config& cfg);
 // `mgrl render`: the text, token ids and assistant mask of each {"messages"} line, JSON lines out (docs/sft.md).
 int run_render(Context& ctx);
 

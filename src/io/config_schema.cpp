@@ -6,7 +6,7 @@ namespace mgrl::io {
 
 const std::vector<std::string>& mgrl_modes() {
   static const std::vector<std::string> modes{"info", "sft", "grpo", "dpo", "reward", "export", "score", "generate",
-                                              "render", "help-config"};
+                                              "render", "plan", "help-config"};
   return modes;
 }
 
@@ -20,7 +20,7 @@ const Schema& mgrl_schema() {
          "with group-relative policy optimisation), dpo (direct preference optimisation on preference pairs), reward "
          "(score completions with the [[reward]] functions), export (a checkpoint as a PEFT adapter or merged model), "
          "score (log-probs of token sequences), generate (completions of prompts), render (the text, tokens and "
-         "assistant mask of chat data) or help-config (this list); the command line may name it instead",
+         "assistant mask of chat data), plan (the memory a run needs per rank, from the model's shape alone) or help-config (this list); the command line may name it instead",
          mgrl_modes(), {}, {}, {}});
     add({"runtime.backend", T::String, Value(std::string("auto")),
          "compute backend: auto (CUDA when every rank has a GPU of its own, else CPU), cpu or cuda",
@@ -213,6 +213,18 @@ const Schema& mgrl_schema() {
          1.0, {}, {}});
     add({"generate.kv_block_size", T::Int, Value(std::int64_t{16}),
          "positions per KV-cache block (a prompt's blocks are shared by its completions)", {}, 1.0, 4096.0, {}});
+    add({"plan.gpus", T::Int, Value(std::int64_t{1}),
+         "plan: the ranks (GPUs) of the planned job; `mgrl plan --gpus N` sets it", {}, 1.0, 65536.0, {}});
+    add({"plan.gpu_memory", T::String, Value(std::string("80GiB")),
+         "plan: memory of one GPU (or, with plan.target = \"cpu\", of one rank's share of the host) to fit, e.g. "
+         "80GiB, 141GB, 16GiB; `mgrl plan --gpu-memory 80GiB` sets it",
+         {}, {}, {}, {}});
+    add({"plan.target", T::String, Value(std::string("cuda")),
+         "plan: the backend planned for: cuda (bf16/fp16 storage, CUDA context and cuBLAS workspace) or cpu (f32 "
+         "storage, peak host memory of the process)",
+         {"cuda", "cpu"}, {}, {}, {}});
+    add({"plan.json", T::Bool, Value(false), "plan: print the plan as one JSON object instead of a table; `mgrl plan "
+         "--json` sets it", {}, {}, {}, {}});
     add({"grpo.num_generations", T::Int, Value(std::int64_t{8}),
          "completions sampled per prompt (the group G); they share one prefill of the prompt", {}, 2.0, {}, {}});
     add({"grpo.max_prompt_length", T::Int, Value(std::int64_t{512}),
