@@ -31,7 +31,7 @@ constexpr double kMiB = 1024.0 * 1024.0;
 // an SFT step of the 16-token tiny-llama shape on this repository's CI machine (tests/cli/plan_measured.sh).
 constexpr double kCudaContext = 512 * kMiB;
 constexpr double kCublasWorkspace = 32 * kMiB;
-constexpr double kCpuProcess = 56 * kMiB;
+constexpr double kCpuProcess = 28 * kMiB;
 // NCCL's own buffers on a multi-GPU job: an allowance, not a measurement (NCCL_BUFFSIZE is 4 MiB per channel and
 // peer for the Simple protocol, with LL / LL128 buffers beside it; a ring over NVLink uses tens of channels).
 constexpr double kNccl = 512 * kMiB;
@@ -115,7 +115,8 @@ int run_plan(dist::MpiEnv& env, const io::Config& cfg) {
       const std::int64_t completion = cfg.get_int("grpo.max_completion_length");
       seq_len = std::min(max_pos, prompt + completion);
       micro = std::max<std::int64_t>(1, per_rank * G / accum);
-      in.scoring = true;
+      // The scoring pass runs for the reference (grpo.beta > 0) and the old policy (grpo.num_iterations > 1).
+      in.scoring = cfg.get_float("grpo.beta") > 0 || cfg.get_int("grpo.num_iterations") > 1;
       in.reference_copy = cfg.get_float("grpo.beta") > 0 && cfg.get_string("grpo.reference") == "initial" &&
                           !cfg.get_string("lora.adapter").empty();
       // The rollout's paged cache as rl::Generator sizes it: every slot busy, each prompt's full blocks once.
