@@ -24,18 +24,6 @@ namespace {
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr double kMiB = 1024.0 * 1024.0;
 
-// Runtime overhead of one rank. CUDA: the context with mgrl's kernels loaded (about 0.5 GiB on an H100 with CUDA
-// 12/13 lazy module loading: the usual figure of nvidia-smi for a process that has only created its context) and
-// cuBLAS's workspace (32 MiB on Hopper, 4 MiB before: cuBLAS documentation of cublasSetWorkspace). CPU: the mgrl
-// process itself (binary, MPI, HDF5, OpenBLAS's per-thread buffers, tokenizer, data), measured as the peak RSS of
-// an SFT step of the 16-token tiny-llama shape on this repository's CI machine (tests/cli/plan_measured.sh).
-constexpr double kCudaContext = 512 * kMiB;
-constexpr double kCublasWorkspace = 32 * kMiB;
-constexpr double kCpuProcess = 28 * kMiB;
-// NCCL's own buffers on a multi-GPU job: an allowance, not a measurement (NCCL_BUFFSIZE is 4 MiB per channel and
-// peer for the Simple protocol, with LL / LL128 buffers beside it; a ring over NVLink uses tens of channels).
-constexpr double kNccl = 512 * kMiB;
-
 // "80GiB", "141 GB", "16GiB", "81920MiB", "85899345920": bytes; a UserError naming the key otherwise.
 double parse_size(const std::string& text, const std::string& key) {
   std::size_t i = 0;
@@ -139,12 +127,7 @@ int run_plan(dist::MpiEnv& env, const io::Config& cfg) {
       micro = std::max<std::int64_t>(1, per_rank / accum);
     }
     in.train_tokens = micro * seq_len;
-    in.runtime_bytes = in.cuda ? kCudaContext + kCublasWorkspace : kCpuProcess;
-    in.runtime_note = in.cuda ? "CUDA context ~0.5 GiB (H100, lazy loading) + cuBLAS workspace 32 MiB (Hopper)"
-                              : "the mgrl process itself (binary, libraries, BLAS buffers), measured";
-    in.comm_bytes = in.cuda && in.ranks > 1 ? kNccl : 0;
-    in.comm_note = in.cuda ? (in.ranks > 1 ? "NCCL's own buffers: an allowance of 0.5 GiB" : "one rank: none")
-                           : "MPI reduces in place";
+    model::set_runtime_allowances(in);
   });
 
   const model::MemoryPlan plan = model::memory_plan(in);

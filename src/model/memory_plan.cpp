@@ -207,6 +207,34 @@ MemoryPlan memory_plan(const PlanInput& in) {
   return p;
 }
 
+namespace {
+constexpr double kMiB = 1024.0 * 1024.0;
+}  // namespace
+
+// A CUDA rank's runtime overhead: the CUDA context with mgrl's kernels, cuBLAS's handle and workspace (32 MiB on
+// Hopper), NCCL's communicator and the stream-ordered allocator's pool (kernel scratch). Not measured part by part:
+// calibrated on mgrl's measured peaks on an H100 (docs/performance.md, LoRA SFT at the Qwen2.5-0.5B / 1.5B / 7B
+// shapes), whose gaps to the sum of this plan's other parts were 2.29, 2.63 and 3.79 GiB: the smallest, rounded.
+double cuda_runtime_bytes() { return 2.25 * 1024 * kMiB; }
+// The mgrl process itself on the CPU backend (binary, MPI, HDF5, OpenBLAS's buffers for one thread, tokenizer,
+// data): measured, the peak RSS of a one-step `mgrl sft` of the tiny-llama shape (whose own arrays are under
+// 1 MiB) with runtime.threads = 1 was 28.8 MiB (29472 KiB) on the 2-core CI-like machine; more BLAS threads add
+// buffers of their own.
+double cpu_process_bytes() { return 28 * kMiB; }
+// NCCL's own buffers per rank on a multi-GPU job: an allowance, not a measurement (NCCL_BUFFSIZE is 4 MiB per
+// channel and peer for the Simple protocol, with LL / LL128 buffers beside it; rings over NVLink use tens of
+// channels).
+double nccl_buffer_bytes(int ranks) { return ranks > 1 ? 512 * kMiB : 0; }
+
+void set_runtime_allowances(PlanInput& in) {
+  in.runtime_bytes = in.cuda ? cuda_runtime_bytes() : cpu_process_bytes();
+  in.runtime_note = in.cuda ? "CUDA context, cuBLAS, NCCL, allocator pool: calibrated on H100 peaks"
+                            : "the mgrl process itself (binary, libraries, one thread's BLAS buffers), measured";
+  in.comm_bytes = in.cuda ? nccl_buffer_bytes(in.ranks) : 0;
+  in.comm_note = in.cuda ? (in.ranks > 1 ? "NCCL's own buffers: an allowance of 0.5 GiB" : "one rank: none")
+                         : "MPI reduces in place";
+}
+
 std::int64_t largest_fitting_tokens(PlanInput in, double budget, std::int64_t limit) {
   std::int64_t lo = 0, hi = std::max<std::int64_t>(0, limit);
   while (lo < hi) {

@@ -83,6 +83,14 @@ struct MemoryPlan {
 
 MemoryPlan memory_plan(const PlanInput& in);
 
+// The runtime allowances of a plan (their sources are in memory_plan.cpp): a CUDA rank's context and cuBLAS
+// workspace; the CPU process's own memory (one BLAS thread); NCCL's buffers on a job of `ranks` GPUs (0 for one).
+double cuda_runtime_bytes();
+double cpu_process_bytes();
+double nccl_buffer_bytes(int ranks);
+// in.runtime_* and in.comm_* for in.cuda and in.ranks from the allowances above.
+void set_runtime_allowances(PlanInput& in);
+
 // The largest training micro-batch (tokens, at most `limit`) whose plan fits `budget` bytes; 0 when not even
 // one token fits. The plan's total grows with the tokens, so this is a binary search.
 std::int64_t largest_fitting_tokens(PlanInput in, double budget, std::int64_t limit);
