@@ -26,7 +26,8 @@ std::string usage() {
          "INPUT    a TOML file describing the run; every key has a default\n"
          "--section.key=value  sets any configuration key, over the file's value\n"
          "\n"
-         "mgrl help-config prints every key with its type, default and meaning.\n";
+         "mgrl help-config prints every key with its type, default and meaning.\n"
+         "mgrl plan INPUT.toml [--gpus N] [--gpu-memory 80GiB] [--json] prints the memory per rank a run needs.\n";
 }
 
 Cli parse_cli(int argc, char** argv) {
