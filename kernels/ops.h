@@ -40,6 +40,12 @@ struct KvPages {
   int max_len() const { return max_blocks * block_size; }  // positions a slot can hold
 };
 
+// The queue a backend's ops run on, for work on other queues that must be ordered with them (dist::Comm's
+// collectives take it as their Stream). CUDA: the backend's non-blocking cudaStream_t; null on the CPU backend.
+struct DeviceStream {
+  void* cuda = nullptr;  // a cudaStream_t
+};
+
 class Ops {
  public:
   virtual ~Ops() = default;
@@ -64,6 +70,7 @@ class Ops {
   // the kernels read.
   virtual void f32_to_storage(void* dst, const float* src, std::size_t n) = 0;
   virtual void synchronize() = 0;
+  virtual DeviceStream device_stream() const { return {}; }
   // Batch-invariant mode: a row's results do not depend on the other rows of a call (kernels/cpu/gemm.h).
   // The CPU backend implements it (for inference, so that N ranks generate what 1 rank generates); the
   // CUDA backend is not batch-invariant and ignores it.

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -23,7 +24,6 @@
 
 #include "core/random.h"
 #include "kernels/cpu/blas_info.h"
-#include "kernels/cpu/rope.h"
 #include "kernels/ops.h"
 
 namespace {
@@ -215,7 +215,7 @@ void BM_RopeForward(benchmark::State& state) {
   Buffers b;
   float* x = b.random(sz(T, kHeads, kHd));
   std::vector<float> inv(kHd / 2);
-  mgrl::kernels::cpu::rope_inv_freq(inv.data(), kHd, 1000000.0, nullptr);
+  for (int j = 0; j < kHd / 2; ++j) inv[j] = static_cast<float>(1.0 / std::pow(1000000.0, 2.0 * j / kHd));
   const float* dinv = b.copy_of(inv);
   const std::int32_t* pos = b.copy_of(p.pos);
   for (auto _ : state) ops().rope_forward(x, pos, dinv, T, kHeads, kHd);

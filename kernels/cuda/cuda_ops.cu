@@ -67,6 +67,7 @@ class CudaOps final : public Ops {
   CudaOps& operator=(const CudaOps&) = delete;
 
   cudaStream_t stream() const { return stream_; }
+  DeviceStream device_stream() const override { return {static_cast<void*>(stream_)}; }
 
   const char* name() const override { return "cuda"; }
   DType storage() const override { return st_; }
@@ -363,11 +364,6 @@ std::unique_ptr<Ops> make_cuda_ops(int device, DType storage) {
 
 const char* cuda_attention_kernels(DType storage, int head_dim) {
   return cuda::attention_kernels_name(cuda::attention_kernels(storage, head_dim, {}));
-}
-
-void* cuda_stream(const Ops& ops) {
-  const auto* c = dynamic_cast<const CudaOps*>(&ops);
-  return c ? static_cast<void*>(c->stream()) : nullptr;
 }
 
 std::unique_ptr<Ops> make_cuda_ops(int device) {

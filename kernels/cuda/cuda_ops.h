@@ -18,12 +18,6 @@ std::unique_ptr<Ops> make_cuda_ops(int device);
 // to run the fp16 kernels on a bf16-capable GPU.
 std::unique_ptr<Ops> make_cuda_ops(int device, DType storage);
 
-// The cudaStream_t (as void*) that a CUDA backend's ops run on, nullptr for any other backend. The stream is
-// non-blocking: it does not order with the legacy default stream, so work on another stream that reads or writes
-// op buffers (e.g. a dist::Comm allreduce) must be ordered after this stream (pass it as the Comm's Stream) or
-// follow ops.synchronize().
-void* cuda_stream(const Ops& ops);
-
 // Which attention kernels Ops::attention_forward / attention_backward run on the current CUDA device for this
 // storage dtype and head_dim (16-byte aligned tensors), under the current MGRL_CUDA_ATTENTION: "tiled" (mma.sync,
 // sm_75+), "sm70" (wmma, Volta's kernels) or "naive" (the fallback). Tests use it to make sure a forced path runs.

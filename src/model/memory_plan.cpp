@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "model/train_executor.h"
+
 namespace mgrl::model {
 
 namespace {
@@ -14,35 +16,11 @@ bool targeted(const LoraConfig& lora, Module m) {
 
 std::size_t arena_bytes(const io::ModelConfig& c, std::size_t S, const LoraConfig* lora, bool recompute, bool grads,
                         std::size_t t, std::size_t head_scratch) {
-  // Mirrors Transformer::reserve_arena buffer by buffer (a unit test holds the two equal).
-  const std::size_t D = c.hidden_size, Q = c.q_dim(), K = c.kv_dim(), I = c.intermediate_size;
-  const std::size_t nh = c.num_attention_heads, nkv = c.num_key_value_heads, L = c.num_hidden_layers;
-  const std::size_t r = lora ? static_cast<std::size_t>(lora->r) : 0;
-  const bool dropout = lora && lora->dropout > 0;
-  const std::size_t F = sizeof(float);
-  std::size_t per_set = S * t * (D + Q + K + K + Q + D + D + 3 * I) + F * 2 * t + F * t * nh;
-  if (c.qk_norm) per_set += S * t * (Q + K) + F * t * (nh + nkv);
-  if (lora)
-    for (int m = 0; m < kNumModules; ++m) {
-      const auto mod = static_cast<Module>(m);
-      if (!targeted(*lora, mod)) continue;
-      per_set += F * t * r;
-      if (dropout && grads) per_set += S * t * static_cast<std::size_t>(module_in(c, mod));
-    }
-  const std::size_t sets = recompute || !grads ? 1 : L;
-  std::size_t bytes = sets * per_set;
-  bytes += S * t * D * (L + 1);  // the residual stream at every layer's input, and after the last
-  bytes += S * t * D * 2;        // tmp, xf
-  if (recompute && grads) bytes += S * t * D;
-  bytes += F * t * 4;  // rstd_f, lse_head, lp, wrow
-  if (r && grads) bytes += F * t * r;
-  bytes += 4 * (3 * t + t + 1);  // ids, targets, pos, cu_seqlens
-  bytes += head_scratch;
-  if (!grads) return bytes;
-  bytes += S * t * (D + D + Q + K + K + Q + 3 * I + D);  // dx, dh, dq, dk, dv, dattn, dgate, dup, dact, dxf
-  if (c.qk_norm) bytes += S * t * (Q + K);
-  if (dropout) bytes += S * t * std::max({D, Q, I});
-  return bytes;
+  // The training executor's own count of its arena (what TrainExecutor::plan allocates).
+  ModelOptions opts;
+  opts.recompute = recompute;
+  return TrainExecutor::activation_bytes(c, opts, lora, S == 4 ? DType::F32 : DType::BF16, head_scratch,
+                                         static_cast<int>(t), 1, grads);
 }
 
 std::size_t lm_head_scratch_bytes(bool cuda, std::size_t storage, std::int64_t V) {
@@ -68,7 +46,7 @@ std::size_t lora_numel(const io::ModelConfig& c, const LoraConfig& lora) {
 
 std::size_t infer_bytes(const io::ModelConfig& c, std::size_t S, const LoraConfig* lora, std::size_t t,
                         std::size_t r) {
-  // Mirrors Transformer::reserve_infer.
+  // Mirrors InferenceEngine::reserve (which has no counting function of its own).
   const std::size_t D = c.hidden_size, Q = c.q_dim(), K = c.kv_dim(), I = c.intermediate_size;
   std::size_t bytes = S * t * (D + D + Q + K + K + Q + D + 3 * I) + S * r * D;
   if (c.qk_norm) bytes += S * t * (Q + K);

@@ -12,9 +12,9 @@
 
 namespace mgrl::model {
 
-// The activation arena of Transformer::reserve_arena for micro-batches of up to T tokens: a training arena
-// (grads = true: one activation set per layer, or one with recompute, plus the backward's buffers) or a no-grad
-// scoring arena (grads = false). storage: bytes of one stored element (4 on the CPU backend, 2 for bf16/fp16).
+// The activation arena of the training executor (TrainExecutor::activation_bytes) for micro-batches of up to T
+// tokens: a training arena (grads = true: one activation set per layer, or one with recompute, plus the backward's
+// buffers) or a no-grad scoring arena (grads = false). storage: bytes of one stored element (4 on the CPU backend, 2 for bf16/fp16).
 // lora: null when the model has no adapter. head_scratch: the LM head's logits chunk (Ops::lm_head_scratch_bytes),
 // included in the result.
 std::size_t arena_bytes(const io::ModelConfig& c, std::size_t storage, const LoraConfig* lora, bool recompute,
@@ -25,7 +25,7 @@ std::size_t arena_bytes(const io::ModelConfig& c, std::size_t storage, const Lor
 std::size_t lm_head_scratch_bytes(bool cuda, std::size_t storage, std::int64_t V);
 // LoRA parameters (one tensor set: A and B of every adapted module of every layer).
 std::size_t lora_numel(const io::ModelConfig& c, const LoraConfig& lora);
-// Bytes of the inference workspace of Transformer::reserve_infer for calls of up to T rows, R of them output rows.
+// Bytes of the inference workspace of InferenceEngine::reserve for calls of up to T rows, R of them output rows.
 std::size_t infer_bytes(const io::ModelConfig& c, std::size_t storage, const LoraConfig* lora, std::size_t T,
                         std::size_t R);
 // Bytes of a paged KV cache's pools and block table (KvCache).

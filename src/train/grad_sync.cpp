@@ -6,17 +6,11 @@
 #include <cmath>
 #include <limits>
 
-#if MGRL_WITH_CUDA
-#include "kernels/cuda/cuda_ops.h"
-#endif
-
 namespace mgrl::train {
 
 GradSync::GradSync(dist::Comm& comm, model::Transformer& model, const Trainable& tr)
     : comm_(comm), model_(model), tr_(tr) {
-#if MGRL_WITH_CUDA
-  stream_ = kernels::cuda_stream(model_.ops());
-#endif
+  stream_ = model_.ops().device_stream().cuda;  // null on the CPU
   // One bucket per layer: the LoRA slots of a layer are contiguous in the flat buffer. Every trainable value must
   // be in exactly one bucket, else one reduction of the whole buffer is used.
   model::LoraParams* lora = model_.lora();

@@ -27,10 +27,6 @@
 #include "train/run_log.h"
 #include "train/stop_agreement.h"
 
-#if MGRL_WITH_CUDA
-#include "kernels/cuda/cuda_ops.h"
-#endif
-
 namespace mgrl::train {
 namespace {
 

@@ -22,7 +22,6 @@
 #include "core/build_info.h"
 #include "core/dtype.h"
 #include "core/error.h"
-#include "kernels/cpu/rope.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/flash_attention_sm70_plan.h"
 #include "kernels/ops.h"
@@ -154,8 +153,8 @@ TEST_P(OpsCuda, BackendBasics) {
   EXPECT_STREQ(gpu_->name(), "cuda");
   EXPECT_EQ(gpu_->storage(), st());
   EXPECT_EQ(gpu_->storage_size(), 2u);
-  EXPECT_NE(cuda_stream(*gpu_), nullptr);
-  EXPECT_EQ(cuda_stream(*cpu_), nullptr);
+  EXPECT_NE(gpu_->device_stream().cuda, nullptr);
+  EXPECT_EQ(cpu_->device_stream().cuda, nullptr);
   // upload / copy / zero / download round trip of raw bytes, and zero-filled alloc.
   const Vec v = randu(1001, 1);
   Pair a = f32(v), b = f32(Vec(v.size(), 0.0f));
@@ -359,7 +358,7 @@ TEST_P(OpsCuda, Dropout) {
 TEST_P(OpsCuda, Rope) {
   const int T = 23, n_heads = 3, head_dim = 46;  // half = 23
   Vec inv(sz(head_dim / 2));
-  cpu::rope_inv_freq(inv.data(), head_dim, 10000.0, nullptr);
+  for (int j = 0; j < head_dim / 2; ++j) inv[j] = static_cast<float>(1.0 / std::pow(10000.0, 2.0 * j / head_dim));
   Pair inv_freq = f32(inv);
   Ids pos_host;
   std::mt19937 gen(50);

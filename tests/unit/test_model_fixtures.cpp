@@ -1,7 +1,8 @@
 // test_model_fixtures.cpp: the transformer with LoRA on the CPU backend against Hugging Face
 // transformers + PEFT (tests/data/models, written by tools/make_fixtures.py): log-probs, logits
 // with and without the adapter, loss, LoRA gradients and input-embedding gradients; recompute
-// gives the same; full fine-tuning and LoRA dropout gradients against finite differences.
+// gives the same; full fine-tuning and LoRA dropout gradients against finite differences; the rotary inverse
+// frequencies.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,6 +16,7 @@
 #include "io/safetensors.h"
 #include "kernels/ops.h"
 #include "model/lora.h"
+#include "model/rope_freq.h"
 #include "model/transformer.h"
 #include "tests/unit/test_util.h"
 
@@ -277,6 +279,58 @@ TEST(PeftExport, RoundTripMatchesThePeftFixture) {
     f.model->forward(f.batch, lp2.data());
     EXPECT_EQ(lp1, lp2) << name;
   }
+}
+
+// The rotary inverse frequencies (model/rope_freq.h).
+TEST(RopeFreq, DefaultInverseFrequencies) {
+  for (double theta : {10000.0, 1000000.0}) {
+    const int hd = 10;
+    std::vector<float> f(hd / 2);
+    rope_inv_freq(f.data(), hd, theta, nullptr);
+    for (int j = 0; j < hd / 2; ++j) {
+      // transformers takes the exponent 2j/dim in fp32 (0.6f = 0.60000002), which moves theta^-0.6 by ~2e-7:
+      // tight against that, looser against the exact value.
+      const double e32 = static_cast<double>(static_cast<float>(2 * j) / static_cast<float>(hd));
+      const double want32 = 1.0 / std::pow(theta, e32), exact = 1.0 / std::pow(theta, 2.0 * j / hd);
+      EXPECT_NEAR(f[j], want32, 1.2e-7 * want32) << theta << " j=" << j;
+      EXPECT_NEAR(f[j], exact, 1e-6 * exact) << theta << " j=" << j;
+    }
+  }
+  EXPECT_THROW(rope_inv_freq(nullptr, 7, 10000.0, nullptr), FatalError);
+}
+
+// Llama 3.2 1B: rope_theta 500000, head_dim 64, rope_scaling {factor 32, low 1, high 4, original 8192}.
+// By hand: wavelen_j = 2*pi * 500000^(j/32) is below high_wl = 8192/4 = 2048 for j <= 14 (kept), above
+// low_wl = 8192 for j >= 18 (divided by the factor), and in between for j = 15, 16, 17 (smoothed).
+TEST(RopeFreq, Llama3InverseFrequencies) {
+  const int hd = 64, half = hd / 2;
+  const double theta = 500000.0, factor = 32.0, low = 1.0, high = 4.0, orig = 8192.0;
+  Llama3RopeScaling sc;
+  sc.factor = factor;
+  sc.low_freq_factor = low;
+  sc.high_freq_factor = high;
+  sc.original_max_position_embeddings = orig;
+  std::vector<float> plain(half), scaled(half);
+  rope_inv_freq(plain.data(), hd, theta, nullptr);
+  rope_inv_freq(scaled.data(), hd, theta, &sc);
+  for (int j = 0; j <= 14; ++j) EXPECT_EQ(scaled[j], plain[j]) << j;
+  for (int j = 18; j < half; ++j) EXPECT_EQ(scaled[j], plain[j] / 32.0f) << j;
+  for (int j = 15; j <= 17; ++j) {
+    const double f = 1.0 / std::pow(theta, 2.0 * j / hd);
+    const double wavelen = 2.0 * M_PI / f;
+    ASSERT_GE(wavelen, orig / high);
+    ASSERT_LE(wavelen, orig / low);
+    const double s = (orig / wavelen - low) / (high - low);
+    const double want = (1.0 - s) * f / factor + s * f;
+    EXPECT_NEAR(scaled[j], want, 1e-6 * want) << j;
+    EXPECT_LT(scaled[j], plain[j]);
+    EXPECT_GT(scaled[j], plain[j] / 32.0f);
+  }
+  // Two values worked out by hand from the formula (j = 16: f = 500000^-0.5).
+  EXPECT_NEAR(scaled[0], 1.0f, 0.0f);
+  const double f16 = 1.0 / std::sqrt(500000.0);
+  const double s16 = (8192.0 * f16 / (2.0 * M_PI) - 1.0) / 3.0;
+  EXPECT_NEAR(scaled[16], (1.0 - s16) * f16 / 32.0 + s16 * f16, 1e-6 * f16);
 }
 
 }  // namespace

@@ -1,0 +1,49 @@
+// block.cpp: the decoder block's forward over kernels::Ops and the LoRA term of a linear layer.
+#include "model/block.h"
+
+namespace mgrl::model {
+
+void block_forward(const ModelDef& def, int l, const BlockIO& io, int T, const BlockLinear& lin,
+                   const std::function<void()>& attend) {
+  const io::ModelConfig& cfg = def.config();
+  kernels::Ops& ops = def.ops();
+  const LayerWeights& Lw = def.layer(l);
+  const int D = static_cast<int>(cfg.hidden_size), I = static_cast<int>(cfg.intermediate_size);
+  const int nh = static_cast<int>(cfg.num_attention_heads), nkv = static_cast<int>(cfg.num_key_value_heads);
+  const int hd = static_cast<int>(cfg.head_dim);
+  const float eps = static_cast<float>(cfg.rms_norm_eps);
+  const std::size_t S = ops.storage_size();
+
+  ops.rmsnorm_forward(io.h1, io.rstd1, io.x_in, Lw.attn_norm, T, D, eps);
+  lin(Module::Q, cfg.qk_norm ? io.q_pre : io.q, io.h1);
+  lin(Module::K, cfg.qk_norm ? io.k_pre : io.k, io.h1);
+  lin(Module::V, io.v, io.h1);
+  if (cfg.qk_norm) {
+    ops.rmsnorm_forward(io.q, io.rstd_q, io.q_pre, Lw.q_norm, T * nh, hd, eps);
+    ops.rmsnorm_forward(io.k, io.rstd_k, io.k_pre, Lw.k_norm, T * nkv, hd, eps);
+  }
+  ops.rope_forward(io.q, io.pos, def.inv_freq(), T, nh, hd);
+  ops.rope_forward(io.k, io.pos, def.inv_freq(), T, nkv, hd);
+  attend();
+  lin(Module::O, io.tmp, io.attn);
+  ops.copy(io.x_mid, io.x_in, static_cast<std::size_t>(T) * D * S);  // no-op when in place
+  ops.residual_forward(io.x_mid, io.tmp, static_cast<std::int64_t>(T) * D);
+
+  ops.rmsnorm_forward(io.h2, io.rstd2, io.x_mid, Lw.mlp_norm, T, D, eps);
+  lin(Module::Gate, io.gate, io.h2);
+  lin(Module::Up, io.up, io.h2);
+  ops.swiglu_forward(io.act, io.gate, io.up, static_cast<std::int64_t>(T) * I);
+  lin(Module::Down, io.tmp, io.act);
+  ops.copy(io.x_out, io.x_mid, static_cast<std::size_t>(T) * D * S);
+  ops.residual_forward(io.x_out, io.tmp, static_cast<std::int64_t>(T) * D);
+}
+
+void lora_add(const ModelDef& def, int l, Module m, void* y, const void* x, int T, float* xa) {
+  const LoraParams* lora = def.lora();
+  const LoraSlot* s = lora ? lora->find(l, m) : nullptr;
+  if (!s) return;
+  def.ops().lora_forward(y, xa, x, lora->A(*s), lora->B(*s), lora->config().scale(), T, module_in(def.config(), m),
+                         lora->config().r, module_out(def.config(), m));
+}
+
+}  // namespace mgrl::model

@@ -1,0 +1,31 @@
+// block.h: one decoder block's forward (norms, q/k/v, rotary, attention, MLP, residuals), shared by the training
+// executor and the inference engine, and the LoRA term added to a linear layer's output.
+#pragma once
+#include <cstdint>
+#include <functional>
+
+#include "model/model_def.h"
+
+namespace mgrl::model {
+
+// The buffers of one pass through a decoder block (training keeps them per layer; inference reuses one set,
+// with the residual stream updated in place: x_in == x_mid == x_out). Storage dtype unless f32.
+struct BlockIO {
+  const void* x_in;
+  void *x_mid, *x_out, *h1, *q, *k, *v, *q_pre, *k_pre, *attn, *h2, *gate, *up, *act, *tmp;
+  float *rstd1, *rstd_q, *rstd_k, *rstd2;
+  const std::int32_t* pos;
+};
+
+// A linear layer of the block: y = module m of x (with its adapter, as the caller decides).
+using BlockLinear = std::function<void(Module, void*, const void*)>;
+
+// Decoder block l over T rows: lin applies the linear layers, attend() fills io.attn from io.q / io.k / io.v (plain
+// causal attention in training, the KV cache in inference).
+void block_forward(const ModelDef& def, int l, const BlockIO& io, int T, const BlockLinear& lin,
+                   const std::function<void()>& attend);
+
+// y += the adapter of (l, m) applied to x (xa: its [T, r] f32 intermediate x A^T); nothing without one.
+void lora_add(const ModelDef& def, int l, Module m, void* y, const void* x, int T, float* xa);
+
+}  // namespace mgrl::model

@@ -1,0 +1,163 @@
+// inference_engine.cpp: the KV-cache forward (embedding, decoder blocks over the paged cache, final norm, logits of
+// the output rows) and its work buffers.
+#include "model/inference_engine.h"
+
+#include <algorithm>
+#include <string>
+
+#include "core/error.h"
+#include "model/block.h"
+
+namespace mgrl::model {
+
+// Buffers of infer(), sized for the largest call seen (storage dtype unless f32 / i32).
+struct InferenceEngine::Buffers {
+  int cap_T = 0, cap_R = 0;
+  std::vector<void*> allocations;
+  void *x, *h, *q, *k, *v, *q_pre, *k_pre, *attn, *tmp, *gate, *up, *act, *hsel;
+  float *rstd, *xa, *logits;
+  std::int32_t *ids, *slot, *pos, *rows;
+};
+
+InferenceEngine::InferenceEngine(ModelDef& def) : def_(def), cfg_(def.config()), ops_(def.ops()) {}
+
+InferenceEngine::~InferenceEngine() {
+  ops_.forget_recordings();  // decode recordings use this model's buffers
+  if (buf_)
+    for (void* p : buf_->allocations) ops_.release(p);
+}
+
+void InferenceEngine::reset() {
+  if (!buf_) return;
+  ops_.forget_recordings();
+  for (void* p : buf_->allocations) ops_.release(p);
+  buf_.reset();
+}
+
+void InferenceEngine::reserve(int T, int R) {
+  if (!buf_) buf_ = std::make_unique<Buffers>();
+  Buffers& I = *buf_;
+  if (T <= I.cap_T && R <= I.cap_R) return;
+  ops_.forget_recordings();  // recorded decode steps use these buffers
+  for (void* p : I.allocations) ops_.release(p);
+  I.allocations.clear();
+  I.cap_T = std::max(T, I.cap_T);
+  I.cap_R = std::max(R, I.cap_R);
+  const std::size_t t = static_cast<std::size_t>(I.cap_T), r = static_cast<std::size_t>(I.cap_R);
+  const std::size_t S = ops_.storage_size();
+  const std::size_t D = cfg_.hidden_size, Q = cfg_.q_dim(), K = cfg_.kv_dim(), In = cfg_.intermediate_size;
+  auto buf = [&](std::size_t bytes) {
+    void* p = ops_.alloc(bytes);
+    I.allocations.push_back(p);
+    return p;
+  };
+  I.x = buf(t * D * S);
+  I.h = buf(t * D * S);
+  I.q = buf(t * Q * S);
+  I.k = buf(t * K * S);
+  I.v = buf(t * K * S);
+  I.q_pre = cfg_.qk_norm ? buf(t * Q * S) : nullptr;
+  I.k_pre = cfg_.qk_norm ? buf(t * K * S) : nullptr;
+  I.attn = buf(t * Q * S);
+  I.tmp = buf(t * D * S);
+  I.gate = buf(t * In * S);
+  I.up = buf(t * In * S);
+  I.act = buf(t * In * S);
+  I.hsel = buf(r * D * S);
+  I.rstd = static_cast<float*>(buf(t * static_cast<std::size_t>(cfg_.num_attention_heads) * sizeof(float)));
+  I.xa = static_cast<float*>(buf(t * static_cast<std::size_t>(def_.lora() ? def_.lora()->config().r : 1) * sizeof(float)));
+  I.logits = static_cast<float*>(buf(r * static_cast<std::size_t>(cfg_.vocab_size) * sizeof(float)));
+  I.ids = static_cast<std::int32_t*>(buf(t * 4));
+  I.slot = static_cast<std::int32_t*>(buf(t * 4));
+  I.pos = static_cast<std::int32_t*>(buf(t * 4));
+  I.rows = static_cast<std::int32_t*>(buf(r * 4));
+}
+
+const float* InferenceEngine::infer(const std::vector<std::int32_t>& tokens, const std::vector<std::int32_t>& slot,
+                                const std::vector<std::int32_t>& pos, const std::vector<std::int32_t>& out_rows,
+                                KvCache& cache, bool use_lora) {
+  const int T = static_cast<int>(tokens.size()), R = static_cast<int>(out_rows.size());
+  MGRL_CHECK(T > 0 && slot.size() == tokens.size() && pos.size() == tokens.size() && R > 0, "malformed infer call");
+  const int V = static_cast<int>(cfg_.vocab_size), D = static_cast<int>(cfg_.hidden_size);
+  const int nh = static_cast<int>(cfg_.num_attention_heads), nkv = static_cast<int>(cfg_.num_key_value_heads);
+  const int hd = static_cast<int>(cfg_.head_dim);
+  const float eps = static_cast<float>(cfg_.rms_norm_eps);
+  for (int t = 0; t < T; ++t) {
+    if (tokens[t] < 0 || tokens[t] >= V)
+      throw UserError("token id " + std::to_string(tokens[t]) + " is outside the vocabulary (size " +
+                      std::to_string(V) + ")");
+    MGRL_CHECK(slot[t] >= 0 && slot[t] < cache.slots(), "infer: slot outside the cache");
+    if (pos[t] < 0 || pos[t] >= cache.max_len())
+      throw UserError("a sequence reached " + std::to_string(pos[t] + 1) + " tokens, more than the cache holds (" +
+                      std::to_string(cache.max_len()) + ")");
+    MGRL_CHECK(cache.has(slot[t], pos[t]), "infer: a position with no cache block");
+  }
+  for (int r = 0; r < R; ++r) MGRL_CHECK(out_rows[r] >= 0 && out_rows[r] < T, "infer: output row out of range");
+  reserve(T, R);
+  Buffers& I = *buf_;
+  // A sequence's logits must not depend on what it is batched with (generation on N ranks = on 1 rank).
+  struct Invariant {
+    kernels::Ops& ops;
+    explicit Invariant(kernels::Ops& o) : ops(o) { ops.set_batch_invariant(true); }
+    ~Invariant() { ops.set_batch_invariant(false); }
+  } invariant(ops_);
+  ops_.upload(I.ids, tokens.data(), tokens.size() * 4);
+  ops_.upload(I.slot, slot.data(), slot.size() * 4);
+  ops_.upload(I.pos, pos.data(), pos.size() * 4);
+  ops_.upload(I.rows, out_rows.data(), out_rows.size() * 4);
+  const bool lora = use_lora && def_.lora() != nullptr;
+  const kernels::KvPages& pages = cache.pages();
+
+  // The forward from the ids to the logits. Decode steps (every row an output row) are recorded once per shape and
+  // buffer set and replayed (a CUDA graph on the CUDA backend): every value that changes between steps (ids, slots,
+  // positions, output rows, the block table) is read from device memory.
+  const auto forward = [&] {
+  ops_.embedding_forward(I.x, I.ids, def_.embed(), T, V, D);
+  // The residual stream stays in I.x (in place); the norms' rstd go to one scratch buffer.
+  const BlockIO io{I.x, I.x, I.x, I.h, I.q, I.k, I.v, I.q_pre, I.k_pre, I.attn, I.h, I.gate, I.up, I.act,
+                   I.tmp, I.rstd, I.rstd, I.rstd, I.rstd, I.pos};
+  for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
+    const LayerWeights& Lw = def_.layer(l);
+    block_forward(
+        def_, l, io, T,
+        [&](Module m, void* y, const void* x) {
+          const int mi = static_cast<int>(m);
+          ops_.linear_forward(y, x, Lw.W[mi], Lw.bias[mi], T, module_in(cfg_, m), module_out(cfg_, m));
+          if (lora) lora_add(def_, l, m, y, x, T, I.xa);
+        },
+        [&] {
+          ops_.kv_store(cache.k(l), cache.v(l), I.k, I.v, I.slot, I.pos, T, pages, nkv, hd);
+          ops_.attention_cached(I.attn, I.q, cache.k(l), cache.v(l), I.slot, I.pos, T, pages, nh, nkv, hd);
+        });
+  }
+  ops_.gather_rows(I.hsel, I.x, I.rows, R, D);
+  ops_.rmsnorm_forward(I.hsel, I.rstd, I.hsel, def_.final_norm(), R, D, eps);
+  ops_.lm_head_logits(I.logits, I.hsel, def_.head(), R, D, V, 1.0f);
+  };
+  if (T == R && T <= kMaxRecordedRows) {
+    // The key: everything the recorded launches take by value (sizes, pointers): this model's buffers, the
+    // cache's pools and block table, LoRA on or off.
+    std::uint64_t key = 1469598103934665603ull;
+    const auto mix = [&key](std::uint64_t v) {
+      for (int b = 0; b < 8; ++b) key = (key ^ ((v >> (8 * b)) & 0xffu)) * 1099511628211ull;
+    };
+    const auto ptr = [&mix](const void* p) { mix(static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(p))); };
+    mix(static_cast<std::uint64_t>(T));
+    mix(lora ? 1 : 0);
+    ptr(def_.base_weights());
+    ptr(I.x);
+    ptr(I.logits);
+    ptr(pages.table);
+    for (int v : {pages.slots, pages.max_blocks, pages.block_size, pages.n_blocks}) mix(static_cast<std::uint64_t>(v));
+    for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
+      ptr(cache.k(l));
+      ptr(cache.v(l));
+    }
+    ops_.run_recorded(key, forward);
+  } else {
+    forward();
+  }
+  return I.logits;
+}
+
+}  // namespace mgrl::model

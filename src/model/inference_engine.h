@@ -1,0 +1,43 @@
+// inference_engine.h: inference with a paged KV cache (prompt prefill and decode steps, mixed in one call), its
+// work buffers, and the recorded decode steps (CUDA graphs) keyed by everything they capture; rl::Generator uses it.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "model/kv_cache.h"
+#include "model/model_def.h"
+
+namespace mgrl::model {
+
+class InferenceEngine {
+ public:
+  explicit InferenceEngine(ModelDef& def);
+  ~InferenceEngine();  // forgets the backend's recordings (they use this engine's buffers)
+  InferenceEngine(const InferenceEngine&) = delete;
+  InferenceEngine& operator=(const InferenceEngine&) = delete;
+
+  // Row t of the packed rows is token tokens[t] of sequence slot[t] at position pos[t]; earlier positions of that
+  // sequence are in the cache or earlier rows of this call (a prompt prefill and the decode steps of other sequences
+  // may share one call). Returns the f32 logits [out_rows.size(), vocab] of the rows named by out_rows (a row may be
+  // named several times), in backend memory, valid until the next call. Calls whose rows are all output rows (decode
+  // steps) of at most kMaxRecordedRows rows are recorded once per row count and cache and replayed
+  // (Ops::run_recorded).
+  static constexpr int kMaxRecordedRows = 1024;
+  const float* infer(const std::vector<std::int32_t>& tokens, const std::vector<std::int32_t>& slot,
+                     const std::vector<std::int32_t>& pos, const std::vector<std::int32_t>& out_rows, KvCache& cache,
+                     bool use_lora = true);
+  // Drops the work buffers (and the recordings that use them): the adapter they were sized for changed.
+  void reset();
+
+ private:
+  struct Buffers;
+  void reserve(int T, int R);
+
+  ModelDef& def_;
+  const io::ModelConfig& cfg_;
+  kernels::Ops& ops_;
+  std::unique_ptr<Buffers> buf_;
+};
+
+}  // namespace mgrl::model

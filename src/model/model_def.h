@@ -1,0 +1,137 @@
+// model_def.h: the model definition: the config, the base weights (loaded or random) behind typed handles resolved
+// once per layer, full fine-tuning's gradients and master weights, the LoRA attachment and the rotary frequencies.
+// The executors (train_executor.h, inference_engine.h) read a layer's weights through layer(l) only, so they do not
+// know how a weight is stored.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/hf_config.h"
+#include "kernels/ops.h"
+#include "model/lora.h"
+
+namespace mgrl::model {
+
+struct ModelOptions {
+  bool full_finetune = false;  // base weights trainable (gradients for every tensor)
+  bool recompute = false;      // keep only each layer's input; recompute the layer in the backward
+  // Full fine-tuning keeps fp32 master weights (what the optimizer updates and checkpoints hold) beside the
+  // storage-dtype weights the kernels read whenever storage is not f32 (the GPU); true keeps them on f32 storage
+  // too (tests: the same logic on the CPU backend).
+  bool master_weights = false;
+};
+
+// How a base weight is held. Dense: the whole tensor in the backend's storage dtype (today's only kind). The other
+// kinds are materialised into a dense workspace by ModelDef::layer() before an executor reads them: NF4-quantized
+// blocks, or this rank's shard of a tensor gathered from all ranks on demand.
+enum class WeightKind { Dense, Nf4, Shard };
+
+// One base tensor: its kind and its place among base_tensors(). A default handle is absent (e.g. no bias).
+struct WeightHandle {
+  WeightKind kind = WeightKind::Dense;
+  int tensor = -1;  // index into ModelDef::base_tensors(); -1: absent
+  bool present() const { return tensor >= 0; }
+};
+
+// A decoder layer's base tensors by handle, resolved once when the model is built.
+struct LayerHandles {
+  WeightHandle attn_norm, q_norm, k_norm, mlp_norm;  // q_norm / k_norm: Qwen3 only
+  WeightHandle W[kNumModules];
+  WeightHandle bias[kNumModules];  // Qwen2 has q/k/v biases
+};
+
+// A decoder layer's weights as the kernels read them (storage dtype, backend memory); null where absent.
+struct LayerWeights {
+  const void *attn_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr, *mlp_norm = nullptr;
+  const void* W[kNumModules] = {};
+  const void* bias[kNumModules] = {};
+};
+
+// Full fine-tuning: the f32 gradients of a layer's weights; all null otherwise.
+struct LayerGrads {
+  float *attn_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr, *mlp_norm = nullptr;
+  float* W[kNumModules] = {};
+  float* bias[kNumModules] = {};
+};
+
+class ModelDef {
+ public:
+  ModelDef(io::ModelConfig cfg, kernels::Ops& ops, ModelOptions opts = {});
+  ~ModelDef();
+  ModelDef(const ModelDef&) = delete;
+  ModelDef& operator=(const ModelDef&) = delete;
+
+  // Base weights from a Hugging Face directory (safetensors, single or sharded; f32, bf16 or f16),
+  // checked against the config: a missing tensor or a wrong shape is a UserError naming it.
+  void load_weights(const std::string& dir);
+  // Random weights (normal(0, std) for matrices, 1 for norm weights, 0 for biases).
+  void init_random(std::uint64_t seed, float std);
+  // Adds LoRA adapters (replacing any); they start as PEFT initialises them unless loaded. Executors sized for
+  // another adapter must drop their buffers (Transformer::add_lora does).
+  LoraParams& add_lora(const LoraConfig& cfg, std::uint64_t seed);
+  LoraParams* lora() { return lora_.get(); }
+  const LoraParams* lora() const { return lora_.get(); }
+  const io::ModelConfig& config() const { return cfg_; }
+  const ModelOptions& options() const { return opts_; }
+  kernels::Ops& ops() const { return ops_; }
+
+  // The dense weights of decoder layer l, materialised first for a kind that is not dense.
+  const LayerWeights& layer(int l) const { return dense_layers_[static_cast<std::size_t>(l)]; }
+  const LayerHandles& layer_handles(int l) const { return layers_[static_cast<std::size_t>(l)]; }
+  const LayerGrads& layer_grads(int l) const { return grads_[static_cast<std::size_t>(l)]; }
+  // The dense data of one handle (storage dtype); null for an absent handle.
+  const void* dense(const WeightHandle& h) const;
+  // The embeddings, the final norm and the LM head (the embeddings when tied), and their gradients (full FT only).
+  const void* embed() const { return dense(embed_); }
+  const void* final_norm() const { return dense(final_norm_); }
+  const void* head() const { return dense(head_); }
+  float* embed_grad() const { return grad(embed_); }
+  float* final_norm_grad() const { return grad(final_norm_); }
+  float* head_grad() const { return grad(head_); }
+  // Rotary inverse frequencies, f32 [head_dim / 2], backend memory.
+  const float* inv_freq() const { return inv_freq_; }
+
+  // Full fine-tuning: all base tensors in one flat f32 gradient buffer, in expected_tensors() order.
+  struct BaseTensor {
+    std::string name;
+    io::Shape shape;
+    std::size_t offset;  // elements into the base arena / gradient buffer
+  };
+  const std::vector<BaseTensor>& base_tensors() const { return base_; }
+  std::size_t base_numel() const { return base_numel_; }
+  void* base_weights() { return weights_; }      // storage dtype
+  const void* base_weights() const { return weights_; }
+  float* base_grads() { return base_grads_; }  // nullptr unless full_finetune
+  // Full fine-tuning: the f32 weights an optimizer updates: the fp32 master copy when there is one, else the
+  // weights themselves (f32 storage). After writing them, call master_weights_changed().
+  float* trainable_base();
+  bool has_master_weights() const { return master_ != nullptr; }
+  // Rounds the master weights into the storage-dtype weights (no-op without a master copy).
+  void master_weights_changed();
+  std::vector<float> base_tensor_host(const std::string& name) const;
+
+ private:
+  WeightHandle handle(const std::string& name) const;  // a FatalError for a name this architecture lacks
+  float* grad(const WeightHandle& h) const;
+  void upload_tensor(std::size_t index, const std::vector<float>& host);
+
+  io::ModelConfig cfg_;
+  kernels::Ops& ops_;
+  ModelOptions opts_;
+  std::vector<BaseTensor> base_;
+  std::size_t base_numel_ = 0;
+  void* weights_ = nullptr;
+  float* master_ = nullptr;  // fp32 master copy of weights_ (full fine-tuning on non-f32 storage)
+  float* base_grads_ = nullptr;
+  std::vector<LayerHandles> layers_;
+  std::vector<LayerWeights> dense_layers_;  // layers_ resolved to dense pointers (every kind is dense today)
+  std::vector<LayerGrads> grads_;
+  WeightHandle embed_, final_norm_, head_;
+  std::unique_ptr<LoraParams> lora_;
+  float* inv_freq_ = nullptr;
+};
+
+}  // namespace mgrl::model

@@ -1,0 +1,486 @@
+// train_executor.cpp: the activation arenas and the training forward/backward of the decoder with LoRA over
+// kernels::Ops.
+#include "model/train_executor.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/random.h"
+#include "model/block.h"
+
+namespace mgrl::model {
+
+// What one layer keeps from its forward for its backward (storage dtype unless f32).
+struct TrainExecutor::LayerActs {
+  void *h1, *q, *k, *v, *q_pre, *k_pre, *attn, *x_mid, *h2, *gate, *up, *act;
+  float *rstd1, *rstd_q, *rstd_k, *lse, *rstd2;
+  float* xa[kNumModules];
+  void* xd[kNumModules];  // LoRA inputs after dropout (training with dropout only)
+};
+
+// Buffers of a pass shared by all layers: the residual stream, the LM head's, the uploaded batch, and the
+// backward's gradients (d*: training arena only).
+struct TrainExecutor::PassBuffers {
+  std::vector<void*> xs;  // residual stream at the input of each layer, and after the last
+  void *tmp, *xf, *recompute_out;
+  float *rstd_f, *lse_head, *lp, *wrow, *lora_scratch;
+  std::int32_t *ids, *targets, *pos, *cu_seqlens;
+  void* head_scratch;
+  void *dx, *dh, *dq, *dk, *dv, *dq2, *dk2, *dattn, *dgate, *dup, *dact, *dxf, *dlora;
+  std::vector<std::int32_t> host_ids, host_offsets;  // of the last forward
+  std::vector<float> host_wrow;                      // its loss weights by LM-head row (kept: uploads are async)
+};
+
+// The activations of one kind of pass: training forwards (kept for the backward) and no-grad scoring passes
+// (score()) each have their own, so a scoring pass never overwrites what a pending backward needs.
+struct TrainExecutor::Arena {
+  bool grads = true;  // allocates the backward's buffers and one activation set per layer
+  int cap_T = 0;
+  std::vector<void*> allocations;
+  std::vector<std::unique_ptr<LayerActs>> acts;
+  std::unique_ptr<PassBuffers> work;
+  // The last forward through this arena.
+  int B = 0, T = 0, max_len = 0;
+  bool train = false, lora = false;
+  bool weights_ready = false;  // add_loss uploaded this forward's loss weights
+  std::uint64_t seed = 0;
+  float logit_scale = 1.0f;
+};
+
+// Everything an arena's size depends on.
+struct TrainExecutor::ArenaSpec {
+  const io::ModelConfig* cfg;
+  bool recompute, grads;
+  std::size_t storage_size, head_scratch_bytes;
+  std::size_t r;  // LoRA rank, 0 without an adapter
+  bool dropout;
+  bool lora_on[kNumModules];
+};
+
+namespace {
+// The dropout stream of one adapter in one step.
+std::uint64_t mix_seed(std::uint64_t seed, int layer, int module) {
+  return random_bits(seed, static_cast<std::uint64_t>(layer * kNumModules + module));
+}
+}  // namespace
+
+TrainExecutor::TrainExecutor(ModelDef& def)
+    : def_(def), cfg_(def.config()), ops_(def.ops()), opts_(def.options()), train_arena_(std::make_unique<Arena>()),
+      score_arena_(std::make_unique<Arena>()), cur_(train_arena_.get()) {
+  score_arena_->grads = false;
+}
+
+TrainExecutor::~TrainExecutor() {
+  for (Arena* a : {train_arena_.get(), score_arena_.get()})
+    for (void* p : a->allocations) ops_.release(p);
+}
+
+void TrainExecutor::release(Arena& a) {
+  for (void* p : a.allocations) ops_.release(p);
+  a.allocations.clear();
+  a.acts.clear();
+  a.work.reset();
+  a.cap_T = 0;
+}
+
+void TrainExecutor::reset() {
+  for (Arena* a : {train_arena_.get(), score_arena_.get()}) release(*a);
+}
+
+void TrainExecutor::plan(int max_tokens, bool scoring) {
+  struct Restore {
+    TrainExecutor* t;
+    ~Restore() { t->cur_ = t->train_arena_.get(); }
+  } restore{this};
+  cur_ = train_arena_.get();
+  reserve(max_tokens, 1);
+  if (!scoring) return;
+  cur_ = score_arena_.get();
+  reserve(max_tokens, 1);
+}
+
+TrainExecutor::ArenaSpec TrainExecutor::spec(bool grads) const {
+  const LoraParams* lora = def_.lora();
+  ArenaSpec s{&cfg_, opts_.recompute, grads, ops_.storage_size(),
+              ops_.lm_head_scratch_bytes(static_cast<int>(cfg_.vocab_size)),
+              lora ? static_cast<std::size_t>(lora->config().r) : 0, lora && lora->config().dropout > 0, {}};
+  for (int m = 0; m < kNumModules; ++m) s.lora_on[m] = lora && lora->find(0, static_cast<Module>(m)) != nullptr;
+  return s;
+}
+
+std::size_t TrainExecutor::activation_bytes(int T) const {
+  Arena probe;  // a training arena that nothing is allocated for
+  std::size_t bytes = 0;
+  layout(spec(true), std::max(T, 1), probe, [&bytes](std::size_t n) -> void* {
+    bytes += n;
+    return nullptr;
+  });
+  return bytes;
+}
+
+std::size_t TrainExecutor::activation_bytes(const io::ModelConfig& cfg, const ModelOptions& opts,
+                                            const LoraConfig* lora, DType storage, std::size_t head_scratch_bytes,
+                                            int T, int B, bool grads) {
+  ArenaSpec s{&cfg, opts.recompute, grads, dtype_size(storage), head_scratch_bytes,
+              lora ? static_cast<std::size_t>(lora->r) : 0, lora && lora->dropout > 0, {}};
+  if (lora)
+    for (const auto& t : lora->targets) {
+      Module m;
+      if (parse_module(t, &m)) s.lora_on[static_cast<int>(m)] = true;
+    }
+  Arena probe;
+  std::size_t bytes = 0;
+  layout(s, std::max(T, B), probe, [&bytes](std::size_t n) -> void* {
+    bytes += n;
+    return nullptr;
+  });
+  return bytes;
+}
+
+void TrainExecutor::reserve(int T, int B) {
+  if (T <= cur_->cap_T && B <= cur_->cap_T) return;
+  T = std::max(T, B);
+  // All or nothing: an allocation that fails (OutOfMemory) leaves the arena empty, so that a smaller plan can follow.
+  release(*cur_);
+  try {
+    Arena& arena = *cur_;
+    layout(spec(arena.grads), T, arena, [this, &arena](std::size_t bytes) {
+      void* p = ops_.alloc(bytes);
+      arena.allocations.push_back(p);
+      return p;
+    });
+    cur_->cap_T = T;
+  } catch (...) {
+    release(*cur_);
+    throw;
+  }
+}
+
+// The arena's buffers for up to T tokens, each from raw(bytes) (which may count instead of allocating).
+void TrainExecutor::layout(const ArenaSpec& sp, int T, Arena& arena, const std::function<void*(std::size_t)>& raw) {
+  const io::ModelConfig& cfg = *sp.cfg;
+  const std::size_t S = sp.storage_size;
+  const std::size_t t = static_cast<std::size_t>(T);
+  const std::size_t D = cfg.hidden_size, Q = cfg.q_dim(), K = cfg.kv_dim(), I = cfg.intermediate_size;
+  const std::size_t nh = cfg.num_attention_heads, nkv = cfg.num_key_value_heads;
+  const std::size_t r = sp.r;
+  const bool dropout = sp.dropout;
+  auto st = [&](std::size_t n) { return raw(n * S); };  // storage-dtype buffer
+  auto f32 = [&](std::size_t n) { return static_cast<float*>(raw(n * sizeof(float))); };
+  auto i32 = [&](std::size_t n) { return static_cast<std::int32_t*>(raw(n * sizeof(std::int32_t))); };
+  const bool grads = sp.grads;
+  const int n_acts = sp.recompute || !grads ? 1 : static_cast<int>(cfg.num_hidden_layers);
+  for (int i = 0; i < n_acts; ++i) {
+    auto a = std::make_unique<LayerActs>();
+    a->h1 = st(t * D);
+    a->q = st(t * Q);
+    a->k = st(t * K);
+    a->v = st(t * K);
+    a->q_pre = cfg.qk_norm ? st(t * Q) : nullptr;
+    a->k_pre = cfg.qk_norm ? st(t * K) : nullptr;
+    a->attn = st(t * Q);
+    a->x_mid = st(t * D);
+    a->h2 = st(t * D);
+    a->gate = st(t * I);
+    a->up = st(t * I);
+    a->act = st(t * I);
+    a->rstd1 = f32(t);
+    a->rstd2 = f32(t);
+    a->rstd_q = cfg.qk_norm ? f32(t * nh) : nullptr;
+    a->rstd_k = cfg.qk_norm ? f32(t * nkv) : nullptr;
+    a->lse = f32(t * nh);
+    for (int m = 0; m < kNumModules; ++m) {
+      const auto mod = static_cast<Module>(m);
+      const bool on = sp.lora_on[m];
+      a->xa[m] = on ? f32(t * r) : nullptr;
+      a->xd[m] = on && dropout && grads ? st(t * static_cast<std::size_t>(module_in(cfg, mod))) : nullptr;
+    }
+    arena.acts.push_back(std::move(a));
+  }
+  arena.work = std::make_unique<PassBuffers>();
+  PassBuffers& W = *arena.work;
+  for (int l = 0; l <= cfg.num_hidden_layers; ++l) W.xs.push_back(st(t * D));
+  W.tmp = st(t * D);
+  W.xf = st(t * D);
+  W.recompute_out = sp.recompute && grads ? st(t * D) : nullptr;
+  W.rstd_f = f32(t);
+  W.lse_head = f32(t);
+  W.lp = f32(t);
+  W.wrow = f32(t);
+  W.lora_scratch = r && grads ? f32(t * r) : nullptr;
+  W.ids = i32(t);
+  W.targets = i32(t);
+  W.pos = i32(t);
+  W.cu_seqlens = i32(t + 1);  // B <= T
+  W.head_scratch = raw(sp.head_scratch_bytes);
+  if (!grads) return;  // a scoring arena: no backward
+  W.dx = st(t * D);
+  W.dh = st(t * D);
+  W.dq = st(t * Q);
+  W.dk = st(t * K);
+  W.dv = st(t * K);
+  W.dq2 = cfg.qk_norm ? st(t * Q) : nullptr;
+  W.dk2 = cfg.qk_norm ? st(t * K) : nullptr;
+  W.dattn = st(t * Q);
+  W.dgate = st(t * I);
+  W.dup = st(t * I);
+  W.dact = st(t * I);
+  W.dxf = st(t * D);
+  W.dlora = dropout ? st(t * std::max({D, Q, I})) : nullptr;
+}
+
+void TrainExecutor::linear_with_lora(int l, Module m, void* y, const void* x, const void* W, const void* bias, int T,
+                                   LayerActs& a, bool use_lora, bool train, std::uint64_t seed) {
+  const int in = module_in(cfg_, m), out = module_out(cfg_, m);
+  ops_.linear_forward(y, x, W, bias, T, in, out);
+  LoraParams* lora = def_.lora();
+  const LoraSlot* s = use_lora && lora ? lora->find(l, m) : nullptr;
+  if (!s) return;
+  const kernels::PhaseScope phase(ops_, kernels::Phase::Lora);
+  const int mi = static_cast<int>(m);
+  const void* xin = x;
+  const float p = static_cast<float>(lora->config().dropout);
+  if (train && p > 0) {
+    ops_.dropout(a.xd[mi], x, static_cast<std::int64_t>(T) * in, p, mix_seed(seed, l, mi));
+    xin = a.xd[mi];
+  }
+  lora_add(def_, l, m, y, xin, T, a.xa[mi]);
+}
+
+void TrainExecutor::linear_with_lora_backward(int l, Module m, void* dx, const void* dy, const void* x, const void* W,
+                                            float* dW, float* dbias, int T, LayerActs& a, bool accumulate) {
+  const int in = module_in(cfg_, m), out = module_out(cfg_, m);
+  ops_.linear_backward(dx, dW, dbias, dy, x, W, T, in, out, accumulate);
+  LoraParams* lora = def_.lora();
+  const LoraSlot* s = cur_->lora && lora ? lora->find(l, m) : nullptr;
+  if (!s) return;
+  const kernels::PhaseScope phase(ops_, kernels::Phase::Lora);
+  const int mi = static_cast<int>(m);
+  const auto& c = lora->config();
+  const float p = static_cast<float>(c.dropout);
+  if (p > 0) {
+    // The adapter saw dropout(x): its input gradient goes back through the same mask.
+    const std::size_t n = static_cast<std::size_t>(T) * in;
+    ops_.zero(cur_->work->dlora, n * ops_.storage_size());
+    ops_.lora_backward(cur_->work->dlora, lora->dA(*s), lora->dB(*s), dy, a.xd[mi], a.xa[mi], lora->A(*s),
+                       lora->B(*s), c.scale(), T, in, c.r, out, cur_->work->lora_scratch);
+    ops_.dropout(cur_->work->dlora, cur_->work->dlora, static_cast<std::int64_t>(n), p, mix_seed(cur_->seed, l, mi));
+    ops_.residual_forward(dx, cur_->work->dlora, static_cast<std::int64_t>(n));
+  } else {
+    ops_.lora_backward(dx, lora->dA(*s), lora->dB(*s), dy, x, a.xa[mi], lora->A(*s), lora->B(*s), c.scale(), T,
+                       in, c.r, out, cur_->work->lora_scratch);
+  }
+}
+
+void TrainExecutor::layer_forward(int l, const void* x_in, void* x_out, LayerActs& a, bool use_lora, bool train,
+                                std::uint64_t seed) {
+  const LayerWeights& Lw = def_.layer(l);
+  PassBuffers& W = *cur_->work;
+  const int T = cur_->T;
+  const int nh = static_cast<int>(cfg_.num_attention_heads), nkv = static_cast<int>(cfg_.num_key_value_heads);
+  const int hd = static_cast<int>(cfg_.head_dim);
+  const BlockIO io{x_in, a.x_mid, x_out, a.h1, a.q, a.k, a.v, a.q_pre, a.k_pre, a.attn, a.h2, a.gate, a.up, a.act,
+                   W.tmp, a.rstd1, a.rstd_q, a.rstd_k, a.rstd2, W.pos};
+  block_forward(
+      def_, l, io, T,
+      [&](Module m, void* y, const void* x) {
+        const int mi = static_cast<int>(m);
+        linear_with_lora(l, m, y, x, Lw.W[mi], Lw.bias[mi], T, a, use_lora, train, seed);
+      },
+      [&] {
+        const kernels::PhaseScope phase(ops_, kernels::Phase::Attention);
+        ops_.attention_forward(a.attn, a.lse, a.q, a.k, a.v, W.cu_seqlens, cur_->B, T, cur_->max_len, nh, nkv, hd);
+      });
+}
+
+void TrainExecutor::layer_backward(int l, LayerActs& a, void* dx) {
+  const LayerWeights& Lw = def_.layer(l);
+  const LayerGrads& Lg = def_.layer_grads(l);
+  PassBuffers& W = *cur_->work;
+  const int T = cur_->T;
+  const int D = static_cast<int>(cfg_.hidden_size), I = static_cast<int>(cfg_.intermediate_size);
+  const int nh = static_cast<int>(cfg_.num_attention_heads), nkv = static_cast<int>(cfg_.num_key_value_heads);
+  const int hd = static_cast<int>(cfg_.head_dim);
+  auto lin_back = [&](Module m, void* dxin, const void* dy, const void* x, bool accumulate) {
+    const int mi = static_cast<int>(m);
+    linear_with_lora_backward(l, m, dxin, dy, x, Lw.W[mi], Lg.W[mi], Lg.bias[mi], T, a, accumulate);
+  };
+  // MLP: out = x_mid + down(swiglu(gate(h2), up(h2))), h2 = norm(x_mid)
+  lin_back(Module::Down, W.dact, dx, a.act, false);
+  ops_.swiglu_backward(W.dgate, W.dup, W.dact, a.gate, a.up, static_cast<std::int64_t>(T) * I);
+  lin_back(Module::Gate, W.dh, W.dgate, a.h2, false);
+  lin_back(Module::Up, W.dh, W.dup, a.h2, true);
+  ops_.rmsnorm_backward(dx, Lg.mlp_norm, W.dh, a.x_mid, Lw.mlp_norm, a.rstd2, T, D, true);  // dx = d(x_mid)
+  // Attention: x_mid = x_in + o(attention(rope(q), rope(k), v)), q/k/v from h1 = norm(x_in)
+  lin_back(Module::O, W.dattn, dx, a.attn, false);
+  ops_.phase_begin(kernels::Phase::Attention);
+  ops_.attention_backward(W.dq, W.dk, W.dv, W.dattn, a.attn, a.q, a.k, a.v, a.lse, W.cu_seqlens, cur_->B, T,
+                          cur_->max_len, nh, nkv, hd);
+  ops_.phase_end(kernels::Phase::Attention);
+  ops_.rope_backward(W.dq, W.pos, def_.inv_freq(), T, nh, hd);
+  ops_.rope_backward(W.dk, W.pos, def_.inv_freq(), T, nkv, hd);
+  void* dq = W.dq;
+  void* dk = W.dk;
+  if (cfg_.qk_norm) {
+    ops_.rmsnorm_backward(W.dq2, Lg.q_norm, W.dq, a.q_pre, Lw.q_norm, a.rstd_q, T * nh, hd, false);
+    ops_.rmsnorm_backward(W.dk2, Lg.k_norm, W.dk, a.k_pre, Lw.k_norm, a.rstd_k, T * nkv, hd, false);
+    dq = W.dq2;
+    dk = W.dk2;
+  }
+  lin_back(Module::Q, W.dh, dq, a.h1, false);
+  lin_back(Module::K, W.dh, dk, a.h1, true);
+  lin_back(Module::V, W.dh, W.dv, a.h1, true);
+  ops_.rmsnorm_backward(dx, Lg.attn_norm, W.dh, W.xs[l], Lw.attn_norm, a.rstd1, T, D, true);  // dx = d(x_in)
+}
+
+
+void TrainExecutor::forward(const Batch& batch, float* logprobs, bool use_lora, bool train, std::uint64_t dropout_seed,
+                          float logit_scale) {
+  cur_ = train_arena_.get();
+  forward_pass(batch, logprobs, use_lora, train, dropout_seed, logit_scale);
+}
+
+void TrainExecutor::score(const Batch& batch, float* logprobs, bool use_lora, float logit_scale) {
+  struct Restore {
+    TrainExecutor* t;
+    ~Restore() { t->cur_ = t->train_arena_.get(); }
+  } restore{this};
+  cur_ = score_arena_.get();
+  forward_pass(batch, logprobs, use_lora, false, 0, logit_scale);
+}
+
+void TrainExecutor::forward_pass(const Batch& batch, float* logprobs, bool use_lora, bool train,
+                               std::uint64_t dropout_seed, float logit_scale) {
+  MGRL_CHECK(!train || cur_->grads, "a training forward needs the training arena");
+  const kernels::PhaseScope phase(ops_, kernels::Phase::Forward);
+  const int B = batch.B(), T = batch.T();
+  const int V = static_cast<int>(cfg_.vocab_size), D = static_cast<int>(cfg_.hidden_size);
+  MGRL_CHECK(B > 0 && batch.offsets.front() == 0 && batch.tokens.size() == static_cast<std::size_t>(T),
+             "malformed batch");
+  int max_len = 0;
+  for (int b = 0; b < B; ++b) {
+    const int len = batch.length(b);
+    if (len < 1) throw UserError("sequence " + std::to_string(b) + " of the batch is empty");
+    if (len > cfg_.max_position_embeddings && cfg_.max_position_embeddings > 0)
+      throw UserError("a sequence of " + std::to_string(len) + " tokens is longer than the model's " +
+                      "max_position_embeddings (" + std::to_string(cfg_.max_position_embeddings) + ")");
+    max_len = std::max(max_len, len);
+  }
+  reserve(T, B);
+  cur_->B = B;
+  cur_->T = T;
+  cur_->max_len = max_len;
+  cur_->train = train;
+  cur_->lora = use_lora && def_.lora() != nullptr;
+  cur_->seed = dropout_seed;
+  cur_->logit_scale = logit_scale;
+  PassBuffers& W = *cur_->work;
+
+  W.host_ids.assign(static_cast<std::size_t>(T), -1);
+  std::vector<std::int32_t> targets(static_cast<std::size_t>(T), -1), pos(static_cast<std::size_t>(T), 0);
+  for (int b = 0; b < B; ++b) {
+    const int len = batch.length(b), row0 = batch.offsets[b];
+    for (int t = 0; t < len; ++t) {
+      const std::size_t i = static_cast<std::size_t>(row0 + t);
+      pos[i] = t;
+      const std::int32_t id = batch.tokens[i];
+      if (id < 0 || id >= V)
+        throw UserError("token id " + std::to_string(id) + " is outside the vocabulary (size " + std::to_string(V) +
+                        ")");
+      W.host_ids[i] = id;
+      if (t + 1 < len) targets[i] = batch.tokens[i + 1];
+    }
+  }
+  W.host_offsets = batch.offsets;
+  ops_.upload(W.ids, W.host_ids.data(), static_cast<std::size_t>(T) * 4);
+  ops_.upload(W.targets, targets.data(), static_cast<std::size_t>(T) * 4);
+  ops_.upload(W.pos, pos.data(), static_cast<std::size_t>(T) * 4);
+  ops_.upload(W.cu_seqlens, batch.offsets.data(), static_cast<std::size_t>(B + 1) * 4);
+
+  ops_.embedding_forward(W.xs[0], W.ids, def_.embed(), T, V, D);
+  for (int l = 0; l < cfg_.num_hidden_layers; ++l)
+    layer_forward(l, W.xs[l], W.xs[l + 1], *cur_->acts[cur_->acts.size() == 1 ? 0 : l], use_lora, train,
+                  dropout_seed);
+  ops_.rmsnorm_forward(W.xf, W.rstd_f, W.xs[cfg_.num_hidden_layers], def_.final_norm(), T, D,
+                       static_cast<float>(cfg_.rms_norm_eps));
+  ops_.lm_head_logprob_forward(W.lp, W.lse_head, W.xf, def_.head(), W.targets, T, D, V, logit_scale, W.head_scratch);
+  cur_->weights_ready = false;
+  if (!logprobs) return;
+
+  // Row t predicts token t + 1.
+  std::vector<float> lp(static_cast<std::size_t>(T));
+  ops_.download(lp.data(), W.lp, lp.size() * sizeof(float));
+  std::fill(logprobs, logprobs + T, 0.0f);
+  for (int b = 0; b < B; ++b)
+    for (int i = batch.offsets[b]; i + 1 < batch.offsets[b + 1]; ++i) logprobs[i + 1] = lp[static_cast<std::size_t>(i)];
+}
+
+// The loss weights of the packed tokens as the LM head's rows use them: row i predicts token i + 1.
+void TrainExecutor::upload_loss_weights(const float* weights) {
+  PassBuffers& W = *cur_->work;
+  W.host_wrow.assign(static_cast<std::size_t>(cur_->T), 0.0f);
+  for (int b = 0; b < cur_->B; ++b)
+    for (int i = W.host_offsets[b]; i + 1 < W.host_offsets[b + 1]; ++i)
+      W.host_wrow[static_cast<std::size_t>(i)] = weights[i + 1];
+  ops_.upload(W.wrow, W.host_wrow.data(), W.host_wrow.size() * sizeof(float));
+  cur_->weights_ready = true;
+}
+
+void TrainExecutor::add_loss(const float* weights, double* loss_acc) {
+  cur_ = train_arena_.get();
+  MGRL_CHECK(cur_->work && cur_->train, "add_loss() needs a forward(train = true) first");
+  upload_loss_weights(weights);
+  ops_.weighted_sum_accumulate(loss_acc, cur_->work->lp, cur_->work->wrow, static_cast<std::size_t>(cur_->T), -1.0);
+}
+
+void TrainExecutor::backward(const float* weights, const std::function<void(int)>& layer_done) {
+  cur_ = train_arena_.get();
+  MGRL_CHECK(cur_->work && cur_->train, "backward() needs a forward(train = true) first");
+  MGRL_CHECK(cur_->lora || opts_.full_finetune, "backward() with nothing trainable");
+  const kernels::PhaseScope phase(ops_, kernels::Phase::Backward);
+  PassBuffers& W = *cur_->work;
+  const int T = cur_->T;
+  const int V = static_cast<int>(cfg_.vocab_size), D = static_cast<int>(cfg_.hidden_size);
+  if (weights) {
+    upload_loss_weights(weights);
+  } else {
+    MGRL_CHECK(cur_->weights_ready, "backward(nullptr) needs add_loss() after the forward");
+  }
+
+  float* dhead = def_.head_grad();
+  ops_.lm_head_logprob_backward(W.dxf, dhead, W.wrow, W.xf, def_.head(), W.targets, W.lse_head, T, D, V, cur_->logit_scale,
+                                W.head_scratch);
+  ops_.rmsnorm_backward(W.dx, def_.final_norm_grad(), W.dxf, W.xs[cfg_.num_hidden_layers], def_.final_norm(),
+                        W.rstd_f, T, D, false);
+  for (int l = cfg_.num_hidden_layers - 1; l >= 0; --l) {
+    LayerActs& a = *cur_->acts[opts_.recompute ? 0 : l];
+    if (opts_.recompute) layer_forward(l, W.xs[l], W.recompute_out, a, cur_->lora, true, cur_->seed);
+    layer_backward(l, a, W.dx);
+    if (layer_done) layer_done(l);
+  }
+  if (float* dembed = def_.embed_grad()) ops_.embedding_backward(dembed, W.dx, W.ids, T, V, D);
+}
+
+
+std::vector<float> TrainExecutor::input_embedding_grad() const {
+  MGRL_CHECK(train_arena_->work != nullptr, "no backward yet");
+  const Arena& a = *train_arena_;
+  const std::size_t n = static_cast<std::size_t>(a.T) * cfg_.hidden_size;
+  std::vector<float> out(n);
+  ops_.download_storage_as_f32(out.data(), a.work->dx, n);
+  return out;
+}
+
+std::vector<float> TrainExecutor::logits() const {
+  MGRL_CHECK(train_arena_->work != nullptr, "no forward yet");
+  const Arena& a = *train_arena_;
+  const int T = a.T, V = static_cast<int>(cfg_.vocab_size), D = static_cast<int>(cfg_.hidden_size);
+  std::vector<float> out(static_cast<std::size_t>(T) * V);
+  float* dev = static_cast<float*>(ops_.alloc(out.size() * sizeof(float)));
+  ops_.lm_head_logits(dev, a.work->xf, def_.head(), T, D, V, a.logit_scale);
+  ops_.download(out.data(), dev, out.size() * sizeof(float));
+  ops_.release(dev);
+  return out;
+}
+
+}  // namespace mgrl::model

@@ -1,0 +1,89 @@
+// train_executor.h: the training executor: activation arenas planned from the run's maxima, the forward over packed
+// batches to per-token log-probs (the LM head fused with log-softmax), no-grad scoring passes, loss weights, and the
+// backward to LoRA (or, for full fine-tuning, base) gradients, written once against kernels::Ops.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "model/batch.h"
+#include "model/model_def.h"
+
+namespace mgrl::model {
+
+class TrainExecutor {
+ public:
+  explicit TrainExecutor(ModelDef& def);
+  ~TrainExecutor();
+  TrainExecutor(const TrainExecutor&) = delete;
+  TrainExecutor& operator=(const TrainExecutor&) = delete;
+
+  // Forward. logprobs (host, packed [T]; may be null: not read back): at row offsets[b] + t, log p(token t of b |
+  // tokens < t of b) for 1 <= t < length(b); 0 at each sequence's first row. Every sequence needs 1 <= length <=
+  // max_position_embeddings. use_lora = false runs the base model (GRPO's reference policy). train = true keeps what
+  // backward() needs and applies LoRA dropout (seeded by dropout_seed). logit_scale multiplies the logits before the
+  // log-softmax (1 / temperature: GRPO's tempered policy).
+  void forward(const Batch& batch, float* logprobs, bool use_lora = true, bool train = false,
+               std::uint64_t dropout_seed = 0, float logit_scale = 1.0f);
+  // Allocates the activations for batches of up to max_tokens tokens now (training arena; scoring arena too when
+  // `scoring`), so that no later forward allocates: memory is planned once, from the run's maxima.
+  void plan(int max_tokens, bool scoring = false);
+  // A no-grad scoring pass, as forward(train = false) but in activation buffers of its own: it never disturbs what a
+  // pending backward() needs.
+  void score(const Batch& batch, float* logprobs, bool use_lora = true, float logit_scale = 1.0f);
+  // For the last training forward: uploads the loss weights (host, packed [T]) and adds -sum_i weights[i] *
+  // logprobs[i] to *loss_acc (one double in backend memory) without a synchronisation; backward(nullptr) then uses
+  // these weights.
+  void add_loss(const float* weights, double* loss_acc);
+  // Backward of loss = -sum_i weights[i] * logprobs[i] (weights host, packed [T]; null: those of add_loss) for the
+  // last forward(train = true). Gradients accumulate into the LoRA gradients (and the base gradients when full FT).
+  // layer_done(l), when given, runs as soon as layer l's gradients are complete (from the last layer to the first).
+  void backward(const float* weights, const std::function<void(int)>& layer_done = {});
+  // Gradient of the last backward's loss with respect to the input embeddings, host [T, hidden].
+  std::vector<float> input_embedding_grad() const;
+  // Full logits of the last forward, host [T, vocab] (tests, debugging).
+  std::vector<float> logits() const;
+  // Drops every arena (their LoRA buffers depend on the adapter: rebuilt when next used).
+  void reset();
+
+  // Bytes of the training arena for micro-batches of up to T tokens (what plan(T) allocates), without allocating.
+  std::size_t activation_bytes(int T) const;
+  // The same from the configuration alone (nothing allocated, no model needed): lora null for no adapter;
+  // head_scratch_bytes is the backend's Ops::lm_head_scratch_bytes(vocab_size). grads = false: the no-grad scoring
+  // arena of score() instead (one activation set, no backward buffers).
+  static std::size_t activation_bytes(const io::ModelConfig& cfg, const ModelOptions& opts, const LoraConfig* lora,
+                                      DType storage, std::size_t head_scratch_bytes, int T, int B = 1,
+                                      bool grads = true);
+
+ private:
+  struct LayerActs;
+  struct PassBuffers;
+  struct Arena;
+  struct ArenaSpec;
+  ArenaSpec spec(bool grads) const;
+  static void layout(const ArenaSpec& s, int T, Arena& arena, const std::function<void*(std::size_t)>& raw);
+  void forward_pass(const Batch& batch, float* logprobs, bool use_lora, bool train, std::uint64_t dropout_seed,
+                    float logit_scale);
+  void reserve(int T, int B);
+  void release(Arena& a);
+  void upload_loss_weights(const float* weights);
+  void layer_forward(int l, const void* x_in, void* x_out, LayerActs& a, bool use_lora, bool train,
+                     std::uint64_t seed);
+  void layer_backward(int l, LayerActs& a, void* dx);
+  void linear_with_lora(int l, Module m, void* y, const void* x, const void* W, const void* bias, int T, LayerActs& a,
+                        bool use_lora, bool train, std::uint64_t seed);
+  void linear_with_lora_backward(int l, Module m, void* dx, const void* dy, const void* x, const void* W, float* dW,
+                                 float* dbias, int T, LayerActs& a, bool accumulate);
+
+  ModelDef& def_;
+  const io::ModelConfig& cfg_;
+  kernels::Ops& ops_;
+  const ModelOptions& opts_;
+  // Training forwards (+ backward) and no-grad scoring passes; cur_ is the one in use.
+  std::unique_ptr<Arena> train_arena_, score_arena_;
+  Arena* cur_ = nullptr;
+};
+
+}  // namespace mgrl::model
