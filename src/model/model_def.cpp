@@ -35,7 +35,13 @@ ModelDef::ModelDef(io::ModelConfig cfg, kernels::Ops& ops, ModelOptions opts)
   for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
     LayerHandles& H = layers_[static_cast<std::size_t>(l)];
     H.attn_norm = handle(layer_name(l, "input_layernorm.weight"));
-    H.mlp_norm = handle(layer_name(l, "post_attention_layernorm.weight"));
+    if (cfg_.gemma) {
+      H.post_attn_norm = handle(layer_name(l, "post_attention_layernorm.weight"));
+      H.mlp_norm = handle(layer_name(l, "pre_feedforward_layernorm.weight"));
+      H.post_mlp_norm = handle(layer_name(l, "post_feedforward_layernorm.weight"));
+    } else {
+      H.mlp_norm = handle(layer_name(l, "post_attention_layernorm.weight"));
+    }
     if (cfg_.qk_norm) {
       H.q_norm = handle(layer_name(l, "self_attn.q_norm.weight"));
       H.k_norm = handle(layer_name(l, "self_attn.k_norm.weight"));
@@ -54,6 +60,10 @@ ModelDef::ModelDef(io::ModelConfig cfg, kernels::Ops& ops, ModelOptions opts)
     D.mlp_norm = dense(H.mlp_norm);
     D.q_norm = dense(H.q_norm);
     D.k_norm = dense(H.k_norm);
+    D.post_attn_norm = dense(H.post_attn_norm);
+    D.post_mlp_norm = dense(H.post_mlp_norm);
+    G.post_attn_norm = grad(H.post_attn_norm);
+    G.post_mlp_norm = grad(H.post_mlp_norm);
     G.attn_norm = grad(H.attn_norm);
     G.mlp_norm = grad(H.mlp_norm);
     G.q_norm = grad(H.q_norm);
@@ -69,24 +79,48 @@ ModelDef::ModelDef(io::ModelConfig cfg, kernels::Ops& ops, ModelOptions opts)
   final_norm_ = handle("model.norm.weight");
   head_ = handle(cfg_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
 
-  // Rotary inverse frequencies, computed once on the host as transformers does.
-  std::vector<float> inv(static_cast<std::size_t>(cfg_.head_dim / 2));
-  Llama3RopeScaling scaling{};
-  if (cfg_.rope_scaling) {
-    scaling.factor = cfg_.rope_scaling->factor;
-    scaling.low_freq_factor = cfg_.rope_scaling->low_freq_factor;
-    scaling.high_freq_factor = cfg_.rope_scaling->high_freq_factor;
-    scaling.original_max_position_embeddings =
-        static_cast<double>(cfg_.rope_scaling->original_max_position_embeddings);
-  }
-  rope_inv_freq(inv.data(), static_cast<int>(cfg_.head_dim), cfg_.rope_theta, cfg_.rope_scaling ? &scaling : nullptr);
-  inv_freq_ = static_cast<float*>(ops_.alloc(inv.size() * sizeof(float)));
-  ops_.upload(inv_freq_, inv.data(), inv.size() * sizeof(float));
+  // Rotary inverse frequencies, computed once on the host as transformers does: the global layers' (rope_theta,
+  // rope_scaling) and, for Gemma 3, the sliding layers' (rope_local_theta, never scaled).
+  const auto upload_inv_freq = [&](double theta, const std::optional<io::RopeScaling>& rs) {
+    std::vector<float> inv(static_cast<std::size_t>(cfg_.head_dim / 2));
+    Llama3RopeScaling scaling{};
+    const bool llama3 = rs && rs->rope_type == "llama3";
+    if (llama3) {
+      scaling.factor = rs->factor;
+      scaling.low_freq_factor = rs->low_freq_factor;
+      scaling.high_freq_factor = rs->high_freq_factor;
+      scaling.original_max_position_embeddings = static_cast<double>(rs->original_max_position_embeddings);
+    }
+    rope_inv_freq(inv.data(), static_cast<int>(cfg_.head_dim), theta, llama3 ? &scaling : nullptr);
+    if (rs && rs->rope_type == "linear") {
+      const float factor = static_cast<float>(rs->factor);  // transformers: inv_freq /= factor, in fp32
+      for (float& f : inv) f /= factor;
+    }
+    float* dev = static_cast<float*>(ops_.alloc(inv.size() * sizeof(float)));
+    ops_.upload(dev, inv.data(), inv.size() * sizeof(float));
+    return dev;
+  };
+  inv_freq_ = upload_inv_freq(cfg_.rope_theta, cfg_.rope_scaling);
+  if (cfg_.rope_local_theta > 0) inv_freq_local_ = upload_inv_freq(cfg_.rope_local_theta, std::nullopt);
+}
+
+kernels::AttentionOptions ModelDef::attention(int l) const {
+  kernels::AttentionOptions o;
+  if (cfg_.query_pre_attn_scalar > 0) o.scale = static_cast<float>(cfg_.attention_scale());
+  o.window = static_cast<int>(std::min<std::int64_t>(cfg_.layer_window(l), 1 << 30));
+  o.softcap = static_cast<float>(cfg_.attn_logit_softcapping);
+  return o;
+}
+
+float ModelDef::embed_scale() const {
+  // transformers: a tensor of hidden_size ** 0.5 (a Python float) in the weights' dtype.
+  return cfg_.gemma ? static_cast<float>(std::sqrt(static_cast<double>(cfg_.hidden_size))) : 1.0f;
 }
 
 ModelDef::~ModelDef() {
   lora_.reset();
   ops_.release(inv_freq_);
+  if (inv_freq_local_) ops_.release(inv_freq_local_);
   ops_.release(weights_);
   if (base_grads_) ops_.release(base_grads_);
   if (master_) ops_.release(master_);
@@ -148,7 +182,7 @@ void ModelDef::init_random(std::uint64_t seed, float std) {
     const bool norm = t.name.find("norm") != std::string::npos;
     const bool bias = t.name.size() > 5 && t.name.compare(t.name.size() - 5, 5, ".bias") == 0;
     for (auto& x : host) {
-      if (norm) x = 1.0f;
+      if (norm) x = cfg_.gemma ? 0.0f : 1.0f;  // Gemma norms scale by (1 + w)
       else if (!bias) x = static_cast<float>(std * std::sqrt(-2.0 * std::log(uniform())) * std::cos(6.283185307179586 * uniform()));
     }
     upload_tensor(i, host);

@@ -36,9 +36,13 @@ struct WeightHandle {
   bool present() const { return tensor >= 0; }
 };
 
-// A decoder layer's base tensors by handle, resolved once when the model is built.
+// A decoder layer's base tensors by handle, resolved once when the model is built. Gemma: attn_norm is
+// input_layernorm, post_attn_norm post_attention_layernorm (on the attention's output), mlp_norm
+// pre_feedforward_layernorm and post_mlp_norm post_feedforward_layernorm (on the MLP's output); elsewhere mlp_norm is
+// post_attention_layernorm and the post norms are absent.
 struct LayerHandles {
-  WeightHandle attn_norm, q_norm, k_norm, mlp_norm;  // q_norm / k_norm: Qwen3 only
+  WeightHandle attn_norm, q_norm, k_norm, mlp_norm;  // q_norm / k_norm: Qwen3, Gemma 3
+  WeightHandle post_attn_norm, post_mlp_norm;        // Gemma 2/3 only
   WeightHandle W[kNumModules];
   WeightHandle bias[kNumModules];  // Qwen2 has q/k/v biases
 };
@@ -46,6 +50,7 @@ struct LayerHandles {
 // A decoder layer's weights as the kernels read them (storage dtype, backend memory); null where absent.
 struct LayerWeights {
   const void *attn_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr, *mlp_norm = nullptr;
+  const void *post_attn_norm = nullptr, *post_mlp_norm = nullptr;
   const void* W[kNumModules] = {};
   const void* bias[kNumModules] = {};
 };
@@ -53,6 +58,7 @@ struct LayerWeights {
 // Full fine-tuning: the f32 gradients of a layer's weights; all null otherwise.
 struct LayerGrads {
   float *attn_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr, *mlp_norm = nullptr;
+  float *post_attn_norm = nullptr, *post_mlp_norm = nullptr;
   float* W[kNumModules] = {};
   float* bias[kNumModules] = {};
 };
@@ -67,7 +73,8 @@ class ModelDef {
   // Base weights from a Hugging Face directory (safetensors, single or sharded; f32, bf16 or f16),
   // checked against the config: a missing tensor or a wrong shape is a UserError naming it.
   void load_weights(const std::string& dir);
-  // Random weights (normal(0, std) for matrices, 1 for norm weights, 0 for biases).
+  // Random weights (normal(0, std) for matrices, 1 for norm weights (Gemma: 0, as its norms scale by 1 + w), 0 for
+  // biases).
   void init_random(std::uint64_t seed, float std);
   // Adds LoRA adapters (replacing any); they start as PEFT initialises them unless loaded. Executors sized for
   // another adapter must drop their buffers (Transformer::add_lora does).
@@ -91,8 +98,18 @@ class ModelDef {
   float* embed_grad() const { return grad(embed_); }
   float* final_norm_grad() const { return grad(final_norm_); }
   float* head_grad() const { return grad(head_); }
-  // Rotary inverse frequencies, f32 [head_dim / 2], backend memory.
+  // Rotary inverse frequencies, f32 [head_dim / 2], backend memory: of the global layers, and of layer l (Gemma 3's
+  // sliding layers have their own base).
   const float* inv_freq() const { return inv_freq_; }
+  const float* inv_freq(int l) const { return inv_freq_local_ && cfg_.is_sliding(l) ? inv_freq_local_ : inv_freq_; }
+  // What the model family asks of the kernels: layer l's attention (score scale, window, soft-cap), Gemma's (1 + w)
+  // norms, the embeddings' scale (Gemma: sqrt(hidden_size), as transformers computes it in fp32), the final-logit
+  // soft-cap (0: none) and GeGLU instead of SwiGLU.
+  kernels::AttentionOptions attention(int l) const;
+  bool unit_offset_norms() const { return cfg_.gemma; }
+  float embed_scale() const;
+  float final_softcap() const { return static_cast<float>(cfg_.final_logit_softcapping); }
+  bool geglu() const { return cfg_.hidden_act == "gelu_pytorch_tanh"; }
 
   // Full fine-tuning: all base tensors in one flat f32 gradient buffer, in expected_tensors() order.
   struct BaseTensor {
@@ -132,6 +149,7 @@ class ModelDef {
   WeightHandle embed_, final_norm_, head_;
   std::unique_ptr<LoraParams> lora_;
   float* inv_freq_ = nullptr;
+  float* inv_freq_local_ = nullptr;  // sliding layers' (rope_local_theta), when they have their own
 };
 
 }  // namespace mgrl::model
