@@ -9,6 +9,7 @@
 #include "dist/mpi_env.h"
 #include "io/chat_template.h"
 #include "io/config.h"
+#include "io/model_shapes.h"
 #include "io/tokenizer.h"
 #include "model/lora.h"
 #include "model/transformer.h"
@@ -224,7 +225,48 @@ void check_batch_fits(const io::ModelConfig& mc, const std::string& key, std::in
 }
 
 std::string tokenizer_dir(const io::Config& cfg) {
-  return cfg.get_string("model.tokenizer").empty() ? cfg.get_string("model.path") : cfg.get_string("model.tokenizer");
+  if (!cfg.get_string("model.tokenizer").empty()) return cfg.get_string("model.tokenizer");
+  const std::string path = cfg.is_set("model.path") ? cfg.get_string("model.path") : std::string();
+  if (path.empty() && !cfg.get_string("model.shape").empty())
+    throw UserError("model.shape = \"" + cfg.get_string("model.shape") +
+                    "\" comes without a tokenizer: set model.tokenizer (a directory with tokenizer.json, e.g. "
+                    "inputs/quickstart's character tokenizer)");
+  return path;
+}
+
+io::ModelConfig model_config(const io::Config& cfg, std::string* source) {
+  const std::string shape = cfg.get_string("model.shape");
+  io::ModelConfig mc;
+  std::string src;
+  if (!shape.empty()) {
+    mc = io::model_shape(shape);
+    src = "model.shape = \"" + shape + "\"";
+  } else {
+    const std::string path = cfg.is_set("model.path") ? cfg.get_string("model.path") : std::string();
+    if (path.empty()) throw UserError("no model: set model.path (a Hugging Face model directory) or model.shape");
+    src = path + "/config.json";
+    mc = io::parse_hf_config(src);
+  }
+  if (const std::int64_t layers = cfg.get_int("model.num_layers"); layers > 0) mc.num_hidden_layers = layers;
+  if (source) *source = src;
+  return mc;
+}
+
+io::ModelConfig training_model_config(const io::Config& cfg, std::string* source) {
+  if (cfg.get_string("model.init") != "random") {
+    for (const char* key : {"model.shape", "model.num_layers"})
+      if (cfg.origin(key).kind != io::Origin::Default)
+        throw UserError(std::string(key) + " is set but model.init = \"" + cfg.get_string("model.init") +
+                        "\": a model of a given shape has no weights to load; set model.init = \"random\"");
+  }
+  return model_config(cfg, source);
+}
+
+void refuse_shape(const io::Config& cfg, const std::string& mode) {
+  for (const char* key : {"model.shape", "model.num_layers"})
+    if (cfg.origin(key).kind != io::Origin::Default)
+      throw UserError(std::string(key) + " is for sft, grpo, dpo, ppo (with model.init = \"random\") and plan; " + mode +
+                      " loads the weights of model.path");
 }
 
 }  // namespace mgrl::app

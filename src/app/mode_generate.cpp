@@ -39,7 +39,7 @@ int run_generate(Context& ctx) {
   const auto& env = ctx.env;
   const auto& cfg = ctx.cfg;
   const std::string model_dir = cfg.get_string("model.path");
-  const std::string tok_dir = tokenizer_dir(cfg);
+  std::string tok_dir;
   const std::string adapter = cfg.get_string("lora.adapter");
   const std::string input = cfg.get_string("data.input");
   const std::string output = cfg.get_string("generate.output");
@@ -62,6 +62,8 @@ int run_generate(Context& ctx) {
   std::optional<io::Tokenizer> tok;
   std::vector<Input> inputs;
   env.agree([&] {
+    refuse_shape(cfg, "generate");
+    tok_dir = tokenizer_dir(cfg);
     mc = io::parse_hf_config(model_dir + "/config.json");
     check_model_fits(ctx, mc, model_dir + "/config.json", false);
     if (file_exists(tok_dir + "/tokenizer.json")) tok = io::Tokenizer::from_dir(tok_dir);

@@ -23,7 +23,7 @@ namespace mgrl::app {
 int run_ppo(Context& ctx) {
   const auto& env = ctx.env;
   const auto& cfg = ctx.cfg;
-  const std::string model_dir = cfg.get_string("model.path");
+  const std::string model_dir = cfg.is_set("model.path") ? cfg.get_string("model.path") : std::string();
   const bool random_init = cfg.get_string("model.init") == "random";
   const bool full = cfg.get_bool("train.full_finetune");
 
@@ -43,8 +43,9 @@ int run_ppo(Context& ctx) {
   std::vector<rl::PromptRow> train_data, eval_data;
   const int max_prompt = static_cast<int>(cfg.get_int("ppo.max_prompt_length"));
   env.agree([&] {
-    mc = io::parse_hf_config(model_dir + "/config.json");
-    check_model_fits(ctx, mc, model_dir + "/config.json", full);
+    std::string model_src;
+    mc = training_model_config(cfg, &model_src);
+    check_model_fits(ctx, mc, model_src, full);
     tok = std::make_unique<io::Tokenizer>(io::Tokenizer::from_dir(tokenizer_dir(cfg)));
     if (tok->vocab_size() > mc.vocab_size)
       throw UserError(tok->path() + ": the tokenizer has " + std::to_string(tok->vocab_size()) +

@@ -44,6 +44,7 @@ int run_score(Context& ctx) {
   std::vector<std::vector<std::int32_t>> seqs;
   std::unique_ptr<io::H5Writer> writer;
   env.agree([&] {
+    refuse_shape(cfg, "score");
     mc = io::parse_hf_config(model_dir + "/config.json");
     check_model_fits(ctx, mc, model_dir + "/config.json", false);
     const std::string tok_dir = tokenizer_dir(cfg);

@@ -24,8 +24,7 @@ namespace mgrl::app {
 int run_sft(Context& ctx) {
   const auto& env = ctx.env;
   const auto& cfg = ctx.cfg;
-  const std::string model_dir = cfg.get_string("model.path");
-  const std::string tok_dir = tokenizer_dir(cfg);
+  const std::string model_dir = cfg.is_set("model.path") ? cfg.get_string("model.path") : std::string();
   const bool random_init = cfg.get_string("model.init") == "random";
   const bool full = cfg.get_bool("train.full_finetune");
 
@@ -33,9 +32,10 @@ int run_sft(Context& ctx) {
   std::unique_ptr<io::Tokenizer> tok;
   std::vector<train::Example> train_data, eval_data;
   env.agree([&] {
-    mc = io::parse_hf_config(model_dir + "/config.json");
-    check_model_fits(ctx, mc, model_dir + "/config.json", full);
-    tok = std::make_unique<io::Tokenizer>(io::Tokenizer::from_dir(tok_dir));
+    std::string model_src;
+    mc = training_model_config(cfg, &model_src);
+    check_model_fits(ctx, mc, model_src, full);
+    tok = std::make_unique<io::Tokenizer>(io::Tokenizer::from_dir(tokenizer_dir(cfg)));
     if (tok->vocab_size() > mc.vocab_size)
       throw UserError(tok->path() + ": the tokenizer has " + std::to_string(tok->vocab_size()) +
                       " tokens, more than the model's vocab_size (" + std::to_string(mc.vocab_size) + ")");

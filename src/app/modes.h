@@ -56,6 +56,8 @@ int run_reward(Context& ctx);
 int run_export(Context& ctx);
 // `mgrl generate`: completions of JSONL prompts into a JSONL file (docs/generate.md).
 int run_generate(Context& ctx);
+// `mgrl plan`: the memory a rank of the configured run needs, by part, from the model's shape alone (docs/large-models.md).
+int run_plan(dist::MpiEnv& env, const io::Config& cfg);
 // `mgrl render`: the text, token ids and assistant mask of each {"messages"} line, JSON lines out (docs/sft.md).
 int run_render(Context& ctx);
 
@@ -99,7 +101,16 @@ void check_batch_fits(const io::ModelConfig& mc, const std::string& key, std::in
 // The optimizer keys (train.max_grad_norm, adam_*, weight_decay, schedule, lr, warmup_steps / warmup_ratio over
 // max_steps) with the loss scaling chosen for this run: one reading for SFT, GRPO and DPO.
 train::OptimizerOptions optimizer_options(const io::Config& cfg, std::int64_t max_steps, const train::LossScaling& scaling);
-// model.tokenizer, or model.path when it is empty.
+// model.tokenizer, or model.path when it is empty (a UserError naming model.tokenizer when both are: model.shape).
 std::string tokenizer_dir(const io::Config& cfg);
+// The model's shape: the built-in model.shape when set, else model.path/config.json; model.num_layers replaces its
+// num_hidden_layers when not 0. *source names where it came from for messages (the config.json path, or
+// "model.shape = \"NAME\""). UserError for an unknown shape (listing the known ones) or a bad config.json.
+io::ModelConfig model_config(const io::Config& cfg, std::string* source = nullptr);
+// model_config for a training mode (sft, grpo, dpo, ppo), which also refuses a model.shape or model.num_layers without
+// model.init = "random" (there are no weights to load for them).
+io::ModelConfig training_model_config(const io::Config& cfg, std::string* source);
+// UserError when model.shape or model.num_layers is set in a mode that loads weights (generate, score).
+void refuse_shape(const io::Config& cfg, const std::string& mode);
 
 }  // namespace mgrl::app

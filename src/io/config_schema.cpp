@@ -6,7 +6,7 @@ namespace mgrl::io {
 
 const std::vector<std::string>& mgrl_modes() {
   static const std::vector<std::string> modes{"info", "sft", "grpo", "dpo", "ppo", "reward", "export", "score", "generate",
-                                              "render", "help-config"};
+                                              "render", "plan", "help-config"};
   return modes;
 }
 
@@ -21,7 +21,7 @@ const Schema& mgrl_schema() {
          "(reinforcement learning with a value head and GAE, as trl's PPO trainer), reward "
          "(score completions with the [[reward]] functions), export (a checkpoint as a PEFT adapter or merged model), "
          "score (log-probs of token sequences), generate (completions of prompts), render (the text, tokens and "
-         "assistant mask of chat data) or help-config (this list); the command line may name it instead",
+         "assistant mask of chat data), plan (the memory a run needs per rank, from the model's shape alone) or help-config (this list); the command line may name it instead",
          mgrl_modes(), {}, {}, {}});
     add({"runtime.backend", T::String, Value(std::string("auto")),
          "compute backend: auto (CUDA when every rank has a GPU of its own, else CPU), cpu or cuda",
@@ -34,10 +34,20 @@ const Schema& mgrl_schema() {
          {}, 0.0, std::nullopt, {}});
     add({"model.path", T::String, std::nullopt,
          "Hugging Face model directory: config.json and model.safetensors (or a sharded index)", {}, {}, {},
-         {"score", "generate", "sft", "grpo", "dpo", "ppo", "render"}});
+         {"score", "generate", "sft", "grpo", "dpo", "ppo", "render", "unless model.shape"}});
+    add({"model.shape", T::String, Value(std::string("")),
+         "a built-in model shape instead of model.path's config.json (sft, grpo, dpo, ppo with model.init = \"random\", "
+         "and plan): tiny-llama, llama-3.2-1b, llama-3.2-3b, llama-3.1-8b, llama-3.1-70b, qwen2.5-0.5b, -1.5b, -3b, "
+         "-7b, -14b, -32b, -72b, qwen3-0.6b, qwen3-8b, qwen3-32b; the tokenizer then comes from model.tokenizer",
+         {}, {}, {}, {}});
+    add({"model.num_layers", T::Int, Value(std::int64_t{0}),
+         "decoder layers of the model instead of its config's num_hidden_layers (model.init = \"random\" or plan: "
+         "e.g. a 70B-shaped step on fewer layers); 0: the config's",
+         {}, 0.0, 4096.0, {}});
     add({"model.init", T::String, Value(std::string("pretrained")),
-         "pretrained: weights from model.path; random: only model.path/config.json is read and the weights are "
-         "drawn (normal(0, model.init_std); norms 1) for training a small model from scratch",
+         "pretrained: weights from model.path; random: only the model's shape is read (model.path/config.json or "
+         "model.shape) and the weights are drawn (normal(0, model.init_std); norms 1), seeded by train.seed: for "
+         "training a small model from scratch, or measuring a large model's step without its files",
          {"pretrained", "random"}, {}, {}, {}});
     add({"model.init_std", T::Float, Value(0.02), "standard deviation of random initial weights", {}, 0.0, {}, {}});
     add({"model.recompute", T::Bool, Value(false),
@@ -215,6 +225,18 @@ const Schema& mgrl_schema() {
          1.0, {}, {}});
     add({"generate.kv_block_size", T::Int, Value(std::int64_t{16}),
          "positions per KV-cache block (a prompt's blocks are shared by its completions)", {}, 1.0, 4096.0, {}});
+    add({"plan.gpus", T::Int, Value(std::int64_t{1}),
+         "plan: the ranks (GPUs) of the planned job; `mgrl plan --gpus N` sets it", {}, 1.0, 65536.0, {}});
+    add({"plan.gpu_memory", T::String, Value(std::string("80GiB")),
+         "plan: memory of one GPU (or, with plan.target = \"cpu\", of one rank's share of the host) to fit, e.g. "
+         "80GiB, 141GB, 16GiB; `mgrl plan --gpu-memory 80GiB` sets it",
+         {}, {}, {}, {}});
+    add({"plan.target", T::String, Value(std::string("cuda")),
+         "plan: the backend planned for: cuda (bf16/fp16 storage, CUDA context and cuBLAS workspace) or cpu (f32 "
+         "storage, peak host memory of the process)",
+         {"cuda", "cpu"}, {}, {}, {}});
+    add({"plan.json", T::Bool, Value(false), "plan: print the plan as one JSON object instead of a table; `mgrl plan "
+         "--json` sets it", {}, {}, {}, {}});
     add({"grpo.num_generations", T::Int, Value(std::int64_t{8}),
          "completions sampled per prompt (the group G); they share one prefill of the prompt", {}, 2.0, {}, {}});
     add({"grpo.max_prompt_length", T::Int, Value(std::int64_t{512}),

@@ -123,8 +123,8 @@ std::size_t TrainExecutor::activation_bytes(int T) const {
 
 std::size_t TrainExecutor::activation_bytes(const io::ModelConfig& cfg, const ModelOptions& opts,
                                             const LoraConfig* lora, DType storage, std::size_t head_scratch_bytes,
-                                            int T, int B) {
-  ArenaSpec s{&cfg, opts.recompute, true, dtype_size(storage), head_scratch_bytes,
+                                            int T, int B, bool grads) {
+  ArenaSpec s{&cfg, opts.recompute, grads, dtype_size(storage), head_scratch_bytes,
               lora ? static_cast<std::size_t>(lora->r) : 0, lora && lora->dropout > 0, {}};
   if (lora)
     for (const auto& t : lora->targets) {

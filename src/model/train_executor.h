@@ -57,9 +57,11 @@ class TrainExecutor {
   // Bytes of the training arena for micro-batches of up to T tokens (what plan(T) allocates), without allocating.
   std::size_t activation_bytes(int T) const;
   // The same from the configuration alone (nothing allocated, no model needed): lora null for no adapter;
-  // head_scratch_bytes is the backend's Ops::lm_head_scratch_bytes(vocab_size).
+  // head_scratch_bytes is the backend's Ops::lm_head_scratch_bytes(vocab_size). grads = false: the no-grad scoring
+  // arena of score() instead (one activation set, no backward buffers).
   static std::size_t activation_bytes(const io::ModelConfig& cfg, const ModelOptions& opts, const LoraConfig* lora,
-                                      DType storage, std::size_t head_scratch_bytes, int T, int B = 1);
+                                      DType storage, std::size_t head_scratch_bytes, int T, int B = 1,
+                                      bool grads = true);
 
  private:
   struct LayerActs;
