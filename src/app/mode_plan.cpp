@@ -5,7 +5,10 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <iostream>
+#include <string>
 #include <nlohmann/json.hpp>
 
 #include "app/modes.h"
@@ -23,6 +26,17 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr double kMiB = 1024.0 * 1024.0;
+
+// This process's resident memory now (VmRSS of /proc/self/status), 0 when unknown. `mgrl plan` is the same binary
+// as the run it plans, with the same libraries loaded: a build with CUDA maps and touches ~200 MiB of CUDA
+// libraries even on the CPU backend, a CPU-only build ~20 MiB, so the CPU process overhead is measured here.
+double resident_bytes_now() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::strtod(line.c_str() + 6, nullptr) * 1024.0;
+  return 0;
+}
 
 // "80GiB", "141 GB", "16GiB", "81920MiB", "85899345920": bytes; a UserError naming the key otherwise.
 double parse_size(const std::string& text, const std::string& key) {
@@ -132,6 +146,10 @@ int run_plan(dist::MpiEnv& env, const io::Config& cfg) {
     }
     in.train_tokens = micro * seq_len;
     model::set_runtime_allowances(in);
+    if (!in.cuda && resident_bytes_now() > in.runtime_bytes) {
+      in.runtime_bytes = resident_bytes_now();
+      in.runtime_note = "the mgrl process itself (binary and libraries as loaded, measured in this process)";
+    }
   });
 
   const model::MemoryPlan plan = model::memory_plan(in);
