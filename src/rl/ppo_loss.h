@@ -40,6 +40,13 @@ int ppo_value_positions(int n, int response_length);
 // k1 = logp - ref, k3 = exp(ref - logp) - 1 - (ref - logp) (http://joschu.net/blog/kl-approx.html).
 double ppo_kl(KlEstimator e, double logp, double ref);
 
+// The adaptive KL controller of Ziegler et al., "Fine-Tuning Language Models from Human Preferences"
+// (arXiv:1909.08593), as trl 0.x's AdaptiveKLController updates it after each rollout batch: with
+// e = clip(kl / target - 1, -0.2, 0.2), the next coefficient is coef * (1 + e * samples / horizon); kl is the batch's
+// mean over responses of the summed per-token KL (objective/kl), samples the responses of the global batch.
+// A non-finite kl leaves coef as it is (trl's would become NaN).
+double ppo_adaptive_kl_coef(double coef, double kl, double target, double horizon, double samples);
+
 // Sums over ranks in place (v[0..n)); an empty function: a batch in one process.
 using SumReducer = std::function<void(double* v, int n)>;
 
