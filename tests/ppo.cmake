@@ -32,9 +32,9 @@ set_tests_properties(cli.ppo.resume_is_exact PROPERTIES TIMEOUT 120)
 # coefficient comes back from the checkpoint: the resumed run would otherwise start its second update from
 # ppo.kl_coef), and the coefficient did move from update to update; 1, 2 and 4 ranks train the same weights over three
 # updates (the second update's KL, about 0.18, is inside the controller's unclipped band around the target 0.2, so a
-# coefficient computed from one rank's statistics instead of the global batch's differs, and the third update shows it). The rollout files' contents are checked
-# too (check_train ppo_rollouts: values and returns at the value positions only, whitened advantages, returns - values
-# affine in them, the metrics' length and EOS count).
+# coefficient computed from one rank's statistics instead of the global batch's differs, and the third update shows
+# it). The rollout files' contents are checked too (check_train ppo_rollouts: values and returns at the value positions
+# only, whitened advantages, returns - values affine in them, the metrics' length and EOS count).
 set(PPO_AKL "--ppo.kl_target=0.2 --ppo.kl_horizon=8")
 mgrl_add_cli_test(ppo.adaptive_kl_resume_is_exact 0 "(?s)bitwise equal: yes.*3 objective/kl_coef values after step 0 compared, 0 differ.*objective/kl_coef: 0.10000000000000001 (?!0.10000000000000001 )(\\S+) (?!\\1\\n)\\S+\\n.*ppo rollouts of step 1: 8 responses.*ppo rollouts of step 9: 8 responses" - - -- bash -c
   "rm -rf ${PPO}/akl && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${PPO_STR} ${PPO_AKL} --train.max_steps=12 --checkpoint.dir=${PPO}/akl/a --log.dir=${PPO}/akl/a && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${PPO_STR} ${PPO_AKL} --train.max_steps=12 --train.stop_at_step=4 --checkpoint.dir=${PPO}/akl/b --log.dir=${PPO}/akl/b && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${PPO_STR} ${PPO_AKL} --train.max_steps=12 --checkpoint.dir=${PPO}/akl/b --log.dir=${PPO}/akl/b --checkpoint.resume=auto && ${CHECK} weights ${PPO}/akl/a/step_00000012.h5 ${PPO}/akl/b/step_00000012.h5 --exact && ${CHECK} losses ${PPO}/akl/a/metrics.jsonl ${PPO}/akl/b/metrics.jsonl --key=objective/kl_coef && ${CHECK} field ${PPO}/akl/a/metrics.jsonl objective/kl_coef && ${CHECK} ppo_rollouts ${PPO}/akl/a/rollouts/step_00000001.h5 ${PPO}/akl/a/metrics.jsonl --T=5 && ${CHECK} ppo_rollouts ${PPO}/akl/b/rollouts/step_00000009.h5 ${PPO}/akl/b/metrics.jsonl --T=5")

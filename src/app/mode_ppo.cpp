@@ -124,8 +124,8 @@ int run_ppo(Context& ctx) {
                   "mini-batches, kl %s x %g%s, %zu reward function%s; %lld optimizer steps",
                   random_init ? "random-init" : "pretrained", io::architecture_name(mc.arch), train_data.size(),
                   eval_data.size(), full ? "full fine-tuning" : "LoRA", env.size(), env.size() == 1 ? "" : "s", o.batch_prompts,
-                  o.num_ppo_epochs, o.num_mini_batches, cfg.get_string("ppo.kl_estimator").c_str(), o.ppo.kl_coef, adaptive,
-                  rewards->size(), rewards->size() == 1 ? "" : "s", static_cast<long long>(o.max_steps));
+                  o.num_ppo_epochs, o.num_mini_batches, cfg.get_string("ppo.kl_estimator").c_str(), o.ppo.kl_coef,
+                  adaptive, rewards->size(), rewards->size() == 1 ? "" : "s", static_cast<long long>(o.max_steps));
     log::info(line);
   }
   if (env.rank() == 0 && !o.log_dir.empty()) train::remove_stale_temporaries(o.log_dir + "/rollouts");

@@ -1,10 +1,10 @@
-// ppo_loss.h: the PPO objective on the host, as trl's PPOTrainer computes it (trl.experimental.ppo, trl 1.12.0,
-// the last trl that has one): a per-token KL penalty against the reference (k1 or k3; the coefficient fixed, or
-// adapted between updates by ppo_adaptive_kl_coef as trl 0.x did), the sequence score at the last position (minus a
-// missing-EOS penalty), optional reward whitening, GAE (gamma, lam), whitened advantages, the clipped policy loss and the clipped value loss (cliprange_value, vf_coef), with their
-// gradients with respect to each token's new log-prob and each position's new value, and trl's metrics. Pure
-// functions over per-sequence arrays; sums over a batch that spans ranks go through a caller-given reducer.
-// Formulas and the differences from trl: docs/ppo.md.
+// ppo_loss.h: the PPO objective on the host, as trl's PPOTrainer computes it (trl.experimental.ppo, trl 1.12.0, the
+// last trl that has one): a per-token KL penalty against the reference (k1 or k3; the coefficient fixed, or adapted
+// between updates by ppo_adaptive_kl_coef as trl 0.x did), the sequence score at the last position (minus a missing-EOS
+// penalty), optional reward whitening, GAE (gamma, lam), whitened advantages, the clipped policy loss and the clipped
+// value loss (cliprange_value, vf_coef), with their gradients with respect to each token's new log-prob and each
+// position's new value, and trl's metrics. Pure functions over per-sequence arrays; sums over a batch that spans ranks
+// go through a caller-given reducer. Formulas and the differences from trl: docs/ppo.md.
 #pragma once
 #include <functional>
 #include <string>
