@@ -321,7 +321,15 @@ const Schema& mgrl_schema() {
          1e-6, {}, {}});
     add({"ppo.kl_coef", T::Float, Value(0.05),
          "weight of the per-token KL penalty in the rewards: r_t = -kl_coef * kl_t, plus the score at the last "
-         "position (a fixed coefficient: trl's PPO trainer has no adaptive one)", {}, 0.0, {}, {}});
+         "position; with ppo.kl_target > 0 the starting value of the adaptive coefficient", {}, 0.0, {}, {}});
+    add({"ppo.kl_target", T::Float, Value(0.0),
+         "target KL of the adaptive KL controller (Ziegler et al. 2019, trl 0.x's AdaptiveKLController): after each "
+         "rollout batch kl_coef <- kl_coef * (1 + clip(KL / kl_target - 1, -0.2, 0.2) * train.batch_size / "
+         "ppo.kl_horizon), KL the batch's mean summed per-token KL (objective/kl); 0: kl_coef stays fixed", {}, 0.0,
+         {}, {}});
+    add({"ppo.kl_horizon", T::Float, Value(10000.0),
+         "horizon of the adaptive KL controller in sampled responses (trl 0.x's horizon): the larger, the slower "
+         "kl_coef moves", {}, 1.0, {}, {}});
     add({"ppo.kl_estimator", T::String, Value(std::string("k1")),
          "per-token KL estimate against the reference (the adapter switched off): k1 = logp - ref_logp, k3 = "
          "exp(ref_logp - logp) - 1 - (ref_logp - logp)", {"k1", "k3"}, {}, {}, {}});
