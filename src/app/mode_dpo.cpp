@@ -63,6 +63,7 @@ int run_dpo(Context& ctx) {
                 (set == &train_data ? cfg.get_string("data.input") : cfg.get_string("eval.input")) +
                 "): the prompt alone has dpo.max_length tokens or more");
 
+  refuse_shard_base(cfg, "dpo");
   auto ops = make_ops(ctx);
   const train::LossScaling scaling = loss_scaling(ctx, ops->storage());
   model::Transformer net(mc, *ops,

@@ -121,6 +121,7 @@ int run_generate(Context& ctx) {
       std::find(opts.eos_ids.begin(), opts.eos_ids.end(), *tok->eos_id()) == opts.eos_ids.end())
     opts.eos_ids.push_back(*tok->eos_id());
 
+  refuse_shard_base(cfg, "generate");
   auto ops = make_ops(ctx);
   model::Transformer net(mc, *ops);
   load_model(ctx, net, model_dir, adapter);

@@ -63,6 +63,7 @@ int run_grpo(Context& ctx) {
                      static_cast<double>(longest), "lower it or grpo.num_generations, or raise train.grad_accum");
   });
 
+  refuse_shard_base(cfg, "grpo");
   auto ops = make_ops(ctx);
   const train::LossScaling scaling = loss_scaling(ctx, ops->storage());
   model::Transformer net(mc, *ops,

@@ -96,6 +96,7 @@ int run_score(Context& ctx) {
     }
   });
 
+  refuse_shard_base(cfg, "score");
   auto ops = make_ops(ctx);
   model::Transformer net(mc, *ops);
   load_model(ctx, net, model_dir, adapter);

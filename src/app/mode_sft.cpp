@@ -17,6 +17,7 @@
 #include "model/lora.h"
 #include "model/transformer.h"
 #include "rl/generator.h"
+#include "train/comm_gatherer.h"
 #include "train/data.h"
 #include "train/sft.h"
 
@@ -28,6 +29,13 @@ int run_sft(Context& ctx) {
   const std::string tok_dir = tokenizer_dir(cfg);
   const bool random_init = cfg.get_string("model.init") == "random";
   const bool full = cfg.get_bool("train.full_finetune");
+  const bool shard_base = cfg.get_bool("model.shard_base");
+  if (shard_base && full)
+    throw UserError("key 'model.shard_base' = true with train.full_finetune = true: only a frozen base is sharded "
+                    "(LoRA training); set one of them to false");
+  if (shard_base && cfg.get_bool("eval.accuracy"))
+    throw UserError("key 'model.shard_base' = true with eval.accuracy = true: generation does not run on a sharded "
+                    "base yet; set one of them to false");
 
   io::ModelConfig mc;
   std::unique_ptr<io::Tokenizer> tok;
@@ -58,9 +66,11 @@ int run_sft(Context& ctx) {
 
   auto ops = make_ops(ctx);
   const train::LossScaling scaling = loss_scaling(ctx, ops->storage());
-  model::Transformer net(mc, *ops,
-                         model::ModelOptions{full, cfg.get_bool("model.recompute"),
-                                             cfg.get_string("train.master_weights") == "always"});
+  model::ModelOptions mo{full, cfg.get_bool("model.recompute"), cfg.get_string("train.master_weights") == "always"};
+  mo.shard_base = shard_base;
+  mo.shard_keep = cfg.get_bool("model.shard_base_keep");
+  train::CommGatherer gatherer(ctx.comm, *ops);
+  model::Transformer net(mc, *ops, mo, shard_base ? &gatherer : nullptr);
   const auto seed = static_cast<std::uint64_t>(cfg.get_int("train.seed"));
   env.agree([&] {
     if (random_init) net.init_random(seed, static_cast<float>(cfg.get_float("model.init_std")));

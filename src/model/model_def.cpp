@@ -15,22 +15,63 @@ namespace {
 std::string layer_name(int l, const std::string& rest) { return "model.layers." + std::to_string(l) + "." + rest; }
 }  // namespace
 
-ModelDef::ModelDef(io::ModelConfig cfg, kernels::Ops& ops, ModelOptions opts)
-    : cfg_(std::move(cfg)), ops_(ops), opts_(opts) {
+ModelDef::ModelDef(io::ModelConfig cfg, kernels::Ops& ops, ModelOptions opts, Gatherer* gatherer)
+    : cfg_(std::move(cfg)), ops_(ops), opts_(opts), gatherer_(gatherer) {
   if (cfg_.head_dim % 2 != 0) throw UserError("head_dim must be even for rotary embeddings");
   for (const auto& t : io::expected_tensors(cfg_)) {
     base_.push_back({t.name, t.shape, base_numel_});
     base_numel_ += static_cast<std::size_t>(io::shape_numel(t.shape));
   }
-  weights_ = ops_.alloc(base_numel_ * ops_.storage_size());
+  // Where each tensor is stored. Unsharded: as in the base arena. shard_base: the unsharded tensors first, then this
+  // rank's part of each decoder layer (a layer's tensors are contiguous in the base arena: expected_tensors order).
+  const std::size_t n_layers = static_cast<std::size_t>(cfg_.num_hidden_layers);
+  stored_offset_.assign(base_.size(), 0);
+  tensor_layer_.assign(base_.size(), -1);
+  if (!opts_.shard_base) {
+    for (std::size_t i = 0; i < base_.size(); ++i) stored_offset_[i] = base_[i].offset;
+    stored_numel_ = base_numel_;
+  } else {
+    MGRL_CHECK(!opts_.full_finetune, "shard_base shards a frozen base: not with full fine-tuning");
+    if (gatherer_) {
+      parts_ = gatherer_->parts();
+      part_index_ = gatherer_->index();
+    }
+    MGRL_CHECK(parts_ >= 1 && part_index_ >= 0 && part_index_ < parts_, "bad gatherer parts");
+    shards_.resize(n_layers);
+    std::vector<bool> seen(n_layers, false);
+    const std::string prefix = "model.layers.";
+    for (std::size_t i = 0; i < base_.size(); ++i) {
+      const BaseTensor& t = base_[i];
+      const std::size_t n = static_cast<std::size_t>(io::shape_numel(t.shape));
+      if (t.name.compare(0, prefix.size(), prefix) != 0) {
+        stored_offset_[i] = stored_numel_;
+        stored_numel_ += n;
+        continue;
+      }
+      const int l = std::stoi(t.name.substr(prefix.size()));
+      tensor_layer_[i] = l;
+      LayerShard& sh = shards_[static_cast<std::size_t>(l)];
+      if (!seen[static_cast<std::size_t>(l)]) sh.begin = t.offset;
+      seen[static_cast<std::size_t>(l)] = true;
+      MGRL_CHECK(t.offset == sh.begin + sh.numel, "a decoder layer's tensors are not contiguous");
+      sh.numel += n;
+    }
+    const std::size_t P = static_cast<std::size_t>(parts_);
+    for (LayerShard& sh : shards_) {
+      sh.part_numel = (sh.numel + P - 1) / P;
+      sh.stored = stored_numel_;
+      stored_numel_ += sh.part_numel;
+      slot_numel_ = std::max(slot_numel_, sh.part_numel * P);
+    }
+  }
+  weights_ = ops_.alloc(stored_numel_ * ops_.storage_size());
   if (opts_.full_finetune) base_grads_ = static_cast<float*>(ops_.alloc(base_numel_ * sizeof(float)));
   if (opts_.full_finetune && (ops_.storage() != DType::F32 || opts_.master_weights))
     master_ = static_cast<float*>(ops_.alloc(base_numel_ * sizeof(float)));
 
   // The only string lookups: every handle is resolved here, once.
-  const std::size_t n_layers = static_cast<std::size_t>(cfg_.num_hidden_layers);
   layers_.resize(n_layers);
-  dense_layers_.resize(n_layers);
+  if (!opts_.shard_base) dense_layers_.resize(n_layers);
   grads_.resize(n_layers);
   for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
     LayerHandles& H = layers_[static_cast<std::size_t>(l)];
@@ -48,19 +89,13 @@ ModelDef::ModelDef(io::ModelConfig cfg, kernels::Ops& ops, ModelOptions opts)
       });
       if (has_bias) H.bias[m] = handle(base + ".bias");
     }
-    LayerWeights& D = dense_layers_[static_cast<std::size_t>(l)];
+    if (!opts_.shard_base) dense_layers_[static_cast<std::size_t>(l)] = resolve(H);
     LayerGrads& G = grads_[static_cast<std::size_t>(l)];
-    D.attn_norm = dense(H.attn_norm);
-    D.mlp_norm = dense(H.mlp_norm);
-    D.q_norm = dense(H.q_norm);
-    D.k_norm = dense(H.k_norm);
     G.attn_norm = grad(H.attn_norm);
     G.mlp_norm = grad(H.mlp_norm);
     G.q_norm = grad(H.q_norm);
     G.k_norm = grad(H.k_norm);
     for (int m = 0; m < kNumModules; ++m) {
-      D.W[m] = dense(H.W[m]);
-      D.bias[m] = dense(H.bias[m]);
       G.W[m] = grad(H.W[m]);
       G.bias[m] = grad(H.bias[m]);
     }
@@ -68,6 +103,13 @@ ModelDef::ModelDef(io::ModelConfig cfg, kernels::Ops& ops, ModelOptions opts)
   embed_ = handle("model.embed_tokens.weight");
   final_norm_ = handle("model.norm.weight");
   head_ = handle(cfg_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
+
+  if (opts_.shard_base) {  // the gather workspace: double-buffered, or one slot per layer when kept
+    const std::size_t n_slots = opts_.shard_keep ? n_layers : std::min<std::size_t>(2, n_layers);
+    for (std::size_t i = 0; i < n_slots; ++i) slots_.push_back(ops_.alloc(slot_numel_ * ops_.storage_size()));
+    slot_layer_.assign(n_slots, -1);
+    slot_weights_.resize(n_slots);
+  }
 
   // Rotary inverse frequencies, computed once on the host as transformers does.
   std::vector<float> inv(static_cast<std::size_t>(cfg_.head_dim / 2));
@@ -86,6 +128,7 @@ ModelDef::ModelDef(io::ModelConfig cfg, kernels::Ops& ops, ModelOptions opts)
 
 ModelDef::~ModelDef() {
   lora_.reset();
+  for (void* p : slots_) ops_.release(p);
   ops_.release(inv_freq_);
   ops_.release(weights_);
   if (base_grads_) ops_.release(base_grads_);
@@ -94,15 +137,61 @@ ModelDef::~ModelDef() {
 
 WeightHandle ModelDef::handle(const std::string& name) const {
   for (std::size_t i = 0; i < base_.size(); ++i)
-    if (base_[i].name == name) return WeightHandle{WeightKind::Dense, static_cast<int>(i)};
+    if (base_[i].name == name) {
+      const int l = tensor_layer_[i];
+      return WeightHandle{l >= 0 ? WeightKind::Shard : WeightKind::Dense, static_cast<int>(i), l};
+    }
   throw FatalError("model tensor '" + name + "' is not part of this architecture");
 }
 
 const void* ModelDef::dense(const WeightHandle& h) const {
   if (!h.present()) return nullptr;
-  MGRL_CHECK(h.kind == WeightKind::Dense, "only dense base weights are implemented");
-  return static_cast<const char*>(weights_) + base_[static_cast<std::size_t>(h.tensor)].offset * ops_.storage_size();
+  const std::size_t t = static_cast<std::size_t>(h.tensor), S = ops_.storage_size();
+  if (h.kind == WeightKind::Dense) return static_cast<const char*>(weights_) + stored_offset_[t] * S;
+  MGRL_CHECK(h.kind == WeightKind::Shard, "NF4 base weights are not implemented");
+  for (std::size_t s = 0; s < slots_.size(); ++s)
+    if (slot_layer_[s] == h.layer)
+      return static_cast<const char*>(slots_[s]) +
+             (base_[t].offset - shards_[static_cast<std::size_t>(h.layer)].begin) * S;
+  throw FatalError("base tensor '" + base_[t].name + "' read while its layer is not gathered");
 }
+
+LayerWeights ModelDef::resolve(const LayerHandles& H) const {
+  LayerWeights D;
+  D.attn_norm = dense(H.attn_norm);
+  D.mlp_norm = dense(H.mlp_norm);
+  D.q_norm = dense(H.q_norm);
+  D.k_norm = dense(H.k_norm);
+  for (int m = 0; m < kNumModules; ++m) {
+    D.W[m] = dense(H.W[m]);
+    D.bias[m] = dense(H.bias[m]);
+  }
+  return D;
+}
+
+const LayerWeights& ModelDef::layer(int l) const {
+  if (!opts_.shard_base) return dense_layers_[static_cast<std::size_t>(l)];
+  const std::size_t s = opts_.shard_keep ? static_cast<std::size_t>(l) : static_cast<std::size_t>(l) % slots_.size();
+  if (slot_layer_[s] != l) gather(l, s);
+  return slot_weights_[s];
+}
+
+void ModelDef::gather(int l, std::size_t slot) const {
+  const LayerShard& sh = shards_[static_cast<std::size_t>(l)];
+  const std::size_t S = ops_.storage_size();
+  const void* part = static_cast<const char*>(weights_) + sh.stored * S;
+  if (gatherer_ && parts_ > 1) gatherer_->all_gather(part, slots_[slot], sh.part_numel * S);
+  else ops_.copy(slots_[slot], part, sh.part_numel * S);
+  slot_layer_[slot] = l;
+  slot_weights_[slot] = resolve(layers_[static_cast<std::size_t>(l)]);
+  ++gathers_;
+}
+
+void ModelDef::end_of_pass() const {
+  if (opts_.shard_base && opts_.shard_keep) slot_layer_.assign(slot_layer_.size(), -1);
+}
+
+std::size_t ModelDef::gather_workspace_bytes() const { return slots_.size() * slot_numel_ * ops_.storage_size(); }
 
 float* ModelDef::grad(const WeightHandle& h) const {
   if (!base_grads_ || !h.present()) return nullptr;
@@ -122,7 +211,17 @@ void ModelDef::master_weights_changed() {
 
 void ModelDef::upload_tensor(std::size_t index, const std::vector<float>& host) {
   const BaseTensor& t = base_[index];
-  ops_.upload_f32_as_storage(static_cast<char*>(weights_) + t.offset * ops_.storage_size(), host.data(), host.size());
+  const std::size_t S = ops_.storage_size();
+  if (tensor_layer_[index] >= 0) {  // shard_base: the elements of this rank's part only
+    const LayerShard& sh = shards_[static_cast<std::size_t>(tensor_layer_[index])];
+    const std::size_t lo = sh.begin + static_cast<std::size_t>(part_index_) * sh.part_numel, hi = lo + sh.part_numel;
+    const std::size_t from = std::max(t.offset, lo), to = std::min(t.offset + host.size(), hi);
+    if (from < to)
+      ops_.upload_f32_as_storage(static_cast<char*>(weights_) + (sh.stored + from - lo) * S,
+                                 host.data() + (from - t.offset), to - from);
+    return;
+  }
+  ops_.upload_f32_as_storage(static_cast<char*>(weights_) + stored_offset_[index] * S, host.data(), host.size());
   if (master_) ops_.upload(master_ + t.offset, host.data(), host.size() * sizeof(float));
 }
 
@@ -164,6 +263,7 @@ LoraParams& ModelDef::add_lora(const LoraConfig& cfg, std::uint64_t seed) {
 std::vector<float> ModelDef::base_tensor_host(const std::string& name) const {
   for (std::size_t i = 0; i < base_.size(); ++i)
     if (base_[i].name == name) {
+      MGRL_CHECK(tensor_layer_[i] < 0, "base_tensor_host('" + name + "'): the tensor is sharded over the ranks");
       std::vector<float> out(static_cast<std::size_t>(io::shape_numel(base_[i].shape)));
       ops_.download_storage_as_f32(out.data(), dense(WeightHandle{WeightKind::Dense, static_cast<int>(i)}),
                                    out.size());

@@ -11,6 +11,7 @@
 
 #include "io/hf_config.h"
 #include "kernels/ops.h"
+#include "model/gatherer.h"
 #include "model/lora.h"
 
 namespace mgrl::model {
@@ -22,17 +23,25 @@ struct ModelOptions {
   // storage-dtype weights the kernels read whenever storage is not f32 (the GPU); true keeps them on f32 storage
   // too (tests: the same logic on the CPU backend).
   bool master_weights = false;
+  // Each rank stores 1/P of every decoder layer's base weights (the layer's tensors as one flat range, padded to P
+  // equal parts); layer(l) all-gathers layer l into a double-buffered workspace (model.shard_base). The embeddings,
+  // the final norm and the LM head stay whole on every rank. Not with full_finetune.
+  bool shard_base = false;
+  // With shard_base: the layers gathered by a training forward stay gathered until the end of its backward (one
+  // workspace per layer: no gather in the backward, no memory saved at the peak of a step).
+  bool shard_keep = false;
 };
 
-// How a base weight is held. Dense: the whole tensor in the backend's storage dtype (today's only kind). The other
-// kinds are materialised into a dense workspace by ModelDef::layer() before an executor reads them: NF4-quantized
-// blocks, or this rank's shard of a tensor gathered from all ranks on demand.
+// How a base weight is held. Dense: the whole tensor in the backend's storage dtype. The other kinds are
+// materialised into a dense workspace by ModelDef::layer() before an executor reads them: NF4-quantized blocks (to
+// come), or Shard: this rank's part of a decoder layer's weights, the layer gathered from all ranks on demand.
 enum class WeightKind { Dense, Nf4, Shard };
 
 // One base tensor: its kind and its place among base_tensors(). A default handle is absent (e.g. no bias).
 struct WeightHandle {
   WeightKind kind = WeightKind::Dense;
   int tensor = -1;  // index into ModelDef::base_tensors(); -1: absent
+  int layer = -1;   // Shard: the decoder layer whose gathered weights hold it
   bool present() const { return tensor >= 0; }
 };
 
@@ -59,7 +68,8 @@ struct LayerGrads {
 
 class ModelDef {
  public:
-  ModelDef(io::ModelConfig cfg, kernels::Ops& ops, ModelOptions opts = {});
+  // gatherer: the ranks a shard_base model is sharded over (null: one part, this process).
+  ModelDef(io::ModelConfig cfg, kernels::Ops& ops, ModelOptions opts = {}, Gatherer* gatherer = nullptr);
   ~ModelDef();
   ModelDef(const ModelDef&) = delete;
   ModelDef& operator=(const ModelDef&) = delete;
@@ -78,8 +88,17 @@ class ModelDef {
   const ModelOptions& options() const { return opts_; }
   kernels::Ops& ops() const { return ops_; }
 
-  // The dense weights of decoder layer l, materialised first for a kind that is not dense.
-  const LayerWeights& layer(int l) const { return dense_layers_[static_cast<std::size_t>(l)]; }
+  // The dense weights of decoder layer l, materialised first for a kind that is not dense (shard_base: a collective
+  // all-gather unless the layer is still in the workspace; every rank must then ask for the same layers in the same
+  // order). Valid until layer() is asked for a layer two further on.
+  const LayerWeights& layer(int l) const;
+  // shard_base with shard_keep: the training pass that kept its layers gathered is over (the backward's end).
+  void end_of_pass() const;
+  bool sharded() const { return opts_.shard_base; }
+  // Bytes of base weights this rank holds (its parts and the unsharded tensors), and of the gather workspace.
+  std::size_t base_bytes_held() const { return stored_numel_ * ops_.storage_size(); }
+  std::size_t gather_workspace_bytes() const;
+  std::uint64_t gathers() const { return gathers_; }  // layers gathered so far
   const LayerHandles& layer_handles(int l) const { return layers_[static_cast<std::size_t>(l)]; }
   const LayerGrads& layer_grads(int l) const { return grads_[static_cast<std::size_t>(l)]; }
   // The dense data of one handle (storage dtype); null for an absent handle.
@@ -115,6 +134,8 @@ class ModelDef {
 
  private:
   WeightHandle handle(const std::string& name) const;  // a FatalError for a name this architecture lacks
+  LayerWeights resolve(const LayerHandles& H) const;
+  void gather(int l, std::size_t slot) const;
   float* grad(const WeightHandle& h) const;
   void upload_tensor(std::size_t index, const std::vector<float>& host);
 
@@ -132,6 +153,24 @@ class ModelDef {
   WeightHandle embed_, final_norm_, head_;
   std::unique_ptr<LoraParams> lora_;
   float* inv_freq_ = nullptr;
+
+  // Where each tensor is stored: elements into weights_ (an unsharded tensor), or its decoder layer (sharded).
+  std::vector<std::size_t> stored_offset_;
+  std::vector<int> tensor_layer_;  // -1: not sharded
+  std::size_t stored_numel_ = 0;   // elements of weights_
+  // shard_base: layer l's tensors are base-arena elements [begin, begin + numel); this rank stores part `index`
+  // of part_numel elements at weights_ + stored.
+  struct LayerShard {
+    std::size_t begin = 0, numel = 0, part_numel = 0, stored = 0;
+  };
+  std::vector<LayerShard> shards_;
+  Gatherer* gatherer_ = nullptr;
+  int parts_ = 1, part_index_ = 0;
+  std::vector<void*> slots_;                      // gather workspace: 2 layers (all with shard_keep)
+  std::size_t slot_numel_ = 0;                    // elements of one slot: the largest layer's P parts
+  mutable std::vector<int> slot_layer_;           // the layer each slot holds, -1 none
+  mutable std::vector<LayerWeights> slot_weights_;
+  mutable std::uint64_t gathers_ = 0;
 };
 
 }  // namespace mgrl::model
