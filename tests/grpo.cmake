@@ -11,6 +11,9 @@ set(GRPO_ARGS ${CMAKE_CURRENT_SOURCE_DIR}/data/grpo_cli/grpo.toml --model.path=$
 string(JOIN " " GRPO_STR ${GRPO_ARGS})
 mgrl_add_cli_test(grpo.same_weights_on_1_and_2_ranks 0 "relative differences" - 0 -- bash -c
   "rm -rf ${GRPO}/dp && ${RUN1} ${GRPO_STR} --checkpoint.dir=${GRPO}/dp/np1 && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${GRPO_STR} --checkpoint.dir=${GRPO}/dp/np2 && ${CHECK} weights ${GRPO}/dp/np2/step_00000004.h5 ${GRPO}/dp/np1/step_00000004.h5 --rtol=1e-5")
+# A sharded base (model.shard_base) is not implemented for GRPO: one line naming the key, exit 2.
+mgrl_add_cli_test(grpo.shard_base_is_refused 2 - "^mgrl: error: key 'model.shard_base' = true: implemented for mgrl sft and generate only" 1
+  -- ${RUN1} ${GRPO_ARGS} --model.shard_base=true --checkpoint.dir= --log.dir=)
 # beta 0 (TRL's default): completions of groups with equal rewards are left out of the training pass; with two
 # micro-batches per rank some are empty of trained completions on one rank and not the other. Still the same
 # weights on 1 and 2 ranks.

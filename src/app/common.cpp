@@ -53,7 +53,7 @@ train::LossScaling loss_scaling(const Context& ctx, DType storage) {
 
 void refuse_shard_base(const io::Config& cfg, const char* mode) {
   if (cfg.get_bool("model.shard_base"))
-    throw UserError(std::string("key 'model.shard_base' = true: implemented for mgrl sft only; mgrl ") + mode +
+    throw UserError(std::string("key 'model.shard_base' = true: implemented for mgrl sft and generate only; mgrl ") + mode +
                     " keeps the whole base model on every rank (set it to false)");
 }
 
@@ -160,11 +160,19 @@ std::pair<std::size_t, std::size_t> shard(const dist::MpiEnv& env, std::size_t n
           n * static_cast<std::size_t>(env.rank() + 1) / static_cast<std::size_t>(env.size())};
 }
 
-void check_model_fits(const Context& ctx, const io::ModelConfig& mc, const std::string& config_json, bool full) {
+void check_model_fits(const Context& ctx, const io::ModelConfig& mc, const std::string& config_json, bool full,
+                      int shard_parts) {
   const bool gpu = ctx.device.backend == dist::Backend::Cuda;
   // Bytes a parameter: the weights as stored (GPU 2, CPU 4); full fine-tuning adds f32 gradients and two AdamW
   // moments (12), and on the GPU the fp32 master weights (4).
-  const double bytes = io::parameter_count(mc) * (gpu ? (full ? 18.0 : 2.0) : (full ? 16.0 : 4.0));
+  double params = io::parameter_count(mc);
+  if (shard_parts > 1) {  // model.shard_base: 1/P of the decoder layers, plus two gathered layers
+    const double h = static_cast<double>(mc.hidden_size), V = static_cast<double>(mc.vocab_size);
+    const double whole = V * h * (mc.tie_word_embeddings ? 1.0 : 2.0) + h;  // embeddings, LM head, final norm
+    const double layer = (params - whole) / static_cast<double>(std::max<std::int64_t>(1, mc.num_hidden_layers));
+    params = whole + (params - whole) / shard_parts + 2.0 * layer;
+  }
+  const double bytes = params * (gpu ? (full ? 18.0 : 2.0) : (full ? 16.0 : 4.0));
   const double memory = static_cast<double>(gpu ? ctx.device.gpu.memory_bytes : io::host_memory_bytes());
   if (memory > 0 && bytes > memory) {
     char buf[200];

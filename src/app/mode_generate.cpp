@@ -19,6 +19,7 @@
 #include "model/lora.h"
 #include "model/transformer.h"
 #include "rl/generator.h"
+#include "train/comm_gatherer.h"
 
 namespace mgrl::app {
 namespace {
@@ -121,10 +122,13 @@ int run_generate(Context& ctx) {
       std::find(opts.eos_ids.begin(), opts.eos_ids.end(), *tok->eos_id()) == opts.eos_ids.end())
     opts.eos_ids.push_back(*tok->eos_id());
 
-  refuse_shard_base(cfg, "generate");
   auto ops = make_ops(ctx);
-  model::Transformer net(mc, *ops);
+  model::ModelOptions mo;
+  mo.shard_base = cfg.get_bool("model.shard_base");
+  train::CommGatherer gatherer(ctx.comm, *ops);
+  model::Transformer net(mc, *ops, mo, mo.shard_base ? &gatherer : nullptr);
   load_model(ctx, net, model_dir, adapter);
+  if (mo.shard_base) opts.lockstep = [&env](bool work) { return env.allreduce_sum(work ? 1LL : 0LL) > 0; };
 
   const std::size_t N = inputs.size();
   const auto [lo, hi] = shard(env, N);

@@ -33,16 +33,13 @@ int run_sft(Context& ctx) {
   if (shard_base && full)
     throw UserError("key 'model.shard_base' = true with train.full_finetune = true: only a frozen base is sharded "
                     "(LoRA training); set one of them to false");
-  if (shard_base && cfg.get_bool("eval.accuracy"))
-    throw UserError("key 'model.shard_base' = true with eval.accuracy = true: generation does not run on a sharded "
-                    "base yet; set one of them to false");
 
   io::ModelConfig mc;
   std::unique_ptr<io::Tokenizer> tok;
   std::vector<train::Example> train_data, eval_data;
   env.agree([&] {
     mc = io::parse_hf_config(model_dir + "/config.json");
-    check_model_fits(ctx, mc, model_dir + "/config.json", full);
+    check_model_fits(ctx, mc, model_dir + "/config.json", full, shard_base ? env.size() : 1);
     tok = std::make_unique<io::Tokenizer>(io::Tokenizer::from_dir(tok_dir));
     if (tok->vocab_size() > mc.vocab_size)
       throw UserError(tok->path() + ": the tokenizer has " + std::to_string(tok->vocab_size()) +
@@ -104,18 +101,19 @@ int run_sft(Context& ctx) {
   o.gpu_peak_tflops = gpu_peak_tflops(ctx.device);
   if (cfg.get_bool("eval.accuracy") && !eval_data.empty()) {
     const int max_new = static_cast<int>(cfg.get_int("eval.max_new_tokens"));
-    o.accuracy = [&env, &net, &tok, max_new](const std::vector<train::Example>& eval_set) {
+    o.accuracy = [&env, &net, &tok, max_new, shard_base](const std::vector<train::Example>& eval_set) {
       const auto* eval = &eval_set;
       rl::GenerationOptions g;
       g.max_new_tokens = max_new;
       g.sampling.temperature = 0;
       if (tok->eos_id()) g.eos_ids = {*tok->eos_id()};
+      if (shard_base) g.lockstep = [&env](bool work) { return env.allreduce_sum(work ? 1LL : 0LL) > 0; };
       const std::size_t N = eval->size();
       const auto [lo, hi] = shard(env, N);
       std::vector<rl::Prompt> prompts;
       for (std::size_t i = lo; i < hi; ++i) prompts.push_back({static_cast<std::int64_t>(i), (*eval)[i].prompt_tokens()});
       long long right = 0;
-      if (!prompts.empty()) {
+      if (!prompts.empty() || shard_base) {
         rl::Generator gen(net, g, [&](const std::vector<std::int32_t>& ids) { return tok->decode(ids, true); });
         for (const auto& c : gen.generate(prompts))
           right += c.text == (*eval)[static_cast<std::size_t>(c.prompt_index)].completion ? 1 : 0;

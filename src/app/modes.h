@@ -77,14 +77,16 @@ model::LoraConfig lora_config(const io::Config& cfg);
 // lora.alpha, lora.targets, lora.use_rslora), else a fresh one from the lora.* keys. Returns true when fresh
 // (B = 0: the starting policy is the base model). Call inside env.agree.
 bool setup_trainable_lora(const Context& ctx, model::Transformer& net, std::uint64_t seed);
-// UserError for model.shard_base = true in a mode that does not implement it (only sft does).
+// UserError for model.shard_base = true in a mode that does not implement it (sft and generate do).
 void refuse_shard_base(const io::Config& cfg, const char* mode);
 // [begin, end) of this rank's contiguous share of n items.
 std::pair<std::size_t, std::size_t> shard(const dist::MpiEnv& env, std::size_t n);
 
 // UserError naming config_json when the model's weights cannot fit the memory of this rank's device: 4 bytes a
 // parameter on the CPU backend (16 with full fine-tuning: grads and two AdamW moments), 2 on a GPU.
-void check_model_fits(const Context& ctx, const io::ModelConfig& mc, const std::string& config_json, bool full);
+// shard_parts > 1: model.shard_base over that many ranks (each holds 1/P of the decoder layers and gathers two).
+void check_model_fits(const Context& ctx, const io::ModelConfig& mc, const std::string& config_json, bool full,
+                      int shard_parts = 1);
 
 // UserError naming `key` when `sequences` sequences of up to `tokens` tokens each, processed at once on one rank,
 // cannot fit this machine's memory (a lower bound of what a step keeps per token: each layer's input and the
