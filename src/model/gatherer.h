@@ -13,6 +13,11 @@ class Gatherer {
   // Collective: every part gives `bytes` from `part` (backend memory); `whole` (parts() * bytes, backend memory)
   // receives them in part order, ordered with the backend's queue. Every part must call it in the same order.
   virtual void all_gather(const void* part, void* whole, std::size_t bytes) = 0;
+  // The same as a prefetch: it runs beside the work queued after it (on the GPU: on the communicator's stream,
+  // after the work queued before it), until wait() orders the backend's queue after every prefetch. Blocking
+  // backends gather at once.
+  virtual void all_gather_async(const void* part, void* whole, std::size_t bytes) { all_gather(part, whole, bytes); }
+  virtual void wait() {}
 };
 
 }  // namespace mgrl::model

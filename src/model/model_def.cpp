@@ -108,6 +108,7 @@ ModelDef::ModelDef(io::ModelConfig cfg, kernels::Ops& ops, ModelOptions opts, Ga
     const std::size_t n_slots = opts_.shard_keep ? n_layers : std::min<std::size_t>(2, n_layers);
     for (std::size_t i = 0; i < n_slots; ++i) slots_.push_back(ops_.alloc(slot_numel_ * ops_.storage_size()));
     slot_layer_.assign(n_slots, -1);
+    slot_pending_.assign(n_slots, false);
     slot_weights_.resize(n_slots);
   }
 
@@ -169,26 +170,53 @@ LayerWeights ModelDef::resolve(const LayerHandles& H) const {
   return D;
 }
 
+std::size_t ModelDef::slot_of(int l) const {
+  return opts_.shard_keep ? static_cast<std::size_t>(l) : static_cast<std::size_t>(l) % slots_.size();
+}
+
 const LayerWeights& ModelDef::layer(int l) const {
   if (!opts_.shard_base) return dense_layers_[static_cast<std::size_t>(l)];
-  const std::size_t s = opts_.shard_keep ? static_cast<std::size_t>(l) : static_cast<std::size_t>(l) % slots_.size();
-  if (slot_layer_[s] != l) gather(l, s);
+  if (last_layer_ >= 0 && l != last_layer_) direction_ = l > last_layer_ ? 1 : -1;
+  last_layer_ = l;
+  const std::size_t s = slot_of(l);
+  if (slot_layer_[s] != l) gather(l, s, false);
+  if (slot_pending_[s]) {  // prefetched: the backend's queue waits for it (on the GPU; nothing on the CPU)
+    gatherer_->wait();
+    slot_pending_.assign(slot_pending_.size(), false);
+  }
+  // Prefetch the next layer of the walk into its slot. Its gather is queued after the work queued so far, which
+  // includes the last reads of the layer that slot held (two back in the walk), and runs beside layer l.
+  const int next = l + direction_;
+  if (next >= 0 && next < cfg_.num_hidden_layers) {
+    const std::size_t t = slot_of(next);
+    if (t != s && slot_layer_[t] != next) gather(next, t, true);
+  }
   return slot_weights_[s];
 }
 
-void ModelDef::gather(int l, std::size_t slot) const {
+void ModelDef::gather(int l, std::size_t slot, bool prefetch) const {
   const LayerShard& sh = shards_[static_cast<std::size_t>(l)];
   const std::size_t S = ops_.storage_size();
   const void* part = static_cast<const char*>(weights_) + sh.stored * S;
-  if (gatherer_ && parts_ > 1) gatherer_->all_gather(part, slots_[slot], sh.part_numel * S);
-  else ops_.copy(slots_[slot], part, sh.part_numel * S);
+  if (gatherer_ && parts_ > 1) {
+    if (prefetch) gatherer_->all_gather_async(part, slots_[slot], sh.part_numel * S);
+    else gatherer_->all_gather(part, slots_[slot], sh.part_numel * S);
+    slot_pending_[slot] = prefetch;
+  } else {
+    ops_.copy(slots_[slot], part, sh.part_numel * S);
+  }
   slot_layer_[slot] = l;
   slot_weights_[slot] = resolve(layers_[static_cast<std::size_t>(l)]);
   ++gathers_;
 }
 
 void ModelDef::end_of_pass() const {
-  if (opts_.shard_base && opts_.shard_keep) slot_layer_.assign(slot_layer_.size(), -1);
+  if (!opts_.shard_base || !opts_.shard_keep) return;
+  if (gatherer_ && std::find(slot_pending_.begin(), slot_pending_.end(), true) != slot_pending_.end()) {
+    gatherer_->wait();  // a prefetch still writing a slot that the next pass gathers into again
+    slot_pending_.assign(slot_pending_.size(), false);
+  }
+  slot_layer_.assign(slot_layer_.size(), -1);
 }
 
 std::size_t ModelDef::gather_workspace_bytes() const { return slots_.size() * slot_numel_ * ops_.storage_size(); }

@@ -90,7 +90,8 @@ class ModelDef {
 
   // The dense weights of decoder layer l, materialised first for a kind that is not dense (shard_base: a collective
   // all-gather unless the layer is still in the workspace; every rank must then ask for the same layers in the same
-  // order). Valid until layer() is asked for a layer two further on.
+  // order). Valid until layer() is asked for a layer two further on. The next layer in the direction of the walk
+  // (up in a forward, down in a backward) is prefetched into the other slot.
   const LayerWeights& layer(int l) const;
   // shard_base with shard_keep: the training pass that kept its layers gathered is over (the backward's end).
   void end_of_pass() const;
@@ -135,7 +136,8 @@ class ModelDef {
  private:
   WeightHandle handle(const std::string& name) const;  // a FatalError for a name this architecture lacks
   LayerWeights resolve(const LayerHandles& H) const;
-  void gather(int l, std::size_t slot) const;
+  void gather(int l, std::size_t slot, bool prefetch) const;
+  std::size_t slot_of(int l) const;
   float* grad(const WeightHandle& h) const;
   void upload_tensor(std::size_t index, const std::vector<float>& host);
 
@@ -171,6 +173,8 @@ class ModelDef {
   mutable std::vector<int> slot_layer_;           // the layer each slot holds, -1 none
   mutable std::vector<LayerWeights> slot_weights_;
   mutable std::uint64_t gathers_ = 0;
+  mutable std::vector<bool> slot_pending_;  // a prefetch into the slot may still be running
+  mutable int last_layer_ = -1, direction_ = 1;  // the last layer asked for, and the way the layers are walked
 };
 
 }  // namespace mgrl::model

@@ -17,6 +17,10 @@ class CommGatherer final : public model::Gatherer {
   void all_gather(const void* part, void* whole, std::size_t bytes) override {
     comm_.allgather(part, whole, bytes, stream_);
   }
+  void all_gather_async(const void* part, void* whole, std::size_t bytes) override {
+    comm_.allgather_async(part, whole, bytes, stream_);
+  }
+  void wait() override { comm_.wait(stream_); }
 
  private:
   dist::Comm& comm_;
