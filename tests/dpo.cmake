@@ -18,6 +18,9 @@ string(JOIN " " DPO_STR ${DPO_ARGS})
 mgrl_add_cli_test(dpo.same_weights_on_1_2_4_ranks 0 "(?s)relative differences.*relative differences" - 0 -- bash -c
   "rm -rf ${DPO}/dp && ${RUN1} ${DPO_STR} --train.max_steps=4 --checkpoint.dir=${DPO}/dp/np1 && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${DPO_STR} --train.max_steps=4 --checkpoint.dir=${DPO}/dp/np2 && ${RUNN} 4 ${MPIEXEC_FLAGS_STR} ${RUN1} ${DPO_STR} --train.max_steps=4 --train.grad_accum=2 --checkpoint.dir=${DPO}/dp/np4 && ${CHECK} weights ${DPO}/dp/np2/step_00000004.h5 ${DPO}/dp/np1/step_00000004.h5 --rtol=1e-5 --moments && ${CHECK} weights ${DPO}/dp/np4/step_00000004.h5 ${DPO}/dp/np1/step_00000004.h5 --rtol=1e-5 --moments")
 set_tests_properties(cli.dpo.same_weights_on_1_2_4_ranks PROPERTIES TIMEOUT 120)
+# A sharded base (model.shard_base) is not implemented for DPO: one line naming the key, exit 2.
+mgrl_add_cli_test(dpo.shard_base_is_refused 2 - "^mgrl: error: key 'model.shard_base' = true: implemented for mgrl sft, grpo and generate only" 1
+  -- ${RUN1} ${DPO_ARGS} --model.shard_base=true --train.max_steps=1 --checkpoint.dir= --log.dir=)
 foreach(kind lora full)
   if(kind STREQUAL "full")
     set(extra "--train.full_finetune=true --train.lr=1e-3")

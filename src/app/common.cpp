@@ -53,7 +53,7 @@ train::LossScaling loss_scaling(const Context& ctx, DType storage) {
 
 void refuse_shard_base(const io::Config& cfg, const char* mode) {
   if (cfg.get_bool("model.shard_base"))
-    throw UserError(std::string("key 'model.shard_base' = true: implemented for mgrl sft and generate only; mgrl ") + mode +
+    throw UserError(std::string("key 'model.shard_base' = true: implemented for mgrl sft, grpo and generate only; mgrl ") + mode +
                     " keeps the whole base model on every rank (set it to false)");
 }
 

@@ -18,6 +18,7 @@
 #include "rl/prompts.h"
 #include "rl/rewards/rewards.h"
 #include "train/checkpoint.h"
+#include "train/comm_gatherer.h"
 #include "train/run_log.h"
 
 namespace mgrl::app {
@@ -28,6 +29,10 @@ int run_grpo(Context& ctx) {
   const std::string model_dir = cfg.get_string("model.path");
   const bool random_init = cfg.get_string("model.init") == "random";
   const bool full = cfg.get_bool("train.full_finetune");
+  const bool shard_base = cfg.get_bool("model.shard_base");
+  if (shard_base && full)
+    throw UserError("key 'model.shard_base' = true with train.full_finetune = true: only a frozen base is sharded "
+                    "(LoRA training); set one of them to false");
 
   // A bad reward configuration is an error before any model is loaded.
   std::unique_ptr<rl::Rewards> rewards;
@@ -42,7 +47,7 @@ int run_grpo(Context& ctx) {
   const int max_prompt = static_cast<int>(cfg.get_int("grpo.max_prompt_length"));
   env.agree([&] {
     mc = io::parse_hf_config(model_dir + "/config.json");
-    check_model_fits(ctx, mc, model_dir + "/config.json", full);
+    check_model_fits(ctx, mc, model_dir + "/config.json", full, shard_base ? env.size() : 1);
     tok = std::make_unique<io::Tokenizer>(io::Tokenizer::from_dir(tokenizer_dir(cfg)));
     if (tok->vocab_size() > mc.vocab_size)
       throw UserError(tok->path() + ": the tokenizer has " + std::to_string(tok->vocab_size()) +
@@ -63,12 +68,13 @@ int run_grpo(Context& ctx) {
                      static_cast<double>(longest), "lower it or grpo.num_generations, or raise train.grad_accum");
   });
 
-  refuse_shard_base(cfg, "grpo");
   auto ops = make_ops(ctx);
   const train::LossScaling scaling = loss_scaling(ctx, ops->storage());
-  model::Transformer net(mc, *ops,
-                         model::ModelOptions{full, cfg.get_bool("model.recompute"),
-                                             cfg.get_string("train.master_weights") == "always"});
+  model::ModelOptions mo{full, cfg.get_bool("model.recompute"), cfg.get_string("train.master_weights") == "always"};
+  mo.shard_base = shard_base;
+  mo.shard_keep = cfg.get_bool("model.shard_base_keep");
+  train::CommGatherer gatherer(ctx.comm, *ops);
+  model::Transformer net(mc, *ops, mo, shard_base ? &gatherer : nullptr);
   const auto seed = static_cast<std::uint64_t>(cfg.get_int("train.seed"));
   bool fresh = true;
   env.agree([&] {
