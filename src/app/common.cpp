@@ -51,12 +51,6 @@ train::LossScaling loss_scaling(const Context& ctx, DType storage) {
   return s;
 }
 
-void refuse_shard_base(const io::Config& cfg, const char* mode) {
-  if (cfg.get_bool("model.shard_base"))
-    throw UserError(std::string("key 'model.shard_base' = true: implemented for mgrl sft, grpo and generate only; mgrl ") + mode +
-                    " keeps the whole base model on every rank (set it to false)");
-}
-
 void load_model(const Context& ctx, model::Transformer& net, const std::string& model_dir, const std::string& adapter) {
   ctx.env.agree([&] {
     net.load_weights(model_dir);

@@ -17,6 +17,7 @@
 #include "model/lora.h"
 #include "model/transformer.h"
 #include "rl/generator.h"
+#include "train/comm_gatherer.h"
 #include "train/dpo.h"
 #include "train/dpo_data.h"
 
@@ -27,13 +28,17 @@ int run_dpo(Context& ctx) {
   const std::string model_dir = cfg.get_string("model.path");
   const bool random_init = cfg.get_string("model.init") == "random";
   const bool full = cfg.get_bool("train.full_finetune");
+  const bool shard_base = cfg.get_bool("model.shard_base");
+  if (shard_base && full)
+    throw UserError("key 'model.shard_base' = true with train.full_finetune = true: only a frozen base is sharded "
+                    "(LoRA training); set one of them to false");
 
   io::ModelConfig mc;
   std::unique_ptr<io::Tokenizer> tok;
   train::PairData train_data, eval_data;
   env.agree([&] {
     mc = io::parse_hf_config(model_dir + "/config.json");
-    check_model_fits(ctx, mc, model_dir + "/config.json", full);
+    check_model_fits(ctx, mc, model_dir + "/config.json", full, shard_base ? env.size() : 1);
     tok = std::make_unique<io::Tokenizer>(io::Tokenizer::from_dir(tokenizer_dir(cfg)));
     if (tok->vocab_size() > mc.vocab_size)
       throw UserError(tok->path() + ": the tokenizer has " + std::to_string(tok->vocab_size()) +
@@ -63,12 +68,13 @@ int run_dpo(Context& ctx) {
                 (set == &train_data ? cfg.get_string("data.input") : cfg.get_string("eval.input")) +
                 "): the prompt alone has dpo.max_length tokens or more");
 
-  refuse_shard_base(cfg, "dpo");
   auto ops = make_ops(ctx);
   const train::LossScaling scaling = loss_scaling(ctx, ops->storage());
-  model::Transformer net(mc, *ops,
-                         model::ModelOptions{full, cfg.get_bool("model.recompute"),
-                                             cfg.get_string("train.master_weights") == "always"});
+  model::ModelOptions mo{full, cfg.get_bool("model.recompute"), cfg.get_string("train.master_weights") == "always"};
+  mo.shard_base = shard_base;
+  mo.shard_keep = cfg.get_bool("model.shard_base_keep");
+  train::CommGatherer gatherer(ctx.comm, *ops);
+  model::Transformer net(mc, *ops, mo, shard_base ? &gatherer : nullptr);
   const auto seed = static_cast<std::uint64_t>(cfg.get_int("train.seed"));
   bool fresh_adapter = false;
   env.agree([&] {

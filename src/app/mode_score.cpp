@@ -25,6 +25,8 @@
 #include "io/tokenizer.h"
 #include "model/lora.h"
 #include "model/transformer.h"
+#include "train/comm_gatherer.h"
+#include "train/idle_pass.h"
 
 namespace mgrl::app {
 
@@ -96,9 +98,11 @@ int run_score(Context& ctx) {
     }
   });
 
-  refuse_shard_base(cfg, "score");
   auto ops = make_ops(ctx);
-  model::Transformer net(mc, *ops);
+  model::ModelOptions mo;
+  mo.shard_base = cfg.get_bool("model.shard_base");
+  train::CommGatherer gatherer(ctx.comm, *ops);
+  model::Transformer net(mc, *ops, mo, mo.shard_base ? &gatherer : nullptr);
   load_model(ctx, net, model_dir, adapter);
 
   // This rank's contiguous shard, batched by similar lengths to save padding.
@@ -124,6 +128,10 @@ int run_score(Context& ctx) {
       tokens += len;
     }
   }
+  if (mo.shard_base)  // every pass gathers collectively: as many passes as the busiest rank
+    for (std::size_t k = (order.size() + static_cast<std::size_t>(batch_size) - 1) / static_cast<std::size_t>(batch_size);
+         k < train::most_batches(N, env.size(), static_cast<std::size_t>(batch_size)); ++k)
+      train::idle_pass(net, !adapter.empty());
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   // Gather to rank 0 in input order: every rank knows every length, so raw floats suffice.

@@ -77,8 +77,6 @@ model::LoraConfig lora_config(const io::Config& cfg);
 // lora.alpha, lora.targets, lora.use_rslora), else a fresh one from the lora.* keys. Returns true when fresh
 // (B = 0: the starting policy is the base model). Call inside env.agree.
 bool setup_trainable_lora(const Context& ctx, model::Transformer& net, std::uint64_t seed);
-// UserError for model.shard_base = true in a mode that does not implement it (sft, grpo and generate do).
-void refuse_shard_base(const io::Config& cfg, const char* mode);
 // [begin, end) of this rank's contiguous share of n items.
 std::pair<std::size_t, std::size_t> shard(const dist::MpiEnv& env, std::size_t n);
 

@@ -24,6 +24,7 @@
 #include "dist/device.h"
 #include "io/hf_config.h"
 #include "io/tfevents.h"
+#include "train/idle_pass.h"
 #include "train/run_log.h"
 #include "train/stop_agreement.h"
 
@@ -189,13 +190,9 @@ std::pair<double, double> SftTrainer::evaluate(bool accuracy) {
   }
   if (model_.definition().sharded()) {
     // A sharded base gathers each layer collectively in every pass: a rank with fewer held-out batches than another
-    // runs as many one-token passes more (their results unused), so that all ranks gather alike.
-    const std::size_t eb = static_cast<std::size_t>(opts_.eval_batch), P = static_cast<std::size_t>(env_.size());
-    std::size_t most = 0;
-    for (std::size_t r = 0; r < P; ++r) most = std::max(most, (N * (r + 1) / P - N * r / P + eb - 1) / eb);
-    const model::Batch one = model::Batch::from_sequences({{0}});
-    float lp1 = 0;
-    for (std::size_t k = (hi - lo + eb - 1) / eb; k < most; ++k) model_.score(one, &lp1, true);
+    // runs as many one-token passes more, so that all ranks gather alike.
+    const std::size_t eb = static_cast<std::size_t>(opts_.eval_batch);
+    for (std::size_t k = (hi - lo + eb - 1) / eb; k < most_batches(N, env_.size(), eb); ++k) idle_pass(model_, true);
   }
   const double mean = env_.allreduce_sum(loss) / static_cast<double>(std::max(1LL, env_.allreduce_sum(tokens)));
   const double acc = accuracy && opts_.accuracy ? opts_.accuracy(eval_) : -1;
