@@ -47,7 +47,7 @@ int run_score(Context& ctx) {
   std::unique_ptr<io::H5Writer> writer;
   env.agree([&] {
     mc = io::parse_hf_config(model_dir + "/config.json");
-    check_model_fits(ctx, mc, model_dir + "/config.json", false);
+    check_model_fits(ctx, mc, model_dir + "/config.json", false, cfg.get_bool("model.shard_base") ? env.size() : 1);
     const std::string tok_dir = tokenizer_dir(cfg);
     io::read_jsonl(input, [&](const nlohmann::json& j, int line) {
       std::vector<std::int32_t> ids;
