@@ -14,6 +14,7 @@
 
 #include "core/dtype.h"
 #include "core/random.h"
+#include "kernels/attention_options.h"
 
 namespace mgrl::kernels {
 
@@ -38,6 +39,19 @@ struct KvPages {
   int block_size = 0;  // positions per block
   int n_blocks = 0;    // blocks in each pool
   int max_len() const { return max_blocks * block_size; }  // positions a slot can hold
+};
+
+// An NF4 weight in backend memory, in bitsandbytes' layout (kernels/cpu/nf4.h): packed 4-bit codes of a row-major
+// matrix, blocks of 64 values, and per block either an f32 absmax or (double-quantized) an 8-bit code of
+// absmax - offset with an f32 absmax per 256 blocks.
+struct Nf4Weight {
+  const std::uint8_t* codes = nullptr;          // (n + 1) / 2 bytes, element 2i in the high nibble
+  const float* code = nullptr;                  // the 16 NF4 values
+  const float* absmax = nullptr;                // plain: f32 [blocks]; null when double-quantized
+  const std::uint8_t* qabsmax = nullptr;        // double-quantized: [blocks]
+  const float* nested_absmax = nullptr;         // double-quantized: [ceil(blocks / 256)]
+  const float* nested_code = nullptr;           // double-quantized: the 256-value dynamic code
+  float offset = 0.0f;                          // double-quantized: added to every dequantized absmax
 };
 
 // The queue a backend's ops run on, for work on other queues that must be ordered with them (dist::Comm's
@@ -90,14 +104,17 @@ class Ops {
   virtual void forget_recordings() {}
 
   // ---- ops (forward next to backward) ----
-  // embedding.h
-  virtual void embedding_forward(void* out, const std::int32_t* ids, const void* table, int T, int V, int D) = 0;
-  virtual void embedding_backward(float* dtable, const void* dout, const std::int32_t* ids, int T, int V, int D) = 0;
-  // rmsnorm.h (dw: f32 grad, may be null)
-  virtual void rmsnorm_forward(void* out, float* rstd, const void* x, const void* w, int rows, int dim,
-                               float eps) = 0;
+  // embedding.h (scale: Gemma's sqrt(hidden_size); the CUDA backend rounds it to the storage dtype first and
+  // multiplies in it, as transformers multiplies the embedding by a scale of the weights' dtype)
+  virtual void embedding_forward(void* out, const std::int32_t* ids, const void* table, int T, int V, int D,
+                                 float scale = 1.0f) = 0;
+  virtual void embedding_backward(float* dtable, const void* dout, const std::int32_t* ids, int T, int V, int D,
+                                  float scale = 1.0f) = 0;
+  // rmsnorm.h (dw: f32 grad, may be null; unit_offset: Gemma's (1 + w) scale)
+  virtual void rmsnorm_forward(void* out, float* rstd, const void* x, const void* w, int rows, int dim, float eps,
+                               bool unit_offset = false) = 0;
   virtual void rmsnorm_backward(void* dx, float* dw, const void* dout, const void* x, const void* w, const float* rstd,
-                                int rows, int dim, bool accumulate) = 0;
+                                int rows, int dim, bool accumulate, bool unit_offset = false) = 0;
   // linear.h (dW, dbias: f32 grads, may be null)
   virtual void linear_forward(void* y, const void* x, const void* W, const void* bias, int T, int in, int out) = 0;
   virtual void linear_backward(void* dx, float* dW, float* dbias, const void* dy, const void* x, const void* W, int T,
@@ -119,29 +136,40 @@ class Ops {
   // attention.h: packed variable-length sequences, sequence b at token rows cu_seqlens[b] .. cu_seqlens[b+1] - 1
   // (cu_seqlens: backend memory, [B + 1]; max_len: the longest sequence, known on the host; lse: f32 [n_heads, T]).
   // The backward also takes the forward's output `out` (the CUDA backend computes D = rowsum(dout * out) from it;
-  // the CPU reference recomputes D and ignores it).
+  // the CPU reference recomputes D and ignores it). opt: score scale, sliding window, soft-capping
+  // (kernels/attention_options.h); the backward takes the forward's.
   virtual void attention_forward(void* out, float* lse, const void* q, const void* k, const void* v,
                                  const std::int32_t* cu_seqlens, int B, int T, int max_len, int n_heads, int n_kv,
-                                 int head_dim) = 0;
+                                 int head_dim, const AttentionOptions& opt = {}) = 0;
   virtual void attention_backward(void* dq, void* dk, void* dv, const void* dout, const void* out, const void* q,
                                   const void* k, const void* v, const float* lse, const std::int32_t* cu_seqlens,
-                                  int B, int T, int max_len, int n_heads, int n_kv, int head_dim) = 0;
+                                  int B, int T, int max_len, int n_heads, int n_kv, int head_dim,
+                                  const AttentionOptions& opt = {}) = 0;
+  // nf4.h: elements [begin, end) of an NF4 weight (a row range: begin = r0 * cols) dequantized into dst[0 .. end -
+  // begin) in the storage dtype: code[c] * absmax, in f32, then rounded once to the storage dtype. For the frozen
+  // base weights of QLoRA: a layer's weights into a workspace, then the dense GEMMs.
+  virtual void dequantize_nf4(void* dst, const Nf4Weight& w, std::int64_t begin, std::int64_t end) = 0;
   // swiglu.h
   virtual void swiglu_forward(void* out, const void* gate, const void* up, std::int64_t n) = 0;
   virtual void swiglu_backward(void* dgate, void* dup, const void* dout, const void* gate, const void* up,
                                std::int64_t n) = 0;
+  // swiglu.h: GeGLU with the tanh GELU (Gemma)
+  virtual void geglu_forward(void* out, const void* gate, const void* up, std::int64_t n) = 0;
+  virtual void geglu_backward(void* dgate, void* dup, const void* dout, const void* gate, const void* up,
+                              std::int64_t n) = 0;
   // residual.h
   virtual void residual_forward(void* x, const void* y, std::int64_t n) = 0;
-  // lm_head.h (logprob, lse, weights: f32; dW: f32 grad, may be null; scratch: lm_head_scratch_bytes)
+  // lm_head.h (logprob, lse, weights: f32; dW: f32 grad, may be null; scratch: lm_head_scratch_bytes;
+  // softcap > 0: Gemma 2's final-logit soft-capping, logits = logit_scale * softcap * tanh(h W^T / softcap))
   virtual std::size_t lm_head_scratch_bytes(int V) const = 0;
   virtual void lm_head_logprob_forward(float* logprob, float* lse, const void* h, const void* W,
                                        const std::int32_t* targets, int T, int D, int V, float logit_scale,
-                                       void* scratch) = 0;
+                                       void* scratch, float softcap = 0.0f) = 0;
   virtual void lm_head_logprob_backward(void* dh, float* dW, const float* weights, const void* h, const void* W,
                                         const std::int32_t* targets, const float* lse, int T, int D, int V,
-                                        float logit_scale, void* scratch) = 0;
-  virtual void lm_head_logits(float* logits, const void* h, const void* W, int T, int D, int V,
-                              float logit_scale) = 0;
+                                        float logit_scale, void* scratch, float softcap = 0.0f) = 0;
+  virtual void lm_head_logits(float* logits, const void* h, const void* W, int T, int D, int V, float logit_scale,
+                              float softcap = 0.0f) = 0;
 
   // ---- inference with a KV cache (kernels/cpu/kv_cache.h, kernels/cpu/sampling.h) ----
   // The cache is paged (KvPages): per layer one k and one v pool of blocks [n_blocks, block_size, n_kv, head_dim] in
@@ -153,9 +181,10 @@ class Ops {
                         const std::int32_t* pos, int T, const KvPages& pages, int n_kv, int head_dim) = 0;
   // out[t] = attention of q[t] over cache[slot[t], 0..pos[t]] (inclusive: the row's own key must be stored
   // first), grouped-query as attention_forward, scale 1/sqrt(head_dim). q, out: [T, n_heads, head_dim].
+  // opt as attention_forward's: with a window only positions pos[t] - window < u <= pos[t] are read.
   virtual void attention_cached(void* out, const void* q, const void* cache_k, const void* cache_v,
                                 const std::int32_t* slot, const std::int32_t* pos, int T, const KvPages& pages,
-                                int n_heads, int n_kv, int head_dim) = 0;
+                                int n_heads, int n_kv, int head_dim, const AttentionOptions& opt = {}) = 0;
   // dst[i] = src[idx[i]] for i < n, rows of `width` elements in storage dtype.
   virtual void gather_rows(void* dst, const void* src, const std::int32_t* idx, int n, int width) = 0;
   // One token per row of logits [B, V] (f32), by the canonical algorithm of kernels/cpu/sampling.h,

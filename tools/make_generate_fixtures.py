@@ -18,7 +18,7 @@ from peft import PeftModel
 from safetensors.numpy import load_file
 from transformers import AutoModelForCausalLM
 
-MODELS = ["llama_gqa", "qwen2_bias_tied", "qwen3_qknorm"]
+MODELS = ["llama_gqa", "qwen2_bias_tied", "qwen3_qknorm", "gemma2_softcap", "gemma3_text", "mistral_window"]
 MAX_NEW = 10
 
 
@@ -36,9 +36,10 @@ def load(model_dir):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dir", default="tests/data/models")
+    ap.add_argument("--models", default=",".join(MODELS), help="comma-separated model names (default: all)")
     args = ap.parse_args()
     torch.manual_seed(0)
-    for name in MODELS:
+    for name in args.models.split(","):
         d = os.path.join(args.dir, name)
         model = load(d)
         ref = load_file(os.path.join(d, "reference.safetensors"))

@@ -33,15 +33,23 @@ float dot(const float* a, const float* b, int n) {
   return s;
 }
 
+float score_scale(const AttentionOptions& opt, int head_dim) {
+  return opt.scale > 0.0f ? opt.scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
+}
+
+// The (soft-capped) score of a scaled dot product.
+float cap(float s, const AttentionOptions& opt) { return opt.softcap > 0.0f ? opt.softcap * std::tanh(s / opt.softcap) : s; }
+
 }  // namespace
 
 void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
-                       const int32_t* cu_seqlens, int B, int T, int max_len, int n_heads, int n_kv, int head_dim) {
+                       const int32_t* cu_seqlens, int B, int T, int max_len, int n_heads, int n_kv, int head_dim,
+                       const AttentionOptions& opt) {
   check_shapes(cu_seqlens, B, T, max_len, n_heads, n_kv, head_dim);
   const int group = n_heads / n_kv;
   const int64_t qs = static_cast<int64_t>(n_heads) * head_dim;  // row strides
   const int64_t ks = static_cast<int64_t>(n_kv) * head_dim;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const float scale = score_scale(opt, head_dim);
   std::vector<float> p(static_cast<size_t>(std::max(max_len, 1)));
   for (int b = 0; b < B; ++b) {
     const int64_t row0 = cu_seqlens[b];
@@ -54,17 +62,18 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
         std::memset(o, 0, sizeof(float) * static_cast<size_t>(head_dim));
         const float* qi = q + (row0 + t) * qs + static_cast<int64_t>(h) * head_dim;
         float m = -INFINITY;
-        for (int u = 0; u <= t; ++u) {
-          p[u] = scale * dot(qi, k + (row0 + u) * ks + kh, head_dim);
+        const int u0 = attention_first_key(opt, t);
+        for (int u = u0; u <= t; ++u) {
+          p[u] = cap(scale * dot(qi, k + (row0 + u) * ks + kh, head_dim), opt);
           m = std::max(m, p[u]);
         }
         float sum = 0.0f;
-        for (int u = 0; u <= t; ++u) {
+        for (int u = u0; u <= t; ++u) {
           p[u] = std::exp(p[u] - m);
           sum += p[u];
         }
         const float inv = 1.0f / sum;
-        for (int u = 0; u <= t; ++u) {
+        for (int u = u0; u <= t; ++u) {
           const float w = p[u] * inv;
           const float* vu = v + (row0 + u) * ks + kh;
           for (int d = 0; d < head_dim; ++d) o[d] += w * vu[d];
@@ -77,16 +86,17 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
 
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                         const float* v, const float* lse, const int32_t* cu_seqlens, int B, int T, int max_len,
-                        int n_heads, int n_kv, int head_dim) {
+                        int n_heads, int n_kv, int head_dim, const AttentionOptions& opt) {
   check_shapes(cu_seqlens, B, T, max_len, n_heads, n_kv, head_dim);
   const int group = n_heads / n_kv;
   const int64_t qs = static_cast<int64_t>(n_heads) * head_dim;
   const int64_t ks = static_cast<int64_t>(n_kv) * head_dim;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const float scale = score_scale(opt, head_dim);
   std::memset(dq, 0, sizeof(float) * static_cast<size_t>(T) * qs);
   std::memset(dk, 0, sizeof(float) * static_cast<size_t>(T) * ks);
   std::memset(dv, 0, sizeof(float) * static_cast<size_t>(T) * ks);
   std::vector<float> p(static_cast<size_t>(std::max(max_len, 1))), dp(static_cast<size_t>(std::max(max_len, 1)));
+  std::vector<float> dcap(static_cast<size_t>(std::max(max_len, 1)), 1.0f);  // d capped / d scaled score
   for (int b = 0; b < B; ++b) {
     const int64_t row0 = cu_seqlens[b];
     const int len = cu_seqlens[b + 1] - cu_seqlens[b];
@@ -99,13 +109,16 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
         const float* gi = dout + (row0 + t) * qs + qh;
         float* dqi = dq + (row0 + t) * qs + qh;
         float D = 0.0f;  // sum_u p_u dp_u  (= dout . out)
-        for (int u = 0; u <= t; ++u) {
-          p[u] = std::exp(scale * dot(qi, k + (row0 + u) * ks + kh, head_dim) - lse_h[t]);
+        const int u0 = attention_first_key(opt, t);
+        for (int u = u0; u <= t; ++u) {
+          const float s = cap(scale * dot(qi, k + (row0 + u) * ks + kh, head_dim), opt);
+          if (opt.softcap > 0.0f) dcap[u] = 1.0f - (s / opt.softcap) * (s / opt.softcap);
+          p[u] = std::exp(s - lse_h[t]);
           dp[u] = dot(gi, v + (row0 + u) * ks + kh, head_dim);
           D += p[u] * dp[u];
         }
-        for (int u = 0; u <= t; ++u) {
-          const float ds = scale * p[u] * (dp[u] - D);
+        for (int u = u0; u <= t; ++u) {
+          const float ds = scale * p[u] * (dp[u] - D) * dcap[u];
           const float* ku = k + (row0 + u) * ks + kh;
           float* dku = dk + (row0 + u) * ks + kh;
           float* dvu = dv + (row0 + u) * ks + kh;

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "kernels/cpu/attention.h"
@@ -13,6 +14,7 @@
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/lm_head.h"
 #include "kernels/cpu/lora.h"
+#include "kernels/cpu/nf4.h"
 #include "kernels/cpu/optimizer.h"
 #include "kernels/cpu/residual.h"
 #include "kernels/cpu/rmsnorm.h"
@@ -76,18 +78,21 @@ class CpuOps final : public Ops {
   void synchronize() override {}
   void set_batch_invariant(bool on) override { cpu::set_batch_invariant(on); }
 
-  void embedding_forward(void* out, const std::int32_t* ids, const void* table, int T, int V, int D) override {
-    cpu::embedding_forward(F(out), ids, F(table), T, V, D);
+  void embedding_forward(void* out, const std::int32_t* ids, const void* table, int T, int V, int D,
+                         float scale = 1.0f) override {
+    cpu::embedding_forward(F(out), ids, F(table), T, V, D, scale);
   }
-  void embedding_backward(float* dtable, const void* dout, const std::int32_t* ids, int T, int V, int D) override {
-    cpu::embedding_backward(dtable, F(dout), ids, T, V, D);
+  void embedding_backward(float* dtable, const void* dout, const std::int32_t* ids, int T, int V, int D,
+                          float scale = 1.0f) override {
+    cpu::embedding_backward(dtable, F(dout), ids, T, V, D, scale);
   }
-  void rmsnorm_forward(void* out, float* rstd, const void* x, const void* w, int rows, int dim, float eps) override {
-    cpu::rmsnorm_forward(F(out), rstd, F(x), F(w), rows, dim, eps);
+  void rmsnorm_forward(void* out, float* rstd, const void* x, const void* w, int rows, int dim, float eps,
+                       bool unit_offset = false) override {
+    cpu::rmsnorm_forward(F(out), rstd, F(x), F(w), rows, dim, eps, unit_offset);
   }
   void rmsnorm_backward(void* dx, float* dw, const void* dout, const void* x, const void* w, const float* rstd,
-                        int rows, int dim, bool accumulate) override {
-    cpu::rmsnorm_backward(F(dx), dw, F(dout), F(x), F(w), rstd, rows, dim, accumulate);
+                        int rows, int dim, bool accumulate, bool unit_offset = false) override {
+    cpu::rmsnorm_backward(F(dx), dw, F(dout), F(x), F(w), rstd, rows, dim, accumulate, unit_offset);
   }
   void linear_forward(void* y, const void* x, const void* W, const void* bias, int T, int in, int out) override {
     cpu::linear_forward(F(y), F(x), F(W), F(bias), T, in, out);
@@ -119,14 +124,29 @@ class CpuOps final : public Ops {
   }
   void attention_forward(void* out, float* lse, const void* q, const void* k, const void* v,
                          const std::int32_t* cu_seqlens, int B, int T, int max_len, int n_heads, int n_kv,
-                         int head_dim) override {
-    cpu::attention_forward(F(out), lse, F(q), F(k), F(v), cu_seqlens, B, T, max_len, n_heads, n_kv, head_dim);
+                         int head_dim, const AttentionOptions& opt = {}) override {
+    cpu::attention_forward(F(out), lse, F(q), F(k), F(v), cu_seqlens, B, T, max_len, n_heads, n_kv, head_dim, opt);
   }
   void attention_backward(void* dq, void* dk, void* dv, const void* dout, const void* /*out*/, const void* q,
                           const void* k, const void* v, const float* lse, const std::int32_t* cu_seqlens, int B,
-                          int T, int max_len, int n_heads, int n_kv, int head_dim) override {
+                          int T, int max_len, int n_heads, int n_kv, int head_dim,
+                          const AttentionOptions& opt = {}) override {
     cpu::attention_backward(F(dq), F(dk), F(dv), F(dout), F(q), F(k), F(v), lse, cu_seqlens, B, T, max_len, n_heads,
-                            n_kv, head_dim);
+                            n_kv, head_dim, opt);
+  }
+  void dequantize_nf4(void* dst, const Nf4Weight& w, std::int64_t begin, std::int64_t end) override {
+    if (end <= begin) return;
+    if (w.absmax) {
+      cpu::nf4_dequantize_range(w.codes, w.absmax, w.code, begin, end, F(dst));
+      return;
+    }
+    // double-quantized: the absmax of the blocks the range touches, then the codes
+    const std::int64_t b0 = begin / cpu::kNf4Block, b1 = (end - 1) / cpu::kNf4Block + 1;
+    nf4_absmax_.resize(static_cast<std::size_t>(b1));
+    for (std::int64_t b = b0; b < b1; ++b)
+      nf4_absmax_[static_cast<std::size_t>(b)] =
+          w.nested_code[w.qabsmax[b]] * w.nested_absmax[b / cpu::kNf4NestedBlock] + w.offset;
+    cpu::nf4_dequantize_range(w.codes, nf4_absmax_.data(), w.code, begin, end, F(dst));
   }
   void swiglu_forward(void* out, const void* gate, const void* up, std::int64_t n) override {
     cpu::swiglu_forward(F(out), F(gate), F(up), n);
@@ -135,21 +155,30 @@ class CpuOps final : public Ops {
                        std::int64_t n) override {
     cpu::swiglu_backward(F(dgate), F(dup), F(dout), F(gate), F(up), n);
   }
+  void geglu_forward(void* out, const void* gate, const void* up, std::int64_t n) override {
+    cpu::geglu_forward(F(out), F(gate), F(up), n);
+  }
+  void geglu_backward(void* dgate, void* dup, const void* dout, const void* gate, const void* up,
+                      std::int64_t n) override {
+    cpu::geglu_backward(F(dgate), F(dup), F(dout), F(gate), F(up), n);
+  }
   void residual_forward(void* x, const void* y, std::int64_t n) override { cpu::residual_forward(F(x), F(y), n); }
   std::size_t lm_head_scratch_bytes(int V) const override {
     return static_cast<std::size_t>(cpu::lm_head_scratch_floats(V)) * sizeof(float);
   }
   void lm_head_logprob_forward(float* logprob, float* lse, const void* h, const void* W, const std::int32_t* targets,
-                               int T, int D, int V, float logit_scale, void* scratch) override {
-    cpu::lm_head_logprob_forward(logprob, lse, F(h), F(W), targets, T, D, V, logit_scale, F(scratch));
+                               int T, int D, int V, float logit_scale, void* scratch, float softcap = 0.0f) override {
+    cpu::lm_head_logprob_forward(logprob, lse, F(h), F(W), targets, T, D, V, logit_scale, F(scratch), softcap);
   }
   void lm_head_logprob_backward(void* dh, float* dW, const float* weights, const void* h, const void* W,
                                 const std::int32_t* targets, const float* lse, int T, int D, int V, float logit_scale,
-                                void* scratch) override {
-    cpu::lm_head_logprob_backward(F(dh), dW, weights, F(h), F(W), targets, lse, T, D, V, logit_scale, F(scratch));
+                                void* scratch, float softcap = 0.0f) override {
+    cpu::lm_head_logprob_backward(F(dh), dW, weights, F(h), F(W), targets, lse, T, D, V, logit_scale, F(scratch),
+                                  softcap);
   }
-  void lm_head_logits(float* logits, const void* h, const void* W, int T, int D, int V, float logit_scale) override {
-    cpu::lm_head_logits(logits, F(h), F(W), T, D, V, logit_scale);
+  void lm_head_logits(float* logits, const void* h, const void* W, int T, int D, int V, float logit_scale,
+                      float softcap = 0.0f) override {
+    cpu::lm_head_logits(logits, F(h), F(W), T, D, V, logit_scale, softcap);
   }
   void kv_store(void* cache_k, void* cache_v, const void* k, const void* v, const std::int32_t* slot,
                 const std::int32_t* pos, int T, const KvPages& pages, int n_kv, int head_dim) override {
@@ -157,8 +186,8 @@ class CpuOps final : public Ops {
   }
   void attention_cached(void* out, const void* q, const void* cache_k, const void* cache_v, const std::int32_t* slot,
                         const std::int32_t* pos, int T, const KvPages& pages, int n_heads, int n_kv,
-                        int head_dim) override {
-    cpu::attention_cached(F(out), F(q), F(cache_k), F(cache_v), slot, pos, T, pages, n_heads, n_kv, head_dim);
+                        int head_dim, const AttentionOptions& opt = {}) override {
+    cpu::attention_cached(F(out), F(q), F(cache_k), F(cache_v), slot, pos, T, pages, n_heads, n_kv, head_dim, opt);
   }
   void gather_rows(void* dst, const void* src, const std::int32_t* idx, int n, int width) override {
     cpu::gather_rows(F(dst), F(src), idx, n, width);
@@ -174,6 +203,9 @@ class CpuOps final : public Ops {
   void adamw(float* params, const float* grads, float* m, float* v, std::size_t n, const AdamW& hp) override {
     cpu::adamw(params, grads, m, v, n, hp);
   }
+
+ private:
+  std::vector<float> nf4_absmax_;  // dequantize_nf4: the dequantized absmax of a double-quantized weight
 };
 
 }  // namespace

@@ -5,10 +5,10 @@
 namespace mgrl::kernels::cpu {
 
 // out[t, :] = table[ids[t], :] for t < T. An id < 0 (padding) gives a row of zeros;
-// an id >= V is a FatalError.
-void embedding_forward(float* out, const int32_t* ids, const float* table, int T, int V, int D);
+// an id >= V is a FatalError. scale != 1 (Gemma: sqrt(hidden_size)) multiplies every row.
+void embedding_forward(float* out, const int32_t* ids, const float* table, int T, int V, int D, float scale = 1.0f);
 
-// dtable[ids[t], :] += dout[t, :] (accumulates; rows with the same id add up). Ids < 0 are skipped.
-void embedding_backward(float* dtable, const float* dout, const int32_t* ids, int T, int V, int D);
+// dtable[ids[t], :] += scale * dout[t, :] (accumulates; rows with the same id add up). Ids < 0 are skipped.
+void embedding_backward(float* dtable, const float* dout, const int32_t* ids, int T, int V, int D, float scale = 1.0f);
 
 }  // namespace mgrl::kernels::cpu

@@ -29,36 +29,39 @@ void kv_store(float* cache_k, float* cache_v, const float* k, const float* v, co
 }
 
 void attention_cached(float* out, const float* q, const float* cache_k, const float* cache_v, const int32_t* slot,
-                      const int32_t* pos, int T, const KvPages& pages, int n_heads, int n_kv, int head_dim) {
+                      const int32_t* pos, int T, const KvPages& pages, int n_heads, int n_kv, int head_dim,
+                      const AttentionOptions& opt) {
   MGRL_CHECK(n_kv > 0 && n_heads % n_kv == 0, "attention_cached: n_heads must be a multiple of n_kv");
   const int group = n_heads / n_kv;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const float scale = opt.scale > 0.0f ? opt.scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
   const std::size_t kv_width = static_cast<std::size_t>(n_kv) * head_dim;
   std::vector<float> p(static_cast<std::size_t>(std::max(pages.max_len(), 1)));
   std::vector<std::size_t> at(p.size());  // element offset of each key row of the sequence
   for (int t = 0; t < T; ++t) {
     MGRL_CHECK(pos[t] >= 0 && pos[t] < pages.max_len(), "KV cache: slot or position outside the cache");
-    for (int u = 0; u <= pos[t]; ++u) at[static_cast<std::size_t>(u)] = kv_row(pages, slot[t], u) * kv_width;
+    const int u0 = attention_first_key(opt, pos[t]);
+    for (int u = u0; u <= pos[t]; ++u) at[static_cast<std::size_t>(u)] = kv_row(pages, slot[t], u) * kv_width;
     for (int h = 0; h < n_heads; ++h) {
       const float* qh = q + (static_cast<std::size_t>(t) * n_heads + h) * head_dim;
       const std::size_t g = static_cast<std::size_t>(h / group) * head_dim;
       float m = -INFINITY;
-      for (int u = 0; u <= pos[t]; ++u) {
+      for (int u = u0; u <= pos[t]; ++u) {
         const float* kr = cache_k + at[static_cast<std::size_t>(u)] + g;
         double s = 0;
         for (int d = 0; d < head_dim; ++d) s += static_cast<double>(qh[d]) * kr[d];
         p[u] = static_cast<float>(s) * scale;
+        if (opt.softcap > 0.0f) p[u] = opt.softcap * std::tanh(p[u] / opt.softcap);
         m = std::max(m, p[u]);
       }
       double sum = 0;
-      for (int u = 0; u <= pos[t]; ++u) {
+      for (int u = u0; u <= pos[t]; ++u) {
         p[u] = std::exp(p[u] - m);
         sum += p[u];
       }
       float* o = out + (static_cast<std::size_t>(t) * n_heads + h) * head_dim;
       for (int d = 0; d < head_dim; ++d) {
         double acc = 0;
-        for (int u = 0; u <= pos[t]; ++u)
+        for (int u = u0; u <= pos[t]; ++u)
           acc += static_cast<double>(p[u]) * cache_v[at[static_cast<std::size_t>(u)] + g + d];
         o[d] = static_cast<float>(acc / sum);
       }

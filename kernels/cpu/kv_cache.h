@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/attention_options.h"
 #include "kernels/ops.h"
 
 namespace mgrl::kernels::cpu {
@@ -19,8 +20,11 @@ void kv_store(float* cache_k, float* cache_v, const float* k, const float* v, co
 
 // out[t, h] = softmax_u(q[t, h] . k(slot[t], u, g) / sqrt(hd)) @ v(slot[t], u, g) over u = 0..pos[t],
 // g = h / (n_heads / n_kv), k(s, u, g) the key of head g at position u of sequence s. q, out: [T, n_heads, head_dim].
+// opt as attention_forward's (kernels/attention_options.h): with a window, u runs over pos[t] - window < u <= pos[t]
+// only (positions before it need no block).
 void attention_cached(float* out, const float* q, const float* cache_k, const float* cache_v, const int32_t* slot,
-                      const int32_t* pos, int T, const KvPages& pages, int n_heads, int n_kv, int head_dim);
+                      const int32_t* pos, int T, const KvPages& pages, int n_heads, int n_kv, int head_dim,
+                      const AttentionOptions& opt = {});
 
 // dst[i, :] = src[idx[i], :], rows of `width` floats.
 void gather_rows(float* dst, const float* src, const int32_t* idx, int n, int width);

@@ -20,20 +20,29 @@ void check_target(int32_t target, int V) {
   MGRL_CHECK(target < V, "target id " + std::to_string(target) + " out of range (vocab " + std::to_string(V) + ")");
 }
 
-// logits[n, V] = logit_scale * h[n, D] @ W[V, D]^T
-void chunk_logits(float* logits, const float* h, const float* W, int n, int D, int V, float logit_scale) {
-  gemm_nt(logits, h, W, n, V, D, logit_scale, 0.0f);
+// logits[n, V] = logit_scale * h[n, D] @ W[V, D]^T, or logit_scale * softcap * tanh(h @ W^T / softcap)
+void chunk_logits(float* logits, const float* h, const float* W, int n, int D, int V, float logit_scale,
+                  float softcap) {
+  if (softcap <= 0.0f) {
+    gemm_nt(logits, h, W, n, V, D, logit_scale, 0.0f);
+    return;
+  }
+  gemm_nt(logits, h, W, n, V, D, 1.0f, 0.0f);
+  const int64_t count = static_cast<int64_t>(n) * V;
+  const float outer = logit_scale * softcap, inner = 1.0f / softcap;
+  for (int64_t i = 0; i < count; ++i) logits[i] = outer * std::tanh(logits[i] * inner);
 }
 
 }  // namespace
 
-void lm_head_logits(float* logits, const float* h, const float* W, int T, int D, int V, float logit_scale) {
+void lm_head_logits(float* logits, const float* h, const float* W, int T, int D, int V, float logit_scale,
+                    float softcap) {
   if (T <= 0) return;
-  chunk_logits(logits, h, W, T, D, V, logit_scale);
+  chunk_logits(logits, h, W, T, D, V, logit_scale, softcap);
 }
 
 void lm_head_logprob_forward(float* logprob, float* lse, const float* h, const float* W, const int32_t* targets, int T,
-                             int D, int V, float logit_scale, float* scratch) {
+                             int D, int V, float logit_scale, float* scratch, float softcap) {
   std::vector<float> own;
   if (!scratch) {
     own.resize(static_cast<size_t>(lm_head_scratch_floats(V)));
@@ -41,7 +50,7 @@ void lm_head_logprob_forward(float* logprob, float* lse, const float* h, const f
   }
   for (int t0 = 0; t0 < T; t0 += kLmHeadChunkRows) {
     const int n = std::min(kLmHeadChunkRows, T - t0);
-    chunk_logits(scratch, h + static_cast<int64_t>(t0) * D, W, n, D, V, logit_scale);
+    chunk_logits(scratch, h + static_cast<int64_t>(t0) * D, W, n, D, V, logit_scale, softcap);
     for (int r = 0; r < n; ++r) {
       const int t = t0 + r;
       const float* l = scratch + static_cast<int64_t>(r) * V;
@@ -59,7 +68,7 @@ void lm_head_logprob_forward(float* logprob, float* lse, const float* h, const f
 
 void lm_head_logprob_backward(float* dh, float* dW, const float* weights, const float* h, const float* W,
                               const int32_t* targets, const float* lse, int T, int D, int V, float logit_scale,
-                              float* scratch) {
+                              float* scratch, float softcap) {
   std::vector<float> own;
   if (!scratch) {
     own.resize(static_cast<size_t>(lm_head_scratch_floats(V)));
@@ -68,7 +77,7 @@ void lm_head_logprob_backward(float* dh, float* dW, const float* weights, const 
   for (int t0 = 0; t0 < T; t0 += kLmHeadChunkRows) {
     const int n = std::min(kLmHeadChunkRows, T - t0);
     const float* hc = h + static_cast<int64_t>(t0) * D;
-    chunk_logits(scratch, hc, W, n, D, V, logit_scale);
+    chunk_logits(scratch, hc, W, n, D, V, logit_scale, softcap);
     // scratch becomes logit_scale * dlogits, row by row.
     for (int r = 0; r < n; ++r) {
       const int t = t0 + r;
@@ -81,6 +90,14 @@ void lm_head_logprob_backward(float* dh, float* dW, const float* weights, const 
         continue;
       }
       const float c = w * logit_scale;
+      if (softcap > 0.0f) {
+        const float inv = 1.0f / (logit_scale * softcap);  // logit / (logit_scale * softcap) = tanh
+        for (int v = 0; v < V; ++v) {
+          const float th = l[v] * inv;
+          l[v] = c * (std::exp(l[v] - lse[t]) - (v == target ? 1.0f : 0.0f)) * (1.0f - th * th);
+        }
+        continue;
+      }
       for (int v = 0; v < V; ++v) l[v] = c * std::exp(l[v] - lse[t]);
       l[target] -= c;
     }

@@ -13,21 +13,26 @@ inline int64_t lm_head_scratch_floats(int V) { return static_cast<int64_t>(kLmHe
 // kLmHeadChunkRows rows at a time:
 //   lse[t]     = logsumexp_v logits[t, v]               (every row, ignored ones too)
 //   logprob[t] = logits[t, targets[t]] - lse[t]         (0 where targets[t] < 0)
+// With softcap > 0 (Gemma 2's final_logit_softcapping) the logits are
+//   logit_scale * softcap * tanh((h @ W^T) / softcap)    (the cap first, then TRL's temperature)
+// here and in the two ops below.
 // scratch: lm_head_scratch_floats(V) floats, or null to let the op allocate it.
 void lm_head_logprob_forward(float* logprob, float* lse, const float* h, const float* W, const int32_t* targets, int T,
-                             int D, int V, float logit_scale, float* scratch);
+                             int D, int V, float logit_scale, float* scratch, float softcap = 0.0f);
 
 // Backward of loss = -sum_t weights[t] * logprob[t] (any loss: pass weights[t] = -dloss/dlogprob[t]).
 // Recomputes each chunk's logits and uses the forward's lse:
 //   dlogits[t, v] = weights[t] * (softmax(logits[t])[v] - [v == targets[t]])   (0 for ignored rows)
 //   dh[T, D]  = logit_scale * dlogits @ W          (written)
 //   dW[V, D] += logit_scale * dlogits^T @ h        (accumulates; skipped when dW is null)
+// (with softcap, dlogits is also multiplied by the tanh's derivative 1 - tanh^2 at each logit).
 // scratch: lm_head_scratch_floats(V) floats, or null to let the op allocate it.
 void lm_head_logprob_backward(float* dh, float* dW, const float* weights, const float* h, const float* W,
                               const int32_t* targets, const float* lse, int T, int D, int V, float logit_scale,
-                              float* scratch);
+                              float* scratch, float softcap = 0.0f);
 
 // Full logits[T, V] = logit_scale * h @ W^T, for a few rows (tests, debugging, sampling).
-void lm_head_logits(float* logits, const float* h, const float* W, int T, int D, int V, float logit_scale);
+void lm_head_logits(float* logits, const float* h, const float* W, int T, int D, int V, float logit_scale,
+                    float softcap = 0.0f);
 
 }  // namespace mgrl::kernels::cpu

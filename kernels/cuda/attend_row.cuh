@@ -1,6 +1,6 @@
 // attend_row.cuh: the softmax-weighted sum over the keys of one query row, shared by training attention
 // (attention.cu) and cached inference attention (kv_cache.cu): pass 1 finds the max score over keys
-// 0..last, pass 2 sums exp(s - max) and the weighted value rows; out = acc / sum.
+// first..last, pass 2 sums exp(s - max) and the weighted value rows; out = acc / sum.
 #pragma once
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/common.cuh"
@@ -30,29 +30,36 @@ struct PagedRows {  // rows of one sequence in a paged KV cache (kernels/ops.h K
   }
 };
 
+// The score of a scaled dot product, soft-capped when softcap > 0 (kernels/attention_options.h).
+__device__ __forceinline__ float capped_score(float s, float softcap) {
+  return softcap > 0.0f ? softcap * tanhf(s / softcap) : s;
+}
+
 // Called by every thread of a block of kWarps full warps, after qs (shared, the query row in fp32) is filled
-// and the block synchronised. Each warp takes every kWarps-th key u of 0..last (key u at kb + at(u), its value
-// at vb + at(u)); acc (shared, [kWarps][kMaxHeadDim]) and red (shared, [kWarps]) are scratch.
-// Writes o[0..hd) and returns the row's logsumexp of the scaled scores (the same value in every thread).
+// and the block synchronised. Each warp takes every kWarps-th key u of first..last (key u at kb + at(u), its value
+// at vb + at(u)); acc (shared, [kWarps][kMaxHeadDim]) and red (shared, [kWarps]) are scratch. first > 0 for a
+// sliding window; softcap > 0 soft-caps the scores.
+// Writes o[0..hd) and returns the row's logsumexp of the (capped) scaled scores (the same value in every thread).
 template <class S, int kWarps, class RowAt>
 __device__ float attend_row(S* o, const float* qs, float (*acc)[kMaxHeadDim], float* red, const S* kb, const S* vb,
-                            RowAt at, int last, int hd, float scale) {
+                            RowAt at, int first, int last, int hd, float scale, float softcap) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   for (int d = lane; d < hd; d += 32) acc[warp][d] = 0.0f;  // each lane touches only its own entries
 
-  // Pass 1: the max of s_u = scale * q . k_u.
+  // Pass 1: the max of s_u = cap(scale * q . k_u).
   float m = -INFINITY;
-  for (int u = warp; u <= last; u += kWarps) m = fmaxf(m, scale * warp_dot(qs, kb + at(u), hd));
+  for (int u = first + warp; u <= last; u += kWarps)
+    m = fmaxf(m, capped_score(scale * warp_dot(qs, kb + at(u), hd), softcap));
   if (lane == 0) red[warp] = m;
   __syncthreads();
   float mx = red[0];
-  for (int w = 1; w < kWarps; ++w) mx = fmaxf(mx, red[w]);  // finite: warp 0 always has key u = 0
+  for (int w = 1; w < kWarps; ++w) mx = fmaxf(mx, red[w]);  // finite: warp 0 always has key u = first
   __syncthreads();                                          // red is written again below
 
   // Pass 2: l = sum_u exp(s_u - mx), acc = sum_u exp(s_u - mx) v_u (per warp).
   float l = 0.0f;
-  for (int u = warp; u <= last; u += kWarps) {
-    const float p = expf(scale * warp_dot(qs, kb + at(u), hd) - mx);
+  for (int u = first + warp; u <= last; u += kWarps) {
+    const float p = expf(capped_score(scale * warp_dot(qs, kb + at(u), hd), softcap) - mx);
     l += p;
     const S* vu = vb + at(u);
     for (int d = lane; d < hd; d += 32) acc[warp][d] += p * to_f32(vu[d]);

@@ -2,7 +2,8 @@
 // backward: the entry points (head_dim 64 and 128 go to the tiled kernels of flash_attention.cu, or on Volta to those
 // of flash_attention_sm70.cu) and the fallback kernels.
 //
-// Straightforward kernels, written to be checked by reading (no tiling, no tensor cores):
+// Straightforward kernels, written to be checked by reading (no tiling, no tensor cores); like the tiled ones they take
+// a sliding window and soft-capping (kernels/attention_options.h: keys t - window < u <= t; scores cap * tanh(s / cap)):
 //   forward       one block per query row (b, h, t): pass 1 finds the max score over keys u <= t, pass 2 sums
 //                 exp(s - max) and the weighted v rows; out = acc / sum, lse = max + log(sum).
 //   backward dq   one block per query row: pass 1 computes Drow = sum_u p_u dp_u (p from the saved lse),
@@ -35,7 +36,7 @@ constexpr int kAttnThreads = 32 * kAttnWarps;
 template <class S>
 __global__ void attention_forward_kernel(S* out, float* lse, const S* q, const S* k, const S* v,
                                          const std::int32_t* cu_seqlens, int B, int T, int max_len, int n_heads,
-                                         int n_kv, int hd, float scale, int* err) {
+                                         int n_kv, int hd, float scale, int window, float softcap, int* err) {
   __shared__ float qs[kMaxHeadDim];
   __shared__ float acc[kAttnWarps][kMaxHeadDim];
   __shared__ float red[kAttnWarps];
@@ -56,7 +57,9 @@ __global__ void attention_forward_kernel(S* out, float* lse, const S* q, const S
   __syncthreads();
   const S* kb = k + row0 * kstride + static_cast<std::int64_t>(kvh) * hd;  // key u at kb + u * kstride
   const S* vb = v + row0 * kstride + static_cast<std::int64_t>(kvh) * hd;
-  const float row_lse = attend_row<S, kAttnWarps>(o, qs, acc, red, kb, vb, StridedRows{kstride}, t, hd, scale);
+  const int first = window > 0 ? max(0, t - window + 1) : 0;
+  const float row_lse =
+      attend_row<S, kAttnWarps>(o, qs, acc, red, kb, vb, StridedRows{kstride}, first, t, hd, scale, softcap);
   if (threadIdx.x == 0) lse[static_cast<std::int64_t>(h) * T + row0 + t] = row_lse;
 }
 
@@ -66,7 +69,8 @@ __global__ void attention_forward_kernel(S* out, float* lse, const S* q, const S
 template <class S>
 __global__ void attention_backward_dq_kernel(S* dq, float* Drow, const S* dout, const S* q, const S* k, const S* v,
                                              const float* lse, const std::int32_t* cu_seqlens, int B, int T,
-                                             int max_len, int n_heads, int n_kv, int hd, float scale, int* err) {
+                                             int max_len, int n_heads, int n_kv, int hd, float scale, int window,
+                                             float softcap, int* err) {
   __shared__ float qs[kMaxHeadDim];
   __shared__ float gs[kMaxHeadDim];
   __shared__ float acc[kAttnWarps][kMaxHeadDim];
@@ -96,10 +100,12 @@ __global__ void attention_backward_dq_kernel(S* dq, float* Drow, const S* dout, 
   const S* vb = v + row0 * kstride + static_cast<std::int64_t>(kvh) * hd;
   const float lse_t = lse[r];
 
-  // Pass 1: Drow = sum_u p_u dp_u with p_u = exp(scale * q . k_u - lse), dp_u = dout . v_u.
+  // Pass 1: Drow = sum_u p_u dp_u with p_u = exp(cap(scale * q . k_u) - lse), dp_u = dout . v_u, over the keys
+  // u of the window.
+  const int first = window > 0 ? max(0, t - window + 1) : 0;
   float dsum = 0.0f;
-  for (int u = warp; u <= t; u += kAttnWarps) {
-    const float p = expf(scale * warp_dot(qs, kb + u * kstride, hd) - lse_t);
+  for (int u = first + warp; u <= t; u += kAttnWarps) {
+    const float p = expf(capped_score(scale * warp_dot(qs, kb + u * kstride, hd), softcap) - lse_t);
     const float dp = warp_dot(gs, vb + u * kstride, hd);
     dsum += p * dp;
   }
@@ -108,12 +114,14 @@ __global__ void attention_backward_dq_kernel(S* dq, float* Drow, const S* dout, 
   float D = 0.0f;
   for (int w = 0; w < kAttnWarps; ++w) D += red[w];
 
-  // Pass 2: dq = sum_u ds_u k_u with ds_u = scale * p_u * (dp_u - D).
-  for (int u = warp; u <= t; u += kAttnWarps) {
+  // Pass 2: dq = sum_u ds_u k_u with ds_u = scale * p_u * (dp_u - D) (* (1 - (s_u / softcap)^2) when capped).
+  for (int u = first + warp; u <= t; u += kAttnWarps) {
     const S* ku = kb + u * kstride;
-    const float p = expf(scale * warp_dot(qs, ku, hd) - lse_t);
+    const float s = capped_score(scale * warp_dot(qs, ku, hd), softcap);
+    const float p = expf(s - lse_t);
     const float dp = warp_dot(gs, vb + u * kstride, hd);
-    const float ds = scale * p * (dp - D);
+    const float dcap = softcap > 0.0f ? 1.0f - (s / softcap) * (s / softcap) : 1.0f;
+    const float ds = scale * p * (dp - D) * dcap;
     for (int d = lane; d < hd; d += 32) acc[warp][d] += ds * to_f32(ku[d]);
   }
   __syncthreads();
@@ -132,7 +140,7 @@ template <class S>
 __global__ void attention_backward_dkv_kernel(S* dk, S* dv, const S* dout, const S* q, const S* k, const S* v,
                                               const float* lse, const float* Drow, const std::int32_t* cu_seqlens,
                                               int B, int T, int max_len, int n_heads, int n_kv, int hd, float scale,
-                                              int* err) {
+                                              int window, float softcap, int* err) {
   __shared__ float ks[kMaxHeadDim];
   __shared__ float vs[kMaxHeadDim];
   __shared__ float dk_acc[kAttnWarps][kMaxHeadDim];
@@ -160,16 +168,18 @@ __global__ void attention_backward_dkv_kernel(S* dk, S* dv, const S* dout, const
     dv_acc[warp][d] = 0.0f;
   }
   __syncthreads();
-  const int nq = len - u;  // queries t = u .. len-1 see key u
+  const int nq = (window > 0 ? min(len, u + window) : len) - u;  // queries t = u .. u+nq-1 see key u
   const std::int64_t pairs = static_cast<std::int64_t>(group) * nq;
   for (std::int64_t idx = warp; idx < pairs; idx += kAttnWarps) {
     const int h = kvh * group + static_cast<int>(idx / nq);
     const int t = u + static_cast<int>(idx % nq);
     const std::int64_t qoff = (row0 + t) * qstride + static_cast<std::int64_t>(h) * hd;
     const std::int64_t r = static_cast<std::int64_t>(h) * T + row0 + t;  // index into lse and Drow
-    const float p = expf(scale * warp_dot(ks, q + qoff, hd) - lse[r]);
+    const float s = capped_score(scale * warp_dot(ks, q + qoff, hd), softcap);
+    const float p = expf(s - lse[r]);
     const float dp = warp_dot(vs, dout + qoff, hd);
-    const float ds = scale * p * (dp - Drow[r]);
+    const float dcap = softcap > 0.0f ? 1.0f - (s / softcap) * (s / softcap) : 1.0f;
+    const float ds = scale * p * (dp - Drow[r]) * dcap;
     for (int d = lane; d < hd; d += 32) {
       dk_acc[warp][d] += ds * to_f32(q[qoff + d]);
       dv_acc[warp][d] += p * to_f32(dout[qoff + d]);
@@ -189,6 +199,10 @@ __global__ void attention_backward_dkv_kernel(S* dk, S* dv, const S* dout, const
 
 // Host-side checks (the device checks cu_seqlens itself: seq_rows). T <= B * max_len holds for any valid
 // cu_seqlens, and with it every grid below is non-empty once T > 0.
+float score_scale(const AttentionOptions& opt, int head_dim) {
+  return opt.scale > 0.0f ? opt.scale : 1.0f / sqrtf(static_cast<float>(head_dim));
+}
+
 void check_shapes(int B, int T, int max_len, int n_heads, int n_kv, int head_dim) {
   MGRL_CHECK(n_kv > 0 && n_heads % n_kv == 0,
              "n_heads (" + std::to_string(n_heads) + ") must be a multiple of n_kv (" + std::to_string(n_kv) + ")");
@@ -207,28 +221,28 @@ void check_shapes(int B, int T, int max_len, int n_heads, int n_kv, int head_dim
 
 void attention_forward_naive(const Ctx& c, void* out, float* lse, const void* q, const void* k, const void* v,
                              const std::int32_t* cu_seqlens, int B, int T, int max_len, int n_heads, int n_kv,
-                             int head_dim) {
+                             int head_dim, const AttentionOptions& opt) {
   check_shapes(B, T, max_len, n_heads, n_kv, head_dim);
   if (T == 0) return;
   const std::int64_t blocks = static_cast<std::int64_t>(B) * n_heads * max_len;
-  const float scale = 1.0f / sqrtf(static_cast<float>(head_dim));
+  const float scale = score_scale(opt, head_dim);
   dispatch(c.st, [&](auto tag) {
     using S = decltype(tag);
     attention_forward_kernel<S><<<static_cast<unsigned>(blocks), kAttnThreads, 0, c.stream>>>(
         static_cast<S*>(out), lse, static_cast<const S*>(q), static_cast<const S*>(k), static_cast<const S*>(v),
-        cu_seqlens, B, T, max_len, n_heads, n_kv, head_dim, scale, c.err);
+        cu_seqlens, B, T, max_len, n_heads, n_kv, head_dim, scale, opt.window, opt.softcap, c.err);
     CUDA_CHECK_LAUNCH();
   });
 }
 
 void attention_backward_naive(const Ctx& c, void* dq, void* dk, void* dv, const void* dout, const void* q,
                               const void* k, const void* v, const float* lse, const std::int32_t* cu_seqlens, int B,
-                              int T, int max_len, int n_heads, int n_kv, int head_dim) {
+                              int T, int max_len, int n_heads, int n_kv, int head_dim, const AttentionOptions& opt) {
   check_shapes(B, T, max_len, n_heads, n_kv, head_dim);
   if (T == 0) return;
   const std::int64_t blocks = static_cast<std::int64_t>(B) * n_heads * max_len;
   const std::int64_t kv_blocks = static_cast<std::int64_t>(B) * n_kv * max_len;
-  const float scale = 1.0f / sqrtf(static_cast<float>(head_dim));
+  const float scale = score_scale(opt, head_dim);
   // Drow [n_heads, T], laid out as lse.
   float* Drow = static_cast<float*>(
       scratch_alloc(sizeof(float) * static_cast<std::size_t>(n_heads) * static_cast<std::size_t>(T), c.stream));
@@ -236,12 +250,13 @@ void attention_backward_naive(const Ctx& c, void* dq, void* dk, void* dv, const 
     using S = decltype(tag);
     attention_backward_dq_kernel<S><<<static_cast<unsigned>(blocks), kAttnThreads, 0, c.stream>>>(
         static_cast<S*>(dq), Drow, static_cast<const S*>(dout), static_cast<const S*>(q), static_cast<const S*>(k),
-        static_cast<const S*>(v), lse, cu_seqlens, B, T, max_len, n_heads, n_kv, head_dim, scale, c.err);
+        static_cast<const S*>(v), lse, cu_seqlens, B, T, max_len, n_heads, n_kv, head_dim, scale, opt.window,
+        opt.softcap, c.err);
     CUDA_CHECK_LAUNCH();
     attention_backward_dkv_kernel<S><<<static_cast<unsigned>(kv_blocks), kAttnThreads, 0, c.stream>>>(
         static_cast<S*>(dk), static_cast<S*>(dv), static_cast<const S*>(dout), static_cast<const S*>(q),
         static_cast<const S*>(k), static_cast<const S*>(v), lse, Drow, cu_seqlens, B, T, max_len, n_heads, n_kv,
-        head_dim, scale, c.err);
+        head_dim, scale, opt.window, opt.softcap, c.err);
     CUDA_CHECK_LAUNCH();
   });
   scratch_free(Drow, c.stream);
@@ -267,14 +282,22 @@ const char* attention_kernels_name(AttentionKernels k) {
   return "naive";
 }
 
+// Which kernels take a call with these options: the tiled ones take every option; the Volta ones none (a call with
+// options runs the naive kernels there).
+AttentionKernels kernels_for(const AttentionOptions& opt, DType st, int head_dim,
+                             std::initializer_list<const void*> tensors) {
+  const AttentionKernels k = attention_kernels(st, head_dim, tensors);
+  return k == AttentionKernels::kSm70 && !opt.plain() ? AttentionKernels::kNaive : k;
+}
+
 void attention_forward(const Ctx& c, void* out, float* lse, const void* q, const void* k, const void* v,
                        const std::int32_t* cu_seqlens, int B, int T, int max_len, int n_heads, int n_kv,
-                       int head_dim) {
+                       int head_dim, const AttentionOptions& opt) {
   check_shapes(B, T, max_len, n_heads, n_kv, head_dim);
   if (T == 0) return;
-  switch (attention_kernels(c.st, head_dim, {out, q, k, v})) {
+  switch (kernels_for(opt, c.st, head_dim, {out, q, k, v})) {
     case AttentionKernels::kTiled:
-      flash_attention_forward(c, out, lse, q, k, v, cu_seqlens, B, T, max_len, n_heads, n_kv, head_dim);
+      flash_attention_forward(c, out, lse, q, k, v, cu_seqlens, B, T, max_len, n_heads, n_kv, head_dim, opt);
       return;
     case AttentionKernels::kSm70:
       flash_attention_sm70_forward(c, out, lse, q, k, v, cu_seqlens, B, T, max_len, n_heads, n_kv, head_dim);
@@ -282,18 +305,18 @@ void attention_forward(const Ctx& c, void* out, float* lse, const void* q, const
     case AttentionKernels::kNaive:
       break;
   }
-  attention_forward_naive(c, out, lse, q, k, v, cu_seqlens, B, T, max_len, n_heads, n_kv, head_dim);
+  attention_forward_naive(c, out, lse, q, k, v, cu_seqlens, B, T, max_len, n_heads, n_kv, head_dim, opt);
 }
 
 void attention_backward(const Ctx& c, void* dq, void* dk, void* dv, const void* dout, const void* out, const void* q,
                         const void* k, const void* v, const float* lse, const std::int32_t* cu_seqlens, int B, int T,
-                        int max_len, int n_heads, int n_kv, int head_dim) {
+                        int max_len, int n_heads, int n_kv, int head_dim, const AttentionOptions& opt) {
   check_shapes(B, T, max_len, n_heads, n_kv, head_dim);
   if (T == 0) return;
-  switch (attention_kernels(c.st, head_dim, {dq, dk, dv, dout, out, q, k, v})) {
+  switch (kernels_for(opt, c.st, head_dim, {dq, dk, dv, dout, out, q, k, v})) {
     case AttentionKernels::kTiled:
       flash_attention_backward(c, dq, dk, dv, dout, out, q, k, v, lse, cu_seqlens, B, T, max_len, n_heads, n_kv,
-                               head_dim);
+                               head_dim, opt);
       return;
     case AttentionKernels::kSm70:
       flash_attention_sm70_backward(c, dq, dk, dv, dout, out, q, k, v, lse, cu_seqlens, B, T, max_len, n_heads,
@@ -302,7 +325,8 @@ void attention_backward(const Ctx& c, void* dq, void* dk, void* dv, const void* 
     case AttentionKernels::kNaive:
       break;
   }
-  attention_backward_naive(c, dq, dk, dv, dout, q, k, v, lse, cu_seqlens, B, T, max_len, n_heads, n_kv, head_dim);
+  attention_backward_naive(c, dq, dk, dv, dout, q, k, v, lse, cu_seqlens, B, T, max_len, n_heads, n_kv, head_dim,
+                           opt);
 }
 
 }  // namespace mgrl::kernels::cuda

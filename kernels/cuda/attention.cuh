@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <initializer_list>
 
+#include "kernels/attention_options.h"
 #include "kernels/cuda/common.cuh"
 
 namespace mgrl::kernels::cuda {
@@ -19,12 +20,14 @@ inline constexpr int kMaxHeadDim = 256;
 // output `out`. head_dim 64 and 128 run tensor-core kernels where they apply (attention_kernels below), everything
 // else the straightforward kernels; all take stream-ordered scratch in the backward (see flash_attention.cuh;
 // naive: n_heads * T floats). T == 0 launches nothing.
+// opt (kernels/attention_options.h): the tiled and the straightforward kernels take every option; the Volta kernels
+// none, so on Volta a call with options runs the straightforward kernels.
 void attention_forward(const Ctx& c, void* out, float* lse, const void* q, const void* k, const void* v,
                        const std::int32_t* cu_seqlens, int B, int T, int max_len, int n_heads, int n_kv,
-                       int head_dim);
+                       int head_dim, const AttentionOptions& opt = {});
 void attention_backward(const Ctx& c, void* dq, void* dk, void* dv, const void* dout, const void* out, const void* q,
                         const void* k, const void* v, const float* lse, const std::int32_t* cu_seqlens, int B, int T,
-                        int max_len, int n_heads, int n_kv, int head_dim);
+                        int max_len, int n_heads, int n_kv, int head_dim, const AttentionOptions& opt = {});
 
 // The kernels a call runs on the current device, for the storage dtype, head_dim and tensor pointers: kTiled
 // (flash_attention.cu, mma.sync: fp16 sm_75+, bf16 sm_80+), kSm70 (flash_attention_sm70.cu, wmma: fp16 sm_70+)
@@ -35,14 +38,15 @@ enum class AttentionKernels { kTiled, kSm70, kNaive };
 AttentionKernels attention_kernels(DType st, int head_dim, std::initializer_list<const void*> tensors);
 const char* attention_kernels_name(AttentionKernels k);  // "tiled", "sm70", "naive"
 
-// The straightforward kernels alone (one block per row, no tiling, no tensor cores), any head_dim <= kMaxHeadDim:
-// the fallback, and the baseline of perf/bench_attention.
+// The straightforward kernels alone (one block per row, no tiling, no tensor cores), any head_dim <= kMaxHeadDim,
+// every AttentionOptions: the fallback, and the baseline of perf/bench_attention.
 void attention_forward_naive(const Ctx& c, void* out, float* lse, const void* q, const void* k, const void* v,
                              const std::int32_t* cu_seqlens, int B, int T, int max_len, int n_heads, int n_kv,
-                             int head_dim);
+                             int head_dim, const AttentionOptions& opt = {});
 void attention_backward_naive(const Ctx& c, void* dq, void* dk, void* dv, const void* dout, const void* q,
                               const void* k, const void* v, const float* lse, const std::int32_t* cu_seqlens, int B,
-                              int T, int max_len, int n_heads, int n_kv, int head_dim);
+                              int T, int max_len, int n_heads, int n_kv, int head_dim,
+                              const AttentionOptions& opt = {});
 
 // The token rows [row0, row0 + len) of sequence b of a packed batch, for every attention kernel. The entry is
 // checked where it is read (two loads per block, no separate pass): cu_seqlens[b] >= 0, cu_seqlens[b+1] >=

@@ -21,6 +21,7 @@
 #include "kernels/cuda/linear.cuh"
 #include "kernels/cuda/lm_head.cuh"
 #include "kernels/cuda/lora.cuh"
+#include "kernels/cuda/nf4.cuh"
 #include "kernels/cuda/optimizer.cuh"
 #include "kernels/cuda/phase_timer.cuh"
 #include "kernels/cuda/residual.cuh"
@@ -141,18 +142,21 @@ class CudaOps final : public Ops {
   }
 
   // ---- ops ----
-  void embedding_forward(void* out, const std::int32_t* ids, const void* table, int T, int V, int D) override {
-    cuda::embedding_forward(ctx(), out, ids, table, T, V, D);
+  void embedding_forward(void* out, const std::int32_t* ids, const void* table, int T, int V, int D,
+                         float scale = 1.0f) override {
+    cuda::embedding_forward(ctx(), out, ids, table, T, V, D, scale);
   }
-  void embedding_backward(float* dtable, const void* dout, const std::int32_t* ids, int T, int V, int D) override {
-    cuda::embedding_backward(ctx(), dtable, dout, ids, T, V, D);
+  void embedding_backward(float* dtable, const void* dout, const std::int32_t* ids, int T, int V, int D,
+                          float scale = 1.0f) override {
+    cuda::embedding_backward(ctx(), dtable, dout, ids, T, V, D, scale);
   }
-  void rmsnorm_forward(void* out, float* rstd, const void* x, const void* w, int rows, int dim, float eps) override {
-    cuda::rmsnorm_forward(ctx(), out, rstd, x, w, rows, dim, eps);
+  void rmsnorm_forward(void* out, float* rstd, const void* x, const void* w, int rows, int dim, float eps,
+                       bool unit_offset = false) override {
+    cuda::rmsnorm_forward(ctx(), out, rstd, x, w, rows, dim, eps, unit_offset);
   }
   void rmsnorm_backward(void* dx, float* dw, const void* dout, const void* x, const void* w, const float* rstd,
-                        int rows, int dim, bool accumulate) override {
-    cuda::rmsnorm_backward(ctx(), dx, dw, dout, x, w, rstd, rows, dim, accumulate);
+                        int rows, int dim, bool accumulate, bool unit_offset = false) override {
+    cuda::rmsnorm_backward(ctx(), dx, dw, dout, x, w, rstd, rows, dim, accumulate, unit_offset);
   }
   void linear_forward(void* y, const void* x, const void* W, const void* bias, int T, int in, int out) override {
     cuda::linear_forward(ctx(), y, x, W, bias, T, in, out);
@@ -182,14 +186,18 @@ class CudaOps final : public Ops {
   }
   void attention_forward(void* out, float* lse, const void* q, const void* k, const void* v,
                          const std::int32_t* cu_seqlens, int B, int T, int max_len, int n_heads, int n_kv,
-                         int head_dim) override {
-    cuda::attention_forward(ctx(), out, lse, q, k, v, cu_seqlens, B, T, max_len, n_heads, n_kv, head_dim);
+                         int head_dim, const AttentionOptions& opt = {}) override {
+    cuda::attention_forward(ctx(), out, lse, q, k, v, cu_seqlens, B, T, max_len, n_heads, n_kv, head_dim, opt);
   }
   void attention_backward(void* dq, void* dk, void* dv, const void* dout, const void* out, const void* q,
                           const void* k, const void* v, const float* lse, const std::int32_t* cu_seqlens, int B,
-                          int T, int max_len, int n_heads, int n_kv, int head_dim) override {
+                          int T, int max_len, int n_heads, int n_kv, int head_dim,
+                          const AttentionOptions& opt = {}) override {
     cuda::attention_backward(ctx(), dq, dk, dv, dout, out, q, k, v, lse, cu_seqlens, B, T, max_len, n_heads, n_kv,
-                             head_dim);
+                             head_dim, opt);
+  }
+  void dequantize_nf4(void* dst, const Nf4Weight& w, std::int64_t begin, std::int64_t end) override {
+    cuda::dequantize_nf4(ctx(), dst, w, begin, end);
   }
   void swiglu_forward(void* out, const void* gate, const void* up, std::int64_t n) override {
     cuda::swiglu_forward(ctx(), out, gate, up, n);
@@ -198,19 +206,28 @@ class CudaOps final : public Ops {
                        std::int64_t n) override {
     cuda::swiglu_backward(ctx(), dgate, dup, dout, gate, up, n);
   }
+  void geglu_forward(void* out, const void* gate, const void* up, std::int64_t n) override {
+    cuda::geglu_forward(ctx(), out, gate, up, n);
+  }
+  void geglu_backward(void* dgate, void* dup, const void* dout, const void* gate, const void* up,
+                      std::int64_t n) override {
+    cuda::geglu_backward(ctx(), dgate, dup, dout, gate, up, n);
+  }
   void residual_forward(void* x, const void* y, std::int64_t n) override { cuda::residual_forward(ctx(), x, y, n); }
   std::size_t lm_head_scratch_bytes(int V) const override { return cuda::lm_head_scratch_bytes(st_, V); }
   void lm_head_logprob_forward(float* logprob, float* lse, const void* h, const void* W, const std::int32_t* targets,
-                               int T, int D, int V, float logit_scale, void* scratch) override {
-    cuda::lm_head_logprob_forward(ctx(), logprob, lse, h, W, targets, T, D, V, logit_scale, scratch);
+                               int T, int D, int V, float logit_scale, void* scratch, float softcap = 0.0f) override {
+    cuda::lm_head_logprob_forward(ctx(), logprob, lse, h, W, targets, T, D, V, logit_scale, scratch, softcap);
   }
   void lm_head_logprob_backward(void* dh, float* dW, const float* weights, const void* h, const void* W,
                                 const std::int32_t* targets, const float* lse, int T, int D, int V, float logit_scale,
-                                void* scratch) override {
-    cuda::lm_head_logprob_backward(ctx(), dh, dW, weights, h, W, targets, lse, T, D, V, logit_scale, scratch);
+                                void* scratch, float softcap = 0.0f) override {
+    cuda::lm_head_logprob_backward(ctx(), dh, dW, weights, h, W, targets, lse, T, D, V, logit_scale, scratch,
+                                   softcap);
   }
-  void lm_head_logits(float* logits, const void* h, const void* W, int T, int D, int V, float logit_scale) override {
-    cuda::lm_head_logits(ctx(), logits, h, W, T, D, V, logit_scale);
+  void lm_head_logits(float* logits, const void* h, const void* W, int T, int D, int V, float logit_scale,
+                      float softcap = 0.0f) override {
+    cuda::lm_head_logits(ctx(), logits, h, W, T, D, V, logit_scale, softcap);
   }
   void kv_store(void* cache_k, void* cache_v, const void* k, const void* v, const std::int32_t* slot,
                 const std::int32_t* pos, int T, const KvPages& pages, int n_kv, int head_dim) override {
@@ -218,8 +235,8 @@ class CudaOps final : public Ops {
   }
   void attention_cached(void* out, const void* q, const void* cache_k, const void* cache_v, const std::int32_t* slot,
                         const std::int32_t* pos, int T, const KvPages& pages, int n_heads, int n_kv,
-                        int head_dim) override {
-    cuda::attention_cached(ctx(), out, q, cache_k, cache_v, slot, pos, T, pages, n_heads, n_kv, head_dim);
+                        int head_dim, const AttentionOptions& opt = {}) override {
+    cuda::attention_cached(ctx(), out, q, cache_k, cache_v, slot, pos, T, pages, n_heads, n_kv, head_dim, opt);
   }
   void gather_rows(void* dst, const void* src, const std::int32_t* idx, int n, int width) override {
     cuda::gather_rows(ctx(), dst, src, idx, n, width);

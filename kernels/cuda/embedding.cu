@@ -7,7 +7,7 @@ namespace {
 // One thread per output element (t, d), grid-stride.
 template <class S>
 __global__ void embedding_forward_kernel(S* out, const std::int32_t* ids, const S* table, int T, int V, int D,
-                                         int* err) {
+                                         float scale, int* err) {
   const std::int64_t n = static_cast<std::int64_t>(T) * D;
   for (std::int64_t i = gs_begin(); i < n; i += gs_stride()) {
     const std::int64_t t = i / D, d = i % D;
@@ -18,7 +18,8 @@ __global__ void embedding_forward_kernel(S* out, const std::int32_t* ids, const 
     } else if (id < 0) {
       out[i] = from_f32<S>(0.0f);
     } else {
-      out[i] = table[static_cast<std::int64_t>(id) * D + d];
+      const S e = table[static_cast<std::int64_t>(id) * D + d];
+      out[i] = scale == 1.0f ? e : from_f32<S>(to_f32(e) * scale);
     }
   }
 }
@@ -27,7 +28,7 @@ __global__ void embedding_forward_kernel(S* out, const std::int32_t* ids, const 
 // the order of the additions, hence the last bits, is not deterministic).
 template <class S>
 __global__ void embedding_backward_kernel(float* dtable, const S* dout, const std::int32_t* ids, int T, int V, int D,
-                                          int* err) {
+                                          float scale, int* err) {
   const std::int64_t n = static_cast<std::int64_t>(T) * D;
   for (std::int64_t i = gs_begin(); i < n; i += gs_stride()) {
     const std::int64_t t = i / D, d = i % D;
@@ -37,30 +38,34 @@ __global__ void embedding_backward_kernel(float* dtable, const S* dout, const st
       continue;
     }
     if (id < 0) continue;
-    atomicAdd(dtable + static_cast<std::int64_t>(id) * D + d, to_f32(dout[i]));
+    atomicAdd(dtable + static_cast<std::int64_t>(id) * D + d, scale * to_f32(dout[i]));
   }
 }
 
 }  // namespace
 
-void embedding_forward(const Ctx& c, void* out, const std::int32_t* ids, const void* table, int T, int V, int D) {
+void embedding_forward(const Ctx& c, void* out, const std::int32_t* ids, const void* table, int T, int V, int D,
+                       float scale) {
   const std::int64_t n = static_cast<std::int64_t>(T) * D;
   if (n <= 0) return;
   dispatch(c.st, [&](auto tag) {
     using S = decltype(tag);
+    const float s = to_f32(from_f32<S>(scale));  // the scale in the storage dtype
     embedding_forward_kernel<S><<<grid_for(n), kThreads, 0, c.stream>>>(
-        static_cast<S*>(out), ids, static_cast<const S*>(table), T, V, D, c.err);
+        static_cast<S*>(out), ids, static_cast<const S*>(table), T, V, D, s, c.err);
     CUDA_CHECK_LAUNCH();
   });
 }
 
-void embedding_backward(const Ctx& c, float* dtable, const void* dout, const std::int32_t* ids, int T, int V, int D) {
+void embedding_backward(const Ctx& c, float* dtable, const void* dout, const std::int32_t* ids, int T, int V, int D,
+                        float scale) {
   const std::int64_t n = static_cast<std::int64_t>(T) * D;
   if (n <= 0) return;
   dispatch(c.st, [&](auto tag) {
     using S = decltype(tag);
+    const float s = to_f32(from_f32<S>(scale));
     embedding_backward_kernel<S><<<grid_for(n), kThreads, 0, c.stream>>>(dtable, static_cast<const S*>(dout), ids, T,
-                                                                           V, D, c.err);
+                                                                           V, D, s, c.err);
     CUDA_CHECK_LAUNCH();
   });
 }

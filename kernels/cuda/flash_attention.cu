@@ -1,5 +1,8 @@
 // flash_attention.cu: FlashAttention-2-style causal grouped-query attention over packed variable-length sequences
-// on tensor cores, head_dim 64 and 128, bf16 or fp16 storage, fp32 accumulation. Semantics: kernels/cpu/attention.h.
+// on tensor cores, head_dim 64 and 128, bf16 or fp16 storage, fp32 accumulation. Semantics: kernels/cpu/attention.h,
+// with its AttentionOptions: a score scale, a sliding window (key tiles wholly outside every row's window are
+// skipped, the others masked) and soft-capping of the scores (applied to the raw q . k in fp32 before the mask; the
+// backward multiplies dS by the tanh's derivative).
 //
 // Every kernel runs 4 warps (128 threads); a warp owns 16 rows of its tile and keeps them in registers in the
 // layouts of mma.sync m16n8k16 (row.col, fp32 accumulators), so softmax and the products chain without going
@@ -266,6 +269,17 @@ __device__ __forceinline__ float quad_sum(float v) {
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
+// Soft-capping in the units of the raw scores q . k (the kernels scale later): cap_raw = softcap / scale and
+// inv_cap_raw = scale / softcap, so that scale * fa_cap(s) = softcap * tanh(scale * s / softcap); cap_raw = 0: none.
+__device__ __forceinline__ float fa_cap(float s, float cap_raw, float inv_cap_raw) {
+  return cap_raw > 0.0f ? cap_raw * tanhf(s * inv_cap_raw) : s;
+}
+// The derivative of the cap at a capped score sc: 1 - tanh^2 (1 without a cap).
+__device__ __forceinline__ float fa_dcap(float sc, float inv_cap_raw_over) {
+  const float th = sc * inv_cap_raw_over;  // sc / cap_raw
+  return 1.0f - th * th;
+}
+
 // ---- forward ----
 // grid (B * n_heads, ceil(max_len / 64)), kFaThreads, fwd_smem<D>() bytes of dynamic shared memory. Block
 // (b * n_heads + h, query block from q0): reads q rows row0 + [q0, q_end) and k/v rows row0 + [0, q_end) with
@@ -274,7 +288,8 @@ template <class S, int D, bool kK8>
 __global__ void __launch_bounds__(kFaThreads) fa_forward_kernel(S* out, float* lse, const S* q, const S* k,
                                                                 const S* v, const std::int32_t* cu_seqlens, int B,
                                                                 int T, int max_len, int n_heads, int n_kv,
-                                                                float scale_log2, int* err) {
+                                                                float scale_log2, int window, float cap_raw,
+                                                                float inv_cap_raw, int* err) {
   constexpr int BN = Tiles<D>::kFwdN, P = pitch<D>(), K16 = D / 16;
   extern __shared__ __align__(16) unsigned char smem[];
   S* Qs = reinterpret_cast<S*>(smem);  // [64][P]
@@ -292,11 +307,13 @@ __global__ void __launch_bounds__(kFaThreads) fa_forward_kernel(S* out, float* l
   float* lse_h = lse + static_cast<std::int64_t>(h) * T + row0;  // lse of position t at lse_h[t]
   const int q_end = min(q0 + kRows, len);  // valid query rows [q0, q_end)
   const int n_tiles = (q_end + BN - 1) / BN;
+  // With a window, key tiles wholly before the first row's window are skipped.
+  const int j0 = window > 0 ? max(0, q0 - window + 1) / BN : 0;
   const S* kg = k + row0 * kstride + static_cast<std::int64_t>(kvh) * D;
   const S* vg = v + row0 * kstride + static_cast<std::int64_t>(kvh) * D;
   load_tile<kRows, D>(Qs, q + (row0 + q0) * qstride + static_cast<std::int64_t>(h) * D, qstride, q_end - q0);
-  load_tile<BN, D>(Ks, kg, kstride, min(BN, len));
-  load_tile<BN, D>(Vs, vg, kstride, min(BN, len));
+  load_tile<BN, D>(Ks, kg + static_cast<std::int64_t>(j0) * BN * kstride, kstride, min(BN, len - j0 * BN));
+  load_tile<BN, D>(Vs, vg + static_cast<std::int64_t>(j0) * BN * kstride, kstride, min(BN, len - j0 * BN));
   cp_commit();
 
   std::uint32_t qf[K16][4];
@@ -306,8 +323,8 @@ __global__ void __launch_bounds__(kFaThreads) fa_forward_kernel(S* out, float* l
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   const int wrow = q0 + warp * 16;            // the warp's first query row
   const int trow = wrow + (lane >> 2);        // this lane's rows: trow and trow + 8
-  for (int j = 0; j < n_tiles; ++j) {
-    const int buf = j & 1;
+  for (int j = j0; j < n_tiles; ++j) {
+    const int buf = (j - j0) & 1;
     if (j + 1 < n_tiles) {
       const int k1 = (j + 1) * BN;
       load_tile<BN, D>(Ks + (buf ^ 1) * BN * P, kg + k1 * kstride, kstride, min(BN, len - k1));
@@ -318,7 +335,7 @@ __global__ void __launch_bounds__(kFaThreads) fa_forward_kernel(S* out, float* l
       cp_wait<0>();
     }
     __syncthreads();
-    if (j == 0) load_a<K16, P>(qf, Qs, warp * 16, lane);
+    if (j == j0) load_a<K16, P>(qf, Qs, warp * 16, lane);
     const S* Kt = Ks + buf * BN * P;
     const S* Vt = Vs + buf * BN * P;
 
@@ -326,15 +343,25 @@ __global__ void __launch_bounds__(kFaThreads) fa_forward_kernel(S* out, float* l
 #pragma unroll
     for (int i = 0; i < BN / 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
     mma_abt<S, kK8, K16, BN / 8, P>(s, qf, Kt, lane);
+    if (cap_raw > 0.0f) {
+#pragma unroll
+      for (int n = 0; n < BN / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[n][e] = fa_cap(s[n][e], cap_raw, inv_cap_raw);
+    }
 
     const int kbase = j * BN;
-    if (kbase + BN - 1 > wrow) {  // the tile reaches past the warp's first row: causal mask
+    // Masked where the tile reaches past the warp's first row (causal) or, with a window, before the window of its
+    // last row (a key u is seen by row t iff t - window < u <= t).
+    const bool before_window = window > 0 && kbase <= wrow + 15 - window;
+    if (kbase + BN - 1 > wrow || before_window) {
 #pragma unroll
       for (int n = 0; n < BN / 8; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int col = kbase + n * 8 + 2 * (lane & 3) + (e & 1);
-          if (col > trow + 8 * (e >> 1)) s[n][e] = -INFINITY;
+          const int row = trow + 8 * (e >> 1);
+          if (col > row || (window > 0 && col <= row - window)) s[n][e] = -INFINITY;
         }
     }
 #pragma unroll
@@ -407,7 +434,8 @@ __global__ void __launch_bounds__(kFaThreads) fa_dq_kernel(S* dq, const S* dout,
                                                            const float* lse, const float* Dsum,
                                                            const std::int32_t* cu_seqlens, int B, int T,
                                                            int max_len, int n_heads, int n_kv, float scale,
-                                                           float scale_log2, int* err) {
+                                                           float scale_log2, int window, float cap_raw,
+                                                           float inv_cap_raw, int* err) {
   constexpr int BN = Tiles<D>::kDqN, P = pitch<D>(), K16 = D / 16;
   extern __shared__ __align__(16) unsigned char smem[];
   S* Qs = reinterpret_cast<S*>(smem);  // [64][P]
@@ -426,12 +454,13 @@ __global__ void __launch_bounds__(kFaThreads) fa_dq_kernel(S* dq, const S* dout,
   const std::int64_t qoff = (row0 + q0) * qstride + static_cast<std::int64_t>(h) * D;
   const int q_end = min(q0 + kRows, len);
   const int n_tiles = (q_end + BN - 1) / BN;
+  const int j0 = window > 0 ? max(0, q0 - window + 1) / BN : 0;  // key tiles before every row's window: skipped
   const S* kg = k + row0 * kstride + static_cast<std::int64_t>(kvh) * D;
   const S* vg = v + row0 * kstride + static_cast<std::int64_t>(kvh) * D;
   load_tile<kRows, D>(Qs, q + qoff, qstride, q_end - q0);
   load_tile<kRows, D>(Gs, dout + qoff, qstride, q_end - q0);
-  load_tile<BN, D>(Ks, kg, kstride, min(BN, len));
-  load_tile<BN, D>(Vs, vg, kstride, min(BN, len));
+  load_tile<BN, D>(Ks, kg + static_cast<std::int64_t>(j0) * BN * kstride, kstride, min(BN, len - j0 * BN));
+  load_tile<BN, D>(Vs, vg + static_cast<std::int64_t>(j0) * BN * kstride, kstride, min(BN, len - j0 * BN));
   cp_commit();
 
   const int wrow = q0 + warp * 16;
@@ -449,8 +478,8 @@ __global__ void __launch_bounds__(kFaThreads) fa_dq_kernel(S* dq, const S* dout,
   float acc[D / 8][4];
 #pragma unroll
   for (int i = 0; i < D / 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
-  for (int j = 0; j < n_tiles; ++j) {
-    const int buf = j & 1;
+  for (int j = j0; j < n_tiles; ++j) {
+    const int buf = (j - j0) & 1;
     if (j + 1 < n_tiles) {
       const int k1 = (j + 1) * BN;
       load_tile<BN, D>(Ks + (buf ^ 1) * BN * P, kg + k1 * kstride, kstride, min(BN, len - k1));
@@ -461,7 +490,7 @@ __global__ void __launch_bounds__(kFaThreads) fa_dq_kernel(S* dq, const S* dout,
       cp_wait<0>();
     }
     __syncthreads();
-    if (j == 0) {
+    if (j == j0) {
       load_a<K16, P>(qf, Qs, warp * 16, lane);
       load_a<K16, P>(gf, Gs, warp * 16, lane);
     }
@@ -476,16 +505,20 @@ __global__ void __launch_bounds__(kFaThreads) fa_dq_kernel(S* dq, const S* dout,
     mma_abt<S, kK8, K16, BN / 8, P>(s, qf, Kt, lane);
     mma_abt<S, kK8, K16, BN / 8, P>(dp, gf, Vt, lane);
     const int kbase = j * BN;
-    const bool masked = kbase + BN - 1 > wrow;
+    const bool masked = kbase + BN - 1 > wrow || (window > 0 && kbase <= wrow + 15 - window);
+    const float inv_cap = cap_raw > 0.0f ? 1.0f / cap_raw : 0.0f;
 #pragma unroll
     for (int n = 0; n < BN / 8; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = e >> 1;
         const int col = kbase + n * 8 + 2 * (lane & 3) + (e & 1);
-        float p = exp2f(fmaf(s[n][e], scale_log2, -lse2[r]));
-        if (masked && col > trow + 8 * r) p = 0.0f;
+        const int row = trow + 8 * r;
+        const float sc = fa_cap(s[n][e], cap_raw, inv_cap_raw);
+        float p = exp2f(fmaf(sc, scale_log2, -lse2[r]));
+        if (masked && (col > row || (window > 0 && col <= row - window))) p = 0.0f;
         s[n][e] = p * (dp[n][e] - Dr[r]);  // dS (without the scale)
+        if (cap_raw > 0.0f) s[n][e] *= fa_dcap(sc, inv_cap);
       }
     mma_pb<S, kK8, BN / 16, D / 8, P>(acc, s, Kt, lane);
     __syncthreads();
@@ -513,7 +546,8 @@ __global__ void __launch_bounds__(kFaThreads) fa_dkv_kernel(S* dk, S* dv, float*
                                                             const float* lse, const float* Dsum,
                                                             const std::int32_t* cu_seqlens, int B, int T,
                                                             int max_len, int n_heads, int n_kv, float scale,
-                                                            float scale_log2, int* err) {
+                                                            float scale_log2, int window, float cap_raw,
+                                                            float inv_cap_raw, int* err) {
   constexpr int BM = Tiles<D>::kDkvM, P = pitch<D>(), K16 = D / 16;
   extern __shared__ __align__(16) unsigned char smem[];
   S* Ks = reinterpret_cast<S*>(smem);  // [64][P]
@@ -532,7 +566,10 @@ __global__ void __launch_bounds__(kFaThreads) fa_dkv_kernel(S* dk, S* dv, float*
   if (k0 >= len) return;  // no key of this sequence here (uniform over the block, before any barrier)
   const std::int64_t row0 = sr.row0;
   const int krow = k0 + warp * 16 + (lane >> 2);  // this lane's key positions: krow and krow + 8
-  const int i_begin = k0 / BM, i_end = (len + BM - 1) / BM;  // query tiles that see some key of the block
+  // Query tiles that see some key of the block: from the diagonal to the sequence's end, or with a window to the
+  // last key's window end.
+  const int t_end = window > 0 ? min(len, min(k0 + kRows, len) - 1 + window) : len;
+  const int i_begin = k0 / BM, i_end = (t_end + BM - 1) / BM;
   const S* qg = q + row0 * qstride + static_cast<std::int64_t>(h) * D;
   const S* gg = dout + row0 * qstride + static_cast<std::int64_t>(h) * D;
   const float* lse_h = lse + static_cast<std::int64_t>(h) * T + row0;  // position t at lse_h[t], D_h[t]
@@ -592,19 +629,24 @@ __global__ void __launch_bounds__(kFaThreads) fa_dkv_kernel(S* dk, S* dv, float*
     const int t0 = i * BM;
     // Queries t < u (causal) or t >= len (another sequence's rows, zero-filled in shared memory) are out of every
     // sum.
-    const bool masked = t0 < k0 + warp * 16 + 15 || t0 + BM > len;
+    // With a window, also queries t >= u + window.
+    const bool masked = t0 < k0 + warp * 16 + 15 || t0 + BM > len ||
+                        (window > 0 && t0 + BM - 1 >= k0 + warp * 16 + window);
+    const float inv_cap = cap_raw > 0.0f ? 1.0f / cap_raw : 0.0f;
 #pragma unroll
     for (int n = 0; n < BM / 8; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int ti = n * 8 + 2 * (lane & 3) + (e & 1);  // query within the tile
-        float p = exp2f(fmaf(s[n][e], scale_log2, -Lt[ti]));
+        const float sc = fa_cap(s[n][e], cap_raw, inv_cap_raw);
+        float p = exp2f(fmaf(sc, scale_log2, -Lt[ti]));
         if (masked) {
-          const int t = t0 + ti;
-          if (t < krow + 8 * (e >> 1) || t >= len) p = 0.0f;
+          const int t = t0 + ti, u = krow + 8 * (e >> 1);
+          if (t < u || t >= len || (window > 0 && t >= u + window)) p = 0.0f;
         }
         s[n][e] = p;
         dp[n][e] = p * (dp[n][e] - Dt[ti]);  // dS^T (without the scale)
+        if (cap_raw > 0.0f) dp[n][e] *= fa_dcap(sc, inv_cap);
       }
     mma_pb<S, kK8, BM / 16, D / 8, P>(av, s, Gt, lane);   // dV += P^T dO
     mma_pb<S, kK8, BM / 16, D / 8, P>(ak, dp, Qt, lane);  // dK += dS^T Q
@@ -733,9 +775,12 @@ bool flash_attention_applies(DType st, int head_dim, std::initializer_list<const
 
 void flash_attention_forward(const Ctx& c, void* out, float* lse, const void* q, const void* k, const void* v,
                              const std::int32_t* cu_seqlens, int B, int T, int max_len, int n_heads, int n_kv,
-                             int head_dim) {
+                             int head_dim, const AttentionOptions& opt) {
   if (T == 0) return;  // (then grid.y could be 0)
-  const float scale_log2 = kLog2e / sqrtf(static_cast<float>(head_dim));
+  const float scale = opt.scale > 0.0f ? opt.scale : 1.0f / sqrtf(static_cast<float>(head_dim));
+  const float scale_log2 = kLog2e * scale;
+  const float cap_raw = opt.softcap > 0.0f ? opt.softcap / scale : 0.0f;
+  const float inv_cap_raw = opt.softcap > 0.0f ? scale / opt.softcap : 0.0f;
   const dim3 grid(static_cast<unsigned>(B * n_heads), static_cast<unsigned>((max_len + kRows - 1) / kRows));
   dispatch(c.st, [&](auto tag) {
     using S = decltype(tag);
@@ -747,7 +792,7 @@ void flash_attention_forward(const Ctx& c, void* out, float* lse, const void* q,
       kern<<<grid, kFaThreads, fwd_smem<D>(), c.stream>>>(static_cast<S*>(out), lse, static_cast<const S*>(q),
                                                            static_cast<const S*>(k), static_cast<const S*>(v),
                                                            cu_seqlens, B, T, max_len, n_heads, n_kv, scale_log2,
-                                                           c.err);
+                                                           opt.window, cap_raw, inv_cap_raw, c.err);
       CUDA_CHECK_LAUNCH();
     });
   });
@@ -756,10 +801,12 @@ void flash_attention_forward(const Ctx& c, void* out, float* lse, const void* q,
 void flash_attention_backward(const Ctx& c, void* dq, void* dk, void* dv, const void* dout, const void* out,
                               const void* q, const void* k, const void* v, const float* lse,
                               const std::int32_t* cu_seqlens, int B, int T, int max_len, int n_heads, int n_kv,
-                              int head_dim) {
+                              int head_dim, const AttentionOptions& opt) {
   if (T == 0) return;  // (then grid.y could be 0)
-  const float scale = 1.0f / sqrtf(static_cast<float>(head_dim));
+  const float scale = opt.scale > 0.0f ? opt.scale : 1.0f / sqrtf(static_cast<float>(head_dim));
   const float scale_log2 = kLog2e * scale;
+  const float cap_raw = opt.softcap > 0.0f ? opt.softcap / scale : 0.0f;
+  const float inv_cap_raw = opt.softcap > 0.0f ? scale / opt.softcap : 0.0f;
   const std::int64_t rows = static_cast<std::int64_t>(T) * n_heads;  // (token row, head) pairs: D's size
   const int group = n_heads / n_kv;
   const dim3 grid(static_cast<unsigned>(B * n_heads), static_cast<unsigned>((max_len + kRows - 1) / kRows));
@@ -777,14 +824,16 @@ void flash_attention_backward(const Ctx& c, void* dq, void* dk, void* dv, const 
       allow_smem(kq, dq_smem<D>());
       kq<<<grid, kFaThreads, dq_smem<D>(), c.stream>>>(
           static_cast<S*>(dq), static_cast<const S*>(dout), static_cast<const S*>(q), static_cast<const S*>(k),
-          static_cast<const S*>(v), lse, Dsum, cu_seqlens, B, T, max_len, n_heads, n_kv, scale, scale_log2, c.err);
+          static_cast<const S*>(v), lse, Dsum, cu_seqlens, B, T, max_len, n_heads, n_kv, scale, scale_log2,
+          opt.window, cap_raw, inv_cap_raw, c.err);
       CUDA_CHECK_LAUNCH();
       auto kkv = fa_dkv_kernel<S, D, K8>;
       allow_smem(kkv, dkv_smem<D>());
       kkv<<<grid, kFaThreads, dkv_smem<D>(), c.stream>>>(
           static_cast<S*>(dk), static_cast<S*>(dv), part, part ? part + part_n : nullptr,
           static_cast<const S*>(dout), static_cast<const S*>(q), static_cast<const S*>(k), static_cast<const S*>(v),
-          lse, Dsum, cu_seqlens, B, T, max_len, n_heads, n_kv, scale, scale_log2, c.err);
+          lse, Dsum, cu_seqlens, B, T, max_len, n_heads, n_kv, scale, scale_log2, opt.window, cap_raw, inv_cap_raw,
+          c.err);
       CUDA_CHECK_LAUNCH();
     });
   });

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <initializer_list>
 
+#include "kernels/attention_options.h"
 #include "kernels/cuda/common.cuh"
 
 namespace mgrl::kernels::cuda {
@@ -20,14 +21,15 @@ bool flash_attention_applies(DType st, int head_dim, std::initializer_list<const
 // flash_attention_applies true. The backward also takes the forward's output `out` (for D = rowsum(dout * out)).
 // Grids: (B * n_heads, ceil(max_len / 64)). Scratch (stream-ordered): n_heads * T floats (D), plus
 // 2 * T * n_heads * head_dim floats when n_heads > n_kv (per-head dk/dv partials [T, n_heads, head_dim], summed over
-// each group in a fixed order: deterministic).
+// each group in a fixed order: deterministic). opt: score scale, sliding window and soft-capping
+// (kernels/attention_options.h).
 void flash_attention_forward(const Ctx& c, void* out, float* lse, const void* q, const void* k, const void* v,
                              const std::int32_t* cu_seqlens, int B, int T, int max_len, int n_heads, int n_kv,
-                             int head_dim);
+                             int head_dim, const AttentionOptions& opt = {});
 void flash_attention_backward(const Ctx& c, void* dq, void* dk, void* dv, const void* dout, const void* out,
                               const void* q, const void* k, const void* v, const float* lse,
                               const std::int32_t* cu_seqlens, int B, int T, int max_len, int n_heads, int n_kv,
-                              int head_dim);
+                              int head_dim, const AttentionOptions& opt = {});
 
 // The backward's two helper kernels, shared with the Volta kernels (flash_attention_sm70.cu): Dsum [n_heads, T] =
 // rowsum(dout * out) over every token row (head_dim even); and dk/dv [T, n_kv, head_dim] = the fp32 partials

@@ -76,11 +76,12 @@ __global__ void gather_rows_kernel(Bits16* dst, const Bits16* src, const std::in
 
 
 // grid.x = T * n_heads (block id = t * n_heads + h, which is also the row of q and out in units of head_dim),
-// kCacheThreads. out[t, h] = softmax_u(scale * q[t, h] . k_u) @ v_u over u = 0..pos[t] of slot[t]'s cache.
+// kCacheThreads. out[t, h] = softmax_u(cap(scale * q[t, h] . k_u)) @ v_u over u = first..pos[t] of slot[t]'s cache
+// (first = pos[t] - window + 1 with a window, else 0).
 template <class S>
 __global__ void attention_cached_kernel(S* out, const S* q, const S* ck, const S* cv, const std::int32_t* slot,
                                         const std::int32_t* pos, KvPages pg, int n_heads, int n_kv, int hd,
-                                        float scale, int* err) {
+                                        float scale, int window, float softcap, int* err) {
   __shared__ float qs[kMaxHeadDim];
   __shared__ float acc[kCacheWarps][kMaxHeadDim];
   __shared__ float red[kCacheWarps];
@@ -91,11 +92,12 @@ __global__ void attention_cached_kernel(S* out, const S* q, const S* ck, const S
   const std::int64_t width = static_cast<std::int64_t>(n_kv) * hd;  // elements per cached position
   S* o = out + bid * hd;
   const int s = slot[t], last = pos[t];
-  // Every block of positions 0..last must be in the pool (uniform over the block after the barrier).
+  const int first = window > 0 ? max(0, last - window + 1) : 0;
+  // Every block of positions first..last must be in the pool (uniform over the block after the barrier).
   bool bad = s < 0 || s >= pg.slots || last < 0 || last >= pg.max_blocks * pg.block_size;
   const std::int32_t* table = pg.table + static_cast<std::int64_t>(bad ? 0 : s) * pg.max_blocks;
   if (!bad)
-    for (int j = threadIdx.x; j <= last / pg.block_size; j += blockDim.x)
+    for (int j = first / pg.block_size + static_cast<int>(threadIdx.x); j <= last / pg.block_size; j += blockDim.x)
       bad = bad || table[j] < 0 || table[j] >= pg.n_blocks;
   if (__syncthreads_or(bad)) {
     if (threadIdx.x == 0) atomicOr(err, kErrCacheIndex);
@@ -106,8 +108,8 @@ __global__ void attention_cached_kernel(S* out, const S* q, const S* ck, const S
   for (int d = threadIdx.x; d < hd; d += blockDim.x) qs[d] = to_f32(qi[d]);
   __syncthreads();
   const std::int64_t head = static_cast<std::int64_t>(kvh) * hd;
-  attend_row<S, kCacheWarps>(o, qs, acc, red, ck + head, cv + head, PagedRows{table, pg.block_size, width}, last, hd,
-                             scale);
+  attend_row<S, kCacheWarps>(o, qs, acc, red, ck + head, cv + head, PagedRows{table, pg.block_size, width}, first,
+                             last, hd, scale, softcap);
 }
 
 // Flash decoding. Per lane, head dims d = lane + 32 i (i < kD) of kG query heads: q, the running max and sum and
@@ -116,12 +118,14 @@ constexpr int kSplitWarps = 4;
 constexpr int kSplitThreads = 32 * kSplitWarps;
 constexpr int kMinSplitKeys = 64;
 
-// grid (n_splits, n_kv, T), kSplitThreads. Keys lo..hi-1 of row t's sequence with lo = split * chunk,
-// hi = min(pos[t] + 1, lo + chunk); query heads kvh * group .. + group - 1.
+// grid (n_splits, n_kv, T), kSplitThreads. Keys lo..hi-1 of row t's sequence with lo = max(split * chunk, first),
+// hi = min(pos[t] + 1, split * chunk + chunk), first = pos[t] - window + 1 with a window (else 0): a split wholly
+// before the window is empty; query heads kvh * group .. + group - 1. softcap > 0 soft-caps the scores.
 template <class S, int kD, int kG>
 __global__ void attention_split_kernel(S* out, float* part, const S* q, const S* ck, const S* cv,
                                        const std::int32_t* slot, const std::int32_t* pos, KvPages pg, int n_heads,
-                                       int n_kv, int hd, int n_splits, int chunk, float scale, int* err) {
+                                       int n_kv, int hd, int n_splits, int chunk, float scale, int window,
+                                       float softcap, int* err) {
   __shared__ float s_m[kSplitWarps][kG], s_l[kSplitWarps][kG];
   __shared__ float s_acc[kSplitWarps][kG][kD * 32];
   const int split = blockIdx.x, kvh = blockIdx.y;
@@ -131,7 +135,8 @@ __global__ void attention_split_kernel(S* out, float* part, const S* q, const S*
   const int s = slot[t], last = pos[t];
   const std::int64_t width = static_cast<std::int64_t>(n_kv) * hd;
   bool bad = s < 0 || s >= pg.slots || last < 0 || last >= pg.max_blocks * pg.block_size;
-  const int lo = split * chunk, hi = bad ? lo : min(last + 1, lo + chunk);
+  const int first = window > 0 ? max(0, last - window + 1) : 0;
+  const int lo = max(split * chunk, first), hi = bad ? lo : min(last + 1, split * chunk + chunk);
   const std::int32_t* table = pg.table + static_cast<std::int64_t>(bad ? 0 : s) * pg.max_blocks;
   if (!bad && lo < hi)
     for (int j = lo / pg.block_size + static_cast<int>(threadIdx.x); j <= (hi - 1) / pg.block_size; j += blockDim.x)
@@ -178,7 +183,7 @@ __global__ void attention_split_kernel(S* out, float* part, const S* q, const S*
       float dot = 0.0f;
 #pragma unroll
       for (int i = 0; i < kD; ++i) dot += qr[g][i] * kreg[i];
-      const float sc = warp_sum(dot);  // the scaled score, in every lane
+      const float sc = capped_score(warp_sum(dot), softcap);  // the scaled (capped) score, in every lane
       const float mn = fmaxf(m[g], sc);
       const float c = expf(m[g] - mn), p = expf(sc - mn);
       l[g] = l[g] * c + p;
@@ -211,7 +216,7 @@ __global__ void attention_split_kernel(S* out, float* part, const S* q, const S*
       }
     const std::int64_t row = t * n_heads + static_cast<std::int64_t>(kvh) * group + g;
     if (n_splits == 1) {
-      out[row * hd + d] = from_f32<S>(A / L);  // L > 0: key 0 is in the only split
+      out[row * hd + d] = from_f32<S>(A / L);  // L > 0: key `first` is in the only split
     } else {
       float* ps = part + (row * n_splits + split) * (hd + 2);
       ps[d] = A;
@@ -258,7 +263,8 @@ int sm_count() {
 // Launches the split kernel with register tiles for head_dim <= 32 kD and groups <= kG; false when they do not fit.
 template <class S, int kD, int kG>
 bool launch_split(const Ctx& c, S* out, const S* q, const S* ck, const S* cv, const std::int32_t* slot,
-                  const std::int32_t* pos, int T, const KvPages& pg, int n_heads, int n_kv, int hd, float scale) {
+                  const std::int32_t* pos, int T, const KvPages& pg, int n_heads, int n_kv, int hd, float scale,
+                  int window, float softcap) {
   const int group = n_heads / n_kv;
   if (hd > 32 * kD || group > kG || T > 65535) return false;  // grid.z holds the rows
   // Splits: enough blocks for about two per SM, none shorter than kMinSplitKeys keys.
@@ -276,7 +282,7 @@ bool launch_split(const Ctx& c, S* out, const S* q, const S* ck, const S* cv, co
   const dim3 grid(static_cast<unsigned>(n_splits), static_cast<unsigned>(n_kv), static_cast<unsigned>(T));
   attention_split_kernel<S, kD, kG><<<grid, kSplitThreads, 0, c.stream>>>(out, part, q, ck, cv, slot, pos, pg,
                                                                           n_heads, n_kv, hd, n_splits, chunk, scale,
-                                                                          c.err);
+                                                                          window, softcap, c.err);
   CUDA_CHECK_LAUNCH();
   if (n_splits > 1) {
     attention_combine_kernel<S><<<static_cast<unsigned>(static_cast<std::int64_t>(T) * n_heads), 64, 0, c.stream>>>(
@@ -304,7 +310,7 @@ void kv_store(const Ctx& c, void* cache_k, void* cache_v, const void* k, const v
 
 void attention_cached(const Ctx& c, void* out, const void* q, const void* cache_k, const void* cache_v,
                       const std::int32_t* slot, const std::int32_t* pos, int T, const KvPages& pages, int n_heads,
-                      int n_kv, int head_dim) {
+                      int n_kv, int head_dim, const AttentionOptions& opt) {
   MGRL_CHECK(n_kv > 0 && n_heads % n_kv == 0, "attention_cached: n_heads (" + std::to_string(n_heads) +
                                                   ") must be a multiple of n_kv (" + std::to_string(n_kv) + ")");
   MGRL_CHECK(head_dim > 0 && head_dim <= kMaxHeadDim, "the CUDA attention kernels take head_dim in [1, " +
@@ -314,19 +320,21 @@ void attention_cached(const Ctx& c, void* out, const void* q, const void* cache_
   const std::int64_t blocks = static_cast<std::int64_t>(T) * n_heads;
   MGRL_CHECK(blocks < (std::int64_t{1} << 31), "attention_cached: grid too large");
   if (blocks == 0) return;
-  const float scale = 1.0f / sqrtf(static_cast<float>(head_dim));
+  const float scale = opt.scale > 0.0f ? opt.scale : 1.0f / sqrtf(static_cast<float>(head_dim));
+  const int w = opt.window;
+  const float cap = opt.softcap;
   dispatch(c.st, [&](auto tag) {
     using S = decltype(tag);
     auto* o = static_cast<S*>(out);
     const auto *qq = static_cast<const S*>(q), *kk = static_cast<const S*>(cache_k),
                *vv = static_cast<const S*>(cache_v);
-    if (launch_split<S, 2, 16>(c, o, qq, kk, vv, slot, pos, T, pages, n_heads, n_kv, head_dim, scale) ||
-        launch_split<S, 4, 8>(c, o, qq, kk, vv, slot, pos, T, pages, n_heads, n_kv, head_dim, scale) ||
-        launch_split<S, 8, 4>(c, o, qq, kk, vv, slot, pos, T, pages, n_heads, n_kv, head_dim, scale))
+    if (launch_split<S, 2, 16>(c, o, qq, kk, vv, slot, pos, T, pages, n_heads, n_kv, head_dim, scale, w, cap) ||
+        launch_split<S, 4, 8>(c, o, qq, kk, vv, slot, pos, T, pages, n_heads, n_kv, head_dim, scale, w, cap) ||
+        launch_split<S, 8, 4>(c, o, qq, kk, vv, slot, pos, T, pages, n_heads, n_kv, head_dim, scale, w, cap))
       return;
     attention_cached_kernel<S><<<static_cast<unsigned>(blocks), kCacheThreads, 0, c.stream>>>(
         static_cast<S*>(out), static_cast<const S*>(q), static_cast<const S*>(cache_k), static_cast<const S*>(cache_v),
-        slot, pos, pages, n_heads, n_kv, head_dim, scale, c.err);
+        slot, pos, pages, n_heads, n_kv, head_dim, scale, w, cap, c.err);
     CUDA_CHECK_LAUNCH();
   });
 }

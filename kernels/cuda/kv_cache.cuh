@@ -17,9 +17,10 @@ inline constexpr int kErrCacheIndex = 8;
 // the device. attention_cached takes head_dim <= kMaxHeadDim (attention.cuh).
 void kv_store(const Ctx& c, void* cache_k, void* cache_v, const void* k, const void* v, const std::int32_t* slot,
               const std::int32_t* pos, int T, const KvPages& pages, int n_kv, int head_dim);
+// opt: score scale, sliding window (only the blocks of positions in the window are read or checked), soft-capping.
 void attention_cached(const Ctx& c, void* out, const void* q, const void* cache_k, const void* cache_v,
                       const std::int32_t* slot, const std::int32_t* pos, int T, const KvPages& pages, int n_heads,
-                      int n_kv, int head_dim);
+                      int n_kv, int head_dim, const AttentionOptions& opt = {});
 void gather_rows(const Ctx& c, void* dst, const void* src, const std::int32_t* idx, int n, int width);
 
 }  // namespace mgrl::kernels::cuda

@@ -79,9 +79,11 @@ __global__ void lm_head_lse_kernel(float* logprob, float* lse, const float* logi
 // dl[r, v] = c_r * exp(l[r, v] - lse[r]) - (v == target ? c_r : 0), c_r = weights[r] * logit_scale (0 for ignored
 // rows), rounded to the storage dtype for the two GEMMs. Grid (ceil(V / (4 * threads)), rows): each thread takes 4
 // consecutive columns of one row (16-byte loads when V is a multiple of 4).
+// With softcap > 0 the logits are capped (logit_scale * softcap * tanh(raw / softcap)) and each value is also
+// multiplied by the tanh's derivative, 1 - (l / (logit_scale * softcap))^2.
 template <class S>
 __global__ void lm_head_dlogits_kernel(S* dl, const float* logits, const std::int32_t* targets, const float* weights,
-                                       const float* lse, int V, float logit_scale) {
+                                       const float* lse, int V, float logit_scale, float softcap) {
   const std::int64_t r = blockIdx.y;
   const int v0 = (blockIdx.x * blockDim.x + threadIdx.x) * 4;
   if (v0 >= V) return;
@@ -109,14 +111,30 @@ __global__ void lm_head_dlogits_kernel(S* dl, const float* logits, const std::in
     if (cr != 0.0f) {
       val = cr * expf(x[k] - ls);
       if (v0 + k == tg) val -= cr;
+      if (softcap > 0.0f) {
+        const float th = x[k] / (logit_scale * softcap);
+        val *= 1.0f - th * th;
+      }
     }
     d[v0 + k] = from_f32<S>(val);
   }
 }
 
-// logits[n, V] f32 = logit_scale * h[n, D] @ W[V, D]^T
-void chunk_logits(const Ctx& c, float* logits, const void* h, const void* W, int n, int D, int V, float logit_scale) {
-  gemm_rm(c.blas, false, true, n, V, D, logit_scale, h, c.st, D, W, c.st, D, 0.0f, logits, DType::F32, V);
+// x[i] = outer * tanh(x[i] * inner), grid-stride.
+__global__ void softcap_kernel(float* x, std::int64_t n, float outer, float inner) {
+  for (std::int64_t i = gs_begin(); i < n; i += gs_stride()) x[i] = outer * tanhf(x[i] * inner);
+}
+
+// logits[n, V] f32 = logit_scale * h[n, D] @ W[V, D]^T, or logit_scale * softcap * tanh(h @ W^T / softcap)
+void chunk_logits(const Ctx& c, float* logits, const void* h, const void* W, int n, int D, int V, float logit_scale,
+                  float softcap) {
+  gemm_rm(c.blas, false, true, n, V, D, softcap > 0.0f ? 1.0f : logit_scale, h, c.st, D, W, c.st, D, 0.0f, logits,
+          DType::F32, V);
+  if (softcap > 0.0f) {
+    const std::int64_t count = static_cast<std::int64_t>(n) * V;
+    softcap_kernel<<<grid_for(count), kThreads, 0, c.stream>>>(logits, count, logit_scale * softcap, 1.0f / softcap);
+    CUDA_CHECK_LAUNCH();
+  }
 }
 
 // Row `row` of a row-major [*, D] storage-dtype matrix.
@@ -150,7 +168,8 @@ std::size_t lm_head_scratch_bytes(DType st, int V) {
 }
 
 void lm_head_logprob_forward(const Ctx& c, float* logprob, float* lse, const void* h, const void* W,
-                             const std::int32_t* targets, int T, int D, int V, float logit_scale, void* scratch) {
+                             const std::int32_t* targets, int T, int D, int V, float logit_scale, void* scratch,
+                             float softcap) {
   check_sizes(T, D, V);
   if (T == 0) return;
   void* buf = scratch ? scratch : scratch_alloc(lm_head_scratch_bytes(c.st, V), c.stream);
@@ -158,7 +177,7 @@ void lm_head_logprob_forward(const Ctx& c, float* logprob, float* lse, const voi
   const int chunk = lm_head_chunk_rows(V);
   for (int t0 = 0; t0 < T; t0 += chunk) {
     const int n = std::min(chunk, T - t0);
-    chunk_logits(c, logits, row_ptr(h, t0, D, c.st), W, n, D, V, logit_scale);
+    chunk_logits(c, logits, row_ptr(h, t0, D, c.st), W, n, D, V, logit_scale, softcap);
     lm_head_lse_kernel<<<n, kRowThreads, 0, c.stream>>>(logprob + t0, lse + t0, logits, targets + t0, V, c.err);
     CUDA_CHECK_LAUNCH();
   }
@@ -167,7 +186,7 @@ void lm_head_logprob_forward(const Ctx& c, float* logprob, float* lse, const voi
 
 void lm_head_logprob_backward(const Ctx& c, void* dh, float* dW, const float* weights, const void* h, const void* W,
                               const std::int32_t* targets, const float* lse, int T, int D, int V, float logit_scale,
-                              void* scratch) {
+                              void* scratch, float softcap) {
   check_sizes(T, D, V);
   if (T == 0) return;
   void* buf = scratch ? scratch : scratch_alloc(lm_head_scratch_bytes(c.st, V), c.stream);
@@ -177,12 +196,12 @@ void lm_head_logprob_backward(const Ctx& c, void* dh, float* dW, const float* we
   for (int t0 = 0; t0 < T; t0 += chunk) {
     const int n = std::min(chunk, T - t0);
     const void* hc = row_ptr(h, t0, D, c.st);
-    chunk_logits(c, logits, hc, W, n, D, V, logit_scale);
+    chunk_logits(c, logits, hc, W, n, D, V, logit_scale, softcap);
     dispatch(c.st, [&](auto tag) {
       using S = decltype(tag);
       const dim3 grid(static_cast<unsigned>((V + 4 * kThreads - 1) / (4 * kThreads)), static_cast<unsigned>(n));
       lm_head_dlogits_kernel<S><<<grid, kThreads, 0, c.stream>>>(static_cast<S*>(dl), logits, targets + t0,
-                                                                 weights + t0, lse + t0, V, logit_scale);
+                                                                 weights + t0, lse + t0, V, logit_scale, softcap);
       CUDA_CHECK_LAUNCH();
     });
     // dh[n, D] = dl[n, V] @ W[V, D]   (written, storage dtype)
@@ -195,10 +214,10 @@ void lm_head_logprob_backward(const Ctx& c, void* dh, float* dW, const float* we
 }
 
 void lm_head_logits(const Ctx& c, float* logits, const void* h, const void* W, int T, int D, int V,
-                    float logit_scale) {
+                    float logit_scale, float softcap) {
   check_sizes(T, D, V);
   if (T == 0) return;
-  chunk_logits(c, logits, h, W, T, D, V, logit_scale);
+  chunk_logits(c, logits, h, W, T, D, V, logit_scale, softcap);
 }
 
 }  // namespace mgrl::kernels::cuda

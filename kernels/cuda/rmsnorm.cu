@@ -14,7 +14,7 @@ int row_threads(int dim) { return std::min(kThreads, std::max(32, (dim + 31) / 3
 // out may alias x: the reduction's barriers separate every read of pass 1 from the writes of pass 2, and pass 2
 // reads and writes element i in the same thread.
 template <class S>
-__global__ void rmsnorm_forward_kernel(S* out, float* rstd, const S* x, const S* w, int dim, float eps) {
+__global__ void rmsnorm_forward_kernel(S* out, float* rstd, const S* x, const S* w, int dim, float eps, float off) {
   const std::int64_t row = blockIdx.x;
   const S* xr = x + row * dim;
   S* o = out + row * dim;
@@ -26,24 +26,24 @@ __global__ void rmsnorm_forward_kernel(S* out, float* rstd, const S* x, const S*
   ss = block_sum(ss);
   const float s = 1.0f / sqrtf(ss / static_cast<float>(dim) + eps);
   if (threadIdx.x == 0) rstd[row] = s;
-  for (int i = threadIdx.x; i < dim; i += blockDim.x) o[i] = from_f32<S>((to_f32(xr[i]) * s) * to_f32(w[i]));
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) o[i] = from_f32<S>((to_f32(xr[i]) * s) * (to_f32(w[i]) + off));
 }
 
 // One block per row: dot = sum(dout * w * x), then dx = rstd * dout * w - rstd^3 / dim * dot * x.
 template <class S>
 __global__ void rmsnorm_backward_dx_kernel(S* dx, const S* dout, const S* x, const S* w, const float* rstd, int dim,
-                                           bool accumulate) {
+                                           bool accumulate, float off) {
   const std::int64_t row = blockIdx.x;
   const S* xr = x + row * dim;
   const S* g = dout + row * dim;
   S* d = dx + row * dim;
   const float s = rstd[row];
   float dot = 0.0f;
-  for (int i = threadIdx.x; i < dim; i += blockDim.x) dot += to_f32(g[i]) * to_f32(w[i]) * to_f32(xr[i]);
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) dot += to_f32(g[i]) * (to_f32(w[i]) + off) * to_f32(xr[i]);
   dot = block_sum(dot);
   const float cc = dot * s * s * s / static_cast<float>(dim);
   for (int i = threadIdx.x; i < dim; i += blockDim.x) {
-    const float v = s * to_f32(g[i]) * to_f32(w[i]) - cc * to_f32(xr[i]);
+    const float v = s * to_f32(g[i]) * (to_f32(w[i]) + off) - cc * to_f32(xr[i]);
     d[i] = from_f32<S>(accumulate ? to_f32(d[i]) + v : v);
   }
 }
@@ -68,18 +68,19 @@ __global__ void rmsnorm_backward_dw_kernel(float* dw, const S* dout, const S* x,
 }  // namespace
 
 void rmsnorm_forward(const Ctx& c, void* out, float* rstd, const void* x, const void* w, int rows, int dim,
-                     float eps) {
+                     float eps, bool unit_offset) {
   if (rows <= 0 || dim <= 0) return;
   dispatch(c.st, [&](auto tag) {
     using S = decltype(tag);
     rmsnorm_forward_kernel<S><<<rows, row_threads(dim), 0, c.stream>>>(
-        static_cast<S*>(out), rstd, static_cast<const S*>(x), static_cast<const S*>(w), dim, eps);
+        static_cast<S*>(out), rstd, static_cast<const S*>(x), static_cast<const S*>(w), dim, eps,
+        unit_offset ? 1.0f : 0.0f);
     CUDA_CHECK_LAUNCH();
   });
 }
 
 void rmsnorm_backward(const Ctx& c, void* dx, float* dw, const void* dout, const void* x, const void* w,
-                      const float* rstd, int rows, int dim, bool accumulate) {
+                      const float* rstd, int rows, int dim, bool accumulate, bool unit_offset) {
   if (rows <= 0 || dim <= 0) return;
   dispatch(c.st, [&](auto tag) {
     using S = decltype(tag);
@@ -92,7 +93,7 @@ void rmsnorm_backward(const Ctx& c, void* dx, float* dw, const void* dout, const
     if (dx) {
       rmsnorm_backward_dx_kernel<S><<<rows, row_threads(dim), 0, c.stream>>>(
           static_cast<S*>(dx), static_cast<const S*>(dout), static_cast<const S*>(x), static_cast<const S*>(w), rstd,
-          dim, accumulate);
+          dim, accumulate, unit_offset ? 1.0f : 0.0f);
       CUDA_CHECK_LAUNCH();
     }
   });

@@ -1,4 +1,5 @@
-// swiglu.cu: the SwiGLU gate of the Llama/Qwen MLP, out = silu(gate) * up, and its backward (elementwise).
+// swiglu.cu: the gated MLP activations, SwiGLU (Llama/Qwen: silu(gate) * up) and GeGLU (Gemma: gelu_tanh(gate) *
+// up), and their backwards (elementwise).
 #include "kernels/cuda/swiglu.cuh"
 
 namespace mgrl::kernels::cuda {
@@ -26,7 +27,51 @@ __global__ void swiglu_backward_kernel(S* dgate, S* dup, const S* dout, const S*
   }
 }
 
+constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluA = 0.044715f;
+
+template <class S>
+__global__ void geglu_forward_kernel(S* out, const S* gate, const S* up, std::int64_t n) {
+  for (std::int64_t i = gs_begin(); i < n; i += gs_stride()) {
+    const float g = to_f32(gate[i]), u = to_f32(up[i]);
+    out[i] = from_f32<S>(0.5f * g * (1.0f + tanhf(kGeluC * (g + kGeluA * g * g * g))) * u);
+  }
+}
+
+template <class S>
+__global__ void geglu_backward_kernel(S* dgate, S* dup, const S* dout, const S* gate, const S* up, std::int64_t n) {
+  for (std::int64_t i = gs_begin(); i < n; i += gs_stride()) {
+    const float g = to_f32(gate[i]), u = to_f32(up[i]), d = to_f32(dout[i]);
+    const float t = tanhf(kGeluC * (g + kGeluA * g * g * g));
+    const float dgelu = 0.5f * (1.0f + t) + 0.5f * g * (1.0f - t * t) * kGeluC * (1.0f + 3.0f * kGeluA * g * g);
+    dgate[i] = from_f32<S>(d * u * dgelu);
+    dup[i] = from_f32<S>(d * 0.5f * g * (1.0f + t));
+  }
+}
+
 }  // namespace
+
+void geglu_forward(const Ctx& c, void* out, const void* gate, const void* up, std::int64_t n) {
+  if (n <= 0) return;
+  dispatch(c.st, [&](auto tag) {
+    using S = decltype(tag);
+    geglu_forward_kernel<S><<<grid_for(n), kThreads, 0, c.stream>>>(static_cast<S*>(out), static_cast<const S*>(gate),
+                                                                    static_cast<const S*>(up), n);
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+void geglu_backward(const Ctx& c, void* dgate, void* dup, const void* dout, const void* gate, const void* up,
+                    std::int64_t n) {
+  if (n <= 0) return;
+  dispatch(c.st, [&](auto tag) {
+    using S = decltype(tag);
+    geglu_backward_kernel<S><<<grid_for(n), kThreads, 0, c.stream>>>(
+        static_cast<S*>(dgate), static_cast<S*>(dup), static_cast<const S*>(dout), static_cast<const S*>(gate),
+        static_cast<const S*>(up), n);
+    CUDA_CHECK_LAUNCH();
+  });
+}
 
 void swiglu_forward(const Ctx& c, void* out, const void* gate, const void* up, std::int64_t n) {
   if (n <= 0) return;

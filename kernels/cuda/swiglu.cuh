@@ -1,4 +1,5 @@
-// swiglu.cuh: the SwiGLU gate of the Llama/Qwen MLP, out = silu(gate) * up, and its backward (elementwise).
+// swiglu.cuh: the gated MLP activations, SwiGLU (Llama/Qwen) and GeGLU with the tanh GELU (Gemma), and their
+// backwards (elementwise).
 #pragma once
 #include <cstdint>
 
@@ -10,5 +11,9 @@ namespace mgrl::kernels::cuda {
 void swiglu_forward(const Ctx& c, void* out, const void* gate, const void* up, std::int64_t n);
 void swiglu_backward(const Ctx& c, void* dgate, void* dup, const void* dout, const void* gate, const void* up,
                      std::int64_t n);
+// GeGLU with the tanh GELU (Gemma), semantics of kernels/cpu/swiglu.h's geglu_*; same aliasing rules.
+void geglu_forward(const Ctx& c, void* out, const void* gate, const void* up, std::int64_t n);
+void geglu_backward(const Ctx& c, void* dgate, void* dup, const void* dout, const void* gate, const void* up,
+                    std::int64_t n);
 
 }  // namespace mgrl::kernels::cuda

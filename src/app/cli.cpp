@@ -26,7 +26,8 @@ std::string usage() {
          "INPUT    a TOML file describing the run; every key has a default\n"
          "--section.key=value  sets any configuration key, over the file's value\n"
          "\n"
-         "mgrl help-config prints every key with its type, default and meaning.\n";
+         "mgrl help-config prints every key with its type, default and meaning.\n"
+         "mgrl plan INPUT.toml [--gpus N] [--gpu-memory 80GiB] [--json] prints the memory per rank a run needs.\n";
 }
 
 Cli parse_cli(int argc, char** argv) {
@@ -43,8 +44,35 @@ Cli parse_cli(int argc, char** argv) {
   // --section.key=value arguments go to the configuration as they are, an empty value included
   // (`--checkpoint.dir=`: no checkpoints); Boost would refuse the empty value, so they bypass it.
   std::vector<std::string> rest;
+  // `mgrl plan` takes --gpus N, --gpu-memory SIZE and --json as short forms of plan.gpus, plan.gpu_memory and
+  // plan.json (with a space or an '=' before the value).
+  bool plan = false;
+  for (int i = 1; i < argc && !plan; ++i) {
+    if (std::string(argv[i]).rfind("--", 0) == 0) continue;
+    plan = std::string(argv[i]) == "plan";
+    break;
+  }
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    if (plan) {
+      if (a == "--json") {
+        cli.overrides.push_back("--plan.json=true");
+        continue;
+      }
+      bool handled = false;
+      for (const auto& [flag, key] : {std::pair<std::string, std::string>{"--gpus", "plan.gpus"},
+                                      std::pair<std::string, std::string>{"--gpu-memory", "plan.gpu_memory"}}) {
+        if (a == flag) {
+          if (i + 1 >= argc) throw UserError("command line: " + flag + " needs a value");
+          cli.overrides.push_back("--" + key + "=" + argv[++i]);
+          handled = true;
+        } else if (a.rfind(flag + "=", 0) == 0) {
+          cli.overrides.push_back("--" + key + "=" + a.substr(flag.size() + 1));
+          handled = true;
+        }
+      }
+      if (handled) continue;
+    }
     const auto eq = a.find('=');
     if (a.rfind("--", 0) == 0 && eq != std::string::npos && eq > 2 && a.compare(0, eq, "--help") != 0 &&
         a.compare(0, eq, "--version") != 0)

@@ -9,6 +9,7 @@
 #include "dist/mpi_env.h"
 #include "io/chat_template.h"
 #include "io/config.h"
+#include "io/model_shapes.h"
 #include "io/tokenizer.h"
 #include "model/lora.h"
 #include "model/transformer.h"
@@ -51,9 +52,22 @@ train::LossScaling loss_scaling(const Context& ctx, DType storage) {
   return s;
 }
 
+void log_base_memory(model::Transformer& net) {
+  const model::ModelDef& d = net.definition();
+  if (!d.quantized()) return;
+  char buf[200];
+  std::snprintf(buf, sizeof buf,
+                "model: base projections NF4 (%.2f MiB), dequantized a layer at a time into a %.2f MiB workspace; "
+                "%.2f MiB dense",
+                static_cast<double>(d.nf4_bytes()) / 1048576.0, static_cast<double>(d.nf4_workspace_bytes()) / 1048576.0,
+                static_cast<double>(d.dense_numel() * d.ops().storage_size()) / 1048576.0);
+  log::info(buf);
+}
+
 void load_model(const Context& ctx, model::Transformer& net, const std::string& model_dir, const std::string& adapter) {
   ctx.env.agree([&] {
     net.load_weights(model_dir);
+    log_base_memory(net);
     if (!adapter.empty())
       net.add_lora(model::read_peft_config(adapter + "/adapter_config.json"), 0).load_peft(adapter);
   });
@@ -92,6 +106,18 @@ train::OptimizerOptions optimizer_options(const io::Config& cfg, std::int64_t ma
   o.schedule.warmup_steps = cfg.get_int("train.warmup_steps") > 0
                                 ? cfg.get_int("train.warmup_steps")
                                 : train::Schedule::warmup_from_ratio(cfg.get_float("train.warmup_ratio"), max_steps);
+  return o;
+}
+
+model::ModelOptions model_options(const io::Config& cfg, bool full_finetune) {
+  model::ModelOptions o;
+  o.full_finetune = full_finetune;
+  o.recompute = cfg.get_bool("model.recompute");
+  o.master_weights = cfg.get_string("train.master_weights") == "always";
+  o.quantize = cfg.get_string("model.quantize") == "nf4" ? model::Quantize::Nf4 : model::Quantize::None;
+  o.quantize_double = cfg.get_bool("model.quantize_double");
+  o.shard_base = cfg.get_bool("model.shard_base");
+  o.shard_keep = cfg.get_bool("model.shard_base_keep");
   return o;
 }
 
@@ -159,6 +185,14 @@ void check_model_fits(const Context& ctx, const io::ModelConfig& mc, const std::
   const bool gpu = ctx.device.backend == dist::Backend::Cuda;
   // Bytes a parameter: the weights as stored (GPU 2, CPU 4); full fine-tuning adds f32 gradients and two AdamW
   // moments (12), and on the GPU the fp32 master weights (4).
+  // QLoRA (model.quantize = "nf4", or a bitsandbytes 4-bit directory): the projections as NF4 (4.5 bits a weight,
+  // 4.127 double-quantized) plus one layer of them dequantized in the workspace; the rest as stored.
+  const bool nf4 = !full && (mc.bnb4bit || ctx.cfg.get_string("model.quantize") == "nf4");
+  if (nf4 && ctx.cfg.get_bool("model.shard_base"))
+    throw UserError(std::string("key 'model.shard_base' = true cannot be combined with ") +
+                    (mc.bnb4bit ? "NF4 base weights (" + config_json + " has a bitsandbytes 4-bit quantization_config)"
+                                : std::string("'model.quantize' = \"nf4\"")) +
+                    " yet: set model.shard_base = false");
   double params = io::parameter_count(mc);
   if (shard_parts > 1) {  // model.shard_base: 1/P of the decoder layers, plus two gathered layers
     const double h = static_cast<double>(mc.hidden_size), V = static_cast<double>(mc.vocab_size);
@@ -166,14 +200,23 @@ void check_model_fits(const Context& ctx, const io::ModelConfig& mc, const std::
     const double layer = (params - whole) / static_cast<double>(std::max<std::int64_t>(1, mc.num_hidden_layers));
     params = whole + (params - whole) / shard_parts + 2.0 * layer;
   }
-  const double bytes = params * (gpu ? (full ? 18.0 : 2.0) : (full ? 16.0 : 4.0));
+  double bytes = params * (gpu ? (full ? 18.0 : 2.0) : (full ? 16.0 : 4.0));
+  if (nf4) {
+    const bool dq = mc.bnb4bit ? mc.bnb4bit->double_quant : ctx.cfg.get_bool("model.quantize_double");
+    const double layer_proj = static_cast<double>(mc.hidden_size) *
+                              static_cast<double>(2 * mc.q_dim() + 2 * mc.kv_dim() + 3 * mc.intermediate_size);
+    const double proj = layer_proj * static_cast<double>(mc.num_hidden_layers);
+    const double stored = gpu ? 2.0 : 4.0;
+    bytes = (io::parameter_count(mc) - proj) * stored + proj * (dq ? 4.127 : 4.5) / 8.0 + layer_proj * stored;
+  }
   const double memory = static_cast<double>(gpu ? ctx.device.gpu.memory_bytes : io::host_memory_bytes());
   if (memory > 0 && bytes > memory) {
     char buf[200];
     std::snprintf(buf, sizeof buf, "%.3g parameters need %.1f GiB %s, more than the %.1f GiB of %s",
                   io::parameter_count(mc), bytes / (1024.0 * 1024.0 * 1024.0),
-                  full ? "for full fine-tuning (weights, fp32 gradients and AdamW moments)"
-                       : (gpu ? "as bf16/fp16" : "in fp32 on the CPU backend"),
+                  full  ? "for full fine-tuning (weights, fp32 gradients and AdamW moments)"
+                  : nf4 ? "with NF4 projections"
+                        : (gpu ? "as bf16/fp16" : "in fp32 on the CPU backend"),
                   memory / (1024.0 * 1024.0 * 1024.0), gpu ? "this rank's GPU" : "this machine");
     throw UserError(config_json + ": the model's " + buf + " (vocab_size, hidden_size, intermediate_size, num_hidden_layers)");
   }
@@ -197,7 +240,48 @@ void check_batch_fits(const io::ModelConfig& mc, const std::string& key, std::in
 }
 
 std::string tokenizer_dir(const io::Config& cfg) {
-  return cfg.get_string("model.tokenizer").empty() ? cfg.get_string("model.path") : cfg.get_string("model.tokenizer");
+  if (!cfg.get_string("model.tokenizer").empty()) return cfg.get_string("model.tokenizer");
+  const std::string path = cfg.is_set("model.path") ? cfg.get_string("model.path") : std::string();
+  if (path.empty() && !cfg.get_string("model.shape").empty())
+    throw UserError("model.shape = \"" + cfg.get_string("model.shape") +
+                    "\" comes without a tokenizer: set model.tokenizer (a directory with tokenizer.json, e.g. "
+                    "inputs/quickstart's character tokenizer)");
+  return path;
+}
+
+io::ModelConfig model_config(const io::Config& cfg, std::string* source) {
+  const std::string shape = cfg.get_string("model.shape");
+  io::ModelConfig mc;
+  std::string src;
+  if (!shape.empty()) {
+    mc = io::model_shape(shape);
+    src = "model.shape = \"" + shape + "\"";
+  } else {
+    const std::string path = cfg.is_set("model.path") ? cfg.get_string("model.path") : std::string();
+    if (path.empty()) throw UserError("no model: set model.path (a Hugging Face model directory) or model.shape");
+    src = path + "/config.json";
+    mc = io::parse_hf_config(src);
+  }
+  if (const std::int64_t layers = cfg.get_int("model.num_layers"); layers > 0) mc.num_hidden_layers = layers;
+  if (source) *source = src;
+  return mc;
+}
+
+io::ModelConfig training_model_config(const io::Config& cfg, std::string* source) {
+  if (cfg.get_string("model.init") != "random") {
+    for (const char* key : {"model.shape", "model.num_layers"})
+      if (cfg.origin(key).kind != io::Origin::Default)
+        throw UserError(std::string(key) + " is set but model.init = \"" + cfg.get_string("model.init") +
+                        "\": a model of a given shape has no weights to load; set model.init = \"random\"");
+  }
+  return model_config(cfg, source);
+}
+
+void refuse_shape(const io::Config& cfg, const std::string& mode) {
+  for (const char* key : {"model.shape", "model.num_layers"})
+    if (cfg.origin(key).kind != io::Origin::Default)
+      throw UserError(std::string(key) + " is for sft, grpo, dpo, ppo (with model.init = \"random\") and plan; " + mode +
+                      " loads the weights of model.path");
 }
 
 }  // namespace mgrl::app

@@ -16,7 +16,12 @@
 #include "dist/mpi_env.h"
 #include "io/config.h"
 #include "io/config_schema.h"
+#include <nlohmann/json.hpp>
+
+#include "io/jsonl.h"
+#include "io/nf4_tensor.h"
 #include "io/safetensors.h"
+#include "kernels/cpu/nf4.h"
 #include "model/lora.h"
 #include "train/checkpoint.h"
 
@@ -117,14 +122,29 @@ int run_export(Context& ctx) {
     const auto names = base.names();
     storage.reserve(names.size());
     for (const auto& name : names) {
+      if (io::is_bnb_companion(name)) continue;  // a bitsandbytes 4-bit base: merged in f32, dense
       const io::TensorInfo& info = base.get(name);
-      storage.push_back(io::to_f32(info));
+      io::Shape shape = info.shape;
+      if (io::has_bnb_nf4(base, name)) {  // dequantized on the host (bit-equal to bitsandbytes), then merged
+        const io::Nf4Tensor q = io::read_bnb_nf4(base, name);
+        shape = {q.rows, q.cols};
+        std::vector<float> absmax = q.absmax;
+        if (q.double_quant) {
+          absmax.resize(static_cast<std::size_t>(q.blocks()));
+          kernels::cpu::nf4_absmax_dequantize(q.qabsmax.data(), q.nested_absmax.data(), q.offset,
+                                              q.nested_code.data(), q.blocks(), absmax.data());
+        }
+        storage.emplace_back(static_cast<std::size_t>(q.numel()));
+        kernels::cpu::nf4_dequantize(q.codes.data(), absmax.data(), q.code.data(), q.numel(), storage.back().data());
+      } else {
+        storage.push_back(io::to_f32(info));
+      }
       auto& w = storage.back();
       const std::string stem = name.size() > 7 ? name.substr(0, name.size() - 7) : name;  // drop ".weight"
       auto a = by_name.find(kLoraPrefix + stem + ".lora_A.weight");
       auto b = by_name.find(kLoraPrefix + stem + ".lora_B.weight");
       if (a != by_name.end() && b != by_name.end()) {
-        const std::int64_t outf = info.shape[0], inf = info.shape[1];
+        const std::int64_t outf = shape[0], inf = shape[1];
         const float* A = ck.params.data() + a->second->offset;  // [r, in]
         const float* B = ck.params.data() + b->second->offset;  // [out, r]
         for (std::int64_t o = 0; o < outf; ++o)
@@ -134,11 +154,18 @@ int run_export(Context& ctx) {
             w[static_cast<std::size_t>(o * inf + i)] += static_cast<float>(scale * s);
           }
       }
-      full.push_back({name, DType::F32, info.shape, w.data()});
+      full.push_back({name, DType::F32, shape, w.data()});
     }
     io::write_safetensors(merged + "/model.safetensors", full, {{"format", "pt"}});
     for (const char* f : {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"})
       copy_file_if_exists(base_dir + "/" + f, merged + "/" + f);
+    {  // the merged weights are dense f32: a bitsandbytes base's quantization_config no longer applies
+      nlohmann::json j = io::read_json_file(merged + "/config.json", "the model config");
+      if (j.is_object() && j.contains("quantization_config")) {
+        j.erase("quantization_config");
+        std::ofstream(merged + "/config.json", std::ios::trunc) << j.dump(2) << "\n";
+      }
+    }
     log::info("export: merged model in " + merged);
   }
   return 0;

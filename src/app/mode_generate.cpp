@@ -40,7 +40,7 @@ int run_generate(Context& ctx) {
   const auto& env = ctx.env;
   const auto& cfg = ctx.cfg;
   const std::string model_dir = cfg.get_string("model.path");
-  const std::string tok_dir = tokenizer_dir(cfg);
+  std::string tok_dir;
   const std::string adapter = cfg.get_string("lora.adapter");
   const std::string input = cfg.get_string("data.input");
   const std::string output = cfg.get_string("generate.output");
@@ -63,6 +63,8 @@ int run_generate(Context& ctx) {
   std::optional<io::Tokenizer> tok;
   std::vector<Input> inputs;
   env.agree([&] {
+    refuse_shape(cfg, "generate");
+    tok_dir = tokenizer_dir(cfg);
     mc = io::parse_hf_config(model_dir + "/config.json");
     check_model_fits(ctx, mc, model_dir + "/config.json", false, cfg.get_bool("model.shard_base") ? env.size() : 1);
     if (file_exists(tok_dir + "/tokenizer.json")) tok = io::Tokenizer::from_dir(tok_dir);
@@ -123,8 +125,7 @@ int run_generate(Context& ctx) {
     opts.eos_ids.push_back(*tok->eos_id());
 
   auto ops = make_ops(ctx);
-  model::ModelOptions mo;
-  mo.shard_base = cfg.get_bool("model.shard_base");
+  const model::ModelOptions mo = model_options(cfg, false);
   train::CommGatherer gatherer(ctx.comm, *ops);
   model::Transformer net(mc, *ops, mo, mo.shard_base ? &gatherer : nullptr);
   load_model(ctx, net, model_dir, adapter);

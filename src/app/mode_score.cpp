@@ -46,6 +46,7 @@ int run_score(Context& ctx) {
   std::vector<std::vector<std::int32_t>> seqs;
   std::unique_ptr<io::H5Writer> writer;
   env.agree([&] {
+    refuse_shape(cfg, "score");
     mc = io::parse_hf_config(model_dir + "/config.json");
     check_model_fits(ctx, mc, model_dir + "/config.json", false, cfg.get_bool("model.shard_base") ? env.size() : 1);
     const std::string tok_dir = tokenizer_dir(cfg);
@@ -99,8 +100,7 @@ int run_score(Context& ctx) {
   });
 
   auto ops = make_ops(ctx);
-  model::ModelOptions mo;
-  mo.shard_base = cfg.get_bool("model.shard_base");
+  const model::ModelOptions mo = model_options(cfg, false);
   train::CommGatherer gatherer(ctx.comm, *ops);
   model::Transformer net(mc, *ops, mo, mo.shard_base ? &gatherer : nullptr);
   load_model(ctx, net, model_dir, adapter);

@@ -25,8 +25,7 @@ namespace mgrl::app {
 int run_sft(Context& ctx) {
   const auto& env = ctx.env;
   const auto& cfg = ctx.cfg;
-  const std::string model_dir = cfg.get_string("model.path");
-  const std::string tok_dir = tokenizer_dir(cfg);
+  const std::string model_dir = cfg.is_set("model.path") ? cfg.get_string("model.path") : std::string();
   const bool random_init = cfg.get_string("model.init") == "random";
   const bool full = cfg.get_bool("train.full_finetune");
   const bool shard_base = cfg.get_bool("model.shard_base");
@@ -38,9 +37,10 @@ int run_sft(Context& ctx) {
   std::unique_ptr<io::Tokenizer> tok;
   std::vector<train::Example> train_data, eval_data;
   env.agree([&] {
-    mc = io::parse_hf_config(model_dir + "/config.json");
-    check_model_fits(ctx, mc, model_dir + "/config.json", full, shard_base ? env.size() : 1);
-    tok = std::make_unique<io::Tokenizer>(io::Tokenizer::from_dir(tok_dir));
+    std::string model_src;
+    mc = training_model_config(cfg, &model_src);
+    check_model_fits(ctx, mc, model_src, full, shard_base ? env.size() : 1);
+    tok = std::make_unique<io::Tokenizer>(io::Tokenizer::from_dir(tokenizer_dir(cfg)));
     if (tok->vocab_size() > mc.vocab_size)
       throw UserError(tok->path() + ": the tokenizer has " + std::to_string(tok->vocab_size()) +
                       " tokens, more than the model's vocab_size (" + std::to_string(mc.vocab_size) + ")");
@@ -63,15 +63,14 @@ int run_sft(Context& ctx) {
 
   auto ops = make_ops(ctx);
   const train::LossScaling scaling = loss_scaling(ctx, ops->storage());
-  model::ModelOptions mo{full, cfg.get_bool("model.recompute"), cfg.get_string("train.master_weights") == "always"};
-  mo.shard_base = shard_base;
-  mo.shard_keep = cfg.get_bool("model.shard_base_keep");
+  const model::ModelOptions mo = model_options(cfg, full);
   train::CommGatherer gatherer(ctx.comm, *ops);
-  model::Transformer net(mc, *ops, mo, shard_base ? &gatherer : nullptr);
+  model::Transformer net(mc, *ops, mo, mo.shard_base ? &gatherer : nullptr);
   const auto seed = static_cast<std::uint64_t>(cfg.get_int("train.seed"));
   env.agree([&] {
     if (random_init) net.init_random(seed, static_cast<float>(cfg.get_float("model.init_std")));
     else net.load_weights(model_dir);
+    log_base_memory(net);
     if (!full) setup_trainable_lora(ctx, net, seed);
   });
 

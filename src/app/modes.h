@@ -26,6 +26,7 @@ class Ops;
 namespace mgrl::model {
 class Transformer;
 struct LoraConfig;
+struct ModelOptions;
 }
 
 namespace mgrl::app {
@@ -47,12 +48,16 @@ int run_sft(Context& ctx);
 int run_grpo(Context& ctx);
 // `mgrl dpo`: direct preference optimisation on preference pairs (docs/dpo.md).
 int run_dpo(Context& ctx);
+// `mgrl ppo`: reinforcement learning with a value head and GAE, as trl's PPO trainer (docs/ppo.md).
+int run_ppo(Context& ctx);
 // `mgrl reward`: the [[reward]] functions on a JSONL of {prompt, completion, ...} lines, JSON lines out.
 int run_reward(Context& ctx);
 // `mgrl export`: a checkpoint as a PEFT adapter directory, optionally also merged into a full model.
 int run_export(Context& ctx);
 // `mgrl generate`: completions of JSONL prompts into a JSONL file (docs/generate.md).
 int run_generate(Context& ctx);
+// `mgrl plan`: the memory a rank of the configured run needs, by part, from the model's shape alone (docs/large-models.md).
+int run_plan(dist::MpiEnv& env, const io::Config& cfg);
 // `mgrl render`: the text, token ids and assistant mask of each {"messages"} line, JSON lines out (docs/sft.md).
 int run_render(Context& ctx);
 
@@ -65,6 +70,8 @@ std::unique_ptr<kernels::Ops> make_ops(const Context& ctx);
 train::LossScaling loss_scaling(const Context& ctx, DType storage);
 // Base weights from model_dir and, when adapter is not empty, that PEFT adapter; errors agreed on by all ranks.
 void load_model(const Context& ctx, model::Transformer& net, const std::string& model_dir, const std::string& adapter);
+// One line on rank 0 when the base projections are NF4 (QLoRA): their bytes, the workspace's, the dense rest's.
+void log_base_memory(model::Transformer& net);
 // Peak dense bf16/fp16 tensor throughput (TFLOP/s) of GPUs whose name we recognise (for MFU); 0 when unknown.
 double gpu_peak_tflops(const dist::Device& d);
 // How {"messages"} become text and tokens (io/chat_template.h): the format named by format_key (auto: the model's
@@ -73,6 +80,9 @@ io::ChatTemplate chat_template(const io::Config& cfg, const char* format_key, co
 // The LoRA configuration of a run: lora.adapter's adapter_config.json when given (lora.dropout from the keys),
 // else the lora.* keys.
 model::LoraConfig lora_config(const io::Config& cfg);
+// The model's options from model.recompute, model.quantize, model.quantize_double, model.shard_base,
+// model.shard_base_keep and train.master_weights.
+model::ModelOptions model_options(const io::Config& cfg, bool full_finetune);
 // Adds the LoRA adapter to train: the PEFT adapter of lora.adapter when given (its config wins over lora.r,
 // lora.alpha, lora.targets, lora.use_rslora), else a fresh one from the lora.* keys. Returns true when fresh
 // (B = 0: the starting policy is the base model). Call inside env.agree.
@@ -94,7 +104,16 @@ void check_batch_fits(const io::ModelConfig& mc, const std::string& key, std::in
 // The optimizer keys (train.max_grad_norm, adam_*, weight_decay, schedule, lr, warmup_steps / warmup_ratio over
 // max_steps) with the loss scaling chosen for this run: one reading for SFT, GRPO and DPO.
 train::OptimizerOptions optimizer_options(const io::Config& cfg, std::int64_t max_steps, const train::LossScaling& scaling);
-// model.tokenizer, or model.path when it is empty.
+// model.tokenizer, or model.path when it is empty (a UserError naming model.tokenizer when both are: model.shape).
 std::string tokenizer_dir(const io::Config& cfg);
+// The model's shape: the built-in model.shape when set, else model.path/config.json; model.num_layers replaces its
+// num_hidden_layers when not 0. *source names where it came from for messages (the config.json path, or
+// "model.shape = \"NAME\""). UserError for an unknown shape (listing the known ones) or a bad config.json.
+io::ModelConfig model_config(const io::Config& cfg, std::string* source = nullptr);
+// model_config for a training mode (sft, grpo, dpo, ppo), which also refuses a model.shape or model.num_layers without
+// model.init = "random" (there are no weights to load for them).
+io::ModelConfig training_model_config(const io::Config& cfg, std::string* source);
+// UserError when model.shape or model.num_layers is set in a mode that loads weights (generate, score).
+void refuse_shape(const io::Config& cfg, const std::string& mode);
 
 }  // namespace mgrl::app

@@ -49,9 +49,12 @@ int run(dist::MpiEnv& env, int argc, char** argv) {
       return 0;
     }
 
+    // plan reads shapes and settings only: no device, no communicator (it plans for a GPU on any machine).
+    if (mode == "plan") return run_plan(env, cfg);
+
     // Training stops gracefully on SIGUSR1 / SIGTERM / SIGINT (checkpoint, exit kExitStopped); other modes keep
     // the default actions.
-    const bool training = mode == "sft" || mode == "grpo" || mode == "dpo";
+    const bool training = mode == "sft" || mode == "grpo" || mode == "dpo" || mode == "ppo";
     if (training) stop::install_handlers();
     const auto exit_code = [](int rc) { return rc == 0 && stop::stopped_early() ? kExitStopped : rc; };
 
@@ -69,6 +72,7 @@ int run(dist::MpiEnv& env, int argc, char** argv) {
     if (mode == "sft") return exit_code(run_sft(ctx));
     if (mode == "grpo") return exit_code(run_grpo(ctx));
     if (mode == "dpo") return exit_code(run_dpo(ctx));
+    if (mode == "ppo") return exit_code(run_ppo(ctx));
     if (mode == "reward") return run_reward(ctx);
     if (mode == "export") return run_export(ctx);
     if (mode == "score") return run_score(ctx);

@@ -11,6 +11,7 @@ std::size_t dtype_size(DType t) {
     case DType::F64: return 8;
     case DType::I32: return 4;
     case DType::I64: return 8;
+    case DType::U8: return 1;
   }
   return 0;
 }
@@ -23,10 +24,11 @@ const char* dtype_name(DType t) {
     case DType::F64: return "f64";
     case DType::I32: return "i32";
     case DType::I64: return "i64";
+    case DType::U8: return "u8";
   }
   return "?";
 }
 
-bool dtype_is_float(DType t) { return t != DType::I32 && t != DType::I64; }
+bool dtype_is_float(DType t) { return t != DType::I32 && t != DType::I64 && t != DType::U8; }
 
 }  // namespace mgrl

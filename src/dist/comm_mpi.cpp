@@ -20,6 +20,7 @@ MPI_Datatype mpi_type(DType t) {
     case DType::F64: return MPI_DOUBLE;
     case DType::I32: return MPI_INT32_T;
     case DType::I64: return MPI_INT64_T;
+    case DType::U8: return MPI_UINT8_T;
     case DType::F16:
     case DType::BF16: break;
   }

@@ -26,6 +26,7 @@ ncclDataType_t nccl_type(DType t) {
     case DType::F64: return ncclFloat64;
     case DType::I32: return ncclInt32;
     case DType::I64: return ncclInt64;
+    case DType::U8: return ncclUint8;
   }
   throw FatalError("unknown dtype for NCCL");
 }

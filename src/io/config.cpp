@@ -31,6 +31,13 @@ const char* value_type_name(ValueType t) {
 
 namespace {
 
+// The key whose value waives a required key (the "unless KEY" entry of its required_modes), or "".
+std::string waiver(const KeySpec& ks) {
+  for (const auto& m : ks.required_modes)
+    if (m.rfind("unless ", 0) == 0) return m.substr(7);
+  return "";
+}
+
 std::size_t edit_distance(const std::string& a, const std::string& b) {
   std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
   for (std::size_t j = 0; j <= b.size(); ++j) prev[j] = j;
@@ -397,6 +404,7 @@ Config Config::load(const Schema& schema, const std::string& file, const std::ve
 void Config::finish(const std::string& mode_from_cli) {
   const KeySpec* mode_key = find_key(*schema_, "mode");
   if (mode_key && !mode_from_cli.empty()) {
+    if (is_set("mode")) mode_before_cli_ = get_string("mode");
     const std::string bad = check_value(*mode_key, Value(mode_from_cli));
     if (!bad.empty()) throw UserError("command line: " + bad);
     set(*mode_key, Value(mode_from_cli), {Origin::CommandLine, 0});
@@ -407,10 +415,13 @@ void Config::finish(const std::string& mode_from_cli) {
     // An empty string for a key without a default (`--model.path=`) is as good as none.
     const bool empty = is_set(ks.name) && ks.type == ValueType::String && std::get<std::string>(values_.at(ks.name)).empty();
     if (is_set(ks.name) && !empty) continue;
+    const std::string waived_by = waiver(ks);
     const bool required =
-        ks.required_modes.empty() ||
+        ks.required_modes.size() == (waived_by.empty() ? 0u : 1u) ||
         std::find(ks.required_modes.begin(), ks.required_modes.end(), mode) != ks.required_modes.end();
     if (!required) continue;
+    if (!waived_by.empty() && is_set(waived_by) && values_.at(waived_by) != Value(std::string()))
+      continue;  // the alternative key is given
     if (ks.name == "mode")
       throw UserError("no mode given: name one on the command line (mgrl MODE ...) or set mode = \"...\" in the "
                       "input file; modes: " + [&] {
@@ -420,7 +431,8 @@ void Config::finish(const std::string& mode_from_cli) {
                       }());
     throw UserError(std::string(empty ? "empty value of" : "missing") + " required key '" + ks.name + "'" +
                     (mode.empty() ? "" : " for mode " + mode) +
-                    ": set it in the input file or pass --" + ks.name + "=VALUE");
+                    ": set it in the input file or pass --" + ks.name + "=VALUE" +
+                    (waived_by.empty() ? "" : " (or set " + waived_by + ")"));
   }
 }
 
@@ -545,10 +557,13 @@ std::string help_config(const Schema& schema, const std::string& title) {
     if (ks.max) out << "; <= " << format_bound(ks, *ks.max);
     if (!ks.def) {
       out << "; required";
-      if (!ks.required_modes.empty()) {
+      if (ks.required_modes.size() > (waiver(ks).empty() ? 0u : 1u)) {
         out << " in mode";
-        for (std::size_t i = 0; i < ks.required_modes.size(); ++i) out << (i ? ", " : " ") << ks.required_modes[i];
+        int shown = 0;
+        for (const auto& m : ks.required_modes)
+          if (m.rfind("unless ", 0) != 0) out << (shown++ ? ", " : " ") << m;
       }
+      if (!waiver(ks).empty()) out << " unless " << waiver(ks) << " is set";
     }
     out << ")\n";
     if (ks.def) out << local << " = " << to_toml_literal(*ks.def) << "\n";

@@ -22,7 +22,9 @@ struct KeySpec {
   std::string doc;           // one line
   std::vector<std::string> choices;         // allowed strings (empty: any)
   std::optional<double> min, max;           // bounds for Int and Float
-  std::vector<std::string> required_modes;  // required only in these modes (empty + no def: always)
+  // Required only in these modes (empty + no def: always). An entry "unless KEY" waives the requirement when KEY
+  // has a non-empty value (an alternative to this key).
+  std::vector<std::string> required_modes;
 };
 
 using Schema = std::vector<KeySpec>;
@@ -70,6 +72,9 @@ class Config {
   const std::vector<TableItem>& tables(const std::string& name) const;
   Origin origin(const std::string& key) const;
   const std::string& file() const { return file_; }
+  // The mode the input file (or a --mode= override) named before the command line's mode replaced it ("" when
+  // none): what `mgrl plan input.toml` plans.
+  const std::string& mode_before_cli() const { return mode_before_cli_; }
 
   // The effective configuration as TOML (every key with a value), e.g. for checkpoints.
   std::string to_toml() const;
@@ -81,6 +86,7 @@ class Config {
 
   const Schema* schema_ = nullptr;
   std::string file_;
+  std::string mode_before_cli_;
   std::map<std::string, Value> values_;
   std::map<std::string, Origin> origins_;
   std::map<std::string, std::vector<TableItem>> tables_;

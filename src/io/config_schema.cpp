@@ -5,8 +5,8 @@
 namespace mgrl::io {
 
 const std::vector<std::string>& mgrl_modes() {
-  static const std::vector<std::string> modes{"info", "sft", "grpo", "dpo", "reward", "export", "score", "generate",
-                                              "render", "help-config"};
+  static const std::vector<std::string> modes{"info", "sft", "grpo", "dpo", "ppo", "reward", "export", "score", "generate",
+                                              "render", "plan", "help-config"};
   return modes;
 }
 
@@ -17,10 +17,11 @@ const Schema& mgrl_schema() {
     auto add = [&s](KeySpec k) { s.push_back(std::move(k)); };
     add({"mode", T::String, std::nullopt,
          "what to run: info (ranks, devices, versions), sft (supervised fine-tuning), grpo (reinforcement learning "
-         "with group-relative policy optimisation), dpo (direct preference optimisation on preference pairs), reward "
+         "with group-relative policy optimisation), dpo (direct preference optimisation on preference pairs), ppo "
+         "(reinforcement learning with a value head and GAE, as trl's PPO trainer), reward "
          "(score completions with the [[reward]] functions), export (a checkpoint as a PEFT adapter or merged model), "
          "score (log-probs of token sequences), generate (completions of prompts), render (the text, tokens and "
-         "assistant mask of chat data) or help-config (this list); the command line may name it instead",
+         "assistant mask of chat data), plan (the memory a run needs per rank, from the model's shape alone) or help-config (this list); the command line may name it instead",
          mgrl_modes(), {}, {}, {}});
     add({"runtime.backend", T::String, Value(std::string("auto")),
          "compute backend: auto (CUDA when every rank has a GPU of its own, else CPU), cpu or cuda",
@@ -33,10 +34,20 @@ const Schema& mgrl_schema() {
          {}, 0.0, std::nullopt, {}});
     add({"model.path", T::String, std::nullopt,
          "Hugging Face model directory: config.json and model.safetensors (or a sharded index)", {}, {}, {},
-         {"score", "generate", "sft", "grpo", "dpo", "render"}});
+         {"score", "generate", "sft", "grpo", "dpo", "ppo", "render", "unless model.shape"}});
+    add({"model.shape", T::String, Value(std::string("")),
+         "a built-in model shape instead of model.path's config.json (sft, grpo, dpo, ppo with model.init = \"random\", "
+         "and plan): tiny-llama, llama-3.2-1b, llama-3.2-3b, llama-3.1-8b, llama-3.1-70b, qwen2.5-0.5b, -1.5b, -3b, "
+         "-7b, -14b, -32b, -72b, qwen3-0.6b, qwen3-8b, qwen3-32b; the tokenizer then comes from model.tokenizer",
+         {}, {}, {}, {}});
+    add({"model.num_layers", T::Int, Value(std::int64_t{0}),
+         "decoder layers of the model instead of its config's num_hidden_layers (model.init = \"random\" or plan: "
+         "e.g. a 70B-shaped step on fewer layers); 0: the config's",
+         {}, 0.0, 4096.0, {}});
     add({"model.init", T::String, Value(std::string("pretrained")),
-         "pretrained: weights from model.path; random: only model.path/config.json is read and the weights are "
-         "drawn (normal(0, model.init_std); norms 1) for training a small model from scratch",
+         "pretrained: weights from model.path; random: only the model's shape is read (model.path/config.json or "
+         "model.shape) and the weights are drawn (normal(0, model.init_std); norms 1), seeded by train.seed: for "
+         "training a small model from scratch, or measuring a large model's step without its files",
          {"pretrained", "random"}, {}, {}, {}});
     add({"model.init_std", T::Float, Value(0.02), "standard deviation of random initial weights", {}, 0.0, {}, {}});
     add({"model.recompute", T::Bool, Value(false),
@@ -56,6 +67,17 @@ const Schema& mgrl_schema() {
          {"auto", "bf16", "fp16"}, {}, {}, {}});
     add({"model.tokenizer", T::String, Value(std::string("")),
          "directory with tokenizer.json (and tokenizer_config.json); empty: model.path", {}, {}, {}, {}});
+    add({"model.quantize", T::String, Value(std::string("none")),
+         "frozen base projections (q/k/v/o, gate/up/down) quantized at load: none, or nf4 (QLoRA: 4-bit NormalFloat "
+         "in bitsandbytes' layout, blocks of 64 values with an absmax each, dequantized per layer into a workspace "
+         "for the GEMMs); embeddings, norms and lm_head stay dense. A model.path that transformers saved in "
+         "bitsandbytes 4-bit form (config.json quantization_config) is read as NF4 whatever this says. LoRA only: "
+         "refused with train.full_finetune",
+         {"none", "nf4"}, {}, {}, {}});
+    add({"model.quantize_double", T::Bool, Value(false),
+         "with model.quantize = \"nf4\": double quantization (bitsandbytes' bnb_4bit_use_double_quant): each block's "
+         "absmax stored as 8 bits with an fp32 scale per 256 blocks (about 0.37 fewer bits a weight)",
+         {}, {}, {}, {}});
     add({"lora.adapter", T::String, Value(std::string("")),
          "PEFT LoRA adapter directory (adapter_config.json + adapter_model.safetensors) to apply; empty: none",
          {}, {}, {}, {}});
@@ -63,7 +85,7 @@ const Schema& mgrl_schema() {
          "input JSONL file; score: {\"tokens\": [ids]}, {\"text\": text} or {\"messages\": [...]} per line; generate: "
          "{\"prompt\": text}, {\"messages\": [{\"role\", \"content\"}]} or {\"prompt_tokens\": [ids]} per line; "
          "dpo: {\"prompt\", \"chosen\", \"rejected\"} per line (docs/dpo.md); render: {\"messages\": [...]} per line",
-         {}, {}, {}, {"score", "generate", "sft", "grpo", "dpo", "reward", "render"}});
+         {}, {}, {}, {"score", "generate", "sft", "grpo", "dpo", "ppo", "reward", "render"}});
     add({"chat.template", T::String, Value(std::string("")),
          "a Jinja chat template file (.jinja) used instead of the model's own (tokenizer_config.json chat_template or "
          "chat_template.jinja); empty: the model's. Only with chat_format = auto",
@@ -209,6 +231,18 @@ const Schema& mgrl_schema() {
          1.0, {}, {}});
     add({"generate.kv_block_size", T::Int, Value(std::int64_t{16}),
          "positions per KV-cache block (a prompt's blocks are shared by its completions)", {}, 1.0, 4096.0, {}});
+    add({"plan.gpus", T::Int, Value(std::int64_t{1}),
+         "plan: the ranks (GPUs) of the planned job; `mgrl plan --gpus N` sets it", {}, 1.0, 65536.0, {}});
+    add({"plan.gpu_memory", T::String, Value(std::string("80GiB")),
+         "plan: memory of one GPU (or, with plan.target = \"cpu\", of one rank's share of the host) to fit, e.g. "
+         "80GiB, 141GB, 16GiB; `mgrl plan --gpu-memory 80GiB` sets it",
+         {}, {}, {}, {}});
+    add({"plan.target", T::String, Value(std::string("cuda")),
+         "plan: the backend planned for: cuda (bf16/fp16 storage, CUDA context and cuBLAS workspace) or cpu (f32 "
+         "storage, peak host memory of the process)",
+         {"cuda", "cpu"}, {}, {}, {}});
+    add({"plan.json", T::Bool, Value(false), "plan: print the plan as one JSON object instead of a table; `mgrl plan "
+         "--json` sets it", {}, {}, {}, {}});
     add({"grpo.num_generations", T::Int, Value(std::int64_t{8}),
          "completions sampled per prompt (the group G); they share one prefill of the prompt", {}, 2.0, {}, {}});
     add({"grpo.max_prompt_length", T::Int, Value(std::int64_t{512}),
@@ -282,6 +316,43 @@ const Schema& mgrl_schema() {
          "compute the reference log-probs of every pair once before training instead of once per batch (always so "
          "with full fine-tuning or a starting lora.adapter, whose reference is the starting weights)", {}, {}, {},
          {}});
+    // [ppo] (docs/ppo.md): trl's PPOTrainer (trl.experimental.ppo, trl 1.12.0) under its names and defaults.
+    add({"ppo.max_prompt_length", T::Int, Value(std::int64_t{512}),
+         "longest prompt in tokens; longer prompts keep their last tokens", {}, 1.0, {}, {}});
+    add({"ppo.response_length", T::Int, Value(std::int64_t{53}),
+         "most tokens generated per response; a response that stops (EOS) before it also gets a value at the state "
+         "after its last token, where its score is placed", {}, 1.0, {}, {}});
+    add({"ppo.temperature", T::Float, Value(0.7),
+         "sampling temperature; the policy's and the reference's log-probs use the same temperature (as trl)", {},
+         1e-6, {}, {}});
+    add({"ppo.kl_coef", T::Float, Value(0.05),
+         "weight of the per-token KL penalty in the rewards: r_t = -kl_coef * kl_t, plus the score at the last "
+         "position (a fixed coefficient: trl's PPO trainer has no adaptive one)", {}, 0.0, {}, {}});
+    add({"ppo.kl_estimator", T::String, Value(std::string("k1")),
+         "per-token KL estimate against the reference (the adapter switched off): k1 = logp - ref_logp, k3 = "
+         "exp(ref_logp - logp) - 1 - (ref_logp - logp)", {"k1", "k3"}, {}, {}, {}});
+    add({"ppo.missing_eos_penalty", T::Float, Value(0.0),
+         "subtracted from the score of a response that has no EOS (reached response_length); 0: none", {}, 0.0, {},
+         {}});
+    add({"ppo.whiten_rewards", T::Bool, Value(false),
+         "whiten the per-token rewards over the batch (unit variance, mean kept) before GAE", {}, {}, {}, {}});
+    add({"ppo.gamma", T::Float, Value(1.0), "discount factor of the returns", {}, 0.0, 1.0, {}});
+    add({"ppo.lam", T::Float, Value(0.95), "GAE lambda (1: Monte Carlo returns minus values; 0: one-step TD)", {}, 0.0,
+         1.0, {}});
+    add({"ppo.cliprange", T::Float, Value(0.2),
+         "policy ratios outside [1 - cliprange, 1 + cliprange] are clipped in the loss", {}, 0.0, {}, {}});
+    add({"ppo.cliprange_value", T::Float, Value(0.2),
+         "value predictions are clipped to the rollout's value +- cliprange_value in the value loss", {}, 0.0, {}, {}});
+    add({"ppo.vf_coef", T::Float, Value(0.1), "weight of the value loss: loss = policy loss + vf_coef * value loss", {},
+         0.0, {}, {}});
+    add({"ppo.num_ppo_epochs", T::Int, Value(std::int64_t{4}),
+         "passes over each rollout batch, each in a fresh random order of its sequences", {}, 1.0, {}, {}});
+    add({"ppo.num_mini_batches", T::Int, Value(std::int64_t{1}),
+         "mini-batches (optimizer steps) per pass; must divide the rollout batch (train.batch_size)", {}, 1.0, {},
+         {}});
+    add({"ppo.value_lr", T::Float, Value(0.0),
+         "learning rate of the value head (a linear layer on the policy's last hidden state, AdamW of its own); 0: "
+         "train.lr", {}, 0.0, {}, {}});
     add({"rollouts.every_steps", T::Int, Value(std::int64_t{1}),
          "write <log.dir>/rollouts/step_<8 digits>.h5 every N steps (and at the last); 0: never", {}, 0.0, {}, {}});
     // [[reward]] tables (docs/rewards.md): one reward function each; the total reward is their weighted sum.

@@ -27,6 +27,7 @@ hid_t h5_type(DType t) {
     case DType::F64: return H5T_NATIVE_DOUBLE;
     case DType::I32: return H5T_NATIVE_INT32;
     case DType::I64: return H5T_NATIVE_INT64;
+    case DType::U8: return H5T_NATIVE_UINT8;
     case DType::F16:
     case DType::BF16: break;
   }

@@ -1,4 +1,4 @@
-// hf_config.cpp: reading config.json of Llama/Qwen2/Qwen3 models, and the list of tensors a model needs.
+// hf_config.cpp: reading config.json of Llama/Qwen2/Qwen3/Gemma2/Gemma3/Mistral models, and the list of tensors a model needs.
 #include "io/hf_config.h"
 
 #include <unistd.h>
@@ -23,13 +23,17 @@ const char* architecture_name(Architecture a) {
     case Architecture::Llama: return "LlamaForCausalLM";
     case Architecture::Qwen2: return "Qwen2ForCausalLM";
     case Architecture::Qwen3: return "Qwen3ForCausalLM";
+    case Architecture::Gemma2: return "Gemma2ForCausalLM";
+    case Architecture::Gemma3: return "Gemma3ForCausalLM";
+    case Architecture::Mistral: return "MistralForCausalLM";
   }
   return "?";
 }
 
 namespace {
 
-constexpr const char* kSupported = "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM";
+constexpr const char* kSupported =
+    "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, MistralForCausalLM";
 
 // What a JSON value is, for messages: "a string (\"x\")", "null", ...
 std::string describe(const json& v) {
@@ -115,6 +119,13 @@ Architecture parse_architecture(const json& j, const Keys& k, const std::string&
       if (s == "LlamaForCausalLM") return Architecture::Llama;
       if (s == "Qwen2ForCausalLM") return Architecture::Qwen2;
       if (s == "Qwen3ForCausalLM") return Architecture::Qwen3;
+      if (s == "Gemma2ForCausalLM") return Architecture::Gemma2;
+      if (s == "Gemma3ForCausalLM") return Architecture::Gemma3;
+      if (s == "MistralForCausalLM") return Architecture::Mistral;
+      if (s == "Gemma3ForConditionalGeneration") {
+        throw UserError(file + ": architecture 'Gemma3ForConditionalGeneration' is Gemma 3 with its vision tower; "
+                               "only the text model (Gemma3ForCausalLM, model_type gemma3_text) is supported");
+      }
       names += (names.empty() ? "'" : ", '") + s + "'";
     }
     throw UserError(file + ": unsupported architecture " + names + " (supported: " + kSupported + ")");
@@ -125,6 +136,13 @@ Architecture parse_architecture(const json& j, const Keys& k, const std::string&
     if (t == "llama") return Architecture::Llama;
     if (t == "qwen2") return Architecture::Qwen2;
     if (t == "qwen3") return Architecture::Qwen3;
+    if (t == "gemma2") return Architecture::Gemma2;
+    if (t == "gemma3_text") return Architecture::Gemma3;
+    if (t == "mistral") return Architecture::Mistral;
+    if (t == "gemma3") {
+      throw UserError(file + ": model_type 'gemma3' is Gemma 3 with its vision tower; only the text model "
+                             "(model_type gemma3_text) is supported");
+    }
     throw UserError(file + ": unsupported model_type '" + t + "' and no \"architectures\" (supported: " +
                     kSupported + ")");
   }
@@ -146,13 +164,17 @@ std::optional<RopeScaling> parse_rope(const json& obj, const std::string& key, c
     throw UserError(file + ": key '" + key + "' has no 'rope_type'");
   }
   if (type == "default") return std::nullopt;
-  if (type != "llama3") {
+  if (type != "llama3" && type != "linear") {
     throw UserError(file + ": unsupported rope_scaling type '" + type + "' in key '" + key +
-                    "' (supported: llama3, or none)");
+                    "' (supported: llama3, linear, or none)");
   }
   RopeScaling s;
   s.rope_type = type;
   s.factor = r.get_number("factor");
+  if (type == "linear") {
+    if (!(s.factor > 0)) r.fail("factor", "must be positive");
+    return s;
+  }
   s.low_freq_factor = r.get_number("low_freq_factor");
   s.high_freq_factor = r.get_number("high_freq_factor");
   s.original_max_position_embeddings = r.get_int("original_max_position_embeddings");
@@ -168,7 +190,7 @@ std::optional<RopeScaling> parse_rope(const json& obj, const std::string& key, c
 double parameter_count(const ModelConfig& c) {
   const double h = static_cast<double>(c.hidden_size), q = static_cast<double>(c.q_dim()),
                kv = static_cast<double>(c.kv_dim()), f = static_cast<double>(c.intermediate_size);
-  const double per_layer = 2 * h + 2 * q * h + 2 * kv * h + 3 * f * h + (c.qkv_bias ? q + 2 * kv : 0) +
+  const double per_layer = (c.gemma ? 4 : 2) * h + 2 * q * h + 2 * kv * h + 3 * f * h + (c.qkv_bias ? q + 2 * kv : 0) +
                            (c.o_bias ? h : 0) + (c.qk_norm ? 2.0 * static_cast<double>(c.head_dim) : 0);
   return static_cast<double>(c.vocab_size) * h * (c.tie_word_embeddings ? 1 : 2) + h +
          static_cast<double>(c.num_hidden_layers) * per_layer;
@@ -186,6 +208,90 @@ namespace {
 void check_limit(const Keys& k, const std::string& key, std::int64_t value, std::int64_t limit) {
   if (value > limit)
     k.fail(key, "is " + std::to_string(value) + ", more than mgrl supports (" + std::to_string(limit) + ")");
+}
+
+// quantization_config: absent -> nullopt; bitsandbytes 4-bit NF4 -> its settings; anything else -> UserError.
+std::optional<Bnb4bitConfig> parse_quantization(const Keys& k, const std::string& path) {
+  const json* q = k.find("quantization_config");
+  if (!q) return std::nullopt;
+  if (!q->is_object()) k.fail("quantization_config", "must be an object, not " + describe(*q));
+  const Keys qk(*q, path, "quantization_config.");
+  const std::string method = qk.get_string("quant_method", "bitsandbytes");
+  if (method != "bitsandbytes")
+    qk.fail("quant_method", "is '" + method + "': mgrl reads bitsandbytes 4-bit (NF4) models only");
+  if (qk.get_bool("load_in_8bit", false) || qk.get_bool("_load_in_8bit", false))
+    qk.fail("load_in_8bit", "is true: mgrl reads bitsandbytes 4-bit (NF4) models, not 8-bit ones");
+  if (!qk.get_bool("load_in_4bit", false) && !qk.get_bool("_load_in_4bit", false))
+    qk.fail("load_in_4bit", "is not true: mgrl reads bitsandbytes 4-bit (NF4) models only");
+  const std::string type = qk.get_string("bnb_4bit_quant_type", "fp4");
+  if (type != "nf4") qk.fail("bnb_4bit_quant_type", "is '" + type + "': mgrl reads NF4 only (not fp4)");
+  const std::string storage = qk.get_string("bnb_4bit_quant_storage", "uint8");
+  if (storage != "uint8")
+    qk.fail("bnb_4bit_quant_storage", "is '" + storage + "': mgrl reads uint8 NF4 storage only");
+  Bnb4bitConfig b;
+  b.double_quant = qk.get_bool("bnb_4bit_use_double_quant", false);
+  b.compute_dtype = qk.get_string("bnb_4bit_compute_dtype", "");
+  if (const json* skip = qk.find("llm_int8_skip_modules")) {
+    if (!skip->is_array()) qk.fail("llm_int8_skip_modules", "must be a list of module names");
+    for (const json& m : *skip) {
+      if (!m.is_string()) qk.fail("llm_int8_skip_modules", "must be a list of module names");
+      b.skip_modules.push_back(m.get<std::string>());
+    }
+  }
+  return b;
+}
+
+// A number key that transformers defaults to `def` when absent and turns off when null (soft-capping, windows).
+double optional_number(const json& j, const Keys& k, const std::string& key, double def) {
+  if (!j.contains(key)) return def;
+  if (j.at(key).is_null()) return 0;
+  const double v = k.get_number(key);
+  if (!(v > 0)) k.fail(key, "must be positive or null");
+  return v;
+}
+
+// Gemma's scalars (query_pre_attn_scalar, the soft-caps) and the sliding window with the layers it applies to.
+void parse_gemma_and_windows(ModelConfig& c, const json& j, const Keys& k) {
+  const bool gemma2 = c.arch == Architecture::Gemma2, gemma3 = c.arch == Architecture::Gemma3;
+  if (c.gemma) {
+    c.query_pre_attn_scalar = optional_number(j, k, "query_pre_attn_scalar", 256);
+    if (c.query_pre_attn_scalar == 0) k.fail("query_pre_attn_scalar", "must be a positive number");
+    c.attn_logit_softcapping = optional_number(j, k, "attn_logit_softcapping", gemma2 ? 50.0 : 0.0);
+    c.final_logit_softcapping = optional_number(j, k, "final_logit_softcapping", gemma2 ? 30.0 : 0.0);
+    if (k.get_bool("use_bidirectional_attention", false)) {
+      k.fail("use_bidirectional_attention", "is true: only causal attention is supported");
+    }
+  }
+  const std::size_t n = static_cast<std::size_t>(c.num_hidden_layers);
+  c.layer_sliding.assign(n, false);
+  if (!c.gemma && c.arch != Architecture::Mistral) return;  // Llama, Qwen: no windows (Qwen's switch is refused)
+  const double window = optional_number(j, k, "sliding_window", 4096);  // transformers' default for all three
+  if (window != std::floor(window) || window > 1e9) k.fail("sliding_window", "must be a positive integer or null");
+  c.sliding_window = static_cast<std::int64_t>(window);
+  if (c.sliding_window == 0) return;
+  if (c.arch == Architecture::Mistral) {  // transformers' Mistral slides on every layer (it ignores layer_types)
+    c.layer_sliding.assign(n, true);
+    return;
+  }
+  if (const json* types = k.find("layer_types")) {
+    if (!types->is_array() || types->size() != n) {
+      k.fail("layer_types", "must be a list of num_hidden_layers (" + std::to_string(n) + ") strings");
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      const json& t = (*types)[i];
+      if (t == "sliding_attention") {
+        c.layer_sliding[i] = true;
+      } else if (t != "full_attention") {
+        k.fail("layer_types", "entry " + std::to_string(i) + " is " + describe(t) +
+                                  "; only 'sliding_attention' and 'full_attention' are supported");
+      }
+    }
+    return;
+  }
+  // transformers' defaults: Gemma 2 slides on even layers; Gemma 3 on all but every sliding_window_pattern-th.
+  const std::int64_t pattern = gemma3 ? k.get_int("sliding_window_pattern", 6) : 2;
+  if (pattern <= 0) k.fail("sliding_window_pattern", "must be positive");
+  for (std::size_t i = 0; i < n; ++i) c.layer_sliding[i] = (static_cast<std::int64_t>(i) + 1) % pattern != 0;
 }
 
 std::string gib(double bytes) {
@@ -224,6 +330,8 @@ ModelConfig parse_hf_config(const std::string& path) {
   } else if (c.arch == Architecture::Qwen3) {
     // transformers' Qwen3 default (128) is not hidden_size / num_attention_heads; its configs name it.
     throw UserError(path + ": missing required key 'head_dim' (Qwen3 configs give it)");
+  } else if (c.arch == Architecture::Gemma2 || c.arch == Architecture::Gemma3) {
+    throw UserError(path + ": missing required key 'head_dim' (Gemma configs give it)");
   } else {
     if (c.hidden_size % c.num_attention_heads != 0) {
       k.fail("num_attention_heads", "must divide hidden_size (" + std::to_string(c.hidden_size) +
@@ -236,25 +344,53 @@ ModelConfig parse_hf_config(const std::string& path) {
   c.max_position_embeddings = k.get_positive("max_position_embeddings");
 
   // RoPE: rope_theta + rope_scaling (transformers 4.x), or rope_parameters holding both (5.x).
+  // Gemma 3 has two RoPEs: the global layers' (rope_theta, rope_scaling) and the sliding layers'
+  // (rope_local_base_freq, never scaled); 5.x nests both in rope_parameters by layer type.
+  const bool gemma3 = c.arch == Architecture::Gemma3;
   const json* params = k.find("rope_parameters");
   if (params && !params->is_object()) k.fail("rope_parameters", "must be an object, not " + describe(*params));
+  std::string params_key = "rope_parameters";
+  if (params && (params->contains("full_attention") || params->contains("sliding_attention"))) {
+    const Keys nested(*params, path, "rope_parameters.");
+    if (const json* local = nested.find("sliding_attention")) {
+      if (!local->is_object()) nested.fail("sliding_attention", "must be an object, not " + describe(*local));
+      const Keys l(*local, path, "rope_parameters.sliding_attention.");
+      if (parse_rope(*local, "rope_parameters.sliding_attention", path)) {
+        l.fail("rope_type", "must be 'default': mgrl does not scale the RoPE of sliding layers");
+      }
+      c.rope_local_theta = l.get_number("rope_theta", 10000.0);
+      if (!(c.rope_local_theta > 0)) l.fail("rope_theta", "must be positive");
+    }
+    params = nested.find("full_attention");
+    if (params && !params->is_object()) nested.fail("full_attention", "must be an object, not " + describe(*params));
+    params_key = "rope_parameters.full_attention";
+  } else if (gemma3) {
+    c.rope_local_theta = k.get_number("rope_local_base_freq", 10000.0);
+    if (!(c.rope_local_theta > 0)) k.fail("rope_local_base_freq", "must be positive");
+  }
   if (k.find("rope_theta")) {
     c.rope_theta = k.get_number("rope_theta");
   } else if (params && params->contains("rope_theta")) {
-    c.rope_theta = Keys(*params, path, "rope_parameters.").get_number("rope_theta");
+    c.rope_theta = Keys(*params, path, params_key + ".").get_number("rope_theta");
   } else {
-    c.rope_theta = 10000.0;  // transformers' default for these architectures
+    c.rope_theta = gemma3 ? 1000000.0 : 10000.0;  // transformers' defaults for these architectures
   }
   if (!(c.rope_theta > 0)) k.fail("rope_theta", "must be positive");
   if (const json* s = k.find("rope_scaling")) {
     c.rope_scaling = parse_rope(*s, "rope_scaling", path);
   } else if (params) {
-    c.rope_scaling = parse_rope(*params, "rope_parameters", path);
+    c.rope_scaling = parse_rope(*params, params_key, path);
   }
+  if (gemma3 && c.rope_local_theta == 0) c.rope_local_theta = 10000.0;
 
-  c.hidden_act = k.get_string("hidden_act", "silu");
-  if (c.hidden_act != "silu") k.fail("hidden_act", "is '" + c.hidden_act + "'; only 'silu' is supported");
-  c.tie_word_embeddings = k.get_bool("tie_word_embeddings", false);
+  c.gemma = c.arch == Architecture::Gemma2 || gemma3;
+  // Gemma names its activation hidden_activation (hidden_act is an older spelling it also carries).
+  const std::string act_key = c.gemma && k.find("hidden_activation") ? "hidden_activation" : "hidden_act";
+  c.hidden_act = k.get_string(act_key, c.gemma ? "gelu_pytorch_tanh" : "silu");
+  if (c.hidden_act != "silu" && c.hidden_act != "gelu_pytorch_tanh") {
+    k.fail(act_key, "is '" + c.hidden_act + "'; only 'silu' and 'gelu_pytorch_tanh' are supported");
+  }
+  c.tie_word_embeddings = k.get_bool("tie_word_embeddings", c.gemma);  // transformers' Gemma default: tied
   switch (c.arch) {
     case Architecture::Llama:
       c.qkv_bias = c.o_bias = k.get_bool("attention_bias", false);
@@ -268,23 +404,38 @@ ModelConfig parse_hf_config(const std::string& path) {
       c.qkv_bias = c.o_bias = k.get_bool("attention_bias", false);
       c.qk_norm = true;
       break;
+    case Architecture::Gemma2:
+    case Architecture::Gemma3:
+      c.qkv_bias = c.o_bias = k.get_bool("attention_bias", false);
+      c.qk_norm = gemma3;
+      break;
+    case Architecture::Mistral:
+      break;
   }
-  if (c.arch != Architecture::Llama && k.get_bool("use_sliding_window", false)) {
+  parse_gemma_and_windows(c, j, k);
+  if ((c.arch == Architecture::Qwen2 || c.arch == Architecture::Qwen3) && k.get_bool("use_sliding_window", false)) {
     k.fail("use_sliding_window", "is true: sliding-window attention is not supported");
   }
   c.torch_dtype = k.find("torch_dtype") ? k.get_string("torch_dtype", "") : k.get_string("dtype", "");
+  c.bnb4bit = parse_quantization(k, path);
 
   if (c.q_dim() > (std::int64_t{1} << 20))
     k.fail("num_attention_heads", "x head_dim (" + std::to_string(c.q_dim()) + ") is more than mgrl supports (" +
                                       std::to_string(std::int64_t{1} << 20) + ")");
-  // The whole model must fit this machine's memory at 2 bytes a parameter (bf16/fp16; the CPU backend needs 4).
+  // The whole model must fit this machine's memory as the least any configuration stores it: 2 bytes a parameter
+  // (bf16/fp16; the CPU backend needs 4), its projections at about half a byte as NF4 (QLoRA: a bitsandbytes 4-bit
+  // directory, or model.quantize = "nf4", which this reader does not see). The run's own check is exact.
   const double n_params = parameter_count(c), memory = static_cast<double>(host_memory_bytes());
-  if (memory > 0 && n_params * 2 > memory) {
+  const double n_proj = static_cast<double>(c.num_hidden_layers) *
+                        static_cast<double>(c.hidden_size) *
+                        static_cast<double>(2 * c.q_dim() + 2 * c.kv_dim() + 3 * c.intermediate_size);
+  const double stored = (n_params - n_proj) * 2 + n_proj * 0.516;
+  if (memory > 0 && stored > memory) {
     char count[32];
     std::snprintf(count, sizeof count, "%.3g", n_params);
-    throw UserError(path + ": the model it describes has " + count + " parameters (" + gib(n_params * 2) +
-                    " at 2 bytes each), more than this machine's memory (" + gib(memory) +
-                    "): check vocab_size, hidden_size, intermediate_size and num_hidden_layers");
+    throw UserError(path + ": the model it describes has " + count + " parameters (" + gib(stored) +
+                    " with NF4 projections" + "), more than this machine's memory (" +
+                    gib(memory) + "): check vocab_size, hidden_size, intermediate_size and num_hidden_layers");
   }
 
   if (k.find("bos_token_id")) c.bos_token_id = k.get_int("bos_token_id");
@@ -322,6 +473,10 @@ std::vector<TensorSpec> expected_tensors(const ModelConfig& c) {
       out.push_back({p + "self_attn.k_norm.weight", {c.head_dim}});
     }
     out.push_back({p + "post_attention_layernorm.weight", {h}});
+    if (c.gemma) {
+      out.push_back({p + "pre_feedforward_layernorm.weight", {h}});
+      out.push_back({p + "post_feedforward_layernorm.weight", {h}});
+    }
     out.push_back({p + "mlp.gate_proj.weight", {f, h}});
     out.push_back({p + "mlp.up_proj.weight", {f, h}});
     out.push_back({p + "mlp.down_proj.weight", {h, f}});

@@ -1,5 +1,7 @@
-// hf_config.h: a Hugging Face model's config.json (Llama, Qwen2, Qwen3 causal LMs) and the tensors it implies.
+// hf_config.h: a Hugging Face model's config.json (Llama, Qwen2, Qwen3, Gemma 2, Gemma 3 text, Mistral causal LMs)
+// and the tensors it implies.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -9,16 +11,25 @@
 
 namespace mgrl::io {
 
-enum class Architecture { Llama, Qwen2, Qwen3 };
+enum class Architecture { Llama, Qwen2, Qwen3, Gemma2, Gemma3, Mistral };
 const char* architecture_name(Architecture a);  // "LlamaForCausalLM", ...
 
-// rope_scaling of type "llama3" (Llama 3.1+): per-frequency scaling of the rotary embedding.
+// rope_scaling of type "llama3" (Llama 3.1+: per-frequency scaling of the rotary embedding) or "linear" (every
+// inverse frequency divided by factor; Gemma 3's global layers).
 struct RopeScaling {
   std::string rope_type = "llama3";
   double factor = 1.0;
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
   std::int64_t original_max_position_embeddings = 8192;
+};
+
+// quantization_config of a model directory that transformers saved with bitsandbytes in 4-bit form
+// (quant_method "bitsandbytes", load_in_4bit). mgrl reads NF4 with uint8 storage; other quantizations are refused.
+struct Bnb4bitConfig {
+  bool double_quant = false;                // bnb_4bit_use_double_quant
+  std::string compute_dtype;                // bnb_4bit_compute_dtype (informative: mgrl computes in its own dtype)
+  std::vector<std::string> skip_modules;    // llm_int8_skip_modules (modules left dense)
 };
 
 struct ModelConfig {
@@ -38,12 +49,39 @@ struct ModelConfig {
   bool qkv_bias = false;             // q/k/v_proj have biases (Llama, Qwen3: attention_bias; Qwen2: always)
   bool o_bias = false;               // o_proj has a bias (Llama, Qwen3: attention_bias; Qwen2: never)
   bool qk_norm = false;              // per-head RMSNorm of q and k before RoPE (Qwen3)
-  std::string hidden_act = "silu";
+  std::string hidden_act = "silu";  // "silu" (SwiGLU) or "gelu_pytorch_tanh" (GeGLU, Gemma)
+  // Gemma 2/3: RMSNorm scales by (1 + weight), the embeddings are multiplied by sqrt(hidden_size), and norms
+  // stand before and after both attention and MLP (pre/post_feedforward_layernorm).
+  bool gemma = false;
+  double query_pre_attn_scalar = 0;    // attention scores scaled by its -1/2 power; 0: head_dim
+  double attn_logit_softcapping = 0;   // scores s -> cap * tanh(s / cap); 0: none
+  double final_logit_softcapping = 0;  // logits l -> cap * tanh(l / cap); 0: none
+  std::int64_t sliding_window = 0;     // on sliding layers key j is seen by query i iff i - window < j <= i; 0: none
+  std::vector<bool> layer_sliding;     // [num_hidden_layers]: the layer uses the sliding window
+  double rope_local_theta = 0;         // RoPE base of sliding layers (Gemma 3, never scaled); 0: rope_theta
   std::string torch_dtype;  // informative ("bfloat16", ...; "" when absent)
+  std::optional<Bnb4bitConfig> bnb4bit;  // set when config.json has a bitsandbytes 4-bit quantization_config
   std::optional<std::int64_t> bos_token_id;
   std::vector<std::int64_t> eos_token_ids;  // config.json gives one id or a list
 
   std::int64_t q_dim() const { return num_attention_heads * head_dim; }
+  bool is_sliding(std::int64_t layer) const {
+    return sliding_window > 0 && layer >= 0 && layer < static_cast<std::int64_t>(layer_sliding.size()) &&
+           layer_sliding[static_cast<std::size_t>(layer)];
+  }
+  // The window of a layer's attention (0: none) and its RoPE base and scaling.
+  std::int64_t layer_window(std::int64_t layer) const { return is_sliding(layer) ? sliding_window : 0; }
+  double layer_rope_theta(std::int64_t layer) const {
+    return is_sliding(layer) && rope_local_theta > 0 ? rope_local_theta : rope_theta;
+  }
+  const std::optional<RopeScaling>& layer_rope_scaling(std::int64_t layer) const {
+    static const std::optional<RopeScaling> none;
+    return is_sliding(layer) && rope_local_theta > 0 ? none : rope_scaling;
+  }
+  // The attention score scale: query_pre_attn_scalar^-1/2 (Gemma) or head_dim^-1/2.
+  double attention_scale() const {
+    return 1.0 / std::sqrt(query_pre_attn_scalar > 0 ? query_pre_attn_scalar : static_cast<double>(head_dim));
+  }
   std::int64_t kv_dim() const { return num_key_value_heads * head_dim; }
 };
 

@@ -47,6 +47,7 @@ const char* safetensors_dtype_name(DType t) {
     case DType::F64: return "F64";
     case DType::I32: return "I32";
     case DType::I64: return "I64";
+    case DType::U8: return "U8";
   }
   return "?";
 }
@@ -54,7 +55,8 @@ const char* safetensors_dtype_name(DType t) {
 bool parse_safetensors_dtype(const std::string& name, DType* out) {
   static const std::pair<const char*, DType> table[] = {{"F32", DType::F32}, {"F16", DType::F16},
                                                         {"BF16", DType::BF16}, {"F64", DType::F64},
-                                                        {"I32", DType::I32}, {"I64", DType::I64}};
+                                                        {"I32", DType::I32}, {"I64", DType::I64},
+                                                        {"U8", DType::U8}};
   for (const auto& [n, t] : table) {
     if (name == n) {
       *out = t;
@@ -165,7 +167,8 @@ void copy_to_f32(const TensorInfo& t, float* out) {
       }
       return;
     case DType::I32:
-    case DType::I64: break;  // refused above
+    case DType::I64:
+    case DType::U8: break;  // refused above
   }
 }
 
@@ -273,7 +276,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       if (dt == v.end() || !dt->is_string()) throw UserError(where + "no \"dtype\" string");
       if (!parse_safetensors_dtype(dt->get<std::string>(), &e.info.dtype)) {
         throw UserError(where + "dtype '" + dt->get<std::string>() +
-                        "' is not supported (supported: F32, F16, BF16, F64, I32, I64)");
+                        "' is not supported (supported: F32, F16, BF16, F64, I32, I64, U8)");
       }
       const auto sh = v.find("shape");
       if (sh == v.end() || !sh->is_array()) throw UserError(where + "no \"shape\" list");

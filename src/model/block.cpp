@@ -13,27 +13,33 @@ void block_forward(const ModelDef& def, int l, const BlockIO& io, int T, const B
   const int hd = static_cast<int>(cfg.head_dim);
   const float eps = static_cast<float>(cfg.rms_norm_eps);
   const std::size_t S = ops.storage_size();
+  const bool unit = def.unit_offset_norms(), post = cfg.gemma;
 
-  ops.rmsnorm_forward(io.h1, io.rstd1, io.x_in, Lw.attn_norm, T, D, eps);
+  ops.rmsnorm_forward(io.h1, io.rstd1, io.x_in, Lw.attn_norm, T, D, eps, unit);
   lin(Module::Q, cfg.qk_norm ? io.q_pre : io.q, io.h1);
   lin(Module::K, cfg.qk_norm ? io.k_pre : io.k, io.h1);
   lin(Module::V, io.v, io.h1);
   if (cfg.qk_norm) {
-    ops.rmsnorm_forward(io.q, io.rstd_q, io.q_pre, Lw.q_norm, T * nh, hd, eps);
-    ops.rmsnorm_forward(io.k, io.rstd_k, io.k_pre, Lw.k_norm, T * nkv, hd, eps);
+    ops.rmsnorm_forward(io.q, io.rstd_q, io.q_pre, Lw.q_norm, T * nh, hd, eps, unit);
+    ops.rmsnorm_forward(io.k, io.rstd_k, io.k_pre, Lw.k_norm, T * nkv, hd, eps, unit);
   }
-  ops.rope_forward(io.q, io.pos, def.inv_freq(), T, nh, hd);
-  ops.rope_forward(io.k, io.pos, def.inv_freq(), T, nkv, hd);
+  ops.rope_forward(io.q, io.pos, def.inv_freq(l), T, nh, hd);
+  ops.rope_forward(io.k, io.pos, def.inv_freq(l), T, nkv, hd);
   attend();
-  lin(Module::O, io.tmp, io.attn);
+  lin(Module::O, post ? io.o_raw : io.tmp, io.attn);
+  if (post) ops.rmsnorm_forward(io.tmp, io.rstd_pa, io.o_raw, Lw.post_attn_norm, T, D, eps, unit);
   ops.copy(io.x_mid, io.x_in, static_cast<std::size_t>(T) * D * S);  // no-op when in place
   ops.residual_forward(io.x_mid, io.tmp, static_cast<std::int64_t>(T) * D);
 
-  ops.rmsnorm_forward(io.h2, io.rstd2, io.x_mid, Lw.mlp_norm, T, D, eps);
+  ops.rmsnorm_forward(io.h2, io.rstd2, io.x_mid, Lw.mlp_norm, T, D, eps, unit);
   lin(Module::Gate, io.gate, io.h2);
   lin(Module::Up, io.up, io.h2);
-  ops.swiglu_forward(io.act, io.gate, io.up, static_cast<std::int64_t>(T) * I);
-  lin(Module::Down, io.tmp, io.act);
+  if (def.geglu())
+    ops.geglu_forward(io.act, io.gate, io.up, static_cast<std::int64_t>(T) * I);
+  else
+    ops.swiglu_forward(io.act, io.gate, io.up, static_cast<std::int64_t>(T) * I);
+  lin(Module::Down, post ? io.m_raw : io.tmp, io.act);
+  if (post) ops.rmsnorm_forward(io.tmp, io.rstd_pm, io.m_raw, Lw.post_mlp_norm, T, D, eps, unit);
   ops.copy(io.x_out, io.x_mid, static_cast<std::size_t>(T) * D * S);
   ops.residual_forward(io.x_out, io.tmp, static_cast<std::int64_t>(T) * D);
 }

@@ -10,11 +10,15 @@ namespace mgrl::model {
 
 // The buffers of one pass through a decoder block (training keeps them per layer; inference reuses one set,
 // with the residual stream updated in place: x_in == x_mid == x_out). Storage dtype unless f32.
+// Gemma's norms after attention and MLP read o_raw / m_raw (the o and down projections' outputs; may be tmp itself:
+// the norm then runs in place) into tmp, saving rstd_pa / rstd_pm; unused (null) for the other families.
 struct BlockIO {
   const void* x_in;
   void *x_mid, *x_out, *h1, *q, *k, *v, *q_pre, *k_pre, *attn, *h2, *gate, *up, *act, *tmp;
   float *rstd1, *rstd_q, *rstd_k, *rstd2;
   const std::int32_t* pos;
+  void *o_raw = nullptr, *m_raw = nullptr;
+  float *rstd_pa = nullptr, *rstd_pm = nullptr;
 };
 
 // A linear layer of the block: y = module m of x (with its adapter, as the caller decides).

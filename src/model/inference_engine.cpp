@@ -112,10 +112,13 @@ const float* InferenceEngine::infer(const std::vector<std::int32_t>& tokens, con
   // buffer set and replayed (a CUDA graph on the CUDA backend): every value that changes between steps (ids, slots,
   // positions, output rows, the block table) is read from device memory.
   const auto forward = [&] {
-  ops_.embedding_forward(I.x, I.ids, def_.embed(), T, V, D);
+  def_.invalidate_workspace();  // a recording must hold every layer's NF4 dequantization
+  ops_.embedding_forward(I.x, I.ids, def_.embed(), T, V, D, def_.embed_scale());
   // The residual stream stays in I.x (in place); the norms' rstd go to one scratch buffer.
-  const BlockIO io{I.x, I.x, I.x, I.h, I.q, I.k, I.v, I.q_pre, I.k_pre, I.attn, I.h, I.gate, I.up, I.act,
-                   I.tmp, I.rstd, I.rstd, I.rstd, I.rstd, I.pos};
+  // Gemma's post-norms run in place on tmp.
+  const BlockIO io{I.x,   I.x,    I.x,    I.h,    I.q,    I.k,    I.v,   I.q_pre, I.k_pre, I.attn,
+                   I.h,   I.gate, I.up,   I.act,  I.tmp,  I.rstd, I.rstd, I.rstd, I.rstd,  I.pos,
+                   I.tmp, I.tmp,  I.rstd, I.rstd};
   for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
     const LayerWeights& Lw = def_.layer(l);
     block_forward(
@@ -127,12 +130,13 @@ const float* InferenceEngine::infer(const std::vector<std::int32_t>& tokens, con
         },
         [&] {
           ops_.kv_store(cache.k(l), cache.v(l), I.k, I.v, I.slot, I.pos, T, pages, nkv, hd);
-          ops_.attention_cached(I.attn, I.q, cache.k(l), cache.v(l), I.slot, I.pos, T, pages, nh, nkv, hd);
+          ops_.attention_cached(I.attn, I.q, cache.k(l), cache.v(l), I.slot, I.pos, T, pages, nh, nkv, hd,
+                                def_.attention(l));
         });
   }
   ops_.gather_rows(I.hsel, I.x, I.rows, R, D);
-  ops_.rmsnorm_forward(I.hsel, I.rstd, I.hsel, def_.final_norm(), R, D, eps);
-  ops_.lm_head_logits(I.logits, I.hsel, def_.head(), R, D, V, 1.0f);
+  ops_.rmsnorm_forward(I.hsel, I.rstd, I.hsel, def_.final_norm(), R, D, eps, def_.unit_offset_norms());
+  ops_.lm_head_logits(I.logits, I.hsel, def_.head(), R, D, V, 1.0f, def_.final_softcap());
   };
   if (T == R && T <= kMaxRecordedRows && !def_.sharded()) {  // a sharded base's gathers are not recorded
     // The key: everything the recorded launches take by value (sizes, pointers): this model's buffers, the

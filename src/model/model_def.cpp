@@ -4,22 +4,75 @@
 #include <algorithm>
 #include <cmath>
 
+#include <cstring>
+#include <thread>
+
 #include "core/error.h"
 #include "core/random.h"
+#include "io/nf4_tensor.h"
 #include "io/safetensors.h"
+#include "kernels/cpu/nf4.h"
 #include "model/rope_freq.h"
 
 namespace mgrl::model {
 
 namespace {
 std::string layer_name(int l, const std::string& rest) { return "model.layers." + std::to_string(l) + "." + rest; }
+
+std::size_t align16(std::size_t n) { return (n + 15) / 16 * 16; }
+
+// Is base tensor `name` a projection weight that NF4 holds? transformers + bitsandbytes quantize every nn.Linear
+// but lm_head and the modules named (as a substring) in llm_int8_skip_modules.
+bool nf4_projection(const std::string& name, const std::vector<std::string>& skip) {
+  static const char* const kSuffixes[] = {"q_proj.weight",  "k_proj.weight",  "v_proj.weight",   "o_proj.weight",
+                                          "gate_proj.weight", "up_proj.weight", "down_proj.weight"};
+  bool projection = false;
+  for (const char* suf : kSuffixes) {
+    const std::size_t n = std::strlen(suf);
+    if (name.size() > n && name.compare(name.size() - n, n, suf) == 0) projection = true;
+  }
+  if (!projection) return false;
+  for (const std::string& s : skip)
+    if (!s.empty() && name.find(s) != std::string::npos) return false;
+  return true;
+}
 }  // namespace
 
 ModelDef::ModelDef(io::ModelConfig cfg, kernels::Ops& ops, ModelOptions opts, Gatherer* gatherer)
     : cfg_(std::move(cfg)), ops_(ops), opts_(opts), gatherer_(gatherer) {
   if (cfg_.head_dim % 2 != 0) throw UserError("head_dim must be even for rotary embeddings");
+  // QLoRA: the projections as NF4, from a bitsandbytes 4-bit directory or quantized at load. Frozen: LoRA only.
+  const bool bnb = cfg_.bnb4bit.has_value();
+  const bool nf4 = bnb || opts_.quantize == Quantize::Nf4;
+  if (nf4 && opts_.full_finetune) {
+    if (bnb)
+      throw UserError("the model's config.json has a bitsandbytes 4-bit quantization_config: its projections are "
+                      "NF4 and frozen, so train.full_finetune = true is not possible (train LoRA adapters, or give "
+                      "the unquantized model)");
+    throw UserError("key 'model.quantize' = \"nf4\" freezes the base projections as NF4: it cannot be combined "
+                    "with train.full_finetune = true (QLoRA trains LoRA adapters)");
+  }
+  const bool double_quant = bnb ? cfg_.bnb4bit->double_quant : opts_.quantize_double;
+  const std::vector<std::string> skip = bnb ? cfg_.bnb4bit->skip_modules : std::vector<std::string>{};
   for (const auto& t : io::expected_tensors(cfg_)) {
-    base_.push_back({t.name, t.shape, base_numel_});
+    BaseTensor b{t.name, t.shape, 0, -1};
+    if (nf4 && nf4_projection(t.name, skip)) {
+      Nf4Slot slot;
+      slot.rows = t.shape[0];
+      slot.cols = t.shape[1];
+      slot.double_quant = double_quant;
+      const std::int64_t n = slot.rows * slot.cols, blocks = kernels::cpu::nf4_blocks(n);
+      slot.bytes = align16(static_cast<std::size_t>(kernels::cpu::nf4_code_bytes(n))) +
+                   (double_quant ? align16(static_cast<std::size_t>(blocks)) +
+                                       static_cast<std::size_t>(kernels::cpu::nf4_nested_blocks(n)) * 4
+                                 : static_cast<std::size_t>(blocks) * 4);
+      b.nf4 = static_cast<int>(nf4_.size());
+      nf4_.push_back(slot);
+    } else {
+      b.offset = dense_numel_;
+      dense_numel_ += static_cast<std::size_t>(io::shape_numel(t.shape));
+    }
+    base_.push_back(b);
     base_numel_ += static_cast<std::size_t>(io::shape_numel(t.shape));
   }
   // Where each tensor is stored. Unsharded: as in the base arena. shard_base: the unsharded tensors first, then this
@@ -29,9 +82,17 @@ ModelDef::ModelDef(io::ModelConfig cfg, kernels::Ops& ops, ModelOptions opts, Ga
   tensor_layer_.assign(base_.size(), -1);
   if (!opts_.shard_base) {
     for (std::size_t i = 0; i < base_.size(); ++i) stored_offset_[i] = base_[i].offset;
-    stored_numel_ = base_numel_;
+    stored_numel_ = dense_numel_;
   } else {
     MGRL_CHECK(!opts_.full_finetune, "shard_base shards a frozen base: not with full fine-tuning");
+    if (nf4) {  // a layer's NF4 bytes are not (yet) part of the gathered range
+      if (bnb)
+        throw UserError("key 'model.shard_base' = true cannot be combined with NF4 base weights (the model's "
+                        "config.json has a bitsandbytes 4-bit quantization_config) yet: give the unquantized model "
+                        "or set model.shard_base = false");
+      throw UserError("key 'model.shard_base' = true cannot be combined with 'model.quantize' = \"nf4\" yet: set "
+                      "one of them off");
+    }
     if (gatherer_) {
       parts_ = gatherer_->parts();
       part_index_ = gatherer_->index();
@@ -65,18 +126,60 @@ ModelDef::ModelDef(io::ModelConfig cfg, kernels::Ops& ops, ModelOptions opts, Ga
     }
   }
   weights_ = ops_.alloc(stored_numel_ * ops_.storage_size());
+  if (!nf4_.empty()) {
+    nf4_tables_ = static_cast<float*>(ops_.alloc((16 + 256) * sizeof(float)));
+    ops_.upload(nf4_tables_, kernels::cpu::nf4_code(), 16 * sizeof(float));
+    ops_.upload(nf4_tables_ + 16, kernels::cpu::dynamic_code(), 256 * sizeof(float));
+    for (Nf4Slot& s : nf4_) {
+      s.mem = ops_.alloc(s.bytes);
+      nf4_bytes_ += s.bytes;
+      const std::int64_t n = s.rows * s.cols, blocks = kernels::cpu::nf4_blocks(n);
+      char* p = static_cast<char*>(s.mem);
+      s.w.codes = reinterpret_cast<const std::uint8_t*>(p);
+      s.w.code = nf4_tables_;
+      p += align16(static_cast<std::size_t>(kernels::cpu::nf4_code_bytes(n)));
+      if (s.double_quant) {
+        s.w.qabsmax = reinterpret_cast<const std::uint8_t*>(p);
+        s.w.nested_absmax = reinterpret_cast<const float*>(p + align16(static_cast<std::size_t>(blocks)));
+        s.w.nested_code = nf4_tables_ + 16;
+      } else {
+        s.w.absmax = reinterpret_cast<const float*>(p);
+      }
+    }
+  }
+  // base_grads_ and master_ below exist for full fine-tuning only, which has no NF4 tensor: base_numel_ = dense.
   if (opts_.full_finetune) base_grads_ = static_cast<float*>(ops_.alloc(base_numel_ * sizeof(float)));
   if (opts_.full_finetune && (ops_.storage() != DType::F32 || opts_.master_weights))
     master_ = static_cast<float*>(ops_.alloc(base_numel_ * sizeof(float)));
 
   // The only string lookups: every handle is resolved here, once.
+  layer_nf4_.assign(n_layers, false);
+  // The NF4 workspace: one layer's NF4 projections (every layer has the same shapes), dense, storage dtype.
+  ws_offset_.assign(kNumModules, 0);
+  if (!nf4_.empty() && n_layers > 0) {
+    for (int m = 0; m < kNumModules; ++m) {
+      const std::string name = layer_name(0, module_path(static_cast<Module>(m))) + ".weight";
+      for (const BaseTensor& t : base_)
+        if (t.name == name && t.nf4 >= 0) {
+          ws_offset_[static_cast<std::size_t>(m)] = ws_bytes_;
+          ws_bytes_ += align16(static_cast<std::size_t>(io::shape_numel(t.shape)) * ops_.storage_size());
+        }
+    }
+    if (ws_bytes_ > 0) workspace_ = ops_.alloc(ws_bytes_);
+  }
   layers_.resize(n_layers);
   if (!opts_.shard_base) dense_layers_.resize(n_layers);
   grads_.resize(n_layers);
   for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
     LayerHandles& H = layers_[static_cast<std::size_t>(l)];
     H.attn_norm = handle(layer_name(l, "input_layernorm.weight"));
-    H.mlp_norm = handle(layer_name(l, "post_attention_layernorm.weight"));
+    if (cfg_.gemma) {
+      H.post_attn_norm = handle(layer_name(l, "post_attention_layernorm.weight"));
+      H.mlp_norm = handle(layer_name(l, "pre_feedforward_layernorm.weight"));
+      H.post_mlp_norm = handle(layer_name(l, "post_feedforward_layernorm.weight"));
+    } else {
+      H.mlp_norm = handle(layer_name(l, "post_attention_layernorm.weight"));
+    }
     if (cfg_.qk_norm) {
       H.q_norm = handle(layer_name(l, "self_attn.q_norm.weight"));
       H.k_norm = handle(layer_name(l, "self_attn.k_norm.weight"));
@@ -91,11 +194,14 @@ ModelDef::ModelDef(io::ModelConfig cfg, kernels::Ops& ops, ModelOptions opts, Ga
     }
     if (!opts_.shard_base) dense_layers_[static_cast<std::size_t>(l)] = resolve(H);
     LayerGrads& G = grads_[static_cast<std::size_t>(l)];
+    G.post_attn_norm = grad(H.post_attn_norm);
+    G.post_mlp_norm = grad(H.post_mlp_norm);
     G.attn_norm = grad(H.attn_norm);
     G.mlp_norm = grad(H.mlp_norm);
     G.q_norm = grad(H.q_norm);
     G.k_norm = grad(H.k_norm);
     for (int m = 0; m < kNumModules; ++m) {
+      if (H.W[m].kind == WeightKind::Nf4) layer_nf4_[static_cast<std::size_t>(l)] = true;
       G.W[m] = grad(H.W[m]);
       G.bias[m] = grad(H.bias[m]);
     }
@@ -112,26 +218,53 @@ ModelDef::ModelDef(io::ModelConfig cfg, kernels::Ops& ops, ModelOptions opts, Ga
     slot_weights_.resize(n_slots);
   }
 
-  // Rotary inverse frequencies, computed once on the host as transformers does.
-  std::vector<float> inv(static_cast<std::size_t>(cfg_.head_dim / 2));
-  Llama3RopeScaling scaling{};
-  if (cfg_.rope_scaling) {
-    scaling.factor = cfg_.rope_scaling->factor;
-    scaling.low_freq_factor = cfg_.rope_scaling->low_freq_factor;
-    scaling.high_freq_factor = cfg_.rope_scaling->high_freq_factor;
-    scaling.original_max_position_embeddings =
-        static_cast<double>(cfg_.rope_scaling->original_max_position_embeddings);
-  }
-  rope_inv_freq(inv.data(), static_cast<int>(cfg_.head_dim), cfg_.rope_theta, cfg_.rope_scaling ? &scaling : nullptr);
-  inv_freq_ = static_cast<float*>(ops_.alloc(inv.size() * sizeof(float)));
-  ops_.upload(inv_freq_, inv.data(), inv.size() * sizeof(float));
+  // Rotary inverse frequencies, computed once on the host as transformers does: the global layers' (rope_theta,
+  // rope_scaling) and, for Gemma 3, the sliding layers' (rope_local_theta, never scaled).
+  const auto upload_inv_freq = [&](double theta, const std::optional<io::RopeScaling>& rs) {
+    std::vector<float> inv(static_cast<std::size_t>(cfg_.head_dim / 2));
+    Llama3RopeScaling scaling{};
+    const bool llama3 = rs && rs->rope_type == "llama3";
+    if (llama3) {
+      scaling.factor = rs->factor;
+      scaling.low_freq_factor = rs->low_freq_factor;
+      scaling.high_freq_factor = rs->high_freq_factor;
+      scaling.original_max_position_embeddings = static_cast<double>(rs->original_max_position_embeddings);
+    }
+    rope_inv_freq(inv.data(), static_cast<int>(cfg_.head_dim), theta, llama3 ? &scaling : nullptr);
+    if (rs && rs->rope_type == "linear") {
+      const float factor = static_cast<float>(rs->factor);  // transformers: inv_freq /= factor, in fp32
+      for (float& f : inv) f /= factor;
+    }
+    float* dev = static_cast<float*>(ops_.alloc(inv.size() * sizeof(float)));
+    ops_.upload(dev, inv.data(), inv.size() * sizeof(float));
+    return dev;
+  };
+  inv_freq_ = upload_inv_freq(cfg_.rope_theta, cfg_.rope_scaling);
+  if (cfg_.rope_local_theta > 0) inv_freq_local_ = upload_inv_freq(cfg_.rope_local_theta, std::nullopt);
+}
+
+kernels::AttentionOptions ModelDef::attention(int l) const {
+  kernels::AttentionOptions o;
+  if (cfg_.query_pre_attn_scalar > 0) o.scale = static_cast<float>(cfg_.attention_scale());
+  o.window = static_cast<int>(std::min<std::int64_t>(cfg_.layer_window(l), 1 << 30));
+  o.softcap = static_cast<float>(cfg_.attn_logit_softcapping);
+  return o;
+}
+
+float ModelDef::embed_scale() const {
+  // transformers: a tensor of hidden_size ** 0.5 (a Python float) in the weights' dtype.
+  return cfg_.gemma ? static_cast<float>(std::sqrt(static_cast<double>(cfg_.hidden_size))) : 1.0f;
 }
 
 ModelDef::~ModelDef() {
   lora_.reset();
   for (void* p : slots_) ops_.release(p);
   ops_.release(inv_freq_);
+  if (inv_freq_local_) ops_.release(inv_freq_local_);
   ops_.release(weights_);
+  for (Nf4Slot& s : nf4_) ops_.release(s.mem);
+  if (nf4_tables_) ops_.release(nf4_tables_);
+  if (workspace_) ops_.release(workspace_);
   if (base_grads_) ops_.release(base_grads_);
   if (master_) ops_.release(master_);
 }
@@ -140,7 +273,8 @@ WeightHandle ModelDef::handle(const std::string& name) const {
   for (std::size_t i = 0; i < base_.size(); ++i)
     if (base_[i].name == name) {
       const int l = tensor_layer_[i];
-      return WeightHandle{l >= 0 ? WeightKind::Shard : WeightKind::Dense, static_cast<int>(i), l};
+      if (l >= 0) return WeightHandle{WeightKind::Shard, static_cast<int>(i), l};
+      return WeightHandle{base_[i].nf4 >= 0 ? WeightKind::Nf4 : WeightKind::Dense, static_cast<int>(i)};
     }
   throw FatalError("model tensor '" + name + "' is not part of this architecture");
 }
@@ -149,7 +283,7 @@ const void* ModelDef::dense(const WeightHandle& h) const {
   if (!h.present()) return nullptr;
   const std::size_t t = static_cast<std::size_t>(h.tensor), S = ops_.storage_size();
   if (h.kind == WeightKind::Dense) return static_cast<const char*>(weights_) + stored_offset_[t] * S;
-  MGRL_CHECK(h.kind == WeightKind::Shard, "NF4 base weights are not implemented");
+  MGRL_CHECK(h.kind == WeightKind::Shard, "an NF4 base weight is read through layer(l), not dense()");
   for (std::size_t s = 0; s < slots_.size(); ++s)
     if (slot_layer_[s] == h.layer)
       return static_cast<const char*>(slots_[s]) +
@@ -163,8 +297,13 @@ LayerWeights ModelDef::resolve(const LayerHandles& H) const {
   D.mlp_norm = dense(H.mlp_norm);
   D.q_norm = dense(H.q_norm);
   D.k_norm = dense(H.k_norm);
+  D.post_attn_norm = dense(H.post_attn_norm);
+  D.post_mlp_norm = dense(H.post_mlp_norm);
   for (int m = 0; m < kNumModules; ++m) {
-    D.W[m] = dense(H.W[m]);
+    if (H.W[m].kind == WeightKind::Nf4)  // dequantized into the workspace by layer(l)
+      D.W[m] = static_cast<const char*>(workspace_) + ws_offset_[static_cast<std::size_t>(m)];
+    else
+      D.W[m] = dense(H.W[m]);
     D.bias[m] = dense(H.bias[m]);
   }
   return D;
@@ -175,7 +314,19 @@ std::size_t ModelDef::slot_of(int l) const {
 }
 
 const LayerWeights& ModelDef::layer(int l) const {
-  if (!opts_.shard_base) return dense_layers_[static_cast<std::size_t>(l)];
+  if (!opts_.shard_base) {
+    const std::size_t li = static_cast<std::size_t>(l);
+    if (layer_nf4_[li] && ws_layer_ != l) {
+      const LayerHandles& H = layers_[li];
+      for (int m = 0; m < kNumModules; ++m) {
+        if (H.W[m].kind != WeightKind::Nf4) continue;
+        const Nf4Slot& s = nf4_[static_cast<std::size_t>(base_[static_cast<std::size_t>(H.W[m].tensor)].nf4)];
+        ops_.dequantize_nf4(const_cast<void*>(dense_layers_[li].W[m]), s.w, 0, s.rows * s.cols);
+      }
+      ws_layer_ = l;
+    }
+    return dense_layers_[li];
+  }
   if (last_layer_ >= 0 && l != last_layer_) direction_ = l > last_layer_ ? 1 : -1;
   last_layer_ = l;
   const std::size_t s = slot_of(l);
@@ -237,8 +388,37 @@ void ModelDef::master_weights_changed() {
   if (master_) ops_.f32_to_storage(weights_, master_, base_numel_);
 }
 
+void ModelDef::upload_nf4(Nf4Slot& s, const std::vector<std::uint8_t>& codes, const std::vector<float>& absmax,
+                          const std::vector<std::uint8_t>& qabsmax, const std::vector<float>& nested, float offset) {
+  ops_.upload(const_cast<std::uint8_t*>(s.w.codes), codes.data(), codes.size());
+  if (s.double_quant) {
+    ops_.upload(const_cast<std::uint8_t*>(s.w.qabsmax), qabsmax.data(), qabsmax.size());
+    ops_.upload(const_cast<float*>(s.w.nested_absmax), nested.data(), nested.size() * sizeof(float));
+    s.w.offset = offset;
+  } else {
+    ops_.upload(const_cast<float*>(s.w.absmax), absmax.data(), absmax.size() * sizeof(float));
+  }
+  ws_layer_ = -1;
+}
+
 void ModelDef::upload_tensor(std::size_t index, const std::vector<float>& host) {
   const BaseTensor& t = base_[index];
+  if (t.nf4 >= 0) {  // quantized here, as bitsandbytes does (kernels/cpu/nf4.h)
+    Nf4Slot& s = nf4_[static_cast<std::size_t>(t.nf4)];
+    const std::int64_t n = s.rows * s.cols, blocks = kernels::cpu::nf4_blocks(n);
+    std::vector<std::uint8_t> codes(static_cast<std::size_t>(kernels::cpu::nf4_code_bytes(n))), q;
+    std::vector<float> absmax(static_cast<std::size_t>(blocks)), nested;
+    kernels::cpu::nf4_quantize_parallel(host.data(), n, codes.data(), absmax.data(),
+                                        static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+    float offset = 0.0f;
+    if (s.double_quant) {
+      q.resize(absmax.size());
+      nested.resize(static_cast<std::size_t>(kernels::cpu::nf4_nested_blocks(n)));
+      kernels::cpu::nf4_double_quantize(absmax.data(), blocks, q.data(), nested.data(), &offset);
+    }
+    upload_nf4(s, codes, absmax, q, nested, offset);
+    return;
+  }
   const std::size_t S = ops_.storage_size();
   if (tensor_layer_[index] >= 0) {  // shard_base: the elements of this rank's part only
     const LayerShard& sh = shards_[static_cast<std::size_t>(tensor_layer_[index])];
@@ -258,6 +438,23 @@ void ModelDef::load_weights(const std::string& dir) {
   std::vector<float> host;
   for (std::size_t i = 0; i < base_.size(); ++i) {
     const BaseTensor& t = base_[i];
+    if (io::has_bnb_nf4(model, t.name)) {  // a bitsandbytes 4-bit tensor: kept as it is stored, not dequantized
+      if (t.nf4 < 0)
+        throw UserError(dir + ": tensor '" + t.name + "' is bitsandbytes 4-bit, but config.json has no bitsandbytes "
+                        "4-bit quantization_config (or names it in llm_int8_skip_modules)");
+      Nf4Slot& s = nf4_[static_cast<std::size_t>(t.nf4)];
+      const io::Nf4Tensor q = io::read_bnb_nf4(model, t.name, s.rows, s.cols);
+      if (q.double_quant != s.double_quant)
+        throw UserError(dir + ": tensor '" + t.name + "' is " + (q.double_quant ? "" : "not ") +
+                        "double-quantized, but config.json's bnb_4bit_use_double_quant is " +
+                        (s.double_quant ? "true" : "false"));
+      if (std::memcmp(q.code.data(), kernels::cpu::nf4_code(), 16 * sizeof(float)) != 0)
+        throw UserError(dir + ": tensor '" + t.name + ".quant_map' is not the NF4 code");
+      if (q.double_quant && std::memcmp(q.nested_code.data(), kernels::cpu::dynamic_code(), 256 * sizeof(float)) != 0)
+        throw UserError(dir + ": tensor '" + t.name + ".nested_quant_map' is not bitsandbytes' dynamic 8-bit code");
+      upload_nf4(s, q.codes, q.absmax, q.qabsmax, q.nested_absmax, q.offset);
+      continue;
+    }
     const io::TensorInfo& info = model.get(t.name, t.shape);
     host.resize(static_cast<std::size_t>(info.numel()));
     io::copy_finite_to_f32(info, host.data());
@@ -275,7 +472,7 @@ void ModelDef::init_random(std::uint64_t seed, float std) {
     const bool norm = t.name.find("norm") != std::string::npos;
     const bool bias = t.name.size() > 5 && t.name.compare(t.name.size() - 5, 5, ".bias") == 0;
     for (auto& x : host) {
-      if (norm) x = 1.0f;
+      if (norm) x = cfg_.gemma ? 0.0f : 1.0f;  // Gemma norms scale by (1 + w)
       else if (!bias) x = static_cast<float>(std * std::sqrt(-2.0 * std::log(uniform())) * std::cos(6.283185307179586 * uniform()));
     }
     upload_tensor(i, host);
@@ -293,6 +490,14 @@ std::vector<float> ModelDef::base_tensor_host(const std::string& name) const {
     if (base_[i].name == name) {
       MGRL_CHECK(tensor_layer_[i] < 0, "base_tensor_host('" + name + "'): the tensor is sharded over the ranks");
       std::vector<float> out(static_cast<std::size_t>(io::shape_numel(base_[i].shape)));
+      if (base_[i].nf4 >= 0) {  // dequantized into a buffer of its own
+        const Nf4Slot& s = nf4_[static_cast<std::size_t>(base_[i].nf4)];
+        void* tmp = ops_.alloc(out.size() * ops_.storage_size());
+        ops_.dequantize_nf4(tmp, s.w, 0, s.rows * s.cols);
+        ops_.download_storage_as_f32(out.data(), tmp, out.size());
+        ops_.release(tmp);
+        return out;
+      }
       ops_.download_storage_as_f32(out.data(), dense(WeightHandle{WeightKind::Dense, static_cast<int>(i)}),
                                    out.size());
       return out;

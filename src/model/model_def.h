@@ -16,6 +16,10 @@
 
 namespace mgrl::model {
 
+// How the frozen base projections are held when the directory does not say (a bitsandbytes 4-bit directory is NF4
+// whatever this says): as loaded (dense, storage dtype) or NF4-quantized at load (QLoRA).
+enum class Quantize { None, Nf4 };
+
 struct ModelOptions {
   bool full_finetune = false;  // base weights trainable (gradients for every tensor)
   bool recompute = false;      // keep only each layer's input; recompute the layer in the backward
@@ -30,11 +34,15 @@ struct ModelOptions {
   // With shard_base: the layers gathered by a training forward stay gathered until the end of its backward (one
   // workspace per layer: no gather in the backward, no memory saved at the peak of a step).
   bool shard_keep = false;
+  // model.quantize / model.quantize_double: the q/k/v/o and gate/up/down weights as NF4 (bitsandbytes' layout,
+  // kernels/cpu/nf4.h), the absmax double-quantized or not. LoRA only: refused with full_finetune.
+  Quantize quantize = Quantize::None;
+  bool quantize_double = false;
 };
 
 // How a base weight is held. Dense: the whole tensor in the backend's storage dtype. The other kinds are
-// materialised into a dense workspace by ModelDef::layer() before an executor reads them: NF4-quantized blocks (to
-// come), or Shard: this rank's part of a decoder layer's weights, the layer gathered from all ranks on demand.
+// materialised into a dense workspace by ModelDef::layer() before an executor reads them: NF4-quantized blocks
+// (dequantized), or Shard: this rank's part of a decoder layer's weights, the layer gathered from all ranks on demand.
 enum class WeightKind { Dense, Nf4, Shard };
 
 // One base tensor: its kind and its place among base_tensors(). A default handle is absent (e.g. no bias).
@@ -45,9 +53,13 @@ struct WeightHandle {
   bool present() const { return tensor >= 0; }
 };
 
-// A decoder layer's base tensors by handle, resolved once when the model is built.
+// A decoder layer's base tensors by handle, resolved once when the model is built. Gemma: attn_norm is
+// input_layernorm, post_attn_norm post_attention_layernorm (on the attention's output), mlp_norm
+// pre_feedforward_layernorm and post_mlp_norm post_feedforward_layernorm (on the MLP's output); elsewhere mlp_norm is
+// post_attention_layernorm and the post norms are absent.
 struct LayerHandles {
-  WeightHandle attn_norm, q_norm, k_norm, mlp_norm;  // q_norm / k_norm: Qwen3 only
+  WeightHandle attn_norm, q_norm, k_norm, mlp_norm;  // q_norm / k_norm: Qwen3, Gemma 3
+  WeightHandle post_attn_norm, post_mlp_norm;        // Gemma 2/3 only
   WeightHandle W[kNumModules];
   WeightHandle bias[kNumModules];  // Qwen2 has q/k/v biases
 };
@@ -55,6 +67,7 @@ struct LayerHandles {
 // A decoder layer's weights as the kernels read them (storage dtype, backend memory); null where absent.
 struct LayerWeights {
   const void *attn_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr, *mlp_norm = nullptr;
+  const void *post_attn_norm = nullptr, *post_mlp_norm = nullptr;
   const void* W[kNumModules] = {};
   const void* bias[kNumModules] = {};
 };
@@ -62,6 +75,7 @@ struct LayerWeights {
 // Full fine-tuning: the f32 gradients of a layer's weights; all null otherwise.
 struct LayerGrads {
   float *attn_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr, *mlp_norm = nullptr;
+  float *post_attn_norm = nullptr, *post_mlp_norm = nullptr;
   float* W[kNumModules] = {};
   float* bias[kNumModules] = {};
 };
@@ -77,7 +91,8 @@ class ModelDef {
   // Base weights from a Hugging Face directory (safetensors, single or sharded; f32, bf16 or f16),
   // checked against the config: a missing tensor or a wrong shape is a UserError naming it.
   void load_weights(const std::string& dir);
-  // Random weights (normal(0, std) for matrices, 1 for norm weights, 0 for biases).
+  // Random weights (normal(0, std) for matrices, 1 for norm weights (Gemma: 0, as its norms scale by 1 + w), 0 for
+  // biases).
   void init_random(std::uint64_t seed, float std);
   // Adds LoRA adapters (replacing any); they start as PEFT initialises them unless loaded. Executors sized for
   // another adapter must drop their buffers (Transformer::add_lora does).
@@ -88,18 +103,31 @@ class ModelDef {
   const ModelOptions& options() const { return opts_; }
   kernels::Ops& ops() const { return ops_; }
 
-  // The dense weights of decoder layer l, materialised first for a kind that is not dense (shard_base: a collective
-  // all-gather unless the layer is still in the workspace; every rank must then ask for the same layers in the same
-  // order). Valid until layer() is asked for a layer two further on. The next layer in the direction of the walk
-  // (up in a forward, down in a backward) is prefetched into the other slot.
+  // The dense weights of decoder layer l, materialised first for a kind that is not dense. shard_base: a collective
+  // all-gather unless the layer is still in the workspace (every rank must then ask for the same layers in the same
+  // order); the pointers stay valid until layer() is asked for a layer two further on, and the next layer in the
+  // direction of the walk (up in a forward, down in a backward) is prefetched into the other slot. NF4 projections
+  // are dequantized into one per-layer workspace (queued on the backend's stream), so the pointers of layer(l) are
+  // valid until layer(k) of another layer k is asked for. Asking again for the layer the workspace holds costs nothing.
   const LayerWeights& layer(int l) const;
   // shard_base with shard_keep: the training pass that kept its layers gathered is over (the backward's end).
   void end_of_pass() const;
   bool sharded() const { return opts_.shard_base; }
-  // Bytes of base weights this rank holds (its parts and the unsharded tensors), and of the gather workspace.
-  std::size_t base_bytes_held() const { return stored_numel_ * ops_.storage_size(); }
+  // Bytes of base weights this rank holds (its parts and the unsharded tensors, NF4 bytes included), and of the
+  // gather workspace.
+  std::size_t base_bytes_held() const { return stored_numel_ * ops_.storage_size() + nf4_bytes_; }
   std::size_t gather_workspace_bytes() const;
   std::uint64_t gathers() const { return gathers_; }  // layers gathered so far
+  // Forget which layer the NF4 workspace holds, so that the next layer(l) dequantizes again (a recorded op sequence
+  // must contain its dequantizations: the inference engine calls this at the start of each forward it may record).
+  void invalidate_workspace() const { ws_layer_ = -1; }
+  // Base parameters held dense (the arena of base_weights() when unsharded) and the bytes of the NF4 weights
+  // (codes + absmax state, backend memory); the NF4 workspace (one layer's projections, storage dtype) is
+  // nf4_workspace_bytes().
+  std::size_t dense_numel() const { return dense_numel_; }
+  std::size_t nf4_bytes() const { return nf4_bytes_; }
+  std::size_t nf4_workspace_bytes() const { return ws_bytes_; }
+  bool quantized() const { return !nf4_.empty(); }
   const LayerHandles& layer_handles(int l) const { return layers_[static_cast<std::size_t>(l)]; }
   const LayerGrads& layer_grads(int l) const { return grads_[static_cast<std::size_t>(l)]; }
   // The dense data of one handle (storage dtype); null for an absent handle.
@@ -111,14 +139,26 @@ class ModelDef {
   float* embed_grad() const { return grad(embed_); }
   float* final_norm_grad() const { return grad(final_norm_); }
   float* head_grad() const { return grad(head_); }
-  // Rotary inverse frequencies, f32 [head_dim / 2], backend memory.
+  // Rotary inverse frequencies, f32 [head_dim / 2], backend memory: of the global layers, and of layer l (Gemma 3's
+  // sliding layers have their own base).
   const float* inv_freq() const { return inv_freq_; }
+  const float* inv_freq(int l) const { return inv_freq_local_ && cfg_.is_sliding(l) ? inv_freq_local_ : inv_freq_; }
+  // What the model family asks of the kernels: layer l's attention (score scale, window, soft-cap), Gemma's (1 + w)
+  // norms, the embeddings' scale (Gemma: sqrt(hidden_size), as transformers computes it in fp32), the final-logit
+  // soft-cap (0: none) and GeGLU instead of SwiGLU.
+  kernels::AttentionOptions attention(int l) const;
+  bool unit_offset_norms() const { return cfg_.gemma; }
+  float embed_scale() const;
+  float final_softcap() const { return static_cast<float>(cfg_.final_logit_softcapping); }
+  bool geglu() const { return cfg_.hidden_act == "gelu_pytorch_tanh"; }
 
-  // Full fine-tuning: all base tensors in one flat f32 gradient buffer, in expected_tensors() order.
+  // Full fine-tuning: all base tensors in one flat f32 gradient buffer, in expected_tensors() order. base_numel()
+  // counts every base parameter, NF4 ones too (full fine-tuning has none).
   struct BaseTensor {
     std::string name;
     io::Shape shape;
-    std::size_t offset;  // elements into the base arena / gradient buffer
+    std::size_t offset;  // dense tensors: elements into the base arena / gradient buffer
+    int nf4 = -1;        // NF4 tensors: index into the NF4 weights; -1: dense
   };
   const std::vector<BaseTensor>& base_tensors() const { return base_; }
   std::size_t base_numel() const { return base_numel_; }
@@ -140,6 +180,9 @@ class ModelDef {
   std::size_t slot_of(int l) const;
   float* grad(const WeightHandle& h) const;
   void upload_tensor(std::size_t index, const std::vector<float>& host);
+  struct Nf4Slot;
+  void upload_nf4(Nf4Slot& s, const std::vector<std::uint8_t>& codes, const std::vector<float>& absmax,
+                  const std::vector<std::uint8_t>& qabsmax, const std::vector<float>& nested, float offset);
 
   io::ModelConfig cfg_;
   kernels::Ops& ops_;
@@ -150,7 +193,7 @@ class ModelDef {
   float* master_ = nullptr;  // fp32 master copy of weights_ (full fine-tuning on non-f32 storage)
   float* base_grads_ = nullptr;
   std::vector<LayerHandles> layers_;
-  std::vector<LayerWeights> dense_layers_;  // layers_ resolved to dense pointers (every kind is dense today)
+  std::vector<LayerWeights> dense_layers_;  // layers_ resolved to dense pointers (NF4: into the workspace)
   std::vector<LayerGrads> grads_;
   WeightHandle embed_, final_norm_, head_;
   std::unique_ptr<LoraParams> lora_;
@@ -175,6 +218,23 @@ class ModelDef {
   mutable std::uint64_t gathers_ = 0;
   mutable std::vector<bool> slot_pending_;  // a prefetch into the slot may still be running
   mutable int last_layer_ = -1, direction_ = 1;  // the last layer asked for, and the way the layers are walked
+  float* inv_freq_local_ = nullptr;  // sliding layers' (rope_local_theta), when they have their own
+  // NF4 weights: one backend allocation each (codes, then the absmax state), the shared code tables, and the
+  // workspace one layer's NF4 projections are dequantized into.
+  struct Nf4Slot {
+    void* mem = nullptr;
+    std::size_t bytes = 0;
+    std::int64_t rows = 0, cols = 0;
+    bool double_quant = false;
+    kernels::Nf4Weight w;
+  };
+  std::vector<Nf4Slot> nf4_;
+  std::size_t dense_numel_ = 0, nf4_bytes_ = 0, ws_bytes_ = 0;
+  float* nf4_tables_ = nullptr;  // the 16 NF4 values, then the 256 dynamic-code values
+  void* workspace_ = nullptr;
+  std::vector<std::size_t> ws_offset_;  // bytes into the workspace of each module's NF4 projection
+  std::vector<bool> layer_nf4_;
+  mutable int ws_layer_ = -1;
 };
 
 }  // namespace mgrl::model

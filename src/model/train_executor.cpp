@@ -14,6 +14,8 @@ namespace mgrl::model {
 struct TrainExecutor::LayerActs {
   void *h1, *q, *k, *v, *q_pre, *k_pre, *attn, *x_mid, *h2, *gate, *up, *act;
   float *rstd1, *rstd_q, *rstd_k, *lse, *rstd2;
+  void *o_raw, *m_raw;       // Gemma: the o / down projections' outputs before their norms (else null)
+  float *rstd_pa, *rstd_pm;  // and those norms' rstd
   float* xa[kNumModules];
   void* xd[kNumModules];  // LoRA inputs after dropout (training with dropout only)
 };
@@ -27,6 +29,7 @@ struct TrainExecutor::PassBuffers {
   std::int32_t *ids, *targets, *pos, *cu_seqlens;
   void* head_scratch;
   void *dx, *dh, *dq, *dk, *dv, *dq2, *dk2, *dattn, *dgate, *dup, *dact, *dxf, *dlora;
+  void* dpost;  // Gemma: the gradient of a post-norm's input (else null)
   std::vector<std::int32_t> host_ids, host_offsets;  // of the last forward
   std::vector<float> host_wrow;                      // its loss weights by LM-head row (kept: uploads are async)
 };
@@ -120,8 +123,8 @@ std::size_t TrainExecutor::activation_bytes(int T) const {
 
 std::size_t TrainExecutor::activation_bytes(const io::ModelConfig& cfg, const ModelOptions& opts,
                                             const LoraConfig* lora, DType storage, std::size_t head_scratch_bytes,
-                                            int T, int B) {
-  ArenaSpec s{&cfg, opts.recompute, true, dtype_size(storage), head_scratch_bytes,
+                                            int T, int B, bool grads) {
+  ArenaSpec s{&cfg, opts.recompute, grads, dtype_size(storage), head_scratch_bytes,
               lora ? static_cast<std::size_t>(lora->r) : 0, lora && lora->dropout > 0, {}};
   if (lora)
     for (const auto& t : lora->targets) {
@@ -189,6 +192,10 @@ void TrainExecutor::layout(const ArenaSpec& sp, int T, Arena& arena, const std::
     a->rstd_q = cfg.qk_norm ? f32(t * nh) : nullptr;
     a->rstd_k = cfg.qk_norm ? f32(t * nkv) : nullptr;
     a->lse = f32(t * nh);
+    a->o_raw = cfg.gemma ? st(t * D) : nullptr;
+    a->m_raw = cfg.gemma ? st(t * D) : nullptr;
+    a->rstd_pa = cfg.gemma ? f32(t) : nullptr;
+    a->rstd_pm = cfg.gemma ? f32(t) : nullptr;
     for (int m = 0; m < kNumModules; ++m) {
       const auto mod = static_cast<Module>(m);
       const bool on = sp.lora_on[m];
@@ -227,6 +234,7 @@ void TrainExecutor::layout(const ArenaSpec& sp, int T, Arena& arena, const std::
   W.dact = st(t * I);
   W.dxf = st(t * D);
   W.dlora = dropout ? st(t * std::max({D, Q, I})) : nullptr;
+  W.dpost = cfg.gemma ? st(t * D) : nullptr;
 }
 
 void TrainExecutor::linear_with_lora(int l, Module m, void* y, const void* x, const void* W, const void* bias, int T,
@@ -279,8 +287,9 @@ void TrainExecutor::layer_forward(int l, const void* x_in, void* x_out, LayerAct
   const int T = cur_->T;
   const int nh = static_cast<int>(cfg_.num_attention_heads), nkv = static_cast<int>(cfg_.num_key_value_heads);
   const int hd = static_cast<int>(cfg_.head_dim);
-  const BlockIO io{x_in, a.x_mid, x_out, a.h1, a.q, a.k, a.v, a.q_pre, a.k_pre, a.attn, a.h2, a.gate, a.up, a.act,
-                   W.tmp, a.rstd1, a.rstd_q, a.rstd_k, a.rstd2, W.pos};
+  const BlockIO io{x_in,    a.x_mid,   x_out,   a.h1,  a.q,   a.k,    a.v,     a.q_pre,  a.k_pre,  a.attn,
+                   a.h2,    a.gate,    a.up,    a.act, W.tmp, a.rstd1, a.rstd_q, a.rstd_k, a.rstd2, W.pos,
+                   a.o_raw, a.m_raw,   a.rstd_pa, a.rstd_pm};
   block_forward(
       def_, l, io, T,
       [&](Module m, void* y, const void* x) {
@@ -289,7 +298,8 @@ void TrainExecutor::layer_forward(int l, const void* x_in, void* x_out, LayerAct
       },
       [&] {
         const kernels::PhaseScope phase(ops_, kernels::Phase::Attention);
-        ops_.attention_forward(a.attn, a.lse, a.q, a.k, a.v, W.cu_seqlens, cur_->B, T, cur_->max_len, nh, nkv, hd);
+        ops_.attention_forward(a.attn, a.lse, a.q, a.k, a.v, W.cu_seqlens, cur_->B, T, cur_->max_len, nh, nkv, hd,
+                               def_.attention(l));
       });
 }
 
@@ -305,32 +315,47 @@ void TrainExecutor::layer_backward(int l, LayerActs& a, void* dx) {
     const int mi = static_cast<int>(m);
     linear_with_lora_backward(l, m, dxin, dy, x, Lw.W[mi], Lg.W[mi], Lg.bias[mi], T, a, accumulate);
   };
-  // MLP: out = x_mid + down(swiglu(gate(h2), up(h2))), h2 = norm(x_mid)
-  lin_back(Module::Down, W.dact, dx, a.act, false);
-  ops_.swiglu_backward(W.dgate, W.dup, W.dact, a.gate, a.up, static_cast<std::int64_t>(T) * I);
+  const bool unit = def_.unit_offset_norms(), post = cfg_.gemma;
+  // MLP: out = x_mid + down(act(gate(h2), up(h2))), h2 = norm(x_mid); Gemma: + post_norm(down(...)).
+  const void* dmlp = dx;
+  if (post) {
+    ops_.rmsnorm_backward(W.dpost, Lg.post_mlp_norm, dx, a.m_raw, Lw.post_mlp_norm, a.rstd_pm, T, D, false, unit);
+    dmlp = W.dpost;
+  }
+  lin_back(Module::Down, W.dact, dmlp, a.act, false);
+  if (def_.geglu())
+    ops_.geglu_backward(W.dgate, W.dup, W.dact, a.gate, a.up, static_cast<std::int64_t>(T) * I);
+  else
+    ops_.swiglu_backward(W.dgate, W.dup, W.dact, a.gate, a.up, static_cast<std::int64_t>(T) * I);
   lin_back(Module::Gate, W.dh, W.dgate, a.h2, false);
   lin_back(Module::Up, W.dh, W.dup, a.h2, true);
-  ops_.rmsnorm_backward(dx, Lg.mlp_norm, W.dh, a.x_mid, Lw.mlp_norm, a.rstd2, T, D, true);  // dx = d(x_mid)
-  // Attention: x_mid = x_in + o(attention(rope(q), rope(k), v)), q/k/v from h1 = norm(x_in)
-  lin_back(Module::O, W.dattn, dx, a.attn, false);
+  ops_.rmsnorm_backward(dx, Lg.mlp_norm, W.dh, a.x_mid, Lw.mlp_norm, a.rstd2, T, D, true, unit);  // dx = d(x_mid)
+  // Attention: x_mid = x_in + o(attention(rope(q), rope(k), v)) (Gemma: post_norm(o(...))), q/k/v from
+  // h1 = norm(x_in)
+  const void* dattn_out = dx;
+  if (post) {
+    ops_.rmsnorm_backward(W.dpost, Lg.post_attn_norm, dx, a.o_raw, Lw.post_attn_norm, a.rstd_pa, T, D, false, unit);
+    dattn_out = W.dpost;
+  }
+  lin_back(Module::O, W.dattn, dattn_out, a.attn, false);
   ops_.phase_begin(kernels::Phase::Attention);
   ops_.attention_backward(W.dq, W.dk, W.dv, W.dattn, a.attn, a.q, a.k, a.v, a.lse, W.cu_seqlens, cur_->B, T,
-                          cur_->max_len, nh, nkv, hd);
+                          cur_->max_len, nh, nkv, hd, def_.attention(l));
   ops_.phase_end(kernels::Phase::Attention);
-  ops_.rope_backward(W.dq, W.pos, def_.inv_freq(), T, nh, hd);
-  ops_.rope_backward(W.dk, W.pos, def_.inv_freq(), T, nkv, hd);
+  ops_.rope_backward(W.dq, W.pos, def_.inv_freq(l), T, nh, hd);
+  ops_.rope_backward(W.dk, W.pos, def_.inv_freq(l), T, nkv, hd);
   void* dq = W.dq;
   void* dk = W.dk;
   if (cfg_.qk_norm) {
-    ops_.rmsnorm_backward(W.dq2, Lg.q_norm, W.dq, a.q_pre, Lw.q_norm, a.rstd_q, T * nh, hd, false);
-    ops_.rmsnorm_backward(W.dk2, Lg.k_norm, W.dk, a.k_pre, Lw.k_norm, a.rstd_k, T * nkv, hd, false);
+    ops_.rmsnorm_backward(W.dq2, Lg.q_norm, W.dq, a.q_pre, Lw.q_norm, a.rstd_q, T * nh, hd, false, unit);
+    ops_.rmsnorm_backward(W.dk2, Lg.k_norm, W.dk, a.k_pre, Lw.k_norm, a.rstd_k, T * nkv, hd, false, unit);
     dq = W.dq2;
     dk = W.dk2;
   }
   lin_back(Module::Q, W.dh, dq, a.h1, false);
   lin_back(Module::K, W.dh, dk, a.h1, true);
   lin_back(Module::V, W.dh, W.dv, a.h1, true);
-  ops_.rmsnorm_backward(dx, Lg.attn_norm, W.dh, W.xs[l], Lw.attn_norm, a.rstd1, T, D, true);  // dx = d(x_in)
+  ops_.rmsnorm_backward(dx, Lg.attn_norm, W.dh, W.xs[l], Lw.attn_norm, a.rstd1, T, D, true, unit);  // dx = d(x_in)
 }
 
 
@@ -397,14 +422,15 @@ void TrainExecutor::forward_pass(const Batch& batch, float* logprobs, bool use_l
   ops_.upload(W.pos, pos.data(), static_cast<std::size_t>(T) * 4);
   ops_.upload(W.cu_seqlens, batch.offsets.data(), static_cast<std::size_t>(B + 1) * 4);
 
-  ops_.embedding_forward(W.xs[0], W.ids, def_.embed(), T, V, D);
+  ops_.embedding_forward(W.xs[0], W.ids, def_.embed(), T, V, D, def_.embed_scale());
   for (int l = 0; l < cfg_.num_hidden_layers; ++l)
     layer_forward(l, W.xs[l], W.xs[l + 1], *cur_->acts[cur_->acts.size() == 1 ? 0 : l], use_lora, train,
                   dropout_seed);
   if (!train) def_.end_of_pass();  // no backward follows
   ops_.rmsnorm_forward(W.xf, W.rstd_f, W.xs[cfg_.num_hidden_layers], def_.final_norm(), T, D,
-                       static_cast<float>(cfg_.rms_norm_eps));
-  ops_.lm_head_logprob_forward(W.lp, W.lse_head, W.xf, def_.head(), W.targets, T, D, V, logit_scale, W.head_scratch);
+                       static_cast<float>(cfg_.rms_norm_eps), def_.unit_offset_norms());
+  ops_.lm_head_logprob_forward(W.lp, W.lse_head, W.xf, def_.head(), W.targets, T, D, V, logit_scale, W.head_scratch,
+                               def_.final_softcap());
   cur_->weights_ready = false;
   if (!logprobs) return;
 
@@ -434,7 +460,7 @@ void TrainExecutor::add_loss(const float* weights, double* loss_acc) {
   ops_.weighted_sum_accumulate(loss_acc, cur_->work->lp, cur_->work->wrow, static_cast<std::size_t>(cur_->T), -1.0);
 }
 
-void TrainExecutor::backward(const float* weights, const std::function<void(int)>& layer_done) {
+void TrainExecutor::backward(const float* weights, const std::function<void(int)>& layer_done, const float* dhidden) {
   cur_ = train_arena_.get();
   MGRL_CHECK(cur_->work && cur_->train, "backward() needs a forward(train = true) first");
   MGRL_CHECK(cur_->lora || opts_.full_finetune, "backward() with nothing trainable");
@@ -449,17 +475,21 @@ void TrainExecutor::backward(const float* weights, const std::function<void(int)
   }
 
   float* dhead = def_.head_grad();
-  ops_.lm_head_logprob_backward(W.dxf, dhead, W.wrow, W.xf, def_.head(), W.targets, W.lse_head, T, D, V, cur_->logit_scale,
-                                W.head_scratch);
+  ops_.lm_head_logprob_backward(W.dxf, dhead, W.wrow, W.xf, def_.head(), W.targets, W.lse_head, T, D, V,
+                                cur_->logit_scale, W.head_scratch, def_.final_softcap());
+  if (dhidden) {  // W.dh is free until the last layer's backward: it carries dhidden in the storage dtype
+    ops_.upload_f32_as_storage(W.dh, dhidden, static_cast<std::size_t>(T) * static_cast<std::size_t>(D));
+    ops_.residual_forward(W.dxf, W.dh, static_cast<std::int64_t>(T) * D);
+  }
   ops_.rmsnorm_backward(W.dx, def_.final_norm_grad(), W.dxf, W.xs[cfg_.num_hidden_layers], def_.final_norm(),
-                        W.rstd_f, T, D, false);
+                        W.rstd_f, T, D, false, def_.unit_offset_norms());
   for (int l = cfg_.num_hidden_layers - 1; l >= 0; --l) {
     LayerActs& a = *cur_->acts[opts_.recompute ? 0 : l];
     if (opts_.recompute) layer_forward(l, W.xs[l], W.recompute_out, a, cur_->lora, true, cur_->seed);
     layer_backward(l, a, W.dx);
     if (layer_done) layer_done(l);
   }
-  if (float* dembed = def_.embed_grad()) ops_.embedding_backward(dembed, W.dx, W.ids, T, V, D);
+  if (float* dembed = def_.embed_grad()) ops_.embedding_backward(dembed, W.dx, W.ids, T, V, D, def_.embed_scale());
   def_.end_of_pass();
 }
 
@@ -473,13 +503,21 @@ std::vector<float> TrainExecutor::input_embedding_grad() const {
   return out;
 }
 
+std::vector<float> TrainExecutor::final_hidden() const {
+  MGRL_CHECK(train_arena_ && train_arena_->work != nullptr, "final_hidden() needs a forward() first");
+  const Arena& a = *train_arena_;
+  std::vector<float> out(static_cast<std::size_t>(a.T) * cfg_.hidden_size);
+  ops_.download_storage_as_f32(out.data(), a.work->xf, out.size());
+  return out;
+}
+
 std::vector<float> TrainExecutor::logits() const {
   MGRL_CHECK(train_arena_->work != nullptr, "no forward yet");
   const Arena& a = *train_arena_;
   const int T = a.T, V = static_cast<int>(cfg_.vocab_size), D = static_cast<int>(cfg_.hidden_size);
   std::vector<float> out(static_cast<std::size_t>(T) * V);
   float* dev = static_cast<float*>(ops_.alloc(out.size() * sizeof(float)));
-  ops_.lm_head_logits(dev, a.work->xf, def_.head(), T, D, V, a.logit_scale);
+  ops_.lm_head_logits(dev, a.work->xf, def_.head(), T, D, V, a.logit_scale, def_.final_softcap());
   ops_.download(out.data(), dev, out.size() * sizeof(float));
   ops_.release(dev);
   return out;

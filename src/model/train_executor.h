@@ -40,7 +40,13 @@ class TrainExecutor {
   // Backward of loss = -sum_i weights[i] * logprobs[i] (weights host, packed [T]; null: those of add_loss) for the
   // last forward(train = true). Gradients accumulate into the LoRA gradients (and the base gradients when full FT).
   // layer_done(l), when given, runs as soon as layer l's gradients are complete (from the last layer to the first).
-  void backward(const float* weights, const std::function<void(int)>& layer_done = {});
+  // dhidden (host [T, hidden]; null: none) is a gradient with respect to the final hidden state (final_hidden()) of
+  // a loss term computed from it outside the model (PPO's value head), added to what the LM head gives.
+  void backward(const float* weights, const std::function<void(int)>& layer_done = {},
+                const float* dhidden = nullptr);
+  // The final hidden state (after the final norm: what the LM head reads) of the last forward() (training or not;
+  // score() passes have buffers of their own), host [T, hidden] in packed rows (PPO's value head reads it).
+  std::vector<float> final_hidden() const;
   // Gradient of the last backward's loss with respect to the input embeddings, host [T, hidden].
   std::vector<float> input_embedding_grad() const;
   // Full logits of the last forward, host [T, vocab] (tests, debugging).
@@ -51,9 +57,11 @@ class TrainExecutor {
   // Bytes of the training arena for micro-batches of up to T tokens (what plan(T) allocates), without allocating.
   std::size_t activation_bytes(int T) const;
   // The same from the configuration alone (nothing allocated, no model needed): lora null for no adapter;
-  // head_scratch_bytes is the backend's Ops::lm_head_scratch_bytes(vocab_size).
+  // head_scratch_bytes is the backend's Ops::lm_head_scratch_bytes(vocab_size). grads = false: the no-grad scoring
+  // arena of score() instead (one activation set, no backward buffers).
   static std::size_t activation_bytes(const io::ModelConfig& cfg, const ModelOptions& opts, const LoraConfig* lora,
-                                      DType storage, std::size_t head_scratch_bytes, int T, int B = 1);
+                                      DType storage, std::size_t head_scratch_bytes, int T, int B = 1,
+                                      bool grads = true);
 
  private:
   struct LayerActs;

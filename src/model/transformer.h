@@ -64,9 +64,11 @@ class Transformer {
     train_->score(batch, logprobs, use_lora, logit_scale);
   }
   void add_loss(const float* weights, double* loss_acc) { train_->add_loss(weights, loss_acc); }
-  void backward(const float* weights, const std::function<void(int)>& layer_done = {}) {
-    train_->backward(weights, layer_done);
+  void backward(const float* weights, const std::function<void(int)>& layer_done = {},
+                const float* dhidden = nullptr) {
+    train_->backward(weights, layer_done, dhidden);
   }
+  std::vector<float> final_hidden() const { return train_->final_hidden(); }
   std::vector<float> input_embedding_grad() const { return train_->input_embedding_grad(); }
   std::vector<float> logits() const { return train_->logits(); }
   std::size_t activation_bytes(int T) const { return train_->activation_bytes(T); }

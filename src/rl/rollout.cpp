@@ -102,7 +102,8 @@ std::string write_rollout_file(const std::string& dir, const std::vector<Rollout
   std::vector<float> rewards(N * F), reward(N), adv(N);
   const float nan = std::numeric_limits<float>::quiet_NaN();
   std::vector<float> lps(N * Lc, nan), refs(N * Lc, nan);
-  bool have_ref = false;
+  std::vector<float> vals(N * (Lc + 1), nan), rets(N * (Lc + 1), nan), tadv(N * Lc, nan);
+  bool have_ref = false, have_values = false;
   for (std::size_t i = 0; i < N; ++i) {
     const Rollout& r = rs[i];
     prompt_index[i] = static_cast<std::int32_t>(r.prompt_index);
@@ -117,6 +118,12 @@ std::string write_rollout_file(const std::string& dir, const std::vector<Rollout
     reward[i] = static_cast<float>(r.reward);
     adv[i] = static_cast<float>(r.advantage);
     std::copy(r.sample_logps.begin(), r.sample_logps.end(), lps.begin() + static_cast<std::ptrdiff_t>(i * Lc));
+    if (!r.values.empty()) {
+      have_values = true;
+      std::copy(r.values.begin(), r.values.end(), vals.begin() + static_cast<std::ptrdiff_t>(i * (Lc + 1)));
+      std::copy(r.returns.begin(), r.returns.end(), rets.begin() + static_cast<std::ptrdiff_t>(i * (Lc + 1)));
+      std::copy(r.token_advantages.begin(), r.token_advantages.end(), tadv.begin() + static_cast<std::ptrdiff_t>(i * Lc));
+    }
     if (!r.ref_logps.empty()) {
       have_ref = true;
       std::copy(r.ref_logps.begin(), r.ref_logps.end(), refs.begin() + static_cast<std::ptrdiff_t>(i * Lc));
@@ -138,6 +145,11 @@ std::string write_rollout_file(const std::string& dir, const std::vector<Rollout
   w.write("advantages", DType::F32, {n}, adv.data());
   w.write("logprobs", DType::F32, {n, lc}, lps.data());
   if (have_ref) w.write("ref_logprobs", DType::F32, {n, lc}, refs.data());
+  if (have_values) {  // PPO
+    w.write("values", DType::F32, {n, lc + 1}, vals.data());
+    w.write("returns", DType::F32, {n, lc + 1}, rets.data());
+    w.write("token_advantages", DType::F32, {n, lc}, tadv.data());
+  }
   w.attr("/", "step", info.step);
   w.attr("/", "seed", static_cast<std::int64_t>(info.seed));
   w.attr("/", "config", info.config_text);

@@ -1,4 +1,4 @@
-// rollout.h: one sampled completion of a GRPO batch with everything the loss and the logs need, its JSON form
+// rollout.h: one sampled completion of a GRPO (or PPO) batch with everything the loss and the logs need, its JSON form
 // (gathered to rank 0 and kept in checkpoints while a generation round is in progress), and the rollout buffer
 // files <log.dir>/rollouts/step_<8 digits>.h5 (layout: docs/grpo.md).
 #pragma once
@@ -22,6 +22,8 @@ struct Rollout {
   std::vector<float> old_logps;     // old policy (at the sampling temperature); empty when num_iterations = 1
   std::vector<float> ref_logps;     // reference; empty when beta = 0
   bool masked = false;              // truncated and grpo.mask_truncated_completions: no loss
+  // PPO (empty for GRPO): the value head at the value positions, the returns there, the whitened per-token advantages.
+  std::vector<float> values, returns, token_advantages;
 };
 
 // JSON has no NaN or infinity (nlohmann writes null): a diverged policy's log-probs are NaN, and rollouts must still

@@ -1,4 +1,4 @@
-// test_hf_config.cpp: config.json of Llama-3, Qwen2 and Qwen3 models, its errors, the expected tensor lists, and
+// test_hf_config.cpp: config.json of Llama-3, Qwen2, Qwen3, Gemma 2, Gemma 3 and Mistral models, its errors, the expected tensor lists, and
 // (when tests/data/models/ holds them) the real fixture models written by transformers.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -297,6 +297,164 @@ TEST(HfConfig, OlderAndNewerRopeLayouts) {
   EXPECT_FALSE(c.rope_scaling.has_value());
 }
 
+// Gemma 2 2B as published (4.x layout: no layer_types; soft-caps given; hidden_act and hidden_activation).
+const char* kGemma2 = R"({
+  "architectures": ["Gemma2ForCausalLM"],
+  "attention_bias": false,
+  "attn_logit_softcapping": 50.0,
+  "bos_token_id": 2,
+  "eos_token_id": [1, 107],
+  "final_logit_softcapping": 30.0,
+  "head_dim": 256,
+  "hidden_act": "gelu_pytorch_tanh",
+  "hidden_activation": "gelu_pytorch_tanh",
+  "hidden_size": 2304,
+  "intermediate_size": 9216,
+  "max_position_embeddings": 8192,
+  "model_type": "gemma2",
+  "num_attention_heads": 8,
+  "num_hidden_layers": 26,
+  "num_key_value_heads": 4,
+  "query_pre_attn_scalar": 256,
+  "rms_norm_eps": 1e-06,
+  "rope_theta": 10000.0,
+  "sliding_window": 4096,
+  "torch_dtype": "float32",
+  "vocab_size": 256000
+})";
+
+// Gemma 3 4B's text part as a Gemma3ForCausalLM config (4.x layout: rope_local_base_freq, linear global scaling,
+// sliding_window_pattern instead of layer_types).
+const char* kGemma3 = R"({
+  "architectures": ["Gemma3ForCausalLM"],
+  "attn_logit_softcapping": null,
+  "final_logit_softcapping": null,
+  "head_dim": 256,
+  "hidden_activation": "gelu_pytorch_tanh",
+  "hidden_size": 2560,
+  "intermediate_size": 10240,
+  "max_position_embeddings": 131072,
+  "model_type": "gemma3_text",
+  "num_attention_heads": 8,
+  "num_hidden_layers": 34,
+  "num_key_value_heads": 4,
+  "query_pre_attn_scalar": 256,
+  "rms_norm_eps": 1e-06,
+  "rope_local_base_freq": 10000.0,
+  "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+  "rope_theta": 1000000.0,
+  "sliding_window": 1024,
+  "sliding_window_pattern": 6,
+  "vocab_size": 262208
+})";
+
+// Mistral 7B v0.1: head_dim = 4096 / 32, a 4096-token window on every layer.
+const char* kMistral = R"({
+  "architectures": ["MistralForCausalLM"],
+  "bos_token_id": 1,
+  "eos_token_id": 2,
+  "hidden_act": "silu",
+  "hidden_size": 4096,
+  "intermediate_size": 14336,
+  "max_position_embeddings": 32768,
+  "model_type": "mistral",
+  "num_attention_heads": 32,
+  "num_hidden_layers": 32,
+  "num_key_value_heads": 8,
+  "rms_norm_eps": 1e-05,
+  "rope_theta": 10000.0,
+  "sliding_window": 4096,
+  "tie_word_embeddings": false,
+  "vocab_size": 32000
+})";
+
+std::string with_replaced(std::string text, const std::string& from, const std::string& to) {
+  const auto at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  if (at != std::string::npos) text.replace(at, from.size(), to);
+  return text;
+}
+
+TEST(HfConfig, Gemma2) {
+  const ModelConfig c = parse_hf_config(write_config("gemma2", kGemma2));
+  EXPECT_EQ(c.arch, Architecture::Gemma2);
+  EXPECT_STREQ(architecture_name(c.arch), "Gemma2ForCausalLM");
+  EXPECT_TRUE(c.gemma);
+  EXPECT_FALSE(c.qk_norm);
+  EXPECT_TRUE(c.tie_word_embeddings);  // transformers' Gemma default when the key is absent
+  EXPECT_EQ(c.hidden_act, "gelu_pytorch_tanh");
+  EXPECT_EQ(c.attn_logit_softcapping, 50.0);
+  EXPECT_EQ(c.final_logit_softcapping, 30.0);
+  EXPECT_DOUBLE_EQ(c.attention_scale(), 1.0 / 16);
+  EXPECT_EQ(c.sliding_window, 4096);
+  for (int l = 0; l < 26; ++l) EXPECT_EQ(c.is_sliding(l), l % 2 == 0) << l;  // even layers slide
+  EXPECT_EQ(c.layer_rope_theta(0), 10000.0);
+  const auto m = by_name(expected_tensors(c));
+  EXPECT_EQ(m.at("model.layers.25.pre_feedforward_layernorm.weight"), (Shape{2304}));
+  EXPECT_EQ(m.at("model.layers.25.post_feedforward_layernorm.weight"), (Shape{2304}));
+  EXPECT_EQ(m.count("lm_head.weight"), 0u);
+  double sum = 0;
+  for (const auto& t : expected_tensors(c)) sum += static_cast<double>(shape_numel(t.shape));
+  EXPECT_EQ(parameter_count(c), sum);
+  // Absent soft-caps take transformers' Gemma 2 defaults; null switches them off.
+  std::string text = with_replaced(kGemma2, R"("attn_logit_softcapping": 50.0,)", "");
+  text = with_replaced(text, R"("final_logit_softcapping": 30.0,)", R"("final_logit_softcapping": null,)");
+  const ModelConfig d = parse_hf_config(write_config("gemma2_caps", text));
+  EXPECT_EQ(d.attn_logit_softcapping, 50.0);
+  EXPECT_EQ(d.final_logit_softcapping, 0.0);
+  // sliding_window null: no layer slides.
+  const ModelConfig e = parse_hf_config(
+      write_config("gemma2_nowin", with_replaced(kGemma2, R"("sliding_window": 4096)", R"("sliding_window": null)")));
+  EXPECT_EQ(e.sliding_window, 0);
+  EXPECT_FALSE(e.is_sliding(0));
+}
+
+TEST(HfConfig, Gemma3) {
+  const ModelConfig c = parse_hf_config(write_config("gemma3", kGemma3));
+  EXPECT_EQ(c.arch, Architecture::Gemma3);
+  EXPECT_TRUE(c.gemma && c.qk_norm && c.tie_word_embeddings);
+  EXPECT_EQ(c.attn_logit_softcapping, 0.0);
+  EXPECT_EQ(c.final_logit_softcapping, 0.0);
+  for (int l = 0; l < 34; ++l) EXPECT_EQ(c.is_sliding(l), (l + 1) % 6 != 0) << l;  // 5 local per global
+  EXPECT_EQ(c.layer_window(0), 1024);
+  EXPECT_EQ(c.layer_window(5), 0);
+  EXPECT_EQ(c.layer_rope_theta(0), 10000.0);
+  EXPECT_EQ(c.layer_rope_theta(5), 1e6);
+  EXPECT_FALSE(c.layer_rope_scaling(4).has_value());
+  ASSERT_TRUE(c.layer_rope_scaling(11).has_value());
+  EXPECT_EQ(c.layer_rope_scaling(11)->factor, 8.0);
+  const auto m = by_name(expected_tensors(c));
+  EXPECT_EQ(m.at("model.layers.0.self_attn.q_norm.weight"), (Shape{256}));
+  EXPECT_EQ(m.at("model.layers.0.pre_feedforward_layernorm.weight"), (Shape{2560}));
+  // transformers 5.x: rope_parameters by layer type, layer_types.
+  const ModelConfig v5 = parse_hf_config(write_config("gemma3_v5", R"({
+    "architectures": ["Gemma3ForCausalLM"], "head_dim": 8, "hidden_size": 16, "intermediate_size": 32,
+    "max_position_embeddings": 64, "num_attention_heads": 2, "num_hidden_layers": 3, "rms_norm_eps": 1e-6,
+    "vocab_size": 10, "sliding_window": 2, "layer_types": ["full_attention", "sliding_attention", "full_attention"],
+    "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 5e5},
+                        "sliding_attention": {"rope_type": "default", "rope_theta": 2e4}}})"));
+  EXPECT_EQ(v5.layer_sliding, (std::vector<bool>{false, true, false}));
+  EXPECT_EQ(v5.layer_rope_theta(0), 5e5);
+  EXPECT_EQ(v5.layer_rope_theta(1), 2e4);
+  EXPECT_FALSE(v5.rope_scaling.has_value());
+  EXPECT_DOUBLE_EQ(v5.attention_scale(), 1.0 / 16);  // query_pre_attn_scalar's default, 256
+}
+
+TEST(HfConfig, Mistral) {
+  const ModelConfig c = parse_hf_config(write_config("mistral", kMistral));
+  EXPECT_EQ(c.arch, Architecture::Mistral);
+  EXPECT_FALSE(c.gemma || c.qk_norm || c.qkv_bias || c.o_bias || c.tie_word_embeddings);
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.sliding_window, 4096);
+  for (int l = 0; l < 32; ++l) EXPECT_TRUE(c.is_sliding(l));
+  EXPECT_EQ(c.attn_logit_softcapping, 0.0);
+  const ModelConfig n = parse_hf_config(
+      write_config("mistral_nowin", with_replaced(kMistral, R"("sliding_window": 4096)", R"("sliding_window": null)")));
+  EXPECT_EQ(n.sliding_window, 0);
+  EXPECT_FALSE(n.is_sliding(0));
+  EXPECT_EQ(expected_tensors(n).size(), expected_tensors(c).size());
+}
+
 // The message of parsing this config text, checked to start with the file's name.
 std::string config_error(const std::string& name, const std::string& text) {
   const std::string p = write_config(name, text);
@@ -315,11 +473,22 @@ TEST(HfConfigErrors, FileAndJson) {
 
 TEST(HfConfigErrors, Architecture) {
   std::string text = kQwen2;
-  text.replace(text.find("Qwen2ForCausalLM"), 16, "MistralForCausalLM");
-  EXPECT_EQ(config_error("mistral", text), "unsupported architecture 'MistralForCausalLM' (supported: "
-                                           "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)");
+  text.replace(text.find("Qwen2ForCausalLM"), 16, "PhiForCausalLM");
+  const std::string all = "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma2ForCausalLM, "
+                          "Gemma3ForCausalLM, MistralForCausalLM";
+  EXPECT_EQ(config_error("phi", text), "unsupported architecture 'PhiForCausalLM' (supported: " + all + ")");
   EXPECT_EQ(config_error("noarch", llama_with("", "architectures")),
-            "missing required key 'architectures' (one of LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)");
+            "missing required key 'architectures' (one of " + all + ")");
+  EXPECT_EQ(config_error("gemma3vl", llama_with(R"("architectures": ["Gemma3ForConditionalGeneration"])",
+                                                "architectures")),
+            "architecture 'Gemma3ForConditionalGeneration' is Gemma 3 with its vision tower; only the text model "
+            "(Gemma3ForCausalLM, model_type gemma3_text) is supported");
+  const std::map<std::string, Architecture> types{
+      {"gemma2", Architecture::Gemma2}, {"gemma3_text", Architecture::Gemma3}, {"mistral", Architecture::Mistral}};
+  for (const auto& [type, arch] : types) {
+    const std::string extra = "\"head_dim\": 16, \"model_type\": \"" + type + "\"";
+    EXPECT_EQ(parse_hf_config(write_config("mt_" + type, llama_with(extra, "architectures"))).arch, arch) << type;
+  }
   // Without "architectures", model_type decides.
   EXPECT_EQ(parse_hf_config(write_config("modeltype", llama_with(R"("model_type": "qwen2")", "architectures"))).arch,
             Architecture::Qwen2);
@@ -350,7 +519,7 @@ TEST(HfConfigErrors, MissingAndWrongKeys) {
   EXPECT_EQ(config_error("headdiv", llama_with(R"("num_attention_heads": 5)", "num_attention_heads")),
             "key 'num_attention_heads' must divide hidden_size (64) when there is no head_dim");
   EXPECT_EQ(config_error("act", llama_with(R"("hidden_act": "gelu")")),
-            "key 'hidden_act' is 'gelu'; only 'silu' is supported");
+            "key 'hidden_act' is 'gelu'; only 'silu' and 'gelu_pytorch_tanh' are supported");
   EXPECT_EQ(config_error("eos", llama_with(R"("eos_token_id": [1, "x"])")),
             "key 'eos_token_id' must be an integer or a list of integers");
   EXPECT_EQ(config_error("mlpbias", llama_with(R"("mlp_bias": true)")),
@@ -363,13 +532,59 @@ TEST(HfConfigErrors, MissingAndWrongKeys) {
   EXPECT_EQ(config_error("sliding", q2), "key 'use_sliding_window' is true: sliding-window attention is not supported");
 }
 
+TEST(HfConfigErrors, GemmaAndWindows) {
+  EXPECT_EQ(config_error("g2_nohd", with_replaced(kGemma2, R"("head_dim": 256,)", "")),
+            "missing required key 'head_dim' (Gemma configs give it)");
+  EXPECT_EQ(config_error("g2_cap", with_replaced(kGemma2, R"("attn_logit_softcapping": 50.0)",
+                                                 R"("attn_logit_softcapping": -1)")),
+            "key 'attn_logit_softcapping' must be positive or null");
+  EXPECT_EQ(config_error("g2_capstr", with_replaced(kGemma2, R"("final_logit_softcapping": 30.0)",
+                                                    R"("final_logit_softcapping": "30")")),
+            "key 'final_logit_softcapping' must be a number, not a string (\"30\")");
+  EXPECT_EQ(config_error("g2_act", with_replaced(kGemma2, R"("hidden_activation": "gelu_pytorch_tanh")",
+                                                 R"("hidden_activation": "relu")")),
+            "key 'hidden_activation' is 'relu'; only 'silu' and 'gelu_pytorch_tanh' are supported");
+  EXPECT_EQ(config_error("g2_win", with_replaced(kGemma2, R"("sliding_window": 4096)", R"("sliding_window": 4.5)")),
+            "key 'sliding_window' must be a positive integer or null");
+  EXPECT_EQ(config_error("g2_win0", with_replaced(kGemma2, R"("sliding_window": 4096)", R"("sliding_window": 0)")),
+            "key 'sliding_window' must be positive or null");
+  EXPECT_EQ(config_error("g2_bidi", with_replaced(kGemma2, R"("sliding_window": 4096)",
+                                                  R"("sliding_window": 4096, "use_bidirectional_attention": true)")),
+            "key 'use_bidirectional_attention' is true: only causal attention is supported");
+  EXPECT_EQ(config_error("g2_types", with_replaced(kGemma2, R"("sliding_window": 4096)",
+                                                   R"("sliding_window": 4096, "layer_types": ["full_attention"])")),
+            "key 'layer_types' must be a list of num_hidden_layers (26) strings");
+  std::string types = R"("layer_types": [)";
+  for (int i = 0; i < 26; ++i) types += i ? R"(, "full_attention")" : R"("chunked_attention")";
+  EXPECT_EQ(config_error("g2_type", with_replaced(kGemma2, R"("sliding_window": 4096)",
+                                                  R"("sliding_window": 4096, )" + types + "]")),
+            "key 'layer_types' entry 0 is a string (\"chunked_attention\"); only 'sliding_attention' and "
+            "'full_attention' are supported");
+  EXPECT_EQ(config_error("g3_local", R"({"architectures": ["Gemma3ForCausalLM"], "head_dim": 8, "hidden_size": 16,
+    "intermediate_size": 32, "max_position_embeddings": 64, "num_attention_heads": 2, "num_hidden_layers": 3,
+    "rms_norm_eps": 1e-6, "vocab_size": 10, "rope_parameters": {"full_attention": {"rope_type": "default"},
+    "sliding_attention": {"rope_type": "linear", "factor": 2.0}}})"),
+            "key 'rope_parameters.sliding_attention.rope_type' must be 'default': mgrl does not scale the RoPE of "
+            "sliding layers");
+  EXPECT_EQ(config_error("g3_vl", llama_with(R"("model_type": "gemma3", "text_config": {})", "architectures")),
+            "model_type 'gemma3' is Gemma 3 with its vision tower; only the text model (model_type gemma3_text) is "
+            "supported");
+}
+
 TEST(HfConfigErrors, RopeScaling) {
   EXPECT_EQ(config_error("yarn", llama_with(R"("rope_scaling": {"rope_type": "yarn", "factor": 4.0})")),
-            "unsupported rope_scaling type 'yarn' in key 'rope_scaling' (supported: llama3, or none)");
-  EXPECT_EQ(config_error("linear", llama_with(R"("rope_scaling": {"type": "linear", "factor": 2.0})")),
-            "unsupported rope_scaling type 'linear' in key 'rope_scaling' (supported: llama3, or none)");
+            "unsupported rope_scaling type 'yarn' in key 'rope_scaling' (supported: llama3, linear, or none)");
+  EXPECT_EQ(config_error("dynamic", llama_with(R"("rope_scaling": {"type": "dynamic", "factor": 2.0})")),
+            "unsupported rope_scaling type 'dynamic' in key 'rope_scaling' (supported: llama3, linear, or none)");
   EXPECT_EQ(config_error("v5yarn", llama_with(R"("rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4})")),
-            "unsupported rope_scaling type 'yarn' in key 'rope_parameters' (supported: llama3, or none)");
+            "unsupported rope_scaling type 'yarn' in key 'rope_parameters' (supported: llama3, linear, or none)");
+  EXPECT_EQ(config_error("linear0", llama_with(R"("rope_scaling": {"type": "linear", "factor": 0})")),
+            "key 'rope_scaling.factor' must be positive");
+  const ModelConfig lin = parse_hf_config(write_config("linear", llama_with(R"("rope_scaling": {"type": "linear",
+      "factor": 2.0})")));
+  ASSERT_TRUE(lin.rope_scaling.has_value());
+  EXPECT_EQ(lin.rope_scaling->rope_type, "linear");
+  EXPECT_DOUBLE_EQ(lin.rope_scaling->factor, 2.0);
   EXPECT_EQ(config_error("notype", llama_with(R"("rope_scaling": {"factor": 4.0})")),
             "key 'rope_scaling' has no 'rope_type'");
   EXPECT_EQ(config_error("nofactor", llama_with(R"("rope_scaling": {"rope_type": "llama3", "low_freq_factor": 1.0,
@@ -453,7 +668,9 @@ TEST_P(FixtureModel, HasEveryExpectedTensor) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, FixtureModel, ::testing::Values("llama_gqa", "qwen2_bias_tied", "qwen3_qknorm"));
+INSTANTIATE_TEST_SUITE_P(Models, FixtureModel,
+                         ::testing::Values("llama_gqa", "qwen2_bias_tied", "qwen3_qknorm", "gemma2_softcap",
+                                           "gemma3_text", "mistral_window"));
 
 TEST(FixtureModelFacts, WhatEachFixtureExercises) {
   const std::string base = std::string(MGRL_TEST_DATA_DIR) + "/models/";
@@ -476,6 +693,50 @@ TEST(FixtureModelFacts, WhatEachFixtureExercises) {
     const ModelConfig c = parse_hf_config(base + "qwen3_qknorm/config.json");
     EXPECT_EQ(c.arch, Architecture::Qwen3);
     EXPECT_TRUE(c.qk_norm);
+    ++found;
+  }
+  if (is_dir(base + "gemma2_softcap")) {
+    const ModelConfig c = parse_hf_config(base + "gemma2_softcap/config.json");
+    EXPECT_EQ(c.arch, Architecture::Gemma2);
+    EXPECT_TRUE(c.gemma && c.tie_word_embeddings);
+    EXPECT_EQ(c.hidden_act, "gelu_pytorch_tanh");
+    EXPECT_EQ(c.query_pre_attn_scalar, 24);
+    EXPECT_EQ(c.attn_logit_softcapping, 1.5);
+    EXPECT_EQ(c.final_logit_softcapping, 2.5);
+    EXPECT_EQ(c.sliding_window, 4);
+    EXPECT_EQ(c.layer_sliding, (std::vector<bool>{true, false}));
+    EXPECT_EQ(c.head_dim, 16);
+    ++found;
+  }
+  if (is_dir(base + "gemma3_text")) {
+    for (const char* file : {"config.json", "config.transformers4.json"}) {
+      const ModelConfig c = parse_hf_config(base + "gemma3_text/" + file);
+      EXPECT_EQ(c.arch, Architecture::Gemma3) << file;
+      EXPECT_TRUE(c.gemma && c.qk_norm && c.tie_word_embeddings) << file;
+      EXPECT_EQ(c.attn_logit_softcapping, 0) << file;
+      EXPECT_EQ(c.final_logit_softcapping, 0) << file;
+      EXPECT_EQ(c.sliding_window, 3) << file;
+      EXPECT_EQ(c.layer_sliding, (std::vector<bool>{true, true, true, true, true, false, true})) << file;
+      EXPECT_EQ(c.layer_rope_theta(0), 10000.0) << file;
+      EXPECT_EQ(c.layer_rope_theta(5), 1e6) << file;
+      EXPECT_FALSE(c.layer_rope_scaling(0).has_value()) << file;
+      ASSERT_TRUE(c.layer_rope_scaling(5).has_value()) << file;
+      EXPECT_EQ(c.layer_rope_scaling(5)->rope_type, "linear") << file;
+      EXPECT_EQ(c.layer_rope_scaling(5)->factor, 4.0) << file;
+      EXPECT_EQ(c.layer_window(6), 3) << file;
+      EXPECT_EQ(c.layer_window(5), 0) << file;
+      EXPECT_DOUBLE_EQ(c.attention_scale(), 1 / std::sqrt(12.0)) << file;
+    }
+    ++found;
+  }
+  if (is_dir(base + "mistral_window")) {
+    const ModelConfig c = parse_hf_config(base + "mistral_window/config.json");
+    EXPECT_EQ(c.arch, Architecture::Mistral);
+    EXPECT_FALSE(c.gemma || c.qk_norm || c.tie_word_embeddings || c.qkv_bias);
+    EXPECT_EQ(c.sliding_window, 5);
+    EXPECT_EQ(c.layer_sliding, (std::vector<bool>{true, true}));
+    EXPECT_EQ(c.head_dim, 10);
+    EXPECT_DOUBLE_EQ(c.attention_scale(), 1 / std::sqrt(10.0));
     ++found;
   }
   if (found == 0) GTEST_SKIP() << base << " holds no fixture models";

@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/embedding.h"
+#include "kernels/cpu/kv_cache.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/lm_head.h"
 #include "kernels/cpu/lora.h"
@@ -712,6 +713,279 @@ TEST(OpsCpu, FiniteDifferenceCheckCatchesWrongGradients) {
   const std::string one = intercepted_failures(1.0f, 11);
   EXPECT_NE(one.find("wrong dgate[11]"), std::string::npos) << one;
   EXPECT_NE(one.find("1 of 37 coordinates off"), std::string::npos) << one;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// model-family variants: attention with a score scale, a sliding window and soft-capping (Gemma 2/3, Mistral);
+// (1 + w) RMSNorm, GeGLU, final-logit soft-capping and scaled embeddings (Gemma)
+
+// Explicit loops in double, with the options: key u seen by query t iff t - window < u <= t.
+void naive_attention_opt(const AttnShape& s, const Vec& q, const Vec& k, const Vec& v, const AttentionOptions& o,
+                         std::vector<double>& out, std::vector<double>& lse) {
+  const int group = s.nh / s.nkv, T = s.T();
+  const auto cu = s.cu();
+  const double scale = o.scale > 0 ? o.scale : 1.0 / std::sqrt(static_cast<double>(s.hd));
+  out.assign(s.nq(), 0.0);
+  lse.assign(s.nl(), 0.0);
+  for (int b = 0; b < s.B(); ++b) {
+    for (int h = 0; h < s.nh; ++h) {
+      for (int t = 0; t < s.lengths[b]; ++t) {
+        const int r = cu[b] + t;
+        std::vector<double> sc;
+        std::vector<int> keys;
+        for (int u = 0; u <= t; ++u) {
+          if (o.window > 0 && !(t - o.window < u)) continue;
+          double d = 0.0;
+          for (int e = 0; e < s.hd; ++e)
+            d += static_cast<double>(q[(static_cast<size_t>(r) * s.nh + h) * s.hd + e]) *
+                 k[(static_cast<size_t>(cu[b] + u) * s.nkv + h / group) * s.hd + e];
+          d *= scale;
+          if (o.softcap > 0) d = o.softcap * std::tanh(d / o.softcap);
+          sc.push_back(d);
+          keys.push_back(u);
+        }
+        const double m = *std::max_element(sc.begin(), sc.end());
+        double z = 0.0;
+        for (double x : sc) z += std::exp(x - m);
+        lse[static_cast<size_t>(h) * T + r] = m + std::log(z);
+        for (size_t i = 0; i < keys.size(); ++i) {
+          const double p = std::exp(sc[i] - m) / z;
+          for (int e = 0; e < s.hd; ++e)
+            out[(static_cast<size_t>(r) * s.nh + h) * s.hd + e] +=
+                p * v[(static_cast<size_t>(cu[b] + keys[i]) * s.nkv + h / group) * s.hd + e];
+        }
+      }
+    }
+  }
+}
+
+void attn_fwd_opt(const AttnShape& s, Vec& out, Vec& lse, const Vec& q, const Vec& k, const Vec& v,
+                  const AttentionOptions& o) {
+  const auto cu = s.cu();
+  attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), cu.data(), s.B(), s.T(), s.max_len(), s.nh,
+                    s.nkv, s.hd, o);
+}
+
+TEST(OpsCpu, AttentionWindowSoftcapScaleMatchNaive) {
+  const AttnShape s = {6, 2, 5, {9, 4, 1, 0, 6}};
+  const Vec q = randn(s.nq(), 800, 2.0f), k = randn(s.nk(), 801, 2.0f), v = randn(s.nk(), 802);
+  for (const AttentionOptions& o : {AttentionOptions{0.3f, 0, 0}, AttentionOptions{0, 3, 0}, AttentionOptions{0, 1, 0},
+                                    AttentionOptions{0, 0, 1.5f}, AttentionOptions{0.4f, 4, 2.0f}}) {
+    Vec out(s.nq(), 7.0f), lse(s.nl(), 7.0f);
+    attn_fwd_opt(s, out, lse, q, k, v, o);
+    std::vector<double> ow, lw;
+    naive_attention_opt(s, q, k, v, o, ow, lw);
+    const std::string tag = " scale=" + std::to_string(o.scale) + " window=" + std::to_string(o.window) +
+                            " softcap=" + std::to_string(o.softcap);
+    expect_near_vec(out, ow, 2e-6, "attention out" + tag);
+    expect_near_vec(lse, lw, 2e-6, "attention lse" + tag);
+  }
+  // A window covering the longest sequence is plain causal attention, bit for bit; window 1 sees only itself.
+  Vec o1(s.nq()), l1(s.nl()), o2(s.nq()), l2(s.nl());
+  attn_fwd(s, o1, l1, q, k, v);
+  attn_fwd_opt(s, o2, l2, q, k, v, AttentionOptions{0, 9, 0});
+  EXPECT_EQ(o1, o2);
+  EXPECT_EQ(l1, l2);
+  attn_fwd_opt(s, o2, l2, q, k, v, AttentionOptions{0, 8, 0});
+  EXPECT_NE(o1, o2);  // the 9th row of sequence 0 no longer sees position 0
+  attn_fwd_opt(s, o2, l2, q, k, v, AttentionOptions{0, 1, 0});
+  const int group = s.nh / s.nkv;
+  for (int r = 0; r < s.T(); ++r)
+    for (int h = 0; h < s.nh; ++h)
+      for (int e = 0; e < s.hd; ++e)
+        EXPECT_EQ(o2[(static_cast<size_t>(r) * s.nh + h) * s.hd + e],
+                  v[(static_cast<size_t>(r) * s.nkv + h / group) * s.hd + e]);
+}
+
+TEST(OpsCpu, AttentionWindowSoftcapBackwardMatchesFiniteDifferences) {
+  const AttnShape s = {4, 2, 5, {8, 5, 1}};
+  for (const AttentionOptions& o : {AttentionOptions{0, 3, 0}, AttentionOptions{0.35f, 0, 1.2f},
+                                    AttentionOptions{0.5f, 4, 1.5f}}) {
+    Vec q = randn(s.nq(), 900, 1.5f), k = randn(s.nk(), 901, 1.5f), v = randn(s.nk(), 902);
+    const Vec rw = randn(s.nq(), 903);
+    Vec out(s.nq()), lse(s.nl());
+    attn_fwd_opt(s, out, lse, q, k, v, o);
+    Vec dq(s.nq()), dk(s.nk()), dv(s.nk());
+    const auto cu = s.cu();
+    attention_backward(dq.data(), dk.data(), dv.data(), rw.data(), q.data(), k.data(), v.data(), lse.data(), cu.data(),
+                       s.B(), s.T(), s.max_len(), s.nh, s.nkv, s.hd, o);
+    auto loss = [&] {
+      Vec ou(s.nq()), l(s.nl());
+      attn_fwd_opt(s, ou, l, q, k, v, o);
+      return dot(ou, rw);
+    };
+    const std::string tag = " window=" + std::to_string(o.window) + " softcap=" + std::to_string(o.softcap);
+    check_grad("attention dq" + tag, q, dq, loss);
+    check_grad("attention dk" + tag, k, dk, loss);
+    check_grad("attention dv" + tag, v, dv, loss);
+  }
+}
+
+// Cached attention (prefill of every position through a paged cache) equals the training attention with the same
+// options; with a window the blocks before it are never read (their table entries are -1 here).
+TEST(OpsCpu, AttentionCachedWindowSoftcapEqualsTrainingAttention) {
+  const AttnShape s = {4, 2, 6, {11, 7}};
+  const Vec q = randn(s.nq(), 950, 1.5f), k = randn(s.nk(), 951, 1.5f), v = randn(s.nk(), 952);
+  const auto cu = s.cu();
+  const int bs = 2, max_blocks = 6;
+  std::vector<int32_t> table(static_cast<size_t>(s.B()) * max_blocks);
+  for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int32_t>(i);
+  KvPages pages;
+  pages.table = table.data();
+  pages.slots = s.B();
+  pages.max_blocks = max_blocks;
+  pages.block_size = bs;
+  pages.n_blocks = s.B() * max_blocks;
+  const size_t kw = static_cast<size_t>(s.nkv) * s.hd;
+  Vec ck(static_cast<size_t>(pages.n_blocks) * bs * kw), cv(ck.size());
+  std::vector<int32_t> slot, pos;
+  for (int b = 0; b < s.B(); ++b)
+    for (int t = 0; t < s.lengths[b]; ++t) {
+      slot.push_back(b);
+      pos.push_back(t);
+    }
+  kv_store(ck.data(), cv.data(), k.data(), v.data(), slot.data(), pos.data(), s.T(), pages, s.nkv, s.hd);
+  for (const AttentionOptions& o : {AttentionOptions{}, AttentionOptions{0, 3, 0}, AttentionOptions{0.3f, 4, 1.5f}}) {
+    Vec want(s.nq()), lse(s.nl()), got(s.nq());
+    attn_fwd_opt(s, want, lse, q, k, v, o);
+    attention_cached(got.data(), q.data(), ck.data(), cv.data(), slot.data(), pos.data(), s.T(), pages, s.nh, s.nkv,
+                     s.hd, o);
+    expect_near_vec(got, std::vector<double>(want.begin(), want.end()), 2e-6,
+                    "attention_cached window=" + std::to_string(o.window));
+  }
+  // Decode of the last position of sequence 0 with window 3: positions 0..7 (blocks 0..3) are never read.
+  std::vector<int32_t> cut = table;
+  for (int blk = 0; blk < 4; ++blk) cut[static_cast<size_t>(blk)] = -1;
+  KvPages cut_pages = pages;
+  cut_pages.table = cut.data();
+  const int32_t one_slot = 0, one_pos = 10;
+  const AttentionOptions o{0, 3, 0};
+  Vec want(s.nq()), lse(s.nl()), got(static_cast<size_t>(s.nh) * s.hd);
+  attn_fwd_opt(s, want, lse, q, k, v, o);
+  attention_cached(got.data(), q.data() + static_cast<size_t>(10) * s.nh * s.hd, ck.data(), cv.data(), &one_slot,
+                   &one_pos, 1, cut_pages, s.nh, s.nkv, s.hd, o);
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[static_cast<size_t>(10) * s.nh * s.hd + i], 2e-6);
+  EXPECT_THROW(attention_cached(got.data(), q.data(), ck.data(), cv.data(), &one_slot, &one_pos, 1, cut_pages, s.nh,
+                                s.nkv, s.hd, AttentionOptions{0, 5, 0}),
+               FatalError);  // window 5 reaches position 6, whose block is gone
+}
+
+TEST(OpsCpu, RmsnormUnitOffsetForwardAndBackward) {
+  const int rows = 6, dim = 11;
+  const float eps = 1e-6f;
+  Vec x = randn(static_cast<size_t>(rows) * dim, 1000), w = randn(static_cast<size_t>(dim), 1001, 0.3f);
+  const Vec rw = randn(x.size(), 1002);
+  Vec out(x.size()), rstd(rows);
+  rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), rows, dim, eps, true);
+  Vec w1 = w;
+  for (auto& e : w1) e += 1.0f;
+  expect_near_vec(out, naive_rmsnorm(x, w1, rows, dim, eps), 1e-6, "rmsnorm (1 + w)");
+  Vec dx(x.size()), dw(w.size(), 0.0f);
+  rmsnorm_backward(dx.data(), dw.data(), rw.data(), x.data(), w.data(), rstd.data(), rows, dim, false, true);
+  auto loss = [&] {
+    Vec o(x.size()), r(rows);
+    rmsnorm_forward(o.data(), r.data(), x.data(), w.data(), rows, dim, eps, true);
+    return dot(o, rw);
+  };
+  check_grad("rmsnorm(1+w) dx", x, dx, loss, 1e-3, kTightRtol);
+  check_grad("rmsnorm(1+w) dw", w, dw, loss, 1e-3, kTightRtol);
+}
+
+TEST(OpsCpu, GegluForwardAndBackward) {
+  const int n = 41;
+  Vec gate = randn(n, 1100, 2.0f), up = randn(n, 1101);
+  gate[0] = 12.0f;  // saturated tanh both ways: no inf / NaN
+  gate[1] = -12.0f;
+  const Vec rw = randn(n, 1102);
+  Vec out(n);
+  geglu_forward(out.data(), gate.data(), up.data(), n);
+  std::vector<double> want(n);
+  for (int i = 0; i < n; ++i) {
+    const double g = gate[i];
+    want[i] = 0.5 * g * (1 + std::tanh(std::sqrt(2 / M_PI) * (g + 0.044715 * g * g * g))) * up[i];
+  }
+  expect_near_vec(out, want, 1e-6, "geglu");
+  Vec dg(n), du(n);
+  geglu_backward(dg.data(), du.data(), rw.data(), gate.data(), up.data(), n);
+  for (int i = 0; i < n; ++i) ASSERT_TRUE(std::isfinite(dg[i]) && std::isfinite(du[i])) << i;
+  auto loss = [&] {
+    Vec o(n);
+    geglu_forward(o.data(), gate.data(), up.data(), n);
+    return dot(o, rw);
+  };
+  check_grad("geglu dgate", gate, dg, loss, 1e-3, kTightRtol);
+  check_grad("geglu dup", up, du, loss, 1e-3, kTightRtol);
+  Vec d1 = rw, d2(n);  // dgate may alias dout
+  geglu_backward(d1.data(), d2.data(), d1.data(), gate.data(), up.data(), n);
+  EXPECT_EQ(d1, dg);
+  EXPECT_EQ(d2, du);
+}
+
+TEST(OpsCpu, LmHeadSoftcapForwardBackwardAndLogits) {
+  LmHeadCase c(1200);
+  for (float& x : c.W) x *= 3.0f;  // logits of several units: the cap bends them
+  const float cap = 2.5f;
+  for (float scale : {1.0f, 1.0f / 0.7f}) {
+    Vec logprob(c.T), lse(c.T);
+    lm_head_logprob_forward(logprob.data(), lse.data(), c.h.data(), c.W.data(), c.targets.data(), c.T, c.D, c.V, scale,
+                            nullptr, cap);
+    std::vector<double> lp_want(c.T, 0.0), lse_want(c.T), logits_want;
+    for (int t = 0; t < c.T; ++t) {
+      std::vector<double> l(c.V);
+      for (int v = 0; v < c.V; ++v) {
+        double d = 0;
+        for (int e = 0; e < c.D; ++e) d += static_cast<double>(c.h[t * c.D + e]) * c.W[v * c.D + e];
+        l[v] = scale * cap * std::tanh(d / cap);
+        if (t < 3) logits_want.push_back(l[v]);
+      }
+      const double m = *std::max_element(l.begin(), l.end());
+      double z = 0;
+      for (double x : l) z += std::exp(x - m);
+      lse_want[t] = m + std::log(z);
+      if (c.targets[t] >= 0) lp_want[t] = l[c.targets[t]] - lse_want[t];
+    }
+    expect_near_vec(logprob, lp_want, 2e-6, "softcapped logprob");
+    expect_near_vec(lse, lse_want, 2e-6, "softcapped lse");
+    Vec logits(static_cast<size_t>(3) * c.V);
+    lm_head_logits(logits.data(), c.h.data(), c.W.data(), 3, c.D, c.V, scale, cap);
+    expect_near_vec(logits, logits_want, 2e-6, "softcapped logits");
+    double big = 0;
+    for (double x : logits_want) big = std::max(big, std::abs(x));
+    EXPECT_GT(big, 0.8 * scale * cap);  // the cap matters in this case
+
+    Vec dh(c.h.size()), dW(c.W.size(), 0.0f);
+    lm_head_logprob_backward(dh.data(), dW.data(), c.weights.data(), c.h.data(), c.W.data(), c.targets.data(),
+                             lse.data(), c.T, c.D, c.V, scale, nullptr, cap);
+    auto loss = [&] {
+      Vec lp(c.T), l(c.T);
+      lm_head_logprob_forward(lp.data(), l.data(), c.h.data(), c.W.data(), c.targets.data(), c.T, c.D, c.V, scale,
+                              nullptr, cap);
+      return -dot(lp, c.weights);
+    };
+    check_grad("softcapped lm_head dh", c.h, dh, loss);
+    check_grad("softcapped lm_head dW", c.W, dW, loss);
+  }
+}
+
+TEST(OpsCpu, EmbeddingScaled) {
+  const int V = 9, D = 5;
+  const std::vector<int32_t> ids = {2, -1, 8, 2};
+  const int T = static_cast<int>(ids.size());
+  Vec table = randn(static_cast<size_t>(V) * D, 1300);
+  const float scale = std::sqrt(48.0f);
+  Vec out(static_cast<size_t>(T) * D), plain(out.size());
+  embedding_forward(out.data(), ids.data(), table.data(), T, V, D, scale);
+  embedding_forward(plain.data(), ids.data(), table.data(), T, V, D);
+  for (size_t i = 0; i < out.size(); ++i) EXPECT_EQ(out[i], plain[i] * scale);
+  const Vec rw = randn(out.size(), 1301);
+  Vec dtable(table.size(), 0.0f);
+  embedding_backward(dtable.data(), rw.data(), ids.data(), T, V, D, scale);
+  auto loss = [&] {
+    Vec o(out.size());
+    embedding_forward(o.data(), ids.data(), table.data(), T, V, D, scale);
+    return dot(o, rw);
+  };
+  check_grad("scaled dtable", table, dtable, loss, 1e-3, kTightRtol);
 }
 
 }  // namespace

@@ -264,7 +264,7 @@ TEST(SafetensorsCorrupt, BadEntries) {
     const char* expect;
   };
   const Case cases[] = {
-      {R"({"t": {"dtype": "U8", "shape": [4], "data_offsets": [0, 4]}})", "tensor 't': dtype 'U8' is not supported"},
+      {R"({"t": {"dtype": "BOOL", "shape": [4], "data_offsets": [0, 4]}})", "tensor 't': dtype 'BOOL' is not supported"},
       {R"({"t": {"dtype": "F8_E4M3", "shape": [4], "data_offsets": [0, 4]}})", "tensor 't': dtype 'F8_E4M3'"},
       {R"({"t": {"shape": [4], "data_offsets": [0, 16]}})", "tensor 't': no \"dtype\" string"},
       {R"({"t": {"dtype": "F32", "data_offsets": [0, 16]}})", "tensor 't': no \"shape\" list"},

@@ -1,0 +1,210 @@
+// mode_plan.cpp: `mgrl plan`: the memory one rank of a run needs, by part (model::memory_plan), from the model's
+// shape alone (config.json or model.shape; no weights read, nothing allocated), whether it fits plan.gpu_memory,
+// and the largest training micro-batch that does; a table, or one JSON object with plan.json.
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "app/modes.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "dist/device.h"
+#include "dist/mpi_env.h"
+#include "io/config.h"
+#include "io/config_schema.h"
+#include "model/memory_plan.h"
+
+namespace mgrl::app {
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+constexpr double kMiB = 1024.0 * 1024.0;
+
+// "80GiB", "141 GB", "16GiB", "81920MiB", "85899345920": bytes; a UserError naming the key otherwise.
+double parse_size(const std::string& text, const std::string& key) {
+  std::size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+  const std::string num = text.substr(0, i);
+  std::string unit = text.substr(i);
+  unit.erase(std::remove(unit.begin(), unit.end(), ' '), unit.end());
+  double v = 0;
+  bool ok = !num.empty() && std::count(num.begin(), num.end(), '.') <= 1 && num != ".";
+  if (ok) v = std::stod(num);
+  static const std::pair<const char*, double> units[] = {
+      {"", 1},         {"B", 1},          {"KB", 1e3},          {"MB", 1e6},          {"GB", 1e9},
+      {"TB", 1e12},    {"KiB", 1024.0},   {"MiB", kMiB},        {"GiB", kGiB},        {"TiB", kGiB * 1024.0}};
+  double mult = -1;
+  for (const auto& [name, m] : units)
+    if (unit == name) mult = m;
+  if (!ok || mult < 0 || !(v * mult >= 1) || !std::isfinite(v * mult))
+    throw UserError("key '" + key + "' = \"" + text +
+                    "\" is not a memory size (a positive number with a unit: 80GiB, 141GB, 16384MiB, or bytes)");
+  return v * mult;
+}
+
+bool schema_has(const std::string& key) {
+  for (const auto& ks : io::mgrl_schema())
+    if (ks.name == key) return true;
+  return false;
+}
+
+std::string gib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", bytes / kGiB);
+  return buf;
+}
+
+}  // namespace
+
+int run_plan(dist::MpiEnv& env, const io::Config& cfg) {
+  model::PlanInput in;
+  std::string source, mode, dtype_label;
+  double budget = 0;
+  std::int64_t seq_len = 0, micro = 0;
+  env.agree([&] {
+    in.model = model_config(cfg, &source);
+    const io::ModelConfig& mc = in.model;
+    budget = parse_size(cfg.get_string("plan.gpu_memory"), "plan.gpu_memory");
+    in.cuda = cfg.get_string("plan.target") == "cuda";
+    in.ranks = static_cast<int>(cfg.get_int("plan.gpus"));
+    if (in.cuda) {
+      // The storage dtype of an sm_80+ GPU (bf16, or fp16 when model.dtype says so): 2 bytes either way.
+      const DType st = dist::storage_dtype(dist::Backend::Cuda, 80, cfg.get_string("model.dtype"));
+      in.storage = dtype_size(st);
+      dtype_label = dtype_name(st);
+    } else {
+      in.storage = 4;
+      dtype_label = "f32";
+    }
+    // Keys that other work adds (QLoRA, the sharded base) are read when this build has them.
+    if (schema_has("model.quantize")) in.quantize = cfg.get_string("model.quantize");
+    if (in.quantize != "none" && in.quantize != "nf4" && in.quantize != "")
+      throw UserError("model.quantize = \"" + in.quantize + "\": plan knows none and nf4");
+    if (in.quantize.empty()) in.quantize = "none";
+    if (schema_has("model.shard_base")) in.shard_base = cfg.get_bool("model.shard_base");
+    in.full_finetune = cfg.get_bool("train.full_finetune");
+    in.master_weights = cfg.get_string("train.master_weights") == "always";
+    in.lora = !in.full_finetune;
+    if (in.lora) in.lora_cfg = lora_config(cfg);
+    in.recompute = cfg.get_bool("model.recompute");
+
+    mode = cfg.mode_before_cli();
+    if (mode != "sft" && mode != "grpo" && mode != "dpo" && mode != "ppo") mode = "sft";
+    const std::int64_t max_pos = mc.max_position_embeddings > 0 ? mc.max_position_embeddings : (1 << 30);
+    const std::int64_t batch = cfg.get_int("train.batch_size"), accum = cfg.get_int("train.grad_accum");
+    const std::int64_t per_rank = std::max<std::int64_t>(1, batch / in.ranks);
+    if (mode == "grpo" || mode == "ppo") {
+      // PPO samples one response per prompt and trains on mini-batches of the rollout batch; its scoring pass
+      // (old log-probs and values, and the reference with the adapter off) always runs.
+      const bool ppo = mode == "ppo";
+      const std::int64_t G = ppo ? 1 : cfg.get_int("grpo.num_generations");
+      const std::int64_t prompt = cfg.get_int(ppo ? "ppo.max_prompt_length" : "grpo.max_prompt_length");
+      const std::int64_t completion = cfg.get_int(ppo ? "ppo.response_length" : "grpo.max_completion_length");
+      seq_len = std::min(max_pos, prompt + completion);
+      micro = ppo ? std::max<std::int64_t>(1, per_rank / std::max<std::int64_t>(1, cfg.get_int("ppo.num_mini_batches")))
+                  : std::max<std::int64_t>(1, per_rank * G / accum);
+      // The scoring pass runs for the reference (grpo.beta > 0) and the old policy (grpo.num_iterations > 1).
+      in.scoring = ppo || cfg.get_float("grpo.beta") > 0 || cfg.get_int("grpo.num_iterations") > 1;
+      in.reference_copy = !ppo && cfg.get_float("grpo.beta") > 0 && cfg.get_string("grpo.reference") == "initial" &&
+                          !cfg.get_string("lora.adapter").empty();
+      // The rollout's paged cache as rl::Generator sizes it: every slot busy, each prompt's full blocks once.
+      in.generate = true;
+      const int slots = static_cast<int>(std::min<std::int64_t>(cfg.get_int("generate.max_sequences"), per_rank * G));
+      const int bs = static_cast<int>(std::max<std::int64_t>(1, std::min(cfg.get_int("generate.kv_block_size"), seq_len)));
+      const int own_max = static_cast<int>((bs - 1 + completion + bs - 1) / bs);
+      in.kv_slots = slots;
+      in.kv_max_len = static_cast<int>(seq_len);
+      in.kv_block_size = bs;
+      in.kv_blocks = static_cast<int>((slots / G) * (prompt / bs)) + slots * own_max;
+      in.infer_tokens = std::min<std::int64_t>(cfg.get_int("generate.max_prefill_tokens"), per_rank * prompt) + slots;
+      in.infer_rows = slots;
+    } else if (mode == "dpo") {
+      seq_len = std::min(max_pos, cfg.get_int("dpo.max_length"));
+      micro = std::max<std::int64_t>(1, 2 * per_rank / accum);  // chosen and rejected
+      in.scoring = true;
+    } else {
+      seq_len = std::min(max_pos, cfg.get_int("train.max_seq_len"));
+      micro = std::max<std::int64_t>(1, per_rank / accum);
+    }
+    in.train_tokens = micro * seq_len;
+    model::set_runtime_allowances(in);
+  });
+
+  const model::MemoryPlan plan = model::memory_plan(in);
+  const std::int64_t limit = std::int64_t{1} << 24;
+  const std::int64_t best = model::largest_fitting_tokens(in, budget, limit);
+  const bool fits = plan.total <= budget;
+  if (env.rank() != 0) return 0;
+
+  const io::ModelConfig& mc = in.model;
+  if (cfg.get_bool("plan.json")) {
+    nlohmann::json j;
+    j["model"] = source;
+    j["architecture"] = io::architecture_name(mc.arch);
+    j["parameters"] = io::parameter_count(mc);
+    j["mode"] = mode;
+    j["target"] = in.cuda ? "cuda" : "cpu";
+    j["storage"] = dtype_label;
+    j["ranks"] = in.ranks;
+    j["quantize"] = in.quantize;
+    j["shard_base"] = in.shard_base;
+    j["recompute"] = in.recompute;
+    j["micro_batch_sequences"] = micro;
+    j["sequence_tokens"] = seq_len;
+    j["micro_batch_tokens"] = in.train_tokens;
+    j["parts"] = nlohmann::json::array();
+    for (const auto& p : plan.parts)
+      j["parts"].push_back({{"name", p.name}, {"bytes", p.bytes}, {"note", p.note}, {"load_only", p.transient}});
+    j["step_bytes"] = plan.step_bytes;
+    j["load_bytes"] = plan.load_bytes;
+    j["total_bytes"] = plan.total;
+    j["budget_bytes"] = budget;
+    j["fits"] = fits;
+    j["largest_micro_batch_tokens"] = best;
+    std::cout << j.dump() << "\n";
+    return 0;
+  }
+  char line[512];
+  std::snprintf(line, sizeof line, "mgrl plan: %s: %s, %.3g parameters; mode %s, %s%s%s\n", source.c_str(),
+                io::architecture_name(mc.arch), io::parameter_count(mc), mode.c_str(),
+                in.full_finetune ? "full fine-tuning" : ("LoRA r " + std::to_string(in.lora_cfg.r)).c_str(),
+                in.quantize == "nf4" ? ", NF4 base (QLoRA)" : "", in.recompute ? ", model.recompute" : "");
+  std::cout << line;
+  std::snprintf(line, sizeof line,
+                "per rank on %d x %s (%s storage%s), %s GiB each; micro-batch %lld x %lld = %lld tokens\n",
+                in.ranks, in.cuda ? "GPU" : "CPU rank", dtype_label.c_str(), in.shard_base ? ", base sharded" : "",
+                gib(budget).c_str(), static_cast<long long>(micro), static_cast<long long>(seq_len),
+                static_cast<long long>(in.train_tokens));
+  std::cout << line;
+  std::snprintf(line, sizeof line, "  %-24s %10s  %s\n", "part", "GiB", "what");
+  std::cout << line;
+  for (const auto& p : plan.parts) {
+    std::snprintf(line, sizeof line, "  %-24s %10s  %s\n", p.name.c_str(), gib(p.bytes).c_str(), p.note.c_str());
+    std::cout << line;
+  }
+  std::snprintf(line, sizeof line, "  %-24s %10s  %s\n", "total (peak)", gib(plan.total).c_str(),
+                plan.load_bytes > plan.step_bytes ? "while loading the weights (a step holds less)"
+                                                  : "during a training step");
+  std::cout << line;
+  if (fits)
+    std::snprintf(line, sizeof line, "fits in %s GiB: yes (%s GiB to spare)\n", gib(budget).c_str(),
+                  gib(budget - plan.total).c_str());
+  else
+    std::snprintf(line, sizeof line, "fits in %s GiB: no (%s GiB short)\n", gib(budget).c_str(),
+                  gib(plan.total - budget).c_str());
+  std::cout << line;
+  if (best > 0)
+    std::snprintf(line, sizeof line, "largest micro-batch that fits: %lld tokens (%lld sequences of %lld)%s\n",
+                  static_cast<long long>(best), static_cast<long long>(best / std::max<std::int64_t>(1, seq_len)),
+                  static_cast<long long>(seq_len), best >= limit ? " or more" : "");
+  else
+    std::snprintf(line, sizeof line, "largest micro-batch that fits: none (not one token)\n");
+  std::cout << line;
+  return 0;
+}
+
+}  // namespace mgrl::app

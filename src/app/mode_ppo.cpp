@@ -1,0 +1,142 @@
+// mode_ppo.cpp: `mgrl ppo`: PPO training (LoRA or full) of a Hugging Face model with a value head on its last hidden
+// state and the [[reward]] functions, data-parallel over ranks; rollouts sampled in the same process.
+#include <cstdio>
+#include <memory>
+
+#include "app/modes.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "dist/comm.h"
+#include "dist/mpi_env.h"
+#include "io/chat_template.h"
+#include "io/config.h"
+#include "io/hf_config.h"
+#include "io/tokenizer.h"
+#include "model/transformer.h"
+#include "rl/ppo.h"
+#include "rl/prompts.h"
+#include "rl/rewards/rewards.h"
+#include "train/checkpoint.h"
+
+namespace mgrl::app {
+
+int run_ppo(Context& ctx) {
+  const auto& env = ctx.env;
+  const auto& cfg = ctx.cfg;
+  const std::string model_dir = cfg.is_set("model.path") ? cfg.get_string("model.path") : std::string();
+  const bool random_init = cfg.get_string("model.init") == "random";
+  const bool full = cfg.get_bool("train.full_finetune");
+
+  std::unique_ptr<rl::Rewards> rewards;
+  env.agree([&] { rewards = std::make_unique<rl::Rewards>(rl::Rewards::from_config(cfg)); });
+  if (rewards->size() == 0)
+    env.agree([&] { throw UserError(cfg.file() + ": ppo needs at least one [[reward]] table (docs/rewards.md)"); });
+
+  if (cfg.get_int("train.grad_accum") != 1)
+    env.agree([&] {
+      throw UserError("ppo does not use train.grad_accum (each rank trains its share of a mini-batch in one pass; "
+                      "ppo.num_mini_batches sets the optimizer steps): leave it at 1");
+    });
+
+  if (cfg.get_bool("model.shard_base"))
+    env.agree([&] {
+      throw UserError("key 'model.shard_base' = true is not supported by ppo yet (its rollouts and value passes do "
+                      "not gather a sharded base in lockstep): set it to false");
+    });
+
+  io::ModelConfig mc;
+  std::unique_ptr<io::Tokenizer> tok;
+  std::vector<rl::PromptRow> train_data, eval_data;
+  const int max_prompt = static_cast<int>(cfg.get_int("ppo.max_prompt_length"));
+  env.agree([&] {
+    std::string model_src;
+    mc = training_model_config(cfg, &model_src);
+    check_model_fits(ctx, mc, model_src, full);
+    tok = std::make_unique<io::Tokenizer>(io::Tokenizer::from_dir(tokenizer_dir(cfg)));
+    if (tok->vocab_size() > mc.vocab_size)
+      throw UserError(tok->path() + ": the tokenizer has " + std::to_string(tok->vocab_size()) +
+                      " tokens, more than the model's vocab_size (" + std::to_string(mc.vocab_size) + ")");
+    const io::ChatTemplate chat = chat_template(cfg, "train.chat_format", *tok);
+    train_data = rl::load_prompts(cfg.get_string("data.input"), *tok, chat, max_prompt);
+    if (!cfg.get_string("eval.input").empty())
+      eval_data = rl::load_prompts(cfg.get_string("eval.input"), *tok, chat, max_prompt);
+    const std::int64_t longest = max_prompt + cfg.get_int("ppo.response_length");
+    if (mc.max_position_embeddings > 0 && longest > mc.max_position_embeddings)
+      throw UserError("ppo.max_prompt_length + ppo.response_length (" + std::to_string(longest) +
+                      ") exceeds the model's max_position_embeddings (" + std::to_string(mc.max_position_embeddings) +
+                      "): lower them");
+    const std::int64_t batch = cfg.get_int("train.batch_size");
+    check_batch_fits(mc, "train.batch_size", batch, static_cast<double>(batch) / env.size(),
+                     static_cast<double>(longest), "lower it or ppo.response_length");
+  });
+
+  auto ops = make_ops(ctx);
+  const train::LossScaling scaling = loss_scaling(ctx, ops->storage());
+  model::Transformer net(mc, *ops,
+                         model::ModelOptions{full, cfg.get_bool("model.recompute"),
+                                             cfg.get_string("train.master_weights") == "always"});
+  const auto seed = static_cast<std::uint64_t>(cfg.get_int("train.seed"));
+  env.agree([&] {
+    if (random_init) net.init_random(seed, static_cast<float>(cfg.get_float("model.init_std")));
+    else net.load_weights(model_dir);
+    if (!full) setup_trainable_lora(ctx, net, seed);
+  });
+
+  rl::PpoTrainOptions o;
+  o.max_steps = cfg.get_int("train.max_steps");
+  o.max_nonfinite_steps = static_cast<int>(cfg.get_int("train.max_nonfinite_steps"));
+  o.stop_at_step = cfg.get_int("train.stop_at_step");
+  o.batch_prompts = static_cast<int>(cfg.get_int("train.batch_size"));
+  o.optim = optimizer_options(cfg, o.max_steps, scaling);
+  o.checkpoint = {cfg.get_string("checkpoint.dir"), static_cast<int>(cfg.get_int("checkpoint.every_steps")),
+                  static_cast<int>(cfg.get_int("checkpoint.keep_last")), cfg.get_string("checkpoint.resume"),
+                  cfg.to_toml()};
+  o.ppo.gamma = cfg.get_float("ppo.gamma");
+  o.ppo.lam = cfg.get_float("ppo.lam");
+  o.ppo.cliprange = cfg.get_float("ppo.cliprange");
+  o.ppo.cliprange_value = cfg.get_float("ppo.cliprange_value");
+  o.ppo.vf_coef = cfg.get_float("ppo.vf_coef");
+  o.ppo.kl_coef = cfg.get_float("ppo.kl_coef");
+  o.ppo.kl_estimator = rl::kl_estimator_from(cfg.get_string("ppo.kl_estimator"));
+  o.ppo.whiten_rewards = cfg.get_bool("ppo.whiten_rewards");
+  o.ppo.missing_eos_penalty = cfg.get_float("ppo.missing_eos_penalty");
+  o.ppo.response_length = static_cast<int>(cfg.get_int("ppo.response_length"));
+  o.num_ppo_epochs = static_cast<int>(cfg.get_int("ppo.num_ppo_epochs"));
+  o.num_mini_batches = static_cast<int>(cfg.get_int("ppo.num_mini_batches"));
+  o.value_lr = cfg.get_float("ppo.value_lr");
+  o.base_lr = cfg.get_float("train.lr");
+  o.sampling.temperature = static_cast<float>(cfg.get_float("ppo.temperature"));
+  o.max_sequences = static_cast<int>(cfg.get_int("generate.max_sequences"));
+  o.max_prefill_tokens = static_cast<int>(cfg.get_int("generate.max_prefill_tokens"));
+  o.kv_block_size = static_cast<int>(cfg.get_int("generate.kv_block_size"));
+  o.seed = seed;
+  o.log_every = static_cast<int>(cfg.get_int("log.every_steps"));
+  o.rollouts_every = static_cast<int>(cfg.get_int("rollouts.every_steps"));
+  o.log_dir = cfg.get_string("log.dir");
+  o.config_text = cfg.to_toml();
+  o.threads = std::max(1, ctx.device.cpu_threads);
+  o.eval_every = static_cast<int>(cfg.get_int("eval.every_steps"));
+  o.eval_max_new_tokens = static_cast<int>(cfg.get_int("eval.max_new_tokens"));
+  o.accuracy_reward = cfg.get_string("eval.accuracy_reward");
+  {
+    char line[400];
+    std::snprintf(line, sizeof(line),
+                  "ppo: %s %s, %zu prompts, %zu held-out, %s on %d rank%s; %d responses per rollout batch, %d epochs x %d "
+                  "mini-batches, kl %s x %g, %zu reward function%s; %lld optimizer steps",
+                  random_init ? "random-init" : "pretrained", io::architecture_name(mc.arch), train_data.size(),
+                  eval_data.size(), full ? "full fine-tuning" : "LoRA", env.size(), env.size() == 1 ? "" : "s", o.batch_prompts,
+                  o.num_ppo_epochs, o.num_mini_batches, cfg.get_string("ppo.kl_estimator").c_str(), o.ppo.kl_coef,
+                  rewards->size(), rewards->size() == 1 ? "" : "s", static_cast<long long>(o.max_steps));
+    log::info(line);
+  }
+  if (env.rank() == 0 && !o.log_dir.empty()) train::remove_stale_temporaries(o.log_dir + "/rollouts");
+  std::unique_ptr<rl::PpoTrainer> trainer;
+  env.agree([&] {
+    trainer = std::make_unique<rl::PpoTrainer>(env, ctx.comm, net, *tok, *rewards, std::move(train_data),
+                                               std::move(eval_data), o);
+  });
+  trainer->run();
+  return 0;
+}
+
+}  // namespace mgrl::app

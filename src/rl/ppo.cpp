@@ -1,0 +1,371 @@
+// ppo.cpp: the PPO training loop: rollouts, scoring, GAE, epochs of clipped updates over mini-batches, rollout files,
+// metrics and checkpoints at update boundaries.
+#include "rl/ppo.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+#include "core/error.h"
+#include "core/random.h"
+#include "core/stop.h"
+#include "io/hf_config.h"
+#include "rl/generator.h"
+#include "rl/rollout.h"
+#include "train/run_log.h"
+#include "train/stop_agreement.h"
+
+namespace mgrl::rl {
+
+PpoTrainer::PpoTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transformer& model, const io::Tokenizer& tok,
+                       const Rewards& rewards, std::vector<PromptRow> train, std::vector<PromptRow> eval,
+                       PpoTrainOptions opts)
+    : env_(env), comm_(comm), model_(model), tok_(tok), rewards_(rewards), train_(std::move(train)),
+      eval_(std::move(eval)), opts_(std::move(opts)), sampler_(train_.size(), opts_.seed) {
+  const int ranks = env_.size();
+  if (opts_.batch_prompts % ranks != 0)
+    throw UserError("train.batch_size (" + std::to_string(opts_.batch_prompts) +
+                    " prompts) must be divisible by the number of ranks (" + std::to_string(ranks) + ")");
+  if (opts_.batch_prompts % opts_.num_mini_batches != 0)
+    throw UserError("ppo.num_mini_batches (" + std::to_string(opts_.num_mini_batches) +
+                    ") must divide train.batch_size (" + std::to_string(opts_.batch_prompts) + ")");
+  const auto spu = static_cast<std::int64_t>(steps_per_update());
+  if (opts_.max_steps % spu != 0)
+    throw UserError("train.max_steps (" + std::to_string(opts_.max_steps) + ") must be a multiple of " +
+                    "ppo.num_ppo_epochs x ppo.num_mini_batches (" + std::to_string(spu) +
+                    " optimizer steps per rollout batch)");
+  if (opts_.stop_at_step % spu != 0)
+    throw UserError("train.stop_at_step (" + std::to_string(opts_.stop_at_step) + ") must be a multiple of " +
+                    std::to_string(spu) + " (checkpoints fall between rollout batches)");
+  if (rewards_.size() == 0) throw UserError("ppo needs at least one [[reward]] table");
+  // The reference is the model with the adapter switched off: with full fine-tuning that is the policy itself.
+  if (model_.base_grads() != nullptr && opts_.ppo.kl_coef > 0)
+    throw UserError("ppo's reference policy is the model with the LoRA adapter switched off: with "
+                    "train.full_finetune = true there is none, so set ppo.kl_coef = 0 (or train with LoRA)");
+  tr_ = train::trainable_of(model_, model_.base_grads() != nullptr);
+  opt_ = std::make_unique<train::Optimizer>(model_.ops(), tr_, opts_.optim);
+  sync_ = std::make_unique<train::GradSync>(comm_, model_, tr_);
+  ckpt_ = std::make_unique<train::Checkpointer>(
+      env_, model_.ops(), *opt_, opts_.checkpoint,
+      train::model_identity(io::architecture_name(model_.config().arch), tr_.tensors) + " + ppo value head");
+  guard_ = std::make_unique<train::DivergenceGuard>(env_, opts_.max_nonfinite_steps, opts_.optim.scaling.enabled);
+  vh_ = std::make_unique<ValueHead>(static_cast<int>(model_.config().hidden_size));
+  vh_buf_ = static_cast<float*>(model_.ops().alloc(vh_->params().size() * sizeof(float)));
+  state_.rank_rng.assign(static_cast<std::size_t>(ranks), 0);
+  opt_->start(state_);
+  const auto& names = rewards_.names();
+  const auto& kinds = rewards_.kinds();
+  if (!opts_.accuracy_reward.empty()) {
+    const auto it = std::find(names.begin(), names.end(), opts_.accuracy_reward);
+    if (it == names.end()) throw UserError("eval.accuracy_reward: no reward is named '" + opts_.accuracy_reward + "'");
+    accuracy_fn_ = static_cast<int>(it - names.begin());
+  } else {
+    for (std::size_t f = 0; f < kinds.size() && accuracy_fn_ < 0; ++f)
+      if (kinds[f] == "answer_match" || kinds[f] == "code_exec") accuracy_fn_ = static_cast<int>(f);
+  }
+}
+
+PpoEval PpoTrainer::evaluate() {
+  PpoEval res;
+  if (eval_.empty()) return res;
+  const train::PhasesPaused paused(model_.ops());
+  const std::size_t N = eval_.size();
+  const std::size_t lo = N * static_cast<std::size_t>(env_.rank()) / static_cast<std::size_t>(env_.size());
+  const std::size_t hi = N * static_cast<std::size_t>(env_.rank() + 1) / static_cast<std::size_t>(env_.size());
+  res.prompts = N;
+  double reward = 0;
+  long long right = 0;
+  std::vector<Prompt> prompts;
+  for (std::size_t i = lo; i < hi; ++i) prompts.push_back({static_cast<std::int64_t>(i), eval_[i].tokens});
+  if (!prompts.empty()) {
+    GenerationOptions g;
+    g.max_new_tokens = opts_.eval_max_new_tokens;
+    g.sampling.temperature = 0;  // greedy
+    if (auto eos = tok_.eos_id()) g.eos_ids = {*eos};
+    g.max_sequences = opts_.max_sequences;
+    g.max_prefill_tokens = opts_.max_prefill_tokens;
+    g.kv_block_size = opts_.kv_block_size;
+    Generator gen(model_, g, [&](const std::vector<std::int32_t>& ids) { return tok_.decode(ids, true); });
+    std::vector<RewardSample> samples;
+    for (const auto& c : gen.generate(prompts)) {
+      const PromptRow& p = eval_[static_cast<std::size_t>(c.prompt_index)];
+      RewardSample s;
+      s.prompt = p.text;
+      s.completion = c.text;
+      s.row = &p.row;
+      s.completion_tokens = static_cast<int>(c.tokens.size());
+      s.finish_reason = c.finish_reason;
+      samples.push_back(std::move(s));
+    }
+    for (const auto& v : rewards_.score(samples, opts_.log_dir.empty() ? "." : opts_.log_dir, opts_.threads)) {
+      reward += rewards_.total(v);
+      right += accuracy_fn_ >= 0 && v[static_cast<std::size_t>(accuracy_fn_)] >= 1.0 - 1e-9 ? 1 : 0;
+    }
+  }
+  res.mean_reward = env_.allreduce_sum(reward) / static_cast<double>(N);
+  if (accuracy_fn_ >= 0) res.accuracy = static_cast<double>(env_.allreduce_sum(right)) / static_cast<double>(N);
+  return res;
+}
+
+PpoTrainer::~PpoTrainer() {
+  if (vh_buf_) model_.ops().release(vh_buf_);
+}
+
+void PpoTrainer::update(nlohmann::json* metrics) {
+  const int ranks = env_.size(), rank = env_.rank(), P = opts_.batch_prompts, per = P / ranks;
+  const std::size_t lo = static_cast<std::size_t>(rank) * static_cast<std::size_t>(per);
+  const std::int64_t first_step = state_.step, update_index = state_.step / steps_per_update();
+  const auto indices = sampler_.next(state_.cursor, P);
+  const float temperature = opts_.sampling.temperature;
+  const PpoOptions& o = opts_.ppo;
+
+  // 1. One response per prompt of this rank's block; its draws depend on the seed, the update and the prompt's
+  //    position in the global batch only.
+  std::vector<PpoSample> local;
+  std::vector<std::int64_t> prompt_index;
+  std::vector<std::string> finish;
+  std::vector<std::vector<float>> sample_logps;
+  {
+    GenerationOptions g;
+    g.max_new_tokens = o.response_length;
+    g.num_generations = 1;
+    g.sampling = opts_.sampling;
+    g.seed = random_bits(opts_.seed ^ 0x70706f726f6c6c73ull, static_cast<std::uint64_t>(update_index));
+    if (auto eos = tok_.eos_id()) g.eos_ids = {*eos};
+    g.max_sequences = opts_.max_sequences;
+    g.max_prefill_tokens = opts_.max_prefill_tokens;
+    g.kv_block_size = opts_.kv_block_size;
+    g.use_lora = true;
+    std::vector<Prompt> prompts;
+    for (std::size_t j = lo; j < lo + static_cast<std::size_t>(per); ++j)
+      prompts.push_back({static_cast<std::int64_t>(j), train_[indices[j]].tokens});
+    Generator gen(model_, g, [&](const std::vector<std::int32_t>& ids) { return tok_.decode(ids, true); });
+    for (auto& c : gen.generate(prompts)) {
+      const PromptRow& p = train_[indices[static_cast<std::size_t>(c.prompt_index)]];
+      MGRL_CHECK(!c.tokens.empty(), "ppo: an empty response");
+      PpoSample s;
+      s.prompt = p.tokens;
+      s.response = std::move(c.tokens);
+      s.seq.has_eos = c.finish_reason == "eos";
+      prompt_index.push_back(p.index);
+      finish.push_back(c.finish_reason);
+      sample_logps.push_back(std::move(c.logprobs));
+      local.push_back(std::move(s));
+    }
+    MGRL_CHECK(local.size() == static_cast<std::size_t>(per), "ppo: responses lost");
+  }
+  // 2. Scores from the reward functions.
+  std::vector<std::vector<double>> rewards_fn;
+  {
+    std::vector<RewardSample> samples;
+    for (std::size_t i = 0; i < local.size(); ++i) {
+      const PromptRow& p = train_[indices[lo + i]];
+      RewardSample s;
+      s.prompt = p.text;
+      s.completion = tok_.decode(local[i].response, true);
+      s.row = &p.row;
+      s.completion_tokens = static_cast<int>(local[i].response.size());
+      s.finish_reason = finish[i];
+      samples.push_back(std::move(s));
+    }
+    rewards_fn = rewards_.score(samples, opts_.log_dir.empty() ? "." : opts_.log_dir, opts_.threads);
+    for (std::size_t i = 0; i < local.size(); ++i) local[i].seq.score = rewards_.total(rewards_fn[i]);
+  }
+  // 3. The rollout's log-probs (policy, reference) and values; rewards, GAE and whitening over the global batch.
+  ppo_score(model_, *vh_, temperature, o.response_length, per, local);
+  {
+    std::vector<PpoSequence> seqs;
+    for (auto& s : local) seqs.push_back(std::move(s.seq));
+    ppo_advantages(o, seqs, [&](double* v, int n) {
+      for (int i = 0; i < n; ++i) v[i] = env_.allreduce_sum(v[i]);
+    });
+    for (std::size_t i = 0; i < local.size(); ++i) local[i].seq = std::move(seqs[i]);
+  }
+  PpoRolloutSums rs;
+  {
+    std::vector<PpoSequence> seqs;
+    for (const auto& s : local) seqs.push_back(s.seq);
+    rs = ppo_rollout_sums(o, seqs);
+    for (int i = 0; i < PpoRolloutSums::kCount; ++i) rs.data()[i] = env_.allreduce_sum(rs.data()[i]);
+  }
+  write_rollouts(local, prompt_index, rewards_fn, finish, first_step + 1);  // collective
+
+  // 4. Epochs over the global batch in an order every rank draws alike; each rank trains the sequences of a
+  //    mini-batch it holds (possibly none: a zero-weight pass, as the gradient reduction is collective).
+  const train::Sampler order(static_cast<std::size_t>(P),
+                             random_bits(opts_.seed ^ 0x70706f65706f6368ull, static_cast<std::uint64_t>(update_index)));
+  const int MB = P / opts_.num_mini_batches;
+  std::vector<PpoLoss> losses;
+  double last_norm = 0, last_loss = 0;
+  const double max_norm = opts_.optim.max_grad_norm;
+  for (int e = 0; e < opts_.num_ppo_epochs; ++e) {
+    const auto perm = order.order(e);
+    for (int mb = 0; mb < opts_.num_mini_batches; ++mb) {
+      std::vector<std::size_t> idx;
+      double counts[2] = {0, 0};
+      for (int k = mb * MB; k < (mb + 1) * MB; ++k) {
+        const std::size_t gpos = perm[static_cast<std::size_t>(k)];
+        if (gpos < lo || gpos >= lo + static_cast<std::size_t>(per)) continue;
+        idx.push_back(gpos - lo);
+        counts[0] += local[gpos - lo].seq.n();
+        counts[1] += static_cast<double>(local[gpos - lo].seq.values.size());
+      }
+      for (double& c : counts) c = env_.allreduce_sum(c);
+      const double scale = opt_->loss_scale(state_);
+      sync_->zero();
+      vh_->zero_grad();
+      const std::uint64_t seed = random_bits(random_bits(opts_.seed, static_cast<std::uint64_t>(state_.step)),
+                                             static_cast<std::uint64_t>(rank));
+      PpoTerms t = ppo_minibatch(model_, *vh_, o, temperature, local, idx, counts[0], counts[1], scale, true, seed,
+                                 sync_->hook(true));
+      const double norm = train::agreed_norm(env_, sync_->finish(scale));
+      // The value head's gradients, summed over ranks (f32 through the backend's buffer, as the LoRA gradients).
+      auto& vg = vh_->grads();
+      {
+        std::vector<float> f(vg.begin(), vg.end());
+        model_.ops().upload(vh_buf_, f.data(), f.size() * sizeof(float));
+        comm_.allreduce_sum(vh_buf_, f.size(), DType::F32, sync_->stream());
+        model_.ops().download(f.data(), vh_buf_, f.size() * sizeof(float));
+        for (std::size_t i = 0; i < f.size(); ++i) vg[i] = f[i];
+      }
+      const double vnorm = std::sqrt(vh_->grad_norm_squared()) / scale;
+      const double total = std::sqrt(norm * norm + vnorm * vnorm);  // one clip over policy and value head (trl)
+      for (int i = 0; i < PpoTerms::kCount; ++i) t.data()[i] = env_.allreduce_sum(t.data()[i]);
+      const PpoLoss l = ppo_loss(o, t);
+      losses.push_back(l);
+      kernels::Ops::AdamW hp = opts_.optim.adamw;
+      const double lr = opt_->lr(state_);
+      hp.lr = static_cast<float>(opts_.value_lr > 0 ? opts_.value_lr * lr / opts_.base_lr : lr);
+      hp.step = state_.step + 1 - state_.skipped_steps;
+      const double clip = max_norm > 0 && total > max_norm ? max_norm / total : 1.0;
+      hp.grad_scale = static_cast<float>(clip / scale);
+      const train::StepOutcome out = opt_->step(state_, total, l.loss);
+      if (out == train::StepOutcome::Updated) vh_->step(hp);
+      guard_->after_step(out, state_.step, ckpt_->last_checkpoint());
+      last_norm = total;
+      last_loss = l.loss;
+    }
+  }
+  for (const auto& [k, v] : ppo_metrics(rs, losses)) (*metrics)[k] = v;
+  (*metrics)["loss"] = last_loss;
+  (*metrics)["grad_norm"] = last_norm;
+  (*metrics)["lr"] = opt_->lr(state_);
+  double len = 0;
+  for (const auto& s : local) len += static_cast<double>(s.response.size());
+  (*metrics)["completions/mean_length"] = env_.allreduce_sum(len) / P;
+  const auto& names = rewards_.names();
+  for (std::size_t f = 0; f < names.size(); ++f) {
+    double sum = 0;
+    for (const auto& r : rewards_fn) sum += r[f];
+    (*metrics)["rewards/" + names[f] + "/mean"] = env_.allreduce_sum(sum) / P;
+  }
+}
+
+void PpoTrainer::write_rollouts(const std::vector<PpoSample>& local, const std::vector<std::int64_t>& prompt_index,
+                                const std::vector<std::vector<double>>& rewards_fn,
+                                const std::vector<std::string>& finish, std::int64_t step) {
+  const bool due = !opts_.log_dir.empty() && opts_.rollouts_every > 0 &&
+                   (step % opts_.rollouts_every == 0 || step == 1 ||
+                    step + steps_per_update() - 1 >= opts_.max_steps);
+  if (!due) return;
+  nlohmann::json js = nlohmann::json::array();
+  for (std::size_t i = 0; i < local.size(); ++i) {
+    const PpoSequence& q = local[i].seq;
+    std::vector<float> adv(q.advantages.begin(), q.advantages.end()), val(q.values.begin(), q.values.end()),
+        ret(q.returns.begin(), q.returns.end()), ref(q.ref.begin(), q.ref.end()), lp(q.logp.begin(), q.logp.end());
+    js.push_back({prompt_index[i], local[i].prompt, local[i].response, finish[i], nums(rewards_fn[i]), num(q.score),
+                  nums(adv), nums(val), nums(ret), nums(ref), nums(lp)});
+  }
+  const auto parts = env_.gather_to_root(js.dump());
+  if (env_.rank() != 0) return;
+  std::vector<Rollout> all;
+  for (const auto& p : parts)
+    for (const auto& x : nlohmann::json::parse(p)) {
+      Rollout r;
+      r.slot = static_cast<std::int64_t>(all.size());
+      r.prompt_index = x[0].get<std::int64_t>();
+      r.prompt = x[1].get<std::vector<std::int32_t>>();
+      r.completion = x[2].get<std::vector<std::int32_t>>();
+      r.finish_reason = x[3].get<std::string>();
+      r.rewards = nums_of<double>(x[4]);
+      r.reward = num_of(x[5]);
+      r.advantage = std::numeric_limits<double>::quiet_NaN();  // per token in PPO: token_advantages
+      r.token_advantages = nums_of<float>(x[6]);
+      r.values = nums_of<float>(x[7]);
+      r.returns = nums_of<float>(x[8]);
+      r.ref_logps = nums_of<float>(x[9]);
+      r.old_logps = nums_of<float>(x[10]);
+      r.sample_logps = r.old_logps;
+      all.push_back(std::move(r));
+    }
+  write_rollout_file(opts_.log_dir + "/rollouts", all, {step, opts_.seed, opts_.config_text, rewards_.names()});
+}
+
+std::int64_t PpoTrainer::run() {
+  std::string extra;
+  ckpt_->resume(state_, &extra);
+  env_.agree([&] {
+    if (extra.empty()) return;
+    try {
+      vh_->restore(nlohmann::json::parse(extra).at("value_head"));
+    } catch (const nlohmann::json::exception& e) {
+      throw UserError(std::string("the checkpoint's PPO state is unreadable: ") + e.what());
+    }
+  });
+  train::RunLog rlog(env_, opts_.log_dir);
+  const std::int64_t first = state_.step;
+  const std::int64_t end = opts_.stop_at_step > 0 ? std::min(opts_.stop_at_step, opts_.max_steps) : opts_.max_steps;
+  const auto t0 = train::Clock::now();
+  stop::arm();
+  auto extra_state = [&]() { return nlohmann::json{{"value_head", vh_->state()}}.dump(); };
+  auto eval_line = [&](const char* when) {
+    const PpoEval e = evaluate();
+    if (e.prompts == 0) return;
+    char line[256];
+    int k = std::snprintf(line, sizeof(line), "eval %s step %lld | held-out mean reward %.4f", when,
+                          static_cast<long long>(state_.step), e.mean_reward);
+    if (e.accuracy >= 0)
+      std::snprintf(line + k, sizeof(line) - static_cast<std::size_t>(k), " | held-out accuracy %.1f%% (%lld/%zu)",
+                    100.0 * e.accuracy,
+                    static_cast<long long>(std::llround(e.accuracy * static_cast<double>(e.prompts))), e.prompts);
+    rlog.line(line);
+    nlohmann::json j = {{"step", state_.step}, {"eval_reward", e.mean_reward}};
+    if (e.accuracy >= 0) j["eval_accuracy"] = e.accuracy;
+    rlog.emit(j, state_.step);
+  };
+  if (state_.step == 0 && first < end) eval_line("before");
+  while (state_.step < end) {
+    nlohmann::json j = {{"step", state_.step + steps_per_update()}};
+    const std::int64_t before = state_.step;
+    update(&j);
+    rlog.emit(j, state_.step);
+    if (rlog.rank0() && (state_.step % std::max(1, opts_.log_every) == 0 || state_.step == end)) {
+      char line[320];
+      std::snprintf(line, sizeof(line),
+                    "step %lld/%lld | score %.3f | kl %.4f | policy loss %.4f | value loss %.4f | clipfrac %.3f | "
+                    "len %.1f | lr %.2e",
+                    static_cast<long long>(state_.step), static_cast<long long>(opts_.max_steps),
+                    j["objective/scores"].get<double>(), j["objective/kl"].get<double>(),
+                    j["loss/policy_avg"].get<double>(), j["loss/value_avg"].get<double>(),
+                    j["policy/clipfrac_avg"].get<double>(), j["completions/mean_length"].get<double>(),
+                    j["lr"].get<double>());
+      rlog.line(line);
+    }
+    rlog.progress(state_.step, first, opts_.max_steps, train::seconds_since(t0));
+    const bool last = state_.step >= end || train::stop_agreed(env_, state_.step);
+    if (opts_.eval_every > 0 && state_.step / opts_.eval_every != before / opts_.eval_every && !last) eval_line("at");
+    // checkpoint.every_steps counts optimizer steps; a checkpoint falls at the end of the update that reaches one.
+    const int every = opts_.checkpoint.every;
+    const bool due = ckpt_->enabled() && every > 0 && state_.step / every != before / every;
+    if (due && !last && !guard_->diverging()) ckpt_->save(state_, extra_state());
+    if (last && ckpt_->enabled()) ckpt_->save(state_, extra_state());
+    if (last) break;
+  }
+  rlog.end_progress();
+  if (!stop::stopped_early()) eval_line("after");
+  rlog.flush();
+  return state_.step;
+}
+
+}  // namespace mgrl::rl

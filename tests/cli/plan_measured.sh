@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# plan_measured.sh: `mgrl plan --plan.target=cpu` against the measured peak host memory (the largest process's
+# max RSS, tests/cli/peak_rss) of the same run on the CPU backend, one rank, one thread: within 10% or the test fails.
+# usage: plan_measured.sh MGRL PEAK_RSS SOURCE_DIR CASE    (CASE: sft, sft_recompute, grpo, shape_load)
+set -eu
+mgrl=$1 peak_rss=$2 src=$3 case=$4
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+# Data of fixed lengths for the quickstart's character tokenizer: SFT examples longer than train.max_seq_len (cut to
+# exactly 64 tokens), GRPO prompts of exactly 13 tokens (BOS + "ddddd+ddddd=").
+awk 'BEGIN { srand(1); for (i = 0; i < 64; i++) { p = ""; c = "";
+       for (j = 0; j < 40; j++) { p = p int(rand() * 10); c = c int(rand() * 10) }
+       printf "{\"prompt\": \"%s=\", \"completion\": \"%s\"}\n", p, c } }' > sft.jsonl
+awk 'BEGIN { srand(2); for (i = 0; i < 64; i++) { a = 10000 + int(rand() * 90000); b = 10000 + int(rand() * 90000);
+       printf "{\"prompt\": \"%d+%d=\", \"answer\": \"%d\"}\n", a, b, a + b } }' > grpo.jsonl
+# A tokenizer without an EOS token: every GRPO completion runs to grpo.max_completion_length (the plan's worst case).
+mkdir tok_noeos
+cp "$src/inputs/quickstart/tokenizer.json" tok_noeos/
+echo '{"bos_token": "<bos>", "pad_token": "<pad>", "unk_token": "<unk>"}' > tok_noeos/tokenizer_config.json
+cat > grpo.toml <<'TOML'
+mode = "grpo"
+[grpo]
+num_generations = 4
+max_prompt_length = 13
+max_completion_length = 32
+beta = 0.04
+[[reward]]
+kind = "regex"
+pattern = "^[0-4]"
+TOML
+common=(--runtime.backend=cpu --runtime.threads=1 --model.init=random --checkpoint.dir= --log.dir=runs
+        --train.max_steps=1)
+model=(--model.path="$src/tests/data/plan/llama_50m")
+case $case in
+  sft) run=(sft "${common[@]}" "${model[@]}" --model.tokenizer="$src/inputs/quickstart" --data.input=sft.jsonl
+            --train.batch_size=8 --train.max_seq_len=64) ;;
+  sft_recompute) run=(sft "${common[@]}" "${model[@]}" --model.tokenizer="$src/inputs/quickstart"
+                      --data.input=sft.jsonl --train.batch_size=8 --train.max_seq_len=64 --model.recompute=true) ;;
+  grpo) run=(grpo grpo.toml "${common[@]}" "${model[@]}" --model.tokenizer=tok_noeos --data.input=grpo.jsonl
+             --train.batch_size=2) ;;
+  # A built-in shape (Qwen2.5-0.5B's 152k vocabulary, one layer): the peak is while the weights are drawn (the
+  # embeddings' f32 staging beside the weights), which the plan says.
+  shape_load) run=(sft "${common[@]}" --model.shape=qwen2.5-0.5b --model.num_layers=1
+                   --model.tokenizer="$src/inputs/quickstart" --data.input=sft.jsonl --train.batch_size=2
+                   --train.max_seq_len=64) ;;
+  *) echo "unknown case $case"; exit 2 ;;
+esac
+plan_json=$("$mgrl" plan "${run[@]:1}" --plan.target=cpu --json)
+"$peak_rss" "$mgrl" "${run[@]}" > run.out 2> run.err || { cat run.out run.err; echo "FAIL: the run failed"; exit 1; }
+grep -q "^step 1/1 " run.out || { cat run.out run.err; echo "FAIL: no step line"; exit 1; }
+measured_kib=$(sed -n 's/^peak_rss_kib \([0-9]*\)$/\1/p' run.err)
+plan_bytes=$(echo "$plan_json" | grep -o '"total_bytes":[0-9.e+]*' | cut -d: -f2)
+awk -v p="$plan_bytes" -v m="$measured_kib" -v c="$case" 'BEGIN {
+  mm = m * 1024; r = (p - mm) / mm;
+  printf "%s: plan %.1f MiB, measured peak RSS %.1f MiB, plan - measured = %+.1f%%\n", c, p / 1048576, mm / 1048576, 100 * r;
+  exit (r > 0.10 || r < -0.10) ? 1 : 0 }'

@@ -1,0 +1,210 @@
+// test_qlora.cpp: QLoRA on the CPU backend: a model directory that transformers saved in bitsandbytes 4-bit form
+// (tests/data/nf4/llama_nf4) with a PEFT adapter, against what transformers + PEFT + bitsandbytes compute for it
+// (log-probs, loss, LoRA and input-embedding gradients); model.quantize = "nf4" at load gives the same model; the
+// NF4 weights stay NF4 in memory; full fine-tuning over NF4 is refused.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "io/hf_config.h"
+#include "io/safetensors.h"
+#include "kernels/ops.h"
+#include "model/lora.h"
+#include "model/transformer.h"
+#include "tests/unit/test_util.h"
+
+namespace mgrl::model {
+namespace {
+
+const std::string kNf4 = MGRL_TEST_DATA_DIR "/nf4/llama_nf4";
+const std::string kDense = MGRL_TEST_DATA_DIR "/nf4/llama_dense";
+
+using test::rel_error;
+
+std::vector<std::int32_t> read_i32(const io::TensorInfo& t) {
+  std::vector<std::int32_t> v(static_cast<std::size_t>(t.numel()));
+  std::memcpy(v.data(), t.data, v.size() * sizeof(std::int32_t));
+  return v;
+}
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double m = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(static_cast<double>(a[i]) - b[i]));
+  return m;
+}
+
+// A model over `dir` with llama_nf4's adapter, and the reference batch.
+struct QloraRun {
+  io::SafetensorsFile ref{kNf4 + "/reference.safetensors"};
+  std::unique_ptr<kernels::Ops> ops = kernels::make_cpu_ops();
+  std::unique_ptr<Transformer> model;
+  int B = 0, L = 0, n_targets = 0;
+  std::vector<std::int32_t> lengths;
+  Batch batch;
+  std::vector<float> weights, lp, grads, dembed;
+
+  QloraRun(const std::string& dir, ModelOptions opts = {}) {
+    model = std::make_unique<Transformer>(io::parse_hf_config(dir + "/config.json"), *ops, opts);
+    model->load_weights(dir);
+    model->add_lora(read_peft_config(kNf4 + "/adapter_config.json"), 0).load_peft(kNf4);
+    B = static_cast<int>(ref.get("input_ids").shape[0]);
+    L = static_cast<int>(ref.get("input_ids").shape[1]);
+    lengths = read_i32(ref.get("lengths"));
+    batch = Batch::from_padded(read_i32(ref.get("input_ids")).data(), lengths.data(), B, L);
+    weights.assign(batch.tokens.size(), 0.0f);
+    for (int b = 0; b < B; ++b) n_targets += lengths[b] - 1;
+    for (int b = 0; b < B; ++b)
+      for (int t = 1; t < lengths[b]; ++t) weights[static_cast<std::size_t>(batch.offsets[b] + t)] = 1.0f / n_targets;
+  }
+  // forward + backward; fills lp, grads, dembed
+  void step() {
+    lp.assign(batch.tokens.size(), 0.0f);
+    model->forward(batch, lp.data(), /*use_lora=*/true, /*train=*/true);
+    model->lora()->zero_grads();
+    model->backward(weights.data());
+    grads.assign(model->lora()->numel(), 0.0f);
+    ops->download(grads.data(), model->lora()->grads(), grads.size() * sizeof(float));
+    dembed = model->input_embedding_grad();
+  }
+  std::vector<float> valid_rows(const std::string& name, std::size_t width) const {
+    const std::vector<float> v = io::to_f32(ref.get(name));
+    std::vector<float> out;
+    for (int b = 0; b < B; ++b)
+      for (int t = 0; t < lengths[b]; ++t)
+        for (std::size_t j = 0; j < width; ++j) out.push_back(v[(static_cast<std::size_t>(b) * L + t) * width + j]);
+    return out;
+  }
+  double loss() const {
+    double s = 0;
+    for (std::size_t i = 0; i < lp.size(); ++i) s -= static_cast<double>(weights[i]) * lp[i];
+    return s;
+  }
+};
+
+TEST(Qlora, BitsandbytesDirectoryMatchesTransformersPeftBitsandbytes) {
+  QloraRun r(kNf4);
+  r.step();
+  const auto want_lp = r.valid_rows("logprobs", 1);
+  const double lp_rel = rel_error(r.lp, want_lp), lp_abs = max_abs_diff(r.lp, want_lp);
+  EXPECT_LE(lp_rel, 1e-5) << "log-probs";
+  EXPECT_LE(lp_abs, 1e-4) << "log-probs";
+  const double want_loss = io::to_f32(r.ref.get("loss"))[0];
+  EXPECT_NEAR(r.loss(), want_loss, 1e-5 * std::abs(want_loss));
+  double worst = 0;
+  int checked = 0;
+  for (const auto& s : r.model->lora()->slots()) {
+    for (const bool a : {true, false}) {
+      const auto want = io::to_f32(r.ref.get("grad." + LoraParams::peft_name(s, a)));
+      const std::size_t off = a ? s.a_offset : s.b_offset;
+      const std::vector<float> got(r.grads.begin() + static_cast<std::ptrdiff_t>(off),
+                                   r.grads.begin() + static_cast<std::ptrdiff_t>(off + want.size()));
+      const double e = rel_error(got, want);
+      worst = std::max(worst, e);
+      EXPECT_LE(e, 1e-4) << LoraParams::peft_name(s, a);
+      // and against bitsandbytes' own float32 run
+      EXPECT_LE(rel_error(got, io::to_f32(r.ref.get("bnb_f32.grad." + LoraParams::peft_name(s, a)))), 1e-4);
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 28);
+  const double emb = rel_error(r.dembed, r.valid_rows("grad.inputs_embeds", 64));
+  EXPECT_LE(emb, 1e-4) << "d inputs_embeds";
+  EXPECT_LE(max_abs_diff(r.lp, r.valid_rows("bnb_f32.logprobs", 1)), 1e-4) << "against bitsandbytes' float32 run";
+  std::printf("QLoRA vs float64 reference: log-probs rel %.2e (max abs %.2e), loss %.2e, LoRA grads max rel %.2e, "
+              "d embeds rel %.2e\n",
+              lp_rel, lp_abs, std::fabs(r.loss() - want_loss), worst, emb);
+}
+
+// Quantizing the bf16 source at load (model.quantize = "nf4", double quantization as the saved model has it) gives
+// the bitsandbytes directory's codes and absmax, hence the same numbers bit for bit.
+TEST(Qlora, QuantizeAtLoadEqualsTheBitsandbytesDirectory) {
+  ModelOptions o;
+  o.quantize = Quantize::Nf4;
+  o.quantize_double = true;
+  QloraRun a(kNf4), b(kDense, o);
+  a.step();
+  b.step();
+  EXPECT_EQ(a.lp, b.lp);
+  EXPECT_EQ(a.grads, b.grads);
+  // plain absmax: a different model (the absmax are not rounded to 8 bits), close to the double-quantized one
+  o.quantize_double = false;
+  QloraRun c(kDense, o);
+  c.step();
+  EXPECT_NE(c.lp, a.lp);
+  EXPECT_LE(rel_error(c.lp, a.lp), 1e-2);
+}
+
+TEST(Qlora, WeightsStayNf4AndRecomputeGivesTheSameGradients) {
+  QloraRun plain(kNf4);
+  ModelOptions o;
+  o.recompute = true;
+  QloraRun rec(kNf4, o);
+  plain.step();
+  rec.step();
+  EXPECT_EQ(plain.lp, rec.lp);
+  EXPECT_EQ(plain.grads, rec.grads);
+  // the dense arena holds the embeddings, norms and lm_head only; the projections are NF4 (about half a byte each)
+  const ModelDef& d = plain.model->definition();
+  const io::ModelConfig& c = d.config();
+  const std::size_t dense = static_cast<std::size_t>(2 * c.vocab_size * c.hidden_size +
+                                                     (2 * c.num_hidden_layers + 1) * c.hidden_size);
+  EXPECT_EQ(d.dense_numel(), dense);
+  EXPECT_GT(d.nf4_bytes(), 0u);
+  EXPECT_LT(d.nf4_bytes(), (d.base_numel() - dense) * 6 / 10);
+  // the host copy of an NF4 tensor is its dequantized value
+  const auto q = plain.model->base_tensor_host("model.layers.1.mlp.down_proj.weight");
+  EXPECT_EQ(q.size(), static_cast<std::size_t>(c.hidden_size * c.intermediate_size));
+}
+
+// The inference engine (KV cache, one token per sequence per call after a 2-token prefill) gives the training
+// forward's logits: every call dequantizes the layers again (the workspace holds one layer at a time).
+TEST(Qlora, InferenceEngineMatchesTheTrainingForward) {
+  QloraRun r(kNf4);
+  std::vector<float> lp(r.batch.tokens.size());
+  r.model->forward(r.batch, lp.data());
+  const std::vector<float> full = r.model->logits();
+  const int V = static_cast<int>(r.model->config().vocab_size);
+  KvCache cache(r.model->config(), *r.ops, r.B, r.L);
+  std::vector<float> got(full.size(), 0.0f);
+  for (int step = 0;; ++step) {
+    std::vector<std::int32_t> tok, slot, pos, rows, where;
+    for (int s = 0; s < r.B; ++s) {
+      const int from = step == 0 ? 0 : step + 1, to = step == 0 ? 2 : step + 2;
+      for (int t = from; t < std::min(to, r.batch.length(s)); ++t) {
+        tok.push_back(r.batch.tokens[static_cast<std::size_t>(r.batch.offsets[s] + t)]);
+        slot.push_back(s);
+        pos.push_back(t);
+        rows.push_back(static_cast<std::int32_t>(tok.size() - 1));
+        where.push_back(r.batch.offsets[s] + t);
+      }
+    }
+    if (tok.empty()) break;
+    const float* logits = r.model->infer(tok, slot, pos, rows, cache);
+    for (std::size_t i = 0; i < rows.size(); ++i)
+      std::copy(logits + i * V, logits + (i + 1) * V, got.begin() + static_cast<std::ptrdiff_t>(where[i]) * V);
+  }
+  EXPECT_LE(rel_error(got, full), 1e-5);
+}
+
+TEST(Qlora, FullFinetuneOverNf4IsRefused) {
+  auto ops = kernels::make_cpu_ops();
+  ModelOptions o;
+  o.full_finetune = true;
+  const std::string bnb = test::error_of([&] { Transformer t(io::parse_hf_config(kNf4 + "/config.json"), *ops, o); });
+  EXPECT_NE(bnb.find("train.full_finetune"), std::string::npos) << bnb;
+  EXPECT_NE(bnb.find("quantization_config"), std::string::npos) << bnb;
+  o.quantize = Quantize::Nf4;
+  const std::string q = test::error_of([&] { Transformer t(io::parse_hf_config(kDense + "/config.json"), *ops, o); });
+  EXPECT_NE(q.find("model.quantize"), std::string::npos) << q;
+  EXPECT_NE(q.find("train.full_finetune"), std::string::npos) << q;
+}
+
+}  // namespace
+}  // namespace mgrl::model
