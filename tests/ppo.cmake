@@ -50,6 +50,9 @@ mgrl_add_cli_test(ppo.adaptive_kl_needs_a_start 2 - "^mgrl: error: ppo.kl_target
 # A step count that does not fall on rollout-batch boundaries is one line naming the keys, exit 2.
 mgrl_add_cli_test(ppo.max_steps_must_be_whole_updates 2 - "^mgrl: error: train.max_steps \\(6\\) must be a multiple of ppo.num_ppo_epochs x ppo.num_mini_batches \\(4 optimizer steps per rollout batch\\)$" 1
   -- ${RUN1} ${PPO_ARGS} --train.max_steps=6 --checkpoint.dir=)
+# ppo does not gather a sharded base: the key is refused in one line on every rank, before anything is loaded.
+mgrl_add_cli_test(ppo.shard_base_is_refused 2 - "^mgrl: error: key 'model.shard_base' = true is not supported by ppo" 1
+  -- ${MPIRUN} 2 ${MGRL_MPIEXEC_FLAGS} ${RUN1} ${PPO_ARGS} --model.shard_base=true --checkpoint.dir=)
 
 # PPO learns (label slow, about 2.5 minutes on 2 cores): the quickstart's SFT model (550 steps, exported), then
 # inputs/quickstart_ppo.toml shortened to 800 optimizer steps (100 rollout batches of 256): the held-out greedy

@@ -38,6 +38,12 @@ int run_ppo(Context& ctx) {
                       "ppo.num_mini_batches sets the optimizer steps): leave it at 1");
     });
 
+  if (cfg.get_bool("model.shard_base"))
+    env.agree([&] {
+      throw UserError("key 'model.shard_base' = true is not supported by ppo yet (its rollouts and value passes do "
+                      "not gather a sharded base in lockstep): set it to false");
+    });
+
   io::ModelConfig mc;
   std::unique_ptr<io::Tokenizer> tok;
   std::vector<rl::PromptRow> train_data, eval_data;

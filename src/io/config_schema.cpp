@@ -53,6 +53,12 @@ const Schema& mgrl_schema() {
     add({"model.recompute", T::Bool, Value(false),
          "recompute each layer's activations in the backward pass instead of keeping them (less memory)", {}, {}, {},
          {}});
+    add({"model.shard_base", T::Bool, Value(false),
+         "store 1/P of every decoder layer's frozen base weights on each of the P ranks and all-gather each layer just before it runs (forward and backward; ZeRO-3 / FSDP for the frozen part); the embeddings, the final norm and the LM head stay whole; LoRA weights, gradients and AdamW state stay replicated. Results are bitwise those of the unsharded run. sft, grpo, dpo, generate and score (not ppo yet); not with train.full_finetune, nor (yet) with NF4 base weights (model.quantize = \"nf4\" or a bitsandbytes 4-bit directory)",
+         {}, {}, {}, {}});
+    add({"model.shard_base_keep", T::Bool, Value(false),
+         "with model.shard_base: keep the layers gathered by a training forward until the end of its backward (no second gather, but the whole base in the workspace at the step's peak)",
+         {}, {}, {}, {}});
     add({"model.dtype", T::String, Value(std::string("auto")),
          "CUDA backend: storage of the frozen weights and activations: auto (bf16 on compute capability 8.0 and "
          "newer, fp16 before: V100 and T4 have no bf16), bf16 or fp16 (fp16 on any GPU, e.g. to compare with bf16 on "

@@ -55,8 +55,8 @@ std::vector<Completion> Generator::generate(const std::vector<Prompt>& prompts) 
     throw UserError("prompt (" + std::to_string(longest) + " tokens) + max_new_tokens (" +
                     std::to_string(opts_.max_new_tokens) + ") exceeds the model's max_position_embeddings (" +
                     std::to_string(mc.max_position_embeddings) + ")");
-  if (prompts.empty()) return {};
-  const int n_slots = std::min<int>(opts_.max_sequences, static_cast<int>(prompts.size()) * G);
+  if (prompts.empty() && !opts_.lockstep) return {};
+  const int n_slots = std::max(1, std::min<int>(opts_.max_sequences, static_cast<int>(prompts.size()) * G));
   // The block pool holds the worst case of every slot busy: at most n_slots / G prompts in flight, each with its
   // full prompt blocks once and, per completion, the blocks from the prompt's partly filled last block on.
   const int bs = std::max(1, std::min(opts_.kv_block_size, max_len));
@@ -97,7 +97,20 @@ std::vector<Completion> Generator::generate(const std::vector<Prompt>& prompts) 
   stats_.kv_cache_bytes = cache.bytes();
   const int budget_per_step = std::max(1, opts_.max_prefill_tokens);
 
-  while (next_prompt < prompts.size() || !running.empty() || !prefilling.empty()) {
+  for (;;) {
+    const bool work = next_prompt < prompts.size() || !running.empty() || !prefilling.empty();
+    if (opts_.lockstep) {
+      if (!opts_.lockstep(work)) break;
+      if (!work) {  // another rank still generates: one step on a scratch slot (every slot is free here)
+        const int s = free_slots.back();
+        cache.assign(s, 1);
+        model_.infer({0}, {s}, {0}, {0}, cache, opts_.use_lora);
+        cache.release(s);
+        continue;
+      }
+    } else if (!work) {
+      break;
+    }
     std::vector<std::int32_t> tokens, slot, pos, out_rows;
     std::vector<std::size_t> row_completion;  // completion of each output row
     // Decode rows of the running sequences.

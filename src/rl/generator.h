@@ -27,6 +27,10 @@ struct GenerationOptions {
   int max_prefill_tokens = 2048;          // prompt tokens prefilled per step (longer prompts: in chunks)
   int kv_block_size = 16;                 // positions per KV-cache block
   bool use_lora = true;
+  // A model with a sharded base (model.shard_base) gathers its layers collectively in every model step, so every
+  // rank must run as many steps. Set, lockstep(this rank has work) is called before each step on every rank and
+  // returns whether any rank has work; a rank without runs a one-token step whose result it drops.
+  std::function<bool(bool)> lockstep;
 };
 
 struct Prompt {
