@@ -31,6 +31,10 @@
 #   grpo15     a 1.5B-shaped GRPO run of 50 steps (mgrl only), its phase table
 #   scaling    perf/scaling at 1 rank on the CUDA backend
 #   ncu        ncu per-kernel summaries: one SFT step at 0.5B (batch 8 x 1024), 16 decode steps at batch 1 and 64
+#   large      (not in the default list; issue 23's targets) perf/bench_nf4 (NF4 dequantize + cuBLAS against the bf16
+#              GEMM at 7B/70B shapes; target >= 0.70), then perf/large_step.sh: a Llama-3.1-70B-shaped QLoRA SFT at
+#              batch 1 x 2048 with recompute at $LARGE_LAYERS layers (default "8 80"), mgrl plan against the measured
+#              peak: $OUT/large.md
 # Each stage has a time budget (GPU_STAGE_TIMEOUT_<stage> seconds overrides it). Logs go to $OUT/logs.tgz, re-packed
 # after every stage (so a call cut short still returns what ran), and a one-line-per-stage $OUT/summary.txt.
 set -uo pipefail
@@ -245,6 +249,11 @@ with open('/tmp/ncu_prompts.jsonl', 'w') as f:
         $mgrl generate --runtime.backend=cuda --model.path=/tmp/ncu_model \
         --data.input=/tmp/ncu_p\$b.jsonl --generate.output=/tmp/ncu_gen\$b.jsonl --generate.max_new_tokens=17 \
         --generate.temperature=0 --generate.max_sequences=64; done"
+}
+
+stage_large() {
+  run_stage large_nf4 300 "$build/perf/bench_nf4 2048 20 | tee $OUT/bench_nf4.txt"
+  run_stage large_70b 900 "bash $root/perf/large_step.sh $mgrl $OUT"
 }
 
 stages=("$@")

@@ -99,6 +99,11 @@ int run_plan(dist::MpiEnv& env, const io::Config& cfg) {
     if (in.quantize != "none" && in.quantize != "nf4" && in.quantize != "")
       throw UserError("model.quantize = \"" + in.quantize + "\": plan knows none and nf4");
     if (in.quantize.empty()) in.quantize = "none";
+    if (schema_has("model.quantize_double")) in.double_quant = cfg.get_bool("model.quantize_double");
+    if (mc.bnb4bit) {  // a directory saved by transformers + bitsandbytes in 4-bit form loads as NF4 whatever the keys say
+      in.quantize = "nf4";
+      in.double_quant = mc.bnb4bit->double_quant;
+    }
     if (schema_has("model.shard_base")) in.shard_base = cfg.get_bool("model.shard_base");
     if (schema_has("model.shard_base_keep")) in.shard_keep = in.shard_base && cfg.get_bool("model.shard_base_keep");
     in.full_finetune = cfg.get_bool("train.full_finetune");

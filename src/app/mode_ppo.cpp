@@ -72,9 +72,7 @@ int run_ppo(Context& ctx) {
 
   auto ops = make_ops(ctx);
   const train::LossScaling scaling = loss_scaling(ctx, ops->storage());
-  model::Transformer net(mc, *ops,
-                         model::ModelOptions{full, cfg.get_bool("model.recompute"),
-                                             cfg.get_string("train.master_weights") == "always"});
+  model::Transformer net(mc, *ops, model_options(cfg, full));  // (model.shard_base was refused above)
   const auto seed = static_cast<std::uint64_t>(cfg.get_int("train.seed"));
   env.agree([&] {
     if (random_init) net.init_random(seed, static_cast<float>(cfg.get_float("model.init_std")));

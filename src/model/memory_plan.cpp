@@ -2,6 +2,7 @@
 #include "model/memory_plan.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "model/train_executor.h"
@@ -100,6 +101,16 @@ double base_weight_bytes(const io::ModelConfig& c, std::size_t storage, const st
   return (shard ? layers / std::max(1, ranks) : layers) + rest;
 }
 
+double nf4_workspace_bytes(const io::ModelConfig& c, std::size_t storage) {
+  double bytes = 0;
+  for (int m = 0; m < kNumModules; ++m) {
+    const double b = static_cast<double>(module_in(c, static_cast<Module>(m))) * module_out(c, static_cast<Module>(m)) *
+                     static_cast<double>(storage);
+    bytes += std::ceil(b / 16) * 16;
+  }
+  return bytes;
+}
+
 MemoryPlan memory_plan(const PlanInput& in) {
   const io::ModelConfig& c = in.model;
   MemoryPlan p;
@@ -125,13 +136,9 @@ MemoryPlan memory_plan(const PlanInput& in) {
     else
       add("gather workspace", 2 * layer, "two layers' weights as stored (the layer in use and the next one prefetched)");
   }
-  if (nf4 && in.cuda) {
-    double largest = 0;
-    for (int m = 0; m < kNumModules; ++m)
-      largest = std::max(largest, static_cast<double>(module_in(c, static_cast<Module>(m))) *
-                                      module_out(c, static_cast<Module>(m)));
-    add("dequantize workspace", largest * in.storage, "the largest linear weight dequantized to bf16/fp16");
-  }
+  if (nf4)
+    add("dequantize workspace", nf4_workspace_bytes(c, in.storage),
+        std::string("one layer's seven projections dequantized to ") + (in.storage == 4 ? "f32" : "bf16/fp16"));
   // Host staging while the weights are loaded or drawn: one tensor in f32 at a time (the largest), on the CPU
   // backend in the same memory as everything else.
   if (!in.cuda) {

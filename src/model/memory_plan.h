@@ -40,6 +40,9 @@ double base_weight_bytes(const io::ModelConfig& c, std::size_t storage, const st
 // One decoder layer's base weights as stored (what a sharded base gathers per layer).
 double layer_weight_bytes(const io::ModelConfig& c, std::size_t storage, const std::string& quantize,
                           bool double_quant);
+// The dequantization workspace of an NF4 base: one decoder layer's seven projections dense in the storage dtype,
+// each 16-byte aligned (model::ModelDef allocates this once; every layer is dequantized into it in turn).
+double nf4_workspace_bytes(const io::ModelConfig& c, std::size_t storage);
 
 struct PlanInput {
   io::ModelConfig model;

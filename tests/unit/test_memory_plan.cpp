@@ -43,6 +43,21 @@ TEST(MemoryPlan, ArenaEqualsTheModelsOwnCount) {
   }
 }
 
+// An NF4 base (the bitsandbytes-saved tiny Llama): the dequantization workspace the plan counts is the one the
+// model allocates, and the NF4 bytes are those it holds.
+TEST(MemoryPlan, Nf4WorkspaceAndBytesAsAllocated) {
+  auto ops = kernels::make_cpu_ops();
+  const std::string dir = kData + "/nf4/llama_nf4";
+  const io::ModelConfig mc = io::parse_hf_config(dir + "/config.json");
+  ModelOptions opts;
+  opts.quantize = Quantize::Nf4;
+  opts.quantize_double = mc.bnb4bit && mc.bnb4bit->double_quant;
+  Transformer net(mc, *ops, opts);
+  net.load_weights(dir);
+  ASSERT_TRUE(net.definition().quantized());
+  EXPECT_EQ(nf4_workspace_bytes(mc, 4), static_cast<double>(net.definition().nf4_workspace_bytes()));
+}
+
 TEST(MemoryPlan, KvCacheAndHeadScratchAsAllocated) {
   auto ops = kernels::make_cpu_ops();
   const io::ModelConfig mc = io::parse_hf_config(kData + "/models/llama_gqa/config.json");
