@@ -11,6 +11,7 @@
 #include "io/config.h"
 #include "io/model_shapes.h"
 #include "io/tokenizer.h"
+#include "rl/prompts.h"
 #include "model/lora.h"
 #include "model/transformer.h"
 #include "dist/device.h"
@@ -237,6 +238,31 @@ void check_batch_fits(const io::ModelConfig& mc, const std::string& key, std::in
     throw UserError("key '" + key + "' (" + std::to_string(value) + "): " + buf + ", more than this machine's memory (" +
                     std::to_string(static_cast<long long>(memory / (1024.0 * 1024.0 * 1024.0))) + " GiB); " + advice);
   }
+}
+
+RlInputs load_rl_inputs(const Context& ctx, bool full, int shard_ranks, const std::string& prompt_key,
+                        const std::string& completion_key) {
+  const io::Config& cfg = ctx.cfg;
+  RlInputs in;
+  std::string model_src;
+  in.model = training_model_config(cfg, &model_src);
+  const io::ModelConfig& mc = in.model;
+  check_model_fits(ctx, mc, model_src, full, shard_ranks);
+  in.tokenizer = std::make_unique<io::Tokenizer>(io::Tokenizer::from_dir(tokenizer_dir(cfg)));
+  const io::Tokenizer& tok = *in.tokenizer;
+  if (tok.vocab_size() > mc.vocab_size)
+    throw UserError(tok.path() + ": the tokenizer has " + std::to_string(tok.vocab_size()) +
+                    " tokens, more than the model's vocab_size (" + std::to_string(mc.vocab_size) + ")");
+  const io::ChatTemplate chat = chat_template(cfg, "train.chat_format", tok);
+  const int max_prompt = static_cast<int>(cfg.get_int(prompt_key));
+  in.train = rl::load_prompts(cfg.get_string("data.input"), tok, chat, max_prompt);
+  if (!cfg.get_string("eval.input").empty()) in.eval = rl::load_prompts(cfg.get_string("eval.input"), tok, chat, max_prompt);
+  in.longest = max_prompt + cfg.get_int(completion_key);
+  if (mc.max_position_embeddings > 0 && in.longest > mc.max_position_embeddings)
+    throw UserError(prompt_key + " + " + completion_key + " (" + std::to_string(in.longest) +
+                    ") exceeds the model's max_position_embeddings (" + std::to_string(mc.max_position_embeddings) +
+                    "): lower them");
+  return in;
 }
 
 std::string tokenizer_dir(const io::Config& cfg) {

@@ -41,33 +41,20 @@ int run_grpo(Context& ctx) {
     env.agree([&] { throw UserError(cfg.file() + ": grpo needs at least one [[reward]] table (docs/rewards.md)"); });
   }
 
-  io::ModelConfig mc;
-  std::unique_ptr<io::Tokenizer> tok;
-  std::vector<rl::PromptRow> train_data, eval_data;
-  const int max_prompt = static_cast<int>(cfg.get_int("grpo.max_prompt_length"));
+  RlInputs inputs;
   env.agree([&] {
-    std::string model_src;
-    mc = training_model_config(cfg, &model_src);
-    check_model_fits(ctx, mc, model_src, full, shard_base ? env.size() : 1);
-    tok = std::make_unique<io::Tokenizer>(io::Tokenizer::from_dir(tokenizer_dir(cfg)));
-    if (tok->vocab_size() > mc.vocab_size)
-      throw UserError(tok->path() + ": the tokenizer has " + std::to_string(tok->vocab_size()) +
-                      " tokens, more than the model's vocab_size (" + std::to_string(mc.vocab_size) + ")");
-    const io::ChatTemplate chat = chat_template(cfg, "train.chat_format", *tok);
-    train_data = rl::load_prompts(cfg.get_string("data.input"), *tok, chat, max_prompt);
-    if (!cfg.get_string("eval.input").empty())
-      eval_data = rl::load_prompts(cfg.get_string("eval.input"), *tok, chat, max_prompt);
-    const std::int64_t longest = max_prompt + cfg.get_int("grpo.max_completion_length");
-    if (mc.max_position_embeddings > 0 && longest > mc.max_position_embeddings)
-      throw UserError("grpo.max_prompt_length + grpo.max_completion_length (" + std::to_string(longest) +
-                      ") exceeds the model's max_position_embeddings (" + std::to_string(mc.max_position_embeddings) +
-                      "): lower them");
+    inputs = load_rl_inputs(ctx, full, shard_base ? env.size() : 1, "grpo.max_prompt_length",
+                            "grpo.max_completion_length");
     const std::int64_t batch = cfg.get_int("train.batch_size"), group = cfg.get_int("grpo.num_generations");
-    check_batch_fits(mc, "train.batch_size", batch,
+    check_batch_fits(inputs.model, "train.batch_size", batch,
                      static_cast<double>(batch) * static_cast<double>(group) / env.size() /
                          static_cast<double>(cfg.get_int("train.grad_accum")),
-                     static_cast<double>(longest), "lower it or grpo.num_generations, or raise train.grad_accum");
+                     static_cast<double>(inputs.longest), "lower it or grpo.num_generations, or raise train.grad_accum");
   });
+  const io::ModelConfig& mc = inputs.model;
+  std::unique_ptr<io::Tokenizer>& tok = inputs.tokenizer;
+  std::vector<rl::PromptRow>& train_data = inputs.train;
+  std::vector<rl::PromptRow>& eval_data = inputs.eval;
 
   auto ops = make_ops(ctx);
   const train::LossScaling scaling = loss_scaling(ctx, ops->storage());

@@ -44,31 +44,17 @@ int run_ppo(Context& ctx) {
                       "not gather a sharded base in lockstep): set it to false");
     });
 
-  io::ModelConfig mc;
-  std::unique_ptr<io::Tokenizer> tok;
-  std::vector<rl::PromptRow> train_data, eval_data;
-  const int max_prompt = static_cast<int>(cfg.get_int("ppo.max_prompt_length"));
+  RlInputs inputs;
   env.agree([&] {
-    std::string model_src;
-    mc = training_model_config(cfg, &model_src);
-    check_model_fits(ctx, mc, model_src, full);
-    tok = std::make_unique<io::Tokenizer>(io::Tokenizer::from_dir(tokenizer_dir(cfg)));
-    if (tok->vocab_size() > mc.vocab_size)
-      throw UserError(tok->path() + ": the tokenizer has " + std::to_string(tok->vocab_size()) +
-                      " tokens, more than the model's vocab_size (" + std::to_string(mc.vocab_size) + ")");
-    const io::ChatTemplate chat = chat_template(cfg, "train.chat_format", *tok);
-    train_data = rl::load_prompts(cfg.get_string("data.input"), *tok, chat, max_prompt);
-    if (!cfg.get_string("eval.input").empty())
-      eval_data = rl::load_prompts(cfg.get_string("eval.input"), *tok, chat, max_prompt);
-    const std::int64_t longest = max_prompt + cfg.get_int("ppo.response_length");
-    if (mc.max_position_embeddings > 0 && longest > mc.max_position_embeddings)
-      throw UserError("ppo.max_prompt_length + ppo.response_length (" + std::to_string(longest) +
-                      ") exceeds the model's max_position_embeddings (" + std::to_string(mc.max_position_embeddings) +
-                      "): lower them");
+    inputs = load_rl_inputs(ctx, full, 1, "ppo.max_prompt_length", "ppo.response_length");
     const std::int64_t batch = cfg.get_int("train.batch_size");
-    check_batch_fits(mc, "train.batch_size", batch, static_cast<double>(batch) / env.size(),
-                     static_cast<double>(longest), "lower it or ppo.response_length");
+    check_batch_fits(inputs.model, "train.batch_size", batch, static_cast<double>(batch) / env.size(),
+                     static_cast<double>(inputs.longest), "lower it or ppo.response_length");
   });
+  const io::ModelConfig& mc = inputs.model;
+  std::unique_ptr<io::Tokenizer>& tok = inputs.tokenizer;
+  std::vector<rl::PromptRow>& train_data = inputs.train;
+  std::vector<rl::PromptRow>& eval_data = inputs.eval;
 
   auto ops = make_ops(ctx);
   const train::LossScaling scaling = loss_scaling(ctx, ops->storage());

@@ -5,8 +5,12 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "core/dtype.h"
+#include "io/hf_config.h"
+#include "io/tokenizer.h"
+#include "rl/prompts.h"
 #include "train/optimizer.h"
 
 namespace mgrl::dist {
@@ -104,6 +108,18 @@ void check_batch_fits(const io::ModelConfig& mc, const std::string& key, std::in
 // The optimizer keys (train.max_grad_norm, adam_*, weight_decay, schedule, lr, warmup_steps / warmup_ratio over
 // max_steps) with the loss scaling chosen for this run: one reading for SFT, GRPO and DPO.
 train::OptimizerOptions optimizer_options(const io::Config& cfg, std::int64_t max_steps, const train::LossScaling& scaling);
+// What grpo and ppo read before any model is built, inside env.agree: the model's config (checked to fit this
+// machine, 1/shard_ranks of its layers when the base is sharded), the tokenizer (no larger than the vocabulary),
+// the prompts of data.input and eval.input (cut at prompt_key's length, through the chat template), and `longest`
+// = prompt_key + completion_key, refused when it exceeds the model's max_position_embeddings.
+struct RlInputs {
+  io::ModelConfig model;
+  std::unique_ptr<io::Tokenizer> tokenizer;
+  std::vector<rl::PromptRow> train, eval;
+  std::int64_t longest = 0;
+};
+RlInputs load_rl_inputs(const Context& ctx, bool full, int shard_ranks, const std::string& prompt_key,
+                        const std::string& completion_key);
 // model.tokenizer, or model.path when it is empty (a UserError naming model.tokenizer when both are: model.shape).
 std::string tokenizer_dir(const io::Config& cfg);
 // The model's shape: the built-in model.shape when set, else model.path/config.json; model.num_layers replaces its
