@@ -326,6 +326,7 @@ void GrpoTrainer::new_round() {
     g.max_sequences = std::max(opts_.max_sequences, G);
     g.max_prefill_tokens = opts_.max_prefill_tokens;
     g.kv_block_size = opts_.kv_block_size;
+    g.sync_interval = opts_.sync_interval;
     g.use_lora = true;
     std::vector<Prompt> prompts;
     R.gen_split = generation_split(indices);
@@ -608,6 +609,7 @@ EvalResult GrpoTrainer::evaluate() {
     g.max_sequences = std::max(opts_.max_sequences, G);
     g.max_prefill_tokens = opts_.max_prefill_tokens;
     g.kv_block_size = opts_.kv_block_size;
+    g.sync_interval = opts_.sync_interval;
     std::vector<Prompt> prompts;
     for (std::size_t i = lo; i < hi; ++i) prompts.push_back({static_cast<std::int64_t>(i), eval_[i].tokens});
     values->clear();
