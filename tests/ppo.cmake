@@ -27,9 +27,32 @@ set_tests_properties(cli.ppo.same_weights_on_1_2_4_ranks PROPERTIES TIMEOUT 120)
 mgrl_add_cli_test(ppo.resume_is_exact 0 "(?s)bitwise equal: yes.*0 differ.*DATASET \"returns\".*DATASET \"token_advantages\".*DATASET \"values\"" - - -- bash -c
   "rm -rf ${PPO}/resume && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${PPO_STR} --train.max_steps=12 --checkpoint.dir=${PPO}/resume/a --log.dir=${PPO}/resume/a && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${PPO_STR} --train.max_steps=12 --train.stop_at_step=4 --checkpoint.dir=${PPO}/resume/b --log.dir=${PPO}/resume/b && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${PPO_STR} --train.max_steps=12 --checkpoint.dir=${PPO}/resume/b --log.dir=${PPO}/resume/b --checkpoint.resume=auto && ${CHECK} weights ${PPO}/resume/a/step_00000012.h5 ${PPO}/resume/b/step_00000012.h5 --exact && ${CHECK} losses ${PPO}/resume/a/metrics.jsonl ${PPO}/resume/b/metrics.jsonl --after=4 && h5dump -H ${PPO}/resume/b/rollouts/step_00000009.h5")
 set_tests_properties(cli.ppo.resume_is_exact PROPERTIES TIMEOUT 120)
+# The adaptive KL coefficient (ppo.kl_target; a horizon of one batch, so that every update moves it by up to 20%):
+# 12 steps straight equal 4 + resume bit for bit, weights and the logged objective/kl_coef of every later update (the
+# coefficient comes back from the checkpoint: the resumed run would otherwise start its second update from
+# ppo.kl_coef), and the coefficient did move from update to update; 1, 2 and 4 ranks train the same weights over three
+# updates (the second update's KL, about 0.18, is inside the controller's unclipped band around the target 0.2, so a
+# coefficient computed from one rank's statistics instead of the global batch's differs, and the third update shows
+# it). The rollout files' contents are checked too (check_train ppo_rollouts: values and returns at the value positions
+# only, whitened advantages, returns - values affine in them, the metrics' length and EOS count).
+set(PPO_AKL "--ppo.kl_target=0.2 --ppo.kl_horizon=8")
+mgrl_add_cli_test(ppo.adaptive_kl_resume_is_exact 0 "(?s)bitwise equal: yes.*3 objective/kl_coef values after step 0 compared, 0 differ.*objective/kl_coef: 0.10000000000000001 (?!0.10000000000000001 )(\\S+) (?!\\1\\n)\\S+\\n.*ppo rollouts of step 1: 8 responses.*ppo rollouts of step 9: 8 responses" - - -- bash -c
+  "rm -rf ${PPO}/akl && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${PPO_STR} ${PPO_AKL} --train.max_steps=12 --checkpoint.dir=${PPO}/akl/a --log.dir=${PPO}/akl/a && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${PPO_STR} ${PPO_AKL} --train.max_steps=12 --train.stop_at_step=4 --checkpoint.dir=${PPO}/akl/b --log.dir=${PPO}/akl/b && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${PPO_STR} ${PPO_AKL} --train.max_steps=12 --checkpoint.dir=${PPO}/akl/b --log.dir=${PPO}/akl/b --checkpoint.resume=auto && ${CHECK} weights ${PPO}/akl/a/step_00000012.h5 ${PPO}/akl/b/step_00000012.h5 --exact && ${CHECK} losses ${PPO}/akl/a/metrics.jsonl ${PPO}/akl/b/metrics.jsonl --key=objective/kl_coef && ${CHECK} field ${PPO}/akl/a/metrics.jsonl objective/kl_coef && ${CHECK} ppo_rollouts ${PPO}/akl/a/rollouts/step_00000001.h5 ${PPO}/akl/a/metrics.jsonl --T=5 && ${CHECK} ppo_rollouts ${PPO}/akl/b/rollouts/step_00000009.h5 ${PPO}/akl/b/metrics.jsonl --T=5")
+set_tests_properties(cli.ppo.adaptive_kl_resume_is_exact PROPERTIES TIMEOUT 120)
+mgrl_add_cli_test(ppo.adaptive_kl_same_weights_on_1_2_4_ranks 0 "(?s)relative differences.*relative differences" - 0 -- bash -c
+  "rm -rf ${PPO}/akl_dp && ${RUN1} ${PPO_STR} ${PPO_AKL} --train.max_steps=12 --checkpoint.dir=${PPO}/akl_dp/np1 --log.dir=${PPO}/akl_dp/np1 && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${PPO_STR} ${PPO_AKL} --train.max_steps=12 --checkpoint.dir=${PPO}/akl_dp/np2 --log.dir=${PPO}/akl_dp/np2 && ${RUNN} 4 ${MPIEXEC_FLAGS_STR} ${RUN1} ${PPO_STR} ${PPO_AKL} --train.max_steps=12 --checkpoint.dir=${PPO}/akl_dp/np4 --log.dir=${PPO}/akl_dp/np4 && ${CHECK} weights ${PPO}/akl_dp/np2/step_00000012.h5 ${PPO}/akl_dp/np1/step_00000012.h5 --rtol=1e-5 --moments && ${CHECK} weights ${PPO}/akl_dp/np4/step_00000012.h5 ${PPO}/akl_dp/np1/step_00000012.h5 --rtol=1e-5 --moments")
+set_tests_properties(cli.ppo.adaptive_kl_same_weights_on_1_2_4_ranks PROPERTIES TIMEOUT 120)
+# The adaptive coefficient's guards: a horizon below the batch, a zero start; one line each, exit 2.
+mgrl_add_cli_test(ppo.adaptive_kl_horizon_below_batch 2 - "^mgrl: error: ppo.kl_horizon \\(4\\) must be at least train.batch_size \\(8 responses\\): one update may move ppo.kl_coef by at most 20%$" 1
+  -- ${RUN1} ${PPO_ARGS} --ppo.kl_target=1 --ppo.kl_horizon=4 --checkpoint.dir=)
+mgrl_add_cli_test(ppo.adaptive_kl_needs_a_start 2 - "^mgrl: error: ppo.kl_target \\(1\\) adapts ppo.kl_coef by factors, so it needs a starting ppo.kl_coef > 0$" 1
+  -- ${RUN1} ${PPO_ARGS} --ppo.kl_target=1 --ppo.kl_coef=0 --checkpoint.dir=)
 # A step count that does not fall on rollout-batch boundaries is one line naming the keys, exit 2.
 mgrl_add_cli_test(ppo.max_steps_must_be_whole_updates 2 - "^mgrl: error: train.max_steps \\(6\\) must be a multiple of ppo.num_ppo_epochs x ppo.num_mini_batches \\(4 optimizer steps per rollout batch\\)$" 1
   -- ${RUN1} ${PPO_ARGS} --train.max_steps=6 --checkpoint.dir=)
+# ppo does not gather a sharded base: the key is refused in one line on every rank, before anything is loaded.
+mgrl_add_cli_test(ppo.shard_base_is_refused 2 - "^mgrl: error: key 'model.shard_base' = true is not supported by ppo" 1
+  -- ${MPIRUN} 2 ${MGRL_MPIEXEC_FLAGS} ${RUN1} ${PPO_ARGS} --model.shard_base=true --checkpoint.dir=)
 
 # PPO learns (label slow, about 2.5 minutes on 2 cores): the quickstart's SFT model (550 steps, exported), then
 # inputs/quickstart_ppo.toml shortened to 800 optimizer steps (100 rollout batches of 256): the held-out greedy

@@ -116,6 +116,8 @@ model::ModelOptions model_options(const io::Config& cfg, bool full_finetune) {
   o.master_weights = cfg.get_string("train.master_weights") == "always";
   o.quantize = cfg.get_string("model.quantize") == "nf4" ? model::Quantize::Nf4 : model::Quantize::None;
   o.quantize_double = cfg.get_bool("model.quantize_double");
+  o.shard_base = cfg.get_bool("model.shard_base");
+  o.shard_keep = cfg.get_bool("model.shard_base_keep");
   return o;
 }
 
@@ -178,14 +180,27 @@ std::pair<std::size_t, std::size_t> shard(const dist::MpiEnv& env, std::size_t n
           n * static_cast<std::size_t>(env.rank() + 1) / static_cast<std::size_t>(env.size())};
 }
 
-void check_model_fits(const Context& ctx, const io::ModelConfig& mc, const std::string& config_json, bool full) {
+void check_model_fits(const Context& ctx, const io::ModelConfig& mc, const std::string& config_json, bool full,
+                      int shard_parts) {
   const bool gpu = ctx.device.backend == dist::Backend::Cuda;
   // Bytes a parameter: the weights as stored (GPU 2, CPU 4); full fine-tuning adds f32 gradients and two AdamW
   // moments (12), and on the GPU the fp32 master weights (4).
-  double bytes = io::parameter_count(mc) * (gpu ? (full ? 18.0 : 2.0) : (full ? 16.0 : 4.0));
   // QLoRA (model.quantize = "nf4", or a bitsandbytes 4-bit directory): the projections as NF4 (4.5 bits a weight,
   // 4.127 double-quantized) plus one layer of them dequantized in the workspace; the rest as stored.
   const bool nf4 = !full && (mc.bnb4bit || ctx.cfg.get_string("model.quantize") == "nf4");
+  if (nf4 && ctx.cfg.get_bool("model.shard_base"))
+    throw UserError(std::string("key 'model.shard_base' = true cannot be combined with ") +
+                    (mc.bnb4bit ? "NF4 base weights (" + config_json + " has a bitsandbytes 4-bit quantization_config)"
+                                : std::string("'model.quantize' = \"nf4\"")) +
+                    " yet: set model.shard_base = false");
+  double params = io::parameter_count(mc);
+  if (shard_parts > 1) {  // model.shard_base: 1/P of the decoder layers, plus two gathered layers
+    const double h = static_cast<double>(mc.hidden_size), V = static_cast<double>(mc.vocab_size);
+    const double whole = V * h * (mc.tie_word_embeddings ? 1.0 : 2.0) + h;  // embeddings, LM head, final norm
+    const double layer = (params - whole) / static_cast<double>(std::max<std::int64_t>(1, mc.num_hidden_layers));
+    params = whole + (params - whole) / shard_parts + 2.0 * layer;
+  }
+  double bytes = params * (gpu ? (full ? 18.0 : 2.0) : (full ? 16.0 : 4.0));
   if (nf4) {
     const bool dq = mc.bnb4bit ? mc.bnb4bit->double_quant : ctx.cfg.get_bool("model.quantize_double");
     const double layer_proj = static_cast<double>(mc.hidden_size) *

@@ -19,6 +19,7 @@
 #include "model/lora.h"
 #include "model/transformer.h"
 #include "rl/generator.h"
+#include "train/comm_gatherer.h"
 
 namespace mgrl::app {
 namespace {
@@ -66,7 +67,7 @@ int run_generate(Context& ctx) {
     refuse_shape(cfg, "generate");
     tok_dir = tokenizer_dir(cfg);
     mc = io::parse_hf_config(model_dir + "/config.json");
-    check_model_fits(ctx, mc, model_dir + "/config.json", false);
+    check_model_fits(ctx, mc, model_dir + "/config.json", false, cfg.get_bool("model.shard_base") ? env.size() : 1);
     if (file_exists(tok_dir + "/tokenizer.json")) tok = io::Tokenizer::from_dir(tok_dir);
     std::optional<io::ChatTemplate> chat;
     if (tok) chat.emplace(chat_template(cfg, "generate.chat_format", *tok));
@@ -125,8 +126,11 @@ int run_generate(Context& ctx) {
     opts.eos_ids.push_back(*tok->eos_id());
 
   auto ops = make_ops(ctx);
-  model::Transformer net(mc, *ops, model_options(cfg, false));
+  const model::ModelOptions mo = model_options(cfg, false);
+  train::CommGatherer gatherer(ctx.comm, *ops);
+  model::Transformer net(mc, *ops, mo, mo.shard_base ? &gatherer : nullptr);
   load_model(ctx, net, model_dir, adapter);
+  if (mo.shard_base) opts.lockstep = [&env](bool work) { return env.allreduce_sum(work ? 1LL : 0LL) > 0; };
 
   const std::size_t N = inputs.size();
   const auto [lo, hi] = shard(env, N);

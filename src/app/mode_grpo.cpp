@@ -18,6 +18,7 @@
 #include "rl/prompts.h"
 #include "rl/rewards/rewards.h"
 #include "train/checkpoint.h"
+#include "train/comm_gatherer.h"
 #include "train/run_log.h"
 
 namespace mgrl::app {
@@ -28,6 +29,10 @@ int run_grpo(Context& ctx) {
   const std::string model_dir = cfg.is_set("model.path") ? cfg.get_string("model.path") : std::string();
   const bool random_init = cfg.get_string("model.init") == "random";
   const bool full = cfg.get_bool("train.full_finetune");
+  const bool shard_base = cfg.get_bool("model.shard_base");
+  if (shard_base && full)
+    throw UserError("key 'model.shard_base' = true with train.full_finetune = true: only a frozen base is sharded "
+                    "(LoRA training); set one of them to false");
 
   // A bad reward configuration is an error before any model is loaded.
   std::unique_ptr<rl::Rewards> rewards;
@@ -43,7 +48,7 @@ int run_grpo(Context& ctx) {
   env.agree([&] {
     std::string model_src;
     mc = training_model_config(cfg, &model_src);
-    check_model_fits(ctx, mc, model_src, full);
+    check_model_fits(ctx, mc, model_src, full, shard_base ? env.size() : 1);
     tok = std::make_unique<io::Tokenizer>(io::Tokenizer::from_dir(tokenizer_dir(cfg)));
     if (tok->vocab_size() > mc.vocab_size)
       throw UserError(tok->path() + ": the tokenizer has " + std::to_string(tok->vocab_size()) +
@@ -66,7 +71,9 @@ int run_grpo(Context& ctx) {
 
   auto ops = make_ops(ctx);
   const train::LossScaling scaling = loss_scaling(ctx, ops->storage());
-  model::Transformer net(mc, *ops, model_options(cfg, full));
+  const model::ModelOptions mo = model_options(cfg, full);
+  train::CommGatherer gatherer(ctx.comm, *ops);
+  model::Transformer net(mc, *ops, mo, mo.shard_base ? &gatherer : nullptr);
   const auto seed = static_cast<std::uint64_t>(cfg.get_int("train.seed"));
   bool fresh = true;
   env.agree([&] {

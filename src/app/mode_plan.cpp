@@ -5,7 +5,10 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <iostream>
+#include <string>
 #include <nlohmann/json.hpp>
 
 #include "app/modes.h"
@@ -23,6 +26,17 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr double kMiB = 1024.0 * 1024.0;
+
+// This process's resident memory now (VmRSS of /proc/self/status), 0 when unknown. `mgrl plan` is the same binary
+// as the run it plans, with the same libraries loaded: a build with CUDA maps and touches ~200 MiB of CUDA
+// libraries even on the CPU backend, a CPU-only build ~20 MiB, so the CPU process overhead is measured here.
+double resident_bytes_now() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::strtod(line.c_str() + 6, nullptr) * 1024.0;
+  return 0;
+}
 
 // "80GiB", "141 GB", "16GiB", "81920MiB", "85899345920": bytes; a UserError naming the key otherwise.
 double parse_size(const std::string& text, const std::string& key) {
@@ -86,6 +100,7 @@ int run_plan(dist::MpiEnv& env, const io::Config& cfg) {
       throw UserError("model.quantize = \"" + in.quantize + "\": plan knows none and nf4");
     if (in.quantize.empty()) in.quantize = "none";
     if (schema_has("model.shard_base")) in.shard_base = cfg.get_bool("model.shard_base");
+    if (schema_has("model.shard_base_keep")) in.shard_keep = in.shard_base && cfg.get_bool("model.shard_base_keep");
     in.full_finetune = cfg.get_bool("train.full_finetune");
     in.master_weights = cfg.get_string("train.master_weights") == "always";
     in.lora = !in.full_finetune;
@@ -94,6 +109,15 @@ int run_plan(dist::MpiEnv& env, const io::Config& cfg) {
 
     mode = cfg.mode_before_cli();
     if (mode != "sft" && mode != "grpo" && mode != "dpo" && mode != "ppo") mode = "sft";
+    // What the modes refuse, plan refuses too (common.cpp check_model_fits, mode_ppo.cpp).
+    if (in.shard_base && (in.quantize == "nf4" || mc.bnb4bit))
+      throw UserError(std::string("key 'model.shard_base' = true cannot be combined with ") +
+                      (mc.bnb4bit ? "NF4 base weights (" + source + " has a bitsandbytes 4-bit quantization_config)"
+                                  : std::string("'model.quantize' = \"nf4\"")) +
+                      " yet: set model.shard_base = false");
+    if (in.shard_base && mode == "ppo")
+      throw UserError("key 'model.shard_base' = true is not supported by ppo yet (its rollouts and value passes do "
+                      "not gather a sharded base in lockstep): set it to false");
     const std::int64_t max_pos = mc.max_position_embeddings > 0 ? mc.max_position_embeddings : (1 << 30);
     const std::int64_t batch = cfg.get_int("train.batch_size"), accum = cfg.get_int("train.grad_accum");
     const std::int64_t per_rank = std::max<std::int64_t>(1, batch / in.ranks);
@@ -132,6 +156,10 @@ int run_plan(dist::MpiEnv& env, const io::Config& cfg) {
     }
     in.train_tokens = micro * seq_len;
     model::set_runtime_allowances(in);
+    if (!in.cuda && resident_bytes_now() > in.runtime_bytes) {
+      in.runtime_bytes = resident_bytes_now();
+      in.runtime_note = "the mgrl process itself (binary and libraries as loaded, measured in this process)";
+    }
   });
 
   const model::MemoryPlan plan = model::memory_plan(in);

@@ -38,6 +38,12 @@ int run_ppo(Context& ctx) {
                       "ppo.num_mini_batches sets the optimizer steps): leave it at 1");
     });
 
+  if (cfg.get_bool("model.shard_base"))
+    env.agree([&] {
+      throw UserError("key 'model.shard_base' = true is not supported by ppo yet (its rollouts and value passes do "
+                      "not gather a sharded base in lockstep): set it to false");
+    });
+
   io::ModelConfig mc;
   std::unique_ptr<io::Tokenizer> tok;
   std::vector<rl::PromptRow> train_data, eval_data;
@@ -91,6 +97,8 @@ int run_ppo(Context& ctx) {
   o.ppo.cliprange_value = cfg.get_float("ppo.cliprange_value");
   o.ppo.vf_coef = cfg.get_float("ppo.vf_coef");
   o.ppo.kl_coef = cfg.get_float("ppo.kl_coef");
+  o.kl_target = cfg.get_float("ppo.kl_target");
+  o.kl_horizon = cfg.get_float("ppo.kl_horizon");
   o.ppo.kl_estimator = rl::kl_estimator_from(cfg.get_string("ppo.kl_estimator"));
   o.ppo.whiten_rewards = cfg.get_bool("ppo.whiten_rewards");
   o.ppo.missing_eos_penalty = cfg.get_float("ppo.missing_eos_penalty");
@@ -114,14 +122,17 @@ int run_ppo(Context& ctx) {
   o.eval_max_new_tokens = static_cast<int>(cfg.get_int("eval.max_new_tokens"));
   o.accuracy_reward = cfg.get_string("eval.accuracy_reward");
   {
-    char line[400];
+    char adaptive[96] = "";
+    if (o.kl_target > 0)
+      std::snprintf(adaptive, sizeof(adaptive), " (adaptive: target %g, horizon %g)", o.kl_target, o.kl_horizon);
+    char line[480];
     std::snprintf(line, sizeof(line),
                   "ppo: %s %s, %zu prompts, %zu held-out, %s on %d rank%s; %d responses per rollout batch, %d epochs x %d "
-                  "mini-batches, kl %s x %g, %zu reward function%s; %lld optimizer steps",
+                  "mini-batches, kl %s x %g%s, %zu reward function%s; %lld optimizer steps",
                   random_init ? "random-init" : "pretrained", io::architecture_name(mc.arch), train_data.size(),
                   eval_data.size(), full ? "full fine-tuning" : "LoRA", env.size(), env.size() == 1 ? "" : "s", o.batch_prompts,
                   o.num_ppo_epochs, o.num_mini_batches, cfg.get_string("ppo.kl_estimator").c_str(), o.ppo.kl_coef,
-                  rewards->size(), rewards->size() == 1 ? "" : "s", static_cast<long long>(o.max_steps));
+                  adaptive, rewards->size(), rewards->size() == 1 ? "" : "s", static_cast<long long>(o.max_steps));
     log::info(line);
   }
   if (env.rank() == 0 && !o.log_dir.empty()) train::remove_stale_temporaries(o.log_dir + "/rollouts");

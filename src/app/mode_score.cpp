@@ -25,6 +25,8 @@
 #include "io/tokenizer.h"
 #include "model/lora.h"
 #include "model/transformer.h"
+#include "train/comm_gatherer.h"
+#include "train/idle_pass.h"
 
 namespace mgrl::app {
 
@@ -46,7 +48,7 @@ int run_score(Context& ctx) {
   env.agree([&] {
     refuse_shape(cfg, "score");
     mc = io::parse_hf_config(model_dir + "/config.json");
-    check_model_fits(ctx, mc, model_dir + "/config.json", false);
+    check_model_fits(ctx, mc, model_dir + "/config.json", false, cfg.get_bool("model.shard_base") ? env.size() : 1);
     const std::string tok_dir = tokenizer_dir(cfg);
     io::read_jsonl(input, [&](const nlohmann::json& j, int line) {
       std::vector<std::int32_t> ids;
@@ -98,7 +100,9 @@ int run_score(Context& ctx) {
   });
 
   auto ops = make_ops(ctx);
-  model::Transformer net(mc, *ops, model_options(cfg, false));
+  const model::ModelOptions mo = model_options(cfg, false);
+  train::CommGatherer gatherer(ctx.comm, *ops);
+  model::Transformer net(mc, *ops, mo, mo.shard_base ? &gatherer : nullptr);
   load_model(ctx, net, model_dir, adapter);
 
   // This rank's contiguous shard, batched by similar lengths to save padding.
@@ -124,6 +128,10 @@ int run_score(Context& ctx) {
       tokens += len;
     }
   }
+  if (mo.shard_base)  // every pass gathers collectively: as many passes as the busiest rank
+    for (std::size_t k = (order.size() + static_cast<std::size_t>(batch_size) - 1) / static_cast<std::size_t>(batch_size);
+         k < train::most_batches(N, env.size(), static_cast<std::size_t>(batch_size)); ++k)
+      train::idle_pass(net, !adapter.empty());
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   // Gather to rank 0 in input order: every rank knows every length, so raw floats suffice.

@@ -17,6 +17,7 @@
 #include "model/lora.h"
 #include "model/transformer.h"
 #include "rl/generator.h"
+#include "train/comm_gatherer.h"
 #include "train/data.h"
 #include "train/sft.h"
 
@@ -27,6 +28,10 @@ int run_sft(Context& ctx) {
   const std::string model_dir = cfg.is_set("model.path") ? cfg.get_string("model.path") : std::string();
   const bool random_init = cfg.get_string("model.init") == "random";
   const bool full = cfg.get_bool("train.full_finetune");
+  const bool shard_base = cfg.get_bool("model.shard_base");
+  if (shard_base && full)
+    throw UserError("key 'model.shard_base' = true with train.full_finetune = true: only a frozen base is sharded "
+                    "(LoRA training); set one of them to false");
 
   io::ModelConfig mc;
   std::unique_ptr<io::Tokenizer> tok;
@@ -34,7 +39,7 @@ int run_sft(Context& ctx) {
   env.agree([&] {
     std::string model_src;
     mc = training_model_config(cfg, &model_src);
-    check_model_fits(ctx, mc, model_src, full);
+    check_model_fits(ctx, mc, model_src, full, shard_base ? env.size() : 1);
     tok = std::make_unique<io::Tokenizer>(io::Tokenizer::from_dir(tokenizer_dir(cfg)));
     if (tok->vocab_size() > mc.vocab_size)
       throw UserError(tok->path() + ": the tokenizer has " + std::to_string(tok->vocab_size()) +
@@ -58,7 +63,9 @@ int run_sft(Context& ctx) {
 
   auto ops = make_ops(ctx);
   const train::LossScaling scaling = loss_scaling(ctx, ops->storage());
-  model::Transformer net(mc, *ops, model_options(cfg, full));
+  const model::ModelOptions mo = model_options(cfg, full);
+  train::CommGatherer gatherer(ctx.comm, *ops);
+  model::Transformer net(mc, *ops, mo, mo.shard_base ? &gatherer : nullptr);
   const auto seed = static_cast<std::uint64_t>(cfg.get_int("train.seed"));
   env.agree([&] {
     if (random_init) net.init_random(seed, static_cast<float>(cfg.get_float("model.init_std")));
@@ -93,18 +100,19 @@ int run_sft(Context& ctx) {
   o.gpu_peak_tflops = gpu_peak_tflops(ctx.device);
   if (cfg.get_bool("eval.accuracy") && !eval_data.empty()) {
     const int max_new = static_cast<int>(cfg.get_int("eval.max_new_tokens"));
-    o.accuracy = [&env, &net, &tok, max_new](const std::vector<train::Example>& eval_set) {
+    o.accuracy = [&env, &net, &tok, max_new, shard_base](const std::vector<train::Example>& eval_set) {
       const auto* eval = &eval_set;
       rl::GenerationOptions g;
       g.max_new_tokens = max_new;
       g.sampling.temperature = 0;
       if (tok->eos_id()) g.eos_ids = {*tok->eos_id()};
+      if (shard_base) g.lockstep = [&env](bool work) { return env.allreduce_sum(work ? 1LL : 0LL) > 0; };
       const std::size_t N = eval->size();
       const auto [lo, hi] = shard(env, N);
       std::vector<rl::Prompt> prompts;
       for (std::size_t i = lo; i < hi; ++i) prompts.push_back({static_cast<std::int64_t>(i), (*eval)[i].prompt_tokens()});
       long long right = 0;
-      if (!prompts.empty()) {
+      if (!prompts.empty() || shard_base) {
         rl::Generator gen(net, g, [&](const std::vector<std::int32_t>& ids) { return tok->decode(ids, true); });
         for (const auto& c : gen.generate(prompts))
           right += c.text == (*eval)[static_cast<std::size_t>(c.prompt_index)].completion ? 1 : 0;

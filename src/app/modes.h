@@ -80,7 +80,8 @@ io::ChatTemplate chat_template(const io::Config& cfg, const char* format_key, co
 // The LoRA configuration of a run: lora.adapter's adapter_config.json when given (lora.dropout from the keys),
 // else the lora.* keys.
 model::LoraConfig lora_config(const io::Config& cfg);
-// The model's options from model.recompute, model.quantize, model.quantize_double and train.master_weights.
+// The model's options from model.recompute, model.quantize, model.quantize_double, model.shard_base,
+// model.shard_base_keep and train.master_weights.
 model::ModelOptions model_options(const io::Config& cfg, bool full_finetune);
 // Adds the LoRA adapter to train: the PEFT adapter of lora.adapter when given (its config wins over lora.r,
 // lora.alpha, lora.targets, lora.use_rslora), else a fresh one from the lora.* keys. Returns true when fresh
@@ -91,7 +92,9 @@ std::pair<std::size_t, std::size_t> shard(const dist::MpiEnv& env, std::size_t n
 
 // UserError naming config_json when the model's weights cannot fit the memory of this rank's device: 4 bytes a
 // parameter on the CPU backend (16 with full fine-tuning: grads and two AdamW moments), 2 on a GPU.
-void check_model_fits(const Context& ctx, const io::ModelConfig& mc, const std::string& config_json, bool full);
+// shard_parts > 1: model.shard_base over that many ranks (each holds 1/P of the decoder layers and gathers two).
+void check_model_fits(const Context& ctx, const io::ModelConfig& mc, const std::string& config_json, bool full,
+                      int shard_parts = 1);
 
 // UserError naming `key` when `sequences` sequences of up to `tokens` tokens each, processed at once on one rank,
 // cannot fit this machine's memory (a lower bound of what a step keeps per token: each layer's input and the

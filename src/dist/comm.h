@@ -41,6 +41,11 @@ class Comm {
   virtual void broadcast(void* buf, std::size_t bytes, int root, Stream s = nullptr) = 0;
   // Every rank gives `bytes` from send; recv (size() * bytes) gets them in rank order.
   virtual void allgather(const void* send, void* recv, std::size_t bytes, Stream s = nullptr) = 0;
+  // Like allgather, but later work of the caller's stream does not wait for it (a prefetch); wait(s) orders s after
+  // it. On the CPU (blocking MPI) it is allgather.
+  virtual void allgather_async(const void* send, void* recv, std::size_t bytes, Stream s = nullptr) {
+    allgather(send, recv, bytes, s);
+  }
   // Returns when every rank has called barrier() (and, on the GPU, prior comm work is done).
   virtual void barrier() = 0;
   // Blocks until the communication enqueued so far has completed (no-op on the CPU).

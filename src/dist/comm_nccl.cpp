@@ -111,6 +111,12 @@ class NcclComm final : public Comm {
     end(s, detail::describe("allgather", ++seq_, bytes, "byte"));
   }
 
+  void allgather_async(const void* send, void* recv, std::size_t bytes, Stream s) override {
+    begin(s);
+    NCCL_CHECK(ncclAllGather(send, recv, bytes, ncclChar, comm_, stream_));
+    end(s, detail::describe("allgather_async", ++seq_, bytes, "byte"), /*caller_waits=*/false);
+  }
+
   void barrier() override {
     begin(nullptr);
     NCCL_CHECK(ncclAllReduce(scratch_, scratch_, 1, ncclInt32, ncclSum, comm_, stream_));

@@ -53,6 +53,12 @@ const Schema& mgrl_schema() {
     add({"model.recompute", T::Bool, Value(false),
          "recompute each layer's activations in the backward pass instead of keeping them (less memory)", {}, {}, {},
          {}});
+    add({"model.shard_base", T::Bool, Value(false),
+         "store 1/P of every decoder layer's frozen base weights on each of the P ranks and all-gather each layer just before it runs (forward and backward; ZeRO-3 / FSDP for the frozen part); the embeddings, the final norm and the LM head stay whole; LoRA weights, gradients and AdamW state stay replicated. Results are bitwise those of the unsharded run. sft, grpo, dpo, generate and score (not ppo yet); not with train.full_finetune, nor (yet) with NF4 base weights (model.quantize = \"nf4\" or a bitsandbytes 4-bit directory)",
+         {}, {}, {}, {}});
+    add({"model.shard_base_keep", T::Bool, Value(false),
+         "with model.shard_base: keep the layers gathered by a training forward until the end of its backward (no second gather, but the whole base in the workspace at the step's peak)",
+         {}, {}, {}, {}});
     add({"model.dtype", T::String, Value(std::string("auto")),
          "CUDA backend: storage of the frozen weights and activations: auto (bf16 on compute capability 8.0 and "
          "newer, fp16 before: V100 and T4 have no bf16), bf16 or fp16 (fp16 on any GPU, e.g. to compare with bf16 on "
@@ -326,7 +332,15 @@ const Schema& mgrl_schema() {
          1e-6, {}, {}});
     add({"ppo.kl_coef", T::Float, Value(0.05),
          "weight of the per-token KL penalty in the rewards: r_t = -kl_coef * kl_t, plus the score at the last "
-         "position (a fixed coefficient: trl's PPO trainer has no adaptive one)", {}, 0.0, {}, {}});
+         "position; with ppo.kl_target > 0 the starting value of the adaptive coefficient", {}, 0.0, {}, {}});
+    add({"ppo.kl_target", T::Float, Value(0.0),
+         "target KL of the adaptive KL controller (Ziegler et al. 2019, trl 0.x's AdaptiveKLController): after each "
+         "rollout batch kl_coef <- kl_coef * (1 + clip(KL / kl_target - 1, -0.2, 0.2) * train.batch_size / "
+         "ppo.kl_horizon), KL the batch's mean summed per-token KL (objective/kl); 0: kl_coef stays fixed", {}, 0.0,
+         {}, {}});
+    add({"ppo.kl_horizon", T::Float, Value(10000.0),
+         "horizon of the adaptive KL controller in sampled responses (trl 0.x's horizon): the larger, the slower "
+         "kl_coef moves", {}, 1.0, {}, {}});
     add({"ppo.kl_estimator", T::String, Value(std::string("k1")),
          "per-token KL estimate against the reference (the adapter switched off): k1 = logp - ref_logp, k3 = "
          "exp(ref_logp - logp) - 1 - (ref_logp - logp)", {"k1", "k3"}, {}, {}, {}});

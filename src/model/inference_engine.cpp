@@ -164,7 +164,7 @@ const float* InferenceEngine::run(int T, int R, KvCache& cache, bool use_lora) {
   ops_.rmsnorm_forward(I.hsel, I.rstd, I.hsel, def_.final_norm(), R, D, eps, def_.unit_offset_norms());
   ops_.lm_head_logits(I.logits, I.hsel, def_.head(), R, D, V, 1.0f, def_.final_softcap());
   };
-  if (T == R && T <= kMaxRecordedRows) {
+  if (T == R && T <= kMaxRecordedRows && !def_.sharded()) {  // a sharded base's gathers are not recorded
     // The key: everything the recorded launches take by value (sizes, pointers): this model's buffers, the
     // cache's pools and block table, LoRA on or off.
     std::uint64_t key = 1469598103934665603ull;

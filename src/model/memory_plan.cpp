@@ -97,8 +97,7 @@ double base_weight_bytes(const io::ModelConfig& c, std::size_t storage, const st
   const double layers = static_cast<double>(c.num_hidden_layers) * layer_weight_bytes(c, storage, quantize, double_quant);
   const double rest = (static_cast<double>(c.vocab_size) * c.hidden_size * (c.tie_word_embeddings ? 1 : 2) +
                        c.hidden_size) * storage;
-  const double total = layers + rest;
-  return shard ? total / std::max(1, ranks) : total;
+  return (shard ? layers / std::max(1, ranks) : layers) + rest;
 }
 
 MemoryPlan memory_plan(const PlanInput& in) {
@@ -115,12 +114,17 @@ MemoryPlan memory_plan(const PlanInput& in) {
     char buf[96];
     std::snprintf(buf, sizeof buf, ", %.3g parameters", io::parameter_count(c));
     note += buf;
-    if (in.shard_base) note += ", 1/" + std::to_string(in.ranks) + " per rank (model.shard_base)";
+    if (in.shard_base) note += ", decoder layers 1/" + std::to_string(in.ranks) + " per rank (model.shard_base)";
     add("base weights", base, note);
   }
-  if (in.shard_base)
-    add("gather workspace", 2 * layer_weight_bytes(c, in.storage, in.quantize, in.double_quant),
-        "two layers' weights as stored (the layer in use and the next one prefetched)");
+  if (in.shard_base) {
+    const double layer = layer_weight_bytes(c, in.storage, in.quantize, in.double_quant);
+    if (in.shard_keep)
+      add("gather workspace", static_cast<double>(c.num_hidden_layers) * layer,
+          "every layer's weights as stored (model.shard_base_keep: a forward's layers stay gathered for its backward)");
+    else
+      add("gather workspace", 2 * layer, "two layers' weights as stored (the layer in use and the next one prefetched)");
+  }
   if (nf4 && in.cuda) {
     double largest = 0;
     for (int m = 0; m < kNumModules; ++m)

@@ -33,7 +33,8 @@ std::size_t kv_cache_bytes(const io::ModelConfig& c, std::size_t storage, int sl
                            int block_size);
 // Bytes of the base weights as stored on one rank: dense (storage bytes an element), or with quantize = "nf4" the
 // seven linear layers' weights in NF4 (4 bits an element, one absmax per block of 64: fp32, or with double
-// quantization 8 bits plus one fp32 per 256 blocks) and the rest dense; divided over `ranks` when sharded.
+// quantization 8 bits plus one fp32 per 256 blocks) and the rest dense. Sharded (model.shard_base): the decoder
+// layers divided over `ranks`; the embeddings, the LM head and the final norm stay whole on every rank.
 double base_weight_bytes(const io::ModelConfig& c, std::size_t storage, const std::string& quantize,
                          bool double_quant, bool shard, int ranks);
 // One decoder layer's base weights as stored (what a sharded base gathers per layer).
@@ -46,7 +47,8 @@ struct PlanInput {
   std::size_t storage = 2;   // bytes of a stored element: 2 (bf16/fp16) on a GPU, 4 on the CPU backend
   std::string quantize = "none";  // "none" or "nf4"
   bool double_quant = true;       // NF4 absmax double-quantized (bitsandbytes' bnb_4bit_use_double_quant)
-  bool shard_base = false;        // each rank stores 1/ranks of the base, gathering a layer at a time
+  bool shard_base = false;        // each rank stores 1/ranks of the decoder layers, gathering a layer at a time
+  bool shard_keep = false;        // model.shard_base_keep: every layer gathered at a training step's peak
   int ranks = 1;
   bool full_finetune = false;
   bool master_weights = false;  // full fine-tuning: an fp32 master copy of the base (always when storage != 4)

@@ -38,8 +38,8 @@ bool nf4_projection(const std::string& name, const std::vector<std::string>& ski
 }
 }  // namespace
 
-ModelDef::ModelDef(io::ModelConfig cfg, kernels::Ops& ops, ModelOptions opts)
-    : cfg_(std::move(cfg)), ops_(ops), opts_(opts) {
+ModelDef::ModelDef(io::ModelConfig cfg, kernels::Ops& ops, ModelOptions opts, Gatherer* gatherer)
+    : cfg_(std::move(cfg)), ops_(ops), opts_(opts), gatherer_(gatherer) {
   if (cfg_.head_dim % 2 != 0) throw UserError("head_dim must be even for rotary embeddings");
   // QLoRA: the projections as NF4, from a bitsandbytes 4-bit directory or quantized at load. Frozen: LoRA only.
   const bool bnb = cfg_.bnb4bit.has_value();
@@ -75,7 +75,57 @@ ModelDef::ModelDef(io::ModelConfig cfg, kernels::Ops& ops, ModelOptions opts)
     base_.push_back(b);
     base_numel_ += static_cast<std::size_t>(io::shape_numel(t.shape));
   }
-  weights_ = ops_.alloc(dense_numel_ * ops_.storage_size());
+  // Where each tensor is stored. Unsharded: as in the base arena. shard_base: the unsharded tensors first, then this
+  // rank's part of each decoder layer (a layer's tensors are contiguous in the base arena: expected_tensors order).
+  const std::size_t n_layers = static_cast<std::size_t>(cfg_.num_hidden_layers);
+  stored_offset_.assign(base_.size(), 0);
+  tensor_layer_.assign(base_.size(), -1);
+  if (!opts_.shard_base) {
+    for (std::size_t i = 0; i < base_.size(); ++i) stored_offset_[i] = base_[i].offset;
+    stored_numel_ = dense_numel_;
+  } else {
+    MGRL_CHECK(!opts_.full_finetune, "shard_base shards a frozen base: not with full fine-tuning");
+    if (nf4) {  // a layer's NF4 bytes are not (yet) part of the gathered range
+      if (bnb)
+        throw UserError("key 'model.shard_base' = true cannot be combined with NF4 base weights (the model's "
+                        "config.json has a bitsandbytes 4-bit quantization_config) yet: give the unquantized model "
+                        "or set model.shard_base = false");
+      throw UserError("key 'model.shard_base' = true cannot be combined with 'model.quantize' = \"nf4\" yet: set "
+                      "one of them off");
+    }
+    if (gatherer_) {
+      parts_ = gatherer_->parts();
+      part_index_ = gatherer_->index();
+    }
+    MGRL_CHECK(parts_ >= 1 && part_index_ >= 0 && part_index_ < parts_, "bad gatherer parts");
+    shards_.resize(n_layers);
+    std::vector<bool> seen(n_layers, false);
+    const std::string prefix = "model.layers.";
+    for (std::size_t i = 0; i < base_.size(); ++i) {
+      const BaseTensor& t = base_[i];
+      const std::size_t n = static_cast<std::size_t>(io::shape_numel(t.shape));
+      if (t.name.compare(0, prefix.size(), prefix) != 0) {
+        stored_offset_[i] = stored_numel_;
+        stored_numel_ += n;
+        continue;
+      }
+      const int l = std::stoi(t.name.substr(prefix.size()));
+      tensor_layer_[i] = l;
+      LayerShard& sh = shards_[static_cast<std::size_t>(l)];
+      if (!seen[static_cast<std::size_t>(l)]) sh.begin = t.offset;
+      seen[static_cast<std::size_t>(l)] = true;
+      MGRL_CHECK(t.offset == sh.begin + sh.numel, "a decoder layer's tensors are not contiguous");
+      sh.numel += n;
+    }
+    const std::size_t P = static_cast<std::size_t>(parts_);
+    for (LayerShard& sh : shards_) {
+      sh.part_numel = (sh.numel + P - 1) / P;
+      sh.stored = stored_numel_;
+      stored_numel_ += sh.part_numel;
+      slot_numel_ = std::max(slot_numel_, sh.part_numel * P);
+    }
+  }
+  weights_ = ops_.alloc(stored_numel_ * ops_.storage_size());
   if (!nf4_.empty()) {
     nf4_tables_ = static_cast<float*>(ops_.alloc((16 + 256) * sizeof(float)));
     ops_.upload(nf4_tables_, kernels::cpu::nf4_code(), 16 * sizeof(float));
@@ -103,23 +153,22 @@ ModelDef::ModelDef(io::ModelConfig cfg, kernels::Ops& ops, ModelOptions opts)
     master_ = static_cast<float*>(ops_.alloc(base_numel_ * sizeof(float)));
 
   // The only string lookups: every handle is resolved here, once.
-  const std::size_t n_layers = static_cast<std::size_t>(cfg_.num_hidden_layers);
   layer_nf4_.assign(n_layers, false);
   // The NF4 workspace: one layer's NF4 projections (every layer has the same shapes), dense, storage dtype.
-  std::vector<std::size_t> ws_offset(kNumModules, 0);
+  ws_offset_.assign(kNumModules, 0);
   if (!nf4_.empty() && n_layers > 0) {
     for (int m = 0; m < kNumModules; ++m) {
       const std::string name = layer_name(0, module_path(static_cast<Module>(m))) + ".weight";
       for (const BaseTensor& t : base_)
         if (t.name == name && t.nf4 >= 0) {
-          ws_offset[static_cast<std::size_t>(m)] = ws_bytes_;
+          ws_offset_[static_cast<std::size_t>(m)] = ws_bytes_;
           ws_bytes_ += align16(static_cast<std::size_t>(io::shape_numel(t.shape)) * ops_.storage_size());
         }
     }
     if (ws_bytes_ > 0) workspace_ = ops_.alloc(ws_bytes_);
   }
   layers_.resize(n_layers);
-  dense_layers_.resize(n_layers);
+  if (!opts_.shard_base) dense_layers_.resize(n_layers);
   grads_.resize(n_layers);
   for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
     LayerHandles& H = layers_[static_cast<std::size_t>(l)];
@@ -143,14 +192,8 @@ ModelDef::ModelDef(io::ModelConfig cfg, kernels::Ops& ops, ModelOptions opts)
       });
       if (has_bias) H.bias[m] = handle(base + ".bias");
     }
-    LayerWeights& D = dense_layers_[static_cast<std::size_t>(l)];
+    if (!opts_.shard_base) dense_layers_[static_cast<std::size_t>(l)] = resolve(H);
     LayerGrads& G = grads_[static_cast<std::size_t>(l)];
-    D.attn_norm = dense(H.attn_norm);
-    D.mlp_norm = dense(H.mlp_norm);
-    D.q_norm = dense(H.q_norm);
-    D.k_norm = dense(H.k_norm);
-    D.post_attn_norm = dense(H.post_attn_norm);
-    D.post_mlp_norm = dense(H.post_mlp_norm);
     G.post_attn_norm = grad(H.post_attn_norm);
     G.post_mlp_norm = grad(H.post_mlp_norm);
     G.attn_norm = grad(H.attn_norm);
@@ -158,13 +201,7 @@ ModelDef::ModelDef(io::ModelConfig cfg, kernels::Ops& ops, ModelOptions opts)
     G.q_norm = grad(H.q_norm);
     G.k_norm = grad(H.k_norm);
     for (int m = 0; m < kNumModules; ++m) {
-      if (H.W[m].kind == WeightKind::Nf4) {
-        D.W[m] = static_cast<const char*>(workspace_) + ws_offset[static_cast<std::size_t>(m)];
-        layer_nf4_[static_cast<std::size_t>(l)] = true;
-      } else {
-        D.W[m] = dense(H.W[m]);
-      }
-      D.bias[m] = dense(H.bias[m]);
+      if (H.W[m].kind == WeightKind::Nf4) layer_nf4_[static_cast<std::size_t>(l)] = true;
       G.W[m] = grad(H.W[m]);
       G.bias[m] = grad(H.bias[m]);
     }
@@ -172,6 +209,14 @@ ModelDef::ModelDef(io::ModelConfig cfg, kernels::Ops& ops, ModelOptions opts)
   embed_ = handle("model.embed_tokens.weight");
   final_norm_ = handle("model.norm.weight");
   head_ = handle(cfg_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
+
+  if (opts_.shard_base) {  // the gather workspace: double-buffered, or one slot per layer when kept
+    const std::size_t n_slots = opts_.shard_keep ? n_layers : std::min<std::size_t>(2, n_layers);
+    for (std::size_t i = 0; i < n_slots; ++i) slots_.push_back(ops_.alloc(slot_numel_ * ops_.storage_size()));
+    slot_layer_.assign(n_slots, -1);
+    slot_pending_.assign(n_slots, false);
+    slot_weights_.resize(n_slots);
+  }
 
   // Rotary inverse frequencies, computed once on the host as transformers does: the global layers' (rope_theta,
   // rope_scaling) and, for Gemma 3, the sliding layers' (rope_local_theta, never scaled).
@@ -213,6 +258,7 @@ float ModelDef::embed_scale() const {
 
 ModelDef::~ModelDef() {
   lora_.reset();
+  for (void* p : slots_) ops_.release(p);
   ops_.release(inv_freq_);
   if (inv_freq_local_) ops_.release(inv_freq_local_);
   ops_.release(weights_);
@@ -225,30 +271,106 @@ ModelDef::~ModelDef() {
 
 WeightHandle ModelDef::handle(const std::string& name) const {
   for (std::size_t i = 0; i < base_.size(); ++i)
-    if (base_[i].name == name)
+    if (base_[i].name == name) {
+      const int l = tensor_layer_[i];
+      if (l >= 0) return WeightHandle{WeightKind::Shard, static_cast<int>(i), l};
       return WeightHandle{base_[i].nf4 >= 0 ? WeightKind::Nf4 : WeightKind::Dense, static_cast<int>(i)};
+    }
   throw FatalError("model tensor '" + name + "' is not part of this architecture");
 }
 
 const void* ModelDef::dense(const WeightHandle& h) const {
   if (!h.present()) return nullptr;
-  MGRL_CHECK(h.kind == WeightKind::Dense, "an NF4 base weight is read through layer(l), not dense()");
-  return static_cast<const char*>(weights_) + base_[static_cast<std::size_t>(h.tensor)].offset * ops_.storage_size();
+  const std::size_t t = static_cast<std::size_t>(h.tensor), S = ops_.storage_size();
+  if (h.kind == WeightKind::Dense) return static_cast<const char*>(weights_) + stored_offset_[t] * S;
+  MGRL_CHECK(h.kind == WeightKind::Shard, "an NF4 base weight is read through layer(l), not dense()");
+  for (std::size_t s = 0; s < slots_.size(); ++s)
+    if (slot_layer_[s] == h.layer)
+      return static_cast<const char*>(slots_[s]) +
+             (base_[t].offset - shards_[static_cast<std::size_t>(h.layer)].begin) * S;
+  throw FatalError("base tensor '" + base_[t].name + "' read while its layer is not gathered");
+}
+
+LayerWeights ModelDef::resolve(const LayerHandles& H) const {
+  LayerWeights D;
+  D.attn_norm = dense(H.attn_norm);
+  D.mlp_norm = dense(H.mlp_norm);
+  D.q_norm = dense(H.q_norm);
+  D.k_norm = dense(H.k_norm);
+  D.post_attn_norm = dense(H.post_attn_norm);
+  D.post_mlp_norm = dense(H.post_mlp_norm);
+  for (int m = 0; m < kNumModules; ++m) {
+    if (H.W[m].kind == WeightKind::Nf4)  // dequantized into the workspace by layer(l)
+      D.W[m] = static_cast<const char*>(workspace_) + ws_offset_[static_cast<std::size_t>(m)];
+    else
+      D.W[m] = dense(H.W[m]);
+    D.bias[m] = dense(H.bias[m]);
+  }
+  return D;
+}
+
+std::size_t ModelDef::slot_of(int l) const {
+  return opts_.shard_keep ? static_cast<std::size_t>(l) : static_cast<std::size_t>(l) % slots_.size();
 }
 
 const LayerWeights& ModelDef::layer(int l) const {
-  const std::size_t li = static_cast<std::size_t>(l);
-  if (layer_nf4_[li] && ws_layer_ != l) {
-    const LayerHandles& H = layers_[li];
-    for (int m = 0; m < kNumModules; ++m) {
-      if (H.W[m].kind != WeightKind::Nf4) continue;
-      const Nf4Slot& s = nf4_[static_cast<std::size_t>(base_[static_cast<std::size_t>(H.W[m].tensor)].nf4)];
-      ops_.dequantize_nf4(const_cast<void*>(dense_layers_[li].W[m]), s.w, 0, s.rows * s.cols);
+  if (!opts_.shard_base) {
+    const std::size_t li = static_cast<std::size_t>(l);
+    if (layer_nf4_[li] && ws_layer_ != l) {
+      const LayerHandles& H = layers_[li];
+      for (int m = 0; m < kNumModules; ++m) {
+        if (H.W[m].kind != WeightKind::Nf4) continue;
+        const Nf4Slot& s = nf4_[static_cast<std::size_t>(base_[static_cast<std::size_t>(H.W[m].tensor)].nf4)];
+        ops_.dequantize_nf4(const_cast<void*>(dense_layers_[li].W[m]), s.w, 0, s.rows * s.cols);
+      }
+      ws_layer_ = l;
     }
-    ws_layer_ = l;
+    return dense_layers_[li];
   }
-  return dense_layers_[li];
+  if (last_layer_ >= 0 && l != last_layer_) direction_ = l > last_layer_ ? 1 : -1;
+  last_layer_ = l;
+  const std::size_t s = slot_of(l);
+  if (slot_layer_[s] != l) gather(l, s, false);
+  if (slot_pending_[s]) {  // prefetched: the backend's queue waits for it (on the GPU; nothing on the CPU)
+    gatherer_->wait();
+    slot_pending_.assign(slot_pending_.size(), false);
+  }
+  // Prefetch the next layer of the walk into its slot. Its gather is queued after the work queued so far, which
+  // includes the last reads of the layer that slot held (two back in the walk), and runs beside layer l.
+  const int next = l + direction_;
+  if (next >= 0 && next < cfg_.num_hidden_layers) {
+    const std::size_t t = slot_of(next);
+    if (t != s && slot_layer_[t] != next) gather(next, t, true);
+  }
+  return slot_weights_[s];
 }
+
+void ModelDef::gather(int l, std::size_t slot, bool prefetch) const {
+  const LayerShard& sh = shards_[static_cast<std::size_t>(l)];
+  const std::size_t S = ops_.storage_size();
+  const void* part = static_cast<const char*>(weights_) + sh.stored * S;
+  if (gatherer_ && parts_ > 1) {
+    if (prefetch) gatherer_->all_gather_async(part, slots_[slot], sh.part_numel * S);
+    else gatherer_->all_gather(part, slots_[slot], sh.part_numel * S);
+    slot_pending_[slot] = prefetch;
+  } else {
+    ops_.copy(slots_[slot], part, sh.part_numel * S);
+  }
+  slot_layer_[slot] = l;
+  slot_weights_[slot] = resolve(layers_[static_cast<std::size_t>(l)]);
+  ++gathers_;
+}
+
+void ModelDef::end_of_pass() const {
+  if (!opts_.shard_base || !opts_.shard_keep) return;
+  if (gatherer_ && std::find(slot_pending_.begin(), slot_pending_.end(), true) != slot_pending_.end()) {
+    gatherer_->wait();  // a prefetch still writing a slot that the next pass gathers into again
+    slot_pending_.assign(slot_pending_.size(), false);
+  }
+  slot_layer_.assign(slot_layer_.size(), -1);
+}
+
+std::size_t ModelDef::gather_workspace_bytes() const { return slots_.size() * slot_numel_ * ops_.storage_size(); }
 
 float* ModelDef::grad(const WeightHandle& h) const {
   if (!base_grads_ || !h.present()) return nullptr;
@@ -297,7 +419,17 @@ void ModelDef::upload_tensor(std::size_t index, const std::vector<float>& host) 
     upload_nf4(s, codes, absmax, q, nested, offset);
     return;
   }
-  ops_.upload_f32_as_storage(static_cast<char*>(weights_) + t.offset * ops_.storage_size(), host.data(), host.size());
+  const std::size_t S = ops_.storage_size();
+  if (tensor_layer_[index] >= 0) {  // shard_base: the elements of this rank's part only
+    const LayerShard& sh = shards_[static_cast<std::size_t>(tensor_layer_[index])];
+    const std::size_t lo = sh.begin + static_cast<std::size_t>(part_index_) * sh.part_numel, hi = lo + sh.part_numel;
+    const std::size_t from = std::max(t.offset, lo), to = std::min(t.offset + host.size(), hi);
+    if (from < to)
+      ops_.upload_f32_as_storage(static_cast<char*>(weights_) + (sh.stored + from - lo) * S,
+                                 host.data() + (from - t.offset), to - from);
+    return;
+  }
+  ops_.upload_f32_as_storage(static_cast<char*>(weights_) + stored_offset_[index] * S, host.data(), host.size());
   if (master_) ops_.upload(master_ + t.offset, host.data(), host.size() * sizeof(float));
 }
 
@@ -356,6 +488,7 @@ LoraParams& ModelDef::add_lora(const LoraConfig& cfg, std::uint64_t seed) {
 std::vector<float> ModelDef::base_tensor_host(const std::string& name) const {
   for (std::size_t i = 0; i < base_.size(); ++i)
     if (base_[i].name == name) {
+      MGRL_CHECK(tensor_layer_[i] < 0, "base_tensor_host('" + name + "'): the tensor is sharded over the ranks");
       std::vector<float> out(static_cast<std::size_t>(io::shape_numel(base_[i].shape)));
       if (base_[i].nf4 >= 0) {  // dequantized into a buffer of its own
         const Nf4Slot& s = nf4_[static_cast<std::size_t>(base_[i].nf4)];

@@ -11,6 +11,7 @@
 
 #include "io/hf_config.h"
 #include "kernels/ops.h"
+#include "model/gatherer.h"
 #include "model/lora.h"
 
 namespace mgrl::model {
@@ -26,21 +27,29 @@ struct ModelOptions {
   // storage-dtype weights the kernels read whenever storage is not f32 (the GPU); true keeps them on f32 storage
   // too (tests: the same logic on the CPU backend).
   bool master_weights = false;
+  // Each rank stores 1/P of every decoder layer's base weights (the layer's tensors as one flat range, padded to P
+  // equal parts); layer(l) all-gathers layer l into a double-buffered workspace (model.shard_base). The embeddings,
+  // the final norm and the LM head stay whole on every rank. Not with full_finetune.
+  bool shard_base = false;
+  // With shard_base: the layers gathered by a training forward stay gathered until the end of its backward (one
+  // workspace per layer: no gather in the backward, no memory saved at the peak of a step).
+  bool shard_keep = false;
   // model.quantize / model.quantize_double: the q/k/v/o and gate/up/down weights as NF4 (bitsandbytes' layout,
   // kernels/cpu/nf4.h), the absmax double-quantized or not. LoRA only: refused with full_finetune.
   Quantize quantize = Quantize::None;
   bool quantize_double = false;
 };
 
-// How a base weight is held. Dense: the whole tensor in the backend's storage dtype (today's only kind). The other
-// kinds are materialised into a dense workspace by ModelDef::layer() before an executor reads them: NF4-quantized
-// blocks, or this rank's shard of a tensor gathered from all ranks on demand.
+// How a base weight is held. Dense: the whole tensor in the backend's storage dtype. The other kinds are
+// materialised into a dense workspace by ModelDef::layer() before an executor reads them: NF4-quantized blocks
+// (dequantized), or Shard: this rank's part of a decoder layer's weights, the layer gathered from all ranks on demand.
 enum class WeightKind { Dense, Nf4, Shard };
 
 // One base tensor: its kind and its place among base_tensors(). A default handle is absent (e.g. no bias).
 struct WeightHandle {
   WeightKind kind = WeightKind::Dense;
   int tensor = -1;  // index into ModelDef::base_tensors(); -1: absent
+  int layer = -1;   // Shard: the decoder layer whose gathered weights hold it
   bool present() const { return tensor >= 0; }
 };
 
@@ -73,7 +82,8 @@ struct LayerGrads {
 
 class ModelDef {
  public:
-  ModelDef(io::ModelConfig cfg, kernels::Ops& ops, ModelOptions opts = {});
+  // gatherer: the ranks a shard_base model is sharded over (null: one part, this process).
+  ModelDef(io::ModelConfig cfg, kernels::Ops& ops, ModelOptions opts = {}, Gatherer* gatherer = nullptr);
   ~ModelDef();
   ModelDef(const ModelDef&) = delete;
   ModelDef& operator=(const ModelDef&) = delete;
@@ -93,15 +103,27 @@ class ModelDef {
   const ModelOptions& options() const { return opts_; }
   kernels::Ops& ops() const { return ops_; }
 
-  // The dense weights of decoder layer l, materialised first for a kind that is not dense: NF4 projections are
-  // dequantized into one per-layer workspace (queued on the backend's stream), so the pointers of layer(l) are valid
-  // until layer(k) of another layer k is asked for. Asking again for the layer the workspace holds costs nothing.
+  // The dense weights of decoder layer l, materialised first for a kind that is not dense. shard_base: a collective
+  // all-gather unless the layer is still in the workspace (every rank must then ask for the same layers in the same
+  // order); the pointers stay valid until layer() is asked for a layer two further on, and the next layer in the
+  // direction of the walk (up in a forward, down in a backward) is prefetched into the other slot. NF4 projections
+  // are dequantized into one per-layer workspace (queued on the backend's stream), so the pointers of layer(l) are
+  // valid until layer(k) of another layer k is asked for. Asking again for the layer the workspace holds costs nothing.
   const LayerWeights& layer(int l) const;
+  // shard_base with shard_keep: the training pass that kept its layers gathered is over (the backward's end).
+  void end_of_pass() const;
+  bool sharded() const { return opts_.shard_base; }
+  // Bytes of base weights this rank holds (its parts and the unsharded tensors, NF4 bytes included), and of the
+  // gather workspace.
+  std::size_t base_bytes_held() const { return stored_numel_ * ops_.storage_size() + nf4_bytes_; }
+  std::size_t gather_workspace_bytes() const;
+  std::uint64_t gathers() const { return gathers_; }  // layers gathered so far
   // Forget which layer the NF4 workspace holds, so that the next layer(l) dequantizes again (a recorded op sequence
   // must contain its dequantizations: the inference engine calls this at the start of each forward it may record).
   void invalidate_workspace() const { ws_layer_ = -1; }
-  // Base parameters held dense (the arena of base_weights()) and the bytes of the NF4 weights (codes + absmax
-  // state, backend memory); the NF4 workspace (one layer's projections, storage dtype) is nf4_workspace_bytes().
+  // Base parameters held dense (the arena of base_weights() when unsharded) and the bytes of the NF4 weights
+  // (codes + absmax state, backend memory); the NF4 workspace (one layer's projections, storage dtype) is
+  // nf4_workspace_bytes().
   std::size_t dense_numel() const { return dense_numel_; }
   std::size_t nf4_bytes() const { return nf4_bytes_; }
   std::size_t nf4_workspace_bytes() const { return ws_bytes_; }
@@ -153,6 +175,9 @@ class ModelDef {
 
  private:
   WeightHandle handle(const std::string& name) const;  // a FatalError for a name this architecture lacks
+  LayerWeights resolve(const LayerHandles& H) const;
+  void gather(int l, std::size_t slot, bool prefetch) const;
+  std::size_t slot_of(int l) const;
   float* grad(const WeightHandle& h) const;
   void upload_tensor(std::size_t index, const std::vector<float>& host);
   struct Nf4Slot;
@@ -173,6 +198,26 @@ class ModelDef {
   WeightHandle embed_, final_norm_, head_;
   std::unique_ptr<LoraParams> lora_;
   float* inv_freq_ = nullptr;
+
+  // Where each tensor is stored: elements into weights_ (an unsharded tensor), or its decoder layer (sharded).
+  std::vector<std::size_t> stored_offset_;
+  std::vector<int> tensor_layer_;  // -1: not sharded
+  std::size_t stored_numel_ = 0;   // elements of weights_
+  // shard_base: layer l's tensors are base-arena elements [begin, begin + numel); this rank stores part `index`
+  // of part_numel elements at weights_ + stored.
+  struct LayerShard {
+    std::size_t begin = 0, numel = 0, part_numel = 0, stored = 0;
+  };
+  std::vector<LayerShard> shards_;
+  Gatherer* gatherer_ = nullptr;
+  int parts_ = 1, part_index_ = 0;
+  std::vector<void*> slots_;                      // gather workspace: 2 layers (all with shard_keep)
+  std::size_t slot_numel_ = 0;                    // elements of one slot: the largest layer's P parts
+  mutable std::vector<int> slot_layer_;           // the layer each slot holds, -1 none
+  mutable std::vector<LayerWeights> slot_weights_;
+  mutable std::uint64_t gathers_ = 0;
+  mutable std::vector<bool> slot_pending_;  // a prefetch into the slot may still be running
+  mutable int last_layer_ = -1, direction_ = 1;  // the last layer asked for, and the way the layers are walked
   float* inv_freq_local_ = nullptr;  // sliding layers' (rope_local_theta), when they have their own
   // NF4 weights: one backend allocation each (codes, then the absmax state), the shared code tables, and the
   // workspace one layer's NF4 projections are dequantized into.
@@ -187,6 +232,7 @@ class ModelDef {
   std::size_t dense_numel_ = 0, nf4_bytes_ = 0, ws_bytes_ = 0;
   float* nf4_tables_ = nullptr;  // the 16 NF4 values, then the 256 dynamic-code values
   void* workspace_ = nullptr;
+  std::vector<std::size_t> ws_offset_;  // bytes into the workspace of each module's NF4 projection
   std::vector<bool> layer_nf4_;
   mutable int ws_layer_ = -1;
 };

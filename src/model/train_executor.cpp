@@ -426,6 +426,7 @@ void TrainExecutor::forward_pass(const Batch& batch, float* logprobs, bool use_l
   for (int l = 0; l < cfg_.num_hidden_layers; ++l)
     layer_forward(l, W.xs[l], W.xs[l + 1], *cur_->acts[cur_->acts.size() == 1 ? 0 : l], use_lora, train,
                   dropout_seed);
+  if (!train) def_.end_of_pass();  // no backward follows
   ops_.rmsnorm_forward(W.xf, W.rstd_f, W.xs[cfg_.num_hidden_layers], def_.final_norm(), T, D,
                        static_cast<float>(cfg_.rms_norm_eps), def_.unit_offset_norms());
   ops_.lm_head_logprob_forward(W.lp, W.lse_head, W.xf, def_.head(), W.targets, T, D, V, logit_scale, W.head_scratch,
@@ -489,6 +490,7 @@ void TrainExecutor::backward(const float* weights, const std::function<void(int)
     if (layer_done) layer_done(l);
   }
   if (float* dembed = def_.embed_grad()) ops_.embedding_backward(dembed, W.dx, W.ids, T, V, D, def_.embed_scale());
+  def_.end_of_pass();
 }
 
 

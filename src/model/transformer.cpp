@@ -3,8 +3,8 @@
 
 namespace mgrl::model {
 
-Transformer::Transformer(io::ModelConfig cfg, kernels::Ops& ops, ModelOptions opts)
-    : def_(std::make_unique<ModelDef>(std::move(cfg), ops, opts)),
+Transformer::Transformer(io::ModelConfig cfg, kernels::Ops& ops, ModelOptions opts, Gatherer* gatherer)
+    : def_(std::make_unique<ModelDef>(std::move(cfg), ops, opts, gatherer)),
       train_(std::make_unique<TrainExecutor>(*def_)),
       infer_(std::make_unique<InferenceEngine>(*def_)) {}
 

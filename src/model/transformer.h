@@ -23,7 +23,8 @@ namespace mgrl::model {
 
 class Transformer {
  public:
-  Transformer(io::ModelConfig cfg, kernels::Ops& ops, ModelOptions opts = {});
+  // gatherer: the ranks a shard_base model is sharded over (ModelDef).
+  Transformer(io::ModelConfig cfg, kernels::Ops& ops, ModelOptions opts = {}, Gatherer* gatherer = nullptr);
   ~Transformer();
   Transformer(const Transformer&) = delete;
   Transformer& operator=(const Transformer&) = delete;

@@ -56,8 +56,8 @@ std::vector<Completion> Generator::generate(const std::vector<Prompt>& prompts) 
     throw UserError("prompt (" + std::to_string(longest) + " tokens) + max_new_tokens (" +
                     std::to_string(opts_.max_new_tokens) + ") exceeds the model's max_position_embeddings (" +
                     std::to_string(mc.max_position_embeddings) + ")");
-  if (prompts.empty()) return {};
-  const int n_slots = std::min<int>(opts_.max_sequences, static_cast<int>(prompts.size()) * G);
+  if (prompts.empty() && !opts_.lockstep) return {};
+  const int n_slots = std::max(1, std::min<int>(opts_.max_sequences, static_cast<int>(prompts.size()) * G));
   // The block pool holds the worst case of every slot busy: at most n_slots / G prompts in flight, each with its
   // full prompt blocks once and, per completion, the blocks from the prompt's partly filled last block on.
   const int bs = std::max(1, std::min(opts_.kv_block_size, max_len));
@@ -145,12 +145,26 @@ std::vector<Completion> Generator::generate(const std::vector<Prompt>& prompts) 
   stats_.kv_cache_bytes = cache.bytes();
   const int budget_per_step = std::max(1, opts_.max_prefill_tokens);
 
-  while (next_prompt < prompts.size() || !running.empty() || !prefilling.empty()) {
+  for (;;) {
+    const bool work = next_prompt < prompts.size() || !running.empty() || !prefilling.empty();
+    if (opts_.lockstep) {
+      if (!opts_.lockstep(work)) break;
+      if (!work) {  // another rank still generates: one step on a scratch slot (every slot is free here)
+        const int s = free_slots.back();
+        cache.assign(s, 1);
+        model_.infer({0}, {s}, {0}, {0}, cache, opts_.use_lora);
+        cache.release(s);
+        continue;
+      }
+    } else if (!work) {
+      break;
+    }
     // Nothing to prefill and no prompt can be admitted: up to K decode steps on the device, one download at the end.
+    // Not with lockstep (a sharded base): every rank must then run each step after agreeing on it.
     const bool can_admit =
         next_prompt < prompts.size() && static_cast<int>(free_slots.size()) >= G &&
         cache.free_blocks() >= blocks_needed(static_cast<int>(prompts[next_prompt].tokens.size()));
-    if (K > 1 && prefilling.empty() && !running.empty() && !can_admit) {
+    if (K > 1 && !opts_.lockstep && prefilling.empty() && !running.empty() && !can_admit) {
       const int R = static_cast<int>(running.size());
       std::vector<std::int32_t> tokens(R), slot(R), pos(R), count(R);
       int steps = 1;

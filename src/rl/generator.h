@@ -30,8 +30,12 @@ struct GenerationOptions {
   // Decode steps run back to back on the device, with no host round trip, while no prompt can be admitted: the
   // sampled tokens feed the next step there, EOS and length end sequences there, and the tokens come back once per
   // sync_interval steps (the host then applies stop strings, frees slots and admits prompts). 1: a round trip per
-  // step. Results do not depend on it.
+  // step (also what runs with lockstep). Results do not depend on it.
   int sync_interval = 8;
+  // A model with a sharded base (model.shard_base) gathers its layers collectively in every model step, so every
+  // rank must run as many steps. Set, lockstep(this rank has work) is called before each step on every rank and
+  // returns whether any rank has work; a rank without runs a one-token step whose result it drops.
+  std::function<bool(bool)> lockstep;
 };
 
 struct Prompt {

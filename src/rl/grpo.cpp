@@ -328,6 +328,7 @@ void GrpoTrainer::new_round() {
     g.kv_block_size = opts_.kv_block_size;
     g.sync_interval = opts_.sync_interval;
     g.use_lora = true;
+    if (model_.definition().sharded()) g.lockstep = lockstep_;
     std::vector<Prompt> prompts;
     R.gen_split = generation_split(indices);
     for (std::size_t j : R.gen_split[static_cast<std::size_t>(rank)])
@@ -610,10 +611,11 @@ EvalResult GrpoTrainer::evaluate() {
     g.max_prefill_tokens = opts_.max_prefill_tokens;
     g.kv_block_size = opts_.kv_block_size;
     g.sync_interval = opts_.sync_interval;
+    if (model_.definition().sharded()) g.lockstep = lockstep_;
     std::vector<Prompt> prompts;
     for (std::size_t i = lo; i < hi; ++i) prompts.push_back({static_cast<std::int64_t>(i), eval_[i].tokens});
     values->clear();
-    if (prompts.empty()) return;
+    if (prompts.empty() && !g.lockstep) return;  // a sharded base: this rank still steps with the others
     Generator gen(model_, g, [&](const std::vector<std::int32_t>& ids) { return tok_.decode(ids, true); });
     std::vector<RewardSample> samples;
     for (const auto& c : gen.generate(prompts)) {
@@ -759,6 +761,11 @@ GrpoResult GrpoTrainer::run() {
     const double train_s = phases_.get("training");
     j["trained_tokens_per_second"] = train_s > 0 ? tokens_all / train_s : 0.0;
     j["skipped_steps"] = state_.skipped_steps;
+    const model::ModelDef& def = model_.definition();
+    if (def.sharded()) {  // model.shard_base: what each rank holds of the base, and the gather workspace
+      j["base_bytes_per_rank"] = def.base_bytes_held();
+      j["gather_workspace_bytes"] = def.gather_workspace_bytes();
+    }
     if (rlog.rank0() && (state_.step % std::max(1, opts_.log_every) == 0 || state_.step == end)) {
       char line[320];
       int k = std::snprintf(line, sizeof(line),
@@ -772,6 +779,10 @@ GrpoResult GrpoTrainer::run() {
         k += std::snprintf(line + k, sizeof(line) - static_cast<std::size_t>(k), " | kl %.4f", j["kl"].get<double>());
       k += std::snprintf(line + k, sizeof(line) - static_cast<std::size_t>(k), " | %.1fs (gen %.0f%%)", step_seconds,
                          step_seconds > 0 ? 100.0 * phases_.get("generation") / step_seconds : 0.0);
+      if (def.sharded())
+        k += std::snprintf(line + k, sizeof(line) - static_cast<std::size_t>(k), " | base %.1f MiB/rank + gather %.1f MiB",
+                           static_cast<double>(def.base_bytes_held()) / (1 << 20),
+                           static_cast<double>(def.gather_workspace_bytes()) / (1 << 20));
       train::scaler_text(line + k, sizeof(line) - static_cast<std::size_t>(k), state_, opt_->scaling());
       rlog.line(line);
     }

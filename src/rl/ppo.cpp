@@ -43,6 +43,21 @@ PpoTrainer::PpoTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transfo
   if (model_.base_grads() != nullptr && opts_.ppo.kl_coef > 0)
     throw UserError("ppo's reference policy is the model with the LoRA adapter switched off: with "
                     "train.full_finetune = true there is none, so set ppo.kl_coef = 0 (or train with LoRA)");
+  auto num = [](double v) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%g", v);
+    return std::string(b);
+  };
+  if (opts_.kl_target > 0 && !(opts_.ppo.kl_coef > 0))
+    throw UserError("ppo.kl_target (" + num(opts_.kl_target) + ") adapts ppo.kl_coef by factors, so it "
+                    "needs a starting ppo.kl_coef > 0");
+  // A horizon below the batch would let one update move the coefficient by more than 20%, and below a fifth of it
+  // make the coefficient negative (trl 0.x allowed both).
+  if (opts_.kl_target > 0 && opts_.kl_horizon < opts_.batch_prompts)
+    throw UserError("ppo.kl_horizon (" + num(opts_.kl_horizon) + ") must be at least train.batch_size (" +
+                    std::to_string(opts_.batch_prompts) + " responses): one update may move ppo.kl_coef by at most "
+                    "20%");
+  kl_coef_ = opts_.ppo.kl_coef;
   tr_ = train::trainable_of(model_, model_.base_grads() != nullptr);
   opt_ = std::make_unique<train::Optimizer>(model_.ops(), tr_, opts_.optim);
   sync_ = std::make_unique<train::GradSync>(comm_, model_, tr_);
@@ -119,7 +134,8 @@ void PpoTrainer::update(nlohmann::json* metrics) {
   const std::int64_t first_step = state_.step, update_index = state_.step / steps_per_update();
   const auto indices = sampler_.next(state_.cursor, P);
   const float temperature = opts_.sampling.temperature;
-  const PpoOptions& o = opts_.ppo;
+  PpoOptions o = opts_.ppo;
+  o.kl_coef = kl_coef_;
 
   // 1. One response per prompt of this rank's block; its draws depend on the seed, the update and the prompt's
   //    position in the global batch only.
@@ -250,6 +266,11 @@ void PpoTrainer::update(nlohmann::json* metrics) {
     }
   }
   for (const auto& [k, v] : ppo_metrics(rs, losses)) (*metrics)[k] = v;
+  (*metrics)["objective/kl_coef"] = kl_coef_;  // the coefficient of this batch's rewards (trl 0.x logs it so)
+  // The adaptive controller after the update, as trl 0.x's step(): objective/kl of the global batch (every rank has
+  // the same reduced sums) and the global batch's response count.
+  if (opts_.kl_target > 0)
+    kl_coef_ = ppo_adaptive_kl_coef(kl_coef_, rs.kl / rs.sequences, opts_.kl_target, opts_.kl_horizon, rs.sequences);
   (*metrics)["loss"] = last_loss;
   (*metrics)["grad_norm"] = last_norm;
   (*metrics)["lr"] = opt_->lr(state_);
@@ -310,7 +331,10 @@ std::int64_t PpoTrainer::run() {
   env_.agree([&] {
     if (extra.empty()) return;
     try {
-      vh_->restore(nlohmann::json::parse(extra).at("value_head"));
+      const auto js = nlohmann::json::parse(extra);
+      vh_->restore(js.at("value_head"));
+      // The adaptive coefficient continues from the checkpoint; a fixed one is the configuration's.
+      if (opts_.kl_target > 0 && js.contains("kl_coef")) kl_coef_ = js.at("kl_coef").get<double>();
     } catch (const nlohmann::json::exception& e) {
       throw UserError(std::string("the checkpoint's PPO state is unreadable: ") + e.what());
     }
@@ -320,7 +344,7 @@ std::int64_t PpoTrainer::run() {
   const std::int64_t end = opts_.stop_at_step > 0 ? std::min(opts_.stop_at_step, opts_.max_steps) : opts_.max_steps;
   const auto t0 = train::Clock::now();
   stop::arm();
-  auto extra_state = [&]() { return nlohmann::json{{"value_head", vh_->state()}}.dump(); };
+  auto extra_state = [&]() { return nlohmann::json{{"value_head", vh_->state()}, {"kl_coef", kl_coef_}}.dump(); };
   auto eval_line = [&](const char* when) {
     const PpoEval e = evaluate();
     if (e.prompts == 0) return;

@@ -3,7 +3,8 @@
 // GRPO), scores it with the [[reward]] functions, and scores the rollouts (policy and reference log-probs, the value
 // head's values); rewards, GAE and whitening over the global batch; then num_ppo_epochs passes over the batch in a
 // seeded order shared by all ranks, num_mini_batches optimizer steps each, every rank training the sequences of the
-// mini-batch it holds. Checkpoints are written at update boundaries only (the value head's state in their JSON).
+// mini-batch it holds; with ppo.kl_target the KL coefficient adapts after each update (from global statistics, so
+// every rank agrees). Checkpoints are written at update boundaries only (value head and KL coefficient in their JSON).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -34,7 +35,9 @@ struct PpoTrainOptions {
   std::int64_t max_steps = 4;     // optimizer steps (a multiple of num_ppo_epochs x num_mini_batches)
   std::int64_t stop_at_step = 0;  // 0: none (else a multiple of the same)
   int batch_prompts = 8;          // rollouts per update over all ranks
-  PpoOptions ppo;
+  PpoOptions ppo;                 // ppo.kl_coef: the fixed coefficient, or the adaptive one's start
+  double kl_target = 0;           // > 0: the adaptive KL controller's target (ppo_adaptive_kl_coef)
+  double kl_horizon = 10000;      // its horizon in responses
   int num_ppo_epochs = 4, num_mini_batches = 1;
   double value_lr = 0;            // 0: the policy's learning rate
   double base_lr = 1e-4;          // train.lr (value_lr follows the same schedule)
@@ -90,6 +93,7 @@ class PpoTrainer {
   std::unique_ptr<train::DivergenceGuard> guard_;
   std::unique_ptr<ValueHead> vh_;
   train::TrainState state_;
+  double kl_coef_ = 0;       // the KL coefficient of the next rollout batch (state: in the checkpoint's JSON)
   float* vh_buf_ = nullptr;  // backend memory for the value head's gradient allreduce
 };
 

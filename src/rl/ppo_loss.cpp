@@ -53,6 +53,12 @@ KlEstimator kl_estimator_from(const std::string& name) {
 
 int ppo_value_positions(int n, int response_length) { return n < response_length ? n + 1 : n; }
 
+double ppo_adaptive_kl_coef(double coef, double kl, double target, double horizon, double samples) {
+  if (!std::isfinite(kl)) return coef;
+  const double e = std::clamp(kl / target - 1.0, -0.2, 0.2);
+  return coef * (1.0 + e * samples / horizon);
+}
+
 double ppo_kl(KlEstimator e, double logp, double ref) {
   const double logr = ref - logp;
   return e == KlEstimator::K1 ? -logr : std::expm1(logr) - logr;

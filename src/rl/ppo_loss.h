@@ -1,10 +1,10 @@
-// ppo_loss.h: the PPO objective on the host, as trl's PPOTrainer computes it (trl.experimental.ppo, trl 1.12.0,
-// the last trl that has one): a per-token KL penalty against the reference (k1 or k3, fixed coefficient), the
-// sequence score at the last position (minus a missing-EOS penalty), optional reward whitening, GAE (gamma, lam),
-// whitened advantages, the clipped policy loss and the clipped value loss (cliprange_value, vf_coef), with their
-// gradients with respect to each token's new log-prob and each position's new value, and trl's metrics. Pure
-// functions over per-sequence arrays; sums over a batch that spans ranks go through a caller-given reducer.
-// Formulas and the differences from trl: docs/ppo.md.
+// ppo_loss.h: the PPO objective on the host, as trl's PPOTrainer computes it (trl.experimental.ppo, trl 1.12.0, the
+// last trl that has one): a per-token KL penalty against the reference (k1 or k3; the coefficient fixed, or adapted
+// between updates by ppo_adaptive_kl_coef as trl 0.x did), the sequence score at the last position (minus a missing-EOS
+// penalty), optional reward whitening, GAE (gamma, lam), whitened advantages, the clipped policy loss and the clipped
+// value loss (cliprange_value, vf_coef), with their gradients with respect to each token's new log-prob and each
+// position's new value, and trl's metrics. Pure functions over per-sequence arrays; sums over a batch that spans ranks
+// go through a caller-given reducer. Formulas and the differences from trl: docs/ppo.md.
 #pragma once
 #include <functional>
 #include <string>
@@ -39,6 +39,13 @@ int ppo_value_positions(int n, int response_length);
 // The per-token KL estimate from the policy's and the reference's log-probs of the sampled token:
 // k1 = logp - ref, k3 = exp(ref - logp) - 1 - (ref - logp) (http://joschu.net/blog/kl-approx.html).
 double ppo_kl(KlEstimator e, double logp, double ref);
+
+// The adaptive KL controller of Ziegler et al., "Fine-Tuning Language Models from Human Preferences"
+// (arXiv:1909.08593), as trl 0.x's AdaptiveKLController updates it after each rollout batch: with
+// e = clip(kl / target - 1, -0.2, 0.2), the next coefficient is coef * (1 + e * samples / horizon); kl is the batch's
+// mean over responses of the summed per-token KL (objective/kl), samples the responses of the global batch.
+// A non-finite kl leaves coef as it is (trl's would become NaN).
+double ppo_adaptive_kl_coef(double coef, double kl, double target, double horizon, double samples);
 
 // Sums over ranks in place (v[0..n)); an empty function: a batch in one process.
 using SumReducer = std::function<void(double* v, int n)>;

@@ -14,6 +14,7 @@
 #include "core/random.h"
 #include "core/stop.h"
 #include "io/hf_config.h"
+#include "train/idle_pass.h"
 #include "train/run_log.h"
 #include "train/stop_agreement.h"
 
@@ -212,6 +213,10 @@ void DpoTrainer::precompute(std::vector<PreferencePair>& pairs) {
     const auto seq = dpo_sequence_logps(b, tw, lp.data());
     mine.insert(mine.end(), seq.begin(), seq.end());
   }
+  if (model_.definition().sharded()) {  // every pass gathers collectively: as many passes as the busiest rank
+    const std::size_t eb = static_cast<std::size_t>(opts_.eval_batch);
+    for (std::size_t k = (hi - lo + eb - 1) / eb; k < most_batches(N, env_.size(), eb); ++k) idle_pass(model_, true);
+  }
   std::string bytes(mine.size() * sizeof(double), '\0');
   if (!mine.empty()) std::memcpy(&bytes[0], mine.data(), bytes.size());
   std::string all;
@@ -292,6 +297,13 @@ DpoSums DpoTrainer::evaluate() {
     pol = dpo_sequence_logps(b, tw, lp.data());
     dpo_loss_weights(opts_.loss, mb, b, tw, lp.data(), pol, ref, 0.0, 0.0, &w, &s);
   }
+  if (model_.definition().sharded()) {  // every pass gathers collectively: the passes of the busiest rank
+    const std::size_t eb = static_cast<std::size_t>(opts_.eval_batch);
+    for (std::size_t k = (hi - lo + eb - 1) / eb; k < most_batches(N, env_.size(), eb); ++k) {
+      if (!opts_.precompute_ref) idle_pass(model_, false);  // as reference()
+      idle_pass(model_, true);
+    }
+  }
   s.allreduce(env_);
   return s;
 }
@@ -371,6 +383,11 @@ DpoResult DpoTrainer::run() {
                             "step %lld/%lld | loss %.4f | accuracy %.2f | margin %.4f | lr %.2e | grad norm %.3f | %.0f tok/s",
                             static_cast<long long>(state_.step), static_cast<long long>(opts_.max_steps), loss,
                             sums.accuracy / n, sums.margin / n, lr, last_norm_, tps);
+      const model::ModelDef& def = model_.definition();
+      if (def.sharded())  // model.shard_base: what each rank holds of the base, and the gather workspace
+        k += std::snprintf(line + k, sizeof(line) - static_cast<std::size_t>(k), " | base %.1f MiB/rank + gather %.1f MiB",
+                           static_cast<double>(def.base_bytes_held()) / (1 << 20),
+                           static_cast<double>(def.gather_workspace_bytes()) / (1 << 20));
       scaler_text(line + k, sizeof(line) - static_cast<std::size_t>(k), state_, opt_->scaling());
       rlog.line(line);
       nlohmann::json j = named(sums, "", opts_.loss.sft_weight);
@@ -379,6 +396,10 @@ DpoResult DpoTrainer::run() {
       j["grad_norm"] = last_norm_;
       j["tokens_per_second"] = tps;
       j["skipped_steps"] = state_.skipped_steps;
+      if (def.sharded()) {
+        j["base_bytes_per_rank"] = def.base_bytes_held();
+        j["gather_workspace_bytes"] = def.gather_workspace_bytes();
+      }
       if (opt_->scaling()) scaler_record(j, state_, last_outcome_);
       emit(j);
       window = Clock::now();

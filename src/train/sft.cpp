@@ -24,6 +24,7 @@
 #include "dist/device.h"
 #include "io/hf_config.h"
 #include "io/tfevents.h"
+#include "train/idle_pass.h"
 #include "train/run_log.h"
 #include "train/stop_agreement.h"
 
@@ -187,6 +188,12 @@ std::pair<double, double> SftTrainer::evaluate(bool accuracy) {
     for (std::size_t i = 0; i < lp.size(); ++i) loss -= static_cast<double>(w[i]) * lp[i];
     for (const auto* e : mb) tokens += loss_tokens(*e);
   }
+  if (model_.definition().sharded()) {
+    // A sharded base gathers each layer collectively in every pass: a rank with fewer held-out batches than another
+    // runs as many one-token passes more, so that all ranks gather alike.
+    const std::size_t eb = static_cast<std::size_t>(opts_.eval_batch);
+    for (std::size_t k = (hi - lo + eb - 1) / eb; k < most_batches(N, env_.size(), eb); ++k) idle_pass(model_, true);
+  }
   const double mean = env_.allreduce_sum(loss) / static_cast<double>(std::max(1LL, env_.allreduce_sum(tokens)));
   const double acc = accuracy && opts_.accuracy ? opts_.accuracy(eval_) : -1;
   return {mean, acc};
@@ -240,11 +247,20 @@ SftResult SftTrainer::run() {
                            static_cast<double>(peak_gpu_) / (1 << 30));
       else
         n += std::snprintf(line + n, sizeof(line) - n, " | peak host mem %.2f GiB", host_peak_rss_gib());
+      const model::ModelDef& def = model_.definition();
+      if (def.sharded())  // model.shard_base: what each rank holds of the base, and the gather workspace beside it
+        n += std::snprintf(line + n, sizeof(line) - n, " | base %.1f MiB/rank + gather %.1f MiB",
+                           static_cast<double>(def.base_bytes_held()) / (1 << 20),
+                           static_cast<double>(def.gather_workspace_bytes()) / (1 << 20));
       n += scaler_text(line + n, sizeof(line) - static_cast<std::size_t>(n), state_, opt_->scaling());
       rlog.line(line);
       nlohmann::json rec = {{"step", state_.step}, {"loss", loss}, {"lr", lr}, {"grad_norm", last_norm_},
                             {"tokens_per_second", tps}, {"trained_tokens_per_second", trained_tps},
                             {"skipped_steps", state_.skipped_steps}};
+      if (def.sharded()) {
+        rec["base_bytes_per_rank"] = def.base_bytes_held();
+        rec["gather_workspace_bytes"] = def.gather_workspace_bytes();
+      }
       if (opt_->scaling()) scaler_record(rec, state_, last_outcome_);
       emit(rec);
       window = Clock::now();

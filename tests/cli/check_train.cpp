@@ -16,6 +16,10 @@
 //   check_train read A.h5                                 the checkpoint reads back (mgrl's reader, every check)
 //   check_train rollouts R.h5 METRICS.jsonl --groups=P --G=G  a GRPO rollout file is consistent and agrees with the
 //                                                       step's metrics (mean reward, mean completion length)
+//   check_train ppo_rollouts R.h5 METRICS.jsonl --T=T   a PPO rollout file (response_length T): values and returns
+//                                                       at the value positions only, advantages and log-probs at the
+//                                                       tokens only, advantages whitened over the batch, returns -
+//                                                       values affine in them (GAE minus its whitening), metrics agree
 //   check_train scores A.h5 B.h5 --rtol=X                 two `mgrl score` files: same tokens, log-probs within X
 #include <cmath>
 #include <cstdio>
@@ -143,6 +147,80 @@ int main(int argc, char** argv) {
                     "%.2f, advantages sum %.2g\n", step, N, mr, j["reward"].get<double>(), ml, asum);
       }
       if (!found) fail("no metrics line for the step");
+      return bad == 0 ? 0 : 1;
+    }
+    if (cmd == "ppo_rollouts" && argc >= 4) {
+      io::H5Reader r(argv[2]);
+      const long step = r.attr_int("/", "step");
+      const int T = opt(argc, argv, "--T=") ? std::atoi(opt(argc, argv, "--T=")) : 0;
+      const auto clen = r.read_all<std::int32_t>("completion_lengths", DType::I32);
+      const auto fin = r.read_all<std::int32_t>("finish_reason", DType::I32);
+      const auto val = r.read_all<float>("values", DType::F32), ret = r.read_all<float>("returns", DType::F32);
+      const auto adv = r.read_all<float>("token_advantages", DType::F32);
+      const auto lp = r.read_all<float>("logprobs", DType::F32), ref = r.read_all<float>("ref_logprobs", DType::F32);
+      const auto seq_adv = r.read_all<float>("advantages", DType::F32);
+      const std::size_t N = clen.size(), Lc = N ? adv.size() / N : 0;
+      int bad = 0;
+      auto fail = [&](const std::string& what) {
+        if (++bad <= 5) std::printf("check_train: ppo rollouts: %s\n", what.c_str());
+      };
+      if (N == 0 || T < 1 || static_cast<int>(Lc) > T || val.size() != N * (Lc + 1) || ret.size() != val.size() ||
+          lp.size() != N * Lc || ref.size() != lp.size() || seq_adv.size() != N)
+        fail("sizes");
+      // Over the response tokens of the batch: the advantages' mean and variance, and the least-squares line of
+      // returns - values (the GAE advantages before whitening) on them.
+      double n = 0, sa = 0, saa = 0, sd = 0, sad = 0, sdd = 0, eos = 0, len = 0;
+      for (std::size_t i = 0; bad == 0 && i < N; ++i) {
+        const int L = clen[i], P = L < T ? L + 1 : L;
+        if (L < 1 || static_cast<std::size_t>(L) > Lc) fail("completion length");
+        if (!std::isnan(seq_adv[i])) fail("a per-sequence advantage in a PPO file");
+        eos += fin[i] == 0;
+        len += L;
+        for (std::size_t t = 0; t <= Lc; ++t) {
+          const bool pos = static_cast<int>(t) < P, tok = static_cast<int>(t) < L;
+          const float v = val[i * (Lc + 1) + t], R = ret[i * (Lc + 1) + t];
+          if (pos == std::isnan(v) || pos == std::isnan(R)) fail("values/returns outside the value positions");
+          if (t == Lc) continue;
+          const float a = adv[i * Lc + t];
+          if (tok == std::isnan(a) || tok == std::isnan(lp[i * Lc + t]) || tok == std::isnan(ref[i * Lc + t]))
+            fail("advantages/log-probs outside the response tokens");
+          if (!tok) continue;
+          const double d = static_cast<double>(R) - v;
+          n += 1, sa += a, saa += static_cast<double>(a) * a, sd += d, sad += a * d, sdd += d * d;
+        }
+      }
+      if (bad == 0) {
+        const double mean = sa / n, var = (saa - n * mean * mean) / (n - 1);
+        const double slope = (sad - sa * sd / n) / (saa - sa * sa / n), icpt = (sd - slope * sa) / n;
+        const double sdd_c = sdd - sd * sd / n;  // spread of returns - values
+        double worst = 0;
+        for (std::size_t i = 0; i < N; ++i)
+          for (int t = 0; t < clen[i]; ++t) {
+            const std::size_t k = i * Lc + static_cast<std::size_t>(t);
+            const double d = static_cast<double>(ret[i * (Lc + 1) + static_cast<std::size_t>(t)]) -
+                             val[i * (Lc + 1) + static_cast<std::size_t>(t)];
+            worst = std::max(worst, std::fabs(d - (icpt + slope * adv[k])));
+          }
+        const double spread = std::sqrt(sdd_c / (n - 1));
+        std::printf("check_train: ppo rollouts of step %ld: %zu responses, %.0f tokens; advantages mean %.2g, variance "
+                    "%.6f; returns - values = %.4g + %.4g x advantage, largest residual %.2g of spread %.3g\n",
+                    step, N, n, mean, var, icpt, slope, worst, spread);
+        if (std::fabs(mean) > 1e-5 || std::fabs(var - 1) > 1e-4) fail("advantages are not whitened over the batch");
+        if (!(slope > 0) || worst > 1e-4 * spread + 1e-6) fail("returns - values is not affine in the advantages");
+        std::ifstream in(argv[3]);
+        std::string line;
+        bool found = false;
+        while (std::getline(in, line)) {
+          const auto j = nlohmann::json::parse(line);
+          // the update's line: the first one with PPO metrics at or after the file's step
+          if (found || j["step"].get<long>() < step || !j.contains("val/num_eos_tokens")) continue;
+          found = true;
+          if (std::fabs(j["completions/mean_length"].get<double>() - len / static_cast<double>(N)) > 1e-9 ||
+              std::fabs(j["val/num_eos_tokens"].get<double>() - eos) > 1e-9)
+            fail("mean length or EOS count differs from metrics.jsonl");
+        }
+        if (!found) fail("no metrics line for the update");
+      }
       return bad == 0 ? 0 : 1;
     }
     if (cmd == "state") {

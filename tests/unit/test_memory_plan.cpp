@@ -125,7 +125,8 @@ TEST(MemoryPlan, LargestFittingMicroBatchIsMonotoneAndConsistent) {
 }
 
 // NF4 stores 4 bits a weight plus the absmax of each block of 64 (fp32: 4.5 bits; double-quantized: about 4.127
-// bits) for the seven linear layers; sharding divides the base over the ranks and adds a two-layer workspace.
+// bits) for the seven linear layers; sharding divides the decoder layers over the ranks and adds a two-layer workspace
+// (every layer with model.shard_base_keep).
 TEST(MemoryPlan, QuantizedAndShardedBase) {
   const io::ModelConfig c = io::model_shape("llama-3.1-70b");
   const double dense = base_weight_bytes(c, 2, "none", true, false, 1);
@@ -136,7 +137,12 @@ TEST(MemoryPlan, QuantizedAndShardedBase) {
   EXPECT_NEAR(base_weight_bytes(c, 2, "nf4", false, false, 1), linear * 4.5 / 8 + embed + norms, 1e3);
   EXPECT_NEAR(base_weight_bytes(c, 2, "nf4", true, false, 1), linear * (0.5 + (1 + 4.0 / 256) / 64) + embed + norms,
               1e3);
-  EXPECT_DOUBLE_EQ(base_weight_bytes(c, 2, "nf4", true, true, 4), base_weight_bytes(c, 2, "nf4", true, false, 1) / 4);
+  // Sharded: the decoder layers over the ranks, the embeddings, LM head and final norm whole on each.
+  const double rest = embed;  // the embeddings, the LM head and the final norm
+  EXPECT_NEAR(base_weight_bytes(c, 2, "nf4", true, true, 4),
+              (base_weight_bytes(c, 2, "nf4", true, false, 1) - rest) / 4 + rest, 1.0);
+  EXPECT_NEAR(base_weight_bytes(c, 2, "none", true, true, 4),
+              c.num_hidden_layers * layer_weight_bytes(c, 2, "none", true) / 4 + rest, 1.0);
   PlanInput in = gpu_plan("llama-3.1-70b", true);
   in.shard_base = true;
   in.ranks = 4;
@@ -147,6 +153,14 @@ TEST(MemoryPlan, QuantizedAndShardedBase) {
     if (part.name == "gather workspace") {
       workspace = true;
       EXPECT_DOUBLE_EQ(part.bytes, 2 * layer_weight_bytes(c, 2, "none", true));
+    }
+  EXPECT_TRUE(workspace);
+  in.shard_keep = true;  // model.shard_base_keep: all layers gathered at the step's peak
+  workspace = false;
+  for (const auto& part : memory_plan(in).parts)
+    if (part.name == "gather workspace") {
+      workspace = true;
+      EXPECT_DOUBLE_EQ(part.bytes, c.num_hidden_layers * layer_weight_bytes(c, 2, "none", true));
     }
   EXPECT_TRUE(workspace);
 }

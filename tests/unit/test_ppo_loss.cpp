@@ -1,7 +1,8 @@
 // test_ppo_loss.cpp: the PPO objective (src/rl/ppo_loss.h) against trl 1.12.0's PPOTrainer.train() on fixed rollout
 // tensors (tests/data/ppo, tools/make_ppo_fixtures.py): rewards, GAE returns, whitened advantages, every mini-batch's
 // loss and its gradients with respect to the new log-probs and values, and the logged metrics; the gradients against
-// finite differences; the value positions and the KL estimators; the value head (gradients, AdamW, exact state).
+// finite differences; the value positions and the KL estimators; the value head (gradients, AdamW, exact state); the
+// adaptive KL coefficient against trl 0.11.4's AdaptiveKLController (tests/data/ppo/adaptive_kl.json).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -274,6 +275,35 @@ TEST(ValueHead, GradientsStepAndState) {
   EXPECT_EQ(back.state().dump(), st.dump());
   ValueHead other(H + 1);
   EXPECT_THROW(other.restore(st), UserError);
+}
+
+// The adaptive KL coefficient against trl 0.11.4's AdaptiveKLController itself (tests/data/ppo/adaptive_kl.json,
+// tools/make_ppo_kl_fixtures.py): each case runs its updates in sequence from the starting coefficient.
+TEST(PpoLoss, AdaptiveKlMatchesTrlController) {
+  std::ifstream f(kData + "/ppo/adaptive_kl.json");
+  ASSERT_TRUE(f.good()) << "tests/data/ppo/adaptive_kl.json is missing";
+  const auto js = nlohmann::json::parse(f);
+  ASSERT_EQ(js.at("cases").size(), 3u);
+  int clipped = 0, unclipped = 0;
+  for (const auto& c : js.at("cases")) {
+    SCOPED_TRACE(c.at("name").get<std::string>());
+    const auto kls = c.at("kl").get<std::vector<double>>();
+    const auto want = c.at("values").get<std::vector<double>>();
+    ASSERT_EQ(kls.size(), want.size());
+    double coef = c.at("init").get<double>();
+    const double target = c.at("target").get<double>(), horizon = c.at("horizon").get<double>();
+    for (std::size_t k = 0; k < kls.size(); ++k) {
+      coef = ppo_adaptive_kl_coef(coef, kls[k], target, horizon, c.at("n").get<double>());
+      EXPECT_NEAR(coef, want[k], 1e-15 * std::abs(want[k])) << "update " << k;
+      (std::abs(kls[k] / target - 1) > 0.2 ? clipped : unclipped) += 1;
+    }
+  }
+  EXPECT_GT(clipped, 5);  // the cases reach both sides of the clip
+  EXPECT_GT(unclipped, 5);
+  // By hand: KL 0.15 against target 0.1 clips to +0.2; 8 responses over a horizon of 16 move it by half of that.
+  EXPECT_DOUBLE_EQ(ppo_adaptive_kl_coef(0.05, 0.15, 0.1, 16, 8), 0.05 * 1.1);
+  EXPECT_DOUBLE_EQ(ppo_adaptive_kl_coef(0.05, 0.09, 0.1, 16, 8), 0.05 * (1 - 0.1 * 0.5));
+  EXPECT_DOUBLE_EQ(ppo_adaptive_kl_coef(0.05, std::nan(""), 0.1, 16, 8), 0.05);  // a NaN KL leaves it
 }
 
 }  // namespace
