@@ -198,6 +198,18 @@ class Ops {
   };
   virtual void sample(std::int32_t* tokens, float* logprobs, const float* logits, const std::uint64_t* seeds, int B,
                       int V, const Sampling& params) = 0;
+  // The bookkeeping of one decode step on the device, after sample(), so that several steps run with no host round
+  // trip (rl::Generator's generate.sync_interval). Row r (of R) is a running sequence that has count[r] tokens of its
+  // completion before this step's token tokens[r] (log-prob logprobs[r]). For every row: ring_tokens[r] = tokens[r],
+  // ring_logprobs[r] = logprobs[r] (the caller offsets the ring by step * R). For a row with done[r] == 0: count[r]
+  // += 1; the row is done (done[r] = 1) when tokens[r] is one of eos[0 .. n_eos) or count[r] reaches max_count;
+  // otherwise it goes on: ids[r] = tokens[r] (the next step's input), pos[r] += 1, and seeds[r] =
+  // random_bits(streams[r], count[r]) (the next draw's seed). A done row keeps ids, pos and seeds: its later steps
+  // recompute the same position and write the same key and value again, and their ring entries are to be ignored.
+  virtual void decode_advance(std::int32_t* ids, std::int32_t* pos, std::int32_t* count, std::int32_t* done,
+                              std::uint64_t* seeds, std::int32_t* ring_tokens, float* ring_logprobs,
+                              const std::int32_t* tokens, const float* logprobs, const std::uint64_t* streams,
+                              const std::int32_t* eos, int n_eos, int max_count, int R) = 0;
 
   // ---- optimizer (kernels/cpu/optimizer.h) ----
   // sum of x[i]^2 in double, returned to the host (synchronises); non-finite if any x[i] is.

@@ -161,6 +161,8 @@ def run_mgrl_once(args, model_dir, adapter_dir, prompts_file, batch, new_tokens,
            f"--data.input={prompts_file}", f"--generate.output={out_file}", f"--generate.max_new_tokens={new_tokens}",
            "--generate.temperature=0", "--generate.num_generations=1", f"--generate.max_sequences={batch}",
            f"--generate.max_prefill_tokens={max(2048, batch * args.prompt_len)}"]
+    if args.sync_interval:
+        cmd.append(f"--generate.sync_interval={args.sync_interval}")
     if adapter_dir:
         cmd.append(f"--lora.adapter={adapter_dir}")
     res = subprocess.run(cmd, capture_output=True, text=True)
@@ -271,6 +273,8 @@ def main():
     ap.add_argument("--skip-hf", action="store_true", help="time mgrl only")
     ap.add_argument("--backend", default="cuda", choices=["cuda", "cpu"],
                     help="mgrl's runtime.backend and transformers' device (cpu: a check of this script without a GPU)")
+    ap.add_argument("--sync-interval", type=int, default=0,
+                    help="mgrl's generate.sync_interval (decode steps between host round trips); 0: its default")
     ap.add_argument("--out", help="also write the table to this file")
     args = ap.parse_args()
     if args.new_tokens < 2:
@@ -311,6 +315,7 @@ def main():
         del stack
 
     lines = [f"{args.shape}{' + LoRA r 16 (7 projections, untrained)' if args.lora else ''}, bf16 "
+             f"{'' if not args.sync_interval else f'(mgrl generate.sync_interval={args.sync_interval}) '}"
              f"(mgrl on {args.backend}{': fp32' if args.backend == 'cpu' else ''}), greedy, prompt {args.prompt_len} "
              f"tokens, {args.new_tokens} new tokens per prompt, all B prompts at once", "",
              "| batch | mgrl decode tok/s | HF decode tok/s | ratio | mgrl prefill tok/s | HF prefill tok/s |",

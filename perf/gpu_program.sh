@@ -6,7 +6,8 @@
 # There:  source .device/env.sh && bash perf/gpu_program.sh [STAGE ...]       (carry [".device"], and ".whl" for trl:
 #         bash perf/fetch_trl_wheels.sh here first)
 #
-# Stages (default: all, in this order): info ctest sanitize_runs sanitize attention train gen grpo grpo15 scaling ncu
+# Stages (default: all, in this order): info ctest sanitize_runs sanitize attention train gen gen_sync grpo grpo15
+#   scaling ncu
 #   info       nvidia-smi, mgrl info on the CUDA backend, the measured copy bandwidth
 #   ctest      ctest -L gpu, then tests/test_ops_cuda and test_model_cuda verbosely (each comparison's error)
 #   sanitize   compute-sanitizer memcheck, racecheck, synccheck, initcheck over the gpu tests ($SANITIZE_TESTS,
@@ -27,6 +28,8 @@
 #   train      perf/train_vs_hf.py at the Qwen2.5 0.5B, 1.5B (batch 8 x 1024) and 7B (4 x 1024) shapes
 #   train05, train15, train7   the same at one shape
 #   gen        perf/gen_vs_hf.py at the 0.5B shape, batch 1, 8, 64, 256
+#   gen_sync   mgrl alone at batch 1 and 64 with generate.sync_interval = 1 (a host round trip per decode step) and
+#              with the default (8): $OUT/gen_sync1.md and $OUT/gen_sync8.md
 #   grpo       perf/grpo_vs_trl.py at the 0.5B shape (needs the trl wheels carried in .whl)
 #   grpo15     a 1.5B-shaped GRPO run of 50 steps (mgrl only), its phase table
 #   scaling    perf/scaling at 1 rank on the CUDA backend
@@ -213,6 +216,12 @@ stage_gen() {
   run_stage gen 900 "python3 $root/perf/gen_vs_hf.py --mgrl $mgrl --shape qwen2.5-0.5b --batches ${GEN_BATCHES:-1,8,64,256} \
     --prompt-len 128 --new-tokens 256 --repeats ${GEN_REPEATS:-3} --out $OUT/gen.md"
 }
+# Decode steps on the device between host round trips (generate.sync_interval): 1 against the default, one run each.
+stage_gen_sync() {
+  run_stage gen_sync 600 "for k in 1 8; do python3 $root/perf/gen_vs_hf.py --mgrl $mgrl --shape qwen2.5-0.5b \
+    --batches ${GEN_SYNC_BATCHES:-1,64} --prompt-len 128 --new-tokens 256 --repeats ${GEN_REPEATS:-3} --skip-hf \
+    --sync-interval \$k --out $OUT/gen_sync\$k.md || exit 1; done"
+}
 stage_grpo() {
   run_stage grpo 900 "if [ -d $root/.whl ]; then python3 -m pip install -q --no-index --no-deps --no-compile \
     --no-cache-dir --upgrade --target /tmp/site $root/.whl/*.whl && export PYTHONPATH=/tmp/site; fi; \
@@ -257,11 +266,11 @@ stage_large() {
 }
 
 stages=("$@")
-[ ${#stages[@]} -eq 0 ] && stages=(info ctest sanitize_runs sanitize attention train gen grpo grpo15 scaling ncu)
+[ ${#stages[@]} -eq 0 ] && stages=(info ctest sanitize_runs sanitize attention train gen gen_sync grpo grpo15 scaling ncu)
 : > "$OUT/summary.txt"
 note "gpu_program: $(date -u +%FT%TZ), git $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?'), stages: ${stages[*]}"
 for s in "${stages[@]}"; do "stage_$s"; done
 pack
 echo "=== summary ==="; cat "$OUT/summary.txt"
-for f in train.md gen.md grpo.md grpo15.md scaling.md; do [ -f "$OUT/$f" ] && { echo "=== $f ==="; cat "$OUT/$f"; }; done
+for f in train.md gen.md gen_sync1.md gen_sync8.md grpo.md grpo15.md scaling.md; do [ -f "$OUT/$f" ] && { echo "=== $f ==="; cat "$OUT/$f"; }; done
 exit "${setup_failed:-0}"  # 1 when a stage could not start (its build missing); a stage that ran and failed: 0

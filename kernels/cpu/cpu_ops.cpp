@@ -196,6 +196,13 @@ class CpuOps final : public Ops {
               const Sampling& params) override {
     cpu::sample(tokens, logprobs, logits, seeds, B, V, params);
   }
+  void decode_advance(std::int32_t* ids, std::int32_t* pos, std::int32_t* count, std::int32_t* done,
+                      std::uint64_t* seeds, std::int32_t* ring_tokens, float* ring_logprobs, const std::int32_t* tokens,
+                      const float* logprobs, const std::uint64_t* streams, const std::int32_t* eos, int n_eos,
+                      int max_count, int R) override {
+    cpu::decode_advance(ids, pos, count, done, seeds, ring_tokens, ring_logprobs, tokens, logprobs, streams, eos, n_eos,
+                        max_count, R);
+  }
   double sum_squares(const float* x, std::size_t n) override { return cpu::sum_squares(x, n); }
   void weighted_sum_accumulate(double* acc, const float* x, const float* w, std::size_t n, double scale) override {
     cpu::weighted_sum_accumulate(acc, x, w, n, scale);

@@ -87,4 +87,24 @@ void sample(int32_t* tokens, float* logprobs, const float* logits, const uint64_
   }
 }
 
+void decode_advance(int32_t* ids, int32_t* pos, int32_t* count, int32_t* done, uint64_t* seeds, int32_t* ring_tokens,
+                    float* ring_logprobs, const int32_t* tokens, const float* logprobs, const uint64_t* streams,
+                    const int32_t* eos, int n_eos, int max_count, int R) {
+  for (int r = 0; r < R; ++r) {
+    ring_tokens[r] = tokens[r];
+    ring_logprobs[r] = logprobs[r];
+    if (done[r]) continue;
+    const int n = ++count[r];
+    bool stop = n >= max_count;
+    for (int e = 0; e < n_eos && !stop; ++e) stop = tokens[r] == eos[e];
+    if (stop) {
+      done[r] = 1;
+      continue;
+    }
+    ids[r] = tokens[r];
+    pos[r] += 1;
+    seeds[r] = random_bits(streams[r], static_cast<uint64_t>(n));
+  }
+}
+
 }  // namespace mgrl::kernels::cpu

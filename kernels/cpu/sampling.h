@@ -21,4 +21,9 @@ namespace mgrl::kernels::cpu {
 void sample(int32_t* tokens, float* logprobs, const float* logits, const uint64_t* seeds, int B, int V,
             const Ops::Sampling& params);
 
+// Ops::decode_advance: one decode step's bookkeeping (next inputs, EOS and length, next seeds, the token ring).
+void decode_advance(int32_t* ids, int32_t* pos, int32_t* count, int32_t* done, uint64_t* seeds, int32_t* ring_tokens,
+                    float* ring_logprobs, const int32_t* tokens, const float* logprobs, const uint64_t* streams,
+                    const int32_t* eos, int n_eos, int max_count, int R);
+
 }  // namespace mgrl::kernels::cpu

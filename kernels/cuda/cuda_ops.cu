@@ -245,6 +245,13 @@ class CudaOps final : public Ops {
               const Sampling& params) override {
     cuda::sample(ctx(), tokens, logprobs, logits, seeds, B, V, params);
   }
+  void decode_advance(std::int32_t* ids, std::int32_t* pos, std::int32_t* count, std::int32_t* done,
+                      std::uint64_t* seeds, std::int32_t* ring_tokens, float* ring_logprobs, const std::int32_t* tokens,
+                      const float* logprobs, const std::uint64_t* streams, const std::int32_t* eos, int n_eos,
+                      int max_count, int R) override {
+    cuda::decode_advance(ctx(), ids, pos, count, done, seeds, ring_tokens, ring_logprobs, tokens, logprobs, streams,
+                         eos, n_eos, max_count, R);
+  }
   double sum_squares(const float* x, std::size_t n) override {
     double* d = static_cast<double*>(cuda::scratch_alloc(sizeof(double), stream_));
     cuda::sum_squares(ctx(), d, x, n);

@@ -248,4 +248,40 @@ void sample(const Ctx& c, std::int32_t* tokens, float* logprobs, const float* lo
   CUDA_CHECK_LAUNCH();
 }
 
+namespace {
+__global__ void decode_advance_kernel(std::int32_t* ids, std::int32_t* pos, std::int32_t* count, std::int32_t* done,
+                                      std::uint64_t* seeds, std::int32_t* ring_tokens, float* ring_logprobs,
+                                      const std::int32_t* tokens, const float* logprobs, const std::uint64_t* streams,
+                                      const std::int32_t* eos, int n_eos, int max_count, int R) {
+  const int r = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (r >= R) return;
+  const std::int32_t tok = tokens[r];
+  ring_tokens[r] = tok;
+  ring_logprobs[r] = logprobs[r];
+  if (done[r]) return;
+  const int n = ++count[r];
+  bool stop = n >= max_count;
+  for (int e = 0; e < n_eos && !stop; ++e) stop = tok == eos[e];
+  if (stop) {
+    done[r] = 1;
+    return;
+  }
+  ids[r] = tok;
+  pos[r] += 1;
+  seeds[r] = random_bits(streams[r], static_cast<std::uint64_t>(n));
+}
+}  // namespace
+
+void decode_advance(const Ctx& c, std::int32_t* ids, std::int32_t* pos, std::int32_t* count, std::int32_t* done,
+                    std::uint64_t* seeds, std::int32_t* ring_tokens, float* ring_logprobs, const std::int32_t* tokens,
+                    const float* logprobs, const std::uint64_t* streams, const std::int32_t* eos, int n_eos,
+                    int max_count, int R) {
+  MGRL_CHECK(R >= 0 && n_eos >= 0, "decode_advance: negative size");
+  if (R == 0) return;
+  constexpr int kThreads = 128;
+  decode_advance_kernel<<<static_cast<unsigned>((R + kThreads - 1) / kThreads), kThreads, 0, c.stream>>>(
+      ids, pos, count, done, seeds, ring_tokens, ring_logprobs, tokens, logprobs, streams, eos, n_eos, max_count, R);
+  CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace mgrl::kernels::cuda

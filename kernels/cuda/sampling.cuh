@@ -12,4 +12,11 @@ namespace mgrl::kernels::cuda {
 void sample(const Ctx& c, std::int32_t* tokens, float* logprobs, const float* logits, const std::uint64_t* seeds, int B,
             int V, const Ops::Sampling& params);
 
+// Ops::decode_advance (kernels/ops.h): one thread per row, every pointer a device pointer; no host synchronisation,
+// so it may be part of a recording.
+void decode_advance(const Ctx& c, std::int32_t* ids, std::int32_t* pos, std::int32_t* count, std::int32_t* done,
+                    std::uint64_t* seeds, std::int32_t* ring_tokens, float* ring_logprobs, const std::int32_t* tokens,
+                    const float* logprobs, const std::uint64_t* streams, const std::int32_t* eos, int n_eos,
+                    int max_count, int R);
+
 }  // namespace mgrl::kernels::cuda

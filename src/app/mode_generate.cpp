@@ -56,6 +56,7 @@ int run_generate(Context& ctx) {
   opts.stop_strings = cfg.get_strings("generate.stop");
   opts.max_sequences = static_cast<int>(cfg.get_int("generate.max_sequences"));
   opts.max_prefill_tokens = static_cast<int>(cfg.get_int("generate.max_prefill_tokens"));
+  opts.sync_interval = static_cast<int>(cfg.get_int("generate.sync_interval"));
   opts.kv_block_size = static_cast<int>(cfg.get_int("generate.kv_block_size"));
   opts.use_lora = !adapter.empty();
 

@@ -89,6 +89,7 @@ int run_grpo(Context& ctx) {
   o.stop = cfg.get_strings("grpo.stop");
   o.max_sequences = static_cast<int>(cfg.get_int("generate.max_sequences"));
   o.max_prefill_tokens = static_cast<int>(cfg.get_int("generate.max_prefill_tokens"));
+  o.sync_interval = static_cast<int>(cfg.get_int("generate.sync_interval"));
   o.kv_block_size = static_cast<int>(cfg.get_int("generate.kv_block_size"));
   o.loss.loss_type = cfg.get_string("grpo.loss_type");
   o.loss.beta = cfg.get_float("grpo.beta");

@@ -94,6 +94,7 @@ int run_ppo(Context& ctx) {
   o.sampling.temperature = static_cast<float>(cfg.get_float("ppo.temperature"));
   o.max_sequences = static_cast<int>(cfg.get_int("generate.max_sequences"));
   o.max_prefill_tokens = static_cast<int>(cfg.get_int("generate.max_prefill_tokens"));
+  o.sync_interval = static_cast<int>(cfg.get_int("generate.sync_interval"));
   o.kv_block_size = static_cast<int>(cfg.get_int("generate.kv_block_size"));
   o.seed = seed;
   o.log_every = static_cast<int>(cfg.get_int("log.every_steps"));

@@ -231,6 +231,11 @@ const Schema& mgrl_schema() {
          1.0, {}, {}});
     add({"generate.kv_block_size", T::Int, Value(std::int64_t{16}),
          "positions per KV-cache block (a prompt's blocks are shared by its completions)", {}, 1.0, 4096.0, {}});
+    add({"generate.sync_interval", T::Int, Value(std::int64_t{8}),
+         "decode steps run back to back on the device, with no host round trip, while no prompt can be admitted "
+         "(sampled tokens, EOS and length stay on the device; stop strings, freed slots and admissions wait for the "
+         "download every this many steps); 1: a round trip per step. Results do not depend on it",
+         {}, 1.0, 1024.0, {}});
     add({"plan.gpus", T::Int, Value(std::int64_t{1}),
          "plan: the ranks (GPUs) of the planned job; `mgrl plan --gpus N` sets it", {}, 1.0, 65536.0, {}});
     add({"plan.gpu_memory", T::String, Value(std::string("80GiB")),

@@ -76,12 +76,30 @@ void InferenceEngine::reserve(int T, int R) {
 const float* InferenceEngine::infer(const std::vector<std::int32_t>& tokens, const std::vector<std::int32_t>& slot,
                                 const std::vector<std::int32_t>& pos, const std::vector<std::int32_t>& out_rows,
                                 KvCache& cache, bool use_lora) {
+  load(tokens, slot, pos, out_rows, cache);
+  return run(static_cast<int>(tokens.size()), static_cast<int>(out_rows.size()), cache, use_lora);
+}
+
+InferenceEngine::DecodeInputs InferenceEngine::load_decode(const std::vector<std::int32_t>& tokens,
+                                                           const std::vector<std::int32_t>& slot,
+                                                           const std::vector<std::int32_t>& pos, KvCache& cache) {
+  std::vector<std::int32_t> rows(tokens.size());
+  for (std::size_t t = 0; t < rows.size(); ++t) rows[t] = static_cast<std::int32_t>(t);
+  load(tokens, slot, pos, rows, cache);
+  return {buf_->ids, buf_->pos};
+}
+
+const float* InferenceEngine::infer_loaded(int T, KvCache& cache, bool use_lora) {
+  MGRL_CHECK(buf_ && T > 0 && T <= buf_->cap_T && T <= buf_->cap_R, "infer_loaded: no decode step loaded");
+  return run(T, T, cache, use_lora);
+}
+
+void InferenceEngine::load(const std::vector<std::int32_t>& tokens, const std::vector<std::int32_t>& slot,
+                           const std::vector<std::int32_t>& pos, const std::vector<std::int32_t>& out_rows,
+                           KvCache& cache) {
   const int T = static_cast<int>(tokens.size()), R = static_cast<int>(out_rows.size());
   MGRL_CHECK(T > 0 && slot.size() == tokens.size() && pos.size() == tokens.size() && R > 0, "malformed infer call");
-  const int V = static_cast<int>(cfg_.vocab_size), D = static_cast<int>(cfg_.hidden_size);
-  const int nh = static_cast<int>(cfg_.num_attention_heads), nkv = static_cast<int>(cfg_.num_key_value_heads);
-  const int hd = static_cast<int>(cfg_.head_dim);
-  const float eps = static_cast<float>(cfg_.rms_norm_eps);
+  const int V = static_cast<int>(cfg_.vocab_size);
   for (int t = 0; t < T; ++t) {
     if (tokens[t] < 0 || tokens[t] >= V)
       throw UserError("token id " + std::to_string(tokens[t]) + " is outside the vocabulary (size " +
@@ -95,16 +113,24 @@ const float* InferenceEngine::infer(const std::vector<std::int32_t>& tokens, con
   for (int r = 0; r < R; ++r) MGRL_CHECK(out_rows[r] >= 0 && out_rows[r] < T, "infer: output row out of range");
   reserve(T, R);
   Buffers& I = *buf_;
+  ops_.upload(I.ids, tokens.data(), tokens.size() * 4);
+  ops_.upload(I.slot, slot.data(), slot.size() * 4);
+  ops_.upload(I.pos, pos.data(), pos.size() * 4);
+  ops_.upload(I.rows, out_rows.data(), out_rows.size() * 4);
+}
+
+const float* InferenceEngine::run(int T, int R, KvCache& cache, bool use_lora) {
+  const int V = static_cast<int>(cfg_.vocab_size), D = static_cast<int>(cfg_.hidden_size);
+  const int nh = static_cast<int>(cfg_.num_attention_heads), nkv = static_cast<int>(cfg_.num_key_value_heads);
+  const int hd = static_cast<int>(cfg_.head_dim);
+  const float eps = static_cast<float>(cfg_.rms_norm_eps);
+  Buffers& I = *buf_;
   // A sequence's logits must not depend on what it is batched with (generation on N ranks = on 1 rank).
   struct Invariant {
     kernels::Ops& ops;
     explicit Invariant(kernels::Ops& o) : ops(o) { ops.set_batch_invariant(true); }
     ~Invariant() { ops.set_batch_invariant(false); }
   } invariant(ops_);
-  ops_.upload(I.ids, tokens.data(), tokens.size() * 4);
-  ops_.upload(I.slot, slot.data(), slot.size() * 4);
-  ops_.upload(I.pos, pos.data(), pos.size() * 4);
-  ops_.upload(I.rows, out_rows.data(), out_rows.size() * 4);
   const bool lora = use_lora && def_.lora() != nullptr;
   const kernels::KvPages& pages = cache.pages();
 

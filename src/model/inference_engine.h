@@ -27,12 +27,29 @@ class InferenceEngine {
   const float* infer(const std::vector<std::int32_t>& tokens, const std::vector<std::int32_t>& slot,
                      const std::vector<std::int32_t>& pos, const std::vector<std::int32_t>& out_rows, KvCache& cache,
                      bool use_lora = true);
+  // Decode steps with no host round trip (rl::Generator's generate.sync_interval): load_decode checks and uploads the
+  // inputs of a decode step (every row an output row, in order) and returns the device arrays of its token ids and
+  // positions, which the caller may then advance on the device (Ops::decode_advance) between steps; infer_loaded
+  // runs the step from those arrays with no upload (recorded as infer's decode steps are). Valid until the next
+  // infer or load_decode call. The caller keeps every position within the blocks the cache holds for its slot.
+  struct DecodeInputs {
+    std::int32_t* ids;
+    std::int32_t* pos;
+  };
+  DecodeInputs load_decode(const std::vector<std::int32_t>& tokens, const std::vector<std::int32_t>& slot,
+                           const std::vector<std::int32_t>& pos, KvCache& cache);
+  const float* infer_loaded(int T, KvCache& cache, bool use_lora = true);
   // Drops the work buffers (and the recordings that use them): the adapter they were sized for changed.
   void reset();
 
  private:
   struct Buffers;
   void reserve(int T, int R);
+  // Checks the rows and uploads them into the buffers (reserved first).
+  void load(const std::vector<std::int32_t>& tokens, const std::vector<std::int32_t>& slot,
+            const std::vector<std::int32_t>& pos, const std::vector<std::int32_t>& out_rows, KvCache& cache);
+  // The forward of T loaded rows with R output rows.
+  const float* run(int T, int R, KvCache& cache, bool use_lora);
 
   ModelDef& def_;
   const io::ModelConfig& cfg_;

@@ -1,5 +1,5 @@
 // generator.cpp: continuous-batching generation over model::Transformer::infer, a paged model::KvCache and
-// Ops::sample.
+// Ops::sample; runs of decode steps on the device (Ops::decode_advance) between host round trips.
 #include "rl/generator.h"
 
 #include <algorithm>
@@ -17,6 +17,7 @@ Generator::Generator(model::Transformer& model, GenerationOptions opts,
   if (opts_.num_generations < 1) throw UserError("generate.num_generations must be at least 1");
   if (opts_.max_new_tokens < 1) throw UserError("generate.max_new_tokens must be at least 1");
   if (!opts_.stop_strings.empty() && !decode_) throw FatalError("stop strings need a decoder");
+  if (opts_.sync_interval < 1) throw UserError("generate.sync_interval must be at least 1");
   opts_.max_sequences = std::max(opts_.max_sequences, opts_.num_generations);
 }
 
@@ -89,8 +90,55 @@ std::vector<Completion> Generator::generate(const std::vector<Prompt>& prompts) 
   std::vector<std::int32_t> h_tokens(static_cast<std::size_t>(max_rows));
   std::vector<float> h_logprobs(static_cast<std::size_t>(max_rows));
   std::vector<std::uint64_t> h_seeds(static_cast<std::size_t>(max_rows));
+  // Decode steps on the device (sync_interval > 1): the per-row state of Ops::decode_advance and the token ring.
+  const int K = opts_.sync_interval;
+  const int n_eos = static_cast<int>(opts_.eos_ids.size());
+  std::int32_t *d_count = nullptr, *d_done = nullptr, *d_eos = nullptr, *d_ring_tokens = nullptr;
+  std::uint64_t* d_streams = nullptr;
+  float* d_ring_logprobs = nullptr;
+  std::vector<std::int32_t> h_ring_tokens;
+  std::vector<float> h_ring_logprobs;
+  std::vector<std::uint64_t> h_streams(static_cast<std::size_t>(max_rows));
+  if (K > 1) {
+    const std::size_t rows = static_cast<std::size_t>(max_rows), ring = rows * static_cast<std::size_t>(K);
+    d_count = static_cast<std::int32_t*>(ops.alloc(rows * 4));
+    d_done = static_cast<std::int32_t*>(ops.alloc(rows * 4));
+    d_streams = static_cast<std::uint64_t*>(ops.alloc(rows * 8));
+    d_eos = static_cast<std::int32_t*>(ops.alloc(std::max<std::size_t>(1, opts_.eos_ids.size()) * 4));
+    if (n_eos > 0) ops.upload(d_eos, opts_.eos_ids.data(), opts_.eos_ids.size() * 4);
+    d_ring_tokens = static_cast<std::int32_t*>(ops.alloc(ring * 4));
+    d_ring_logprobs = static_cast<float*>(ops.alloc(ring * 4));
+    h_ring_tokens.resize(ring);
+    h_ring_logprobs.resize(ring);
+  }
 
   auto finish = [&](Completion& c, const char* reason) { c.finish_reason = reason; };
+  // A sampled token joins its completion; whether that ends it (EOS, a stop string, the length).
+  auto accept = [&](Completion& c, std::int32_t tok, float logprob) {
+    c.tokens.push_back(tok);
+    c.logprobs.push_back(logprob);
+    ++stats_.generated_tokens;
+    if (std::find(opts_.eos_ids.begin(), opts_.eos_ids.end(), tok) != opts_.eos_ids.end()) {
+      finish(c, "eos");
+      return true;
+    }
+    if (!opts_.stop_strings.empty()) {
+      const std::string text = decode_(c.tokens);
+      for (const auto& stop : opts_.stop_strings) {
+        const auto at = text.find(stop);
+        if (at != std::string::npos) {
+          finish(c, "stop");
+          c.text = text.substr(0, at);
+          return true;
+        }
+      }
+    }
+    if (static_cast<int>(c.tokens.size()) >= opts_.max_new_tokens) {
+      finish(c, "length");
+      return true;
+    }
+    return false;
+  };
   stats_ = {};
   stats_.prompts = static_cast<std::int64_t>(prompts.size());
   stats_.kv_blocks = n_blocks;
@@ -110,6 +158,70 @@ std::vector<Completion> Generator::generate(const std::vector<Prompt>& prompts) 
       }
     } else if (!work) {
       break;
+    }
+    // Nothing to prefill and no prompt can be admitted: up to K decode steps on the device, one download at the end.
+    // Not with lockstep (a sharded base): every rank must then run each step after agreeing on it.
+    const bool can_admit =
+        next_prompt < prompts.size() && static_cast<int>(free_slots.size()) >= G &&
+        cache.free_blocks() >= blocks_needed(static_cast<int>(prompts[next_prompt].tokens.size()));
+    if (K > 1 && !opts_.lockstep && prefilling.empty() && !running.empty() && !can_admit) {
+      const int R = static_cast<int>(running.size());
+      std::vector<std::int32_t> tokens(R), slot(R), pos(R), count(R);
+      int steps = 1;
+      for (int r = 0; r < R; ++r) {
+        const Running& q = running[static_cast<std::size_t>(r)];
+        const Completion& c = out[q.completion];
+        tokens[r] = q.next;
+        slot[r] = q.slot;
+        pos[r] = q.pos;
+        count[r] = static_cast<std::int32_t>(c.tokens.size());
+        steps = std::max(steps, opts_.max_new_tokens - count[r]);
+        const std::uint64_t stream = random_bits(random_bits(opts_.seed, static_cast<std::uint64_t>(c.prompt_index)),
+                                                 static_cast<std::uint64_t>(c.generation));
+        h_seeds[r] = random_bits(stream, static_cast<std::uint64_t>(count[r]));
+        h_streams[r] = stream;
+      }
+      steps = std::min(steps, K);
+      const auto in = model_.engine().load_decode(tokens, slot, pos, cache);
+      ops.upload(d_seeds, h_seeds.data(), static_cast<std::size_t>(R) * 8);
+      ops.upload(d_streams, h_streams.data(), static_cast<std::size_t>(R) * 8);
+      ops.upload(d_count, count.data(), static_cast<std::size_t>(R) * 4);
+      ops.zero(d_done, static_cast<std::size_t>(R) * 4);
+      for (int s = 0; s < steps; ++s) {
+        const float* logits = model_.engine().infer_loaded(R, cache, opts_.use_lora);
+        ops.sample(d_tokens, d_logprobs, logits, d_seeds, R, static_cast<int>(mc.vocab_size), opts_.sampling);
+        ops.decode_advance(in.ids, in.pos, d_count, d_done, d_seeds, d_ring_tokens + static_cast<std::size_t>(s) * R,
+                           d_ring_logprobs + static_cast<std::size_t>(s) * R, d_tokens, d_logprobs, d_streams, d_eos,
+                           n_eos, opts_.max_new_tokens, R);
+        ++stats_.steps;
+        ++stats_.device_steps;
+      }
+      const std::size_t n = static_cast<std::size_t>(steps) * static_cast<std::size_t>(R);
+      ops.download(h_ring_tokens.data(), d_ring_tokens, n * 4);
+      ops.download(h_ring_logprobs.data(), d_ring_logprobs, n * 4);
+      stats_.downloads += 2;
+      // The host replays the steps row by row: the same stop decisions as one step at a time; a row's entries after
+      // its end are the device's idle repeats and are dropped.
+      std::vector<Running> next;
+      for (int r = 0; r < R; ++r) {
+        Running q = running[static_cast<std::size_t>(r)];
+        Completion& c = out[q.completion];
+        bool done = false;
+        for (int s = 0; s < steps && !done; ++s) {
+          const std::size_t at = static_cast<std::size_t>(s) * R + static_cast<std::size_t>(r);
+          done = accept(c, h_ring_tokens[at], h_ring_logprobs[at]);
+          q.next = h_ring_tokens[at];
+          ++q.pos;
+        }
+        if (done) {
+          cache.release(q.slot);
+          free_slots.push_back(q.slot);
+        } else {
+          next.push_back(q);
+        }
+      }
+      running = std::move(next);
+      continue;
     }
     std::vector<std::int32_t> tokens, slot, pos, out_rows;
     std::vector<std::size_t> row_completion;  // completion of each output row
@@ -175,6 +287,7 @@ std::vector<Completion> Generator::generate(const std::vector<Prompt>& prompts) 
       ops.sample(d_tokens, d_logprobs, logits, d_seeds, R, static_cast<int>(mc.vocab_size), opts_.sampling);
       ops.download(h_tokens.data(), d_tokens, static_cast<std::size_t>(R) * 4);
       ops.download(h_logprobs.data(), d_logprobs, static_cast<std::size_t>(R) * 4);
+      stats_.downloads += 2;
     }
     ++stats_.steps;
 
@@ -201,29 +314,7 @@ std::vector<Completion> Generator::generate(const std::vector<Prompt>& prompts) 
       const std::size_t ci = row_completion[row];
       Completion& c = out[ci];
       const std::int32_t tok = h_tokens[row];
-      c.tokens.push_back(tok);
-      c.logprobs.push_back(h_logprobs[row]);
-      ++stats_.generated_tokens;
-      bool done = false;
-      if (std::find(opts_.eos_ids.begin(), opts_.eos_ids.end(), tok) != opts_.eos_ids.end()) {
-        finish(c, "eos");
-        done = true;
-      } else if (!opts_.stop_strings.empty()) {
-        const std::string text = decode_(c.tokens);
-        for (const auto& stop : opts_.stop_strings) {
-          const auto at = text.find(stop);
-          if (at != std::string::npos) {
-            finish(c, "stop");
-            c.text = text.substr(0, at);
-            done = true;
-            break;
-          }
-        }
-      }
-      if (!done && static_cast<int>(c.tokens.size()) >= opts_.max_new_tokens) {
-        finish(c, "length");
-        done = true;
-      }
+      const bool done = accept(c, tok, h_logprobs[row]);
       const int s = slot_of_completion[ci];
       if (done) {
         cache.release(s);
@@ -237,6 +328,9 @@ std::vector<Completion> Generator::generate(const std::vector<Prompt>& prompts) 
   ops.release(d_tokens);
   ops.release(d_logprobs);
   ops.release(d_seeds);
+  for (void* p : {static_cast<void*>(d_count), static_cast<void*>(d_done), static_cast<void*>(d_streams),
+                  static_cast<void*>(d_eos), static_cast<void*>(d_ring_tokens), static_cast<void*>(d_ring_logprobs)})
+    if (p) ops.release(p);
   if (decode_)
     for (auto& c : out)
       if (c.finish_reason != "stop") c.text = decode_(c.tokens);

@@ -27,6 +27,11 @@ struct GenerationOptions {
   int max_prefill_tokens = 2048;          // prompt tokens prefilled per step (longer prompts: in chunks)
   int kv_block_size = 16;                 // positions per KV-cache block
   bool use_lora = true;
+  // Decode steps run back to back on the device, with no host round trip, while no prompt can be admitted: the
+  // sampled tokens feed the next step there, EOS and length end sequences there, and the tokens come back once per
+  // sync_interval steps (the host then applies stop strings, frees slots and admits prompts). 1: a round trip per
+  // step (also what runs with lockstep). Results do not depend on it.
+  int sync_interval = 8;
   // A model with a sharded base (model.shard_base) gathers its layers collectively in every model step, so every
   // rank must run as many steps. Set, lockstep(this rank has work) is called before each step on every rank and
   // returns whether any rank has work; a rank without runs a one-token step whose result it drops.
@@ -49,6 +54,8 @@ struct Completion {
 
 struct GenerationStats {
   std::int64_t prompts = 0, prompt_tokens = 0, generated_tokens = 0, steps = 0;
+  std::int64_t downloads = 0;      // device-to-host copies of sampled tokens and log-probs (each waits for the device)
+  std::int64_t device_steps = 0;   // of the steps, those run back to back on the device (sync_interval > 1)
   int kv_blocks = 0;               // blocks in the KV-cache pool
   std::size_t kv_cache_bytes = 0;  // its memory (keys and values of every layer)
   double seconds = 0;

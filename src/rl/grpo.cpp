@@ -326,6 +326,7 @@ void GrpoTrainer::new_round() {
     g.max_sequences = std::max(opts_.max_sequences, G);
     g.max_prefill_tokens = opts_.max_prefill_tokens;
     g.kv_block_size = opts_.kv_block_size;
+    g.sync_interval = opts_.sync_interval;
     g.use_lora = true;
     if (model_.definition().sharded()) g.lockstep = lockstep_;
     std::vector<Prompt> prompts;
@@ -609,6 +610,7 @@ EvalResult GrpoTrainer::evaluate() {
     g.max_sequences = std::max(opts_.max_sequences, G);
     g.max_prefill_tokens = opts_.max_prefill_tokens;
     g.kv_block_size = opts_.kv_block_size;
+    g.sync_interval = opts_.sync_interval;
     if (model_.definition().sharded()) g.lockstep = lockstep_;
     std::vector<Prompt> prompts;
     for (std::size_t i = lo; i < hi; ++i) prompts.push_back({static_cast<std::int64_t>(i), eval_[i].tokens});

@@ -45,6 +45,7 @@ struct GrpoOptions {
   int max_sequences = 64;
   int max_prefill_tokens = 2048;  // generate.max_prefill_tokens
   int kv_block_size = 16;         // generate.kv_block_size
+  int sync_interval = 8;          // generate.sync_interval
   GrpoLossOptions loss;
   std::string scale_rewards = "group";
   int num_iterations = 1;

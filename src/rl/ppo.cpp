@@ -101,6 +101,7 @@ PpoEval PpoTrainer::evaluate() {
     g.max_sequences = opts_.max_sequences;
     g.max_prefill_tokens = opts_.max_prefill_tokens;
     g.kv_block_size = opts_.kv_block_size;
+    g.sync_interval = opts_.sync_interval;
     Generator gen(model_, g, [&](const std::vector<std::int32_t>& ids) { return tok_.decode(ids, true); });
     std::vector<RewardSample> samples;
     for (const auto& c : gen.generate(prompts)) {
@@ -152,6 +153,7 @@ void PpoTrainer::update(nlohmann::json* metrics) {
     g.max_sequences = opts_.max_sequences;
     g.max_prefill_tokens = opts_.max_prefill_tokens;
     g.kv_block_size = opts_.kv_block_size;
+    g.sync_interval = opts_.sync_interval;
     g.use_lora = true;
     std::vector<Prompt> prompts;
     for (std::size_t j = lo; j < lo + static_cast<std::size_t>(per); ++j)

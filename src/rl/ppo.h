@@ -43,6 +43,7 @@ struct PpoTrainOptions {
   double base_lr = 1e-4;          // train.lr (value_lr follows the same schedule)
   kernels::Ops::Sampling sampling;
   int max_sequences = 64, max_prefill_tokens = 2048, kv_block_size = 16;
+  int sync_interval = 8;  // generate.sync_interval
   std::uint64_t seed = 0;
   int rollouts_every = 1;
   std::string log_dir;

@@ -1149,6 +1149,65 @@ TEST_P(OpsCuda, Sample) {
   }
 }
 
+// Ops::decode_advance on the GPU does what the CPU reference does, exactly (integers and copies only): 300 rows, some
+// done before, EOS ids, rows reaching the length, two steps into a ring.
+TEST_P(OpsCuda, DecodeAdvanceMatchesCpu) {
+  const int R = 300, max_count = 6;
+  std::mt19937 gen(5);
+  Ids ids(R), pos(R), count(R), done(R), tok(R), eos = {3, 17, 29};
+  Vec lp(R);
+  std::vector<std::uint64_t> seeds(R), streams(R);
+  for (int r = 0; r < R; ++r) {
+    const auto i = static_cast<std::size_t>(r);
+    ids[i] = static_cast<std::int32_t>(gen() % 50);
+    pos[i] = static_cast<std::int32_t>(gen() % 100);
+    count[i] = static_cast<std::int32_t>(gen() % max_count);
+    done[i] = gen() % 5 == 0;
+    tok[i] = static_cast<std::int32_t>(gen() % 40);
+    lp[i] = -static_cast<float>(gen() % 1000) / 100.0f;
+    seeds[i] = gen();
+    streams[i] = (static_cast<std::uint64_t>(gen()) << 32) | gen();
+  }
+  Pair d_ids = i32(ids), d_pos = i32(pos), d_count = i32(count), d_done = i32(done), d_tok = i32(tok), d_eos = i32(eos);
+  Pair d_lp = f32(lp), ring_t = i32(Ids(2 * R, -1)), ring_l = f32(Vec(2 * R, 0.0f));
+  void* seeds_c = own(*cpu_, seeds.size() * 8);
+  void* seeds_g = own(*gpu_, seeds.size() * 8);
+  void* streams_c = own(*cpu_, streams.size() * 8);
+  void* streams_g = own(*gpu_, streams.size() * 8);
+  cpu_->upload(seeds_c, seeds.data(), seeds.size() * 8);
+  gpu_->upload(seeds_g, seeds.data(), seeds.size() * 8);
+  cpu_->upload(streams_c, streams.data(), streams.size() * 8);
+  gpu_->upload(streams_g, streams.data(), streams.size() * 8);
+  for (int step = 0; step < 2; ++step) {
+    const bool on_gpu[2] = {false, true};
+    for (bool g : on_gpu) {
+      Ops& ops = g ? *gpu_ : *cpu_;
+      auto P = [g](const Pair& p) { return g ? p.g : p.c; };
+      ops.decode_advance(static_cast<std::int32_t*>(P(d_ids)), static_cast<std::int32_t*>(P(d_pos)),
+                         static_cast<std::int32_t*>(P(d_count)), static_cast<std::int32_t*>(P(d_done)),
+                         static_cast<std::uint64_t*>(g ? seeds_g : seeds_c),
+                         static_cast<std::int32_t*>(P(ring_t)) + step * R, static_cast<float*>(P(ring_l)) + step * R,
+                         static_cast<const std::int32_t*>(P(d_tok)), static_cast<const float*>(P(d_lp)),
+                         static_cast<const std::uint64_t*>(g ? streams_g : streams_c),
+                         static_cast<const std::int32_t*>(P(d_eos)), 3, max_count, R);
+    }
+  }
+  auto ints = [&](const Pair& p, bool g) {
+    Ids v(p.n);
+    (g ? *gpu_ : *cpu_).download(v.data(), g ? p.g : p.c, v.size() * 4);
+    return v;
+  };
+  for (const Pair* p : {&d_ids, &d_pos, &d_count, &d_done, &ring_t}) EXPECT_EQ(ints(*p, false), ints(*p, true));
+  EXPECT_EQ(cpu_values(ring_l), gpu_values(ring_l));
+  std::vector<std::uint64_t> sc(seeds.size()), sg(seeds.size());
+  cpu_->download(sc.data(), seeds_c, sc.size() * 8);
+  gpu_->download(sg.data(), seeds_g, sg.size() * 8);
+  EXPECT_EQ(sc, sg);
+  int finished = 0;
+  for (int v : ints(d_done, false)) finished += v;
+  EXPECT_GT(finished, R / 5) << "some rows end in the test";
+}
+
 INSTANTIATE_TEST_SUITE_P(Storage, OpsCuda, ::testing::Values(DType::BF16, DType::F16),
                          [](const ::testing::TestParamInfo<DType>& info) {
                            return std::string(info.param == DType::BF16 ? "bf16" : "fp16");

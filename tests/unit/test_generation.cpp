@@ -1,7 +1,8 @@
 // test_generation.cpp: inference with the KV cache and the generator on the CPU backend: cached
 // decoding equals recomputing the whole sequence; greedy completions are token-identical to
 // transformers' generate (tests/data/models/*/generate.json) and their log-probs equal what the
-// training forward (mgrl score) computes; results do not depend on batching; stop conditions.
+// training forward (mgrl score) computes; results do not depend on batching or on generate.sync_interval (decode
+// steps run on the device between downloads); stop conditions.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -276,6 +277,87 @@ TEST(Generator, StopsOnEosStopStringsAndLength) {
   EXPECT_EQ(s[0].text, "<" + std::to_string(greedy[0].tokens[0]) + ">");
   EXPECT_EQ(greedy[0].finish_reason, "length");
   EXPECT_EQ(greedy[0].tokens.size(), 10u);
+}
+
+// generate.sync_interval = K runs decode steps back to back on the device (the sampled token feeds the next step
+// there, EOS and length end a sequence there, stop strings are applied on the host after each download): every K
+// gives what one round trip per step gives, bit for bit, with EOS, stop-string and length finishes, G = 2 sharing
+// a prefill and admissions as slots free up.
+TEST(Generator, SyncIntervalChangesNothing) {
+  Loaded m("llama_gqa");
+  auto decode = [](const std::vector<std::int32_t>& ids) {
+    std::string s;
+    for (auto id : ids) s += "<" + std::to_string(id) + ">";
+    return s;
+  };
+  GenerationOptions o;
+  o.max_new_tokens = 12;
+  o.num_generations = 2;
+  o.sampling = {0.9f, 40, 0.95f, 0.0f};
+  o.seed = 11;
+  o.max_sequences = 4;  // two prompts in flight: the others are admitted as slots free up
+  o.sync_interval = 1;
+  auto prompts = some_prompts();
+  std::vector<std::int32_t> long_prompt;
+  for (int i = 0; i < 23; ++i) long_prompt.push_back(static_cast<std::int32_t>(20 + 5 * i));
+  prompts.push_back({5, long_prompt});
+  Generator probe(*m.net, o, decode);
+  const auto plain = probe.generate(prompts);
+  ASSERT_EQ(plain.size(), 12u);
+  // EOS: tokens drawn in the middle of two completions; a stop string: two consecutive tokens of a third.
+  o.eos_ids = {plain[0].tokens[4], plain[3].tokens[7]};
+  o.stop_strings = {"<" + std::to_string(plain[6].tokens[2]) + "><" + std::to_string(plain[6].tokens[3]) + ">"};
+  o.max_prefill_tokens = 5;  // the long prompt in chunks, beside running decodes
+  Generator ref_gen(*m.net, o, decode);
+  const auto ref = ref_gen.generate(prompts);
+  int eos = 0, stop = 0, length = 0;
+  for (const auto& c : ref) {
+    eos += c.finish_reason == "eos";
+    stop += c.finish_reason == "stop";
+    length += c.finish_reason == "length";
+  }
+  EXPECT_GE(eos, 2);
+  EXPECT_GE(stop, 1);
+  EXPECT_GE(length, 1);
+  EXPECT_EQ(ref_gen.stats().device_steps, 0);
+  for (int K : {2, 7, 16}) {
+    SCOPED_TRACE("sync_interval " + std::to_string(K));
+    GenerationOptions w = o;
+    w.sync_interval = K;
+    Generator gen(*m.net, w, decode);
+    const auto got = gen.generate(prompts);
+    ASSERT_EQ(got.size(), ref.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i].tokens, ref[i].tokens) << i;
+      EXPECT_EQ(got[i].logprobs, ref[i].logprobs) << i;
+      EXPECT_EQ(got[i].finish_reason, ref[i].finish_reason) << i;
+      EXPECT_EQ(got[i].text, ref[i].text) << i;
+    }
+    EXPECT_EQ(gen.stats().generated_tokens, ref_gen.stats().generated_tokens);
+    EXPECT_GT(gen.stats().device_steps, 0);
+  }
+}
+
+// The host waits for the device (downloads the sampled tokens) once per sync_interval decode steps: 5 prompts of 32
+// tokens each, all admitted at once, no EOS: one prefill step then 31 decode steps, in runs of at most K.
+TEST(Generator, SyncIntervalCutsTheDownloadsPerToken) {
+  Loaded m("llama_gqa");
+  GenerationOptions o;
+  o.max_new_tokens = 32;
+  o.sampling = {1.0f, 0, 1.0f, 0.0f};
+  o.seed = 3;
+  std::vector<Completion> ref;
+  for (int K : {1, 2, 8, 16}) {
+    SCOPED_TRACE("sync_interval " + std::to_string(K));
+    o.sync_interval = K;
+    Generator gen(*m.net, o);
+    const auto got = gen.generate(some_prompts());
+    EXPECT_EQ(gen.stats().generated_tokens, 5 * 32);
+    EXPECT_EQ(gen.stats().downloads, 2 * (1 + (31 + K - 1) / K)) << "two downloads (tokens, log-probs) per sync";
+    EXPECT_EQ(gen.stats().steps, 32);
+    if (K == 1) ref = got;
+    for (std::size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i].tokens, ref[i].tokens) << i;
+  }
 }
 
 TEST(Generator, TooLongForTheModelIsAUserError) {

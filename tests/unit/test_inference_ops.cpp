@@ -1,7 +1,7 @@
 // test_inference_ops.cpp: the inference ops of the CPU reference: KV cache store + cached attention against the
 // training attention (all rows at once, interleaved slots, GQA, prefill + decode), row gathering, and sampling
 // (greedy, the filters against an independent sort-based implementation, chi-square of drawn frequencies,
-// recorded log-probs).
+// recorded log-probs), and the decode-step bookkeeping of generate.sync_interval (decode_advance).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/random.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/kv_cache.h"
 #include "kernels/cpu/sampling.h"
@@ -554,6 +555,41 @@ TEST(Sampling, RowsAreIndependentOfTheBatch) {
     sample(&tok, &lp, z.data(), &seed, 1, V, sp);
     EXPECT_EQ(tok, all[static_cast<std::size_t>(b)]) << b;
   }
+}
+
+// One decode step's bookkeeping (Ops::decode_advance): the ring gets every row's token; a running row takes its token
+// as the next input, one position further, and the seed of its next draw; EOS and the length end a row, which then
+// keeps its inputs and seed whatever it samples later.
+TEST(DecodeAdvance, NextInputsSeedsEosAndLength) {
+  const int R = 4, max_count = 5;
+  const int32_t eos[2] = {7, 9};
+  const uint64_t streams[R] = {11, 22, 33, 44};
+  Ids ids = {1, 2, 3, 4}, pos = {10, 20, 30, 40}, count = {0, 3, 4, 2}, done = {0, 0, 0, 1};
+  std::vector<uint64_t> seeds = {100, 200, 300, 400};
+  Ids ring_t(2 * R, -1);
+  Vec ring_l(2 * R, 0.0f);
+  // Step 1: row 0 goes on, row 1 samples an EOS id, row 2 reaches max_count, row 3 was done before.
+  Ids tok = {5, 9, 6, 8};
+  Vec lp = {-0.5f, -1.5f, -2.5f, -3.5f};
+  decode_advance(ids.data(), pos.data(), count.data(), done.data(), seeds.data(), ring_t.data(), ring_l.data(),
+                 tok.data(), lp.data(), streams, eos, 2, max_count, R);
+  EXPECT_EQ(ring_t, (Ids{5, 9, 6, 8, -1, -1, -1, -1}));
+  EXPECT_EQ(ring_l, (Vec{-0.5f, -1.5f, -2.5f, -3.5f, 0, 0, 0, 0}));
+  EXPECT_EQ(done, (Ids{0, 1, 1, 1}));
+  EXPECT_EQ(count, (Ids{1, 4, 5, 2}));
+  EXPECT_EQ(ids, (Ids{5, 2, 3, 4}));
+  EXPECT_EQ(pos, (Ids{11, 20, 30, 40}));
+  EXPECT_EQ(seeds, (std::vector<uint64_t>{random_bits(11, 1), 200, 300, 400}));
+  // Step 2, into the ring's second row: done rows change nothing but their ring entries; no EOS ids at all.
+  tok = {7, 1, 2, 3};
+  decode_advance(ids.data(), pos.data(), count.data(), done.data(), seeds.data(), ring_t.data() + R,
+                 ring_l.data() + R, tok.data(), lp.data(), streams, eos, 0, max_count, R);
+  EXPECT_EQ(ring_t, (Ids{5, 9, 6, 8, 7, 1, 2, 3}));
+  EXPECT_EQ(done, (Ids{0, 1, 1, 1}));
+  EXPECT_EQ(ids, (Ids{7, 2, 3, 4}));
+  EXPECT_EQ(pos, (Ids{12, 20, 30, 40}));
+  EXPECT_EQ(count, (Ids{2, 4, 5, 2}));
+  EXPECT_EQ(seeds[0], random_bits(11, 2));
 }
 
 }  // namespace
