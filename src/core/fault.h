@@ -7,7 +7,9 @@
 // of failing: grad_overflow[:count=K] (rank R writes +inf into one gradient element before the allreduce of
 // training steps N to N+K-1, K = 1 by default, as an fp16 overflow would; train/grad_sync.h), and
 // grad_overflow_local[:count=K] the same after the allreduce, on rank R's copy only (as a fault of that rank's memory
-// would: the ranks must still agree to skip). Read once; unset, a point costs one branch on a static.
+// would: the ranks must still agree to skip). startup_stall:rank=R:step=0 stops rank R for good inside MPI's
+// start-up (dist/mpi_env.cpp), as a rank that died or cannot connect there would leave the others: the start-up
+// deadline must end the job. Read once; unset, a point costs one branch on a static.
 #pragma once
 #include <cstdint>
 

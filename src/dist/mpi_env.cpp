@@ -3,10 +3,14 @@
 
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <thread>
 
+#include "core/fault.h"
 #include "core/log.h"
 #include "dist/check_mpi.h"
 #include "dist/comm_detail.h"
@@ -16,6 +20,39 @@
 namespace mgrl::dist {
 namespace {
 bool g_mpi_up = false;
+std::atomic<bool> g_started{false};
+
+// MPI's start-up (MPI_Init_thread and the first collectives) runs before the watchdog can: a rank that dies or
+// cannot connect there (seen: Open MPI's TCP transport crashing in one rank under srun) leaves the others waiting
+// for good. A thread armed before MPI_Init_thread ends this rank with one line and exit code 4 (a lost rank, which
+// slurm/common.sh requeues) when the start-up has not finished within MGRL_STARTUP_TIMEOUT_S seconds (default 300).
+void arm_startup_deadline() {
+  double secs = 300;
+  if (const char* e = std::getenv("MGRL_STARTUP_TIMEOUT_S")) {
+    char* end = nullptr;
+    const double v = std::strtod(e, &end);
+    if (end != e && *end == '\0' && v > 0) secs = v;
+  }
+  std::thread([secs] {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(secs);
+    while (std::chrono::steady_clock::now() < until) {
+      if (g_started.load()) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (g_started.load()) return;
+    const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+    if (!rank) rank = std::getenv("PMIX_RANK");
+    if (!rank) rank = std::getenv("SLURM_PROCID");
+    char host[256] = "?";
+    (void)::gethostname(host, sizeof host - 1);
+    std::fprintf(stderr,
+                 "mgrl: rank %s on host %s (pid %d): MPI start-up did not finish in %g s (MGRL_STARTUP_TIMEOUT_S): "
+                 "another rank ended or could not connect while MPI was set up; ending this rank\n",
+                 rank ? rank : "?", host, static_cast<int>(::getpid()), secs);
+    std::fflush(stderr);
+    _exit(4);
+  }).detach();
+}
 
 void on_terminate() {
   // An exception escaped or std::terminate was called: never leave the other ranks waiting.
@@ -47,6 +84,7 @@ void abort_job(int exit_code) {
 
 MpiEnv::MpiEnv(int* argc, char*** argv) {
   int provided = 0;
+  arm_startup_deadline();
   // THREAD_MULTIPLE: the watchdog thread may call MPI_Abort while the main thread is inside MPI.
   MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
   g_mpi_up = true;
@@ -56,6 +94,8 @@ MpiEnv::MpiEnv(int* argc, char*** argv) {
   MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
   log::set_rank(rank_);
 
+  if (fault::fires("startup_stall", rank_, 0))
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
   MPI_Comm local;
   MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local));
   MPI_CHECK(MPI_Comm_rank(local, &local_rank_));
@@ -67,6 +107,7 @@ MpiEnv::MpiEnv(int* argc, char*** argv) {
   peers::init(MPI_COMM_WORLD, local, host_);
   MPI_CHECK(MPI_Comm_free(&local));
   num_nodes_ = static_cast<int>(allreduce_sum(static_cast<long long>(local_rank_ == 0 ? 1 : 0)));
+  g_started.store(true);
 }
 
 MpiEnv::~MpiEnv() {
