@@ -125,18 +125,7 @@ GrpoTrainer::GrpoTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Trans
     swap_ = static_cast<float*>(model_.ops().alloc(tr_.n * sizeof(float)));
     model_.ops().copy(initial_, tr_.params, tr_.n * sizeof(float));
   }
-  // The reward that decides correctness in evaluation.
-  const auto& names = rewards_.names();
-  const auto& kinds = rewards_.kinds();
-  if (!opts_.accuracy_reward.empty()) {
-    const auto it = std::find(names.begin(), names.end(), opts_.accuracy_reward);
-    if (it == names.end())
-      throw UserError("eval.accuracy_reward: no reward is named '" + opts_.accuracy_reward + "'");
-    accuracy_fn_ = static_cast<int>(it - names.begin());
-  } else {
-    for (std::size_t f = 0; f < kinds.size() && accuracy_fn_ < 0; ++f)
-      if (kinds[f] == "answer_match" || kinds[f] == "code_exec") accuracy_fn_ = static_cast<int>(f);
-  }
+  accuracy_fn_ = rewards_.accuracy_index(opts_.accuracy_reward);  // the reward that decides correctness in evaluation
 }
 
 GrpoTrainer::~GrpoTrainer() {
@@ -148,14 +137,8 @@ std::vector<RewardSample> GrpoTrainer::samples_of(const std::vector<Rollout>& rs
   std::vector<RewardSample> out;
   out.reserve(rs.size());
   for (const auto& r : rs) {
-    const PromptRow& p = train_[static_cast<std::size_t>(r.prompt_index)];
-    RewardSample s;
-    s.prompt = p.text;
-    s.completion = tok_.decode(r.completion, true);
-    s.row = &p.row;
-    s.completion_tokens = static_cast<int>(r.completion.size());
-    s.finish_reason = r.finish_reason;
-    out.push_back(std::move(s));
+    out.push_back(reward_sample(train_[static_cast<std::size_t>(r.prompt_index)], tok_.decode(r.completion, true),
+                                static_cast<int>(r.completion.size()), r.finish_reason));
   }
   return out;
 }
@@ -618,16 +601,9 @@ EvalResult GrpoTrainer::evaluate() {
     if (prompts.empty() && !g.lockstep) return;  // a sharded base: this rank still steps with the others
     Generator gen(model_, g, [&](const std::vector<std::int32_t>& ids) { return tok_.decode(ids, true); });
     std::vector<RewardSample> samples;
-    for (const auto& c : gen.generate(prompts)) {
-      const PromptRow& p = eval_[static_cast<std::size_t>(c.prompt_index)];
-      RewardSample s;
-      s.prompt = p.text;
-      s.completion = c.text;
-      s.row = &p.row;
-      s.completion_tokens = static_cast<int>(c.tokens.size());
-      s.finish_reason = c.finish_reason;
-      samples.push_back(std::move(s));
-    }
+    for (const auto& c : gen.generate(prompts))
+      samples.push_back(reward_sample(eval_[static_cast<std::size_t>(c.prompt_index)], c.text,
+                                      static_cast<int>(c.tokens.size()), c.finish_reason));
     *values = rewards_.score(samples, opts_.log_dir.empty() ? "." : opts_.log_dir, opts_.threads);
   };
   auto correct = [&](const std::vector<double>& v) { return accuracy_fn_ >= 0 && v[static_cast<std::size_t>(accuracy_fn_)] >= 1.0 - 1e-9; };

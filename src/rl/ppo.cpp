@@ -69,16 +69,7 @@ PpoTrainer::PpoTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transfo
   vh_buf_ = static_cast<float*>(model_.ops().alloc(vh_->params().size() * sizeof(float)));
   state_.rank_rng.assign(static_cast<std::size_t>(ranks), 0);
   opt_->start(state_);
-  const auto& names = rewards_.names();
-  const auto& kinds = rewards_.kinds();
-  if (!opts_.accuracy_reward.empty()) {
-    const auto it = std::find(names.begin(), names.end(), opts_.accuracy_reward);
-    if (it == names.end()) throw UserError("eval.accuracy_reward: no reward is named '" + opts_.accuracy_reward + "'");
-    accuracy_fn_ = static_cast<int>(it - names.begin());
-  } else {
-    for (std::size_t f = 0; f < kinds.size() && accuracy_fn_ < 0; ++f)
-      if (kinds[f] == "answer_match" || kinds[f] == "code_exec") accuracy_fn_ = static_cast<int>(f);
-  }
+  accuracy_fn_ = rewards_.accuracy_index(opts_.accuracy_reward);  // the reward that decides correctness in evaluation
 }
 
 PpoEval PpoTrainer::evaluate() {
@@ -104,16 +95,9 @@ PpoEval PpoTrainer::evaluate() {
     g.sync_interval = opts_.sync_interval;
     Generator gen(model_, g, [&](const std::vector<std::int32_t>& ids) { return tok_.decode(ids, true); });
     std::vector<RewardSample> samples;
-    for (const auto& c : gen.generate(prompts)) {
-      const PromptRow& p = eval_[static_cast<std::size_t>(c.prompt_index)];
-      RewardSample s;
-      s.prompt = p.text;
-      s.completion = c.text;
-      s.row = &p.row;
-      s.completion_tokens = static_cast<int>(c.tokens.size());
-      s.finish_reason = c.finish_reason;
-      samples.push_back(std::move(s));
-    }
+    for (const auto& c : gen.generate(prompts))
+      samples.push_back(reward_sample(eval_[static_cast<std::size_t>(c.prompt_index)], c.text,
+                                      static_cast<int>(c.tokens.size()), c.finish_reason));
     for (const auto& v : rewards_.score(samples, opts_.log_dir.empty() ? "." : opts_.log_dir, opts_.threads)) {
       reward += rewards_.total(v);
       right += accuracy_fn_ >= 0 && v[static_cast<std::size_t>(accuracy_fn_)] >= 1.0 - 1e-9 ? 1 : 0;
@@ -177,16 +161,9 @@ void PpoTrainer::update(nlohmann::json* metrics) {
   std::vector<std::vector<double>> rewards_fn;
   {
     std::vector<RewardSample> samples;
-    for (std::size_t i = 0; i < local.size(); ++i) {
-      const PromptRow& p = train_[indices[lo + i]];
-      RewardSample s;
-      s.prompt = p.text;
-      s.completion = tok_.decode(local[i].response, true);
-      s.row = &p.row;
-      s.completion_tokens = static_cast<int>(local[i].response.size());
-      s.finish_reason = finish[i];
-      samples.push_back(std::move(s));
-    }
+    for (std::size_t i = 0; i < local.size(); ++i)
+      samples.push_back(reward_sample(train_[indices[lo + i]], tok_.decode(local[i].response, true),
+                                      static_cast<int>(local[i].response.size()), finish[i]));
     rewards_fn = rewards_.score(samples, opts_.log_dir.empty() ? "." : opts_.log_dir, opts_.threads);
     for (std::size_t i = 0; i < local.size(); ++i) local[i].seq.score = rewards_.total(rewards_fn[i]);
   }

@@ -1,10 +1,22 @@
-// prompts.cpp: reading and tokenizing GRPO prompt files.
+// prompts.cpp: reading and tokenizing GRPO and PPO prompt files; a completion as the reward functions see it.
 #include "rl/prompts.h"
+
+#include <utility>
 
 #include "core/error.h"
 #include "io/jsonl.h"
 
 namespace mgrl::rl {
+
+RewardSample reward_sample(const PromptRow& p, std::string completion, int completion_tokens, std::string finish_reason) {
+  RewardSample s;
+  s.prompt = p.text;
+  s.completion = std::move(completion);
+  s.row = &p.row;
+  s.completion_tokens = completion_tokens;
+  s.finish_reason = std::move(finish_reason);
+  return s;
+}
 
 std::vector<PromptRow> load_prompts(const std::string& path, const io::Tokenizer& tok, const io::ChatTemplate& chat,
                                     int max_prompt_length) {

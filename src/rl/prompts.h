@@ -10,6 +10,7 @@
 
 #include "io/chat_template.h"
 #include "io/tokenizer.h"
+#include "rl/rewards/rewards.h"
 
 namespace mgrl::rl {
 
@@ -19,6 +20,10 @@ struct PromptRow {
   std::string text;                   // the prompt as text (chat-formatted for messages), for the rewards
   nlohmann::json row;                 // the whole line
 };
+
+// What the reward functions see of one completion of prompt row p: the prompt text, the decoded completion, the
+// whole data line (p must outlive the sample), the completion's length in tokens and why it ended.
+RewardSample reward_sample(const PromptRow& p, std::string completion, int completion_tokens, std::string finish_reason);
 
 // UserError "file:line: ..." for a broken line, a line with neither prompt nor messages, or an empty file.
 std::vector<PromptRow> load_prompts(const std::string& path, const io::Tokenizer& tok, const io::ChatTemplate& chat,

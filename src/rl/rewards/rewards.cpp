@@ -522,6 +522,17 @@ std::vector<std::vector<double>> Rewards::score(const std::vector<RewardSample>&
   return out;
 }
 
+int Rewards::accuracy_index(const std::string& named) const {
+  if (!named.empty()) {
+    const auto it = std::find(names_.begin(), names_.end(), named);
+    if (it == names_.end()) throw UserError("eval.accuracy_reward: no reward is named '" + named + "'");
+    return static_cast<int>(it - names_.begin());
+  }
+  for (std::size_t f = 0; f < kinds_.size(); ++f)
+    if (kinds_[f] == "answer_match" || kinds_[f] == "code_exec") return static_cast<int>(f);
+  return -1;
+}
+
 double Rewards::total(const std::vector<double>& values) const {
   double s = 0;
   for (std::size_t f = 0; f < values.size() && f < weights_.size(); ++f) s += weights_[f] * values[f];

@@ -42,6 +42,9 @@ class Rewards {
   std::vector<std::vector<double>> score(const std::vector<RewardSample>& samples, const std::string& run_dir,
                                          int threads) const;
   double total(const std::vector<double>& values) const;
+  // The function whose value >= 1 counts a completion as correct in evaluation: the one named `named` (a UserError
+  // naming eval.accuracy_reward when none is), else the first answer_match or code_exec; -1 when there is none.
+  int accuracy_index(const std::string& named) const;
 
  private:
   std::vector<std::unique_ptr<RewardFunction>> fns_;
