@@ -88,3 +88,6 @@ set_tests_properties(cli.quickstart_grpo PROPERTIES LABELS "cli;slow" TIMEOUT 12
 # the given one (its r = 4 and alpha, not the lora.* keys) and scores exactly as it does.
 mgrl_add_cli_test(sft.starts_from_lora_adapter 0 "relative difference" - - -- bash -c
   "rm -rf ${SFT}/from && ${RUN1} ${SFT_STR} --lora.r=2 --lora.adapter=${MODELS}/qwen2_bias_tied --train.lr=0 --train.max_steps=1 --checkpoint.dir=${SFT}/from/ck && ${RUN1} export --checkpoint.dir=${SFT}/from/ck --export.output=${SFT}/from/adapter && ${RUN1} score --runtime.backend=cpu --model.path=${MODELS}/qwen2_bias_tied --lora.adapter=${SFT}/from/adapter --data.input=${CMAKE_CURRENT_SOURCE_DIR}/data/score/qwen2_bias_tied.jsonl --score.output=${SFT}/from/a.h5 && ${RUN1} score --runtime.backend=cpu --model.path=${MODELS}/qwen2_bias_tied --lora.adapter=${MODELS}/qwen2_bias_tied --data.input=${CMAKE_CURRENT_SOURCE_DIR}/data/score/qwen2_bias_tied.jsonl --score.output=${SFT}/from/b.h5 && ${CHECK} scores ${SFT}/from/a.h5 ${SFT}/from/b.h5 --rtol=1e-7")
+# eval.accuracy_reward naming no [[reward]]: one line, exit 2, in GRPO and PPO alike (rl::Rewards::accuracy_index).
+mgrl_add_cli_test(grpo.accuracy_reward_unknown 2 - "eval.accuracy_reward: no reward is named 'nope'" 1
+  -- ${RUN1} ${GRPO_ARGS} --eval.accuracy_reward=nope --train.max_steps=1 --checkpoint.dir= --log.dir=)
