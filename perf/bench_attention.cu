@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "core/check_cuda.h"
+#include "perf/cuda_timing.cuh"
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/flash_attention.cuh"
@@ -56,27 +57,7 @@ struct Shape {
   int B, L, nh, nkv, hd;
 };
 
-// Median of reps timed calls of f (after 2 warm-up calls), in ms.
-double time_ms(cudaStream_t s, int reps, const std::function<void()>& f) {
-  cudaEvent_t a, b;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
-  for (int i = 0; i < 2; ++i) f();
-  std::vector<double> t;
-  for (int i = 0; i < reps; ++i) {
-    CUDA_CHECK(cudaEventRecord(a, s));
-    f();
-    CUDA_CHECK(cudaEventRecord(b, s));
-    CUDA_CHECK(cudaEventSynchronize(b));
-    float ms = 0.0f;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms);
-  }
-  CUDA_CHECK(cudaEventDestroy(a));
-  CUDA_CHECK(cudaEventDestroy(b));
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
+using mgrl::perf::time_ms;
 
 // Relative 2-norm difference of two device tensors of n storage values.
 template <class S>

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/check_cuda.h"
+#include "perf/cuda_timing.cuh"
 #include "kernels/cpu/nf4.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/ops.h"
@@ -24,26 +25,7 @@ namespace {
 using namespace mgrl;
 namespace cpu = mgrl::kernels::cpu;
 
-double time_ms(cudaStream_t s, int reps, const std::function<void()>& f) {
-  cudaEvent_t a, b;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
-  for (int i = 0; i < 2; ++i) f();
-  std::vector<double> t;
-  for (int i = 0; i < reps; ++i) {
-    CUDA_CHECK(cudaEventRecord(a, s));
-    f();
-    CUDA_CHECK(cudaEventRecord(b, s));
-    CUDA_CHECK(cudaEventSynchronize(b));
-    float ms = 0.0f;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms);
-  }
-  CUDA_CHECK(cudaEventDestroy(a));
-  CUDA_CHECK(cudaEventDestroy(b));
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
+using mgrl::perf::time_ms;
 
 struct Proj {
   const char* name;
