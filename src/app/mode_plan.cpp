@@ -161,8 +161,8 @@ int run_plan(dist::MpiEnv& env, const io::Config& cfg) {
     }
     in.train_tokens = micro * seq_len;
     model::set_runtime_allowances(in);
-    if (!in.cuda && resident_bytes_now() > in.runtime_bytes) {
-      in.runtime_bytes = resident_bytes_now();
+    if (const double rss = in.cuda ? 0 : resident_bytes_now(); rss > in.runtime_bytes) {
+      in.runtime_bytes = rss;
       in.runtime_note = "the mgrl process itself (binary and libraries as loaded, measured in this process)";
     }
   });
