@@ -18,6 +18,7 @@
 #include "model/lora.h"
 #include "model/rope_freq.h"
 #include "model/transformer.h"
+#include "tests/unit/reference_batch.h"
 #include "tests/unit/test_util.h"
 
 namespace mgrl::model {
@@ -26,13 +27,6 @@ namespace {
 const std::string kData = MGRL_TEST_DATA_DIR "/models/";
 
 using test::rel_error;
-
-std::vector<std::int32_t> read_i32(const io::TensorInfo& t) {
-  std::vector<std::int32_t> v(static_cast<std::size_t>(t.numel()));
-  EXPECT_EQ(t.dtype, DType::I32) << t.name;
-  std::memcpy(v.data(), t.data, v.size() * sizeof(std::int32_t));
-  return v;
-}
 
 struct Fixture {
   io::ModelConfig cfg;
@@ -50,14 +44,13 @@ struct Fixture {
     model = std::make_unique<Transformer>(cfg, *ops, opts);
     model->load_weights(kData + name);
     model->add_lora(read_peft_config(kData + name + "/adapter_config.json"), 0).load_peft(kData + name);
-    B = static_cast<int>(ref.get("input_ids").shape[0]);
-    L = static_cast<int>(ref.get("input_ids").shape[1]);
-    lengths = read_i32(ref.get("lengths"));
-    batch = Batch::from_padded(read_i32(ref.get("input_ids")).data(), lengths.data(), B, L);
-    weights.assign(batch.tokens.size(), 0.0f);
-    for (int b = 0; b < B; ++b) n_targets += lengths[b] - 1;
-    for (int b = 0; b < B; ++b)
-      for (int t = 1; t < lengths[b]; ++t) weights[batch.offsets[b] + t] = 1.0f / n_targets;
+    const test::ReferenceBatch rb(ref);
+    B = rb.B;
+    L = rb.L;
+    n_targets = rb.n_targets;
+    lengths = rb.lengths;
+    batch = rb.batch;
+    weights = rb.weights;
   }
   std::vector<float> reference(const std::string& name) const { return io::to_f32(ref.get(name)); }
   // The rows of a right-padded [B, L, width] reference tensor at valid positions, i.e. in the packed layout.

@@ -18,6 +18,7 @@
 #include "kernels/ops.h"
 #include "model/lora.h"
 #include "model/transformer.h"
+#include "tests/unit/reference_batch.h"
 #include "tests/unit/test_util.h"
 
 namespace mgrl::model {
@@ -27,12 +28,6 @@ const std::string kNf4 = MGRL_TEST_DATA_DIR "/nf4/llama_nf4";
 const std::string kDense = MGRL_TEST_DATA_DIR "/nf4/llama_dense";
 
 using test::rel_error;
-
-std::vector<std::int32_t> read_i32(const io::TensorInfo& t) {
-  std::vector<std::int32_t> v(static_cast<std::size_t>(t.numel()));
-  std::memcpy(v.data(), t.data, v.size() * sizeof(std::int32_t));
-  return v;
-}
 
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   double m = 0;
@@ -54,14 +49,13 @@ struct QloraRun {
     model = std::make_unique<Transformer>(io::parse_hf_config(dir + "/config.json"), *ops, opts);
     model->load_weights(dir);
     model->add_lora(read_peft_config(kNf4 + "/adapter_config.json"), 0).load_peft(kNf4);
-    B = static_cast<int>(ref.get("input_ids").shape[0]);
-    L = static_cast<int>(ref.get("input_ids").shape[1]);
-    lengths = read_i32(ref.get("lengths"));
-    batch = Batch::from_padded(read_i32(ref.get("input_ids")).data(), lengths.data(), B, L);
-    weights.assign(batch.tokens.size(), 0.0f);
-    for (int b = 0; b < B; ++b) n_targets += lengths[b] - 1;
-    for (int b = 0; b < B; ++b)
-      for (int t = 1; t < lengths[b]; ++t) weights[static_cast<std::size_t>(batch.offsets[b] + t)] = 1.0f / n_targets;
+    const test::ReferenceBatch rb(ref);
+    B = rb.B;
+    L = rb.L;
+    n_targets = rb.n_targets;
+    lengths = rb.lengths;
+    batch = rb.batch;
+    weights = rb.weights;
   }
   // forward + backward; fills lp, grads, dembed
   void step() {

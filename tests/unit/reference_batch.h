@@ -1,0 +1,41 @@
+// reference_batch.h: the batch of a model fixture's reference.safetensors (tools/make_fixtures.py,
+// tools/make_nf4_fixtures.py): input_ids [B, L] right-padded with lengths [B], packed, and the weights of the mean
+// loss the generators computed (1 / N at each of the N targets: every position after a sequence's first).
+#pragma once
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "io/safetensors.h"
+#include "model/batch.h"
+
+namespace mgrl::test {
+
+inline std::vector<std::int32_t> read_i32(const io::TensorInfo& t) {
+  std::vector<std::int32_t> v(static_cast<std::size_t>(t.numel()));
+  EXPECT_EQ(t.dtype, DType::I32) << t.name;
+  std::memcpy(v.data(), t.data, v.size() * sizeof(std::int32_t));
+  return v;
+}
+
+struct ReferenceBatch {
+  int B = 0, L = 0, n_targets = 0;  // the padded layout, and the number of targets
+  std::vector<std::int32_t> lengths;
+  model::Batch batch;          // packed
+  std::vector<float> weights;  // packed as batch: 1 / n_targets at every target, 0 at each first position
+
+  explicit ReferenceBatch(const io::SafetensorsFile& ref) {
+    B = static_cast<int>(ref.get("input_ids").shape[0]);
+    L = static_cast<int>(ref.get("input_ids").shape[1]);
+    lengths = read_i32(ref.get("lengths"));
+    batch = model::Batch::from_padded(read_i32(ref.get("input_ids")).data(), lengths.data(), B, L);
+    weights.assign(batch.tokens.size(), 0.0f);
+    for (int b = 0; b < B; ++b) n_targets += lengths[b] - 1;
+    for (int b = 0; b < B; ++b)
+      for (int t = 1; t < lengths[b]; ++t) weights[static_cast<std::size_t>(batch.offsets[b] + t)] = 1.0f / n_targets;
+  }
+};
+
+}  // namespace mgrl::test
