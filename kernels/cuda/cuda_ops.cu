@@ -66,8 +66,6 @@ class CudaOps final : public Ops {
   }
   CudaOps(const CudaOps&) = delete;
   CudaOps& operator=(const CudaOps&) = delete;
-
-  cudaStream_t stream() const { return stream_; }
   DeviceStream device_stream() const override { return {static_cast<void*>(stream_)}; }
 
   const char* name() const override { return "cuda"; }

@@ -250,7 +250,6 @@ std::vector<Completion> Generator::generate(const std::vector<Prompt>& prompts) 
     }
     // Prefill rows: the prompts under way in admission order, up to the step's budget (a long prompt in chunks).
     // A prompt whose last chunk runs now gets the G output rows of its first tokens, all from its last row.
-    std::vector<std::size_t> completed;  // prompts whose prefill ends in this step
     int budget = budget_per_step;
     for (auto& a : prefilling) {
       if (budget == 0) break;
