@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ppo_shard_base.sh: `mgrl ppo` on a sharded base (model.shard_base) trains what the unsharded run trains, bit for bit,
 # at 1, 2 and 4 ranks: LoRA weights and AdamW moments, the value head's state, the rollout files (tokens, log-probs,
-# values, returns, advantages) and the logged losses, rewards, KL and held-out figures.
+# values, returns, advantages) and every logged figure of an update (losses, scores, rewards, KL, ratios, held-out).
 #   ppo_shard_base.sh WORK CHECK_TRAIN "RUNN" "MPI_FLAGS" MODEL_DIR HELDOUT -- MGRL ARGS...
 # RUNN: the launcher and its rank-count flag ("mpiexec -n"); MODEL_DIR: the pretrained fixture whose config.json is
 # widened to 5 layers for the 2- and 4-rank runs (random weights: layers that do not divide evenly over the ranks);
@@ -17,8 +17,10 @@ grep -q '"num_hidden_layers": 5,' "$work/m5/config.json"
 head -n 3 "$heldout" > "$work/eval3.jsonl"
 
 # keys of metrics.jsonl that must agree exactly in every logged step
-keys="loss grad_norm objective/scores objective/kl objective/rlhf_reward loss/policy_avg loss/value_avg
-      policy/approxkl_avg val/clipfrac_avg completions/mean_length eval_reward eval_accuracy"
+keys="loss grad_norm lr objective/scores objective/kl objective/entropy objective/non_score_reward objective/rlhf_reward
+      objective/kl_coef rewards/correct/mean rewards/digit_first/mean loss/policy_avg loss/value_avg policy/approxkl_avg
+      policy/clipfrac_avg val/clipfrac_avg val/ratio val/ratio_var val/num_eos_tokens completions/mean_length
+      eval_reward eval_accuracy"
 datasets="completion_tokens completion_lengths logprobs ref_logprobs values returns token_advantages reward"
 
 compare() {  # compare DIR_A DIR_B STEP: the two runs' final checkpoints, rollout files and metrics
@@ -37,9 +39,14 @@ compare() {  # compare DIR_A DIR_B STEP: the two runs' final checkpoints, rollou
     n=$((n + 1))
   done
   [ "$n" -ge 2 ] && echo "$n rollout files equal"
+  local m=0
   for k in $keys; do
-    if grep -q "\"$k\"" "$a/metrics.jsonl"; then "$check" losses "$a/metrics.jsonl" "$b/metrics.jsonl" --key="$k"; fi
+    if grep -q "\"$k\"" "$a/metrics.jsonl"; then
+      "$check" losses "$a/metrics.jsonl" "$b/metrics.jsonl" --key="$k"
+      m=$((m + 1))
+    fi
   done
+  [ "$m" -ge 20 ] && echo "$m metrics equal"
 }
 
 run() {  # run RANKS NAME ARGS...: one training run of 8 optimizer steps (two rollout batches)
