@@ -64,6 +64,10 @@ set_tests_properties(cli.ppo.shard_base_equals_unsharded_on_1_2_4_ranks PROPERTI
 mgrl_add_cli_test(ppo.shard_base_resume_is_exact 0 "(?s)resumed from [^\\n]*step_00000004[.]h5 at step 4.*bitwise equal: yes.*0 differ.*0 differ" - - -- bash -c
   "rm -rf ${PPO}/shard_resume && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${PPO_STR} --model.shard_base=true --checkpoint.dir=${PPO}/shard_resume/a --log.dir=${PPO}/shard_resume/a && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${PPO_STR} --model.shard_base=true --train.stop_at_step=4 --checkpoint.dir=${PPO}/shard_resume/b --log.dir=${PPO}/shard_resume/b && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${PPO_STR} --model.shard_base=true --checkpoint.dir=${PPO}/shard_resume/b --log.dir=${PPO}/shard_resume/b --checkpoint.resume=auto && ${CHECK} weights ${PPO}/shard_resume/a/step_00000008.h5 ${PPO}/shard_resume/b/step_00000008.h5 --exact && ${CHECK} losses ${PPO}/shard_resume/a/metrics.jsonl ${PPO}/shard_resume/b/metrics.jsonl --after=4 && ${CHECK} losses ${PPO}/shard_resume/a/metrics.jsonl ${PPO}/shard_resume/b/metrics.jsonl --after=4 --key=loss/value_avg")
 set_tests_properties(cli.ppo.shard_base_resume_is_exact PROPERTIES TIMEOUT 120)
+# The rollout batch is split over the ranks in equal blocks: an uneven split (8 prompts on 3 ranks) is refused in one
+# line, exit 2, also on a sharded base (no rank is left waiting in a gather).
+mgrl_add_cli_test(ppo.batch_must_divide 2 - "^mgrl: error: train.batch_size \\(8 prompts\\) must be divisible by the number of ranks \\(3\\)$" 1
+  -- ${MPIRUN} 3 ${MGRL_MPIEXEC_FLAGS} ${RUN1} ${PPO_ARGS} --model.shard_base=true --checkpoint.dir= --log.dir=)
 # Only a frozen base is sharded: with full fine-tuning the key is refused in one line on every rank, before anything
 # is loaded.
 mgrl_add_cli_test(ppo.shard_base_with_full_finetune_is_refused 2 - "^mgrl: error: key 'model.shard_base' = true with train.full_finetune = true: only a frozen base is sharded" 1
