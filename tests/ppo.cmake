@@ -50,9 +50,28 @@ mgrl_add_cli_test(ppo.adaptive_kl_needs_a_start 2 - "^mgrl: error: ppo.kl_target
 # A step count that does not fall on rollout-batch boundaries is one line naming the keys, exit 2.
 mgrl_add_cli_test(ppo.max_steps_must_be_whole_updates 2 - "^mgrl: error: train.max_steps \\(6\\) must be a multiple of ppo.num_ppo_epochs x ppo.num_mini_batches \\(4 optimizer steps per rollout batch\\)$" 1
   -- ${RUN1} ${PPO_ARGS} --train.max_steps=6 --checkpoint.dir=)
-# ppo does not gather a sharded base: the key is refused in one line on every rank, before anything is loaded.
-mgrl_add_cli_test(ppo.shard_base_is_refused 2 - "^mgrl: error: key 'model.shard_base' = true is not supported by ppo" 1
-  -- ${MPIRUN} 2 ${MGRL_MPIEXEC_FLAGS} ${RUN1} ${PPO_ARGS} --model.shard_base=true --checkpoint.dir=)
+# PPO on a sharded base (model.shard_base): rollouts and held-out evaluation generate in lockstep, the scoring pass
+# and every mini-batch's pass (a zero-weight one on a rank holding none of it) gather the layers on every rank alike.
+# LoRA weights and moments, the value head, the rollout files and the logged losses, scores, KL and held-out figures
+# equal the unsharded run's bit for bit on 1 rank (the pretrained fixture), 2 and 4 ranks (a 5-layer random-init
+# model; 3 held-out prompts, so at 4 ranks one rank has none; 4 ranks keep the gathered layers).
+mgrl_add_cli_test(ppo.shard_base_equals_unsharded_on_1_2_4_ranks 0
+  "(?s)(base [0-9.]+ MiB/rank.*?bitwise equal: yes.*?value head state equal.*?2 rollout files equal.*?2[0-9] metrics equal.*?){3}on 1, 2 and 4 ranks" - 0
+  -- bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/ppo_shard_base.sh ${PPO}/shard $<TARGET_FILE:check_train> "${RUNN}"
+     "${MPIEXEC_FLAGS_STR}" ${MODELS}/qwen2_bias_tied ${CMAKE_CURRENT_SOURCE_DIR}/data/sft/heldout.jsonl -- ${RUN1} ${PPO_ARGS})
+set_tests_properties(cli.ppo.shard_base_equals_unsharded_on_1_2_4_ranks PROPERTIES TIMEOUT 120 PROCESSORS 4)
+# A sharded run resumes exactly: 8 steps straight equal 4 + resume (2 ranks, the value head from the checkpoint).
+mgrl_add_cli_test(ppo.shard_base_resume_is_exact 0 "(?s)resumed from [^\\n]*step_00000004[.]h5 at step 4.*bitwise equal: yes.*0 differ.*0 differ" - - -- bash -c
+  "rm -rf ${PPO}/shard_resume && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${PPO_STR} --model.shard_base=true --checkpoint.dir=${PPO}/shard_resume/a --log.dir=${PPO}/shard_resume/a && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${PPO_STR} --model.shard_base=true --train.stop_at_step=4 --checkpoint.dir=${PPO}/shard_resume/b --log.dir=${PPO}/shard_resume/b && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${PPO_STR} --model.shard_base=true --checkpoint.dir=${PPO}/shard_resume/b --log.dir=${PPO}/shard_resume/b --checkpoint.resume=auto && ${CHECK} weights ${PPO}/shard_resume/a/step_00000008.h5 ${PPO}/shard_resume/b/step_00000008.h5 --exact && ${CHECK} losses ${PPO}/shard_resume/a/metrics.jsonl ${PPO}/shard_resume/b/metrics.jsonl --after=4 && ${CHECK} losses ${PPO}/shard_resume/a/metrics.jsonl ${PPO}/shard_resume/b/metrics.jsonl --after=4 --key=loss/value_avg")
+set_tests_properties(cli.ppo.shard_base_resume_is_exact PROPERTIES TIMEOUT 120)
+# The rollout batch is split over the ranks in equal blocks: an uneven split (8 prompts on 3 ranks) is refused in one
+# line, exit 2, also on a sharded base (no rank is left waiting in a gather).
+mgrl_add_cli_test(ppo.batch_must_divide 2 - "^mgrl: error: train.batch_size \\(8 prompts\\) must be divisible by the number of ranks \\(3\\)$" 1
+  -- ${MPIRUN} 3 ${MGRL_MPIEXEC_FLAGS} ${RUN1} ${PPO_ARGS} --model.shard_base=true --checkpoint.dir= --log.dir=)
+# Only a frozen base is sharded: with full fine-tuning the key is refused in one line on every rank, before anything
+# is loaded.
+mgrl_add_cli_test(ppo.shard_base_with_full_finetune_is_refused 2 - "^mgrl: error: key 'model.shard_base' = true with train.full_finetune = true: only a frozen base is sharded" 1
+  -- ${MPIRUN} 2 ${MGRL_MPIEXEC_FLAGS} ${RUN1} ${PPO_ARGS} --model.shard_base=true --train.full_finetune=true --ppo.kl_coef=0 --checkpoint.dir=)
 
 # PPO learns (label slow, about 2.5 minutes on 2 cores): the quickstart's SFT model (550 steps, exported), then
 # inputs/quickstart_ppo.toml shortened to 800 optimizer steps (100 rollout batches of 256): the held-out greedy

@@ -17,6 +17,7 @@
 #include "rl/prompts.h"
 #include "rl/rewards/rewards.h"
 #include "train/checkpoint.h"
+#include "train/comm_gatherer.h"
 
 namespace mgrl::app {
 
@@ -26,6 +27,12 @@ int run_ppo(Context& ctx) {
   const std::string model_dir = cfg.is_set("model.path") ? cfg.get_string("model.path") : std::string();
   const bool random_init = cfg.get_string("model.init") == "random";
   const bool full = cfg.get_bool("train.full_finetune");
+  const bool shard_base = cfg.get_bool("model.shard_base");
+  if (shard_base && full)
+    env.agree([&] {
+      throw UserError("key 'model.shard_base' = true with train.full_finetune = true: only a frozen base is sharded "
+                      "(LoRA training); set one of them to false");
+    });
 
   std::unique_ptr<rl::Rewards> rewards;
   env.agree([&] { rewards = std::make_unique<rl::Rewards>(rl::Rewards::from_config(cfg)); });
@@ -38,15 +45,9 @@ int run_ppo(Context& ctx) {
                       "ppo.num_mini_batches sets the optimizer steps): leave it at 1");
     });
 
-  if (cfg.get_bool("model.shard_base"))
-    env.agree([&] {
-      throw UserError("key 'model.shard_base' = true is not supported by ppo yet (its rollouts and value passes do "
-                      "not gather a sharded base in lockstep): set it to false");
-    });
-
   RlInputs inputs;
   env.agree([&] {
-    inputs = load_rl_inputs(ctx, full, 1, "ppo.max_prompt_length", "ppo.response_length");
+    inputs = load_rl_inputs(ctx, full, shard_base ? env.size() : 1, "ppo.max_prompt_length", "ppo.response_length");
     const std::int64_t batch = cfg.get_int("train.batch_size");
     check_batch_fits(inputs.model, "train.batch_size", batch, static_cast<double>(batch) / env.size(),
                      static_cast<double>(inputs.longest), "lower it or ppo.response_length");
@@ -58,11 +59,16 @@ int run_ppo(Context& ctx) {
 
   auto ops = make_ops(ctx);
   const train::LossScaling scaling = loss_scaling(ctx, ops->storage());
-  model::Transformer net(mc, *ops, model_options(cfg, full));  // (model.shard_base was refused above)
+  // model.shard_base: each rank holds 1/P of the decoder layers and gathers a layer through the communicator before
+  // it runs; the value head reads the policy's own final hidden state, so there is no second base to shard.
+  const model::ModelOptions mo = model_options(cfg, full);
+  train::CommGatherer gatherer(ctx.comm, *ops);
+  model::Transformer net(mc, *ops, mo, mo.shard_base ? &gatherer : nullptr);
   const auto seed = static_cast<std::uint64_t>(cfg.get_int("train.seed"));
   env.agree([&] {
     if (random_init) net.init_random(seed, static_cast<float>(cfg.get_float("model.init_std")));
     else net.load_weights(model_dir);
+    log_base_memory(net);
     if (!full) setup_trainable_lora(ctx, net, seed);
   });
 

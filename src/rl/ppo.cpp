@@ -84,7 +84,10 @@ PpoEval PpoTrainer::evaluate() {
   long long right = 0;
   std::vector<Prompt> prompts;
   for (std::size_t i = lo; i < hi; ++i) prompts.push_back({static_cast<std::int64_t>(i), eval_[i].tokens});
-  if (!prompts.empty()) {
+  // On a sharded base every generation step gathers the layers collectively: a rank with fewer held-out prompts (or
+  // none: more ranks than prompts) keeps stepping until every rank is done.
+  const bool lockstep = model_.definition().sharded();
+  if (!prompts.empty() || lockstep) {
     GenerationOptions g;
     g.max_new_tokens = opts_.eval_max_new_tokens;
     g.sampling.temperature = 0;  // greedy
@@ -93,6 +96,7 @@ PpoEval PpoTrainer::evaluate() {
     g.max_prefill_tokens = opts_.max_prefill_tokens;
     g.kv_block_size = opts_.kv_block_size;
     g.sync_interval = opts_.sync_interval;
+    if (lockstep) g.lockstep = lockstep_;
     Generator gen(model_, g, [&](const std::vector<std::int32_t>& ids) { return tok_.decode(ids, true); });
     std::vector<RewardSample> samples;
     for (const auto& c : gen.generate(prompts))
@@ -139,6 +143,8 @@ void PpoTrainer::update(nlohmann::json* metrics) {
     g.kv_block_size = opts_.kv_block_size;
     g.sync_interval = opts_.sync_interval;
     g.use_lora = true;
+    // A sharded base: the ranks' responses end at different steps, so the ranks agree on every generation step.
+    if (model_.definition().sharded()) g.lockstep = lockstep_;
     std::vector<Prompt> prompts;
     for (std::size_t j = lo; j < lo + static_cast<std::size_t>(per); ++j)
       prompts.push_back({static_cast<std::int64_t>(j), train_[indices[j]].tokens});
@@ -342,17 +348,26 @@ std::int64_t PpoTrainer::run() {
     nlohmann::json j = {{"step", state_.step + steps_per_update()}};
     const std::int64_t before = state_.step;
     update(&j);
+    const model::ModelDef& def = model_.definition();
+    if (def.sharded()) {  // model.shard_base: what each rank holds of the base, and the gather workspace
+      j["base_bytes_per_rank"] = def.base_bytes_held();
+      j["gather_workspace_bytes"] = def.gather_workspace_bytes();
+    }
     rlog.emit(j, state_.step);
     if (rlog.rank0() && (state_.step % std::max(1, opts_.log_every) == 0 || state_.step == end)) {
-      char line[320];
-      std::snprintf(line, sizeof(line),
-                    "step %lld/%lld | score %.3f | kl %.4f | policy loss %.4f | value loss %.4f | clipfrac %.3f | "
-                    "len %.1f | lr %.2e",
-                    static_cast<long long>(state_.step), static_cast<long long>(opts_.max_steps),
-                    j["objective/scores"].get<double>(), j["objective/kl"].get<double>(),
-                    j["loss/policy_avg"].get<double>(), j["loss/value_avg"].get<double>(),
-                    j["policy/clipfrac_avg"].get<double>(), j["completions/mean_length"].get<double>(),
-                    j["lr"].get<double>());
+      char line[400];
+      int k = std::snprintf(line, sizeof(line),
+                            "step %lld/%lld | score %.3f | kl %.4f | policy loss %.4f | value loss %.4f | clipfrac %.3f | "
+                            "len %.1f | lr %.2e",
+                            static_cast<long long>(state_.step), static_cast<long long>(opts_.max_steps),
+                            j["objective/scores"].get<double>(), j["objective/kl"].get<double>(),
+                            j["loss/policy_avg"].get<double>(), j["loss/value_avg"].get<double>(),
+                            j["policy/clipfrac_avg"].get<double>(), j["completions/mean_length"].get<double>(),
+                            j["lr"].get<double>());
+      if (def.sharded())
+        std::snprintf(line + k, sizeof(line) - static_cast<std::size_t>(k), " | base %.1f MiB/rank + gather %.1f MiB",
+                      static_cast<double>(def.base_bytes_held()) / (1 << 20),
+                      static_cast<double>(def.gather_workspace_bytes()) / (1 << 20));
       rlog.line(line);
     }
     rlog.progress(state_.step, first, opts_.max_steps, train::seconds_since(t0));

@@ -5,8 +5,11 @@
 // seeded order shared by all ranks, num_mini_batches optimizer steps each, every rank training the sequences of the
 // mini-batch it holds; with ppo.kl_target the KL coefficient adapts after each update (from global statistics, so
 // every rank agrees). Checkpoints are written at update boundaries only (value head and KL coefficient in their JSON).
+// On a sharded base (model.shard_base) every rank runs the same model passes: generation in lockstep, one scoring
+// pass per rank (equal blocks), one pass per mini-batch (zero-weight where a rank holds none of it).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -78,6 +81,8 @@ class PpoTrainer {
                       std::int64_t step);
 
   const dist::MpiEnv& env_;
+  // Generation on a sharded base (model.shard_base): the ranks agree before each model step whether any has work.
+  std::function<bool(bool)> lockstep_ = [this](bool work) { return env_.allreduce_sum(work ? 1LL : 0LL) > 0; };
   dist::Comm& comm_;
   model::Transformer& model_;
   const io::Tokenizer& tok_;

@@ -32,7 +32,7 @@ void ppo_score(model::Transformer& m, const ValueHead& vh, float temperature, in
                std::vector<PpoSample>& s);
 
 // One mini-batch on this rank: the samples `idx` (may be empty: then a pass with zero weights over sample 0, since
-// every rank takes part in the backward's gradient reduction), forward at 1 / temperature, their PpoTerms (returned;
+// every rank takes part in the backward's gradient reduction and, on a sharded base, in its layer gathers), forward at 1 / temperature, their PpoTerms (returned;
 // the caller sums them over ranks for the metrics), and, when `backward`, the gradients of
 //   loss = sum over the global mini-batch of pg terms / pg_tokens + vf_coef * 0.5 * vf terms / vf_tokens
 // (pg_tokens, vf_tokens: the global mini-batch's response tokens and value positions) times loss_scale, into the
