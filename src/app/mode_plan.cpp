@@ -115,11 +115,6 @@ int run_plan(dist::MpiEnv& env, const io::Config& cfg) {
     mode = cfg.mode_before_cli();
     if (mode != "sft" && mode != "grpo" && mode != "dpo" && mode != "ppo") mode = "sft";
     // What the modes refuse, plan refuses too (common.cpp check_model_fits, mode_ppo.cpp).
-    if (in.shard_base && (in.quantize == "nf4" || mc.bnb4bit))
-      throw UserError(std::string("key 'model.shard_base' = true cannot be combined with ") +
-                      (mc.bnb4bit ? "NF4 base weights (" + source + " has a bitsandbytes 4-bit quantization_config)"
-                                  : std::string("'model.quantize' = \"nf4\"")) +
-                      " yet: set model.shard_base = false");
     if (in.shard_base && mode == "ppo")
       throw UserError("key 'model.shard_base' = true is not supported by ppo yet (its rollouts and value passes do "
                       "not gather a sharded base in lockstep): set it to false");
