@@ -26,6 +26,7 @@ namespace {
 
 const std::string kNf4 = MGRL_TEST_DATA_DIR "/nf4/llama_nf4";
 const std::string kDense = MGRL_TEST_DATA_DIR "/nf4/llama_dense";
+const std::string kPlain = MGRL_TEST_DATA_DIR "/nf4/llama_nf4_plain";  // no double quantization
 
 using test::rel_error;
 
@@ -117,7 +118,8 @@ TEST(Qlora, BitsandbytesDirectoryMatchesTransformersPeftBitsandbytes) {
 }
 
 // Quantizing the bf16 source at load (model.quantize = "nf4", double quantization as the saved model has it) gives
-// the bitsandbytes directory's codes and absmax, hence the same numbers bit for bit.
+// the bitsandbytes directory's codes and absmax, hence the same numbers bit for bit; without double quantization,
+// those of the directory bitsandbytes saved so.
 TEST(Qlora, QuantizeAtLoadEqualsTheBitsandbytesDirectory) {
   ModelOptions o;
   o.quantize = Quantize::Nf4;
@@ -133,6 +135,11 @@ TEST(Qlora, QuantizeAtLoadEqualsTheBitsandbytesDirectory) {
   c.step();
   EXPECT_NE(c.lp, a.lp);
   EXPECT_LE(rel_error(c.lp, a.lp), 1e-2);
+  // ... and it is the bitsandbytes directory saved without double quantization (llama_nf4_plain), bit for bit
+  QloraRun d(kPlain);
+  d.step();
+  EXPECT_EQ(d.lp, c.lp);
+  EXPECT_EQ(d.grads, c.grads);
 }
 
 TEST(Qlora, WeightsStayNf4AndRecomputeGivesTheSameGradients) {
@@ -159,15 +166,15 @@ TEST(Qlora, WeightsStayNf4AndRecomputeGivesTheSameGradients) {
 
 // model.shard_base on one rank (one part: the layer's stored bytes copied into the gather workspace): the layers'
 // NF4 bytes are stored and gathered as NF4 and dequantized from the gathered copy, giving the unsharded model's
-// log-probs and gradients bit for bit, with and without double quantization; the base this process holds is the
-// unsharded one's NF4 and dense bytes (up to the 16-byte alignment of each tensor in a layer's range), never dense
-// projections.
-// The multi-rank forms are cli.*.qlora_shard_base_*.
+// log-probs and gradients bit for bit, with and without double quantization (the bitsandbytes directories, and the
+// bf16 source quantized at load); the base this process holds is the unsharded one's NF4 and dense bytes (up to the
+// 16-byte alignment of each tensor in a layer's range), never dense projections. The multi-rank forms are
+// cli.*.qlora_shard_base_equals_unsharded.
 TEST(Qlora, ShardedBaseOnOneRankGivesTheSameModel) {
-  for (const bool at_load : {false, true}) {
+  for (const std::string kind : {"bnb", "bnb_plain", "at_load"}) {
     ModelOptions o;
-    if (at_load) o.quantize = Quantize::Nf4;  // plain absmax: llama_nf4 is double-quantized
-    const std::string dir = at_load ? kDense : kNf4;
+    if (kind == "at_load") o.quantize = Quantize::Nf4;  // plain absmax: llama_nf4 is double-quantized
+    const std::string dir = kind == "at_load" ? kDense : kind == "bnb" ? kNf4 : kPlain;
     QloraRun plain(dir, o);
     o.shard_base = true;
     QloraRun shard(dir, o);
@@ -176,11 +183,11 @@ TEST(Qlora, ShardedBaseOnOneRankGivesTheSameModel) {
     plain.step();
     shard.step();
     kept.step();
-    EXPECT_EQ(plain.lp, shard.lp) << at_load;
-    EXPECT_EQ(plain.grads, shard.grads) << at_load;
-    EXPECT_EQ(plain.dembed, shard.dembed) << at_load;
-    EXPECT_EQ(plain.lp, kept.lp) << at_load;
-    EXPECT_EQ(plain.grads, kept.grads) << at_load;
+    EXPECT_EQ(plain.lp, shard.lp) << kind;
+    EXPECT_EQ(plain.grads, shard.grads) << kind;
+    EXPECT_EQ(plain.dembed, shard.dembed) << kind;
+    EXPECT_EQ(plain.lp, kept.lp) << kind;
+    EXPECT_EQ(plain.grads, kept.grads) << kind;
     const ModelDef& p = plain.model->definition();
     const ModelDef& d = shard.model->definition();
     ASSERT_TRUE(d.sharded() && d.quantized());
