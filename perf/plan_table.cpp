@@ -1,9 +1,9 @@
 // plan_table.cpp: the "what fits where" tables of docs/large-models.md, from model::memory_plan (the arithmetic of
 // `mgrl plan`): per-rank memory of a LoRA SFT step (r 16 on all seven linear layers, model.recompute, one sequence
 // of 2048 tokens a micro-batch) for the 7B / 32B / 70B shapes as bf16 LoRA, QLoRA (NF4 base, double-quantized
-// absmax) and QLoRA with the base sharded over the ranks (arithmetic only: mgrl refuses model.shard_base with NF4
-// weights for now), on 1, 2, 4 and 8 GPUs of 80 GB; and the largest
-// micro-batch (tokens) that fits. Predicted, not measured.
+// absmax) and QLoRA with the base sharded over the ranks (model.shard_base: each rank stores its part of every
+// decoder layer's NF4 bytes and gathers a layer's NF4 bytes before use), on 1, 2, 4 and 8 GPUs of 80 GB; and the
+// largest micro-batch (tokens) that fits. Predicted, not measured.
 //   build/perf/plan_table [GPU_GiB]    (default 79.6: what an 80 GB H100 shows to CUDA)
 #include <cstdio>
 #include <cstdlib>
@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
   const Setup setups[] = {{"bf16 LoRA", "none", false},
                           {"bf16 LoRA + shard_base", "none", true},
                           {"QLoRA (NF4)", "nf4", false},
-                          {"QLoRA + shard_base (refused yet)", "nf4", true}};
+                          {"QLoRA + shard_base", "nf4", true}};
   std::printf("| shape | setup | 1 GPU | 2 GPUs | 4 GPUs | 8 GPUs |\n|---|---|---|---|---|---|\n");
   for (const char* shape : {"qwen2.5-7b", "qwen2.5-32b", "llama-3.1-70b"}) {
     for (const Setup& s : setups) {

@@ -16,6 +16,8 @@ Files written (tests/data/nf4/README.md describes every tensor):
                          (transformers + PEFT + bitsandbytes on the CPU, float32) and the same computed in float64
                          with the bitsandbytes-dequantized weights in a dense model (tools/make_fixtures.py's exact
                          float64 forward); the script checks that the two agree.
+  llama_nf4_plain/       the same model quantized without double quantization (an fp32 absmax per block), the model
+                         directory only
 
 bitsandbytes runs on the CPU here. Quantization on the CPU is bitsandbytes' "default" (torch) kernel for the 4-bit
 codes and its native CPU library for the 8-bit (double-quantized) absmax. The reference dequantization is the
@@ -148,6 +150,12 @@ def make_model(out_dir):
     nf4 = os.path.join(out_dir, "llama_nf4")
     shutil.rmtree(nf4, ignore_errors=True)
     q.save_pretrained(nf4)
+    # The same without double quantization (fp32 absmax per block): the model directory only.
+    bnb.bnb_4bit_use_double_quant = False
+    q = AutoModelForCausalLM.from_pretrained(dense, quantization_config=bnb, device_map="cpu", dtype=torch.float32)
+    plain = os.path.join(out_dir, "llama_nf4_plain")
+    shutil.rmtree(plain, ignore_errors=True)
+    q.save_pretrained(plain)
 
 
 QLORA_R = 4

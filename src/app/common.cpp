@@ -56,13 +56,20 @@ train::LossScaling loss_scaling(const Context& ctx, DType storage) {
 void log_base_memory(model::Transformer& net) {
   const model::ModelDef& d = net.definition();
   if (!d.quantized()) return;
-  char buf[200];
+  char buf[300];
   std::snprintf(buf, sizeof buf,
                 "model: base projections NF4 (%.2f MiB), dequantized a layer at a time into a %.2f MiB workspace; "
                 "%.2f MiB dense",
                 static_cast<double>(d.nf4_bytes()) / 1048576.0, static_cast<double>(d.nf4_workspace_bytes()) / 1048576.0,
                 static_cast<double>(d.dense_numel() * d.ops().storage_size()) / 1048576.0);
-  log::info(buf);
+  std::string line = buf;
+  if (d.sharded()) {  // model.shard_base: the layers' NF4 and dense bytes sharded, gathered as stored
+    std::snprintf(buf, sizeof buf, "; sharded: %.2f MiB of the base on this rank, a %.2f MiB gather workspace",
+                  static_cast<double>(d.base_bytes_held()) / 1048576.0,
+                  static_cast<double>(d.gather_workspace_bytes()) / 1048576.0);
+    line += buf;
+  }
+  log::info(line);
 }
 
 void load_model(const Context& ctx, model::Transformer& net, const std::string& model_dir, const std::string& adapter) {
@@ -189,26 +196,26 @@ void check_model_fits(const Context& ctx, const io::ModelConfig& mc, const std::
   // QLoRA (model.quantize = "nf4", or a bitsandbytes 4-bit directory): the projections as NF4 (4.5 bits a weight,
   // 4.127 double-quantized) plus one layer of them dequantized in the workspace; the rest as stored.
   const bool nf4 = !full && (mc.bnb4bit || ctx.cfg.get_string("model.quantize") == "nf4");
-  if (nf4 && ctx.cfg.get_bool("model.shard_base"))
-    throw UserError(std::string("key 'model.shard_base' = true cannot be combined with ") +
-                    (mc.bnb4bit ? "NF4 base weights (" + config_json + " has a bitsandbytes 4-bit quantization_config)"
-                                : std::string("'model.quantize' = \"nf4\"")) +
-                    " yet: set model.shard_base = false");
-  double params = io::parameter_count(mc);
-  if (shard_parts > 1) {  // model.shard_base: 1/P of the decoder layers, plus two gathered layers
-    const double h = static_cast<double>(mc.hidden_size), V = static_cast<double>(mc.vocab_size);
-    const double whole = V * h * (mc.tie_word_embeddings ? 1.0 : 2.0) + h;  // embeddings, LM head, final norm
-    const double layer = (params - whole) / static_cast<double>(std::max<std::int64_t>(1, mc.num_hidden_layers));
-    params = whole + (params - whole) / shard_parts + 2.0 * layer;
-  }
-  double bytes = params * (gpu ? (full ? 18.0 : 2.0) : (full ? 16.0 : 4.0));
-  if (nf4) {
-    const bool dq = mc.bnb4bit ? mc.bnb4bit->double_quant : ctx.cfg.get_bool("model.quantize_double");
-    const double layer_proj = static_cast<double>(mc.hidden_size) *
-                              static_cast<double>(2 * mc.q_dim() + 2 * mc.kv_dim() + 3 * mc.intermediate_size);
-    const double proj = layer_proj * static_cast<double>(mc.num_hidden_layers);
+  const double params = io::parameter_count(mc);
+  const double h = static_cast<double>(mc.hidden_size), V = static_cast<double>(mc.vocab_size);
+  const double L = static_cast<double>(std::max<std::int64_t>(1, mc.num_hidden_layers));
+  const double whole = V * h * (mc.tie_word_embeddings ? 1.0 : 2.0) + h;  // embeddings, LM head, final norm
+  const double layer_params = (params - whole) / L;
+  double bytes = 0;
+  if (full) {
+    double p = params;  // model.shard_base: 1/P of the decoder layers, plus two gathered layers
+    if (shard_parts > 1) p = whole + (params - whole) / shard_parts + 2.0 * layer_params;
+    bytes = p * (gpu ? 18.0 : 16.0);
+  } else {
     const double stored = gpu ? 2.0 : 4.0;
-    bytes = (io::parameter_count(mc) - proj) * stored + proj * (dq ? 4.127 : 4.5) / 8.0 + layer_proj * stored;
+    const bool dq = nf4 && (mc.bnb4bit ? mc.bnb4bit->double_quant : ctx.cfg.get_bool("model.quantize_double"));
+    const double layer_proj =
+        nf4 ? h * static_cast<double>(2 * mc.q_dim() + 2 * mc.kv_dim() + 3 * mc.intermediate_size) : 0.0;
+    // One decoder layer as stored; model.shard_base: 1/P of the layers on a rank, plus two gathered layers (NF4
+    // bytes when quantized); NF4 adds one layer's projections dequantized in the workspace.
+    const double layer = (layer_params - layer_proj) * stored + layer_proj * (dq ? 4.127 : 4.5) / 8.0;
+    const double layers = shard_parts > 1 ? L * layer / shard_parts + 2.0 * layer : L * layer;
+    bytes = whole * stored + layers + layer_proj * stored;
   }
   const double memory = static_cast<double>(gpu ? ctx.device.gpu.memory_bytes : io::host_memory_bytes());
   if (memory > 0 && bytes > memory) {

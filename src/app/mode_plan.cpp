@@ -114,12 +114,6 @@ int run_plan(dist::MpiEnv& env, const io::Config& cfg) {
 
     mode = cfg.mode_before_cli();
     if (mode != "sft" && mode != "grpo" && mode != "dpo" && mode != "ppo") mode = "sft";
-    // What the modes refuse, plan refuses too (common.cpp check_model_fits).
-    if (in.shard_base && (in.quantize == "nf4" || mc.bnb4bit))
-      throw UserError(std::string("key 'model.shard_base' = true cannot be combined with ") +
-                      (mc.bnb4bit ? "NF4 base weights (" + source + " has a bitsandbytes 4-bit quantization_config)"
-                                  : std::string("'model.quantize' = \"nf4\"")) +
-                      " yet: set model.shard_base = false");
     const std::int64_t max_pos = mc.max_position_embeddings > 0 ? mc.max_position_embeddings : (1 << 30);
     const std::int64_t batch = cfg.get_int("train.batch_size"), accum = cfg.get_int("train.grad_accum");
     const std::int64_t per_rank = std::max<std::int64_t>(1, batch / in.ranks);

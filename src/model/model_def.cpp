@@ -75,8 +75,9 @@ ModelDef::ModelDef(io::ModelConfig cfg, kernels::Ops& ops, ModelOptions opts, Ga
     base_.push_back(b);
     base_numel_ += static_cast<std::size_t>(io::shape_numel(t.shape));
   }
-  // Where each tensor is stored. Unsharded: as in the base arena. shard_base: the unsharded tensors first, then this
-  // rank's part of each decoder layer (a layer's tensors are contiguous in the base arena: expected_tensors order).
+  // Where each tensor is stored. Unsharded: as in the base arena. shard_base: the tensors outside the decoder layers
+  // in weights_, and this rank's part of each decoder layer's stored bytes in parts_mem_ (a layer's dense tensors are
+  // contiguous in the base arena: expected_tensors order).
   const std::size_t n_layers = static_cast<std::size_t>(cfg_.num_hidden_layers);
   stored_offset_.assign(base_.size(), 0);
   tensor_layer_.assign(base_.size(), -1);
@@ -85,14 +86,6 @@ ModelDef::ModelDef(io::ModelConfig cfg, kernels::Ops& ops, ModelOptions opts, Ga
     stored_numel_ = dense_numel_;
   } else {
     MGRL_CHECK(!opts_.full_finetune, "shard_base shards a frozen base: not with full fine-tuning");
-    if (nf4) {  // a layer's NF4 bytes are not (yet) part of the gathered range
-      if (bnb)
-        throw UserError("key 'model.shard_base' = true cannot be combined with NF4 base weights (the model's "
-                        "config.json has a bitsandbytes 4-bit quantization_config) yet: give the unquantized model "
-                        "or set model.shard_base = false");
-      throw UserError("key 'model.shard_base' = true cannot be combined with 'model.quantize' = \"nf4\" yet: set "
-                      "one of them off");
-    }
     if (gatherer_) {
       parts_ = gatherer_->parts();
       part_index_ = gatherer_->index();
@@ -105,25 +98,40 @@ ModelDef::ModelDef(io::ModelConfig cfg, kernels::Ops& ops, ModelOptions opts, Ga
       const BaseTensor& t = base_[i];
       const std::size_t n = static_cast<std::size_t>(io::shape_numel(t.shape));
       if (t.name.compare(0, prefix.size(), prefix) != 0) {
+        MGRL_CHECK(t.nf4 < 0, "an NF4 tensor outside the decoder layers");
         stored_offset_[i] = stored_numel_;
         stored_numel_ += n;
         continue;
       }
       const int l = std::stoi(t.name.substr(prefix.size()));
       tensor_layer_[i] = l;
+      if (t.nf4 >= 0) continue;  // after the layer's dense tensors, below
       LayerShard& sh = shards_[static_cast<std::size_t>(l)];
       if (!seen[static_cast<std::size_t>(l)]) sh.begin = t.offset;
       seen[static_cast<std::size_t>(l)] = true;
-      MGRL_CHECK(t.offset == sh.begin + sh.numel, "a decoder layer's tensors are not contiguous");
+      MGRL_CHECK(t.offset == sh.begin + sh.numel, "a decoder layer's dense tensors are not contiguous");
       sh.numel += n;
     }
+    // A layer's stored bytes: its dense tensors, then its NF4 projections (codes and absmax state), 16-byte aligned.
+    for (LayerShard& sh : shards_) sh.bytes = sh.numel * ops_.storage_size();
+    for (std::size_t i = 0; i < base_.size(); ++i)
+      if (tensor_layer_[i] >= 0 && base_[i].nf4 >= 0) {
+        LayerShard& sh = shards_[static_cast<std::size_t>(tensor_layer_[i])];
+        Nf4Slot& q = nf4_[static_cast<std::size_t>(base_[i].nf4)];
+        q.layer = tensor_layer_[i];
+        q.at = align16(sh.bytes);
+        sh.bytes = q.at + q.bytes;
+      }
+    // P equal parts of a multiple of 16 bytes (so that no stored element straddles two parts), the last one padded;
+    // every rank computes the same split from the config alone.
     const std::size_t P = static_cast<std::size_t>(parts_);
     for (LayerShard& sh : shards_) {
-      sh.part_numel = (sh.numel + P - 1) / P;
-      sh.stored = stored_numel_;
-      stored_numel_ += sh.part_numel;
-      slot_numel_ = std::max(slot_numel_, sh.part_numel * P);
+      sh.part_bytes = align16((sh.bytes + P - 1) / P);
+      sh.stored = parts_bytes_;
+      parts_bytes_ += sh.part_bytes;
+      slot_bytes_ = std::max(slot_bytes_, sh.part_bytes * P);
     }
+    if (parts_bytes_ > 0) parts_mem_ = ops_.alloc(parts_bytes_);
   }
   weights_ = ops_.alloc(stored_numel_ * ops_.storage_size());
   if (!nf4_.empty()) {
@@ -131,20 +139,10 @@ ModelDef::ModelDef(io::ModelConfig cfg, kernels::Ops& ops, ModelOptions opts, Ga
     ops_.upload(nf4_tables_, kernels::cpu::nf4_code(), 16 * sizeof(float));
     ops_.upload(nf4_tables_ + 16, kernels::cpu::dynamic_code(), 256 * sizeof(float));
     for (Nf4Slot& s : nf4_) {
-      s.mem = ops_.alloc(s.bytes);
       nf4_bytes_ += s.bytes;
-      const std::int64_t n = s.rows * s.cols, blocks = kernels::cpu::nf4_blocks(n);
-      char* p = static_cast<char*>(s.mem);
-      s.w.codes = reinterpret_cast<const std::uint8_t*>(p);
-      s.w.code = nf4_tables_;
-      p += align16(static_cast<std::size_t>(kernels::cpu::nf4_code_bytes(n)));
-      if (s.double_quant) {
-        s.w.qabsmax = reinterpret_cast<const std::uint8_t*>(p);
-        s.w.nested_absmax = reinterpret_cast<const float*>(p + align16(static_cast<std::size_t>(blocks)));
-        s.w.nested_code = nf4_tables_ + 16;
-      } else {
-        s.w.absmax = reinterpret_cast<const float*>(p);
-      }
+      if (opts_.shard_base) continue;  // stored in its layer's parts; gathered, then read through nf4_at
+      s.mem = ops_.alloc(s.bytes);
+      s.w = nf4_at(s, static_cast<const char*>(s.mem));
     }
   }
   // base_grads_ and master_ below exist for full fine-tuning only, which has no NF4 tensor: base_numel_ = dense.
@@ -201,7 +199,7 @@ ModelDef::ModelDef(io::ModelConfig cfg, kernels::Ops& ops, ModelOptions opts, Ga
     G.q_norm = grad(H.q_norm);
     G.k_norm = grad(H.k_norm);
     for (int m = 0; m < kNumModules; ++m) {
-      if (H.W[m].kind == WeightKind::Nf4) layer_nf4_[static_cast<std::size_t>(l)] = true;
+      if (base_[static_cast<std::size_t>(H.W[m].tensor)].nf4 >= 0) layer_nf4_[static_cast<std::size_t>(l)] = true;
       G.W[m] = grad(H.W[m]);
       G.bias[m] = grad(H.bias[m]);
     }
@@ -212,7 +210,7 @@ ModelDef::ModelDef(io::ModelConfig cfg, kernels::Ops& ops, ModelOptions opts, Ga
 
   if (opts_.shard_base) {  // the gather workspace: double-buffered, or one slot per layer when kept
     const std::size_t n_slots = opts_.shard_keep ? n_layers : std::min<std::size_t>(2, n_layers);
-    for (std::size_t i = 0; i < n_slots; ++i) slots_.push_back(ops_.alloc(slot_numel_ * ops_.storage_size()));
+    for (std::size_t i = 0; i < n_slots; ++i) slots_.push_back(ops_.alloc(slot_bytes_));
     slot_layer_.assign(n_slots, -1);
     slot_pending_.assign(n_slots, false);
     slot_weights_.resize(n_slots);
@@ -262,7 +260,9 @@ ModelDef::~ModelDef() {
   ops_.release(inv_freq_);
   if (inv_freq_local_) ops_.release(inv_freq_local_);
   ops_.release(weights_);
-  for (Nf4Slot& s : nf4_) ops_.release(s.mem);
+  if (parts_mem_) ops_.release(parts_mem_);
+  for (Nf4Slot& s : nf4_)
+    if (s.mem) ops_.release(s.mem);
   if (nf4_tables_) ops_.release(nf4_tables_);
   if (workspace_) ops_.release(workspace_);
   if (base_grads_) ops_.release(base_grads_);
@@ -283,7 +283,8 @@ const void* ModelDef::dense(const WeightHandle& h) const {
   if (!h.present()) return nullptr;
   const std::size_t t = static_cast<std::size_t>(h.tensor), S = ops_.storage_size();
   if (h.kind == WeightKind::Dense) return static_cast<const char*>(weights_) + stored_offset_[t] * S;
-  MGRL_CHECK(h.kind == WeightKind::Shard, "an NF4 base weight is read through layer(l), not dense()");
+  MGRL_CHECK(h.kind == WeightKind::Shard && base_[t].nf4 < 0,
+             "an NF4 base weight is read through layer(l), not dense()");
   for (std::size_t s = 0; s < slots_.size(); ++s)
     if (slot_layer_[s] == h.layer)
       return static_cast<const char*>(slots_[s]) +
@@ -300,7 +301,7 @@ LayerWeights ModelDef::resolve(const LayerHandles& H) const {
   D.post_attn_norm = dense(H.post_attn_norm);
   D.post_mlp_norm = dense(H.post_mlp_norm);
   for (int m = 0; m < kNumModules; ++m) {
-    if (H.W[m].kind == WeightKind::Nf4)  // dequantized into the workspace by layer(l)
+    if (H.W[m].present() && base_[static_cast<std::size_t>(H.W[m].tensor)].nf4 >= 0)  // dequantized by layer(l)
       D.W[m] = static_cast<const char*>(workspace_) + ws_offset_[static_cast<std::size_t>(m)];
     else
       D.W[m] = dense(H.W[m]);
@@ -316,15 +317,7 @@ std::size_t ModelDef::slot_of(int l) const {
 const LayerWeights& ModelDef::layer(int l) const {
   if (!opts_.shard_base) {
     const std::size_t li = static_cast<std::size_t>(l);
-    if (layer_nf4_[li] && ws_layer_ != l) {
-      const LayerHandles& H = layers_[li];
-      for (int m = 0; m < kNumModules; ++m) {
-        if (H.W[m].kind != WeightKind::Nf4) continue;
-        const Nf4Slot& s = nf4_[static_cast<std::size_t>(base_[static_cast<std::size_t>(H.W[m].tensor)].nf4)];
-        ops_.dequantize_nf4(const_cast<void*>(dense_layers_[li].W[m]), s.w, 0, s.rows * s.cols);
-      }
-      ws_layer_ = l;
-    }
+    if (layer_nf4_[li] && ws_layer_ != l) dequantize_layer(l, nullptr);
     return dense_layers_[li];
   }
   if (last_layer_ >= 0 && l != last_layer_) direction_ = l > last_layer_ ? 1 : -1;
@@ -335,6 +328,9 @@ const LayerWeights& ModelDef::layer(int l) const {
     gatherer_->wait();
     slot_pending_.assign(slot_pending_.size(), false);
   }
+  // NF4 projections: dequantized from the gathered bytes into the workspace, as the unsharded path does from its own.
+  if (layer_nf4_[static_cast<std::size_t>(l)] && ws_layer_ != l)
+    dequantize_layer(l, static_cast<const char*>(slots_[s]));
   // Prefetch the next layer of the walk into its slot. Its gather is queued after the work queued so far, which
   // includes the last reads of the layer that slot held (two back in the walk), and runs beside layer l.
   const int next = l + direction_;
@@ -347,14 +343,13 @@ const LayerWeights& ModelDef::layer(int l) const {
 
 void ModelDef::gather(int l, std::size_t slot, bool prefetch) const {
   const LayerShard& sh = shards_[static_cast<std::size_t>(l)];
-  const std::size_t S = ops_.storage_size();
-  const void* part = static_cast<const char*>(weights_) + sh.stored * S;
+  const void* part = static_cast<const char*>(parts_mem_) + sh.stored;
   if (gatherer_ && parts_ > 1) {
-    if (prefetch) gatherer_->all_gather_async(part, slots_[slot], sh.part_numel * S);
-    else gatherer_->all_gather(part, slots_[slot], sh.part_numel * S);
+    if (prefetch) gatherer_->all_gather_async(part, slots_[slot], sh.part_bytes);
+    else gatherer_->all_gather(part, slots_[slot], sh.part_bytes);
     slot_pending_[slot] = prefetch;
   } else {
-    ops_.copy(slots_[slot], part, sh.part_numel * S);
+    ops_.copy(slots_[slot], part, sh.part_bytes);
   }
   slot_layer_[slot] = l;
   slot_weights_[slot] = resolve(layers_[static_cast<std::size_t>(l)]);
@@ -370,7 +365,48 @@ void ModelDef::end_of_pass() const {
   slot_layer_.assign(slot_layer_.size(), -1);
 }
 
-std::size_t ModelDef::gather_workspace_bytes() const { return slots_.size() * slot_numel_ * ops_.storage_size(); }
+std::size_t ModelDef::gather_workspace_bytes() const { return slots_.size() * slot_bytes_; }
+
+kernels::Nf4Weight ModelDef::nf4_at(const Nf4Slot& s, const char* mem) const {
+  // codes, then (16-byte aligned) the f32 absmax, or the 8-bit absmax codes and (aligned) their f32 scales.
+  const std::int64_t n = s.rows * s.cols, blocks = kernels::cpu::nf4_blocks(n);
+  kernels::Nf4Weight w;
+  w.codes = reinterpret_cast<const std::uint8_t*>(mem);
+  w.code = nf4_tables_;
+  const char* p = mem + align16(static_cast<std::size_t>(kernels::cpu::nf4_code_bytes(n)));
+  if (s.double_quant) {
+    w.qabsmax = reinterpret_cast<const std::uint8_t*>(p);
+    w.nested_absmax = reinterpret_cast<const float*>(p + align16(static_cast<std::size_t>(blocks)));
+    w.nested_code = nf4_tables_ + 16;
+    w.offset = s.w.offset;
+  } else {
+    w.absmax = reinterpret_cast<const float*>(p);
+  }
+  return w;
+}
+
+void ModelDef::dequantize_layer(int l, const char* gathered) const {
+  const LayerHandles& H = layers_[static_cast<std::size_t>(l)];
+  for (int m = 0; m < kNumModules; ++m) {
+    if (!H.W[m].present()) continue;
+    const int q = base_[static_cast<std::size_t>(H.W[m].tensor)].nf4;
+    if (q < 0) continue;
+    const Nf4Slot& s = nf4_[static_cast<std::size_t>(q)];
+    ops_.dequantize_nf4(static_cast<char*>(workspace_) + ws_offset_[static_cast<std::size_t>(m)],
+                        gathered ? nf4_at(s, gathered + s.at) : s.w, 0, s.rows * s.cols);
+  }
+  ws_layer_ = l;
+}
+
+void ModelDef::store_part(int l, std::size_t at, const void* bytes, std::size_t n) {
+  // Bytes [at, at + n) of layer l's stored range: this rank keeps those that fall into its part.
+  const LayerShard& sh = shards_[static_cast<std::size_t>(l)];
+  const std::size_t lo = static_cast<std::size_t>(part_index_) * sh.part_bytes, hi = lo + sh.part_bytes;
+  const std::size_t from = std::max(at, lo), to = std::min(at + n, hi);
+  if (from < to)
+    ops_.upload(static_cast<char*>(parts_mem_) + sh.stored + (from - lo), static_cast<const char*>(bytes) + (from - at),
+                to - from);
+}
 
 float* ModelDef::grad(const WeightHandle& h) const {
   if (!base_grads_ || !h.present()) return nullptr;
@@ -390,6 +426,21 @@ void ModelDef::master_weights_changed() {
 
 void ModelDef::upload_nf4(Nf4Slot& s, const std::vector<std::uint8_t>& codes, const std::vector<float>& absmax,
                           const std::vector<std::uint8_t>& qabsmax, const std::vector<float>& nested, float offset) {
+  if (opts_.shard_base) {  // the tensor's bytes as an unsharded slot holds them; this rank stores its part of them
+    std::vector<char> img(s.bytes, 0);
+    const std::size_t abs_at = align16(codes.size());
+    std::memcpy(img.data(), codes.data(), codes.size());
+    if (s.double_quant) {
+      std::memcpy(img.data() + abs_at, qabsmax.data(), qabsmax.size());
+      std::memcpy(img.data() + abs_at + align16(qabsmax.size()), nested.data(), nested.size() * sizeof(float));
+      s.w.offset = offset;
+    } else {
+      std::memcpy(img.data() + abs_at, absmax.data(), absmax.size() * sizeof(float));
+    }
+    store_part(s.layer, s.at, img.data(), img.size());
+    ws_layer_ = -1;
+    return;
+  }
   ops_.upload(const_cast<std::uint8_t*>(s.w.codes), codes.data(), codes.size());
   if (s.double_quant) {
     ops_.upload(const_cast<std::uint8_t*>(s.w.qabsmax), qabsmax.data(), qabsmax.size());
@@ -422,11 +473,13 @@ void ModelDef::upload_tensor(std::size_t index, const std::vector<float>& host) 
   const std::size_t S = ops_.storage_size();
   if (tensor_layer_[index] >= 0) {  // shard_base: the elements of this rank's part only
     const LayerShard& sh = shards_[static_cast<std::size_t>(tensor_layer_[index])];
-    const std::size_t lo = sh.begin + static_cast<std::size_t>(part_index_) * sh.part_numel, hi = lo + sh.part_numel;
-    const std::size_t from = std::max(t.offset, lo), to = std::min(t.offset + host.size(), hi);
+    // In elements of the layer's stored range (a part is a whole number of elements: part_bytes is a multiple of 16).
+    const std::size_t lo = static_cast<std::size_t>(part_index_) * sh.part_bytes / S, hi = lo + sh.part_bytes / S;
+    const std::size_t first = t.offset - sh.begin;
+    const std::size_t from = std::max(first, lo), to = std::min(first + host.size(), hi);
     if (from < to)
-      ops_.upload_f32_as_storage(static_cast<char*>(weights_) + (sh.stored + from - lo) * S,
-                                 host.data() + (from - t.offset), to - from);
+      ops_.upload_f32_as_storage(static_cast<char*>(parts_mem_) + sh.stored + (from - lo) * S,
+                                 host.data() + (from - first), to - from);
     return;
   }
   ops_.upload_f32_as_storage(static_cast<char*>(weights_) + stored_offset_[index] * S, host.data(), host.size());

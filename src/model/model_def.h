@@ -27,9 +27,10 @@ struct ModelOptions {
   // storage-dtype weights the kernels read whenever storage is not f32 (the GPU); true keeps them on f32 storage
   // too (tests: the same logic on the CPU backend).
   bool master_weights = false;
-  // Each rank stores 1/P of every decoder layer's base weights (the layer's tensors as one flat range, padded to P
-  // equal parts); layer(l) all-gathers layer l into a double-buffered workspace (model.shard_base). The embeddings,
-  // the final norm and the LM head stay whole on every rank. Not with full_finetune.
+  // Each rank stores 1/P of every decoder layer's base weights (the layer's stored bytes as one flat range: its dense
+  // tensors, then its NF4 projections' codes and absmax state; padded to P equal parts); layer(l) all-gathers layer l
+  // into a double-buffered workspace (model.shard_base), NF4 projections then dequantized from the gathered copy.
+  // The embeddings, the final norm and the LM head stay whole on every rank. Not with full_finetune.
   bool shard_base = false;
   // With shard_base: the layers gathered by a training forward stay gathered until the end of its backward (one
   // workspace per layer: no gather in the backward, no memory saved at the peak of a step).
@@ -42,7 +43,8 @@ struct ModelOptions {
 
 // How a base weight is held. Dense: the whole tensor in the backend's storage dtype. The other kinds are
 // materialised into a dense workspace by ModelDef::layer() before an executor reads them: NF4-quantized blocks
-// (dequantized), or Shard: this rank's part of a decoder layer's weights, the layer gathered from all ranks on demand.
+// (dequantized), or Shard: this rank's part of a decoder layer's weights, the layer gathered from all ranks on demand
+// (a sharded NF4 projection is gathered as NF4 bytes and dequantized from the gathered copy).
 enum class WeightKind { Dense, Nf4, Shard };
 
 // One base tensor: its kind and its place among base_tensors(). A default handle is absent (e.g. no bias).
@@ -115,15 +117,17 @@ class ModelDef {
   bool sharded() const { return opts_.shard_base; }
   // Bytes of base weights this rank holds (its parts and the unsharded tensors, NF4 bytes included), and of the
   // gather workspace.
-  std::size_t base_bytes_held() const { return stored_numel_ * ops_.storage_size() + nf4_bytes_; }
+  std::size_t base_bytes_held() const {
+    return stored_numel_ * ops_.storage_size() + (opts_.shard_base ? parts_bytes_ : nf4_bytes_);
+  }
   std::size_t gather_workspace_bytes() const;
   std::uint64_t gathers() const { return gathers_; }  // layers gathered so far
   // Forget which layer the NF4 workspace holds, so that the next layer(l) dequantizes again (a recorded op sequence
   // must contain its dequantizations: the inference engine calls this at the start of each forward it may record).
   void invalidate_workspace() const { ws_layer_ = -1; }
   // Base parameters held dense (the arena of base_weights() when unsharded) and the bytes of the NF4 weights
-  // (codes + absmax state, backend memory); the NF4 workspace (one layer's projections, storage dtype) is
-  // nf4_workspace_bytes().
+  // (codes + absmax state, backend memory; the whole model's, of which a sharded rank holds its parts); the NF4
+  // workspace (one layer's projections, storage dtype) is nf4_workspace_bytes().
   std::size_t dense_numel() const { return dense_numel_; }
   std::size_t nf4_bytes() const { return nf4_bytes_; }
   std::size_t nf4_workspace_bytes() const { return ws_bytes_; }
@@ -183,6 +187,9 @@ class ModelDef {
   struct Nf4Slot;
   void upload_nf4(Nf4Slot& s, const std::vector<std::uint8_t>& codes, const std::vector<float>& absmax,
                   const std::vector<std::uint8_t>& qabsmax, const std::vector<float>& nested, float offset);
+  kernels::Nf4Weight nf4_at(const Nf4Slot& s, const char* mem) const;  // s's pointers into its bytes at mem
+  void dequantize_layer(int l, const char* gathered) const;  // gathered: the layer's gathered bytes (shard_base)
+  void store_part(int l, std::size_t at, const void* bytes, std::size_t n);  // shard_base: this rank's part of them
 
   io::ModelConfig cfg_;
   kernels::Ops& ops_;
@@ -203,27 +210,34 @@ class ModelDef {
   std::vector<std::size_t> stored_offset_;
   std::vector<int> tensor_layer_;  // -1: not sharded
   std::size_t stored_numel_ = 0;   // elements of weights_
-  // shard_base: layer l's tensors are base-arena elements [begin, begin + numel); this rank stores part `index`
-  // of part_numel elements at weights_ + stored.
+  // shard_base: layer l's stored bytes, `bytes` of them, are laid out as its dense tensors (base-arena elements
+  // [begin, begin + numel), storage dtype, at byte (offset - begin) * storage size), then each of its NF4
+  // projections' bytes (laid out as an unsharded Nf4Slot's memory, at Nf4Slot::at, 16-byte aligned). They are
+  // split into P parts of part_bytes (a multiple of 16; the last part padded), the same on every rank; this rank
+  // stores part `index` at parts_mem_ + stored.
   struct LayerShard {
-    std::size_t begin = 0, numel = 0, part_numel = 0, stored = 0;
+    std::size_t begin = 0, numel = 0, bytes = 0, part_bytes = 0, stored = 0;
   };
   std::vector<LayerShard> shards_;
+  void* parts_mem_ = nullptr;    // this rank's parts of every decoder layer
+  std::size_t parts_bytes_ = 0;  // its bytes
   Gatherer* gatherer_ = nullptr;
   int parts_ = 1, part_index_ = 0;
   std::vector<void*> slots_;                      // gather workspace: 2 layers (all with shard_keep)
-  std::size_t slot_numel_ = 0;                    // elements of one slot: the largest layer's P parts
+  std::size_t slot_bytes_ = 0;                    // bytes of one slot: the largest layer's P parts
   mutable std::vector<int> slot_layer_;           // the layer each slot holds, -1 none
   mutable std::vector<LayerWeights> slot_weights_;
   mutable std::uint64_t gathers_ = 0;
   mutable std::vector<bool> slot_pending_;  // a prefetch into the slot may still be running
   mutable int last_layer_ = -1, direction_ = 1;  // the last layer asked for, and the way the layers are walked
   float* inv_freq_local_ = nullptr;  // sliding layers' (rope_local_theta), when they have their own
-  // NF4 weights: one backend allocation each (codes, then the absmax state), the shared code tables, and the
-  // workspace one layer's NF4 projections are dequantized into.
+  // NF4 weights: one backend allocation each (codes, then the absmax state; none when sharded: the bytes are then
+  // part of their layer's stored range, at byte `at` of it), the shared code tables, and the workspace one layer's
+  // NF4 projections are dequantized into.
   struct Nf4Slot {
     void* mem = nullptr;
-    std::size_t bytes = 0;
+    std::size_t bytes = 0, at = 0;
+    int layer = -1;  // shard_base: the decoder layer whose stored range holds it
     std::int64_t rows = 0, cols = 0;
     bool double_quant = false;
     kernels::Nf4Weight w;

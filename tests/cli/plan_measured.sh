@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # plan_measured.sh: `mgrl plan --plan.target=cpu` against the measured peak host memory (the largest process's
-# max RSS, tests/cli/peak_rss) of the same run on the CPU backend, one rank, one thread: within 10% or the test fails.
-# usage: plan_measured.sh MGRL PEAK_RSS SOURCE_DIR CASE    (CASE: sft, sft_recompute, grpo, shape_load)
+# max RSS, tests/cli/peak_rss) of the same run on the CPU backend, one rank (qlora_shard_np2: two ranks, planned with
+# --gpus 2), one thread: within 10% or the test fails.
+# usage: plan_measured.sh MGRL PEAK_RSS SOURCE_DIR CASE    (CASE: sft, sft_recompute, grpo, shape_load, qlora,
+#        qlora_shard_np2; qlora_shard_np2 launches with $MPIRUN 2 $MPIFLAGS, e.g. MPIRUN="mpiexec -n")
 set -eu
 mgrl=$1 peak_rss=$2 src=$3 case=$4
 work=$(mktemp -d)
@@ -32,6 +34,7 @@ TOML
 common=(--runtime.backend=cpu --runtime.threads=1 --model.init=random --checkpoint.dir= --log.dir=runs
         --train.max_steps=1)
 model=(--model.path="$src/tests/data/plan/llama_50m")
+ranks=1 launch=()
 case $case in
   sft) run=(sft "${common[@]}" "${model[@]}" --model.tokenizer="$src/inputs/quickstart" --data.input=sft.jsonl
             --train.batch_size=8 --train.max_seq_len=64) ;;
@@ -44,10 +47,20 @@ case $case in
   shape_load) run=(sft "${common[@]}" --model.shape=qwen2.5-0.5b --model.num_layers=1
                    --model.tokenizer="$src/inputs/quickstart" --data.input=sft.jsonl --train.batch_size=2
                    --train.max_seq_len=64) ;;
+  # QLoRA: the projections quantized to NF4 at load (double-quantized absmax), one layer dequantized at a time; on
+  # two ranks with the base sharded (each rank stores half of every layer's NF4 bytes, gathers two layers' worth).
+  qlora) run=(sft "${common[@]}" "${model[@]}" --model.tokenizer="$src/inputs/quickstart" --data.input=sft.jsonl
+              --train.batch_size=8 --train.max_seq_len=64 --model.quantize=nf4 --model.quantize_double=true) ;;
+  qlora_shard_np2) ranks=2
+    # shellcheck disable=SC2206  # MPIRUN and MPIFLAGS are words
+    launch=(${MPIRUN:?MPIRUN names the MPI launcher and its rank-count flag} 2 ${MPIFLAGS:-})
+    run=(sft "${common[@]}" "${model[@]}" --model.tokenizer="$src/inputs/quickstart" --data.input=sft.jsonl
+         --train.batch_size=8 --train.max_seq_len=64 --model.quantize=nf4 --model.quantize_double=true
+         --model.shard_base=true) ;;
   *) echo "unknown case $case"; exit 2 ;;
 esac
-plan_json=$("$mgrl" plan "${run[@]:1}" --plan.target=cpu --json)
-"$peak_rss" "$mgrl" "${run[@]}" > run.out 2> run.err || { cat run.out run.err; echo "FAIL: the run failed"; exit 1; }
+plan_json=$("$mgrl" plan "${run[@]:1}" --plan.target=cpu --gpus "$ranks" --json)
+"$peak_rss" "${launch[@]}" "$mgrl" "${run[@]}" > run.out 2> run.err || { cat run.out run.err; echo "FAIL: the run failed"; exit 1; }
 grep -q "^step 1/1 " run.out || { cat run.out run.err; echo "FAIL: no step line"; exit 1; }
 measured_kib=$(sed -n 's/^peak_rss_kib \([0-9]*\)$/\1/p' run.err)
 plan_bytes=$(echo "$plan_json" | grep -o '"total_bytes":[0-9.e+]*' | cut -d: -f2)

@@ -58,6 +58,26 @@ TEST(MemoryPlan, Nf4WorkspaceAndBytesAsAllocated) {
   EXPECT_EQ(nf4_workspace_bytes(mc, 4), static_cast<double>(net.definition().nf4_workspace_bytes()));
 }
 
+// A sharded NF4 base on one process (one part): what it holds and its gather workspace are the plan's NF4 counts
+// (base_weight_bytes, two layer_weight_bytes), within the 16-byte alignment of each tensor's NF4 bytes.
+TEST(MemoryPlan, ShardedNf4BaseAsAllocated) {
+  auto ops = kernels::make_cpu_ops();
+  const std::string dir = kData + "/nf4/llama_nf4";
+  const io::ModelConfig mc = io::parse_hf_config(dir + "/config.json");
+  ModelOptions opts;
+  opts.shard_base = true;
+  Transformer net(mc, *ops, opts);
+  net.load_weights(dir);
+  const ModelDef& d = net.definition();
+  ASSERT_TRUE(d.quantized() && d.sharded());
+  const double held = base_weight_bytes(mc, 4, "nf4", true, true, 1);
+  const double layer = layer_weight_bytes(mc, 4, "nf4", true);
+  EXPECT_NEAR(static_cast<double>(d.base_bytes_held()), held, 0.01 * held);
+  EXPECT_NEAR(static_cast<double>(d.gather_workspace_bytes()), 2 * layer, 0.01 * 2 * layer);
+  // dense projections would be 8 times the NF4 bytes
+  EXPECT_LT(static_cast<double>(d.gather_workspace_bytes()), 2 * layer_weight_bytes(mc, 4, "none", true) / 4);
+}
+
 TEST(MemoryPlan, KvCacheAndHeadScratchAsAllocated) {
   auto ops = kernels::make_cpu_ops();
   const io::ModelConfig mc = io::parse_hf_config(kData + "/models/llama_gqa/config.json");

@@ -1,7 +1,7 @@
 // test_qlora.cpp: QLoRA on the CPU backend: a model directory that transformers saved in bitsandbytes 4-bit form
 // (tests/data/nf4/llama_nf4) with a PEFT adapter, against what transformers + PEFT + bitsandbytes compute for it
 // (log-probs, loss, LoRA and input-embedding gradients); model.quantize = "nf4" at load gives the same model; the
-// NF4 weights stay NF4 in memory; full fine-tuning over NF4 is refused.
+// NF4 weights stay NF4 in memory (sharded with model.shard_base too); full fine-tuning over NF4 is refused.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -26,6 +26,7 @@ namespace {
 
 const std::string kNf4 = MGRL_TEST_DATA_DIR "/nf4/llama_nf4";
 const std::string kDense = MGRL_TEST_DATA_DIR "/nf4/llama_dense";
+const std::string kPlain = MGRL_TEST_DATA_DIR "/nf4/llama_nf4_plain";  // no double quantization
 
 using test::rel_error;
 
@@ -117,7 +118,8 @@ TEST(Qlora, BitsandbytesDirectoryMatchesTransformersPeftBitsandbytes) {
 }
 
 // Quantizing the bf16 source at load (model.quantize = "nf4", double quantization as the saved model has it) gives
-// the bitsandbytes directory's codes and absmax, hence the same numbers bit for bit.
+// the bitsandbytes directory's codes and absmax, hence the same numbers bit for bit; without double quantization,
+// those of the directory bitsandbytes saved so.
 TEST(Qlora, QuantizeAtLoadEqualsTheBitsandbytesDirectory) {
   ModelOptions o;
   o.quantize = Quantize::Nf4;
@@ -133,6 +135,11 @@ TEST(Qlora, QuantizeAtLoadEqualsTheBitsandbytesDirectory) {
   c.step();
   EXPECT_NE(c.lp, a.lp);
   EXPECT_LE(rel_error(c.lp, a.lp), 1e-2);
+  // ... and it is the bitsandbytes directory saved without double quantization (llama_nf4_plain), bit for bit
+  QloraRun d(kPlain);
+  d.step();
+  EXPECT_EQ(d.lp, c.lp);
+  EXPECT_EQ(d.grads, c.grads);
 }
 
 TEST(Qlora, WeightsStayNf4AndRecomputeGivesTheSameGradients) {
@@ -155,6 +162,46 @@ TEST(Qlora, WeightsStayNf4AndRecomputeGivesTheSameGradients) {
   // the host copy of an NF4 tensor is its dequantized value
   const auto q = plain.model->base_tensor_host("model.layers.1.mlp.down_proj.weight");
   EXPECT_EQ(q.size(), static_cast<std::size_t>(c.hidden_size * c.intermediate_size));
+}
+
+// model.shard_base on one rank (one part: the layer's stored bytes copied into the gather workspace): the layers'
+// NF4 bytes are stored and gathered as NF4 and dequantized from the gathered copy, giving the unsharded model's
+// log-probs and gradients bit for bit, with and without double quantization (the bitsandbytes directories, and the
+// bf16 source quantized at load); the base this process holds is the unsharded one's NF4 and dense bytes (up to the
+// 16-byte alignment of each tensor in a layer's range), never dense projections. The multi-rank forms are
+// cli.*.qlora_shard_base_equals_unsharded.
+TEST(Qlora, ShardedBaseOnOneRankGivesTheSameModel) {
+  for (const std::string kind : {"bnb", "bnb_plain", "at_load"}) {
+    ModelOptions o;
+    if (kind == "at_load") o.quantize = Quantize::Nf4;  // plain absmax: llama_nf4 is double-quantized
+    const std::string dir = kind == "at_load" ? kDense : kind == "bnb" ? kNf4 : kPlain;
+    QloraRun plain(dir, o);
+    o.shard_base = true;
+    QloraRun shard(dir, o);
+    o.recompute = o.shard_keep = true;
+    QloraRun kept(dir, o);
+    plain.step();
+    shard.step();
+    kept.step();
+    EXPECT_EQ(plain.lp, shard.lp) << kind;
+    EXPECT_EQ(plain.grads, shard.grads) << kind;
+    EXPECT_EQ(plain.dembed, shard.dembed) << kind;
+    EXPECT_EQ(plain.lp, kept.lp) << kind;
+    EXPECT_EQ(plain.grads, kept.grads) << kind;
+    const ModelDef& p = plain.model->definition();
+    const ModelDef& d = shard.model->definition();
+    ASSERT_TRUE(d.sharded() && d.quantized());
+    EXPECT_EQ(d.nf4_bytes(), p.nf4_bytes());
+    EXPECT_GE(d.base_bytes_held(), p.base_bytes_held());
+    EXPECT_LE(d.base_bytes_held(), p.base_bytes_held() + 16 * (kNumModules + 1) *
+                                                          static_cast<std::size_t>(p.config().num_hidden_layers));
+    // the gather workspace: two layers' stored bytes (NF4 + norms), not two layers of dense projections
+    const std::size_t layer_nf4 = p.nf4_bytes() / static_cast<std::size_t>(p.config().num_hidden_layers);
+    EXPECT_GE(d.gather_workspace_bytes(), 2 * layer_nf4);
+    EXPECT_LT(d.gather_workspace_bytes(), 2 * layer_nf4 + 2 * 1024);
+    EXPECT_GT(d.gathers(), 0u);
+    EXPECT_EQ(d.nf4_workspace_bytes(), p.nf4_workspace_bytes());
+  }
 }
 
 // The inference engine (KV cache, one token per sequence per call after a 2-token prefill) gives the training
