@@ -19,6 +19,7 @@ struct Spec {
   std::int64_t step = -1;
   std::int64_t count = 1;  // steps step .. step + count - 1 (grad_overflow)
   bool kill = false;
+  bool segv = false;  // action=segv: a call through a null function pointer
 };
 
 Spec parse(const char* text) {
@@ -27,7 +28,7 @@ Spec parse(const char* text) {
   const std::string all(text);
   const auto bad = [&all](const std::string& why) {
     return UserError("MGRL_FAULT_INJECT='" + all + "': " + why +
-                     " (expected <point>:rank=<R>:step=<N>[:action=throw|kill], or "
+                     " (expected <point>:rank=<R>:step=<N>[:action=throw|kill|segv], or "
                      "grad_overflow[_local]:rank=<R>:step=<N>[:count=<K>], or startup_stall:rank=<R>:step=0)");
   };
   std::size_t start = 0;
@@ -56,8 +57,9 @@ Spec parse(const char* text) {
       if (key == "rank") s.rank = static_cast<int>(v);
       else if (key == "step") s.step = v;
       else s.count = v;
-    } else if (key == "action" && !corrupts && (value == "throw" || value == "kill")) {
+    } else if (key == "action" && !corrupts && (value == "throw" || value == "kill" || value == "segv")) {
       s.kill = value == "kill";
+      s.segv = value == "segv";
     } else {
       throw bad("unknown field '" + field + "'");
     }
@@ -88,6 +90,10 @@ void point(const char* name, int rank, std::int64_t step) {
   if (s.kill) {
     ::kill(::getpid(), SIGKILL);
     ::pause();
+  }
+  if (s.segv) {  // as a library calling through a null function pointer would (core/crash.h reports it)
+    void (*volatile null_call)() = nullptr;
+    null_call();
   }
   throw FatalError(what);
 }

@@ -10,6 +10,7 @@
 #include <exception>
 #include <thread>
 
+#include "core/crash.h"
 #include "core/fault.h"
 #include "core/log.h"
 #include "dist/check_mpi.h"
@@ -84,6 +85,9 @@ void abort_job(int exit_code) {
 
 MpiEnv::MpiEnv(int* argc, char*** argv) {
   int provided = 0;
+  // A rank that dies of a signal says so in one line with its frames (Open MPI keeps a handler already installed).
+  crash::install();
+  crash::set_phase("MPI start-up (MPI_Init_thread and the first collectives)");
   arm_startup_deadline();
   // THREAD_MULTIPLE: the watchdog thread may call MPI_Abort while the main thread is inside MPI.
   MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
@@ -93,6 +97,7 @@ MpiEnv::MpiEnv(int* argc, char*** argv) {
   MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
   MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
   log::set_rank(rank_);
+  crash::set_rank(rank_);
 
   if (fault::fires("startup_stall", rank_, 0))
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
@@ -108,6 +113,7 @@ MpiEnv::MpiEnv(int* argc, char*** argv) {
   MPI_CHECK(MPI_Comm_free(&local));
   num_nodes_ = static_cast<int>(allreduce_sum(static_cast<long long>(local_rank_ == 0 ? 1 : 0)));
   g_started.store(true);
+  crash::set_phase("the run");
 }
 
 MpiEnv::~MpiEnv() {

@@ -6,7 +6,8 @@
 # RUNN: the launcher and its rank-count flag ("mpiexec -n"); MODEL_DIR: the pretrained fixture whose config.json is
 # widened to 5 layers for the 2- and 4-rank runs (random weights: layers that do not divide evenly over the ranks);
 # HELDOUT: a JSONL whose first 3 lines are the held-out prompts (2 ranks hold 1 and 2 of them, 4 ranks 0, 1, 1, 1:
-# a rank without any still steps with the others). 4 ranks keep the gathered layers (model.shard_base_keep).
+# a rank without any still steps with the others). 4 ranks keep the gathered layers (model.shard_base_keep); 2 ranks
+# also over an NF4 (QLoRA) base quantized at load.
 set -euo pipefail
 work=$1 check=$2 runn=$3 flags=$4 model=$5 heldout=$6
 shift 6
@@ -75,4 +76,10 @@ run 4 np4/shard "$@" "${random[@]}" --model.shard_base_keep=true --model.shard_b
 grep -E '^step 8/8 .* base [0-9.]+ MiB/rank' "$work/np4/shard.log"
 grep -c '^eval ' "$work/np4/shard.log" | grep -qx 3
 compare "$work/np4/plain" "$work/np4/shard" 8
-echo "ppo on a sharded base equals the unsharded run on 1, 2 and 4 ranks"
+# A QLoRA base (quantized at load, double-quantized): a rank stores and gathers its part of the layers' NF4 bytes.
+qlora=(--model.quantize=nf4 --model.quantize_double=true)
+run 2 np2q/plain "$@" "${random[@]}" "${qlora[@]}"
+run 2 np2q/shard "$@" "${random[@]}" "${qlora[@]}" --model.shard_base=true
+grep -E '^step 8/8 .* base [0-9.]+ MiB/rank' "$work/np2q/shard.log"
+compare "$work/np2q/plain" "$work/np2q/shard" 8
+echo "ppo on a sharded base equals the unsharded run on 1, 2 and 4 ranks, and on 2 over a QLoRA base"

@@ -21,6 +21,9 @@ mgrl_add_fault_test(sigstop_rank2.np4 4 sigstop:2)
 # with the weights of an uninterrupted one.
 mgrl_add_fault_test(ckthrow_rank0.np2 2 ckthrow:0)
 mgrl_add_fault_test(ckthrow_rank1.np2 2 ckthrow:1)
+# A rank that crashes (a call through a null function pointer, while a checkpoint is written): its line names the
+# rank, host, pid, signal, address and phase; its frames resolve with addr2line; the job ends (core/crash.h).
+mgrl_add_fault_test(cksegv_rank1.np2 2 cksegv:1)
 
 # The polite signals to mpirun (SIGUSR1 is cli.stop.sigusr1_mpirun.np2): the ranks checkpoint and stop, resume
 # reaches the same weights. Open MPI's mpirun does not forward SIGTERM and SIGINT: it sends the ranks SIGTERM itself

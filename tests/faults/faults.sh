@@ -8,6 +8,9 @@
 #   sigstop:R     SIGSTOP to rank R after step 2: the others wait in a collective until runtime.comm_timeout_s
 #   ckthrow:R     MGRL_FAULT_INJECT: rank R throws while the step-3 checkpoint is written (rank 0 half way through
 #                 the file); then resume = auto from the step-2 checkpoint finishes the run
+#   cksegv:R      MGRL_FAULT_INJECT: rank R calls a null function pointer while the step-3 checkpoint is written (as a
+#                 crashing library would): its one line names the rank, host, pid, signal, address and phase, its
+#                 first frame resolves (addr2line) to the caller, and the job ends
 set -uo pipefail
 scenario=$1 work=$2 check=$3
 shift 3
@@ -38,10 +41,11 @@ rank_pid() {  # the pid of rank $1 of the job (OMPI_COMM_WORLD_RANK / PMI_RANK i
 
 steps=100000  # far more than the test lets it run
 extra=()
-if [ "$what" = ckthrow ]; then
+if [ "$what" = ckthrow ] || [ "$what" = cksegv ]; then
   steps=5
   extra=(--checkpoint.every_steps=1)
   export MGRL_FAULT_INJECT="checkpoint_write:rank=$victim:step=3"
+  [ "$what" = cksegv ] && MGRL_FAULT_INJECT+=":action=segv"
 fi
 start=$(date +%s.%N)
 "$@" --train.max_steps=$steps --runtime.comm_timeout_s=$timeout_s --checkpoint.dir="$work/ck" --log.dir="$work/log" \
@@ -71,9 +75,30 @@ echo "---"
 
 limit=$((timeout_s + margin))
 [ "$(echo "$secs < $limit" | bc)" = 1 ] || fail "the job took ${secs}s to end, more than comm_timeout_s + ${margin}s"
+if [ "$what" = cksegv ]; then
+  # The crashed rank's line (its frames below it), and at most one line of a survivor naming it.
+  line=$(grep '^mgrl: rank ' "$work/err" | head -n 1)
+  echo "$line" | grep -Eq "^mgrl: rank $victim on host [^ ]+ \(pid [0-9]+\): SIGSEGV \(invalid memory access\) at address 0x0 during the run; its frames follow" ||
+    fail "no line naming rank $victim, its host and pid, the signal, the address and the phase"
+  others=$(grep '^mgrl:' "$work/err" | grep -v '^mgrl: rank ' || true)
+  [ "$(grep -c . <<< "$others")" -le 1 ] || fail "more than one line of the other ranks: $others"
+  [ -z "$others" ] || grep -Eq "rank $victim \(pid [0-9]+\) has ended \(killed or crashed\)" <<< "$others" ||
+    fail "a survivor's line does not name rank $victim: $others"
+  grep -q 'Process received signal' "$work/err" && fail "Open MPI's own report too (ours must be the one installed)"
+  # The first frame is the caller of the null pointer: fault::point, as addr2line resolves its module+offset.
+  frame=$(grep -m1 '^  #0 (the caller of the bad address) ' "$work/err") || fail "no caller frame"
+  module=$(sed -E 's/^.*\) ([^ (]+)\(.*$/\1/' <<< "$frame")
+  offset=$(sed -E 's/^.*\(\+(0x[0-9a-f]+)\).*$/\1/' <<< "$frame")
+  where=$(addr2line -Cfe "$module" "$offset" | head -n 1)
+  echo "frame #0: $frame -> $where"
+  [[ $where == mgrl::fault::point* ]] || fail "frame #0 resolves to '$where', not mgrl::fault::point"
+  [ "$(grep -c '^  #[0-9]* ' "$work/err")" -ge 4 ] || fail "fewer than 4 frames"
+  [ "$rc" != 0 ] || fail "exit code 0"
+  what=done
+fi
 lines=$(grep -c '^mgrl:' "$work/err")
-[ "$lines" = 1 ] || fail "$lines lines from mgrl on stderr, expected 1"
-line=$(grep '^mgrl:' "$work/err")
+[ "$what" = done ] || [ "$lines" = 1 ] || fail "$lines lines from mgrl on stderr, expected 1"
+line=$(grep -m1 '^mgrl:' "$work/err")
 case $what in
   kill9)
     [ "$rc" != 0 ] || fail "exit code 0"

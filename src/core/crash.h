@@ -1,0 +1,17 @@
+// crash.h: one line and the call frames when a rank dies of a fatal signal (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT):
+// which rank, host and pid, the signal and faulting address, what the rank was doing, and the frames (module+offset,
+// to resolve with `addr2line -Cfe mgrl OFFSET`), then the signal's default action, so that the exit status and SLURM's
+// report stay those of the signal. Installed before MPI starts: Open MPI keeps a handler that is already there.
+#pragma once
+
+namespace mgrl::crash {
+
+// Installs the handlers (once; an alternate signal stack, so that a stack overflow is reported too), for each signal
+// whose disposition is still the default (a sanitizer's or a debugger's handler is kept).
+void install();
+// What this process is doing, for the line: a string literal (kept by pointer), e.g. "MPI start-up".
+void set_phase(const char* phase);
+// The rank for the line, once MPI knows it (before: OMPI_COMM_WORLD_RANK, PMIX_RANK or SLURM_PROCID, else "?").
+void set_rank(int rank);
+
+}  // namespace mgrl::crash
