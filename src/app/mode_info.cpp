@@ -84,7 +84,6 @@ int run_info(Context& ctx) {
   out << "CUDA: runtime " << cuda_runtime << ", driver " << cuda_driver << "\n";
   out << "NCCL: " << dist::nccl_version() << "\n";
   out << "MPI: " << env.library_version() << " (MPI " << env.standard_version() << ")\n";
-  out << "start-up fence through the launcher (PMIx): " << env.launcher_fence_text() << "\n";
   out << "HDF5: " << io::hdf5_version() << "\n";
   out << "BLAS: " << kernels::cpu::blas_info() << "\n";
   bool any_p2p = false;

@@ -10,8 +10,7 @@
 // grad_overflow_local[:count=K] the same after the allreduce, on rank R's copy only (as a fault of that rank's memory
 // would: the ranks must still agree to skip). startup_stall:rank=R:step=0 stops rank R for good inside MPI's
 // start-up (dist/mpi_env.cpp), as a rank that died or cannot connect there would leave the others: the start-up
-// deadline must end the job. launcher_fence:rank=R:step=0 makes rank R's start-up fence through the
-// launcher (dist/launcher_fence.h) report a failure, as a PMIx_Fence that fails would: that rank must end with its line. Read once; unset, a point costs one branch on a static.
+// deadline must end the job. Read once; unset, a point costs one branch on a static.
 #pragma once
 #include <cstdint>
 

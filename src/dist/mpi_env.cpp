@@ -15,7 +15,6 @@
 #include "core/log.h"
 #include "dist/check_mpi.h"
 #include "dist/comm_detail.h"
-#include "dist/launcher_fence.h"
 #include "dist/peers.h"
 #include "dist/watchdog.h"
 
@@ -99,27 +98,6 @@ MpiEnv::MpiEnv(int* argc, char*** argv) {
   MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
   log::set_rank(rank_);
   crash::set_rank(rank_);
-  // No MPI message before every rank has left MPI_Init (dist/launcher_fence.h): the launcher's fence, status checked.
-  LauncherFence fence = launcher_fence();
-  if (fence.ran && fault::fires("launcher_fence", rank_, 0)) fence.status = -1;  // tests: as PMIX_ERROR would
-  if (fence.ran && fence.status != 0) {
-    char host[256] = "?";
-    (void)::gethostname(host, sizeof host - 1);
-    std::fprintf(stderr,
-                 "mgrl: rank %d on host %s (pid %d): the start-up barrier through the launcher (PMIx_Fence) failed "
-                 "with PMIx status %d after %.1f s: the ranks cannot be known to have left MPI_Init; ending this "
-                 "rank\n",
-                 rank_, host, static_cast<int>(::getpid()), fence.status, fence.seconds);
-    std::fflush(stderr);
-    _exit(kExitRankLost);
-  }
-  if (fence.ran) {
-    char text[64];
-    std::snprintf(text, sizeof text, "passed in %.1f ms", fence.seconds * 1e3);
-    launcher_fence_ = text;
-  } else {
-    launcher_fence_ = "not run: " + fence.skipped;
-  }
 
   if (fault::fires("startup_stall", rank_, 0))
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));

@@ -26,9 +26,6 @@ class MpiEnv {
   const std::string& host() const { return host_; }
   std::string library_version() const;  // MPI_Get_library_version, first line
   std::string standard_version() const;  // "3.1"
-  // The start-up fence through the launcher's PMIx server (dist/launcher_fence.h), for `mgrl info`: "passed in
-  // 0.4 ms", or why it did not run.
-  const std::string& launcher_fence_text() const { return launcher_fence_; }
 
   void barrier() const;
   int allreduce_max(int v) const;
@@ -58,7 +55,6 @@ class MpiEnv {
 
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, num_nodes_ = 1;
   std::string host_;
-  std::string launcher_fence_;
   mutable Watchdog* watchdog_ = nullptr;
   mutable std::uint64_t seq_ = 0;
 };

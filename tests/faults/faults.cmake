@@ -70,12 +70,3 @@ add_test(NAME fault.startup_stall.np2 COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/f
          -- ${FAULT_MPIRUN} 2 ${MGRL_MPIEXEC_FLAGS} $<TARGET_FILE:mgrl> info --runtime.backend=cpu)
 set_tests_properties(fault.startup_stall.np2 PROPERTIES LABELS "fault;cli;mpi" TIMEOUT 60 PROCESSORS 2
                      PASS_REGULAR_EXPRESSION "PASS: " ENVIRONMENT "${MGRL_MPI_ENV}")
-
-# The start-up fence through the launcher (dist/launcher_fence.h): under mpirun it runs and passes (`mgrl info` says
-# so); when it fails (MGRL_FAULT_INJECT=launcher_fence on rank 1, as a failing PMIx_Fence would), that rank ends with
-# one line naming itself and the PMIx status, exit code 4 (a lost rank, which slurm/common.sh requeues), and the job
-# ends (MGRL_STARTUP_TIMEOUT_S=5 bounds the other rank if the launcher does not end it first).
-add_test(NAME fault.launcher_fence.np2 COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/faults/launcher_fence.sh
-         -- ${FAULT_MPIRUN} 2 ${MGRL_MPIEXEC_FLAGS} $<TARGET_FILE:mgrl> info --runtime.backend=cpu)
-set_tests_properties(fault.launcher_fence.np2 PROPERTIES LABELS "fault;cli;mpi" TIMEOUT 60 PROCESSORS 2
-                     PASS_REGULAR_EXPRESSION "PASS: " ENVIRONMENT "${MGRL_MPI_ENV}")
