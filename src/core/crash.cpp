@@ -17,6 +17,7 @@ namespace mgrl::crash {
 namespace {
 
 std::atomic<const char*> g_phase{"start-up"};
+std::atomic<int> g_phase_exit{-1};
 std::atomic<int> g_rank{-1};
 char g_env_rank[16] = "?";
 char g_host[64] = "?";
@@ -124,6 +125,14 @@ void handler(int sig, siginfo_t* info, void* uc_ptr) {
     l.flush();
     ::backtrace_symbols_fd(frames + i, 1, STDERR_FILENO);
   }
+  const int code = g_phase_exit.load();
+  if (code >= 0) {
+    l.add("  (a crash in this phase ends the rank with exit code ");
+    l.num(static_cast<unsigned long long>(code), 10);
+    l.add(": a lost rank, which the batch scripts requeue)\n");
+    l.flush();
+    ::_exit(code);
+  }
   ::signal(sig, SIG_DFL);
   if (sig == SIGABRT) ::raise(sig);
   // Otherwise the faulting instruction runs again on return and the default action ends the process.
@@ -160,7 +169,10 @@ void install() {
   }
 }
 
-void set_phase(const char* phase) { g_phase.store(phase); }
+void set_phase(const char* phase, int exit_code) {
+  g_phase_exit.store(exit_code);
+  g_phase.store(phase);
+}
 void set_rank(int rank) { g_rank.store(rank); }
 
 }  // namespace mgrl::crash

@@ -9,8 +9,11 @@ namespace mgrl::crash {
 // Installs the handlers (once; an alternate signal stack, so that a stack overflow is reported too), for each signal
 // whose disposition is still the default (a sanitizer's or a debugger's handler is kept).
 void install();
-// What this process is doing, for the line: a string literal (kept by pointer), e.g. "MPI start-up".
-void set_phase(const char* phase);
+// What this process is doing, for the line: a string literal (kept by pointer), e.g. "MPI start-up". With
+// exit_code >= 0 a crash in this phase ends the process with that exit code after the report, instead of the
+// signal's default action (a crash inside MPI's start-up is the launcher's or the MPI's, not the run's: the batch
+// scripts requeue exit code 4 as a lost rank).
+void set_phase(const char* phase, int exit_code = -1);
 // The rank for the line, once MPI knows it (before: OMPI_COMM_WORLD_RANK, PMIX_RANK or SLURM_PROCID, else "?").
 void set_rank(int rank);
 

@@ -87,7 +87,9 @@ MpiEnv::MpiEnv(int* argc, char*** argv) {
   int provided = 0;
   // A rank that dies of a signal says so in one line with its frames (Open MPI keeps a handler already installed).
   crash::install();
-  crash::set_phase("MPI start-up (MPI_Init_thread and the first collectives)");
+  // A crash in MPI's start-up (seen: Open MPI's TCP transport, docs/reliability.md) is the MPI's, not the run's:
+  // exit code 4, a lost rank, which slurm/common.sh requeues.
+  crash::set_phase("MPI start-up (MPI_Init_thread and the first collectives)", kExitRankLost);
   arm_startup_deadline();
   // THREAD_MULTIPLE: the watchdog thread may call MPI_Abort while the main thread is inside MPI.
   MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
@@ -99,6 +101,10 @@ MpiEnv::MpiEnv(int* argc, char*** argv) {
   log::set_rank(rank_);
   crash::set_rank(rank_);
 
+  if (fault::fires("startup_crash", rank_, 0)) {  // tests: as the crash inside Open MPI's start-up
+    void (*volatile null_call)() = nullptr;
+    null_call();
+  }
   if (fault::fires("startup_stall", rank_, 0))
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
   MPI_Comm local;
