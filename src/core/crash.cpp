@@ -82,7 +82,10 @@ void handler(int sig, siginfo_t* info, void* uc_ptr) {
   l.num(static_cast<unsigned long long>(::getpid()), 10);
   l.add("): ");
   l.add(signal_name(sig));
-  if (sig != SIGABRT && info) {
+  if (info && info->si_code <= 0) {  // sent (kill, raise, abort), not a fault: who sent it
+    l.add(" sent by pid ");
+    l.num(static_cast<unsigned long long>(info->si_pid), 10);
+  } else if (info) {
     l.add(" at address ");
     l.num(reinterpret_cast<std::uintptr_t>(info->si_addr), 16);
   }
@@ -133,9 +136,10 @@ void handler(int sig, siginfo_t* info, void* uc_ptr) {
     l.flush();
     ::_exit(code);
   }
+  // The signal again, pending until this handler returns (it is blocked here), then the default action: also when
+  // it was sent (kill -SEGV), where no faulting instruction would run again.
   ::signal(sig, SIG_DFL);
-  if (sig == SIGABRT) ::raise(sig);
-  // Otherwise the faulting instruction runs again on return and the default action ends the process.
+  ::raise(sig);
 }
 
 }  // namespace
