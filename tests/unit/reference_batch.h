@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "io/safetensors.h"
@@ -19,6 +20,13 @@ inline std::vector<std::int32_t> read_i32(const io::TensorInfo& t) {
   std::memcpy(v.data(), t.data, v.size() * sizeof(std::int32_t));
   return v;
 }
+
+// A fixture's reference.safetensors, as a base class listed before ReferenceBatch, so that it is open (bases are
+// built in order) when the batch is read from it.
+struct ReferenceFile {
+  io::SafetensorsFile ref;
+  explicit ReferenceFile(const std::string& path) : ref(path) {}
+};
 
 struct ReferenceBatch {
   int B = 0, L = 0, n_targets = 0;  // the padded layout, and the number of targets

@@ -28,29 +28,18 @@ const std::string kData = MGRL_TEST_DATA_DIR "/models/";
 
 using test::rel_error;
 
-struct Fixture {
+struct Fixture : test::ReferenceFile, test::ReferenceBatch {  // ref, and its batch: B, L, lengths, batch, weights
   io::ModelConfig cfg;
   std::unique_ptr<kernels::Ops> ops = kernels::make_cpu_ops();
   std::unique_ptr<Transformer> model;
-  io::SafetensorsFile ref;
-  int B = 0, L = 0;                  // the reference's padded layout
-  std::vector<std::int32_t> lengths;
-  Batch batch;                       // packed
-  std::vector<float> weights;  // 1 / N at every valid target: the mean loss
-  int n_targets = 0;
 
   Fixture(const std::string& name, ModelOptions opts = {})
-      : cfg(io::parse_hf_config(kData + name + "/config.json")), ref(kData + name + "/reference.safetensors") {
+      : test::ReferenceFile(kData + name + "/reference.safetensors"),
+        test::ReferenceBatch(ref),
+        cfg(io::parse_hf_config(kData + name + "/config.json")) {
     model = std::make_unique<Transformer>(cfg, *ops, opts);
     model->load_weights(kData + name);
     model->add_lora(read_peft_config(kData + name + "/adapter_config.json"), 0).load_peft(kData + name);
-    const test::ReferenceBatch rb(ref);
-    B = rb.B;
-    L = rb.L;
-    n_targets = rb.n_targets;
-    lengths = rb.lengths;
-    batch = rb.batch;
-    weights = rb.weights;
   }
   std::vector<float> reference(const std::string& name) const { return io::to_f32(ref.get(name)); }
   // The rows of a right-padded [B, L, width] reference tensor at valid positions, i.e. in the packed layout.

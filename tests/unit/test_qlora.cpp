@@ -37,26 +37,16 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 // A model over `dir` with llama_nf4's adapter, and the reference batch.
-struct QloraRun {
-  io::SafetensorsFile ref{kNf4 + "/reference.safetensors"};
+struct QloraRun : test::ReferenceFile, test::ReferenceBatch {  // ref, and its batch: B, L, lengths, batch, weights
   std::unique_ptr<kernels::Ops> ops = kernels::make_cpu_ops();
   std::unique_ptr<Transformer> model;
-  int B = 0, L = 0, n_targets = 0;
-  std::vector<std::int32_t> lengths;
-  Batch batch;
-  std::vector<float> weights, lp, grads, dembed;
+  std::vector<float> lp, grads, dembed;
 
-  QloraRun(const std::string& dir, ModelOptions opts = {}) {
+  QloraRun(const std::string& dir, ModelOptions opts = {})
+      : test::ReferenceFile(kNf4 + "/reference.safetensors"), test::ReferenceBatch(ref) {
     model = std::make_unique<Transformer>(io::parse_hf_config(dir + "/config.json"), *ops, opts);
     model->load_weights(dir);
     model->add_lora(read_peft_config(kNf4 + "/adapter_config.json"), 0).load_peft(kNf4);
-    const test::ReferenceBatch rb(ref);
-    B = rb.B;
-    L = rb.L;
-    n_targets = rb.n_targets;
-    lengths = rb.lengths;
-    batch = rb.batch;
-    weights = rb.weights;
   }
   // forward + backward; fills lp, grads, dembed
   void step() {
