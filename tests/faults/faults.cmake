@@ -66,14 +66,14 @@ endforeach()
 # A rank that never finishes MPI's start-up (MGRL_FAULT_INJECT=startup_stall: it stops before the first
 # collective, as a rank that crashed or could not connect there leaves the others): the start-up deadline
 # (MGRL_STARTUP_TIMEOUT_S, here 3 s) ends the job with one line and exit code 4 instead of a hang.
-add_test(NAME fault.startup_stall.np2 COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/faults/startup_stall.sh
-         -- ${FAULT_MPIRUN} 2 ${MGRL_MPIEXEC_FLAGS} $<TARGET_FILE:mgrl> info --runtime.backend=cpu)
+add_test(NAME fault.startup_stall.np2 COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/faults/startup_fault.sh
+         stall -- ${FAULT_MPIRUN} 2 ${MGRL_MPIEXEC_FLAGS} $<TARGET_FILE:mgrl> info --runtime.backend=cpu)
 set_tests_properties(fault.startup_stall.np2 PROPERTIES LABELS "fault;cli;mpi" TIMEOUT 60 PROCESSORS 2
                      PASS_REGULAR_EXPRESSION "PASS: " ENVIRONMENT "${MGRL_MPI_ENV}")
 
 # A rank that crashes inside MPI's start-up (MGRL_FAULT_INJECT=startup_crash, as Open MPI's TCP transport did under
 # srun, docs/reliability.md): its report, then exit code 4 (a lost rank: the batch scripts requeue), the job ends.
-add_test(NAME fault.startup_crash.np2 COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/faults/startup_crash.sh
-         -- ${FAULT_MPIRUN} 2 ${MGRL_MPIEXEC_FLAGS} $<TARGET_FILE:mgrl> info --runtime.backend=cpu)
+add_test(NAME fault.startup_crash.np2 COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/faults/startup_fault.sh
+         crash -- ${FAULT_MPIRUN} 2 ${MGRL_MPIEXEC_FLAGS} $<TARGET_FILE:mgrl> info --runtime.backend=cpu)
 set_tests_properties(fault.startup_crash.np2 PROPERTIES LABELS "fault;cli;mpi" TIMEOUT 60 PROCESSORS 2
                      PASS_REGULAR_EXPRESSION "PASS: " ENVIRONMENT "${MGRL_MPI_ENV}")
