@@ -13,6 +13,7 @@
 #include "io/tokenizer.h"
 #include "rl/prompts.h"
 #include "model/lora.h"
+#include "model/memory_plan.h"
 #include "model/transformer.h"
 #include "dist/device.h"
 #include "kernels/ops.h"
@@ -188,34 +189,27 @@ std::pair<std::size_t, std::size_t> shard(const dist::MpiEnv& env, std::size_t n
           n * static_cast<std::size_t>(env.rank() + 1) / static_cast<std::size_t>(env.size())};
 }
 
-void check_model_fits(const Context& ctx, const io::ModelConfig& mc, const std::string& config_json, bool full,
-                      int shard_parts) {
+void check_model_fits(const Context& ctx, const io::ModelConfig& mc, const std::string& config_json, bool full) {
+  if (full && ctx.cfg.get_bool("model.shard_base"))
+    throw UserError("key 'model.shard_base' = true with train.full_finetune = true: only a frozen base is sharded "
+                    "(LoRA training); set one of them to false");
   const bool gpu = ctx.device.backend == dist::Backend::Cuda;
-  // Bytes a parameter: the weights as stored (GPU 2, CPU 4); full fine-tuning adds f32 gradients and two AdamW
-  // moments (12), and on the GPU the fp32 master weights (4).
-  // QLoRA (model.quantize = "nf4", or a bitsandbytes 4-bit directory): the projections as NF4 (4.5 bits a weight,
-  // 4.127 double-quantized) plus one layer of them dequantized in the workspace; the rest as stored.
+  const std::size_t stored = gpu ? 2 : 4;  // bytes a stored weight
+  // QLoRA (model.quantize = "nf4", or a bitsandbytes 4-bit directory): the projections as NF4 plus one layer of them
+  // dequantized in the workspace; model.shard_base: 1/P of the decoder layers on a rank plus two gathered layers.
+  // The same arithmetic as `mgrl plan` (model/memory_plan.h). Full fine-tuning (never sharded: the modes refuse it)
+  // adds f32 gradients and two AdamW moments (12 bytes), and on the GPU the fp32 master weights (4).
   const bool nf4 = !full && (mc.bnb4bit || ctx.cfg.get_string("model.quantize") == "nf4");
-  const double params = io::parameter_count(mc);
-  const double h = static_cast<double>(mc.hidden_size), V = static_cast<double>(mc.vocab_size);
-  const double L = static_cast<double>(std::max<std::int64_t>(1, mc.num_hidden_layers));
-  const double whole = V * h * (mc.tie_word_embeddings ? 1.0 : 2.0) + h;  // embeddings, LM head, final norm
-  const double layer_params = (params - whole) / L;
   double bytes = 0;
   if (full) {
-    double p = params;  // model.shard_base: 1/P of the decoder layers, plus two gathered layers
-    if (shard_parts > 1) p = whole + (params - whole) / shard_parts + 2.0 * layer_params;
-    bytes = p * (gpu ? 18.0 : 16.0);
+    bytes = io::parameter_count(mc) * (gpu ? 18.0 : 16.0);
   } else {
-    const double stored = gpu ? 2.0 : 4.0;
     const bool dq = nf4 && (mc.bnb4bit ? mc.bnb4bit->double_quant : ctx.cfg.get_bool("model.quantize_double"));
-    const double layer_proj =
-        nf4 ? h * static_cast<double>(2 * mc.q_dim() + 2 * mc.kv_dim() + 3 * mc.intermediate_size) : 0.0;
-    // One decoder layer as stored; model.shard_base: 1/P of the layers on a rank, plus two gathered layers (NF4
-    // bytes when quantized); NF4 adds one layer's projections dequantized in the workspace.
-    const double layer = (layer_params - layer_proj) * stored + layer_proj * (dq ? 4.127 : 4.5) / 8.0;
-    const double layers = shard_parts > 1 ? L * layer / shard_parts + 2.0 * layer : L * layer;
-    bytes = whole * stored + layers + layer_proj * stored;
+    const std::string quantize = nf4 ? "nf4" : "none";
+    const int parts = ctx.cfg.get_bool("model.shard_base") ? ctx.env.size() : 1;
+    bytes = model::base_weight_bytes(mc, stored, quantize, dq, parts > 1, parts) +
+            (parts > 1 ? 2.0 * model::layer_weight_bytes(mc, stored, quantize, dq) : 0.0) +
+            (nf4 ? model::nf4_workspace_bytes(mc, stored) : 0.0);
   }
   const double memory = static_cast<double>(gpu ? ctx.device.gpu.memory_bytes : io::host_memory_bytes());
   if (memory > 0 && bytes > memory) {
@@ -247,14 +241,14 @@ void check_batch_fits(const io::ModelConfig& mc, const std::string& key, std::in
   }
 }
 
-RlInputs load_rl_inputs(const Context& ctx, bool full, int shard_ranks, const std::string& prompt_key,
+RlInputs load_rl_inputs(const Context& ctx, bool full, const std::string& prompt_key,
                         const std::string& completion_key) {
   const io::Config& cfg = ctx.cfg;
   RlInputs in;
   std::string model_src;
   in.model = training_model_config(cfg, &model_src);
   const io::ModelConfig& mc = in.model;
-  check_model_fits(ctx, mc, model_src, full, shard_ranks);
+  check_model_fits(ctx, mc, model_src, full);
   in.tokenizer = std::make_unique<io::Tokenizer>(io::Tokenizer::from_dir(tokenizer_dir(cfg)));
   const io::Tokenizer& tok = *in.tokenizer;
   if (tok.vocab_size() > mc.vocab_size)

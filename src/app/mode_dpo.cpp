@@ -28,10 +28,6 @@ int run_dpo(Context& ctx) {
   const std::string model_dir = cfg.is_set("model.path") ? cfg.get_string("model.path") : std::string();
   const bool random_init = cfg.get_string("model.init") == "random";
   const bool full = cfg.get_bool("train.full_finetune");
-  const bool shard_base = cfg.get_bool("model.shard_base");
-  if (shard_base && full)
-    throw UserError("key 'model.shard_base' = true with train.full_finetune = true: only a frozen base is sharded "
-                    "(LoRA training); set one of them to false");
 
   io::ModelConfig mc;
   std::unique_ptr<io::Tokenizer> tok;
@@ -39,7 +35,7 @@ int run_dpo(Context& ctx) {
   env.agree([&] {
     std::string model_src;
     mc = training_model_config(cfg, &model_src);
-    check_model_fits(ctx, mc, model_src, full, shard_base ? env.size() : 1);
+    check_model_fits(ctx, mc, model_src, full);
     tok = std::make_unique<io::Tokenizer>(io::Tokenizer::from_dir(tokenizer_dir(cfg)));
     if (tok->vocab_size() > mc.vocab_size)
       throw UserError(tok->path() + ": the tokenizer has " + std::to_string(tok->vocab_size()) +

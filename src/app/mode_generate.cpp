@@ -67,7 +67,7 @@ int run_generate(Context& ctx) {
     refuse_shape(cfg, "generate");
     tok_dir = tokenizer_dir(cfg);
     mc = io::parse_hf_config(model_dir + "/config.json");
-    check_model_fits(ctx, mc, model_dir + "/config.json", false, cfg.get_bool("model.shard_base") ? env.size() : 1);
+    check_model_fits(ctx, mc, model_dir + "/config.json", false);
     if (file_exists(tok_dir + "/tokenizer.json")) tok = io::Tokenizer::from_dir(tok_dir);
     std::optional<io::ChatTemplate> chat;
     if (tok) chat.emplace(chat_template(cfg, "generate.chat_format", *tok));

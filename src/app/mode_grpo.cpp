@@ -29,10 +29,6 @@ int run_grpo(Context& ctx) {
   const std::string model_dir = cfg.is_set("model.path") ? cfg.get_string("model.path") : std::string();
   const bool random_init = cfg.get_string("model.init") == "random";
   const bool full = cfg.get_bool("train.full_finetune");
-  const bool shard_base = cfg.get_bool("model.shard_base");
-  if (shard_base && full)
-    throw UserError("key 'model.shard_base' = true with train.full_finetune = true: only a frozen base is sharded "
-                    "(LoRA training); set one of them to false");
 
   // A bad reward configuration is an error before any model is loaded.
   std::unique_ptr<rl::Rewards> rewards;
@@ -43,7 +39,7 @@ int run_grpo(Context& ctx) {
 
   RlInputs inputs;
   env.agree([&] {
-    inputs = load_rl_inputs(ctx, full, shard_base ? env.size() : 1, "grpo.max_prompt_length",
+    inputs = load_rl_inputs(ctx, full, "grpo.max_prompt_length",
                             "grpo.max_completion_length");
     const std::int64_t batch = cfg.get_int("train.batch_size"), group = cfg.get_int("grpo.num_generations");
     check_batch_fits(inputs.model, "train.batch_size", batch,

@@ -27,12 +27,6 @@ int run_ppo(Context& ctx) {
   const std::string model_dir = cfg.is_set("model.path") ? cfg.get_string("model.path") : std::string();
   const bool random_init = cfg.get_string("model.init") == "random";
   const bool full = cfg.get_bool("train.full_finetune");
-  const bool shard_base = cfg.get_bool("model.shard_base");
-  if (shard_base && full)
-    env.agree([&] {
-      throw UserError("key 'model.shard_base' = true with train.full_finetune = true: only a frozen base is sharded "
-                      "(LoRA training); set one of them to false");
-    });
 
   std::unique_ptr<rl::Rewards> rewards;
   env.agree([&] { rewards = std::make_unique<rl::Rewards>(rl::Rewards::from_config(cfg)); });
@@ -47,7 +41,7 @@ int run_ppo(Context& ctx) {
 
   RlInputs inputs;
   env.agree([&] {
-    inputs = load_rl_inputs(ctx, full, shard_base ? env.size() : 1, "ppo.max_prompt_length", "ppo.response_length");
+    inputs = load_rl_inputs(ctx, full, "ppo.max_prompt_length", "ppo.response_length");
     const std::int64_t batch = cfg.get_int("train.batch_size");
     check_batch_fits(inputs.model, "train.batch_size", batch, static_cast<double>(batch) / env.size(),
                      static_cast<double>(inputs.longest), "lower it or ppo.response_length");

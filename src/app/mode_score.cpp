@@ -48,7 +48,7 @@ int run_score(Context& ctx) {
   env.agree([&] {
     refuse_shape(cfg, "score");
     mc = io::parse_hf_config(model_dir + "/config.json");
-    check_model_fits(ctx, mc, model_dir + "/config.json", false, cfg.get_bool("model.shard_base") ? env.size() : 1);
+    check_model_fits(ctx, mc, model_dir + "/config.json", false);
     const std::string tok_dir = tokenizer_dir(cfg);
     io::read_jsonl(input, [&](const nlohmann::json& j, int line) {
       std::vector<std::int32_t> ids;

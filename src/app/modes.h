@@ -96,9 +96,9 @@ std::pair<std::size_t, std::size_t> shard(const dist::MpiEnv& env, std::size_t n
 
 // UserError naming config_json when the model's weights cannot fit the memory of this rank's device: 4 bytes a
 // parameter on the CPU backend (16 with full fine-tuning: grads and two AdamW moments), 2 on a GPU.
-// shard_parts > 1: model.shard_base over that many ranks (each holds 1/P of the decoder layers and gathers two).
-void check_model_fits(const Context& ctx, const io::ModelConfig& mc, const std::string& config_json, bool full,
-                      int shard_parts = 1);
+// NF4 and model.shard_base (1/P of the decoder layers on each of the P ranks, plus two gathered) as configured;
+// model.shard_base with full fine-tuning is refused here (a sharded base is frozen), for every training mode.
+void check_model_fits(const Context& ctx, const io::ModelConfig& mc, const std::string& config_json, bool full);
 
 // UserError naming `key` when `sequences` sequences of up to `tokens` tokens each, processed at once on one rank,
 // cannot fit this machine's memory (a lower bound of what a step keeps per token: each layer's input and the
@@ -109,7 +109,7 @@ void check_batch_fits(const io::ModelConfig& mc, const std::string& key, std::in
 // max_steps) with the loss scaling chosen for this run: one reading for SFT, GRPO and DPO.
 train::OptimizerOptions optimizer_options(const io::Config& cfg, std::int64_t max_steps, const train::LossScaling& scaling);
 // What grpo and ppo read before any model is built, inside env.agree: the model's config (checked to fit this
-// machine, 1/shard_ranks of its layers when the base is sharded), the tokenizer (no larger than the vocabulary),
+// machine, 1/P of its layers when the base is sharded over P ranks), the tokenizer (no larger than the vocabulary),
 // the prompts of data.input and eval.input (cut at prompt_key's length, through the chat template), and `longest`
 // = prompt_key + completion_key, refused when it exceeds the model's max_position_embeddings.
 struct RlInputs {
@@ -118,7 +118,7 @@ struct RlInputs {
   std::vector<rl::PromptRow> train, eval;
   std::int64_t longest = 0;
 };
-RlInputs load_rl_inputs(const Context& ctx, bool full, int shard_ranks, const std::string& prompt_key,
+RlInputs load_rl_inputs(const Context& ctx, bool full, const std::string& prompt_key,
                         const std::string& completion_key);
 // model.tokenizer, or model.path when it is empty (a UserError naming model.tokenizer when both are: model.shape).
 std::string tokenizer_dir(const io::Config& cfg);
