@@ -189,10 +189,14 @@ std::pair<std::size_t, std::size_t> shard(const dist::MpiEnv& env, std::size_t n
           n * static_cast<std::size_t>(env.rank() + 1) / static_cast<std::size_t>(env.size())};
 }
 
-void check_model_fits(const Context& ctx, const io::ModelConfig& mc, const std::string& config_json, bool full) {
-  if (full && ctx.cfg.get_bool("model.shard_base"))
+void refuse_sharded_full_finetune(const io::Config& cfg) {
+  if (cfg.get_bool("train.full_finetune") && cfg.get_bool("model.shard_base"))
     throw UserError("key 'model.shard_base' = true with train.full_finetune = true: only a frozen base is sharded "
                     "(LoRA training); set one of them to false");
+}
+
+void check_model_fits(const Context& ctx, const io::ModelConfig& mc, const std::string& config_json, bool full) {
+  refuse_sharded_full_finetune(ctx.cfg);
   const bool gpu = ctx.device.backend == dist::Backend::Cuda;
   const std::size_t stored = gpu ? 2 : 4;  // bytes a stored weight
   // QLoRA (model.quantize = "nf4", or a bitsandbytes 4-bit directory): the projections as NF4 plus one layer of them

@@ -17,7 +17,6 @@
 #include "dist/device.h"
 #include "dist/mpi_env.h"
 #include "io/config.h"
-#include "io/config_schema.h"
 #include "model/memory_plan.h"
 
 namespace mgrl::app {
@@ -60,12 +59,6 @@ double parse_size(const std::string& text, const std::string& key) {
   return v * mult;
 }
 
-bool schema_has(const std::string& key) {
-  for (const auto& ks : io::mgrl_schema())
-    if (ks.name == key) return true;
-  return false;
-}
-
 std::string gib(double bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2f", bytes / kGiB);
@@ -94,23 +87,19 @@ int run_plan(dist::MpiEnv& env, const io::Config& cfg) {
       in.storage = 4;
       dtype_label = "f32";
     }
-    // Keys that other work adds (QLoRA, the sharded base) are read when this build has them.
-    if (schema_has("model.quantize")) in.quantize = cfg.get_string("model.quantize");
-    if (in.quantize != "none" && in.quantize != "nf4" && in.quantize != "")
-      throw UserError("model.quantize = \"" + in.quantize + "\": plan knows none and nf4");
-    if (in.quantize.empty()) in.quantize = "none";
-    if (schema_has("model.quantize_double")) in.double_quant = cfg.get_bool("model.quantize_double");
-    if (mc.bnb4bit) {  // a directory saved by transformers + bitsandbytes in 4-bit form loads as NF4 whatever the keys say
-      in.quantize = "nf4";
-      in.double_quant = mc.bnb4bit->double_quant;
-    }
-    if (schema_has("model.shard_base")) in.shard_base = cfg.get_bool("model.shard_base");
-    if (schema_has("model.shard_base_keep")) in.shard_keep = in.shard_base && cfg.get_bool("model.shard_base_keep");
-    in.full_finetune = cfg.get_bool("train.full_finetune");
-    in.master_weights = cfg.get_string("train.master_weights") == "always";
+    // The model settings as the modes read them (app::model_options); a bitsandbytes 4-bit directory loads as NF4
+    // whatever the keys say. What the modes refuse, plan refuses too.
+    const model::ModelOptions mo = model_options(cfg, cfg.get_bool("train.full_finetune"));
+    refuse_sharded_full_finetune(cfg);
+    in.quantize = mo.quantize == model::Quantize::Nf4 || mc.bnb4bit ? "nf4" : "none";
+    in.double_quant = mc.bnb4bit ? mc.bnb4bit->double_quant : mo.quantize_double;
+    in.shard_base = mo.shard_base;
+    in.shard_keep = mo.shard_base && mo.shard_keep;
+    in.full_finetune = mo.full_finetune;
+    in.master_weights = mo.master_weights;
+    in.recompute = mo.recompute;
     in.lora = !in.full_finetune;
     if (in.lora) in.lora_cfg = lora_config(cfg);
-    in.recompute = cfg.get_bool("model.recompute");
 
     mode = cfg.mode_before_cli();
     if (mode != "sft" && mode != "grpo" && mode != "dpo" && mode != "ppo") mode = "sft";

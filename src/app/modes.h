@@ -97,7 +97,8 @@ std::pair<std::size_t, std::size_t> shard(const dist::MpiEnv& env, std::size_t n
 // UserError naming config_json when the model's weights cannot fit the memory of this rank's device: 4 bytes a
 // parameter on the CPU backend (16 with full fine-tuning: grads and two AdamW moments), 2 on a GPU.
 // NF4 and model.shard_base (1/P of the decoder layers on each of the P ranks, plus two gathered) as configured;
-// model.shard_base with full fine-tuning is refused here (a sharded base is frozen), for every training mode.
+// refuse_sharded_full_finetune first, for every training mode.
+void refuse_sharded_full_finetune(const io::Config& cfg);  // UserError: model.shard_base with train.full_finetune
 void check_model_fits(const Context& ctx, const io::ModelConfig& mc, const std::string& config_json, bool full);
 
 // UserError naming `key` when `sequences` sequences of up to `tokens` tokens each, processed at once on one rank,
