@@ -737,11 +737,7 @@ GrpoResult GrpoTrainer::run() {
     const double train_s = phases_.get("training");
     j["trained_tokens_per_second"] = train_s > 0 ? tokens_all / train_s : 0.0;
     j["skipped_steps"] = state_.skipped_steps;
-    const model::ModelDef& def = model_.definition();
-    if (def.sharded()) {  // model.shard_base: what each rank holds of the base, and the gather workspace
-      j["base_bytes_per_rank"] = def.base_bytes_held();
-      j["gather_workspace_bytes"] = def.gather_workspace_bytes();
-    }
+    train::shard_record(j, model_.definition());
     if (rlog.rank0() && (state_.step % std::max(1, opts_.log_every) == 0 || state_.step == end)) {
       char line[320];
       int k = std::snprintf(line, sizeof(line),
@@ -755,10 +751,7 @@ GrpoResult GrpoTrainer::run() {
         k += std::snprintf(line + k, sizeof(line) - static_cast<std::size_t>(k), " | kl %.4f", j["kl"].get<double>());
       k += std::snprintf(line + k, sizeof(line) - static_cast<std::size_t>(k), " | %.1fs (gen %.0f%%)", step_seconds,
                          step_seconds > 0 ? 100.0 * phases_.get("generation") / step_seconds : 0.0);
-      if (def.sharded())
-        k += std::snprintf(line + k, sizeof(line) - static_cast<std::size_t>(k), " | base %.1f MiB/rank + gather %.1f MiB",
-                           static_cast<double>(def.base_bytes_held()) / (1 << 20),
-                           static_cast<double>(def.gather_workspace_bytes()) / (1 << 20));
+      k += train::shard_text(line + k, sizeof(line) - static_cast<std::size_t>(k), model_.definition());
       train::scaler_text(line + k, sizeof(line) - static_cast<std::size_t>(k), state_, opt_->scaling());
       rlog.line(line);
     }

@@ -348,11 +348,7 @@ std::int64_t PpoTrainer::run() {
     nlohmann::json j = {{"step", state_.step + steps_per_update()}};
     const std::int64_t before = state_.step;
     update(&j);
-    const model::ModelDef& def = model_.definition();
-    if (def.sharded()) {  // model.shard_base: what each rank holds of the base, and the gather workspace
-      j["base_bytes_per_rank"] = def.base_bytes_held();
-      j["gather_workspace_bytes"] = def.gather_workspace_bytes();
-    }
+    train::shard_record(j, model_.definition());
     rlog.emit(j, state_.step);
     if (rlog.rank0() && (state_.step % std::max(1, opts_.log_every) == 0 || state_.step == end)) {
       char line[400];
@@ -364,10 +360,7 @@ std::int64_t PpoTrainer::run() {
                             j["loss/policy_avg"].get<double>(), j["loss/value_avg"].get<double>(),
                             j["policy/clipfrac_avg"].get<double>(), j["completions/mean_length"].get<double>(),
                             j["lr"].get<double>());
-      if (def.sharded())
-        std::snprintf(line + k, sizeof(line) - static_cast<std::size_t>(k), " | base %.1f MiB/rank + gather %.1f MiB",
-                      static_cast<double>(def.base_bytes_held()) / (1 << 20),
-                      static_cast<double>(def.gather_workspace_bytes()) / (1 << 20));
+      train::shard_text(line + k, sizeof(line) - static_cast<std::size_t>(k), model_.definition());
       rlog.line(line);
     }
     rlog.progress(state_.step, first, opts_.max_steps, train::seconds_since(t0));

@@ -383,11 +383,7 @@ DpoResult DpoTrainer::run() {
                             "step %lld/%lld | loss %.4f | accuracy %.2f | margin %.4f | lr %.2e | grad norm %.3f | %.0f tok/s",
                             static_cast<long long>(state_.step), static_cast<long long>(opts_.max_steps), loss,
                             sums.accuracy / n, sums.margin / n, lr, last_norm_, tps);
-      const model::ModelDef& def = model_.definition();
-      if (def.sharded())  // model.shard_base: what each rank holds of the base, and the gather workspace
-        k += std::snprintf(line + k, sizeof(line) - static_cast<std::size_t>(k), " | base %.1f MiB/rank + gather %.1f MiB",
-                           static_cast<double>(def.base_bytes_held()) / (1 << 20),
-                           static_cast<double>(def.gather_workspace_bytes()) / (1 << 20));
+      k += shard_text(line + k, sizeof(line) - static_cast<std::size_t>(k), model_.definition());
       scaler_text(line + k, sizeof(line) - static_cast<std::size_t>(k), state_, opt_->scaling());
       rlog.line(line);
       nlohmann::json j = named(sums, "", opts_.loss.sft_weight);
@@ -396,10 +392,7 @@ DpoResult DpoTrainer::run() {
       j["grad_norm"] = last_norm_;
       j["tokens_per_second"] = tps;
       j["skipped_steps"] = state_.skipped_steps;
-      if (def.sharded()) {
-        j["base_bytes_per_rank"] = def.base_bytes_held();
-        j["gather_workspace_bytes"] = def.gather_workspace_bytes();
-      }
+      shard_record(j, model_.definition());
       if (opt_->scaling()) scaler_record(j, state_, last_outcome_);
       emit(j);
       window = Clock::now();

@@ -1,6 +1,8 @@
 // run_log.cpp: step lines, progress line, metrics.jsonl and TensorBoard events of a training run.
 #include "train/run_log.h"
 
+#include "model/model_def.h"
+
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -127,6 +129,20 @@ void RunLog::end_progress() {
 
 void RunLog::flush() {
   if (tb_) tb_->flush();
+}
+
+int shard_text(char* out, std::size_t size, const model::ModelDef& def) {
+  if (!def.sharded() || size == 0) return 0;
+  const int n = std::snprintf(out, size, " | base %.1f MiB/rank + gather %.1f MiB",
+                              static_cast<double>(def.base_bytes_held()) / (1 << 20),
+                              static_cast<double>(def.gather_workspace_bytes()) / (1 << 20));
+  return std::min(n, static_cast<int>(size) - 1);
+}
+
+void shard_record(nlohmann::json& rec, const model::ModelDef& def) {
+  if (!def.sharded()) return;
+  rec["base_bytes_per_rank"] = def.base_bytes_held();
+  rec["gather_workspace_bytes"] = def.gather_workspace_bytes();
 }
 
 int scaler_text(char* out, std::size_t size, const TrainState& st, bool scaling) {

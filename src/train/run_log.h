@@ -19,6 +19,10 @@
 #include "train/checkpoint.h"
 #include "train/optimizer.h"
 
+namespace mgrl::model {
+class ModelDef;
+}
+
 namespace mgrl::train {
 
 using Clock = std::chrono::steady_clock;
@@ -34,6 +38,12 @@ int scaler_text(char* out, std::size_t size, const TrainState& st, bool scaling)
 // Adds to a metrics record (loss scaling on): loss_scale (after the step), overflow (1: this step overflowed, was
 // skipped and halved the scale; else 0) and overflow_steps (so far).
 void scaler_record(nlohmann::json& rec, const TrainState& st, StepOutcome outcome);
+// model.shard_base: writes " | base X MiB/rank + gather Y MiB" (what this rank holds of the base, and the gather
+// workspace beside it) into out, at most size bytes with its '\0'; returns the characters written (0, and nothing
+// written, when the base is not sharded). shard_record adds the same two figures to a metrics record
+// (base_bytes_per_rank, gather_workspace_bytes), when sharded.
+int shard_text(char* out, std::size_t size, const model::ModelDef& def);
+void shard_record(nlohmann::json& rec, const model::ModelDef& def);
 // job_summary.txt's line about loss scaling ("" when it is off), ending in '\n'.
 std::string scaler_summary(const TrainState& st, bool scaling);
 

@@ -247,20 +247,13 @@ SftResult SftTrainer::run() {
                            static_cast<double>(peak_gpu_) / (1 << 30));
       else
         n += std::snprintf(line + n, sizeof(line) - n, " | peak host mem %.2f GiB", host_peak_rss_gib());
-      const model::ModelDef& def = model_.definition();
-      if (def.sharded())  // model.shard_base: what each rank holds of the base, and the gather workspace beside it
-        n += std::snprintf(line + n, sizeof(line) - n, " | base %.1f MiB/rank + gather %.1f MiB",
-                           static_cast<double>(def.base_bytes_held()) / (1 << 20),
-                           static_cast<double>(def.gather_workspace_bytes()) / (1 << 20));
+      n += shard_text(line + n, sizeof(line) - static_cast<std::size_t>(n), model_.definition());
       n += scaler_text(line + n, sizeof(line) - static_cast<std::size_t>(n), state_, opt_->scaling());
       rlog.line(line);
       nlohmann::json rec = {{"step", state_.step}, {"loss", loss}, {"lr", lr}, {"grad_norm", last_norm_},
                             {"tokens_per_second", tps}, {"trained_tokens_per_second", trained_tps},
                             {"skipped_steps", state_.skipped_steps}};
-      if (def.sharded()) {
-        rec["base_bytes_per_rank"] = def.base_bytes_held();
-        rec["gather_workspace_bytes"] = def.gather_workspace_bytes();
-      }
+      shard_record(rec, model_.definition());
       if (opt_->scaling()) scaler_record(rec, state_, last_outcome_);
       emit(rec);
       window = Clock::now();
