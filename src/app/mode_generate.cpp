@@ -130,7 +130,7 @@ int run_generate(Context& ctx) {
   train::CommGatherer gatherer(ctx.comm, *ops);
   model::Transformer net(mc, *ops, mo, mo.shard_base ? &gatherer : nullptr);
   load_model(ctx, net, model_dir, adapter);
-  if (mo.shard_base) opts.lockstep = [&env](bool work) { return env.allreduce_sum(work ? 1LL : 0LL) > 0; };
+  if (mo.shard_base) opts.lockstep = rl::lockstep_over(env);
 
   const std::size_t N = inputs.size();
   const auto [lo, hi] = shard(env, N);

@@ -103,7 +103,7 @@ int run_sft(Context& ctx) {
       g.max_new_tokens = max_new;
       g.sampling.temperature = 0;
       if (tok->eos_id()) g.eos_ids = {*tok->eos_id()};
-      if (shard_base) g.lockstep = [&env](bool work) { return env.allreduce_sum(work ? 1LL : 0LL) > 0; };
+      if (shard_base) g.lockstep = rl::lockstep_over(env);
       const std::size_t N = eval->size();
       const auto [lo, hi] = shard(env, N);
       std::vector<rl::Prompt> prompts;

@@ -2,6 +2,8 @@
 // Ops::sample; runs of decode steps on the device (Ops::decode_advance) between host round trips.
 #include "rl/generator.h"
 
+#include "dist/mpi_env.h"
+
 #include <algorithm>
 #include <chrono>
 #include <deque>
@@ -335,6 +337,10 @@ std::vector<Completion> Generator::generate(const std::vector<Prompt>& prompts) 
       if (c.finish_reason != "stop") c.text = decode_(c.tokens);
   stats_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;
+}
+
+std::function<bool(bool)> lockstep_over(const dist::MpiEnv& env) {
+  return [&env](bool work) { return env.allreduce_sum(work ? 1LL : 0LL) > 0; };
 }
 
 }  // namespace mgrl::rl

@@ -14,6 +14,10 @@
 #include "kernels/ops.h"
 #include "model/transformer.h"
 
+namespace mgrl::dist {
+class MpiEnv;
+}
+
 namespace mgrl::rl {
 
 struct GenerationOptions {
@@ -37,6 +41,9 @@ struct GenerationOptions {
   // returns whether any rank has work; a rank without runs a one-token step whose result it drops.
   std::function<bool(bool)> lockstep;
 };
+
+// The lockstep of a sharded base over the ranks of env: whether any rank has work (an allreduce of one number).
+std::function<bool(bool)> lockstep_over(const dist::MpiEnv& env);
 
 struct Prompt {
   std::int64_t index;                 // global index: the seed stream of its completions

@@ -311,7 +311,7 @@ void GrpoTrainer::new_round() {
     g.kv_block_size = opts_.kv_block_size;
     g.sync_interval = opts_.sync_interval;
     g.use_lora = true;
-    if (model_.definition().sharded()) g.lockstep = lockstep_;
+    if (model_.definition().sharded()) g.lockstep = lockstep_over(env_);
     std::vector<Prompt> prompts;
     R.gen_split = generation_split(indices);
     for (std::size_t j : R.gen_split[static_cast<std::size_t>(rank)])
@@ -594,7 +594,7 @@ EvalResult GrpoTrainer::evaluate() {
     g.max_prefill_tokens = opts_.max_prefill_tokens;
     g.kv_block_size = opts_.kv_block_size;
     g.sync_interval = opts_.sync_interval;
-    if (model_.definition().sharded()) g.lockstep = lockstep_;
+    if (model_.definition().sharded()) g.lockstep = lockstep_over(env_);
     std::vector<Prompt> prompts;
     for (std::size_t i = lo; i < hi; ++i) prompts.push_back({static_cast<std::int64_t>(i), eval_[i].tokens});
     values->clear();

@@ -104,8 +104,6 @@ class GrpoTrainer {
   std::vector<std::vector<std::size_t>> training_split(const std::vector<Rollout>& all, std::vector<double>* cost) const;
 
   const dist::MpiEnv& env_;
-  // Generation on a sharded base (model.shard_base): the ranks agree before each model step whether any has work.
-  std::function<bool(bool)> lockstep_ = [this](bool work) { return env_.allreduce_sum(work ? 1LL : 0LL) > 0; };
   dist::Comm& comm_;
   model::Transformer& model_;
   const io::Tokenizer& tok_;

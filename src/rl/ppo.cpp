@@ -96,7 +96,7 @@ PpoEval PpoTrainer::evaluate() {
     g.max_prefill_tokens = opts_.max_prefill_tokens;
     g.kv_block_size = opts_.kv_block_size;
     g.sync_interval = opts_.sync_interval;
-    if (lockstep) g.lockstep = lockstep_;
+    if (lockstep) g.lockstep = lockstep_over(env_);
     Generator gen(model_, g, [&](const std::vector<std::int32_t>& ids) { return tok_.decode(ids, true); });
     std::vector<RewardSample> samples;
     for (const auto& c : gen.generate(prompts))
@@ -144,7 +144,7 @@ void PpoTrainer::update(nlohmann::json* metrics) {
     g.sync_interval = opts_.sync_interval;
     g.use_lora = true;
     // A sharded base: the ranks' responses end at different steps, so the ranks agree on every generation step.
-    if (model_.definition().sharded()) g.lockstep = lockstep_;
+    if (model_.definition().sharded()) g.lockstep = lockstep_over(env_);
     std::vector<Prompt> prompts;
     for (std::size_t j = lo; j < lo + static_cast<std::size_t>(per); ++j)
       prompts.push_back({static_cast<std::int64_t>(j), train_[indices[j]].tokens});

@@ -81,8 +81,6 @@ class PpoTrainer {
                       std::int64_t step);
 
   const dist::MpiEnv& env_;
-  // Generation on a sharded base (model.shard_base): the ranks agree before each model step whether any has work.
-  std::function<bool(bool)> lockstep_ = [this](bool work) { return env_.allreduce_sum(work ? 1LL : 0LL) > 0; };
   dist::Comm& comm_;
   model::Transformer& model_;
   const io::Tokenizer& tok_;
