@@ -167,8 +167,7 @@ void install() {
   for (int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT}) {
     // A handler already there (a sanitizer's, a debugger's) is kept: it knows more than this one.
     struct sigaction old {};
-    if (::sigaction(sig, nullptr, &old) == 0 && (old.sa_flags & SA_SIGINFO) == 0 && old.sa_handler != SIG_DFL) continue;
-    if ((old.sa_flags & SA_SIGINFO) != 0 && old.sa_sigaction != nullptr) continue;
+    if (::sigaction(sig, nullptr, &old) == 0 && old.sa_handler != SIG_DFL) continue;
     (void)::sigaction(sig, &sa, nullptr);
   }
 }
@@ -178,5 +177,7 @@ void set_phase(const char* phase, int exit_code) {
   g_phase.store(phase);
 }
 void set_rank(int rank) { g_rank.store(rank); }
+const char* launcher_rank() { return g_env_rank; }
+const char* host() { return g_host; }
 
 }  // namespace mgrl::crash

@@ -14,6 +14,10 @@ void install();
 // signal's default action (a crash inside MPI's start-up is the launcher's or the MPI's, not the run's: the batch
 // scripts requeue exit code 4 as a lost rank).
 void set_phase(const char* phase, int exit_code = -1);
+// This process's rank as the launcher gave it (OMPI_COMM_WORLD_RANK, PMIX_RANK or SLURM_PROCID, else "?") and its
+// host name, read by install(): for lines written before MPI knows the rank.
+const char* launcher_rank();
+const char* host();
 // The rank for the line, once MPI knows it (before: OMPI_COMM_WORLD_RANK, PMIX_RANK or SLURM_PROCID, else "?").
 void set_rank(int rank);
 

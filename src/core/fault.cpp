@@ -29,7 +29,7 @@ Spec parse(const char* text) {
   const auto bad = [&all](const std::string& why) {
     return UserError("MGRL_FAULT_INJECT='" + all + "': " + why +
                      " (expected <point>:rank=<R>:step=<N>[:action=throw|kill|segv], or "
-                     "grad_overflow[_local]:rank=<R>:step=<N>[:count=<K>], or startup_stall|startup_crash:rank=<R>:step=0)");
+                     "grad_overflow[_local]:rank=<R>:step=<N>[:count=<K>], or startup_stall:rank=<R>:step=0)");
   };
   std::size_t start = 0;
   bool first = true;
@@ -39,8 +39,7 @@ Spec parse(const char* text) {
     start = colon + 1;
     if (first) {
       if (field != "checkpoint_write" && field != "output_write" && field != "grad_overflow" &&
-          field != "grad_overflow_local" && field != "startup_stall" &&
-          field != "startup_crash")
+          field != "grad_overflow_local" && field != "startup_stall" && field != "startup")
         throw bad("unknown point '" + field + "'");
       s.point = field;
       first = false;

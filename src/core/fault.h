@@ -10,8 +10,8 @@
 // grad_overflow_local[:count=K] the same after the allreduce, on rank R's copy only (as a fault of that rank's memory
 // would: the ranks must still agree to skip). startup_stall:rank=R:step=0 stops rank R for good inside MPI's
 // start-up (dist/mpi_env.cpp), as a rank that died or cannot connect there would leave the others: the start-up
-// deadline must end the job. startup_crash:rank=R:step=0 makes rank R call a null function pointer there
-// (core/crash.h: its line, then exit code 4). Read once; unset, a point costs one branch on a static.
+// deadline must end the job. startup:rank=R:step=0[:action=...] fails rank R in the same place (action=segv:
+// as the crash inside Open MPI's start-up; core/crash.h: its line, then exit code 4). Read once; unset, a point costs one branch on a static.
 #pragma once
 #include <cstdint>
 

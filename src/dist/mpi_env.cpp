@@ -41,17 +41,12 @@ void arm_startup_deadline() {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     if (g_started.load()) return;
-    const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
-    if (!rank) rank = std::getenv("PMIX_RANK");
-    if (!rank) rank = std::getenv("SLURM_PROCID");
-    char host[256] = "?";
-    (void)::gethostname(host, sizeof host - 1);
     std::fprintf(stderr,
                  "mgrl: rank %s on host %s (pid %d): MPI start-up did not finish in %g s (MGRL_STARTUP_TIMEOUT_S): "
                  "another rank ended or could not connect while MPI was set up; ending this rank\n",
-                 rank ? rank : "?", host, static_cast<int>(::getpid()), secs);
+                 crash::launcher_rank(), crash::host(), static_cast<int>(::getpid()), secs);
     std::fflush(stderr);
-    _exit(4);
+    _exit(kExitRankLost);
   }).detach();
 }
 
@@ -101,10 +96,7 @@ MpiEnv::MpiEnv(int* argc, char*** argv) {
   log::set_rank(rank_);
   crash::set_rank(rank_);
 
-  if (fault::fires("startup_crash", rank_, 0)) {  // tests: as the crash inside Open MPI's start-up
-    void (*volatile null_call)() = nullptr;
-    null_call();
-  }
+  fault::point("startup", rank_, 0);  // tests: action=segv crashes as Open MPI's start-up did (core/fault.h)
   if (fault::fires("startup_stall", rank_, 0))
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
   MPI_Comm local;

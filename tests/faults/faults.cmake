@@ -71,7 +71,7 @@ add_test(NAME fault.startup_stall.np2 COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/f
 set_tests_properties(fault.startup_stall.np2 PROPERTIES LABELS "fault;cli;mpi" TIMEOUT 60 PROCESSORS 2
                      PASS_REGULAR_EXPRESSION "PASS: " ENVIRONMENT "${MGRL_MPI_ENV}")
 
-# A rank that crashes inside MPI's start-up (MGRL_FAULT_INJECT=startup_crash, as Open MPI's TCP transport did under
+# A rank that crashes inside MPI's start-up (MGRL_FAULT_INJECT=startup:...:action=segv, as Open MPI's TCP transport did under
 # srun, docs/reliability.md): its report, then exit code 4 (a lost rank: the batch scripts requeue), the job ends.
 add_test(NAME fault.startup_crash.np2 COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/faults/startup_fault.sh
          crash -- ${FAULT_MPIRUN} 2 ${MGRL_MPIEXEC_FLAGS} $<TARGET_FILE:mgrl> info --runtime.backend=cpu)

@@ -3,7 +3,7 @@
 # which slurm/common.sh requeues) and one line saying why.
 #   stall: rank 1 stops for good before the first collective (MGRL_FAULT_INJECT=startup_stall): the start-up deadline
 #          (MGRL_STARTUP_TIMEOUT_S=3) ends the job with its line
-#   crash: rank 1 calls a null function pointer there (MGRL_FAULT_INJECT=startup_crash, as Open MPI's TCP transport
+#   crash: rank 1 calls a null function pointer there (MGRL_FAULT_INJECT=startup:...:action=segv, as Open MPI's TCP transport
 #          did, docs/reliability.md): its crash report names the rank, signal and phase, then frames, and it ends
 #          with exit code 4 instead of the signal (MGRL_STARTUP_TIMEOUT_S=5 bounds the other rank)
 # usage: startup_fault.sh stall|crash -- MPIEXEC ... MGRL info --runtime.backend=cpu
@@ -16,7 +16,9 @@ case $what in
   *) fail "unknown case $what" ;;
 esac
 start=$(date +%s)
-out=$(MGRL_STARTUP_TIMEOUT_S=$timeout_s MGRL_FAULT_INJECT=startup_$what:rank=1:step=0 "$@" 2>&1)
+fault=startup_stall:rank=1:step=0
+[ "$what" = crash ] && fault=startup:rank=1:step=0:action=segv
+out=$(MGRL_STARTUP_TIMEOUT_S=$timeout_s MGRL_FAULT_INJECT=$fault "$@" 2>&1)
 rc=$?
 took=$(($(date +%s) - start))
 echo "$out"
