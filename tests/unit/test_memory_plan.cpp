@@ -56,6 +56,11 @@ TEST(MemoryPlan, Nf4WorkspaceAndBytesAsAllocated) {
   net.load_weights(dir);
   ASSERT_TRUE(net.definition().quantized());
   EXPECT_EQ(nf4_workspace_bytes(mc, 4), static_cast<double>(net.definition().nf4_workspace_bytes()));
+  // The base as held (the NF4 projections' codes and absmax state, the rest dense) is the plan's NF4 count, within
+  // the 16-byte alignment of each tensor's parts; dense it would be far more.
+  const double held = base_weight_bytes(mc, 4, "nf4", opts.quantize_double, false, 1);
+  EXPECT_NEAR(static_cast<double>(net.definition().base_bytes_held()), held, 0.01 * held);
+  EXPECT_GT(base_weight_bytes(mc, 4, "none", false, false, 1), 2 * held);
 }
 
 // A sharded NF4 base on one process (one part): what it holds and its gather workspace are the plan's NF4 counts
