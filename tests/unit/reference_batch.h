@@ -26,6 +26,7 @@ inline std::vector<std::int32_t> read_i32(const io::TensorInfo& t) {
 struct ReferenceFile {
   io::SafetensorsFile ref;
   explicit ReferenceFile(const std::string& path) : ref(path) {}
+  std::vector<float> reference(const std::string& name) const { return io::to_f32(ref.get(name)); }
 };
 
 struct ReferenceBatch {
@@ -43,6 +44,20 @@ struct ReferenceBatch {
     for (int b = 0; b < B; ++b) n_targets += lengths[b] - 1;
     for (int b = 0; b < B; ++b)
       for (int t = 1; t < lengths[b]; ++t) weights[static_cast<std::size_t>(batch.offsets[b] + t)] = 1.0f / n_targets;
+  }
+  // The rows of a right-padded [B, L, width] reference tensor at valid positions, i.e. in the packed layout.
+  std::vector<float> valid_rows(const std::vector<float>& v, std::size_t width) const {
+    std::vector<float> out;
+    for (int b = 0; b < B; ++b)
+      for (int t = 0; t < lengths[b]; ++t)
+        for (std::size_t j = 0; j < width; ++j) out.push_back(v[(static_cast<std::size_t>(b) * L + t) * width + j]);
+    return out;
+  }
+  // The mean loss the generators computed, from packed log-probs.
+  double loss(const std::vector<float>& lp) const {
+    double s = 0;
+    for (std::size_t i = 0; i < lp.size(); ++i) s -= static_cast<double>(weights[i]) * lp[i];
+    return s;
   }
 };
 

@@ -41,20 +41,6 @@ struct Fixture : test::ReferenceFile, test::ReferenceBatch {  // ref, and its ba
     model->load_weights(kData + name);
     model->add_lora(read_peft_config(kData + name + "/adapter_config.json"), 0).load_peft(kData + name);
   }
-  std::vector<float> reference(const std::string& name) const { return io::to_f32(ref.get(name)); }
-  // The rows of a right-padded [B, L, width] reference tensor at valid positions, i.e. in the packed layout.
-  std::vector<float> valid_rows(const std::vector<float>& v, std::size_t width) const {
-    std::vector<float> out;
-    for (int b = 0; b < B; ++b)
-      for (int t = 0; t < lengths[b]; ++t)
-        for (std::size_t j = 0; j < width; ++j) out.push_back(v[(static_cast<std::size_t>(b) * L + t) * width + j]);
-    return out;
-  }
-  double loss(const std::vector<float>& lp) const {
-    double s = 0;
-    for (std::size_t i = 0; i < lp.size(); ++i) s -= static_cast<double>(weights[i]) * lp[i];
-    return s;
-  }
 };
 
 class ModelFixture : public ::testing::TestWithParam<std::string> {};

@@ -14,7 +14,9 @@
 
 #include "core/error.h"
 #include "io/hf_config.h"
+#include "io/nf4_tensor.h"
 #include "io/safetensors.h"
+#include "kernels/cpu/nf4.h"
 #include "kernels/ops.h"
 #include "model/lora.h"
 #include "model/transformer.h"
@@ -58,30 +60,17 @@ struct QloraRun : test::ReferenceFile, test::ReferenceBatch {  // ref, and its b
     ops->download(grads.data(), model->lora()->grads(), grads.size() * sizeof(float));
     dembed = model->input_embedding_grad();
   }
-  std::vector<float> valid_rows(const std::string& name, std::size_t width) const {
-    const std::vector<float> v = io::to_f32(ref.get(name));
-    std::vector<float> out;
-    for (int b = 0; b < B; ++b)
-      for (int t = 0; t < lengths[b]; ++t)
-        for (std::size_t j = 0; j < width; ++j) out.push_back(v[(static_cast<std::size_t>(b) * L + t) * width + j]);
-    return out;
-  }
-  double loss() const {
-    double s = 0;
-    for (std::size_t i = 0; i < lp.size(); ++i) s -= static_cast<double>(weights[i]) * lp[i];
-    return s;
-  }
 };
 
 TEST(Qlora, BitsandbytesDirectoryMatchesTransformersPeftBitsandbytes) {
   QloraRun r(kNf4);
   r.step();
-  const auto want_lp = r.valid_rows("logprobs", 1);
+  const auto want_lp = r.valid_rows(r.reference("logprobs"), 1);
   const double lp_rel = rel_error(r.lp, want_lp), lp_abs = max_abs_diff(r.lp, want_lp);
   EXPECT_LE(lp_rel, 1e-5) << "log-probs";
   EXPECT_LE(lp_abs, 1e-4) << "log-probs";
   const double want_loss = io::to_f32(r.ref.get("loss"))[0];
-  EXPECT_NEAR(r.loss(), want_loss, 1e-5 * std::abs(want_loss));
+  EXPECT_NEAR(r.loss(r.lp), want_loss, 1e-5 * std::abs(want_loss));
   double worst = 0;
   int checked = 0;
   for (const auto& s : r.model->lora()->slots()) {
@@ -99,12 +88,12 @@ TEST(Qlora, BitsandbytesDirectoryMatchesTransformersPeftBitsandbytes) {
     }
   }
   EXPECT_EQ(checked, 28);
-  const double emb = rel_error(r.dembed, r.valid_rows("grad.inputs_embeds", 64));
+  const double emb = rel_error(r.dembed, r.valid_rows(r.reference("grad.inputs_embeds"), 64));
   EXPECT_LE(emb, 1e-4) << "d inputs_embeds";
-  EXPECT_LE(max_abs_diff(r.lp, r.valid_rows("bnb_f32.logprobs", 1)), 1e-4) << "against bitsandbytes' float32 run";
+  EXPECT_LE(max_abs_diff(r.lp, r.valid_rows(r.reference("bnb_f32.logprobs"), 1)), 1e-4) << "against bitsandbytes' float32 run";
   std::printf("QLoRA vs float64 reference: log-probs rel %.2e (max abs %.2e), loss %.2e, LoRA grads max rel %.2e, "
               "d embeds rel %.2e\n",
-              lp_rel, lp_abs, std::fabs(r.loss() - want_loss), worst, emb);
+              lp_rel, lp_abs, std::fabs(r.loss(r.lp) - want_loss), worst, emb);
 }
 
 // Quantizing the bf16 source at load (model.quantize = "nf4", double quantization as the saved model has it) gives
@@ -149,9 +138,19 @@ TEST(Qlora, WeightsStayNf4AndRecomputeGivesTheSameGradients) {
   EXPECT_EQ(d.dense_numel(), dense);
   EXPECT_GT(d.nf4_bytes(), 0u);
   EXPECT_LT(d.nf4_bytes(), (d.base_numel() - dense) * 6 / 10);
-  // the host copy of an NF4 tensor is its dequantized value
-  const auto q = plain.model->base_tensor_host("model.layers.1.mlp.down_proj.weight");
-  EXPECT_EQ(q.size(), static_cast<std::size_t>(c.hidden_size * c.intermediate_size));
+  // the host copy of an NF4 tensor is its dequantized value: bitsandbytes' codes and absmax from the file,
+  // dequantized on the host
+  const std::string name = "model.layers.1.mlp.down_proj.weight";
+  const auto q = plain.model->base_tensor_host(name);
+  ASSERT_EQ(q.size(), static_cast<std::size_t>(c.hidden_size * c.intermediate_size));
+  const io::SafetensorsModel file(kNf4);
+  const io::Nf4Tensor t = io::read_bnb_nf4(file, name);
+  ASSERT_TRUE(t.double_quant);
+  std::vector<float> absmax(static_cast<std::size_t>(t.blocks())), want(q.size());
+  kernels::cpu::nf4_absmax_dequantize(t.qabsmax.data(), t.nested_absmax.data(), t.offset, t.nested_code.data(),
+                                      t.blocks(), absmax.data());
+  kernels::cpu::nf4_dequantize(t.codes.data(), absmax.data(), t.code.data(), t.numel(), want.data());
+  EXPECT_EQ(q, want);
 }
 
 // model.shard_base on one rank (one part: the layer's stored bytes copied into the gather workspace): the layers'
