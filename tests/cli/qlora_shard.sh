@@ -113,7 +113,9 @@ case $mode in
     for c in "1 bnb" "2 at_load" "2 bnb_plain" "4 bnb" "4 bnb_plain"; do
       set -- $c
       declare -n model=$2
-      run 1 "${common[@]}" "${model[@]}" --generate.output="$work/plain_$2.jsonl" > /dev/null
+      # the unsharded one-rank output of this model, once per model
+      [ -f "$work/plain_$2.jsonl" ] ||
+        run 1 "${common[@]}" "${model[@]}" --generate.output="$work/plain_$2.jsonl" > /dev/null
       run "$1" "${common[@]}" "${model[@]}" --model.shard_base=true --generate.max_sequences=2 \
         --generate.output="$work/shard_$1_$2.jsonl" > /dev/null
       cmp "$work/plain_$2.jsonl" "$work/shard_$1_$2.jsonl"
