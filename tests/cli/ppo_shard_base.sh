@@ -4,7 +4,7 @@
 # values, returns, advantages) and every logged figure of an update (losses, scores, rewards, KL, ratios, held-out).
 #   ppo_shard_base.sh WORK CHECK_TRAIN "RUNN" "MPI_FLAGS" MODEL_DIR HELDOUT -- MGRL ARGS...
 # RUNN: the launcher and its rank-count flag ("mpiexec -n"); MODEL_DIR: the pretrained fixture whose config.json is
-# widened to 5 layers for the 2- and 4-rank runs (random weights: layers that do not divide evenly over the ranks);
+# given 5 layers (model.num_layers) for the 2- and 4-rank runs (random weights: layers that do not divide evenly over the ranks);
 # HELDOUT: a JSONL whose first 3 lines are the held-out prompts (2 ranks hold 1 and 2 of them, 4 ranks 0, 1, 1, 1:
 # a rank without any still steps with the others). 4 ranks keep the gathered layers (model.shard_base_keep); 2 ranks
 # also over an NF4 (QLoRA) base quantized at load.
@@ -12,9 +12,7 @@ set -euo pipefail
 work=$1 check=$2 runn=$3 flags=$4 model=$5 heldout=$6
 shift 6
 [ "$1" = -- ] && shift
-rm -rf "$work" && mkdir -p "$work/m5"
-sed 's/"num_hidden_layers": 2,/"num_hidden_layers": 5,/' "$model/config.json" > "$work/m5/config.json"
-grep -q '"num_hidden_layers": 5,' "$work/m5/config.json"
+rm -rf "$work" && mkdir -p "$work"
 head -n 3 "$heldout" > "$work/eval3.jsonl"
 
 # keys of metrics.jsonl that must agree exactly in every logged step
@@ -65,7 +63,7 @@ grep -E '^step 8/8 .* base [0-9.]+ MiB/rank' "$work/np1/shard.log"
 compare "$work/np1/plain" "$work/np1/shard" 8
 # One sequence in flight and prompts prefilled 3 tokens a step: each rank's generation takes as many steps as its
 # prompts' lengths and its responses' (EOS ends some early) make, unequal over the ranks, so lockstep is exercised.
-random=(--model.path="$work/m5" --model.init=random --eval.input="$work/eval3.jsonl" --eval.every_steps=4
+random=(--model.path="$model" --model.num_layers=5 --model.init=random --eval.input="$work/eval3.jsonl" --eval.every_steps=4
         --generate.max_sequences=1 --generate.max_prefill_tokens=3 --ppo.response_length=12)
 run 2 np2/plain "$@" "${random[@]}"
 run 2 np2/shard "$@" "${random[@]}" --model.shard_base=true
