@@ -24,12 +24,10 @@ std::size_t align16(std::size_t n) { return (n + 15) / 16 * 16; }
 // Is base tensor `name` a projection weight that NF4 holds? transformers + bitsandbytes quantize every nn.Linear
 // but lm_head and the modules named (as a substring) in llm_int8_skip_modules.
 bool nf4_projection(const std::string& name, const std::vector<std::string>& skip) {
-  static const char* const kSuffixes[] = {"q_proj.weight",  "k_proj.weight",  "v_proj.weight",   "o_proj.weight",
-                                          "gate_proj.weight", "up_proj.weight", "down_proj.weight"};
   bool projection = false;
-  for (const char* suf : kSuffixes) {
-    const std::size_t n = std::strlen(suf);
-    if (name.size() > n && name.compare(name.size() - n, n, suf) == 0) projection = true;
+  for (int m = 0; m < kNumModules; ++m) {
+    const std::string suf = std::string(module_path(static_cast<Module>(m))) + ".weight";
+    if (name.size() > suf.size() && name.compare(name.size() - suf.size(), suf.size(), suf) == 0) projection = true;
   }
   if (!projection) return false;
   for (const std::string& s : skip)
@@ -152,18 +150,17 @@ ModelDef::ModelDef(io::ModelConfig cfg, kernels::Ops& ops, ModelOptions opts, Ga
 
   // The only string lookups: every handle is resolved here, once.
   layer_nf4_.assign(n_layers, false);
-  // The NF4 workspace: one layer's NF4 projections (every layer has the same shapes), dense, storage dtype.
+  // The NF4 workspace: a slot for each of a layer's seven projections (every layer has the same shapes), dense,
+  // storage dtype, 16-byte aligned: room for whichever of them a layer holds as NF4 (llm_int8_skip_modules may leave
+  // some dense in some layers), and what memory_plan's nf4_workspace_bytes counts.
   ws_offset_.assign(kNumModules, 0);
   if (!nf4_.empty() && n_layers > 0) {
     for (int m = 0; m < kNumModules; ++m) {
-      const std::string name = layer_name(0, module_path(static_cast<Module>(m))) + ".weight";
-      for (const BaseTensor& t : base_)
-        if (t.name == name && t.nf4 >= 0) {
-          ws_offset_[static_cast<std::size_t>(m)] = ws_bytes_;
-          ws_bytes_ += align16(static_cast<std::size_t>(io::shape_numel(t.shape)) * ops_.storage_size());
-        }
+      ws_offset_[static_cast<std::size_t>(m)] = ws_bytes_;
+      ws_bytes_ += align16(static_cast<std::size_t>(module_in(cfg_, static_cast<Module>(m))) *
+                           static_cast<std::size_t>(module_out(cfg_, static_cast<Module>(m))) * ops_.storage_size());
     }
-    if (ws_bytes_ > 0) workspace_ = ops_.alloc(ws_bytes_);
+    workspace_ = ops_.alloc(ws_bytes_);
   }
   layers_.resize(n_layers);
   if (!opts_.shard_base) dense_layers_.resize(n_layers);
@@ -199,7 +196,7 @@ ModelDef::ModelDef(io::ModelConfig cfg, kernels::Ops& ops, ModelOptions opts, Ga
     G.q_norm = grad(H.q_norm);
     G.k_norm = grad(H.k_norm);
     for (int m = 0; m < kNumModules; ++m) {
-      if (base_[static_cast<std::size_t>(H.W[m].tensor)].nf4 >= 0) layer_nf4_[static_cast<std::size_t>(l)] = true;
+      if (is_nf4(H.W[m])) layer_nf4_[static_cast<std::size_t>(l)] = true;
       G.W[m] = grad(H.W[m]);
       G.bias[m] = grad(H.bias[m]);
     }
@@ -274,7 +271,7 @@ WeightHandle ModelDef::handle(const std::string& name) const {
     if (base_[i].name == name) {
       const int l = tensor_layer_[i];
       if (l >= 0) return WeightHandle{WeightKind::Shard, static_cast<int>(i), l};
-      return WeightHandle{base_[i].nf4 >= 0 ? WeightKind::Nf4 : WeightKind::Dense, static_cast<int>(i)};
+      return WeightHandle{WeightKind::Dense, static_cast<int>(i)};
     }
   throw FatalError("model tensor '" + name + "' is not part of this architecture");
 }
@@ -282,9 +279,8 @@ WeightHandle ModelDef::handle(const std::string& name) const {
 const void* ModelDef::dense(const WeightHandle& h) const {
   if (!h.present()) return nullptr;
   const std::size_t t = static_cast<std::size_t>(h.tensor), S = ops_.storage_size();
+  MGRL_CHECK(base_[t].nf4 < 0, "an NF4 base weight is read through layer(l), not dense()");
   if (h.kind == WeightKind::Dense) return static_cast<const char*>(weights_) + stored_offset_[t] * S;
-  MGRL_CHECK(h.kind == WeightKind::Shard && base_[t].nf4 < 0,
-             "an NF4 base weight is read through layer(l), not dense()");
   for (std::size_t s = 0; s < slots_.size(); ++s)
     if (slot_layer_[s] == h.layer)
       return static_cast<const char*>(slots_[s]) +
@@ -301,7 +297,7 @@ LayerWeights ModelDef::resolve(const LayerHandles& H) const {
   D.post_attn_norm = dense(H.post_attn_norm);
   D.post_mlp_norm = dense(H.post_mlp_norm);
   for (int m = 0; m < kNumModules; ++m) {
-    if (H.W[m].present() && base_[static_cast<std::size_t>(H.W[m].tensor)].nf4 >= 0)  // dequantized by layer(l)
+    if (is_nf4(H.W[m]))  // dequantized by layer(l)
       D.W[m] = static_cast<const char*>(workspace_) + ws_offset_[static_cast<std::size_t>(m)];
     else
       D.W[m] = dense(H.W[m]);

@@ -41,11 +41,11 @@ struct ModelOptions {
   bool quantize_double = false;
 };
 
-// How a base weight is held. Dense: the whole tensor in the backend's storage dtype. The other kinds are
-// materialised into a dense workspace by ModelDef::layer() before an executor reads them: NF4-quantized blocks
-// (dequantized), or Shard: this rank's part of a decoder layer's weights, the layer gathered from all ranks on demand
-// (a sharded NF4 projection is gathered as NF4 bytes and dequantized from the gathered copy).
-enum class WeightKind { Dense, Nf4, Shard };
+// Where a base weight is held. Dense: the whole tensor on this rank. Shard: this rank's part of a decoder layer's
+// weights, the layer gathered from all ranks on demand by ModelDef::layer(). Either may be NF4-quantized blocks
+// (ModelDef::is_nf4), which layer() dequantizes into a dense workspace before an executor reads them (a sharded NF4
+// projection is gathered as NF4 bytes and dequantized from the gathered copy).
+enum class WeightKind { Dense, Shard };
 
 // One base tensor: its kind and its place among base_tensors(). A default handle is absent (e.g. no bias).
 struct WeightHandle {
@@ -134,8 +134,10 @@ class ModelDef {
   bool quantized() const { return !nf4_.empty(); }
   const LayerHandles& layer_handles(int l) const { return layers_[static_cast<std::size_t>(l)]; }
   const LayerGrads& layer_grads(int l) const { return grads_[static_cast<std::size_t>(l)]; }
-  // The dense data of one handle (storage dtype); null for an absent handle.
+  // The dense data of one handle (storage dtype); null for an absent handle. Not for an NF4 handle (layer() holds
+  // its dequantized copy).
   const void* dense(const WeightHandle& h) const;
+  bool is_nf4(const WeightHandle& h) const { return h.present() && base_[static_cast<std::size_t>(h.tensor)].nf4 >= 0; }
   // The embeddings, the final norm and the LM head (the embeddings when tied), and their gradients (full FT only).
   const void* embed() const { return dense(embed_); }
   const void* final_norm() const { return dense(final_norm_); }
