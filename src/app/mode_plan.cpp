@@ -18,6 +18,7 @@
 #include "dist/mpi_env.h"
 #include "io/config.h"
 #include "model/memory_plan.h"
+#include "rl/generator.h"
 
 namespace mgrl::app {
 
@@ -120,15 +121,16 @@ int run_plan(dist::MpiEnv& env, const io::Config& cfg) {
       in.scoring = ppo || cfg.get_float("grpo.beta") > 0 || cfg.get_int("grpo.num_iterations") > 1;
       in.reference_copy = !ppo && cfg.get_float("grpo.beta") > 0 && cfg.get_string("grpo.reference") == "initial" &&
                           !cfg.get_string("lora.adapter").empty();
-      // The rollout's paged cache as rl::Generator sizes it: every slot busy, each prompt's full blocks once.
+      // The rollout's paged cache as rl::Generator sizes it (Generator::kv_pool).
       in.generate = true;
-      const int slots = static_cast<int>(std::min<std::int64_t>(cfg.get_int("generate.max_sequences"), per_rank * G));
-      const int bs = static_cast<int>(std::max<std::int64_t>(1, std::min(cfg.get_int("generate.kv_block_size"), seq_len)));
-      const int own_max = static_cast<int>((bs - 1 + completion + bs - 1) / bs);
+      const rl::Generator::KvPool pool = rl::Generator::kv_pool(
+          static_cast<int>(cfg.get_int("generate.max_sequences")), static_cast<int>(G), per_rank, static_cast<int>(prompt),
+          static_cast<int>(completion), static_cast<int>(cfg.get_int("generate.kv_block_size")));
+      const int slots = pool.slots;
       in.kv_slots = slots;
-      in.kv_max_len = static_cast<int>(seq_len);
-      in.kv_block_size = bs;
-      in.kv_blocks = static_cast<int>((slots / G) * (prompt / bs)) + slots * own_max;
+      in.kv_max_len = pool.max_len;
+      in.kv_block_size = pool.block_size;
+      in.kv_blocks = pool.blocks;
       in.infer_tokens = std::min<std::int64_t>(cfg.get_int("generate.max_prefill_tokens"), per_rank * prompt) + slots;
       in.infer_rows = slots;
     } else if (mode == "dpo") {

@@ -23,6 +23,18 @@ Generator::Generator(model::Transformer& model, GenerationOptions opts,
   opts_.max_sequences = std::max(opts_.max_sequences, opts_.num_generations);
 }
 
+Generator::KvPool Generator::kv_pool(int max_sequences, int G, std::int64_t prompts, int longest, int max_new_tokens,
+                                     int kv_block_size) {
+  KvPool p;
+  p.max_len = longest + max_new_tokens;
+  p.slots = static_cast<int>(
+      std::max<std::int64_t>(1, std::min<std::int64_t>(std::max(max_sequences, G), prompts * G)));
+  p.block_size = std::max(1, std::min(kv_block_size, p.max_len));
+  const int own_max = model::KvCache::blocks_for(p.block_size - 1 + max_new_tokens, p.block_size);
+  p.blocks = (p.slots / G) * (longest / p.block_size) + p.slots * own_max;
+  return p;
+}
+
 std::uint64_t Generator::draw_seed(std::uint64_t seed, std::int64_t prompt_index, int generation, int step) {
   const std::uint64_t stream = random_bits(random_bits(seed, static_cast<std::uint64_t>(prompt_index)),
                                            static_cast<std::uint64_t>(generation));
@@ -59,13 +71,10 @@ std::vector<Completion> Generator::generate(const std::vector<Prompt>& prompts) 
                     std::to_string(opts_.max_new_tokens) + ") exceeds the model's max_position_embeddings (" +
                     std::to_string(mc.max_position_embeddings) + ")");
   if (prompts.empty() && !opts_.lockstep) return {};
-  const int n_slots = std::max(1, std::min<int>(opts_.max_sequences, static_cast<int>(prompts.size()) * G));
-  // The block pool holds the worst case of every slot busy: at most n_slots / G prompts in flight, each with its
-  // full prompt blocks once and, per completion, the blocks from the prompt's partly filled last block on.
-  const int bs = std::max(1, std::min(opts_.kv_block_size, max_len));
-  const int own_max = model::KvCache::blocks_for(bs - 1 + opts_.max_new_tokens, bs);
-  const int n_blocks = (n_slots / G) * (static_cast<int>(longest) / bs) + n_slots * own_max;
-  model::KvCache cache(mc, model_.ops(), n_slots, max_len, n_blocks, bs);
+  const KvPool pool = kv_pool(opts_.max_sequences, G, static_cast<std::int64_t>(prompts.size()),
+                              static_cast<int>(longest), opts_.max_new_tokens, opts_.kv_block_size);
+  const int n_slots = pool.slots, bs = pool.block_size;
+  model::KvCache cache(mc, model_.ops(), n_slots, max_len, pool.blocks, bs);
   auto blocks_needed = [&](int len) {
     const int total = model::KvCache::blocks_for(len + opts_.max_new_tokens, bs);
     return total + (G - 1) * (total - len / bs);
@@ -143,7 +152,7 @@ std::vector<Completion> Generator::generate(const std::vector<Prompt>& prompts) 
   };
   stats_ = {};
   stats_.prompts = static_cast<std::int64_t>(prompts.size());
-  stats_.kv_blocks = n_blocks;
+  stats_.kv_blocks = pool.blocks;
   stats_.kv_cache_bytes = cache.bytes();
   const int budget_per_step = std::max(1, opts_.max_prefill_tokens);
 

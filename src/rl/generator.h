@@ -78,6 +78,16 @@ class Generator {
   std::vector<Completion> generate(const std::vector<Prompt>& prompts);
   const GenerationStats& stats() const { return stats_; }
 
+  // The paged KV cache a generation sizes for `prompts` prompts of up to `longest` tokens: max_sequences slots (at
+  // least G, at most every completion), every slot busy, at most slots / G prompts in flight, each with its full
+  // prompt blocks once and, per completion, the blocks from the prompt's partly filled last block on. `mgrl plan`
+  // counts the same.
+  struct KvPool {
+    int slots = 0, block_size = 0, blocks = 0, max_len = 0;
+  };
+  static KvPool kv_pool(int max_sequences, int G, std::int64_t prompts, int longest, int max_new_tokens,
+                        int kv_block_size);
+
   // The seed of one sampling draw (exposed for tests).
   static std::uint64_t draw_seed(std::uint64_t seed, std::int64_t prompt_index, int generation, int step);
 

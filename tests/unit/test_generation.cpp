@@ -233,6 +233,14 @@ TEST(Generator, CompletionsShareThePromptsCacheBlocks) {
   EXPECT_EQ(gen.stats().kv_blocks, 26);
   const std::size_t per_block = 2 * static_cast<std::size_t>(m.cfg.num_hidden_layers) * m.cfg.kv_dim() * 4 * 4;
   EXPECT_EQ(gen.stats().kv_cache_bytes, 26 * per_block);
+  // what `mgrl plan` counts for it (Generator::kv_pool), and with fewer sequences asked for than a group: the
+  // generator holds a whole group anyway (8 slots), and so does the count
+  const Generator::KvPool pool = Generator::kv_pool(o.max_sequences, 8, 1, 40, 4, 4);
+  EXPECT_EQ(pool.blocks, 26);
+  EXPECT_EQ(pool.slots, 8);
+  const Generator::KvPool few = Generator::kv_pool(2, 8, 3, 40, 4, 4);
+  EXPECT_EQ(few.slots, 8);
+  EXPECT_EQ(few.blocks, 26);
 }
 
 TEST(Generator, GreedyCompletionsOfOnePromptAreIdentical) {
