@@ -129,9 +129,7 @@ int run_score(Context& ctx) {
     }
   }
   if (mo.shard_base)  // every pass gathers collectively: as many passes as the busiest rank
-    for (std::size_t k = (order.size() + static_cast<std::size_t>(batch_size) - 1) / static_cast<std::size_t>(batch_size);
-         k < train::most_batches(N, env.size(), static_cast<std::size_t>(batch_size)); ++k)
-      train::idle_pass(net, !adapter.empty());
+    train::idle_passes(net, order.size(), N, env.size(), static_cast<std::size_t>(batch_size));
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   // Gather to rank 0 in input order: every rank knows every length, so raw floats suffice.

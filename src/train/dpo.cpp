@@ -215,7 +215,7 @@ void DpoTrainer::precompute(std::vector<PreferencePair>& pairs) {
   }
   if (model_.definition().sharded()) {  // every pass gathers collectively: as many passes as the busiest rank
     const std::size_t eb = static_cast<std::size_t>(opts_.eval_batch);
-    for (std::size_t k = (hi - lo + eb - 1) / eb; k < most_batches(N, env_.size(), eb); ++k) idle_pass(model_, true);
+    idle_passes(model_, hi - lo, N, env_.size(), eb);
   }
   std::string bytes(mine.size() * sizeof(double), '\0');
   if (!mine.empty()) std::memcpy(&bytes[0], mine.data(), bytes.size());
@@ -299,10 +299,7 @@ DpoSums DpoTrainer::evaluate() {
   }
   if (model_.definition().sharded()) {  // every pass gathers collectively: the passes of the busiest rank
     const std::size_t eb = static_cast<std::size_t>(opts_.eval_batch);
-    for (std::size_t k = (hi - lo + eb - 1) / eb; k < most_batches(N, env_.size(), eb); ++k) {
-      if (!opts_.precompute_ref) idle_pass(model_, false);  // as reference()
-      idle_pass(model_, true);
-    }
+    idle_passes(model_, hi - lo, N, env_.size(), eb, opts_.precompute_ref ? 1 : 2);  // and reference()'s pass
   }
   s.allreduce(env_);
   return s;

@@ -8,20 +8,19 @@
 
 namespace mgrl::train {
 
-// The most batches of up to `batch` items that any rank runs when n items are split contiguously over `ranks`
-// (rank r gets [n r / ranks, n (r + 1) / ranks)).
-inline std::size_t most_batches(std::size_t n, int ranks, std::size_t batch) {
-  const std::size_t P = static_cast<std::size_t>(ranks);
-  std::size_t most = 0;
-  for (std::size_t r = 0; r < P; ++r) most = std::max(most, (n * (r + 1) / P - n * r / P + batch - 1) / batch);
-  return most;
-}
-
-// A one-token scoring pass (token 0) whose log-prob is dropped.
-inline void idle_pass(model::Transformer& m, bool use_lora) {
+// A rank's share of n items split contiguously over `ranks` (rank r gets [n r / ranks, n (r + 1) / ranks)) is at
+// most ceil(n / ranks) items: the busiest rank runs ceil(ceil(n / ranks) / batch) batches of up to `batch` items.
+// A rank holding `mine` items runs, after its own batches, as many one-token passes (token 0, the result dropped;
+// passes_per_batch for each missing batch: a mode that runs two passes a batch) as it has batches fewer than that.
+// The adapter is left out of them: they exist for the layer gathers, which are the same either way.
+inline void idle_passes(model::Transformer& m, std::size_t mine, std::size_t n, int ranks, std::size_t batch,
+                        int passes_per_batch = 1) {
+  const std::size_t P = static_cast<std::size_t>(std::max(1, ranks));
+  const std::size_t most = ((n + P - 1) / P + batch - 1) / batch;
   static const model::Batch one = model::Batch::from_sequences({{0}});
   float lp = 0;
-  m.score(one, &lp, use_lora);
+  for (std::size_t k = (mine + batch - 1) / batch; k < most; ++k)
+    for (int p = 0; p < passes_per_batch; ++p) m.score(one, &lp, /*use_lora=*/false);
 }
 
 }  // namespace mgrl::train

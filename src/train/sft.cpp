@@ -192,7 +192,7 @@ std::pair<double, double> SftTrainer::evaluate(bool accuracy) {
     // A sharded base gathers each layer collectively in every pass: a rank with fewer held-out batches than another
     // runs as many one-token passes more, so that all ranks gather alike.
     const std::size_t eb = static_cast<std::size_t>(opts_.eval_batch);
-    for (std::size_t k = (hi - lo + eb - 1) / eb; k < most_batches(N, env_.size(), eb); ++k) idle_pass(model_, true);
+    idle_passes(model_, hi - lo, N, env_.size(), eb);
   }
   const double mean = env_.allreduce_sum(loss) / static_cast<double>(std::max(1LL, env_.allreduce_sum(tokens)));
   const double acc = accuracy && opts_.accuracy ? opts_.accuracy(eval_) : -1;
