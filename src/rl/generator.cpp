@@ -35,10 +35,12 @@ Generator::KvPool Generator::kv_pool(int max_sequences, int G, std::int64_t prom
   return p;
 }
 
+std::uint64_t Generator::draw_stream(std::uint64_t seed, std::int64_t prompt_index, int generation) {
+  return random_bits(random_bits(seed, static_cast<std::uint64_t>(prompt_index)), static_cast<std::uint64_t>(generation));
+}
+
 std::uint64_t Generator::draw_seed(std::uint64_t seed, std::int64_t prompt_index, int generation, int step) {
-  const std::uint64_t stream = random_bits(random_bits(seed, static_cast<std::uint64_t>(prompt_index)),
-                                           static_cast<std::uint64_t>(generation));
-  return random_bits(stream, static_cast<std::uint64_t>(step));
+  return random_bits(draw_stream(seed, prompt_index, generation), static_cast<std::uint64_t>(step));
 }
 
 namespace {
@@ -92,6 +94,11 @@ std::vector<Completion> Generator::generate(const std::vector<Prompt>& prompts) 
   std::vector<Running> running;
   std::deque<Prefilling> prefilling;
   std::size_t next_prompt = 0;
+  // The next prompt can be admitted: G slots and its cache blocks are free (its prefill may start later).
+  auto admissible = [&] {
+    return next_prompt < prompts.size() && static_cast<int>(free_slots.size()) >= G &&
+           cache.free_blocks() >= blocks_needed(static_cast<int>(prompts[next_prompt].tokens.size()));
+  };
 
   // Device buffers for sampling, sized for the largest step.
   const int max_rows = n_slots;
@@ -172,10 +179,7 @@ std::vector<Completion> Generator::generate(const std::vector<Prompt>& prompts) 
     }
     // Nothing to prefill and no prompt can be admitted: up to K decode steps on the device, one download at the end.
     // Not with lockstep (a sharded base): every rank must then run each step after agreeing on it.
-    const bool can_admit =
-        next_prompt < prompts.size() && static_cast<int>(free_slots.size()) >= G &&
-        cache.free_blocks() >= blocks_needed(static_cast<int>(prompts[next_prompt].tokens.size()));
-    if (K > 1 && !opts_.lockstep && prefilling.empty() && !running.empty() && !can_admit) {
+    if (K > 1 && !opts_.lockstep && prefilling.empty() && !running.empty() && !admissible()) {
       const int R = static_cast<int>(running.size());
       std::vector<std::int32_t> tokens(R), slot(R), pos(R), count(R);
       int steps = 1;
@@ -187,10 +191,8 @@ std::vector<Completion> Generator::generate(const std::vector<Prompt>& prompts) 
         pos[r] = q.pos;
         count[r] = static_cast<std::int32_t>(c.tokens.size());
         steps = std::max(steps, opts_.max_new_tokens - count[r]);
-        const std::uint64_t stream = random_bits(random_bits(opts_.seed, static_cast<std::uint64_t>(c.prompt_index)),
-                                                 static_cast<std::uint64_t>(c.generation));
-        h_seeds[r] = random_bits(stream, static_cast<std::uint64_t>(count[r]));
-        h_streams[r] = stream;
+        h_streams[r] = draw_stream(opts_.seed, c.prompt_index, c.generation);
+        h_seeds[r] = draw_seed(opts_.seed, c.prompt_index, c.generation, count[r]);
       }
       steps = std::min(steps, K);
       const auto in = model_.engine().load_decode(tokens, slot, pos, cache);
@@ -245,8 +247,7 @@ std::vector<Completion> Generator::generate(const std::vector<Prompt>& prompts) 
       row_completion.push_back(r.completion);
     }
     // Admit prompts while G slots and their cache blocks are free (their prefill may start later).
-    while (next_prompt < prompts.size() && static_cast<int>(free_slots.size()) >= G &&
-           cache.free_blocks() >= blocks_needed(static_cast<int>(prompts[next_prompt].tokens.size()))) {
+    while (admissible()) {
       const int len = static_cast<int>(prompts[next_prompt].tokens.size());
       Prefilling a{next_prompt, {}, 0};
       for (int g = 0; g < G; ++g) {

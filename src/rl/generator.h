@@ -88,8 +88,10 @@ class Generator {
   static KvPool kv_pool(int max_sequences, int G, std::int64_t prompts, int longest, int max_new_tokens,
                         int kv_block_size);
 
-  // The seed of one sampling draw (exposed for tests).
+  // The seed of one sampling draw (exposed for tests), from its completion's stream (the on-device decode advances
+  // the stream itself).
   static std::uint64_t draw_seed(std::uint64_t seed, std::int64_t prompt_index, int generation, int step);
+  static std::uint64_t draw_stream(std::uint64_t seed, std::int64_t prompt_index, int generation);
 
  private:
   model::Transformer& model_;
