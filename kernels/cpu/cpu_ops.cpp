@@ -141,11 +141,12 @@ class CpuOps final : public Ops {
       return;
     }
     // double-quantized: the absmax of the blocks the range touches, then the codes
-    const std::int64_t b0 = begin / cpu::kNf4Block, b1 = (end - 1) / cpu::kNf4Block + 1;
+    // (from the start of the nested block holding the first one: nested_absmax is indexed by block / 256)
+    const std::int64_t b0 = begin / cpu::kNf4Block / cpu::kNf4NestedBlock * cpu::kNf4NestedBlock;
+    const std::int64_t b1 = (end - 1) / cpu::kNf4Block + 1;
     nf4_absmax_.resize(static_cast<std::size_t>(b1));
-    for (std::int64_t b = b0; b < b1; ++b)
-      nf4_absmax_[static_cast<std::size_t>(b)] =
-          w.nested_code[w.qabsmax[b]] * w.nested_absmax[b / cpu::kNf4NestedBlock] + w.offset;
+    cpu::nf4_absmax_dequantize(w.qabsmax + b0, w.nested_absmax + b0 / cpu::kNf4NestedBlock, w.offset, w.nested_code,
+                               b1 - b0, nf4_absmax_.data() + b0);
     cpu::nf4_dequantize_range(w.codes, nf4_absmax_.data(), w.code, begin, end, F(dst));
   }
   void swiglu_forward(void* out, const void* gate, const void* up, std::int64_t n) override {

@@ -49,35 +49,25 @@ bool is_bnb_companion(const std::string& name) {
   return false;
 }
 
-Nf4Tensor read_bnb_nf4(const SafetensorsModel& m, const std::string& name) {
-  const TensorInfo& st = companion(m, name, kStateSuffix, DType::U8, -1);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(std::string(reinterpret_cast<const char*>(st.data), st.nbytes));
-  } catch (const nlohmann::json::exception&) {
-    throw UserError(where(m, name + kStateSuffix) + " is not the JSON of a bitsandbytes quant state");
-  }
-  const nlohmann::json* shape = j.is_object() && j.contains("shape") ? &j["shape"] : nullptr;
-  if (!shape || !shape->is_array() || shape->size() != 2 || !(*shape)[0].is_number_integer() ||
-      !(*shape)[1].is_number_integer())
-    throw UserError(where(m, name + kStateSuffix) + ": 'shape' is not the [rows, cols] of a matrix");
-  return read_bnb_nf4(m, name, (*shape)[0].get<std::int64_t>(), (*shape)[1].get<std::int64_t>());
-}
-
 bool has_bnb_nf4(const SafetensorsModel& m, const std::string& name) {
   return m.find(name + kStateSuffix) != nullptr;
 }
 
-Nf4Tensor read_bnb_nf4(const SafetensorsModel& m, const std::string& name, std::int64_t rows, std::int64_t cols) {
-  using nlohmann::json;
+namespace {
+// The tensor's quant state, parsed once.
+nlohmann::json quant_state(const SafetensorsModel& m, const std::string& name) {
   const TensorInfo& st = companion(m, name, kStateSuffix, DType::U8, -1);
-  const std::string state_name = name + kStateSuffix;
-  json j;
   try {
-    j = json::parse(std::string(reinterpret_cast<const char*>(st.data), st.nbytes));
-  } catch (const json::exception&) {
-    throw UserError(where(m, state_name) + " is not the JSON of a bitsandbytes quant state");
+    return nlohmann::json::parse(std::string(reinterpret_cast<const char*>(st.data), st.nbytes));
+  } catch (const nlohmann::json::exception&) {
+    throw UserError(where(m, name + kStateSuffix) + " is not the JSON of a bitsandbytes quant state");
   }
+}
+
+Nf4Tensor read_bnb_nf4(const SafetensorsModel& m, const std::string& name, const nlohmann::json& j, std::int64_t rows,
+                       std::int64_t cols) {
+  using nlohmann::json;
+  const std::string state_name = name + kStateSuffix;
   auto bad = [&](const std::string& what) { return UserError(where(m, state_name) + ": " + what); };
   if (!j.is_object()) throw bad("not a JSON object");
   const std::string type = j.value("quant_type", std::string());
@@ -123,6 +113,20 @@ Nf4Tensor read_bnb_nf4(const SafetensorsModel& m, const std::string& name, std::
       companion(m, name, ".nested_absmax", DType::F32, (blocks + t.nested_blocksize - 1) / t.nested_blocksize));
   t.nested_code = copy_of<float>(companion(m, name, ".nested_quant_map", DType::F32, 256));
   return t;
+}
+}  // namespace
+
+Nf4Tensor read_bnb_nf4(const SafetensorsModel& m, const std::string& name, std::int64_t rows, std::int64_t cols) {
+  return read_bnb_nf4(m, name, quant_state(m, name), rows, cols);
+}
+
+Nf4Tensor read_bnb_nf4(const SafetensorsModel& m, const std::string& name) {
+  const nlohmann::json j = quant_state(m, name);
+  const nlohmann::json* shape = j.is_object() && j.contains("shape") ? &j["shape"] : nullptr;
+  if (!shape || !shape->is_array() || shape->size() != 2 || !(*shape)[0].is_number_integer() ||
+      !(*shape)[1].is_number_integer())
+    throw UserError(where(m, name + kStateSuffix) + ": 'shape' is not the [rows, cols] of a matrix");
+  return read_bnb_nf4(m, name, j, (*shape)[0].get<std::int64_t>(), (*shape)[1].get<std::int64_t>());
 }
 
 }  // namespace mgrl::io

@@ -279,7 +279,7 @@ TEST(Nf4Ops, CpuBackendDequantizesDoubleQuantizedRanges) {
   w.nested_code = cpu::dynamic_code();
   w.offset = f32(f, "nested.dq.offset")[0];
   const std::int64_t cols = 832, n = static_cast<std::int64_t>(want.size());
-  for (const auto& [b, e] : {std::pair<std::int64_t, std::int64_t>{0, n}, {3 * cols, 11 * cols}, {77, 16601}}) {
+  for (const auto& [b, e] : {std::pair<std::int64_t, std::int64_t>{0, n}, {3 * cols, 11 * cols}, {77, 16601}, {257 * 64 + 5, n}}) {  // the last: in the 2nd nested block
     std::vector<float> got(static_cast<std::size_t>(e - b));
     ops->dequantize_nf4(got.data(), w, b, e);
     EXPECT_TRUE(same_bits(got, std::vector<float>(want.begin() + b, want.begin() + e))) << b << ".." << e;
