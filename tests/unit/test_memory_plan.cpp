@@ -17,11 +17,13 @@ namespace {
 
 const std::string kData = MGRL_TEST_DATA_DIR;
 
-// Every model of tests/data/models (Llama GQA, Qwen2 with biases and tied embeddings, Qwen3 with q/k norms), with
-// and without recompute, LoRA dropout and a subset of targets: the plan's arena is the model's, byte for byte.
+// Every model of tests/data/models (Llama GQA, Qwen2 with biases and tied embeddings, Qwen3 with q/k norms, Gemma 2
+// and 3, Mistral with a window), with and without recompute, LoRA dropout and a subset of targets: the plan's arena
+// (memory_plan's arena_bytes, from the config and the settings) is the count of the model built from them.
 TEST(MemoryPlan, ArenaEqualsTheModelsOwnCount) {
   auto ops = kernels::make_cpu_ops();
-  for (const char* name : {"llama_gqa", "qwen2_bias_tied", "qwen3_qknorm"}) {
+  for (const char* name :
+       {"llama_gqa", "qwen2_bias_tied", "qwen3_qknorm", "gemma2_softcap", "gemma3_text", "mistral_window"}) {
     const io::ModelConfig mc = io::parse_hf_config(kData + "/models/" + name + "/config.json");
     for (const bool recompute : {false, true})
       for (const double dropout : {0.0, 0.1})
