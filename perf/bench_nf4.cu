@@ -5,16 +5,12 @@
 //   build/perf/bench_nf4 [tokens] [reps]      (default 2048 tokens, 20 timed calls after 2 warm-up calls; median)
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <functional>
-#include <memory>
 #include <random>
 #include <vector>
 
-#include "core/check_cuda.h"
 #include "perf/cuda_timing.cuh"
 #include "kernels/cpu/nf4.h"
 #include "kernels/cuda/cuda_ops.h"

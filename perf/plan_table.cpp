@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
         const long long best = static_cast<long long>(model::largest_fitting_tokens(in, budget, 1 << 22));
         char cell[96];
         if (best > 0)
-          std::snprintf(cell, sizeof cell, " %.1f GiB; up to %lld%s tok |", total / gib, best >= (1 << 22) ? (1 << 22) : best,
+          std::snprintf(cell, sizeof cell, " %.1f GiB; up to %lld%s tok |", total / gib, best,
                         best >= (1 << 22) ? "+" : "");
         else
           std::snprintf(cell, sizeof cell, " %.1f GiB; **no** |", total / gib);
