@@ -12,7 +12,8 @@
 #   - decides what comes next from mgrl's exit code: 0, done; 3 (stopped with work left) or 4 (a rank or node of the
 #     job was lost: killed, crashed, its node down or its network cut), `scontrol requeue` of this job, which starts
 #     again later (on the nodes SLURM then gives it) and resumes from the newest checkpoint (checkpoint.resume =
-#     "auto"); anything else, the job fails and is not requeued.
+#     "auto"); anything else, the job fails and is not requeued (except when srun's own lines say a task exited with
+#     4: see mgrl_rank_lost_in).
 # Environment it reads (all optional): MGRL, MGRL_RUN_DIR, MGRL_SRUN_FLAGS (extra srun options), MGRL_MAX_REQUEUES
 # (default 20), MGRL_REQUEUE=0 (never requeue).
 
@@ -96,9 +97,24 @@ mgrl_srun_stoppable() {
   return "$rc"
 }
 
-# mgrl_finish RC: the end of the job from mgrl's exit code: done, requeue, or fail.
+# mgrl_rank_lost_in LOG OFFSET: true when srun's part of LOG after byte OFFSET says a task exited with code 4 (a rank
+# that lost another, or crashed in MPI's start-up). SLURM's PMIx plugin cancels the whole step when a task ends
+# before MPI is set up, so srun itself then returns the other tasks' 137 (SIGKILL), not 4; the task's own code is
+# only in srun's "task N: Exited with exit code 4" line.
+mgrl_rank_lost_in() {
+  tail -c +$(($2 + 1)) "$1" 2>/dev/null | grep -Eq '^srun: error: [^ ]+: tasks? [0-9,-]+: Exited with exit code 4$'
+}
+
+# mgrl_finish RC [LOG OFFSET]: the end of the job from mgrl's exit code: done, requeue, or fail. With LOG and OFFSET
+# (the job log and its size before srun), a run that srun ended with another code after a task exited with code 4
+# counts as exit 4.
 mgrl_finish() {
   local rc=$1 restarts=${SLURM_RESTART_COUNT:-0}
+  if [ "$rc" != 0 ] && [ "$rc" != "$MGRL_EXIT_STOPPED" ] && [ "$rc" != "$MGRL_EXIT_RANK_LOST" ] && [ $# -ge 3 ] &&
+     mgrl_rank_lost_in "$2" "$3"; then
+    mgrl_log "srun ended with exit $rc after a task exited with code 4 (SLURM's PMIx plugin then ends the step's other tasks): taken as exit 4"
+    rc=$MGRL_EXIT_RANK_LOST
+  fi
   case $rc in
     0)
       mgrl_log "mgrl finished (exit 0): done"
@@ -130,9 +146,10 @@ mgrl_finish() {
 # mgrl_train ARGS...: the whole job for a training run (sft or grpo): init, srun, then done / requeue / fail.
 mgrl_train() {
   mgrl_job_init "$@"
-  local extra=() rc=0
+  local extra=() rc=0 log=$MGRL_RUN_DIR/job.log offset
   mapfile -t extra < <(mgrl_training_args "$@")
   mgrl_log "srun --mpi=pmix ${MGRL_SRUN_FLAGS:-}$MGRL $* ${extra[*]}"
+  offset=$(stat -c %s "$log")
   mgrl_srun_stoppable "$MGRL" "$@" "${extra[@]}" || rc=$?
-  mgrl_finish "$rc"
+  mgrl_finish "$rc" "$log" "$offset"
 }
