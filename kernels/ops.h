@@ -168,6 +168,11 @@ class Ops {
   virtual void lm_head_logprob_backward(void* dh, float* dW, const float* weights, const void* h, const void* W,
                                         const std::int32_t* targets, const float* lse, int T, int D, int V,
                                         float logit_scale, void* scratch, float softcap = 0.0f) = 0;
+  // forward then backward in one pass, each chunk's logits computed once (SFT, whose weights are known first)
+  virtual void lm_head_logprob_forward_backward(float* logprob, float* lse, void* dh, float* dW, const float* weights,
+                                                const void* h, const void* W, const std::int32_t* targets, int T,
+                                                int D, int V, float logit_scale, void* scratch,
+                                                float softcap = 0.0f) = 0;
   virtual void lm_head_logits(float* logits, const void* h, const void* W, int T, int D, int V, float logit_scale,
                               float softcap = 0.0f) = 0;
 

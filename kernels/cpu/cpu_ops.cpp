@@ -177,6 +177,12 @@ class CpuOps final : public Ops {
     cpu::lm_head_logprob_backward(F(dh), dW, weights, F(h), F(W), targets, lse, T, D, V, logit_scale, F(scratch),
                                   softcap);
   }
+  void lm_head_logprob_forward_backward(float* logprob, float* lse, void* dh, float* dW, const float* weights,
+                                        const void* h, const void* W, const std::int32_t* targets, int T, int D, int V,
+                                        float logit_scale, void* scratch, float softcap = 0.0f) override {
+    cpu::lm_head_logprob_forward_backward(logprob, lse, F(dh), dW, weights, F(h), F(W), targets, T, D, V, logit_scale,
+                                          F(scratch), softcap);
+  }
   void lm_head_logits(float* logits, const void* h, const void* W, int T, int D, int V, float logit_scale,
                       float softcap = 0.0f) override {
     cpu::lm_head_logits(logits, F(h), F(W), T, D, V, logit_scale, softcap);

@@ -33,6 +33,57 @@ void chunk_logits(float* logits, const float* h, const float* W, int n, int D, i
   for (int64_t i = 0; i < count; ++i) logits[i] = outer * std::tanh(logits[i] * inner);
 }
 
+// The chunk's rows t0 .. t0 + n - 1 from their logits l [n, V]: lse and logprob.
+void chunk_lse(float* logprob, float* lse, const float* logits, const int32_t* targets, int t0, int n, int V) {
+  for (int r = 0; r < n; ++r) {
+    const int t = t0 + r;
+    const float* l = logits + static_cast<int64_t>(r) * V;
+    float m = -INFINITY;
+    for (int v = 0; v < V; ++v) m = std::max(m, l[v]);
+    double sum = 0.0;
+    for (int v = 0; v < V; ++v) sum += std::exp(static_cast<double>(l[v] - m));
+    lse[t] = m + static_cast<float>(std::log(sum));
+    const int32_t target = targets[t];
+    check_target(target, V);
+    logprob[t] = target < 0 ? 0.0f : l[target] - lse[t];
+  }
+}
+
+// The chunk's backward from its logits (overwritten with logit_scale * dlogits): dh rows written, dW accumulated.
+void chunk_backward(float* dh, float* dW, float* scratch, const float* weights, const float* hc, const float* W,
+                    const int32_t* targets, const float* lse, int t0, int n, int D, int V, float logit_scale,
+                    float softcap) {
+  for (int r = 0; r < n; ++r) {
+    const int t = t0 + r;
+    float* l = scratch + static_cast<int64_t>(r) * V;
+    const int32_t target = targets[t];
+    check_target(target, V);
+    const float w = target < 0 ? 0.0f : weights[t];
+    if (w == 0.0f) {
+      std::fill(l, l + V, 0.0f);
+      continue;
+    }
+    const float c = w * logit_scale;
+    if (softcap > 0.0f) {
+      const float inv = 1.0f / (logit_scale * softcap);  // logit / (logit_scale * softcap) = tanh
+      for (int v = 0; v < V; ++v) {
+        const float th = l[v] * inv;
+        l[v] = c * (std::exp(l[v] - lse[t]) - (v == target ? 1.0f : 0.0f)) * (1.0f - th * th);
+      }
+      continue;
+    }
+    for (int v = 0; v < V; ++v) l[v] = c * std::exp(l[v] - lse[t]);
+    l[target] -= c;
+  }
+  // dh[n, D] = dl[n, V] @ W[V, D]
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, D, V, 1.0f, scratch, V, W, D, 0.0f,
+              dh + static_cast<int64_t>(t0) * D, D);
+  if (dW) {
+    // dW[V, D] += dl[n, V]^T @ h[n, D]
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, D, n, 1.0f, scratch, V, hc, D, 1.0f, dW, D);
+  }
+}
+
 }  // namespace
 
 void lm_head_logits(float* logits, const float* h, const float* W, int T, int D, int V, float logit_scale,
@@ -51,18 +102,7 @@ void lm_head_logprob_forward(float* logprob, float* lse, const float* h, const f
   for (int t0 = 0; t0 < T; t0 += kLmHeadChunkRows) {
     const int n = std::min(kLmHeadChunkRows, T - t0);
     chunk_logits(scratch, h + static_cast<int64_t>(t0) * D, W, n, D, V, logit_scale, softcap);
-    for (int r = 0; r < n; ++r) {
-      const int t = t0 + r;
-      const float* l = scratch + static_cast<int64_t>(r) * V;
-      float m = -INFINITY;
-      for (int v = 0; v < V; ++v) m = std::max(m, l[v]);
-      double sum = 0.0;
-      for (int v = 0; v < V; ++v) sum += std::exp(static_cast<double>(l[v] - m));
-      lse[t] = m + static_cast<float>(std::log(sum));
-      const int32_t target = targets[t];
-      check_target(target, V);
-      logprob[t] = target < 0 ? 0.0f : l[target] - lse[t];
-    }
+    chunk_lse(logprob, lse, scratch, targets, t0, n, V);
   }
 }
 
@@ -78,36 +118,24 @@ void lm_head_logprob_backward(float* dh, float* dW, const float* weights, const 
     const int n = std::min(kLmHeadChunkRows, T - t0);
     const float* hc = h + static_cast<int64_t>(t0) * D;
     chunk_logits(scratch, hc, W, n, D, V, logit_scale, softcap);
-    // scratch becomes logit_scale * dlogits, row by row.
-    for (int r = 0; r < n; ++r) {
-      const int t = t0 + r;
-      float* l = scratch + static_cast<int64_t>(r) * V;
-      const int32_t target = targets[t];
-      check_target(target, V);
-      const float w = target < 0 ? 0.0f : weights[t];
-      if (w == 0.0f) {
-        std::fill(l, l + V, 0.0f);
-        continue;
-      }
-      const float c = w * logit_scale;
-      if (softcap > 0.0f) {
-        const float inv = 1.0f / (logit_scale * softcap);  // logit / (logit_scale * softcap) = tanh
-        for (int v = 0; v < V; ++v) {
-          const float th = l[v] * inv;
-          l[v] = c * (std::exp(l[v] - lse[t]) - (v == target ? 1.0f : 0.0f)) * (1.0f - th * th);
-        }
-        continue;
-      }
-      for (int v = 0; v < V; ++v) l[v] = c * std::exp(l[v] - lse[t]);
-      l[target] -= c;
-    }
-    // dh[n, D] = dl[n, V] @ W[V, D]
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, D, V, 1.0f, scratch, V, W, D, 0.0f,
-                dh + static_cast<int64_t>(t0) * D, D);
-    if (dW) {
-      // dW[V, D] += dl[n, V]^T @ h[n, D]
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, D, n, 1.0f, scratch, V, hc, D, 1.0f, dW, D);
-    }
+    chunk_backward(dh, dW, scratch, weights, hc, W, targets, lse, t0, n, D, V, logit_scale, softcap);
+  }
+}
+
+void lm_head_logprob_forward_backward(float* logprob, float* lse, float* dh, float* dW, const float* weights,
+                                      const float* h, const float* W, const int32_t* targets, int T, int D, int V,
+                                      float logit_scale, float* scratch, float softcap) {
+  std::vector<float> own;
+  if (!scratch) {
+    own.resize(static_cast<size_t>(lm_head_scratch_floats(V)));
+    scratch = own.data();
+  }
+  for (int t0 = 0; t0 < T; t0 += kLmHeadChunkRows) {
+    const int n = std::min(kLmHeadChunkRows, T - t0);
+    const float* hc = h + static_cast<int64_t>(t0) * D;
+    chunk_logits(scratch, hc, W, n, D, V, logit_scale, softcap);  // once: the backward below reuses them
+    chunk_lse(logprob, lse, scratch, targets, t0, n, V);
+    chunk_backward(dh, dW, scratch, weights, hc, W, targets, lse, t0, n, D, V, logit_scale, softcap);
   }
 }
 

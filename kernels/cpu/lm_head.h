@@ -31,6 +31,15 @@ void lm_head_logprob_backward(float* dh, float* dW, const float* weights, const 
                               const int32_t* targets, const float* lse, int T, int D, int V, float logit_scale,
                               float* scratch, float softcap = 0.0f);
 
+// Both in one pass, for a loss whose weights are known before the forward (SFT): per chunk of rows, the forward's
+// lse and logprob, then the backward's dlogits, dh and dW from the same logits while they are still in scratch (the
+// backward alone computes them again). Each chunk runs the code of the two ops above in the same order, so every
+// output is bitwise that of lm_head_logprob_forward then lm_head_logprob_backward (weights as there).
+// scratch: lm_head_scratch_floats(V) floats (the same as either op), or null to let the op allocate it.
+void lm_head_logprob_forward_backward(float* logprob, float* lse, float* dh, float* dW, const float* weights,
+                                      const float* h, const float* W, const int32_t* targets, int T, int D, int V,
+                                      float logit_scale, float* scratch, float softcap = 0.0f);
+
 // Full logits[T, V] = logit_scale * h @ W^T, for a few rows (tests, debugging, sampling).
 void lm_head_logits(float* logits, const float* h, const float* W, int T, int D, int V, float logit_scale,
                     float softcap = 0.0f);

@@ -223,6 +223,12 @@ class CudaOps final : public Ops {
     cuda::lm_head_logprob_backward(ctx(), dh, dW, weights, h, W, targets, lse, T, D, V, logit_scale, scratch,
                                    softcap);
   }
+  void lm_head_logprob_forward_backward(float* logprob, float* lse, void* dh, float* dW, const float* weights,
+                                        const void* h, const void* W, const std::int32_t* targets, int T, int D, int V,
+                                        float logit_scale, void* scratch, float softcap = 0.0f) override {
+    cuda::lm_head_logprob_forward_backward(ctx(), logprob, lse, dh, dW, weights, h, W, targets, T, D, V, logit_scale,
+                                           scratch, softcap);
+  }
   void lm_head_logits(float* logits, const void* h, const void* W, int T, int D, int V, float logit_scale,
                       float softcap = 0.0f) override {
     cuda::lm_head_logits(ctx(), logits, h, W, T, D, V, logit_scale, softcap);

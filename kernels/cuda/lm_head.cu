@@ -150,6 +150,35 @@ void check_sizes(int T, int D, int V) {
              "lm_head sizes T=" + std::to_string(T) + " D=" + std::to_string(D) + " V=" + std::to_string(V));
 }
 
+// The chunk's rows [t0, t0 + n) from their fp32 logits: lse and logprob.
+void chunk_lse(const Ctx& c, float* logprob, float* lse, const float* logits, const std::int32_t* targets, int t0,
+               int n, int V) {
+  lm_head_lse_kernel<<<n, kRowThreads, 0, c.stream>>>(logprob + t0, lse + t0, logits, targets + t0, V, c.err);
+  CUDA_CHECK_LAUNCH();
+}
+
+// The chunk's backward from its fp32 logits: dlogits (storage dtype) into dl, dh rows written, dW accumulated.
+void chunk_backward(const Ctx& c, void* dh, float* dW, void* dl, const float* logits, const float* weights,
+                    const void* hc, const void* W, const std::int32_t* targets, const float* lse, int t0, int n, int D,
+                    int V, float logit_scale, float softcap) {
+  dispatch(c.st, [&](auto tag) {
+    using S = decltype(tag);
+    const dim3 grid(static_cast<unsigned>((V + 4 * kThreads - 1) / (4 * kThreads)), static_cast<unsigned>(n));
+    lm_head_dlogits_kernel<S><<<grid, kThreads, 0, c.stream>>>(static_cast<S*>(dl), logits, targets + t0,
+                                                               weights + t0, lse + t0, V, logit_scale, softcap);
+    CUDA_CHECK_LAUNCH();
+  });
+  // dh[n, D] = dl[n, V] @ W[V, D]   (written, storage dtype)
+  gemm_rm(c.blas, false, false, n, D, V, 1.0f, dl, c.st, V, W, c.st, D, 0.0f, row_ptr(dh, t0, D, c.st), c.st, D);
+  // dW[V, D] += dl[n, V]^T @ h[n, D]   (f32, beta = 1)
+  if (dW) gemm_rm(c.blas, true, false, V, D, n, 1.0f, dl, c.st, V, hc, c.st, D, 1.0f, dW, DType::F32, D);
+}
+
+// The storage-dtype dlogits part of the scratch, after the fp32 logits.
+void* dlogits_part(void* buf, int V) {
+  return static_cast<char*>(buf) + align256(static_cast<std::size_t>(lm_head_chunk_rows(V)) * V * sizeof(float));
+}
+
 }  // namespace
 
 int lm_head_chunk_rows(int V) {
@@ -178,8 +207,7 @@ void lm_head_logprob_forward(const Ctx& c, float* logprob, float* lse, const voi
   for (int t0 = 0; t0 < T; t0 += chunk) {
     const int n = std::min(chunk, T - t0);
     chunk_logits(c, logits, row_ptr(h, t0, D, c.st), W, n, D, V, logit_scale, softcap);
-    lm_head_lse_kernel<<<n, kRowThreads, 0, c.stream>>>(logprob + t0, lse + t0, logits, targets + t0, V, c.err);
-    CUDA_CHECK_LAUNCH();
+    chunk_lse(c, logprob, lse, logits, targets, t0, n, V);
   }
   if (!scratch) scratch_free(buf, c.stream);
 }
@@ -191,24 +219,32 @@ void lm_head_logprob_backward(const Ctx& c, void* dh, float* dW, const float* we
   if (T == 0) return;
   void* buf = scratch ? scratch : scratch_alloc(lm_head_scratch_bytes(c.st, V), c.stream);
   float* logits = static_cast<float*>(buf);
+  void* dl = dlogits_part(buf, V);
   const int chunk = lm_head_chunk_rows(V);
-  void* dl = static_cast<char*>(buf) + align256(static_cast<std::size_t>(chunk) * V * sizeof(float));
   for (int t0 = 0; t0 < T; t0 += chunk) {
     const int n = std::min(chunk, T - t0);
     const void* hc = row_ptr(h, t0, D, c.st);
     chunk_logits(c, logits, hc, W, n, D, V, logit_scale, softcap);
-    dispatch(c.st, [&](auto tag) {
-      using S = decltype(tag);
-      const dim3 grid(static_cast<unsigned>((V + 4 * kThreads - 1) / (4 * kThreads)), static_cast<unsigned>(n));
-      lm_head_dlogits_kernel<S><<<grid, kThreads, 0, c.stream>>>(static_cast<S*>(dl), logits, targets + t0,
-                                                                 weights + t0, lse + t0, V, logit_scale, softcap);
-      CUDA_CHECK_LAUNCH();
-    });
-    // dh[n, D] = dl[n, V] @ W[V, D]   (written, storage dtype)
-    gemm_rm(c.blas, false, false, n, D, V, 1.0f, dl, c.st, V, W, c.st, D, 0.0f,
-            row_ptr(dh, t0, D, c.st), c.st, D);
-    // dW[V, D] += dl[n, V]^T @ h[n, D]   (f32, beta = 1)
-    if (dW) gemm_rm(c.blas, true, false, V, D, n, 1.0f, dl, c.st, V, hc, c.st, D, 1.0f, dW, DType::F32, D);
+    chunk_backward(c, dh, dW, dl, logits, weights, hc, W, targets, lse, t0, n, D, V, logit_scale, softcap);
+  }
+  if (!scratch) scratch_free(buf, c.stream);
+}
+
+void lm_head_logprob_forward_backward(const Ctx& c, float* logprob, float* lse, void* dh, float* dW,
+                                      const float* weights, const void* h, const void* W, const std::int32_t* targets,
+                                      int T, int D, int V, float logit_scale, void* scratch, float softcap) {
+  check_sizes(T, D, V);
+  if (T == 0) return;
+  void* buf = scratch ? scratch : scratch_alloc(lm_head_scratch_bytes(c.st, V), c.stream);
+  float* logits = static_cast<float*>(buf);
+  void* dl = dlogits_part(buf, V);
+  const int chunk = lm_head_chunk_rows(V);
+  for (int t0 = 0; t0 < T; t0 += chunk) {
+    const int n = std::min(chunk, T - t0);
+    const void* hc = row_ptr(h, t0, D, c.st);
+    chunk_logits(c, logits, hc, W, n, D, V, logit_scale, softcap);  // once: the backward's part reuses them
+    chunk_lse(c, logprob, lse, logits, targets, t0, n, V);
+    chunk_backward(c, dh, dW, dl, logits, weights, hc, W, targets, lse, t0, n, D, V, logit_scale, softcap);
   }
   if (!scratch) scratch_free(buf, c.stream);
 }

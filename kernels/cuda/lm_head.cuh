@@ -25,6 +25,13 @@ void lm_head_logprob_forward(const Ctx& c, float* logprob, float* lse, const voi
 void lm_head_logprob_backward(const Ctx& c, void* dh, float* dW, const float* weights, const void* h, const void* W,
                               const std::int32_t* targets, const float* lse, int T, int D, int V, float logit_scale,
                               void* scratch, float softcap = 0.0f);
+// Both in one pass (SFT: the loss weights are known before the forward): per chunk, the forward's GEMM and row
+// kernel, then the backward's dlogits kernel and GEMMs on the same fp32 logits, which the backward alone would
+// compute again. The same launches in the same order as the forward then the backward (no new kernel): outputs equal
+// theirs. Same scratch as either op.
+void lm_head_logprob_forward_backward(const Ctx& c, float* logprob, float* lse, void* dh, float* dW,
+                                      const float* weights, const void* h, const void* W, const std::int32_t* targets,
+                                      int T, int D, int V, float logit_scale, void* scratch, float softcap = 0.0f);
 // logits [T, V] f32 = logit_scale * h @ W^T, in one GEMM (then the soft-cap, when there is one).
 void lm_head_logits(const Ctx& c, float* logits, const void* h, const void* W, int T, int D, int V,
                     float logit_scale, float softcap = 0.0f);

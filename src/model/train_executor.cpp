@@ -32,6 +32,7 @@ struct TrainExecutor::PassBuffers {
   void* dpost;  // Gemma: the gradient of a post-norm's input (else null)
   std::vector<std::int32_t> host_ids, host_offsets;  // of the last forward
   std::vector<float> host_wrow;                      // its loss weights by LM-head row (kept: uploads are async)
+  std::vector<float> host_wgrad;                     // forward_with_loss: those times the gradient scale
 };
 
 // The activations of one kind of pass: training forwards (kept for the backward) and no-grad scoring passes
@@ -46,6 +47,7 @@ struct TrainExecutor::Arena {
   int B = 0, T = 0, max_len = 0;
   bool train = false, lora = false;
   bool weights_ready = false;  // add_loss uploaded this forward's loss weights
+  bool head_done = false;      // forward_with_loss: the LM head's backward ran in the forward (dxf holds its dh)
   std::uint64_t seed = 0;
   float logit_scale = 1.0f;
 };
@@ -365,6 +367,14 @@ void TrainExecutor::forward(const Batch& batch, float* logprobs, bool use_lora, 
   forward_pass(batch, logprobs, use_lora, train, dropout_seed, logit_scale);
 }
 
+void TrainExecutor::forward_with_loss(const Batch& batch, const float* weights, double grad_scale, double* loss_acc,
+                                      std::uint64_t dropout_seed) {
+  MGRL_CHECK(weights && loss_acc, "forward_with_loss() needs the loss weights and the loss accumulator");
+  cur_ = train_arena_.get();
+  const FusedLoss fused{weights, grad_scale, loss_acc};
+  forward_pass(batch, nullptr, true, true, dropout_seed, 1.0f, &fused);
+}
+
 void TrainExecutor::score(const Batch& batch, float* logprobs, bool use_lora, float logit_scale) {
   struct Restore {
     TrainExecutor* t;
@@ -375,8 +385,9 @@ void TrainExecutor::score(const Batch& batch, float* logprobs, bool use_lora, fl
 }
 
 void TrainExecutor::forward_pass(const Batch& batch, float* logprobs, bool use_lora, bool train,
-                               std::uint64_t dropout_seed, float logit_scale) {
+                               std::uint64_t dropout_seed, float logit_scale, const FusedLoss* fused) {
   MGRL_CHECK(!train || cur_->grads, "a training forward needs the training arena");
+  MGRL_CHECK(!fused || train, "the LM head's backward in the forward needs a training forward");
   const kernels::PhaseScope phase(ops_, kernels::Phase::Forward);
   const int B = batch.B(), T = batch.T();
   const int V = static_cast<int>(cfg_.vocab_size), D = static_cast<int>(cfg_.hidden_size);
@@ -429,9 +440,30 @@ void TrainExecutor::forward_pass(const Batch& batch, float* logprobs, bool use_l
   if (!train) def_.end_of_pass();  // no backward follows
   ops_.rmsnorm_forward(W.xf, W.rstd_f, W.xs[cfg_.num_hidden_layers], def_.final_norm(), T, D,
                        static_cast<float>(cfg_.rms_norm_eps), def_.unit_offset_norms());
-  ops_.lm_head_logprob_forward(W.lp, W.lse_head, W.xf, def_.head(), W.targets, T, D, V, logit_scale, W.head_scratch,
-                               def_.final_softcap());
   cur_->weights_ready = false;
+  cur_->head_done = false;
+  if (fused) {
+    // The backward's weights (scaled) into wrow for the head's pass, then the loss's (unscaled) for the loss: two
+    // uploads into one buffer, ordered on the backend's queue, each from a host vector kept until the next forward.
+    upload_loss_weights(fused->weights);
+    const bool scaled = fused->grad_scale != 1.0;
+    if (scaled) {
+      W.host_wgrad.resize(W.host_wrow.size());
+      // As SFT scales its weights for backward(): the f32 weight times the double scale, rounded to f32.
+      for (std::size_t i = 0; i < W.host_wrow.size(); ++i)
+        W.host_wgrad[i] = static_cast<float>(W.host_wrow[i] * fused->grad_scale);
+      ops_.upload(W.wrow, W.host_wgrad.data(), W.host_wgrad.size() * sizeof(float));
+    }
+    ops_.lm_head_logprob_forward_backward(W.lp, W.lse_head, W.dxf, def_.head_grad(), W.wrow, W.xf, def_.head(),
+                                          W.targets, T, D, V, logit_scale, W.head_scratch, def_.final_softcap());
+    if (scaled) ops_.upload(W.wrow, W.host_wrow.data(), W.host_wrow.size() * sizeof(float));
+    ops_.weighted_sum_accumulate(fused->loss_acc, W.lp, W.wrow, static_cast<std::size_t>(T), -1.0);
+    cur_->weights_ready = true;
+    cur_->head_done = true;
+  } else {
+    ops_.lm_head_logprob_forward(W.lp, W.lse_head, W.xf, def_.head(), W.targets, T, D, V, logit_scale,
+                                 W.head_scratch, def_.final_softcap());
+  }
   if (!logprobs) return;
 
   // Row t predicts token t + 1.
@@ -456,6 +488,7 @@ void TrainExecutor::upload_loss_weights(const float* weights) {
 void TrainExecutor::add_loss(const float* weights, double* loss_acc) {
   cur_ = train_arena_.get();
   MGRL_CHECK(cur_->work && cur_->train, "add_loss() needs a forward(train = true) first");
+  MGRL_CHECK(!cur_->head_done, "add_loss() after forward_with_loss(), which added the loss itself");
   upload_loss_weights(weights);
   ops_.weighted_sum_accumulate(loss_acc, cur_->work->lp, cur_->work->wrow, static_cast<std::size_t>(cur_->T), -1.0);
 }
@@ -468,15 +501,20 @@ void TrainExecutor::backward(const float* weights, const std::function<void(int)
   PassBuffers& W = *cur_->work;
   const int T = cur_->T;
   const int V = static_cast<int>(cfg_.vocab_size), D = static_cast<int>(cfg_.hidden_size);
-  if (weights) {
+  if (cur_->head_done) {
+    MGRL_CHECK(!weights, "backward(weights) after forward_with_loss(), which took the weights itself");
+    MGRL_CHECK(cur_->weights_ready, "a second backward() after forward_with_loss()");
+  } else if (weights) {
     upload_loss_weights(weights);
   } else {
     MGRL_CHECK(cur_->weights_ready, "backward(nullptr) needs add_loss() after the forward");
   }
 
-  float* dhead = def_.head_grad();
-  ops_.lm_head_logprob_backward(W.dxf, dhead, W.wrow, W.xf, def_.head(), W.targets, W.lse_head, T, D, V,
-                                cur_->logit_scale, W.head_scratch, def_.final_softcap());
+  // After forward_with_loss the LM head's part is done: W.dxf already holds its gradient (and the head's own
+  // gradient is accumulated), so the backward starts at the final norm.
+  if (!cur_->head_done)
+    ops_.lm_head_logprob_backward(W.dxf, def_.head_grad(), W.wrow, W.xf, def_.head(), W.targets, W.lse_head, T, D,
+                                  V, cur_->logit_scale, W.head_scratch, def_.final_softcap());
   if (dhidden) {  // W.dh is free until the last layer's backward: it carries dhidden in the storage dtype
     ops_.upload_f32_as_storage(W.dh, dhidden, static_cast<std::size_t>(T) * static_cast<std::size_t>(D));
     ops_.residual_forward(W.dxf, W.dh, static_cast<std::int64_t>(T) * D);
@@ -490,6 +528,7 @@ void TrainExecutor::backward(const float* weights, const std::function<void(int)
     if (layer_done) layer_done(l);
   }
   if (float* dembed = def_.embed_grad()) ops_.embedding_backward(dembed, W.dx, W.ids, T, V, D, def_.embed_scale());
+  if (cur_->head_done) cur_->weights_ready = false;  // W.dxf is spent (dhidden was added to it)
   def_.end_of_pass();
 }
 

@@ -27,6 +27,15 @@ class TrainExecutor {
   // log-softmax (1 / temperature: GRPO's tempered policy).
   void forward(const Batch& batch, float* logprobs, bool use_lora = true, bool train = false,
                std::uint64_t dropout_seed = 0, float logit_scale = 1.0f);
+  // SFT's training forward, whose loss weights (host, packed [T], as add_loss) are known before it runs:
+  // forward(batch, nullptr, true, true, dropout_seed) then add_loss(weights, loss_acc), with the LM head's backward
+  // done in the same pass over each chunk of logits (which the backward would otherwise compute again): the gradient
+  // into the final hidden state for the weights weights * grad_scale (dynamic loss scaling; the loss takes the
+  // unscaled ones), and the head's own gradient when it is trained. backward(nullptr) then starts after the LM head;
+  // everything is bitwise what forward + add_loss + backward(weights * grad_scale, rounded to f32) give.
+  // GRPO, DPO, PPO and scoring keep forward/add_loss/backward: their weights depend on this forward's log-probs.
+  void forward_with_loss(const Batch& batch, const float* weights, double grad_scale, double* loss_acc,
+                         std::uint64_t dropout_seed = 0);
   // Allocates the activations for batches of up to max_tokens tokens now (training arena; scoring arena too when
   // `scoring`), so that no later forward allocates: memory is planned once, from the run's maxima.
   void plan(int max_tokens, bool scoring = false);
@@ -38,7 +47,7 @@ class TrainExecutor {
   // these weights.
   void add_loss(const float* weights, double* loss_acc);
   // Backward of loss = -sum_i weights[i] * logprobs[i] (weights host, packed [T]; null: those of add_loss) for the
-  // last forward(train = true). Gradients accumulate into the LoRA gradients (and the base gradients when full FT).
+  // last forward(train = true); after forward_with_loss, weights must be null (that call took them). Gradients accumulate into the LoRA gradients (and the base gradients when full FT).
   // layer_done(l), when given, runs as soon as layer l's gradients are complete (from the last layer to the first).
   // dhidden (host [T, hidden]; null: none) is a gradient with respect to the final hidden state (final_hidden()) of
   // a loss term computed from it outside the model (PPO's value head), added to what the LM head gives.
@@ -70,8 +79,14 @@ class TrainExecutor {
   struct ArenaSpec;
   ArenaSpec spec(bool grads) const;
   static void layout(const ArenaSpec& s, int T, Arena& arena, const std::function<void*(std::size_t)>& raw);
+  struct FusedLoss {  // forward_with_loss's arguments
+    const float* weights;
+    double grad_scale;
+    double* loss_acc;
+  };
+  // fused non-null: forward_with_loss (the LM head's backward in the forward)
   void forward_pass(const Batch& batch, float* logprobs, bool use_lora, bool train, std::uint64_t dropout_seed,
-                    float logit_scale);
+                    float logit_scale, const FusedLoss* fused = nullptr);
   void reserve(int T, int B);
   void release(Arena& a);
   void upload_loss_weights(const float* weights);

@@ -64,6 +64,10 @@ class Transformer {
     train_->score(batch, logprobs, use_lora, logit_scale);
   }
   void add_loss(const float* weights, double* loss_acc) { train_->add_loss(weights, loss_acc); }
+  void forward_with_loss(const Batch& batch, const float* weights, double grad_scale, double* loss_acc,
+                         std::uint64_t dropout_seed = 0) {
+    train_->forward_with_loss(batch, weights, grad_scale, loss_acc, dropout_seed);
+  }
   void backward(const float* weights, const std::function<void(int)>& layer_done = {},
                 const float* dhidden = nullptr) {
     train_->backward(weights, layer_done, dhidden);

@@ -43,6 +43,16 @@ model::Batch make_batch(const std::vector<const Example*>& ex, double inv_tokens
   return b;
 }
 
+// MGRL_FUSED_LM_HEAD=0 runs the LM head's backward in the backward (its logits computed again), as before the fused
+// pass (TrainExecutor::forward_with_loss): for comparison and as a fallback. Read once.
+bool fused_lm_head() {
+  static const bool on = [] {
+    const char* e = std::getenv("MGRL_FUSED_LM_HEAD");
+    return e == nullptr || std::string(e) != "0";
+  }();
+  return on;
+}
+
 std::int64_t loss_tokens(const Example& e) {
   if (!e.loss_mask.empty()) return std::count(e.loss_mask.begin(), e.loss_mask.end(), std::uint8_t{1});
   return static_cast<std::int64_t>(e.tokens.size()) - e.prompt_len;
@@ -115,6 +125,8 @@ SftTrainer::SftTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transfo
                e.what() + ")");
       }
     });
+  if (!fused_lm_head())
+    log::info("MGRL_FUSED_LM_HEAD=0: the LM head's gradient is taken in the backward (its logits computed again)");
   opt_->start(state_);  // the loss scale of a fresh run; a resume takes the checkpoint's
 }
 
@@ -151,13 +163,21 @@ double SftTrainer::train_step() {
     const model::Batch b = make_batch(mb, inv, &w);
     const std::uint64_t seed = random_bits(random_bits(opts_.seed, static_cast<std::uint64_t>(state_.step)),
                                            static_cast<std::uint64_t>(rank * opts_.grad_accum + a));
+    // LoRA: in the last micro-batch, each layer's gradients are reduced over ranks as soon as the backward
+    // has finished them (asynchronously on the GPU, overlapping the layers still to come).
+    const auto hook = sync_->hook(a + 1 == opts_.grad_accum);
+    if (fused_lm_head()) {
+      // The weights are known before the forward: the LM head's backward runs in the forward, on each chunk of
+      // logits while it is computed (not again in the backward), bitwise as the three calls below.
+      model_.forward_with_loss(b, w.data(), scale, loss_acc_, seed);
+      model_.backward(nullptr, hook);
+      continue;
+    }
     model_.forward(b, nullptr, true, true, seed);
     model_.add_loss(w.data(), loss_acc_);
     if (scale != 1.0)
       for (auto& x : w) x = static_cast<float>(x * scale);
-    // LoRA: in the last micro-batch, each layer's gradients are reduced over ranks as soon as the backward
-    // has finished them (asynchronously on the GPU, overlapping the layers still to come).
-    model_.backward(scale != 1.0 ? w.data() : nullptr, sync_->hook(a + 1 == opts_.grad_accum));
+    model_.backward(scale != 1.0 ? w.data() : nullptr, hook);
   }
   const double norm = agreed_norm(env_, sync_->finish(scale));  // identical on every rank; synchronises
   double loss_local = 0;

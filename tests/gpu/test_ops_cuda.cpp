@@ -16,6 +16,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -945,6 +946,71 @@ TEST_P(OpsCuda, LmHead) {
                                 static_cast<const std::int32_t*>(bad.g), 1, D, V, 1.0f, nullptr);
   EXPECT_THROW(gpu_->synchronize(), FatalError);
   EXPECT_NO_THROW(gpu_->synchronize());
+}
+
+// SFT's fused LM head (forward and backward in one pass over each chunk of logits) against the CPU reference, and
+// bitwise against the GPU's own forward then backward (the same launches in the same order): 300 rows (one GPU
+// chunk) and 2500 (three, the last partial), V a multiple of 4 and not, soft-cap and logit_scale, ignored rows and
+// zero weights, dW accumulated or null.
+TEST_P(OpsCuda, LmHeadForwardBackward) {
+  const int D = 67;
+  for (const auto& [T, V, cap, logit_scale] :
+       {std::tuple<int, int, float, float>{300, 1009, 0.0f, 1.0f}, {2500, 1012, 0.0f, 0.7f}, {300, 1012, 2.5f, 0.7f},
+        {2500, 1009, 2.5f, 1.0f}}) {
+    const std::string tag = "T" + std::to_string(T) + " V" + std::to_string(V) + " cap" +
+                            std::to_string(cap).substr(0, 3) + " s" + std::to_string(logit_scale).substr(0, 3) + " ";
+    Ids tg;
+    std::mt19937 gen(190 + T + V);
+    for (int t = 0; t < T; ++t) tg.push_back(t % 7 == 3 ? -1 : static_cast<std::int32_t>(gen() % V));
+    Pair targets = i32(tg);
+    const auto* tc = static_cast<const std::int32_t*>(targets.c);
+    const auto* tgp = static_cast<const std::int32_t*>(targets.g);
+    Pair h = storage(randu(sz(T, D), 191));
+    Pair W = storage(randu(sz(V, D), 192, -1.0f, 1.0f));
+    Vec wv = randu(sz(T), 193, -1.0f, 1.0f);
+    for (int t = 0; t < T; t += 5) wv[static_cast<std::size_t>(t)] = 0.0f;
+    Pair weights = f32(wv);
+    const auto* wc = static_cast<const float*>(weights.c);
+    const auto* wg = static_cast<const float*>(weights.g);
+    void* scratch_c = own(*cpu_, cpu_->lm_head_scratch_bytes(V));
+    void* scratch_g = own(*gpu_, gpu_->lm_head_scratch_bytes(V));
+    const Vec dW0 = randu(sz(V, D), 194, -0.01f, 0.01f);
+    for (const bool with_dW : {true, false}) {
+      const std::string t2 = tag + (with_dW ? "dW " : "no dW ");
+      // The CPU reference: forward then backward. The GPU: the fused op.
+      Pair lp = f32(Vec(sz(T), 9.0f)), lse = f32(Vec(sz(T), 9.0f));
+      Pair dh = storage(Vec(sz(T, D), 7.0f));
+      Pair dW = f32(dW0);
+      cpu_->lm_head_logprob_forward(static_cast<float*>(lp.c), static_cast<float*>(lse.c), h.c, W.c, tc, T, D, V,
+                                    logit_scale, scratch_c, cap);
+      cpu_->lm_head_logprob_backward(dh.c, with_dW ? static_cast<float*>(dW.c) : nullptr, wc, h.c, W.c, tc,
+                                     static_cast<const float*>(lse.c), T, D, V, logit_scale, scratch_c, cap);
+      gpu_->lm_head_logprob_forward_backward(static_cast<float*>(lp.g), static_cast<float*>(lse.g), dh.g,
+                                             with_dW ? static_cast<float*>(dW.g) : nullptr, wg, h.g, W.g, tgp, T, D,
+                                             V, logit_scale, scratch_g, cap);
+      expect_close(t2 + "fused lm_head logprob", lp, kGemmF32Tol);
+      expect_close(t2 + "fused lm_head lse", lse, kF32Tol);
+      expect_close(t2 + "fused lm_head dh", dh, tol());
+      Vec inc_c = cpu_values(dW), inc_g = gpu_values(dW);
+      for (std::size_t i = 0; i < dW0.size(); ++i) {
+        inc_c[i] -= dW0[i];
+        inc_g[i] -= dW0[i];
+      }
+      expect_close_vec(t2 + "fused lm_head dW increment", inc_c, inc_g, tol());
+      // The GPU's forward then backward (the op's own scratch) give the same bits as its fused pass.
+      Pair lp2 = f32(Vec(sz(T), 9.0f)), lse2 = f32(Vec(sz(T), 9.0f));
+      Pair dh2 = storage(Vec(sz(T, D), 7.0f));
+      Pair dW2 = f32(dW0);
+      gpu_->lm_head_logprob_forward(static_cast<float*>(lp2.g), static_cast<float*>(lse2.g), h.g, W.g, tgp, T, D, V,
+                                    logit_scale, nullptr, cap);
+      gpu_->lm_head_logprob_backward(dh2.g, with_dW ? static_cast<float*>(dW2.g) : nullptr, wg, h.g, W.g, tgp,
+                                     static_cast<const float*>(lse2.g), T, D, V, logit_scale, nullptr, cap);
+      EXPECT_EQ(gpu_values(lp), gpu_values(lp2)) << t2 << "GPU logprob: fused vs forward then backward";
+      EXPECT_EQ(gpu_values(lse), gpu_values(lse2)) << t2 << "GPU lse: fused vs forward then backward";
+      EXPECT_EQ(gpu_values(dh), gpu_values(dh2)) << t2 << "GPU dh: fused vs forward then backward";
+      EXPECT_EQ(gpu_values(dW), gpu_values(dW2)) << t2 << "GPU dW: fused vs forward then backward";
+    }
+  }
 }
 
 // KV cache: store (exact copy), cached attention over interleaved rows of several slots (prefill), then one

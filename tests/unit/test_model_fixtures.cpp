@@ -2,7 +2,8 @@
 // transformers + PEFT (tests/data/models, written by tools/make_fixtures.py): log-probs, logits
 // with and without the adapter, loss, LoRA gradients and input-embedding gradients; recompute
 // gives the same; full fine-tuning and LoRA dropout gradients against finite differences; the rotary inverse
-// frequencies; the final hidden state and a gradient handed back for it (PPO's value head).
+// frequencies; the final hidden state and a gradient handed back for it (PPO's value head); SFT's fused LM head
+// (forward_with_loss) bitwise against forward + add_loss + backward.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -129,6 +130,75 @@ TEST_P(ModelFixture, PackedBatchEqualsSequencesAlone) {
   for (std::size_t i = 0; i < lp.size(); ++i) EXPECT_NEAR(lp[i], lp_alone[i], 1e-5) << "log-prob " << i;
   EXPECT_LE(rel_error(packed, alone), 1e-5) << "LoRA gradients";
   EXPECT_GT(f.batch.B(), 1);
+}
+
+// SFT's fused pass (forward_with_loss: the LM head's backward inside the forward, each chunk's logits computed once)
+// gives bitwise what forward + add_loss + backward(weights * scale) give: the loss, the trainable gradients (LoRA, or
+// every base tensor in full fine-tuning, the tied embedding's two contributions included) and the input-embedding
+// gradient, over two accumulated micro-batches. And its backward no longer runs the LM head: the head's weights
+// zeroed between forward_with_loss and backward change nothing, whereas the same between forward and backward
+// changes the unfused path's gradients (so this test fails if the fused path is not taken).
+void fused_head_equals_unfused(const std::string& name, ModelOptions opts, double scale) {
+  const bool full = opts.full_finetune;
+  auto grads = [full](Fixture& f) {
+    const std::size_t n = full ? f.model->base_numel() : f.model->lora()->numel();
+    std::vector<float> g(n);
+    f.ops->download(g.data(), full ? f.model->base_grads() : f.model->lora()->grads(), n * sizeof(float));
+    return g;
+  };
+  auto zero_grads = [full](Fixture& f) {
+    if (full) f.ops->zero(f.model->base_grads(), f.model->base_numel() * sizeof(float));
+    else f.model->lora()->zero_grads();
+  };
+  auto zero_head = [](Fixture& f) {  // CPU storage is f32 host memory; the tied models' head is the embedding
+    auto* head = static_cast<float*>(const_cast<void*>(f.model->definition().head()));
+    std::fill(head, head + f.cfg.vocab_size * f.cfg.hidden_size, 0.0f);
+  };
+  auto loss_of = [](Fixture& f, const double* acc) {
+    double v = 0;
+    f.ops->download(&v, acc, sizeof(double));
+    return v;
+  };
+  std::vector<float> scaled = {};
+  Fixture a(name, opts), b(name, opts), c(name, opts);
+  for (float w : a.weights) scaled.push_back(static_cast<float>(w * scale));  // as sft.cpp scales them
+  auto* acc_a = static_cast<double*>(a.ops->alloc(sizeof(double)));
+  auto* acc_b = static_cast<double*>(b.ops->alloc(sizeof(double)));
+  auto* acc_c = static_cast<double*>(c.ops->alloc(sizeof(double)));
+  for (Fixture* f : {&a, &b, &c}) zero_grads(*f);
+  for (int micro = 0; micro < 2; ++micro) {
+    const std::uint64_t seed = 11 + static_cast<std::uint64_t>(micro);
+    a.model->forward(a.batch, nullptr, true, true, seed);
+    a.model->add_loss(a.weights.data(), acc_a);
+    a.model->backward(scale != 1.0 ? scaled.data() : nullptr);
+    b.model->forward_with_loss(b.batch, b.weights.data(), scale, acc_b, seed);
+    if (micro == 1) zero_head(b);
+    b.model->backward(nullptr);
+    c.model->forward(c.batch, nullptr, true, true, seed);
+    c.model->add_loss(c.weights.data(), acc_c);
+    if (micro == 1) zero_head(c);
+    c.model->backward(scale != 1.0 ? scaled.data() : nullptr);
+  }
+  EXPECT_EQ(loss_of(a, acc_a), loss_of(b, acc_b)) << "loss";
+  EXPECT_GT(loss_of(a, acc_a), 0.0);
+  const std::vector<float> ga = grads(a), gb = grads(b);
+  EXPECT_EQ(ga, gb) << "trainable gradients";
+  EXPECT_EQ(a.model->input_embedding_grad(), b.model->input_embedding_grad()) << "input-embedding gradients";
+  EXPECT_NE(ga, grads(c)) << "zeroing the head before the unfused backward changed nothing: the check is vacuous";
+  // A fused forward takes its weights itself: a backward with weights, or a second backward, is refused.
+  b.model->forward_with_loss(b.batch, b.weights.data(), scale, acc_b);
+  EXPECT_THROW(b.model->backward(b.weights.data()), FatalError);
+  b.model->backward(nullptr);
+  EXPECT_THROW(b.model->backward(nullptr), FatalError);
+  for (Fixture* f : {&a, &b, &c}) f->ops->release(f == &a ? acc_a : f == &b ? acc_b : acc_c);
+}
+
+TEST_P(ModelFixture, FusedLmHeadEqualsForwardThenBackward) { fused_head_equals_unfused(GetParam(), {}, 1.0); }
+
+TEST(FusedLmHead, ScaledRecomputedAndFullFineTuningTied) {
+  fused_head_equals_unfused("llama_gqa", ModelOptions{false, true}, 3.0);   // recompute, a loss scale
+  fused_head_equals_unfused("qwen2_bias_tied", ModelOptions{true, false}, 1024.0);  // full FT, tied embeddings
+  fused_head_equals_unfused("gemma2_softcap", ModelOptions{false, false}, 0.75);
 }
 
 INSTANTIATE_TEST_SUITE_P(Hf, ModelFixture,

@@ -1,5 +1,6 @@
 // test_ops_cpu.cpp: the fp32 CPU reference ops: forwards against naive double loops, backwards against
-// central finite differences, padding and GQA behaviour of attention, chunked lm_head against full logits.
+// central finite differences, padding and GQA behaviour of attention, chunked lm_head against full logits
+// (its fused forward-and-backward pass bitwise against the two ops).
 #include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 
@@ -964,6 +965,57 @@ TEST(OpsCpu, LmHeadSoftcapForwardBackwardAndLogits) {
     };
     check_grad("softcapped lm_head dh", c.h, dh, loss);
     check_grad("softcapped lm_head dW", c.W, dW, loss);
+  }
+}
+
+// The fused pass (SFT) is the forward then the backward, bit for bit: log-probs, lse, dh and the accumulated dW, at
+// 45 rows (a full chunk of 32 and a partial one) and 77 (three chunks, dW accumulated over them), with ignored rows
+// and a zero weight, with and without the soft-cap and logit_scale, with dW null and not, and the op's own scratch.
+TEST(OpsCpu, LmHeadForwardBackwardIsForwardThenBackwardBitwise) {
+  for (const int T : {45, 77}) {
+    LmHeadCase c(1250);
+    if (T != c.T) {  // the same case grown to T rows
+      c.T = T;
+      c.h = randn(static_cast<size_t>(T) * c.D, 1251);
+      c.weights = randn(static_cast<size_t>(T), 1252);
+      std::mt19937 gen(1253);
+      c.targets.clear();
+      for (int t = 0; t < T; ++t) c.targets.push_back(static_cast<int32_t>(gen() % c.V));
+      for (int t : {2, 31, 32, 70, 76}) c.targets[t] = -1;
+      c.weights[40] = 0.0f;
+    }
+    for (float& x : c.W) x *= 3.0f;  // logits of several units: the soft-cap bends them
+    for (const float cap : {0.0f, 2.5f})
+      for (const float scale : {1.0f, 1.0f / 0.7f})
+        for (const bool with_dW : {true, false})
+          for (const bool own_scratch : {false, true}) {
+            const std::string what = "T " + std::to_string(T) + " cap " + std::to_string(cap) + " scale " +
+                                     std::to_string(scale) + (with_dW ? " dW" : " no dW") +
+                                     (own_scratch ? " op's scratch" : " caller's scratch");
+            Vec scratch(static_cast<size_t>(lm_head_scratch_floats(c.V)));
+            float* sc = own_scratch ? nullptr : scratch.data();
+            Vec lp1(c.T), lse1(c.T), dh1(c.h.size()), dW1(c.W.size());
+            for (size_t i = 0; i < dW1.size(); ++i) dW1[i] = 0.01f * static_cast<float>(i % 7);  // accumulates
+            Vec lp2(c.T, 5.0f), lse2(c.T, 5.0f), dh2(c.h.size(), 5.0f), dW2 = dW1;
+            lm_head_logprob_forward(lp1.data(), lse1.data(), c.h.data(), c.W.data(), c.targets.data(), c.T, c.D,
+                                    c.V, scale, sc, cap);
+            lm_head_logprob_backward(dh1.data(), with_dW ? dW1.data() : nullptr, c.weights.data(), c.h.data(),
+                                     c.W.data(), c.targets.data(), lse1.data(), c.T, c.D, c.V, scale, sc, cap);
+            lm_head_logprob_forward_backward(lp2.data(), lse2.data(), dh2.data(), with_dW ? dW2.data() : nullptr,
+                                             c.weights.data(), c.h.data(), c.W.data(), c.targets.data(), c.T, c.D,
+                                             c.V, scale, sc, cap);
+            EXPECT_EQ(lp1, lp2) << what;
+            EXPECT_EQ(lse1, lse2) << what;
+            EXPECT_EQ(dh1, dh2) << what;
+            EXPECT_EQ(dW1, dW2) << what;
+            // Not vacuous: the ignored rows' log-probs are 0, the others not; dh and dW moved.
+            EXPECT_EQ(lp2[static_cast<size_t>(T - 1)], 0.0f) << what;
+            EXPECT_LT(*std::min_element(lp2.begin(), lp2.end()), -0.1f) << what;
+            EXPECT_GT(std::abs(dh2[static_cast<size_t>(c.D) * 3]), 0.0f) << what;
+            if (with_dW) {
+              EXPECT_NE(dW2[1], 0.01f) << what;
+            }
+          }
   }
 }
 
