@@ -195,7 +195,6 @@ lost_node() {
   local dir=$work/runs/lost-$job
   wait_state "$job" "RUNNING" 60
   echo "job $job runs on $(field "$job" NodeList) (batch shell on n1); node $lost will be lost ($how)"
-  info_lines --jobid="$job" --overlap
   wait_step "$job" "$dir" $((every + 10)) n1 n2  # until a checkpoint is written and the run has gone on past it
   local t0 log0 restarts=$((crash_requeues + 1))
   log0=$(wc -l < "$dir/job.log")  # what the job logs from the loss on: $dir/after.log
@@ -354,7 +353,6 @@ case $case_ in
                  "$work/sft.toml" "${args[@]}")
     dir=$work/runs/pre-$job
     wait_state "$job" "RUNNING" 60
-    info_lines --jobid="$job" --overlap
     wait_step "$job" "$dir" 30 n1 n2
     scancel --signal=USR1 --batch "$job"
     restarts=$((crash_requeues + 1))
