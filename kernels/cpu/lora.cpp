@@ -1,4 +1,5 @@
-// lora.cpp: LoRA forward (saves x @ A^T) and backward (dA, dB, added dx) on top of cblas_sgemm.
+// lora.cpp: LoRA forward (saves x @ A^T) and backward (dA, dB, added dx) on top of cblas_sgemm, one adapter or a
+// group of adapters sharing x (A stacked in scratch).
 #include "kernels/cpu/lora.h"
 
 #include "kernels/cpu/gemm.h"

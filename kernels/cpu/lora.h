@@ -1,4 +1,5 @@
-// lora.h: LoRA adapter on a linear layer, y += scale * (x @ A^T) @ B^T, and its backward.
+// lora.h: LoRA adapter on a linear layer, y += scale * (x @ A^T) @ B^T, and its backward; and a group of adapters
+// that read the same x, their products over x stacked.
 #pragma once
 #include "kernels/lora_group.h"
 

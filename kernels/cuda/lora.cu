@@ -1,4 +1,5 @@
-// lora.cu: LoRA adapter, y += scale * (x @ A^T) @ B^T, and its backward (dA, dB, added dx). Two paths:
+// lora.cu: LoRA adapter, y += scale * (x @ A^T) @ B^T, and its backward (dA, dB, added dx), for one adapter or a group
+// of adapters that read the same x (lora_group_*: the products over x stacked, below). Two paths:
 //
 // cuBLAS (the default): the five products are tensor-core GEMMs with fp32 accumulation. The f32 operands (A, B, xa,
 // dxa) enter as a split pair hi + lo of storage values (hi = round(v), lo = round(v - hi): about 16 significant bits),

@@ -1,4 +1,5 @@
-// lora.cuh: fused LoRA adapter kernels, y += scale * (x @ A^T) @ B^T, and its backward (dA, dB, added dx).
+// lora.cuh: LoRA adapter kernels, y += scale * (x @ A^T) @ B^T, and its backward (dA, dB, added dx); one adapter or a
+// group sharing x.
 #pragma once
 #include "kernels/cuda/common.cuh"
 #include "kernels/lora_group.h"
