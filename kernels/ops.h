@@ -15,6 +15,7 @@
 #include "core/dtype.h"
 #include "core/random.h"
 #include "kernels/attention_options.h"
+#include "kernels/lora_group.h"
 
 namespace mgrl::kernels {
 
@@ -125,6 +126,15 @@ class Ops {
   virtual void lora_backward(void* dx, float* dA, float* dB, const void* dy, const void* x, const float* xa,
                              const float* A, const float* B, float scale, int T, int in, int r, int out,
                              float* scratch) = 0;
+  // lora_group.h: the adapters of n (1..kMaxLoraGroup) layers that read the same x [T, in], rank r each: the
+  // products that touch x run stacked over the members (x [A_1; ..; A_n]^T in the forward; [dxa_1 | .. | dxa_n]^T x
+  // and [dxa_1 | .. | dxa_n] [A_1; ..; A_n] in the backward), the others per member. Equal to lora_forward /
+  // lora_backward of each member in turn up to the rounding of a sum in another order. scratch: see
+  // lora_group_scratch_floats (null: the op takes its own). dx (may be null) accumulates every member's term.
+  virtual void lora_group_forward(const LoraMember* g, int n, const void* x, int T, int in, int r,
+                                  float* scratch) = 0;
+  virtual void lora_group_backward(void* dx, const LoraMember* g, int n, const void* x, int T, int in, int r,
+                                   float* scratch) = 0;
   // Inverted dropout with a counter-based mask: out[i] = x[i] * keep(seed, i) / (1 - p). The mask of
   // element i depends only on (seed, i), so every backend draws the same one.
   virtual void dropout(void* out, const void* x, std::int64_t n, float p, std::uint64_t seed) = 0;

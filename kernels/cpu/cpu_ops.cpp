@@ -109,6 +109,13 @@ class CpuOps final : public Ops {
                      const float* B, float scale, int T, int in, int r, int out, float* scratch) override {
     cpu::lora_backward(F(dx), dA, dB, F(dy), F(x), xa, A, B, scale, T, in, r, out, scratch);
   }
+  void lora_group_forward(const LoraMember* g, int n, const void* x, int T, int in, int r, float* scratch) override {
+    cpu::lora_group_forward(g, n, F(x), T, in, r, scratch);
+  }
+  void lora_group_backward(void* dx, const LoraMember* g, int n, const void* x, int T, int in, int r,
+                           float* scratch) override {
+    cpu::lora_group_backward(F(dx), g, n, F(x), T, in, r, scratch);
+  }
   void dropout(void* out, const void* x, std::int64_t n, float p, std::uint64_t seed) override {
     const float keep_scale = 1.0f / (1.0f - p);
     for (std::int64_t i = 0; i < n; ++i)

@@ -1,4 +1,5 @@
-// lora.cpp: LoRA forward (saves x @ A^T) and backward (dA, dB, added dx) on top of cblas_sgemm.
+// lora.cpp: LoRA forward (saves x @ A^T) and backward (dA, dB, added dx) on top of cblas_sgemm, one adapter or a
+// group of adapters sharing x (A stacked in scratch).
 #include "kernels/cpu/lora.h"
 
 #include "kernels/cpu/gemm.h"
@@ -6,6 +7,7 @@
 #include <cblas.h>
 
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 namespace mgrl::kernels::cpu {
@@ -42,6 +44,78 @@ void lora_backward(float* dx, float* dA, float* dB, const float* dy, const float
   if (dx) {
     // dx[T, in] += dxa[T, r] @ A[r, in]
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, in, r, 1.0f, dxa, r, A, in, 1.0f, dx, in);
+  }
+}
+
+namespace {
+
+// The caller's scratch, or one of the right size allocated here.
+float* group_scratch(float* scratch, std::vector<float>& own, int T, int in, int r, int n) {
+  if (scratch) return scratch;
+  own.resize(lora_group_scratch_floats(T, in, r, n));
+  return own.data();
+}
+
+// S[n r, in] = [A_1; ..; A_n]
+void stack_A(float* S, const LoraMember* g, int n, int in, int r) {
+  const std::size_t block = static_cast<std::size_t>(r) * static_cast<std::size_t>(in);
+  for (int m = 0; m < n; ++m) std::memcpy(S + m * block, g[m].A, block * sizeof(float));
+}
+
+}  // namespace
+
+void lora_group_forward(const LoraMember* g, int n, const float* x, int T, int in, int r, float* scratch) {
+  if (T <= 0 || r <= 0 || n <= 0) return;
+  std::vector<float> own;
+  scratch = group_scratch(scratch, own, T, in, r, n);
+  const int nr = n * r;
+  float* P = scratch;                                              // [T, n r]
+  float* S = scratch + static_cast<std::size_t>(T) * static_cast<std::size_t>(nr);  // [n r, in]
+  stack_A(S, g, n, in, r);
+  // P[T, n r] = x[T, in] @ S[n r, in]^T
+  gemm_nt(P, x, S, T, nr, in, 1.0f, 0.0f);
+  for (int m = 0; m < n; ++m) {
+    for (int t = 0; t < T; ++t)
+      std::memcpy(g[m].xa + static_cast<std::size_t>(t) * r, P + static_cast<std::size_t>(t) * nr + m * r,
+                  static_cast<std::size_t>(r) * sizeof(float));
+    // y_m[T, out] += scale_m * xa_m[T, r] @ B_m[out, r]^T
+    gemm_nt(static_cast<float*>(g[m].y), g[m].xa, g[m].B, T, g[m].out, r, g[m].scale, 1.0f);
+  }
+}
+
+void lora_group_backward(float* dx, const LoraMember* g, int n, const float* x, int T, int in, int r, float* scratch) {
+  if (T <= 0 || r <= 0 || n <= 0) return;
+  bool any_dA = false;
+  for (int m = 0; m < n; ++m) {
+    const LoraMember& M = g[m];
+    any_dA = any_dA || M.dA;
+    // dB_m[out, r] += scale_m * dy_m[T, out]^T @ xa_m[T, r]
+    if (M.dB)
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, M.out, r, T, M.scale, static_cast<const float*>(M.dy),
+                  M.out, M.xa, r, 1.0f, M.dB, r);
+  }
+  if (!any_dA && !dx) return;
+  std::vector<float> own;
+  scratch = group_scratch(scratch, own, T, in, r, n);
+  const int nr = n * r;
+  float* dxa = scratch;                                            // [T, n r]
+  float* S = scratch + static_cast<std::size_t>(T) * static_cast<std::size_t>(nr);  // [n r, in]
+  // dxa[:, m r .. m r + r - 1] = scale_m * dy_m[T, out] @ B_m[out, r]
+  for (int m = 0; m < n; ++m)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, r, g[m].out, g[m].scale,
+                static_cast<const float*>(g[m].dy), g[m].out, g[m].B, r, 0.0f, dxa + m * r, nr);
+  if (any_dA) {
+    // S[n r, in] = dxa[T, n r]^T @ x[T, in]; dA_m += its rows m r .. m r + r - 1
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nr, in, T, 1.0f, dxa, nr, x, in, 0.0f, S, in);
+    const std::size_t block = static_cast<std::size_t>(r) * static_cast<std::size_t>(in);
+    for (int m = 0; m < n; ++m)
+      if (g[m].dA)
+        for (std::size_t i = 0; i < block; ++i) g[m].dA[i] += S[m * block + i];
+  }
+  if (dx) {
+    // dx[T, in] += dxa[T, n r] @ [A_1; ..; A_n][n r, in]
+    stack_A(S, g, n, in, r);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, in, nr, 1.0f, dxa, nr, S, in, 1.0f, dx, in);
   }
 }
 

@@ -1,5 +1,7 @@
-// lora.h: LoRA adapter on a linear layer, y += scale * (x @ A^T) @ B^T, and its backward.
+// lora.h: LoRA adapter on a linear layer, y += scale * (x @ A^T) @ B^T, and its backward; and a group of adapters
+// that read the same x, their products over x stacked.
 #pragma once
+#include "kernels/lora_group.h"
 
 namespace mgrl::kernels::cpu {
 
@@ -18,5 +20,15 @@ void lora_forward(float* y, float* xa, const float* x, const float* A, const flo
 // the op allocates that buffer itself.
 void lora_backward(float* dx, float* dA, float* dB, const float* dy, const float* x, const float* xa, const float* A,
                    const float* B, float scale, int T, int in, int r, int out, float* scratch);
+
+// A group of n members reading the same x [T, in] (kernels/lora_group.h; y, dy, dx f32 here), as lora_forward /
+// lora_backward of each member in turn, with the products that touch x stacked over the members:
+//   forward   P[T, n r] = x @ [A_1; ..; A_n]^T (one GEMM), xa_m = P's columns m r .. m r + r - 1,
+//             y_m += scale_m * xa_m @ B_m^T
+//   backward  dB_m += scale_m * dy_m^T @ xa_m,  dxa[:, m r ..] = scale_m * dy_m @ B_m  (per member)
+//             [dA_1; ..; dA_n] += dxa^T @ x,  dx += dxa @ [A_1; ..; A_n]            (one GEMM each)
+// scratch: lora_group_scratch_floats(T, in, r, n) floats (null: allocated here).
+void lora_group_forward(const LoraMember* g, int n, const float* x, int T, int in, int r, float* scratch);
+void lora_group_backward(float* dx, const LoraMember* g, int n, const float* x, int T, int in, int r, float* scratch);
 
 }  // namespace mgrl::kernels::cpu

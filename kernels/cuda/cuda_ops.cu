@@ -171,6 +171,13 @@ class CudaOps final : public Ops {
                      const float* B, float scale, int T, int in, int r, int out, float* scratch) override {
     cuda::lora_backward(ctx(), dx, dA, dB, dy, x, xa, A, B, scale, T, in, r, out, scratch);
   }
+  void lora_group_forward(const LoraMember* g, int n, const void* x, int T, int in, int r, float*) override {
+    cuda::lora_group_forward(ctx(), g, n, x, T, in, r);
+  }
+  void lora_group_backward(void* dx, const LoraMember* g, int n, const void* x, int T, int in, int r,
+                           float*) override {
+    cuda::lora_group_backward(ctx(), dx, g, n, x, T, in, r);
+  }
   void dropout(void* out, const void* x, std::int64_t n, float p, std::uint64_t seed) override {
     cuda::dropout(ctx(), out, x, n, p, seed);
   }

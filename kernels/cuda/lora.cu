@@ -1,4 +1,5 @@
-// lora.cu: LoRA adapter, y += scale * (x @ A^T) @ B^T, and its backward (dA, dB, added dx). Two paths:
+// lora.cu: LoRA adapter, y += scale * (x @ A^T) @ B^T, and its backward (dA, dB, added dx), for one adapter or a group
+// of adapters that read the same x (lora_group_*: the products over x stacked, below). Two paths:
 //
 // cuBLAS (the default): the five products are tensor-core GEMMs with fp32 accumulation. The f32 operands (A, B, xa,
 // dxa) enter as a split pair hi + lo of storage values (hi = round(v), lo = round(v - hi): about 16 significant bits),
@@ -175,7 +176,7 @@ __device__ __forceinline__ void split_one(S* dst, const float* src, std::int64_t
     dst[i * ld + c - lo_off] = hi;
 }
 
-// Up to three independent splits in one launch (the weights' operands of one call): part p covers n[p] elements.
+// Up to kMaxSplitJobs independent splits in one launch (the operands of one call): part p covers n[p] elements.
 struct SplitJob {
   void* dst;
   const float* src;
@@ -184,8 +185,9 @@ struct SplitJob {
   std::int64_t ld, lo_off;
   float alpha;
 };
+constexpr int kMaxSplitJobs = 3 * kMaxLoraGroup;  // a group's backward: xa, B and A of each member
 struct SplitJobs {
-  SplitJob j[3];
+  SplitJob j[kMaxSplitJobs];
   int count;
 };
 
@@ -200,9 +202,10 @@ __global__ void lora_split_kernel(SplitJobs jobs, std::int64_t total) {
   }
 }
 
-// Fold the two halves of a split product: out[i * cols + c] (= or +=) src[i * lds + c] + src[i * lds + c + lo_off],
-// and, when pair is non-null, the result's own storage split pair[i * 2 cols + c] = hi, [.. + cols] = lo (the next
-// product's operand). Up to two folds in one launch.
+// Fold the two halves of a split product: v = src[i * lds + c] + src[i * lds + c + lo_off]; out[i * cols + c] (= or +=)
+// v when out is non-null, and, when pair is non-null, v's own storage split pair[i * pair_ld + c] = hi,
+// [.. + pair_lo] = lo (the next product's operand; pair_ld = 0: the [rows, 2 cols] layout hi | lo). Up to
+// kMaxFoldJobs folds in one launch.
 struct FoldJob {
   float* out;
   const float* src;
@@ -211,9 +214,11 @@ struct FoldJob {
   int cols;
   std::int64_t lds, lo_off;
   bool accumulate;
+  std::int64_t pair_ld = 0, pair_lo = 0;
 };
+constexpr int kMaxFoldJobs = 2 * kMaxLoraGroup;  // a group's backward: dB and dA of each member
 struct FoldJobs {
-  FoldJob j[2];
+  FoldJob j[kMaxFoldJobs];
   int count;
 };
 
@@ -222,20 +227,20 @@ __global__ void lora_fold_kernel(FoldJobs jobs, std::int64_t total) {
   for (std::int64_t k = gs_begin(); k < total; k += gs_stride()) {
     std::int64_t kk = k;
     int p = 0;
-    if (jobs.count > 1 && kk >= jobs.j[0].n) {
-      kk -= jobs.j[0].n;
-      p = 1;
-    }
+    while (p + 1 < jobs.count && kk >= jobs.j[p].n) kk -= jobs.j[p++].n;
     const FoldJob& J = jobs.j[p];
     const std::int64_t i = kk / J.cols, c = kk % J.cols;
     float v = J.src[i * J.lds + c] + J.src[i * J.lds + c + J.lo_off];
-    if (J.accumulate) v += J.out[kk];
-    J.out[kk] = v;
+    if (J.out) {
+      if (J.accumulate) v += J.out[kk];
+      J.out[kk] = v;
+    }
     if (J.pair) {
-      S* q = static_cast<S*>(J.pair) + i * 2 * J.cols + c;
+      const std::int64_t ld = J.pair_ld > 0 ? J.pair_ld : 2 * static_cast<std::int64_t>(J.cols);
+      S* q = static_cast<S*>(J.pair) + i * ld + c;
       const S hi = from_f32<S>(v);
       q[0] = hi;
-      q[J.cols] = from_f32<S>(v - to_f32(hi));
+      q[J.pair_ld > 0 ? J.pair_lo : J.cols] = from_f32<S>(v - to_f32(hi));
     }
   }
 }
@@ -357,6 +362,125 @@ void gemm_backward(const Ctx& c, void* dx, float* dA, float* dB, const void* dy,
   scratch_free(cv.base, c.stream);
 }
 
+// A group (kernels/lora_group.h) on the cuBLAS path. The members' A enter stacked in one scratch operand (the split
+// copies A anyway), so the products that touch x run once for the group:
+//   forward   P[T, 2nr] = x @ A2^T, A2 rows: hi(A_1..A_n) | lo(A_1..A_n); each member's xa = its two halves summed
+//             (and split to xa2_m), then y_m += xa2_m @ B2_m^T per member
+//   backward  per member Q_m = scale dy_m^T xa2_m (dB) and P's columns 2 m r .. = scale dy_m @ (hi(B_m) | lo(B_m));
+//             dxa2[T, 2nr] = hi(dxa_1..dxa_n) | lo(dxa_1..dxa_n) folded from P (no f32 dxa is kept);
+//             R[2nr, in] = dxa2^T @ x (dA_m: rows m r .. plus nr + m r ..), dx += dxa2 @ Ad (Ad rows: round(A_1..A_n)
+//             twice)
+template <class S>
+void gemm_group_forward(const Ctx& c, const LoraMember* g, int n, const void* x, int T, int in, int r) {
+  const DType st = c.st;
+  const std::size_t r2 = 2 * static_cast<std::size_t>(r), nr = static_cast<std::size_t>(n) * r, nr2 = 2 * nr;
+  auto al = [](std::size_t b) { return (b + 255) / 256 * 256; };
+  std::size_t bytes = al(nr2 * in * sizeof(S)) + al(T * nr2 * sizeof(float));
+  for (int m = 0; m < n; ++m) bytes += al(g[m].out * r2 * sizeof(S)) + al(T * r2 * sizeof(S));
+  Carve cv{static_cast<char*>(scratch_alloc(bytes, c.stream))};
+  S* A2 = cv.take<S>(nr2 * in);         // [2nr, in]: hi(A_1; ..; A_n) then lo(A_1; ..; A_n)
+  float* P = cv.take<float>(T * nr2);   // [T, 2nr]: x hi(A)^T | x lo(A)^T
+  S* B2[kMaxLoraGroup];
+  S* xa2[kMaxLoraGroup];
+  SplitJobs sj{};
+  FoldJobs fj{};
+  for (int m = 0; m < n; ++m) {
+    const LoraMember& M = g[m];
+    B2[m] = cv.take<S>(M.out * r2);  // [out, 2r]: round(scale B) twice (K-concatenated with xa's hi | lo)
+    xa2[m] = cv.take<S>(T * r2);     // [T, 2r]: hi(xa) | lo(xa)
+    sj.j[sj.count++] = {A2 + m * static_cast<std::size_t>(r) * in, M.A, static_cast<std::int64_t>(r) * in, in, in,
+                        static_cast<std::int64_t>(nr) * in, 1.0f};
+    sj.j[sj.count++] = {B2[m], M.B, static_cast<std::int64_t>(M.out) * r, r, static_cast<std::int64_t>(r2), -r,
+                        M.scale};
+    fj.j[fj.count++] = {M.xa, P + m * r, xa2[m], static_cast<std::int64_t>(T) * r, r, static_cast<std::int64_t>(nr2),
+                        static_cast<std::int64_t>(nr), false};
+  }
+  split<S>(c, sj);
+  // P[T, 2nr] = x[T, in] @ A2[2nr, in]^T: the group's one product over x
+  gemm_rm(c.blas, false, true, T, static_cast<int>(nr2), in, 1.0f, x, st, in, A2, st, in, 0.0f, P, DType::F32,
+          static_cast<int>(nr2));
+  fold<S>(c, fj);
+  // y_m[T, out] += xa2_m[T, 2r] @ B2_m[out, 2r]^T
+  for (int m = 0; m < n; ++m)
+    gemm_rm(c.blas, false, true, T, g[m].out, static_cast<int>(r2), 1.0f, xa2[m], st, static_cast<int>(r2), B2[m], st,
+            static_cast<int>(r2), 1.0f, g[m].y, st, g[m].out);
+  scratch_free(cv.base, c.stream);
+}
+
+template <class S>
+void gemm_group_backward(const Ctx& c, void* dx, const LoraMember* g, int n, const void* x, int T, int in, int r) {
+  const DType st = c.st;
+  const std::size_t r2 = 2 * static_cast<std::size_t>(r), nr = static_cast<std::size_t>(n) * r, nr2 = 2 * nr;
+  bool any_dA = false;
+  for (int m = 0; m < n; ++m) any_dA = any_dA || g[m].dA;
+  const bool need_dxa = any_dA || dx;
+  auto al = [](std::size_t b) { return (b + 255) / 256 * 256; };
+  std::size_t bytes = al(nr2 * in * sizeof(S)) + al(T * nr2 * sizeof(S)) + al(T * nr2 * sizeof(float)) +
+                      al(nr2 * in * sizeof(float));
+  for (int m = 0; m < n; ++m)
+    bytes += al(g[m].out * r2 * sizeof(S)) + al(T * r2 * sizeof(S)) + al(g[m].out * r2 * sizeof(float));
+  Carve cv{static_cast<char*>(scratch_alloc(bytes, c.stream))};
+  S* Ad = cv.take<S>(nr2 * in);         // [2nr, in]: round(A_1; ..; A_n) twice (K-concatenated with dxa2)
+  S* dxa2 = cv.take<S>(T * nr2);        // [T, 2nr]: hi(dxa_1 | .. | dxa_n) | lo(dxa_1 | .. | dxa_n)
+  float* P = cv.take<float>(T * nr2);   // [T, 2nr]: member m's scale dy_m hi(B_m) | scale dy_m lo(B_m) at 2 m r
+  float* R = cv.take<float>(nr2 * in);  // [2nr, in]: hi(dxa)^T x ; lo(dxa)^T x
+  S* B2[kMaxLoraGroup];
+  S* xa2[kMaxLoraGroup];
+  float* Q[kMaxLoraGroup];
+  SplitJobs sj{};
+  for (int m = 0; m < n; ++m) {
+    const LoraMember& M = g[m];
+    B2[m] = cv.take<S>(M.out * r2);     // [out, 2r]: hi(B) | lo(B)
+    xa2[m] = cv.take<S>(T * r2);        // [T, 2r]: hi(xa) | lo(xa)
+    Q[m] = cv.take<float>(M.out * r2);  // [out, 2r]: scale dy^T hi(xa) | scale dy^T lo(xa)
+    if (M.dB)
+      sj.j[sj.count++] = {xa2[m], M.xa, static_cast<std::int64_t>(T) * r, r, static_cast<std::int64_t>(r2), r, 1.0f};
+    if (need_dxa)
+      sj.j[sj.count++] = {B2[m], M.B, static_cast<std::int64_t>(M.out) * r, r, static_cast<std::int64_t>(r2), r, 1.0f};
+    if (dx)
+      sj.j[sj.count++] = {Ad + m * static_cast<std::size_t>(r) * in, M.A, static_cast<std::int64_t>(r) * in, in, in,
+                          -static_cast<std::int64_t>(nr) * in, 1.0f};
+  }
+  split<S>(c, sj);
+  FoldJobs fj{};
+  for (int m = 0; m < n; ++m) {
+    const LoraMember& M = g[m];
+    // Q_m[out, 2r] = scale dy_m[T, out]^T @ xa2_m[T, 2r]
+    if (M.dB)
+      gemm_rm(c.blas, true, false, M.out, static_cast<int>(r2), T, M.scale, M.dy, st, M.out, xa2[m], st,
+              static_cast<int>(r2), 0.0f, Q[m], DType::F32, static_cast<int>(r2));
+    if (!need_dxa) continue;
+    // P[:, 2 m r .. 2 m r + 2r - 1] = scale dy_m[T, out] @ B2_m[out, 2r]
+    gemm_rm(c.blas, false, false, T, static_cast<int>(r2), M.out, M.scale, M.dy, st, M.out, B2[m], st,
+            static_cast<int>(r2), 0.0f, P + 2 * m * static_cast<std::size_t>(r), DType::F32, static_cast<int>(nr2));
+    // dxa_m = its two halves summed, split into dxa2's columns m r (hi) and nr + m r (lo)
+    fj.j[fj.count++] = {nullptr, P + 2 * m * static_cast<std::size_t>(r), dxa2 + m * static_cast<std::size_t>(r),
+                        static_cast<std::int64_t>(T) * r, r, static_cast<std::int64_t>(nr2), r, false,
+                        static_cast<std::int64_t>(nr2), static_cast<std::int64_t>(nr)};
+  }
+  fold<S>(c, fj);
+  // R[2nr, in] = dxa2[T, 2nr]^T @ x[T, in]: the group's one product over x for dA
+  if (any_dA)
+    gemm_rm(c.blas, true, false, static_cast<int>(nr2), in, T, 1.0f, dxa2, st, static_cast<int>(nr2), x, st, in, 0.0f,
+            R, DType::F32, in);
+  FoldJobs fd{};
+  for (int m = 0; m < n; ++m) {
+    const LoraMember& M = g[m];
+    if (M.dB)
+      fd.j[fd.count++] = {M.dB, Q[m], nullptr, static_cast<std::int64_t>(M.out) * r, r, static_cast<std::int64_t>(r2),
+                          r, true};
+    if (M.dA)
+      fd.j[fd.count++] = {M.dA, R + m * static_cast<std::size_t>(r) * in, nullptr, static_cast<std::int64_t>(r) * in,
+                          in, in, static_cast<std::int64_t>(nr) * in, true};
+  }
+  fold<S>(c, fd);
+  // dx[T, in] += dxa2[T, 2nr] @ Ad[2nr, in]: the group's one product over dx
+  if (dx)
+    gemm_rm(c.blas, false, false, T, in, static_cast<int>(nr2), 1.0f, dxa2, st, static_cast<int>(nr2), Ad, st, in,
+            1.0f, dx, st, in);
+  scratch_free(cv.base, c.stream);
+}
+
 // MGRL_CUDA_LORA=fused selects the custom kernels (read once).
 bool use_fused() {
   static const bool fused = [] {
@@ -407,6 +531,30 @@ void lora_backward(const Ctx& c, void* dx, float* dA, float* dB, const void* dy,
     if (dx) addmm<S>(c, dx, dxa, A, T, in, r, 1, in, 1.0f);
     if (!scratch) scratch_free(dxa, c.stream);
   });
+}
+
+void lora_group_forward(const Ctx& c, const LoraMember* g, int n, const void* x, int T, int in, int r) {
+  if (T <= 0 || r <= 0 || n <= 0) return;
+  MGRL_CHECK(n <= kMaxLoraGroup, "a LoRA group of more than " + std::to_string(kMaxLoraGroup) + " members");
+  for (int m = 0; m < n; ++m) check_sizes(T, in, r, g[m].out);
+  if (use_fused()) {  // the custom kernels: member by member
+    for (int m = 0; m < n; ++m) lora_forward(c, g[m].y, g[m].xa, x, g[m].A, g[m].B, g[m].scale, T, in, r, g[m].out);
+    return;
+  }
+  dispatch(c.st, [&](auto tag) { gemm_group_forward<decltype(tag)>(c, g, n, x, T, in, r); });
+}
+
+void lora_group_backward(const Ctx& c, void* dx, const LoraMember* g, int n, const void* x, int T, int in, int r) {
+  if (T <= 0 || r <= 0 || n <= 0) return;
+  MGRL_CHECK(n <= kMaxLoraGroup, "a LoRA group of more than " + std::to_string(kMaxLoraGroup) + " members");
+  for (int m = 0; m < n; ++m) check_sizes(T, in, r, g[m].out);
+  if (use_fused()) {
+    for (int m = 0; m < n; ++m)
+      lora_backward(c, dx, g[m].dA, g[m].dB, g[m].dy, x, g[m].xa, g[m].A, g[m].B, g[m].scale, T, in, r, g[m].out,
+                    nullptr);
+    return;
+  }
+  dispatch(c.st, [&](auto tag) { gemm_group_backward<decltype(tag)>(c, dx, g, n, x, T, in, r); });
 }
 
 }  // namespace mgrl::kernels::cuda

@@ -1,6 +1,8 @@
-// lora.cuh: fused LoRA adapter kernels, y += scale * (x @ A^T) @ B^T, and its backward (dA, dB, added dx).
+// lora.cuh: LoRA adapter kernels, y += scale * (x @ A^T) @ B^T, and its backward (dA, dB, added dx); one adapter or a
+// group sharing x.
 #pragma once
 #include "kernels/cuda/common.cuh"
+#include "kernels/lora_group.h"
 
 namespace mgrl::kernels::cuda {
 
@@ -13,5 +15,11 @@ void lora_forward(const Ctx& c, void* y, float* xa, const void* x, const float* 
                   int in, int r, int out);
 void lora_backward(const Ctx& c, void* dx, float* dA, float* dB, const void* dy, const void* x, const float* xa,
                    const float* A, const float* B, float scale, int T, int in, int r, int out, float* scratch);
+
+// A group of members reading the same x (kernels/cpu/lora.h, lora_group_forward / lora_group_backward): on the cuBLAS
+// path the products over x run stacked in one GEMM each; MGRL_CUDA_LORA=fused runs the members one by one. The
+// op takes its scratch stream-ordered.
+void lora_group_forward(const Ctx& c, const LoraMember* g, int n, const void* x, int T, int in, int r);
+void lora_group_backward(const Ctx& c, void* dx, const LoraMember* g, int n, const void* x, int T, int in, int r);
 
 }  // namespace mgrl::kernels::cuda

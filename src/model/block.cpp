@@ -1,6 +1,8 @@
 // block.cpp: the decoder block's forward over kernels::Ops and the LoRA term of a linear layer.
 #include "model/block.h"
 
+#include "core/error.h"
+
 namespace mgrl::model {
 
 void block_forward(const ModelDef& def, int l, const BlockIO& io, int T, const BlockLinear& lin,
@@ -16,9 +18,9 @@ void block_forward(const ModelDef& def, int l, const BlockIO& io, int T, const B
   const bool unit = def.unit_offset_norms(), post = cfg.gemma;
 
   ops.rmsnorm_forward(io.h1, io.rstd1, io.x_in, Lw.attn_norm, T, D, eps, unit);
-  lin(Module::Q, cfg.qk_norm ? io.q_pre : io.q, io.h1);
-  lin(Module::K, cfg.qk_norm ? io.k_pre : io.k, io.h1);
-  lin(Module::V, io.v, io.h1);
+  const Module qkv[] = {Module::Q, Module::K, Module::V};
+  void* const qkv_out[] = {cfg.qk_norm ? io.q_pre : io.q, cfg.qk_norm ? io.k_pre : io.k, io.v};
+  lin(qkv, qkv_out, 3, io.h1);
   if (cfg.qk_norm) {
     ops.rmsnorm_forward(io.q, io.rstd_q, io.q_pre, Lw.q_norm, T * nh, hd, eps, unit);
     ops.rmsnorm_forward(io.k, io.rstd_k, io.k_pre, Lw.k_norm, T * nkv, hd, eps, unit);
@@ -26,19 +28,24 @@ void block_forward(const ModelDef& def, int l, const BlockIO& io, int T, const B
   ops.rope_forward(io.q, io.pos, def.inv_freq(l), T, nh, hd);
   ops.rope_forward(io.k, io.pos, def.inv_freq(l), T, nkv, hd);
   attend();
-  lin(Module::O, post ? io.o_raw : io.tmp, io.attn);
+  const Module o = Module::O;
+  void* const o_out = post ? io.o_raw : io.tmp;
+  lin(&o, &o_out, 1, io.attn);
   if (post) ops.rmsnorm_forward(io.tmp, io.rstd_pa, io.o_raw, Lw.post_attn_norm, T, D, eps, unit);
   ops.copy(io.x_mid, io.x_in, static_cast<std::size_t>(T) * D * S);  // no-op when in place
   ops.residual_forward(io.x_mid, io.tmp, static_cast<std::int64_t>(T) * D);
 
   ops.rmsnorm_forward(io.h2, io.rstd2, io.x_mid, Lw.mlp_norm, T, D, eps, unit);
-  lin(Module::Gate, io.gate, io.h2);
-  lin(Module::Up, io.up, io.h2);
+  const Module gate_up[] = {Module::Gate, Module::Up};
+  void* const gate_up_out[] = {io.gate, io.up};
+  lin(gate_up, gate_up_out, 2, io.h2);
   if (def.geglu())
     ops.geglu_forward(io.act, io.gate, io.up, static_cast<std::int64_t>(T) * I);
   else
     ops.swiglu_forward(io.act, io.gate, io.up, static_cast<std::int64_t>(T) * I);
-  lin(Module::Down, post ? io.m_raw : io.tmp, io.act);
+  const Module down = Module::Down;
+  void* const down_out = post ? io.m_raw : io.tmp;
+  lin(&down, &down_out, 1, io.act);
   if (post) ops.rmsnorm_forward(io.tmp, io.rstd_pm, io.m_raw, Lw.post_mlp_norm, T, D, eps, unit);
   ops.copy(io.x_out, io.x_mid, static_cast<std::size_t>(T) * D * S);
   ops.residual_forward(io.x_out, io.tmp, static_cast<std::int64_t>(T) * D);
@@ -50,6 +57,35 @@ void lora_add(const ModelDef& def, int l, Module m, void* y, const void* x, int 
   if (!s) return;
   def.ops().lora_forward(y, xa, x, lora->A(*s), lora->B(*s), lora->config().scale(), T, module_in(def.config(), m),
                          lora->config().r, module_out(def.config(), m));
+}
+
+void lora_add_group(const ModelDef& def, int l, const Module* ms, void* const* ys, int n, const void* x, int T,
+                    float* const* xa, float* scratch) {
+  const LoraParams* lora = def.lora();
+  if (!lora) return;
+  if (!lora_groups_enabled()) {
+    for (int i = 0; i < n; ++i) lora_add(def, l, ms[i], ys[i], x, T, xa[i]);
+    return;
+  }
+  const LoraConfig& c = lora->config();
+  kernels::LoraMember g[kernels::kMaxLoraGroup];
+  int k = 0, first = -1;
+  for (int i = 0; i < n; ++i) {
+    const LoraSlot* s = lora->find(l, ms[i]);
+    if (!s) continue;  // not targeted
+    MGRL_CHECK(k < kernels::kMaxLoraGroup, "a LoRA group of more than three layers");
+    if (first < 0) first = i;
+    g[k].y = ys[i];
+    g[k].xa = xa[i];
+    g[k].A = lora->A(*s);
+    g[k].B = lora->B(*s);
+    g[k].scale = c.scale();
+    g[k].out = s->out;
+    ++k;
+  }
+  if (k == 0) return;
+  if (k == 1) return lora_add(def, l, ms[first], ys[first], x, T, xa[first]);
+  def.ops().lora_group_forward(g, k, x, T, module_in(def.config(), ms[first]), c.r, scratch);
 }
 
 }  // namespace mgrl::model

@@ -21,8 +21,9 @@ struct BlockIO {
   float *rstd_pa = nullptr, *rstd_pm = nullptr;
 };
 
-// A linear layer of the block: y = module m of x (with its adapter, as the caller decides).
-using BlockLinear = std::function<void(Module, void*, const void*)>;
+// The linear layers of the block that read one input x: n (1 to 3) modules ms[i] with outputs ys[i] (q, k, v; o;
+// gate, up; down), each with its adapter as the caller decides.
+using BlockLinear = std::function<void(const Module* ms, void* const* ys, int n, const void* x)>;
 
 // Decoder block l over T rows: lin applies the linear layers, attend() fills io.attn from io.q / io.k / io.v (plain
 // causal attention in training, the KV cache in inference).
@@ -31,5 +32,11 @@ void block_forward(const ModelDef& def, int l, const BlockIO& io, int T, const B
 
 // y += the adapter of (l, m) applied to x (xa: its [T, r] f32 intermediate x A^T); nothing without one.
 void lora_add(const ModelDef& def, int l, Module m, void* y, const void* x, int T, float* xa);
+
+// ys[i] += the adapter of (l, ms[i]) applied to x, for the n modules that read x (xa[i]: module i's [T, r]
+// intermediate). The modules with an adapter run as one group (Ops::lora_group_forward, scratch as
+// kernels::lora_group_scratch_floats says) when lora_groups_enabled() and there are two or more, else one by one.
+void lora_add_group(const ModelDef& def, int l, const Module* ms, void* const* ys, int n, const void* x, int T,
+                    float* const* xa, float* scratch);
 
 }  // namespace mgrl::model

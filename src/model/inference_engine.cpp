@@ -15,7 +15,7 @@ struct InferenceEngine::Buffers {
   int cap_T = 0, cap_R = 0;
   std::vector<void*> allocations;
   void *x, *h, *q, *k, *v, *q_pre, *k_pre, *attn, *tmp, *gate, *up, *act, *hsel;
-  float *rstd, *xa, *logits;
+  float *rstd, *xa, *lora_scratch, *logits;
   std::int32_t *ids, *slot, *pos, *rows;
 };
 
@@ -65,7 +65,12 @@ void InferenceEngine::reserve(int T, int R) {
   I.act = buf(t * In * S);
   I.hsel = buf(r * D * S);
   I.rstd = static_cast<float*>(buf(t * static_cast<std::size_t>(cfg_.num_attention_heads) * sizeof(float)));
-  I.xa = static_cast<float*>(buf(t * static_cast<std::size_t>(def_.lora() ? def_.lora()->config().r : 1) * sizeof(float)));
+  // LoRA: the [T, r] intermediates of a group's members (three at most) and the scratch of a group's op.
+  const int rank = def_.lora() ? def_.lora()->config().r : 1;
+  I.xa = static_cast<float*>(buf(kernels::kMaxLoraGroup * t * static_cast<std::size_t>(rank) * sizeof(float)));
+  I.lora_scratch = static_cast<float*>(
+      buf(kernels::lora_group_scratch_floats(I.cap_T, static_cast<int>(D), rank, kernels::kMaxLoraGroup) *
+          sizeof(float)));
   I.logits = static_cast<float*>(buf(r * static_cast<std::size_t>(cfg_.vocab_size) * sizeof(float)));
   I.ids = static_cast<std::int32_t*>(buf(t * 4));
   I.slot = static_cast<std::int32_t*>(buf(t * 4));
@@ -149,10 +154,15 @@ const float* InferenceEngine::run(int T, int R, KvCache& cache, bool use_lora) {
     const LayerWeights& Lw = def_.layer(l);
     block_forward(
         def_, l, io, T,
-        [&](Module m, void* y, const void* x) {
-          const int mi = static_cast<int>(m);
-          ops_.linear_forward(y, x, Lw.W[mi], Lw.bias[mi], T, module_in(cfg_, m), module_out(cfg_, m));
-          if (lora) lora_add(def_, l, m, y, x, T, I.xa);
+        [&](const Module* ms, void* const* ys, int n, const void* x) {
+          float* xa[kernels::kMaxLoraGroup] = {};
+          for (int i = 0; i < n; ++i) {
+            const int mi = static_cast<int>(ms[i]);
+            ops_.linear_forward(ys[i], x, Lw.W[mi], Lw.bias[mi], T, module_in(cfg_, ms[i]), module_out(cfg_, ms[i]));
+            xa[i] = I.xa + static_cast<std::size_t>(i) * static_cast<std::size_t>(T) * static_cast<std::size_t>(
+                                                            def_.lora() ? def_.lora()->config().r : 1);
+          }
+          if (lora) lora_add_group(def_, l, ms, ys, n, x, T, xa, I.lora_scratch);
         },
         [&] {
           ops_.kv_store(cache.k(l), cache.v(l), I.k, I.v, I.slot, I.pos, T, pages, nkv, hd);

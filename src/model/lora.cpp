@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -54,6 +56,14 @@ int module_out(const io::ModelConfig& c, Module m) {
     case Module::Up: return static_cast<int>(c.intermediate_size);
     default: return static_cast<int>(c.hidden_size);
   }
+}
+
+bool lora_groups_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("MGRL_LORA_GROUPS");
+    return e == nullptr || std::strcmp(e, "0") != 0;
+  }();
+  return on;
 }
 
 float LoraConfig::scale() const {

@@ -23,6 +23,11 @@ bool parse_module(const std::string& name, Module* out);
 int module_in(const io::ModelConfig& c, Module m);
 int module_out(const io::ModelConfig& c, Module m);
 
+// Whether the adapters of the layers that read one input (q, k, v; gate, up) run as one group, their products over
+// that input stacked (Ops::lora_group_forward / lora_group_backward): yes unless the environment sets
+// MGRL_LORA_GROUPS=0 (read once), which runs every adapter on its own as before.
+bool lora_groups_enabled();
+
 struct LoraConfig {
   int r = 8;
   double alpha = 16.0;

@@ -216,7 +216,11 @@ void TrainExecutor::layout(const ArenaSpec& sp, int T, Arena& arena, const std::
   W.lse_head = f32(t);
   W.lp = f32(t);
   W.wrow = f32(t);
-  W.lora_scratch = r && grads ? f32(t * r) : nullptr;
+  // The backward's dxa of one adapter (T r), or what a group's op takes (the CPU backend's stacked operands).
+  W.lora_scratch = r ? f32(std::max(t * r, kernels::lora_group_scratch_floats(T, static_cast<int>(D),
+                                                                              static_cast<int>(r),
+                                                                              kernels::kMaxLoraGroup)))
+                     : nullptr;
   W.ids = i32(t);
   W.targets = i32(t);
   W.pos = i32(t);
@@ -282,6 +286,59 @@ void TrainExecutor::linear_with_lora_backward(int l, Module m, void* dx, const v
   }
 }
 
+bool TrainExecutor::grouped_lora(bool train) const {
+  const LoraParams* lora = def_.lora();
+  return lora_groups_enabled() && !(train && lora && lora->config().dropout > 0);
+}
+
+void TrainExecutor::linears_with_lora(int l, const LayerWeights& Lw, const Module* ms, void* const* ys, int n,
+                                      const void* x, int T, LayerActs& a, bool use_lora) {
+  for (int i = 0; i < n; ++i) {
+    const int mi = static_cast<int>(ms[i]);
+    ops_.linear_forward(ys[i], x, Lw.W[mi], Lw.bias[mi], T, module_in(cfg_, ms[i]), module_out(cfg_, ms[i]));
+  }
+  if (!use_lora || !def_.lora()) return;
+  const kernels::PhaseScope phase(ops_, kernels::Phase::Lora);
+  float* xa[kernels::kMaxLoraGroup] = {};
+  for (int i = 0; i < n; ++i) xa[i] = a.xa[static_cast<int>(ms[i])];
+  lora_add_group(def_, l, ms, ys, n, x, T, xa, cur_->work->lora_scratch);
+}
+
+void TrainExecutor::linears_with_lora_backward(int l, const LayerWeights& Lw, const LayerGrads& Lg, const Module* ms,
+                                               const void* const* dys, int n, void* dx, const void* x, int T,
+                                               LayerActs& a, bool accumulate) {
+  for (int i = 0; i < n; ++i) {
+    const int mi = static_cast<int>(ms[i]);
+    ops_.linear_backward(dx, Lg.W[mi], Lg.bias[mi], dys[i], x, Lw.W[mi], T, module_in(cfg_, ms[i]),
+                         module_out(cfg_, ms[i]), accumulate || i > 0);
+  }
+  LoraParams* lora = def_.lora();
+  if (!cur_->lora || !lora) return;
+  const kernels::PhaseScope phase(ops_, kernels::Phase::Lora);
+  const LoraConfig& c = lora->config();
+  kernels::LoraMember g[kernels::kMaxLoraGroup];
+  int k = 0;
+  for (int i = 0; i < n; ++i) {
+    const LoraSlot* s = lora->find(l, ms[i]);
+    if (!s) continue;  // not targeted
+    g[k].dy = dys[i];
+    g[k].xa = a.xa[static_cast<int>(ms[i])];
+    g[k].A = lora->A(*s);
+    g[k].B = lora->B(*s);
+    g[k].dA = lora->dA(*s);
+    g[k].dB = lora->dB(*s);
+    g[k].scale = c.scale();
+    g[k].out = s->out;
+    ++k;
+  }
+  const int in = module_in(cfg_, ms[0]);
+  if (k == 1)
+    ops_.lora_backward(dx, g[0].dA, g[0].dB, g[0].dy, x, g[0].xa, g[0].A, g[0].B, g[0].scale, T, in, c.r, g[0].out,
+                       cur_->work->lora_scratch);
+  else if (k > 1)
+    ops_.lora_group_backward(dx, g, k, x, T, in, c.r, cur_->work->lora_scratch);
+}
+
 void TrainExecutor::layer_forward(int l, const void* x_in, void* x_out, LayerActs& a, bool use_lora, bool train,
                                 std::uint64_t seed) {
   const LayerWeights& Lw = def_.layer(l);
@@ -294,9 +351,12 @@ void TrainExecutor::layer_forward(int l, const void* x_in, void* x_out, LayerAct
                    a.o_raw, a.m_raw,   a.rstd_pa, a.rstd_pm};
   block_forward(
       def_, l, io, T,
-      [&](Module m, void* y, const void* x) {
-        const int mi = static_cast<int>(m);
-        linear_with_lora(l, m, y, x, Lw.W[mi], Lw.bias[mi], T, a, use_lora, train, seed);
+      [&](const Module* ms, void* const* ys, int n, const void* x) {
+        if (n > 1 && grouped_lora(train)) return linears_with_lora(l, Lw, ms, ys, n, x, T, a, use_lora);
+        for (int i = 0; i < n; ++i) {
+          const int mi = static_cast<int>(ms[i]);
+          linear_with_lora(l, ms[i], ys[i], x, Lw.W[mi], Lw.bias[mi], T, a, use_lora, train, seed);
+        }
       },
       [&] {
         const kernels::PhaseScope phase(ops_, kernels::Phase::Attention);
@@ -329,8 +389,16 @@ void TrainExecutor::layer_backward(int l, LayerActs& a, void* dx) {
     ops_.geglu_backward(W.dgate, W.dup, W.dact, a.gate, a.up, static_cast<std::int64_t>(T) * I);
   else
     ops_.swiglu_backward(W.dgate, W.dup, W.dact, a.gate, a.up, static_cast<std::int64_t>(T) * I);
-  lin_back(Module::Gate, W.dh, W.dgate, a.h2, false);
-  lin_back(Module::Up, W.dh, W.dup, a.h2, true);
+  // The dropout masks are drawn in training: the backward always follows a training forward.
+  const bool grouped = grouped_lora(true);
+  if (grouped) {
+    const Module ms[] = {Module::Gate, Module::Up};
+    const void* const dys[] = {W.dgate, W.dup};
+    linears_with_lora_backward(l, Lw, Lg, ms, dys, 2, W.dh, a.h2, T, a, false);
+  } else {
+    lin_back(Module::Gate, W.dh, W.dgate, a.h2, false);
+    lin_back(Module::Up, W.dh, W.dup, a.h2, true);
+  }
   ops_.rmsnorm_backward(dx, Lg.mlp_norm, W.dh, a.x_mid, Lw.mlp_norm, a.rstd2, T, D, true, unit);  // dx = d(x_mid)
   // Attention: x_mid = x_in + o(attention(rope(q), rope(k), v)) (Gemma: post_norm(o(...))), q/k/v from
   // h1 = norm(x_in)
@@ -354,9 +422,15 @@ void TrainExecutor::layer_backward(int l, LayerActs& a, void* dx) {
     dq = W.dq2;
     dk = W.dk2;
   }
-  lin_back(Module::Q, W.dh, dq, a.h1, false);
-  lin_back(Module::K, W.dh, dk, a.h1, true);
-  lin_back(Module::V, W.dh, W.dv, a.h1, true);
+  if (grouped) {
+    const Module ms[] = {Module::Q, Module::K, Module::V};
+    const void* const dys[] = {dq, dk, W.dv};
+    linears_with_lora_backward(l, Lw, Lg, ms, dys, 3, W.dh, a.h1, T, a, false);
+  } else {
+    lin_back(Module::Q, W.dh, dq, a.h1, false);
+    lin_back(Module::K, W.dh, dk, a.h1, true);
+    lin_back(Module::V, W.dh, W.dv, a.h1, true);
+  }
   ops_.rmsnorm_backward(dx, Lg.attn_norm, W.dh, W.xs[l], Lw.attn_norm, a.rstd1, T, D, true, unit);  // dx = d(x_in)
 }
 

@@ -97,6 +97,14 @@ class TrainExecutor {
                         bool use_lora, bool train, std::uint64_t seed);
   void linear_with_lora_backward(int l, Module m, void* dx, const void* dy, const void* x, const void* W, float* dW,
                                  float* dbias, int T, LayerActs& a, bool accumulate);
+  // The layers ms[0..n) that read x, forward and backward, their adapters as one group (block.h lora_add_group;
+  // Ops::lora_group_backward): used when lora_groups_enabled() and no dropout mask makes their inputs differ.
+  bool grouped_lora(bool train) const;
+  void linears_with_lora(int l, const LayerWeights& Lw, const Module* ms, void* const* ys, int n, const void* x, int T,
+                         LayerActs& a, bool use_lora);
+  void linears_with_lora_backward(int l, const LayerWeights& Lw, const LayerGrads& Lg, const Module* ms,
+                                  const void* const* dys, int n, void* dx, const void* x, int T, LayerActs& a,
+                                  bool accumulate);
 
   ModelDef& def_;
   const io::ModelConfig& cfg_;

@@ -333,6 +333,83 @@ TEST_P(OpsCuda, Lora) {
   }
 }
 
+// A LoRA group (Ops::lora_group_forward / lora_group_backward: members sharing x, the products over x stacked) on the
+// GPU against the CPU backend's group op (which tests/unit/test_ops_cpu.cpp holds to its members run one by one).
+// Same tolerances as the single op: the cuBLAS path's split operands keep xa, dA, dB at fp32 accuracy.
+TEST_P(OpsCuda, LoraGroup) {
+  struct Case {
+    int T, in, r;
+    std::vector<int> outs;
+  };
+  for (const Case& cs : {Case{45, 77, 7, {59, 21, 21}}, Case{70, 300, 16, {261, 261}}, Case{3, 33, 1, {5, 9, 5}},
+                         Case{20, 64, 4, {48}}}) {
+    const int T = cs.T, in = cs.in, r = cs.r, n = static_cast<int>(cs.outs.size());
+    const std::string tag = "n" + std::to_string(n) + " r" + std::to_string(r) + " T" + std::to_string(T) + " ";
+    Pair x = storage(randu(sz(T, in), 130));
+    Pair dx = storage(randu(sz(T, in), 131));
+    std::vector<Pair> A, B, y, xa, dy, dA, dB;
+    std::vector<float> scale;
+    for (int m = 0; m < n; ++m) {
+      const int out = cs.outs[static_cast<std::size_t>(m)];
+      const std::uint32_t s0 = 140 + 10 * static_cast<std::uint32_t>(m);
+      A.push_back(f32(randu(sz(r, in), s0, -0.2f, 0.2f)));
+      B.push_back(f32(randu(sz(out, r), s0 + 1, -0.2f, 0.2f)));
+      y.push_back(storage(randu(sz(T, out), s0 + 2)));
+      xa.push_back(f32(Vec(sz(T, r), 0.0f)));
+      dy.push_back(storage(randu(sz(T, out), s0 + 3)));
+      dA.push_back(f32(randu(sz(r, in), s0 + 4, -0.01f, 0.01f)));
+      dB.push_back(f32(randu(sz(out, r), s0 + 5, -0.01f, 0.01f)));
+      scale.push_back((2.0f + static_cast<float>(m)) / static_cast<float>(r));
+    }
+    // Members on each side; `gpu` picks the pointers, with_dA / with_dB leave gradients out.
+    const auto members = [&](bool gpu, bool with_dA, bool with_dB, const std::vector<Pair>& xa_use) {
+      std::vector<LoraMember> g(static_cast<std::size_t>(n));
+      for (int m = 0; m < n; ++m) {
+        const std::size_t i = static_cast<std::size_t>(m);
+        const auto pick = [gpu](const Pair& p) { return gpu ? p.g : p.c; };
+        g[i].y = pick(y[i]);
+        g[i].dy = pick(dy[i]);
+        g[i].xa = static_cast<float*>(pick(xa_use[i]));
+        g[i].A = static_cast<const float*>(pick(A[i]));
+        g[i].B = static_cast<const float*>(pick(B[i]));
+        g[i].dA = with_dA ? static_cast<float*>(pick(dA[i])) : nullptr;
+        g[i].dB = with_dB ? static_cast<float*>(pick(dB[i])) : nullptr;
+        g[i].scale = scale[i];
+        g[i].out = cs.outs[i];
+      }
+      return g;
+    };
+    {
+      const auto gc = members(false, true, true, xa), gg = members(true, true, true, xa);
+      cpu_->lora_group_forward(gc.data(), n, x.c, T, in, r, nullptr);
+      gpu_->lora_group_forward(gg.data(), n, x.g, T, in, r, nullptr);
+    }
+    for (int m = 0; m < n; ++m) {
+      const std::size_t i = static_cast<std::size_t>(m);
+      expect_close(tag + "group xa " + std::to_string(m), xa[i], kF32Tol);
+      expect_close(tag + "group y (+=) " + std::to_string(m), y[i], tol());
+    }
+    // Backward from the CPU's xa on both sides; dA, dB accumulate, dx adds. Then without dA, then only dB.
+    std::vector<Pair> xa_ref;
+    for (const Pair& p : xa) xa_ref.push_back(f32(cpu_values(p)));
+    struct Variant {
+      bool dx, dA;
+      const char* name;
+    };
+    for (const Variant v : {Variant{true, true, ""}, Variant{true, false, " (no dA)"}, Variant{false, false, " (only dB)"}}) {
+      const auto gc = members(false, v.dA, true, xa_ref), gg = members(true, v.dA, true, xa_ref);
+      cpu_->lora_group_backward(v.dx ? dx.c : nullptr, gc.data(), n, x.c, T, in, r, nullptr);
+      gpu_->lora_group_backward(v.dx ? dx.g : nullptr, gg.data(), n, x.g, T, in, r, nullptr);
+      if (v.dx) expect_close(tag + "group dx (+=)" + v.name, dx, tol());
+      for (int m = 0; m < n; ++m) {
+        const std::size_t i = static_cast<std::size_t>(m);
+        if (v.dA) expect_close(tag + "group dA " + std::to_string(m) + v.name, dA[i], kF32Tol);
+        expect_close(tag + "group dB " + std::to_string(m) + v.name, dB[i], kF32Tol);
+      }
+    }
+  }
+}
+
 TEST_P(OpsCuda, Dropout) {
   const std::int64_t n = 1001;
   const float p = 0.3f;

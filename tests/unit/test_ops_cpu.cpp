@@ -297,6 +297,110 @@ TEST(OpsCpu, LoraForwardAndBackward) {
   EXPECT_EQ(dB2, dB);
 }
 
+// A LoRA group (lora_group_forward / lora_group_backward) against its members run one by one with lora_forward /
+// lora_backward. Both are f32 BLAS; the group's products over x are other GEMM shapes (N = n r instead of r, K = n r
+// for dx), which BLAS blocks differently, so a sum may be added in another order: each value agrees within
+// kGroupRtol of the largest value of its tensor (the reordering of an f32 sum of K terms moves it by about
+// sqrt(K) 2^-24 of the terms' magnitudes, ~1e-7 here; 1e-6 leaves room and still fails on an error of 1e-5, as the
+// planted-error check below shows). The inputs are scaled to make every tensor O(1).
+constexpr double kGroupRtol = 1e-6;
+
+void expect_group_near(const Vec& got, const Vec& want, const std::string& name) {
+  ASSERT_EQ(got.size(), want.size()) << name;
+  double big = 0.0;
+  for (float w : want) big = std::max(big, std::abs(static_cast<double>(w)));
+  int bad = 0;
+  std::string first;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (std::abs(static_cast<double>(got[i]) - want[i]) > kGroupRtol * big && ++bad <= 3)
+      first += " [" + std::to_string(i) + "] " + std::to_string(got[i]) + " vs " + std::to_string(want[i]);
+  EXPECT_EQ(bad, 0) << name << ": values beyond " << kGroupRtol << " of the largest (" << big << "):" << first;
+}
+
+struct GroupCase {
+  std::vector<int> outs;  // one member per output width
+  int T, in, r;
+  bool with_dx = true, with_dA = true;
+};
+
+void check_lora_group(const GroupCase& gc, uint32_t seed) {
+  const int n = static_cast<int>(gc.outs.size()), T = gc.T, in = gc.in, r = gc.r;
+  const Vec x = randn(static_cast<size_t>(T) * in, seed);
+  std::vector<Vec> A, B, y0, dy, dA0, dB0;
+  std::vector<float> scale;
+  for (int m = 0; m < n; ++m) {
+    const int out = gc.outs[m];
+    A.push_back(randn(static_cast<size_t>(r) * in, seed + 10 * m + 1, 1.0f / std::sqrt(static_cast<float>(in))));
+    B.push_back(randn(static_cast<size_t>(out) * r, seed + 10 * m + 2, 0.5f));
+    y0.push_back(randn(static_cast<size_t>(T) * out, seed + 10 * m + 3));
+    dy.push_back(randn(static_cast<size_t>(T) * out, seed + 10 * m + 4));
+    dA0.push_back(randn(A.back().size(), seed + 10 * m + 5, 0.1f));  // gradients accumulate onto what is there
+    dB0.push_back(randn(B.back().size(), seed + 10 * m + 6, 0.1f));
+    scale.push_back(2.0f - 0.25f * static_cast<float>(m));  // each member its own scale
+  }
+  const Vec dx0 = randn(x.size(), seed + 99);
+  // The members one by one.
+  std::vector<Vec> y_ref = y0, xa_ref, dA_ref = dA0, dB_ref = dB0;
+  Vec dx_ref = dx0;
+  for (int m = 0; m < n; ++m) {
+    xa_ref.emplace_back(static_cast<size_t>(T) * r);
+    lora_forward(y_ref[m].data(), xa_ref[m].data(), x.data(), A[m].data(), B[m].data(), scale[m], T, in, r,
+                 gc.outs[m]);
+    lora_backward(gc.with_dx ? dx_ref.data() : nullptr, gc.with_dA ? dA_ref[m].data() : nullptr, dB_ref[m].data(),
+                  dy[m].data(), x.data(), xa_ref[m].data(), A[m].data(), B[m].data(), scale[m], T, in, r, gc.outs[m],
+                  nullptr);
+  }
+  // The group, with the caller's scratch and with its own.
+  for (const bool own_scratch : {false, true}) {
+    SCOPED_TRACE("n = " + std::to_string(n) + ", T = " + std::to_string(T) + (own_scratch ? ", own scratch" : ""));
+    std::vector<Vec> y = y0, xa, dA = dA0, dB = dB0;
+    Vec dx = dx0, scratch(lora_group_scratch_floats(T, in, r, n), std::nanf(""));
+    std::vector<LoraMember> g(static_cast<size_t>(n));
+    for (int m = 0; m < n; ++m) {
+      xa.emplace_back(static_cast<size_t>(T) * r, std::nanf(""));  // written, not read, by the forward
+      g[m].y = y[m].data();
+      g[m].dy = dy[m].data();
+      g[m].xa = xa[m].data();
+      g[m].A = A[m].data();
+      g[m].B = B[m].data();
+      g[m].dA = gc.with_dA ? dA[m].data() : nullptr;
+      g[m].dB = dB[m].data();
+      g[m].scale = scale[m];
+      g[m].out = gc.outs[m];
+    }
+    float* sc = own_scratch ? nullptr : scratch.data();
+    lora_group_forward(g.data(), n, x.data(), T, in, r, sc);
+    lora_group_backward(gc.with_dx ? dx.data() : nullptr, g.data(), n, x.data(), T, in, r, sc);
+    for (int m = 0; m < n; ++m) {
+      const std::string tag = " of member " + std::to_string(m);
+      expect_group_near(xa[m], xa_ref[m], "xa" + tag);
+      expect_group_near(y[m], y_ref[m], "y" + tag);
+      expect_group_near(dA[m], dA_ref[m], "dA" + tag);
+      expect_group_near(dB[m], dB_ref[m], "dB" + tag);
+    }
+    expect_group_near(dx, dx_ref, "dx");
+  }
+}
+
+TEST(OpsCpu, LoraGroupEqualsItsMembersOneByOne) {
+  check_lora_group({{24}, 7, 32, 4}, 300);                        // a group of one
+  check_lora_group({{40, 16}, 33, 32, 4}, 310);                   // gate|up-like: two members (or q, v of q|k|v)
+  check_lora_group({{32, 16, 16}, 65, 32, 4}, 320);               // q|k|v with GQA widths
+  check_lora_group({{48, 8, 24}, 130, 96, 8}, 330);               // wider rows, higher rank
+  check_lora_group({{16, 16}, 9, 24, 3, false, false}, 340);      // no dx, no dA: only dB
+  check_lora_group({{16, 16, 8}, 9, 24, 3, true, false}, 350);    // dx without dA
+  check_lora_group({{16, 16, 8}, 9, 24, 3, false, true}, 360);    // dA without dx
+}
+
+// The tolerance is not loose: an error of 1e-5 of a tensor's largest value is reported.
+TEST(OpsCpu, LoraGroupToleranceCatchesASmallError) {
+  Vec want = randn(64, 370), got = want;
+  double big = 0.0;
+  for (float w : want) big = std::max(big, std::abs(static_cast<double>(w)));
+  got[17] += static_cast<float>(1e-5 * big);
+  EXPECT_NONFATAL_FAILURE(expect_group_near(got, want, "planted"), "planted");
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // rope
 
