@@ -6,7 +6,7 @@
 # There:  source .device/env.sh && bash perf/gpu_program.sh [STAGE ...]       (carry [".device"], and ".whl" for trl:
 #         bash perf/fetch_trl_wheels.sh here first)
 #
-# Stages (default: all, in this order): info ctest sanitize_runs sanitize attention train gen gen_sync grpo grpo15
+# Stages (default: all, in this order): info ctest sanitize_runs sanitize attention train_ab train gen gen_sync grpo grpo15
 #   scaling ncu
 #   info       nvidia-smi, mgrl info on the CUDA backend, the measured copy bandwidth
 #   ctest      ctest -L gpu, then tests/test_ops_cuda and test_model_cuda verbosely (each comparison's error)
@@ -27,6 +27,8 @@
 #              docs/performance.md ("The Volta code on an H100") has the recipe.
 #   train      perf/train_vs_hf.py at the Qwen2.5 0.5B, 1.5B (batch 8 x 1024) and 7B (4 x 1024) shapes
 #   train05, train15, train7   the same at one shape
+#   train_ab   mgrl alone at 0.5B: as built, then MGRL_FUSED_LM_HEAD=0, then MGRL_LORA_GROUPS=0 (the two changes of
+#              2026-11-25, never run on a GPU before: their effect on the step)
 #   gen        perf/gen_vs_hf.py at the 0.5B shape, batch 1, 8, 64, 256
 #   gen_sync   mgrl alone at batch 1 and 64 with generate.sync_interval = 1 (a host round trip per decode step) and
 #              with the default (8): $OUT/gen_sync1.md and $OUT/gen_sync8.md
@@ -212,6 +214,15 @@ stage_train7() {
     --steps 8 --warmup 3 --out $OUT/train.md"
 }
 stage_train() { stage_train05; stage_train15; stage_train7; }
+# train_ab: mgrl alone at the 0.5B shape with the 2026-11-25 changes on (default), then each turned off: the fused LM
+# head of SFT (MGRL_FUSED_LM_HEAD=0) and the stacked LoRA groups (MGRL_LORA_GROUPS=0); predicted ~4.5 ms and ~3-4 ms
+# of the 82 ms step (docs/performance.md). Tables: $OUT/train_ab_{on,no_fused_head,no_lora_groups}.md
+stage_train_ab() {
+  run_stage train_ab 600 "for v in on no_fused_head no_lora_groups; do echo \"--- \$v\"; \
+    case \$v in no_fused_head) e=MGRL_FUSED_LM_HEAD=0 ;; no_lora_groups) e=MGRL_LORA_GROUPS=0 ;; *) e=MGRL_UNUSED=1 ;; esac; \
+    env \$e python3 $root/perf/train_vs_hf.py --mgrl $mgrl --shape qwen2.5-0.5b --batch 8 --seq 1024 --steps 20 \
+      --warmup 5 --skip-hf --out $OUT/train_ab_\$v.md; done"
+}
 stage_gen() {
   run_stage gen 900 "python3 $root/perf/gen_vs_hf.py --mgrl $mgrl --shape qwen2.5-0.5b --batches ${GEN_BATCHES:-1,8,64,256} \
     --prompt-len 128 --new-tokens 256 --repeats ${GEN_REPEATS:-3} --out $OUT/gen.md"
@@ -266,11 +277,11 @@ stage_large() {
 }
 
 stages=("$@")
-[ ${#stages[@]} -eq 0 ] && stages=(info ctest sanitize_runs sanitize attention train gen gen_sync grpo grpo15 scaling ncu)
+[ ${#stages[@]} -eq 0 ] && stages=(info ctest sanitize_runs sanitize attention train_ab train gen gen_sync grpo grpo15 scaling ncu)
 : > "$OUT/summary.txt"
 note "gpu_program: $(date -u +%FT%TZ), git $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?'), stages: ${stages[*]}"
 for s in "${stages[@]}"; do "stage_$s"; done
 pack
 echo "=== summary ==="; cat "$OUT/summary.txt"
-for f in train.md gen.md gen_sync1.md gen_sync8.md grpo.md grpo15.md scaling.md; do [ -f "$OUT/$f" ] && { echo "=== $f ==="; cat "$OUT/$f"; }; done
+for f in train.md train_ab_on.md train_ab_no_fused_head.md train_ab_no_lora_groups.md gen.md gen_sync1.md gen_sync8.md grpo.md grpo15.md scaling.md; do [ -f "$OUT/$f" ] && { echo "=== $f ==="; cat "$OUT/$f"; }; done
 exit "${setup_failed:-0}"  # 1 when a stage could not start (its build missing); a stage that ran and failed: 0
