@@ -92,23 +92,13 @@ void lm_head_logits(float* logits, const float* h, const float* W, int T, int D,
   chunk_logits(logits, h, W, T, D, V, logit_scale, softcap);
 }
 
-void lm_head_logprob_forward(float* logprob, float* lse, const float* h, const float* W, const int32_t* targets, int T,
-                             int D, int V, float logit_scale, float* scratch, float softcap) {
-  std::vector<float> own;
-  if (!scratch) {
-    own.resize(static_cast<size_t>(lm_head_scratch_floats(V)));
-    scratch = own.data();
-  }
-  for (int t0 = 0; t0 < T; t0 += kLmHeadChunkRows) {
-    const int n = std::min(kLmHeadChunkRows, T - t0);
-    chunk_logits(scratch, h + static_cast<int64_t>(t0) * D, W, n, D, V, logit_scale, softcap);
-    chunk_lse(logprob, lse, scratch, targets, t0, n, V);
-  }
-}
+namespace {
 
-void lm_head_logprob_backward(float* dh, float* dW, const float* weights, const float* h, const float* W,
-                              const int32_t* targets, const float* lse, int T, int D, int V, float logit_scale,
-                              float* scratch, float softcap) {
+// The chunk loop of the three ops below: each chunk's logits once, then its forward part (lse, logprob) when
+// logprob is non-null and its backward part (dlogits, dh, dW) when dh is non-null.
+void head_pass(float* logprob, float* lse, float* dh, float* dW, const float* weights, const float* h, const float* W,
+               const int32_t* targets, const float* lse_in, int T, int D, int V, float logit_scale, float* scratch,
+               float softcap) {
   std::vector<float> own;
   if (!scratch) {
     own.resize(static_cast<size_t>(lm_head_scratch_floats(V)));
@@ -118,25 +108,29 @@ void lm_head_logprob_backward(float* dh, float* dW, const float* weights, const 
     const int n = std::min(kLmHeadChunkRows, T - t0);
     const float* hc = h + static_cast<int64_t>(t0) * D;
     chunk_logits(scratch, hc, W, n, D, V, logit_scale, softcap);
-    chunk_backward(dh, dW, scratch, weights, hc, W, targets, lse, t0, n, D, V, logit_scale, softcap);
+    if (logprob) chunk_lse(logprob, lse, scratch, targets, t0, n, V);
+    if (dh) chunk_backward(dh, dW, scratch, weights, hc, W, targets, lse_in, t0, n, D, V, logit_scale, softcap);
   }
+}
+
+}  // namespace
+
+void lm_head_logprob_forward(float* logprob, float* lse, const float* h, const float* W, const int32_t* targets, int T,
+                             int D, int V, float logit_scale, float* scratch, float softcap) {
+  head_pass(logprob, lse, nullptr, nullptr, nullptr, h, W, targets, nullptr, T, D, V, logit_scale, scratch, softcap);
+}
+
+void lm_head_logprob_backward(float* dh, float* dW, const float* weights, const float* h, const float* W,
+                              const int32_t* targets, const float* lse, int T, int D, int V, float logit_scale,
+                              float* scratch, float softcap) {
+  head_pass(nullptr, nullptr, dh, dW, weights, h, W, targets, lse, T, D, V, logit_scale, scratch, softcap);
 }
 
 void lm_head_logprob_forward_backward(float* logprob, float* lse, float* dh, float* dW, const float* weights,
                                       const float* h, const float* W, const int32_t* targets, int T, int D, int V,
                                       float logit_scale, float* scratch, float softcap) {
-  std::vector<float> own;
-  if (!scratch) {
-    own.resize(static_cast<size_t>(lm_head_scratch_floats(V)));
-    scratch = own.data();
-  }
-  for (int t0 = 0; t0 < T; t0 += kLmHeadChunkRows) {
-    const int n = std::min(kLmHeadChunkRows, T - t0);
-    const float* hc = h + static_cast<int64_t>(t0) * D;
-    chunk_logits(scratch, hc, W, n, D, V, logit_scale, softcap);  // once: the backward below reuses them
-    chunk_lse(logprob, lse, scratch, targets, t0, n, V);
-    chunk_backward(dh, dW, scratch, weights, hc, W, targets, lse, t0, n, D, V, logit_scale, softcap);
-  }
+  // The chunk's logits once: its backward part reuses them (lse from its forward part).
+  head_pass(logprob, lse, dh, dW, weights, h, W, targets, lse, T, D, V, logit_scale, scratch, softcap);
 }
 
 }  // namespace mgrl::kernels::cpu

@@ -196,25 +196,13 @@ std::size_t lm_head_scratch_bytes(DType st, int V) {
   return align256(n * sizeof(float)) + n * dtype_size(st);
 }
 
-void lm_head_logprob_forward(const Ctx& c, float* logprob, float* lse, const void* h, const void* W,
-                             const std::int32_t* targets, int T, int D, int V, float logit_scale, void* scratch,
-                             float softcap) {
-  check_sizes(T, D, V);
-  if (T == 0) return;
-  void* buf = scratch ? scratch : scratch_alloc(lm_head_scratch_bytes(c.st, V), c.stream);
-  float* logits = static_cast<float*>(buf);
-  const int chunk = lm_head_chunk_rows(V);
-  for (int t0 = 0; t0 < T; t0 += chunk) {
-    const int n = std::min(chunk, T - t0);
-    chunk_logits(c, logits, row_ptr(h, t0, D, c.st), W, n, D, V, logit_scale, softcap);
-    chunk_lse(c, logprob, lse, logits, targets, t0, n, V);
-  }
-  if (!scratch) scratch_free(buf, c.stream);
-}
+namespace {
 
-void lm_head_logprob_backward(const Ctx& c, void* dh, float* dW, const float* weights, const void* h, const void* W,
-                              const std::int32_t* targets, const float* lse, int T, int D, int V, float logit_scale,
-                              void* scratch, float softcap) {
+// The chunk loop of the three ops below: each chunk's logits once, then its forward part (lse, logprob) when
+// logprob is non-null and its backward part (dlogits, dh, dW) when dh is non-null.
+void head_pass(const Ctx& c, float* logprob, float* lse, void* dh, float* dW, const float* weights, const void* h,
+               const void* W, const std::int32_t* targets, const float* lse_in, int T, int D, int V,
+               float logit_scale, void* scratch, float softcap) {
   check_sizes(T, D, V);
   if (T == 0) return;
   void* buf = scratch ? scratch : scratch_alloc(lm_head_scratch_bytes(c.st, V), c.stream);
@@ -225,28 +213,31 @@ void lm_head_logprob_backward(const Ctx& c, void* dh, float* dW, const float* we
     const int n = std::min(chunk, T - t0);
     const void* hc = row_ptr(h, t0, D, c.st);
     chunk_logits(c, logits, hc, W, n, D, V, logit_scale, softcap);
-    chunk_backward(c, dh, dW, dl, logits, weights, hc, W, targets, lse, t0, n, D, V, logit_scale, softcap);
+    if (logprob) chunk_lse(c, logprob, lse, logits, targets, t0, n, V);
+    if (dh) chunk_backward(c, dh, dW, dl, logits, weights, hc, W, targets, lse_in, t0, n, D, V, logit_scale, softcap);
   }
   if (!scratch) scratch_free(buf, c.stream);
+}
+
+}  // namespace
+
+void lm_head_logprob_forward(const Ctx& c, float* logprob, float* lse, const void* h, const void* W,
+                             const std::int32_t* targets, int T, int D, int V, float logit_scale, void* scratch,
+                             float softcap) {
+  head_pass(c, logprob, lse, nullptr, nullptr, nullptr, h, W, targets, nullptr, T, D, V, logit_scale, scratch, softcap);
+}
+
+void lm_head_logprob_backward(const Ctx& c, void* dh, float* dW, const float* weights, const void* h, const void* W,
+                              const std::int32_t* targets, const float* lse, int T, int D, int V, float logit_scale,
+                              void* scratch, float softcap) {
+  head_pass(c, nullptr, nullptr, dh, dW, weights, h, W, targets, lse, T, D, V, logit_scale, scratch, softcap);
 }
 
 void lm_head_logprob_forward_backward(const Ctx& c, float* logprob, float* lse, void* dh, float* dW,
                                       const float* weights, const void* h, const void* W, const std::int32_t* targets,
                                       int T, int D, int V, float logit_scale, void* scratch, float softcap) {
-  check_sizes(T, D, V);
-  if (T == 0) return;
-  void* buf = scratch ? scratch : scratch_alloc(lm_head_scratch_bytes(c.st, V), c.stream);
-  float* logits = static_cast<float*>(buf);
-  void* dl = dlogits_part(buf, V);
-  const int chunk = lm_head_chunk_rows(V);
-  for (int t0 = 0; t0 < T; t0 += chunk) {
-    const int n = std::min(chunk, T - t0);
-    const void* hc = row_ptr(h, t0, D, c.st);
-    chunk_logits(c, logits, hc, W, n, D, V, logit_scale, softcap);  // once: the backward's part reuses them
-    chunk_lse(c, logprob, lse, logits, targets, t0, n, V);
-    chunk_backward(c, dh, dW, dl, logits, weights, hc, W, targets, lse, t0, n, D, V, logit_scale, softcap);
-  }
-  if (!scratch) scratch_free(buf, c.stream);
+  // The chunk's logits once: its backward part reuses them (lse from its forward part).
+  head_pass(c, logprob, lse, dh, dW, weights, h, W, targets, lse, T, D, V, logit_scale, scratch, softcap);
 }
 
 void lm_head_logits(const Ctx& c, float* logits, const void* h, const void* W, int T, int D, int V,
