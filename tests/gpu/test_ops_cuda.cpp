@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -1052,16 +1053,26 @@ TEST_P(OpsCuda, LmHeadForwardBackward) {
     void* scratch_c = own(*cpu_, cpu_->lm_head_scratch_bytes(V));
     void* scratch_g = own(*gpu_, gpu_->lm_head_scratch_bytes(V));
     const Vec dW0 = randu(sz(V, D), 194, -0.01f, 0.01f);
+    // The four outputs, filled with values every op must overwrite (dW: a start it must add to).
+    auto outputs = [&] {
+      return std::array<Pair, 4>{f32(Vec(sz(T), 9.0f)), f32(Vec(sz(T), 9.0f)), storage(Vec(sz(T, D), 7.0f)), f32(dW0)};
+    };
+    // Forward then backward on one backend: the CPU's pointers (.c) or the GPU's (.g).
+    auto forward_then_backward = [&](bool gpu, std::array<Pair, 4>& o, bool with_dW, void* scratch) {
+      Ops& ops = gpu ? *gpu_ : *cpu_;
+      auto at = [gpu](const Pair& p) { return gpu ? p.g : p.c; };
+      const auto* tp = gpu ? tgp : tc;
+      ops.lm_head_logprob_forward(static_cast<float*>(at(o[0])), static_cast<float*>(at(o[1])), at(h), at(W), tp, T,
+                                  D, V, logit_scale, scratch, cap);
+      ops.lm_head_logprob_backward(at(o[2]), with_dW ? static_cast<float*>(at(o[3])) : nullptr, gpu ? wg : wc, at(h),
+                                   at(W), tp, static_cast<const float*>(at(o[1])), T, D, V, logit_scale, scratch, cap);
+    };
     for (const bool with_dW : {true, false}) {
       const std::string t2 = tag + (with_dW ? "dW " : "no dW ");
       // The CPU reference: forward then backward. The GPU: the fused op.
-      Pair lp = f32(Vec(sz(T), 9.0f)), lse = f32(Vec(sz(T), 9.0f));
-      Pair dh = storage(Vec(sz(T, D), 7.0f));
-      Pair dW = f32(dW0);
-      cpu_->lm_head_logprob_forward(static_cast<float*>(lp.c), static_cast<float*>(lse.c), h.c, W.c, tc, T, D, V,
-                                    logit_scale, scratch_c, cap);
-      cpu_->lm_head_logprob_backward(dh.c, with_dW ? static_cast<float*>(dW.c) : nullptr, wc, h.c, W.c, tc,
-                                     static_cast<const float*>(lse.c), T, D, V, logit_scale, scratch_c, cap);
+      std::array<Pair, 4> o = outputs();
+      Pair &lp = o[0], &lse = o[1], &dh = o[2], &dW = o[3];
+      forward_then_backward(false, o, with_dW, scratch_c);
       gpu_->lm_head_logprob_forward_backward(static_cast<float*>(lp.g), static_cast<float*>(lse.g), dh.g,
                                              with_dW ? static_cast<float*>(dW.g) : nullptr, wg, h.g, W.g, tgp, T, D,
                                              V, logit_scale, scratch_g, cap);
@@ -1075,13 +1086,9 @@ TEST_P(OpsCuda, LmHeadForwardBackward) {
       }
       expect_close_vec(t2 + "fused lm_head dW increment", inc_c, inc_g, tol());
       // The GPU's forward then backward (the op's own scratch) give the same bits as its fused pass.
-      Pair lp2 = f32(Vec(sz(T), 9.0f)), lse2 = f32(Vec(sz(T), 9.0f));
-      Pair dh2 = storage(Vec(sz(T, D), 7.0f));
-      Pair dW2 = f32(dW0);
-      gpu_->lm_head_logprob_forward(static_cast<float*>(lp2.g), static_cast<float*>(lse2.g), h.g, W.g, tgp, T, D, V,
-                                    logit_scale, nullptr, cap);
-      gpu_->lm_head_logprob_backward(dh2.g, with_dW ? static_cast<float*>(dW2.g) : nullptr, wg, h.g, W.g, tgp,
-                                     static_cast<const float*>(lse2.g), T, D, V, logit_scale, nullptr, cap);
+      std::array<Pair, 4> o2 = outputs();
+      const Pair &lp2 = o2[0], &lse2 = o2[1], &dh2 = o2[2], &dW2 = o2[3];
+      forward_then_backward(true, o2, with_dW, nullptr);
       EXPECT_EQ(gpu_values(lp), gpu_values(lp2)) << t2 << "GPU logprob: fused vs forward then backward";
       EXPECT_EQ(gpu_values(lse), gpu_values(lse2)) << t2 << "GPU lse: fused vs forward then backward";
       EXPECT_EQ(gpu_values(dh), gpu_values(dh2)) << t2 << "GPU dh: fused vs forward then backward";
