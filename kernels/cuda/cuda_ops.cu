@@ -4,13 +4,12 @@
 
 #include <chrono>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <string>
 #include <unordered_map>
 
 #include "core/check_cuda.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/common.cuh"
@@ -340,10 +339,7 @@ class CudaOps final : public Ops {
   cuda::Ctx ctx() const { return cuda::Ctx{st_, stream_, blas_, err_}; }
 
   static bool graphs_enabled() {
-    static const bool on = [] {
-      const char* e = std::getenv("MGRL_CUDA_GRAPHS");
-      return e == nullptr || std::strcmp(e, "0") != 0;
-    }();
+    static const bool on = env::switch_on("MGRL_CUDA_GRAPHS");
     return on;
   }
   static constexpr std::size_t kMaxGraphs = 256;  // beyond this many keys, start over

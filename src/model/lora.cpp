@@ -6,11 +6,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "core/random.h"
 #include "io/atomic_file.h"
@@ -59,10 +58,7 @@ int module_out(const io::ModelConfig& c, Module m) {
 }
 
 bool lora_groups_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("MGRL_LORA_GROUPS");
-    return e == nullptr || std::strcmp(e, "0") != 0;
-  }();
+  static const bool on = env::switch_on("MGRL_LORA_GROUPS");
   return on;
 }
 

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/build_info.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "core/fault.h"
 #include "core/log.h"
@@ -46,10 +47,7 @@ model::Batch make_batch(const std::vector<const Example*>& ex, double inv_tokens
 // MGRL_FUSED_LM_HEAD=0 runs the LM head's backward in the backward (its logits computed again), as before the fused
 // pass (TrainExecutor::forward_with_loss): for comparison and as a fallback. Read once.
 bool fused_lm_head() {
-  static const bool on = [] {
-    const char* e = std::getenv("MGRL_FUSED_LM_HEAD");
-    return e == nullptr || std::string(e) != "0";
-  }();
+  static const bool on = env::switch_on("MGRL_FUSED_LM_HEAD");
   return on;
 }
 
