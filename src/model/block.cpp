@@ -67,25 +67,36 @@ void lora_add_group(const ModelDef& def, int l, const Module* ms, void* const* y
     for (int i = 0; i < n; ++i) lora_add(def, l, ms[i], ys[i], x, T, xa[i]);
     return;
   }
-  const LoraConfig& c = lora->config();
   kernels::LoraMember g[kernels::kMaxLoraGroup];
-  int k = 0, first = -1;
-  for (int i = 0; i < n; ++i) {
-    const LoraSlot* s = lora->find(l, ms[i]);
-    if (!s) continue;  // not targeted
-    MGRL_CHECK(k < kernels::kMaxLoraGroup, "a LoRA group of more than three layers");
-    if (first < 0) first = i;
-    g[k].y = ys[i];
-    g[k].xa = xa[i];
-    g[k].A = lora->A(*s);
-    g[k].B = lora->B(*s);
-    g[k].scale = c.scale();
-    g[k].out = s->out;
-    ++k;
+  const LoraSlot* slot[kernels::kMaxLoraGroup];
+  int idx[kernels::kMaxLoraGroup];
+  const int k = lora_members(*lora, l, ms, n, g, slot, idx);
+  for (int j = 0; j < k; ++j) {
+    g[j].y = ys[idx[j]];
+    g[j].xa = xa[idx[j]];
   }
   if (k == 0) return;
-  if (k == 1) return lora_add(def, l, ms[first], ys[first], x, T, xa[first]);
-  def.ops().lora_group_forward(g, k, x, T, module_in(def.config(), ms[first]), c.r, scratch);
+  if (k == 1) return lora_add(def, l, ms[idx[0]], ys[idx[0]], x, T, xa[idx[0]]);
+  def.ops().lora_group_forward(g, k, x, T, module_in(def.config(), ms[0]), lora->config().r, scratch);
+}
+
+int lora_members(const LoraParams& lora, int l, const Module* ms, int n, kernels::LoraMember* g,
+                 const LoraSlot** slot, int* idx) {
+  int k = 0;
+  for (int i = 0; i < n; ++i) {
+    const LoraSlot* s = lora.find(l, ms[i]);
+    if (!s) continue;  // not targeted
+    MGRL_CHECK(k < kernels::kMaxLoraGroup, "a LoRA group of more than three layers");
+    g[k] = kernels::LoraMember{};
+    g[k].A = lora.A(*s);
+    g[k].B = lora.B(*s);
+    g[k].scale = lora.config().scale();
+    g[k].out = s->out;
+    slot[k] = s;
+    idx[k] = i;
+    ++k;
+  }
+  return k;
 }
 
 }  // namespace mgrl::model

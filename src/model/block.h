@@ -39,4 +39,9 @@ void lora_add(const ModelDef& def, int l, Module m, void* y, const void* x, int 
 void lora_add_group(const ModelDef& def, int l, const Module* ms, void* const* ys, int n, const void* x, int T,
                     float* const* xa, float* scratch);
 
+// The adapters that exist among (l, ms[0..n)) as group members g[0..k): A, B, scale and out filled (the rest left
+// to the caller), slot[k] the adapter and idx[k] the index i of its module. Returns k (0..n).
+int lora_members(const LoraParams& lora, int l, const Module* ms, int n, kernels::LoraMember* g,
+                 const LoraSlot** slot, int* idx);
+
 }  // namespace mgrl::model

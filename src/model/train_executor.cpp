@@ -306,30 +306,25 @@ void TrainExecutor::linears_with_lora(int l, const LayerWeights& Lw, const Modul
 
 void TrainExecutor::linears_with_lora_backward(int l, const LayerWeights& Lw, const LayerGrads& Lg, const Module* ms,
                                                const void* const* dys, int n, void* dx, const void* x, int T,
-                                               LayerActs& a, bool accumulate) {
+                                               LayerActs& a) {
   for (int i = 0; i < n; ++i) {
     const int mi = static_cast<int>(ms[i]);
     ops_.linear_backward(dx, Lg.W[mi], Lg.bias[mi], dys[i], x, Lw.W[mi], T, module_in(cfg_, ms[i]),
-                         module_out(cfg_, ms[i]), accumulate || i > 0);
+                         module_out(cfg_, ms[i]), i > 0);
   }
   LoraParams* lora = def_.lora();
   if (!cur_->lora || !lora) return;
   const kernels::PhaseScope phase(ops_, kernels::Phase::Lora);
   const LoraConfig& c = lora->config();
   kernels::LoraMember g[kernels::kMaxLoraGroup];
-  int k = 0;
-  for (int i = 0; i < n; ++i) {
-    const LoraSlot* s = lora->find(l, ms[i]);
-    if (!s) continue;  // not targeted
-    g[k].dy = dys[i];
-    g[k].xa = a.xa[static_cast<int>(ms[i])];
-    g[k].A = lora->A(*s);
-    g[k].B = lora->B(*s);
-    g[k].dA = lora->dA(*s);
-    g[k].dB = lora->dB(*s);
-    g[k].scale = c.scale();
-    g[k].out = s->out;
-    ++k;
+  const LoraSlot* slot[kernels::kMaxLoraGroup];
+  int idx[kernels::kMaxLoraGroup];
+  const int k = lora_members(*lora, l, ms, n, g, slot, idx);
+  for (int j = 0; j < k; ++j) {
+    g[j].dy = dys[idx[j]];
+    g[j].xa = a.xa[static_cast<int>(ms[idx[j]])];
+    g[j].dA = lora->dA(*slot[j]);
+    g[j].dB = lora->dB(*slot[j]);
   }
   const int in = module_in(cfg_, ms[0]);
   if (k == 1)
@@ -394,7 +389,7 @@ void TrainExecutor::layer_backward(int l, LayerActs& a, void* dx) {
   if (grouped) {
     const Module ms[] = {Module::Gate, Module::Up};
     const void* const dys[] = {W.dgate, W.dup};
-    linears_with_lora_backward(l, Lw, Lg, ms, dys, 2, W.dh, a.h2, T, a, false);
+    linears_with_lora_backward(l, Lw, Lg, ms, dys, 2, W.dh, a.h2, T, a);
   } else {
     lin_back(Module::Gate, W.dh, W.dgate, a.h2, false);
     lin_back(Module::Up, W.dh, W.dup, a.h2, true);
@@ -425,7 +420,7 @@ void TrainExecutor::layer_backward(int l, LayerActs& a, void* dx) {
   if (grouped) {
     const Module ms[] = {Module::Q, Module::K, Module::V};
     const void* const dys[] = {dq, dk, W.dv};
-    linears_with_lora_backward(l, Lw, Lg, ms, dys, 3, W.dh, a.h1, T, a, false);
+    linears_with_lora_backward(l, Lw, Lg, ms, dys, 3, W.dh, a.h1, T, a);
   } else {
     lin_back(Module::Q, W.dh, dq, a.h1, false);
     lin_back(Module::K, W.dh, dk, a.h1, true);

@@ -47,7 +47,8 @@ class TrainExecutor {
   // these weights.
   void add_loss(const float* weights, double* loss_acc);
   // Backward of loss = -sum_i weights[i] * logprobs[i] (weights host, packed [T]; null: those of add_loss) for the
-  // last forward(train = true); after forward_with_loss, weights must be null (that call took them). Gradients accumulate into the LoRA gradients (and the base gradients when full FT).
+  // last forward(train = true); after forward_with_loss, weights must be null (that call took them). Gradients
+  // accumulate into the LoRA gradients (and the base gradients when full FT).
   // layer_done(l), when given, runs as soon as layer l's gradients are complete (from the last layer to the first).
   // dhidden (host [T, hidden]; null: none) is a gradient with respect to the final hidden state (final_hidden()) of
   // a loss term computed from it outside the model (PPO's value head), added to what the LM head gives.
@@ -98,13 +99,13 @@ class TrainExecutor {
   void linear_with_lora_backward(int l, Module m, void* dx, const void* dy, const void* x, const void* W, float* dW,
                                  float* dbias, int T, LayerActs& a, bool accumulate);
   // The layers ms[0..n) that read x, forward and backward, their adapters as one group (block.h lora_add_group;
-  // Ops::lora_group_backward): used when lora_groups_enabled() and no dropout mask makes their inputs differ.
+  // Ops::lora_group_backward): used when lora_groups_enabled() and no dropout mask makes their inputs differ. The
+  // backward writes dx (the first layer's product), then adds to it.
   bool grouped_lora(bool train) const;
   void linears_with_lora(int l, const LayerWeights& Lw, const Module* ms, void* const* ys, int n, const void* x, int T,
                          LayerActs& a, bool use_lora);
   void linears_with_lora_backward(int l, const LayerWeights& Lw, const LayerGrads& Lg, const Module* ms,
-                                  const void* const* dys, int n, void* dx, const void* x, int T, LayerActs& a,
-                                  bool accumulate);
+                                  const void* const* dys, int n, void* dx, const void* x, int T, LayerActs& a);
 
   ModelDef& def_;
   const io::ModelConfig& cfg_;
