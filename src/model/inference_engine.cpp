@@ -43,35 +43,50 @@ void InferenceEngine::reserve(int T, int R) {
   I.allocations.clear();
   I.cap_T = std::max(T, I.cap_T);
   I.cap_R = std::max(R, I.cap_R);
-  const std::size_t t = static_cast<std::size_t>(I.cap_T), r = static_cast<std::size_t>(I.cap_R);
-  const std::size_t S = ops_.storage_size();
-  const std::size_t D = cfg_.hidden_size, Q = cfg_.q_dim(), K = cfg_.kv_dim(), In = cfg_.intermediate_size;
-  auto buf = [&](std::size_t bytes) {
-    void* p = ops_.alloc(bytes);
-    I.allocations.push_back(p);
-    return p;
-  };
+  lay_out(cfg_, ops_.storage_size(), def_.lora() ? def_.lora()->config().r : 0, static_cast<std::size_t>(I.cap_T),
+          static_cast<std::size_t>(I.cap_R), I, [&](std::size_t bytes) {
+            void* p = ops_.alloc(bytes);
+            I.allocations.push_back(p);
+            return p;
+          });
+}
+
+std::size_t InferenceEngine::workspace_bytes(const io::ModelConfig& c, std::size_t storage, int lora_r, int T,
+                                             int R) {
+  Buffers counted;
+  std::size_t total = 0;
+  lay_out(c, storage, lora_r, static_cast<std::size_t>(std::max(T, 0)), static_cast<std::size_t>(std::max(R, 0)),
+          counted, [&](std::size_t bytes) -> void* {
+            total += bytes;
+            return nullptr;
+          });
+  return total;
+}
+
+void InferenceEngine::lay_out(const io::ModelConfig& c, std::size_t S, int lora_r, std::size_t t, std::size_t r,
+                              Buffers& I, const std::function<void*(std::size_t)>& buf) {
+  const std::size_t D = c.hidden_size, Q = c.q_dim(), K = c.kv_dim(), In = c.intermediate_size;
   I.x = buf(t * D * S);
   I.h = buf(t * D * S);
   I.q = buf(t * Q * S);
   I.k = buf(t * K * S);
   I.v = buf(t * K * S);
-  I.q_pre = cfg_.qk_norm ? buf(t * Q * S) : nullptr;
-  I.k_pre = cfg_.qk_norm ? buf(t * K * S) : nullptr;
+  I.q_pre = c.qk_norm ? buf(t * Q * S) : nullptr;
+  I.k_pre = c.qk_norm ? buf(t * K * S) : nullptr;
   I.attn = buf(t * Q * S);
   I.tmp = buf(t * D * S);
   I.gate = buf(t * In * S);
   I.up = buf(t * In * S);
   I.act = buf(t * In * S);
   I.hsel = buf(r * D * S);
-  I.rstd = static_cast<float*>(buf(t * static_cast<std::size_t>(cfg_.num_attention_heads) * sizeof(float)));
+  I.rstd = static_cast<float*>(buf(t * static_cast<std::size_t>(c.num_attention_heads) * sizeof(float)));
   // LoRA: the [T, r] intermediates of a group's members (three at most) and the scratch of a group's op.
-  const int rank = def_.lora() ? def_.lora()->config().r : 1;
+  const int rank = std::max(lora_r, 1);  // without an adapter: a placeholder rank of 1
   I.xa = static_cast<float*>(buf(kernels::kMaxLoraGroup * t * static_cast<std::size_t>(rank) * sizeof(float)));
   I.lora_scratch = static_cast<float*>(
-      buf(kernels::lora_group_scratch_floats(I.cap_T, static_cast<int>(D), rank, kernels::kMaxLoraGroup) *
+      buf(kernels::lora_group_scratch_floats(static_cast<int>(t), static_cast<int>(D), rank, kernels::kMaxLoraGroup) *
           sizeof(float)));
-  I.logits = static_cast<float*>(buf(r * static_cast<std::size_t>(cfg_.vocab_size) * sizeof(float)));
+  I.logits = static_cast<float*>(buf(r * static_cast<std::size_t>(c.vocab_size) * sizeof(float)));
   I.ids = static_cast<std::int32_t*>(buf(t * 4));
   I.slot = static_cast<std::int32_t*>(buf(t * 4));
   I.pos = static_cast<std::int32_t*>(buf(t * 4));
@@ -137,6 +152,8 @@ const float* InferenceEngine::run(int T, int R, KvCache& cache, bool use_lora) {
     ~Invariant() { ops.set_batch_invariant(false); }
   } invariant(ops_);
   const bool lora = use_lora && def_.lora() != nullptr;
+  // A group member's [T, r] slice of I.xa (the rank lay_out sized it for)
+  const std::size_t xa_rank = static_cast<std::size_t>(def_.lora() ? def_.lora()->config().r : 1);
   const kernels::KvPages& pages = cache.pages();
 
   // The forward from the ids to the logits. Decode steps (every row an output row) are recorded once per shape and
@@ -159,8 +176,7 @@ const float* InferenceEngine::run(int T, int R, KvCache& cache, bool use_lora) {
           for (int i = 0; i < n; ++i) {
             const int mi = static_cast<int>(ms[i]);
             ops_.linear_forward(ys[i], x, Lw.W[mi], Lw.bias[mi], T, module_in(cfg_, ms[i]), module_out(cfg_, ms[i]));
-            xa[i] = I.xa + static_cast<std::size_t>(i) * static_cast<std::size_t>(T) * static_cast<std::size_t>(
-                                                            def_.lora() ? def_.lora()->config().r : 1);
+            xa[i] = I.xa + static_cast<std::size_t>(i) * static_cast<std::size_t>(T) * xa_rank;
           }
           if (lora) lora_add_group(def_, l, ms, ys, n, x, T, xa, I.lora_scratch);
         },

@@ -1,7 +1,9 @@
 // inference_engine.h: inference with a paged KV cache (prompt prefill and decode steps, mixed in one call), its
 // work buffers, and the recorded decode steps (CUDA graphs) keyed by everything they capture; rl::Generator uses it.
 #pragma once
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -41,9 +43,16 @@ class InferenceEngine {
   const float* infer_loaded(int T, KvCache& cache, bool use_lora = true);
   // Drops the work buffers (and the recordings that use them): the adapter they were sized for changed.
   void reset();
+  // Bytes of the work buffers for calls of up to T rows, R of them output rows (storage: the backend's storage
+  // dtype size; lora_r: the adapter's rank, 0 without one), from the config alone (mgrl plan): what reserve()
+  // allocates, laid out by the same code.
+  static std::size_t workspace_bytes(const io::ModelConfig& c, std::size_t storage, int lora_r, int T, int R);
 
  private:
   struct Buffers;
+  // Sets each buffer of I to raw(its bytes), in allocation order, for calls of up to t rows, r output rows.
+  static void lay_out(const io::ModelConfig& c, std::size_t S, int lora_r, std::size_t t, std::size_t r, Buffers& I,
+                      const std::function<void*(std::size_t)>& raw);
   void reserve(int T, int R);
   // Checks the rows and uploads them into the buffers (reserved first).
   void load(const std::vector<std::int32_t>& tokens, const std::vector<std::int32_t>& slot,

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "model/inference_engine.h"
 #include "model/train_executor.h"
 
 namespace mgrl::model {
@@ -43,19 +44,6 @@ std::size_t lora_numel(const io::ModelConfig& c, const LoraConfig& lora) {
                    static_cast<std::size_t>(module_in(c, mod) + module_out(c, mod));
   }
   return per_layer * static_cast<std::size_t>(c.num_hidden_layers);
-}
-
-std::size_t infer_bytes(const io::ModelConfig& c, std::size_t S, const LoraConfig* lora, std::size_t t,
-                        std::size_t r) {
-  // Mirrors InferenceEngine::reserve (which has no counting function of its own).
-  const std::size_t D = c.hidden_size, Q = c.q_dim(), K = c.kv_dim(), I = c.intermediate_size;
-  std::size_t bytes = S * t * (D + D + Q + K + K + Q + D + 3 * I) + S * r * D;
-  if (c.qk_norm) bytes += S * t * (Q + K);
-  bytes += sizeof(float) * t * static_cast<std::size_t>(c.num_attention_heads);
-  bytes += sizeof(float) * t * static_cast<std::size_t>(lora ? lora->r : 1);
-  bytes += sizeof(float) * r * static_cast<std::size_t>(c.vocab_size);
-  bytes += 4 * (3 * t + r);
-  return bytes;
 }
 
 std::size_t kv_cache_bytes(const io::ModelConfig& c, std::size_t S, int slots, int max_len, int n_blocks,
@@ -183,8 +171,9 @@ MemoryPlan memory_plan(const PlanInput& in) {
         std::to_string(in.kv_blocks) + " blocks of " + std::to_string(in.kv_block_size) + " positions for " +
             std::to_string(in.kv_slots) + " sequences of up to " + std::to_string(in.kv_max_len) + " tokens");
     add("inference workspace",
-        static_cast<double>(infer_bytes(c, in.storage, lora, static_cast<std::size_t>(in.infer_tokens),
-                                        static_cast<std::size_t>(in.infer_rows))),
+        static_cast<double>(InferenceEngine::workspace_bytes(c, in.storage, lora ? lora->r : 0,
+                                                             static_cast<int>(in.infer_tokens),
+                                                             static_cast<int>(in.infer_rows))),
         std::to_string(in.infer_tokens) + " rows a call, logits of " + std::to_string(in.infer_rows));
   }
   add("communication buffers", in.comm_bytes, in.comm_note);

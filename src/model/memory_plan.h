@@ -25,9 +25,6 @@ std::size_t arena_bytes(const io::ModelConfig& c, std::size_t storage, const Lor
 std::size_t lm_head_scratch_bytes(bool cuda, std::size_t storage, std::int64_t V);
 // LoRA parameters (one tensor set: A and B of every adapted module of every layer).
 std::size_t lora_numel(const io::ModelConfig& c, const LoraConfig& lora);
-// Bytes of the inference workspace of InferenceEngine::reserve for calls of up to T rows, R of them output rows.
-std::size_t infer_bytes(const io::ModelConfig& c, std::size_t storage, const LoraConfig* lora, std::size_t T,
-                        std::size_t R);
 // Bytes of a paged KV cache's pools and block table (KvCache).
 std::size_t kv_cache_bytes(const io::ModelConfig& c, std::size_t storage, int slots, int max_len, int n_blocks,
                            int block_size);
