@@ -21,6 +21,23 @@ std::string layer_name(int l, const std::string& rest) { return "model.layers." 
 
 std::size_t align16(std::size_t n) { return (n + 15) / 16 * 16; }
 
+// An NF4 tensor of n elements as a slot holds it: its codes, then (16-byte aligned) the f32 absmax, or the 8-bit
+// absmax codes and (aligned) their f32 scales. The byte offsets of the parts and the whole size.
+struct Nf4Layout {
+  std::size_t absmax_at, nested_at, bytes;  // nested_at: double quantization only
+};
+Nf4Layout nf4_layout(std::int64_t n, bool double_quant) {
+  const std::size_t blocks = static_cast<std::size_t>(kernels::cpu::nf4_blocks(n));
+  Nf4Layout L{align16(static_cast<std::size_t>(kernels::cpu::nf4_code_bytes(n))), 0, 0};
+  if (double_quant) {
+    L.nested_at = L.absmax_at + align16(blocks);
+    L.bytes = L.nested_at + static_cast<std::size_t>(kernels::cpu::nf4_nested_blocks(n)) * 4;
+  } else {
+    L.bytes = L.absmax_at + blocks * 4;
+  }
+  return L;
+}
+
 // Is base tensor `name` a projection weight that NF4 holds? transformers + bitsandbytes quantize every nn.Linear
 // but lm_head and the modules named (as a substring) in llm_int8_skip_modules.
 bool nf4_projection(const std::string& name, const std::vector<std::string>& skip) {
@@ -59,11 +76,7 @@ ModelDef::ModelDef(io::ModelConfig cfg, kernels::Ops& ops, ModelOptions opts, Ga
       slot.rows = t.shape[0];
       slot.cols = t.shape[1];
       slot.double_quant = double_quant;
-      const std::int64_t n = slot.rows * slot.cols, blocks = kernels::cpu::nf4_blocks(n);
-      slot.bytes = align16(static_cast<std::size_t>(kernels::cpu::nf4_code_bytes(n))) +
-                   (double_quant ? align16(static_cast<std::size_t>(blocks)) +
-                                       static_cast<std::size_t>(kernels::cpu::nf4_nested_blocks(n)) * 4
-                                 : static_cast<std::size_t>(blocks) * 4);
+      slot.bytes = nf4_layout(slot.rows * slot.cols, double_quant).bytes;
       b.nf4 = static_cast<int>(nf4_.size());
       nf4_.push_back(slot);
     } else {
@@ -364,15 +377,14 @@ void ModelDef::end_of_pass() const {
 std::size_t ModelDef::gather_workspace_bytes() const { return slots_.size() * slot_bytes_; }
 
 kernels::Nf4Weight ModelDef::nf4_at(const Nf4Slot& s, const char* mem) const {
-  // codes, then (16-byte aligned) the f32 absmax, or the 8-bit absmax codes and (aligned) their f32 scales.
-  const std::int64_t n = s.rows * s.cols, blocks = kernels::cpu::nf4_blocks(n);
+  const Nf4Layout L = nf4_layout(s.rows * s.cols, s.double_quant);
   kernels::Nf4Weight w;
   w.codes = reinterpret_cast<const std::uint8_t*>(mem);
   w.code = nf4_tables_;
-  const char* p = mem + align16(static_cast<std::size_t>(kernels::cpu::nf4_code_bytes(n)));
+  const char* p = mem + L.absmax_at;
   if (s.double_quant) {
     w.qabsmax = reinterpret_cast<const std::uint8_t*>(p);
-    w.nested_absmax = reinterpret_cast<const float*>(p + align16(static_cast<std::size_t>(blocks)));
+    w.nested_absmax = reinterpret_cast<const float*>(mem + L.nested_at);
     w.nested_code = nf4_tables_ + 16;
     w.offset = s.w.offset;
   } else {
@@ -424,11 +436,12 @@ void ModelDef::upload_nf4(Nf4Slot& s, const std::vector<std::uint8_t>& codes, co
                           const std::vector<std::uint8_t>& qabsmax, const std::vector<float>& nested, float offset) {
   if (opts_.shard_base) {  // the tensor's bytes as an unsharded slot holds them; this rank stores its part of them
     std::vector<char> img(s.bytes, 0);
-    const std::size_t abs_at = align16(codes.size());
+    const Nf4Layout L = nf4_layout(s.rows * s.cols, s.double_quant);
+    const std::size_t abs_at = L.absmax_at;
     std::memcpy(img.data(), codes.data(), codes.size());
     if (s.double_quant) {
       std::memcpy(img.data() + abs_at, qabsmax.data(), qabsmax.size());
-      std::memcpy(img.data() + abs_at + align16(qabsmax.size()), nested.data(), nested.size() * sizeof(float));
+      std::memcpy(img.data() + L.nested_at, nested.data(), nested.size() * sizeof(float));
       s.w.offset = offset;
     } else {
       std::memcpy(img.data() + abs_at, absmax.data(), absmax.size() * sizeof(float));
