@@ -1032,9 +1032,12 @@ TEST_P(OpsCuda, LmHead) {
 // zero weights, dW accumulated or null.
 TEST_P(OpsCuda, LmHeadForwardBackward) {
   const int D = 67;
-  for (const auto& [T, V, cap, logit_scale] :
+  for (const auto& shape :
        {std::tuple<int, int, float, float>{300, 1009, 0.0f, 1.0f}, {2500, 1012, 0.0f, 0.7f}, {300, 1012, 2.5f, 0.7f},
         {2500, 1009, 2.5f, 1.0f}}) {
+    // Plain variables, not a structured binding: the lambdas below capture them (C++17, clang).
+    const int T = std::get<0>(shape), V = std::get<1>(shape);
+    const float cap = std::get<2>(shape), logit_scale = std::get<3>(shape);
     const std::string tag = "T" + std::to_string(T) + " V" + std::to_string(V) + " cap" +
                             std::to_string(cap).substr(0, 3) + " s" + std::to_string(logit_scale).substr(0, 3) + " ";
     Ids tg;
