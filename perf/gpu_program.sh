@@ -6,8 +6,8 @@
 # There:  source .device/env.sh && bash perf/gpu_program.sh [STAGE ...]       (carry [".device"], and ".whl" for trl:
 #         bash perf/fetch_trl_wheels.sh here first)
 #
-# Stages (default: all, in this order): info ctest sanitize_runs sanitize attention train_ab train gen gen_sync grpo grpo15
-#   scaling ncu
+# Stages (default: all, in this order): info ctest sanitize_runs sanitize attention train_ab train gen gen_sync sampler
+#   grpo grpo15 scaling ncu
 #   info       nvidia-smi, mgrl info on the CUDA backend, the measured copy bandwidth
 #   ctest      ctest -L gpu, then tests/test_ops_cuda and test_model_cuda verbosely (each comparison's error)
 #   sanitize   compute-sanitizer memcheck, racecheck, synccheck, initcheck over the gpu tests ($SANITIZE_TESTS,
@@ -30,6 +30,9 @@
 #   train_ab   mgrl alone at 0.5B: as built, then MGRL_FUSED_LM_HEAD=0, then MGRL_LORA_GROUPS=0 (the two changes of
 #              2026-11-25, never run on a GPU before: their effect on the step)
 #   gen        perf/gen_vs_hf.py at the 0.5B shape, batch 1, 8, 64, 256
+#   sampler    perf/bench_sample (Ops::sample at a 152k vocabulary, batch 1-256, greedy / T 1 / top-p / top-k) with
+#              the radix thresholds (as built) and with MGRL_RADIX_SAMPLER=0 (the 32-pass bit-by-bit search):
+#              $OUT/bench_sample.txt
 #   gen_sync   mgrl alone at batch 1 and 64 with generate.sync_interval = 1 (a host round trip per decode step) and
 #              with the default (8): $OUT/gen_sync1.md and $OUT/gen_sync8.md
 #   grpo       perf/grpo_vs_trl.py at the 0.5B shape (needs the trl wheels carried in .whl)
@@ -228,6 +231,11 @@ stage_gen() {
     --prompt-len 128 --new-tokens 256 --repeats ${GEN_REPEATS:-3} --out $OUT/gen.md"
 }
 # Decode steps on the device between host round trips (generate.sync_interval): 1 against the default, one run each.
+# The sampler alone: radix top-k / top-p thresholds (2026-11-25, never run on a GPU before) against the bit-by-bit search.
+stage_sampler() {
+  run_stage sampler 300 "for r in 1 0; do MGRL_RADIX_SAMPLER=\$r $build/perf/bench_sample 20 || exit 1; done \
+    | tee $OUT/bench_sample.txt"
+}
 stage_gen_sync() {
   run_stage gen_sync 600 "for k in 1 8; do python3 $root/perf/gen_vs_hf.py --mgrl $mgrl --shape qwen2.5-0.5b \
     --batches ${GEN_SYNC_BATCHES:-1,64} --prompt-len 128 --new-tokens 256 --repeats ${GEN_REPEATS:-3} --skip-hf \
@@ -277,7 +285,7 @@ stage_large() {
 }
 
 stages=("$@")
-[ ${#stages[@]} -eq 0 ] && stages=(info ctest sanitize_runs sanitize attention train_ab train gen gen_sync grpo grpo15 scaling ncu)
+[ ${#stages[@]} -eq 0 ] && stages=(info ctest sanitize_runs sanitize attention train_ab train gen gen_sync sampler grpo grpo15 scaling ncu)
 : > "$OUT/summary.txt"
 note "gpu_program: $(date -u +%FT%TZ), git $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?'), stages: ${stages[*]}"
 for s in "${stages[@]}"; do "stage_$s"; done

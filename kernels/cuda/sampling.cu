@@ -7,13 +7,14 @@
 //   pass      argmax (lowest index on ties), which is also the row max zmax
 //   pass      lse = zmax + log(sum exp(z - zmax)) in double, for the recorded log-prob
 //   temperature 0: the argmax. Otherwise:
-//   top_k     32 counting passes: the largest key K with count(key >= K) >= k, built bit by bit from the top
-//             (a binary search on the key); it is the key of the k-th largest logit, ties at the boundary kept
-//   softmax   m = zmax / T (the max always survives top-k), w = exp(z / T - m), total = sum of kept w (double)
-//   top_p     32 summing passes: the largest key K (above top-k's) with sum over key >= K of w / total >= top_p,
-//             built the same way; that token's probability is the CPU's tau. When even all kept tokens do not
-//             reach top_p (rounding) K stays 0 and all are kept, as on the CPU; K is capped at the max's key
-//             (top_p <= 0 keeps the max and its ties, as on the CPU)
+//   top_k     the largest key K with count(key >= K) >= k (the key of the k-th largest logit, ties at the
+//             boundary kept): 4 radix passes of 8 bits with integer histograms (sample_select.h)
+//   softmax   m = zmax / T (the max always survives top-k), w = exp(z / T - m), total = sum of kept w (double);
+//             at temperature 1 without top-k this is the lse pass's sum, bit for bit, and is not summed again
+//   top_p     the largest key K (above top-k's) with sum over key >= K of w / total >= top_p: 4 radix passes
+//             of 8 bits with histograms of that mass; that token's probability is the CPU's tau. When even all
+//             kept tokens do not reach top_p (rounding) K stays 0 and all are kept, as on the CPU; K is capped at
+//             the max's key (top_p <= 0 keeps the max and its ties, as on the CPU)
 //   min_p     keep w / total >= min_p * pmax with pmax = 1 / total (the max's w is exp(0) = 1)
 //   draw      each thread owns a contiguous segment of the row and sums its kept probabilities in index order;
 //             an exclusive block scan gives each segment's starting mass; the thread whose segment crosses
@@ -21,13 +22,18 @@
 //             index whose cumulative mass exceeds it; the block takes the smallest such index. None crossing
 //             (rounding) gives the last kept token, as on the CPU; nothing kept (min_p > 1) gives the argmax.
 // Block-wide values come from reductions in which every thread evaluates the same butterfly over the same shared
-// values, so they are bitwise equal in all threads and branches on them are uniform. Loops holding barriers have
-// trip counts that depend on the parameters only.
-// Cost: up to 2 + 32 + 1 + 32 + 2 passes over the row; the top-p passes evaluate a double exp per token (fast on
-// A100/H100/V100, slower on GPUs with weak fp64).
+// values, so they are bitwise equal in all threads and branches on them are uniform. The top-p histograms are
+// deterministic too: each warp sums the masses of its lanes that share a bin in lane order (__match_any_sync and
+// shuffles, no floating-point atomics) into its own histogram, and the warps' histograms are added in warp order.
+// Loops holding barriers have trip counts that depend on the parameters only.
+// Cost: up to 2 + 4 + 1 + 4 + 2 passes over the row (before the radix passes, 2 + 32 + 1 + 32 + 2; the environment
+// switch MGRL_RADIX_SAMPLER=0 runs that bit-by-bit search again, for comparison); the softmax, top-p and draw passes
+// evaluate a double exp per token (fast on A100/H100/V100, slower on GPUs with weak fp64).
 #include <climits>
 
+#include "core/env.h"
 #include "core/random.h"
+#include "kernels/cuda/sample_select.h"
 #include "kernels/cuda/sampling.cuh"
 
 namespace mgrl::kernels::cuda {
@@ -95,12 +101,7 @@ __device__ void block_argmax(float& v, int& i) {
   warp_argmax(v, i);
 }
 
-// Order-preserving key of a logit: a < b  <=>  order_key(a) < order_key(b) (not NaN); -0 and +0 share a key.
-__device__ __forceinline__ std::uint32_t order_key(float z) {
-  if (z == 0.0f) z = 0.0f;
-  const std::uint32_t u = __float_as_uint(z);
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
+using sample_select::order_key;
 
 // What decides whether a token survives the filters, and its probability.
 struct Filter {
@@ -124,9 +125,101 @@ __device__ __forceinline__ bool keep_token(float z, const Filter& f, double& p) 
   return !f.min_p_on || p >= f.floor;
 }
 
+constexpr int kSampleWarps = kSampleThreads / 32;
+
+// Top-k by radix selection: the key of the k-th largest logit (1 <= k < V). Call from every thread; every thread
+// gets the result. Integer histograms: the order of the shared-memory atomics does not change them.
+__device__ std::uint32_t topk_key_radix(const float* z, int V, int k) {
+  __shared__ int hist[sample_select::kRadixBins];
+  __shared__ std::uint32_t s_prefix;
+  __shared__ int s_rank;
+  const int tid = threadIdx.x;
+  if (tid == 0) {
+    s_prefix = 0;
+    s_rank = k;
+  }
+  for (int pass = 0; pass < sample_select::kRadixPasses; ++pass) {
+    __syncthreads();  // s_prefix written; the previous pass's pick has read hist
+    for (int b = tid; b < sample_select::kRadixBins; b += kSampleThreads) hist[b] = 0;
+    __syncthreads();
+    const std::uint32_t prefix = s_prefix;
+    for (int i = tid; i < V; i += kSampleThreads) {
+      const int bin = sample_select::radix_bin(order_key(z[i]), prefix, pass, 0u);
+      if (bin >= 0) atomicAdd(&hist[bin], 1);
+    }
+    __syncthreads();
+    if (tid == 0) {
+      int rank = s_rank;
+      const int digit = sample_select::radix_pick_count(hist, &rank);
+      s_rank = rank;
+      s_prefix = sample_select::radix_extend(prefix, pass, digit);
+    }
+  }
+  __syncthreads();
+  const std::uint32_t key = s_prefix;
+  __syncthreads();  // every thread has read s_prefix before a later call writes it
+  return key;
+}
+
+// Top-p by radix selection: the largest key K with sum over key >= max(K, f.kmin) of p >= top_p, 0 when none
+// (f.kmin: top-k's threshold; p = w / total). Call from every thread; every thread gets the result. Each warp adds
+// the masses of its lanes that fall in one bin in lane order (deterministic), into its own histogram.
+__device__ std::uint32_t topp_key_radix(const float* z, int V, const Filter& f, double top_p) {
+  __shared__ double hist[kSampleWarps][sample_select::kRadixBins];
+  __shared__ std::uint32_t s_prefix;
+  __shared__ double s_above;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  if (tid == 0) {
+    s_prefix = 0;
+    s_above = 0.0;
+  }
+  const int iters = (V + kSampleThreads - 1) / kSampleThreads;
+  for (int pass = 0; pass < sample_select::kRadixPasses; ++pass) {
+    __syncthreads();  // s_prefix written; the previous pass's pick has read hist
+    for (int b = tid; b < kSampleWarps * sample_select::kRadixBins; b += kSampleThreads) (&hist[0][0])[b] = 0.0;
+    __syncthreads();
+    const std::uint32_t prefix = s_prefix;
+    for (int it = 0; it < iters; ++it) {  // the same trip count in every thread: warp-wide calls below
+      const int i = it * kSampleThreads + tid;
+      int bin = -1;
+      double p = 0.0;
+      if (i < V) {
+        bin = sample_select::radix_bin(order_key(z[i]), prefix, pass, f.kmin);
+        if (bin >= 0) p = weight(z[i], f.inv_t, f.m) / f.total;
+      }
+      if (__ballot_sync(0xffffffffu, bin >= 0) == 0u) continue;
+      const unsigned peers = __match_any_sync(0xffffffffu, bin);
+      double sum = 0.0;
+      for (int j = 0; j < 32; ++j) {
+        const double v = __shfl_sync(0xffffffffu, p, j);
+        if ((peers >> j) & 1u) sum += v;
+      }
+      if (bin >= 0 && lane == __ffs(peers) - 1) hist[warp][bin] += sum;
+      __syncwarp();  // this write before another lane's read of the bin in a later iteration
+    }
+    __syncthreads();
+    for (int b = tid; b < sample_select::kRadixBins; b += kSampleThreads) {  // bin b is read and written by one thread
+      double s = 0.0;
+      for (int w = 0; w < kSampleWarps; ++w) s += hist[w][b];
+      hist[0][b] = s;
+    }
+    __syncthreads();
+    if (tid == 0) {
+      double above = s_above;
+      const int digit = sample_select::radix_pick_mass(hist[0], &above, top_p);
+      s_above = above;
+      s_prefix = sample_select::radix_extend(prefix, pass, digit);
+    }
+  }
+  __syncthreads();
+  const std::uint32_t key = s_prefix;
+  __syncthreads();
+  return key;
+}
+
 // grid.x = B (one row each), kSampleThreads threads.
 __global__ void sample_kernel(std::int32_t* tokens, float* logprobs, const float* logits, const std::uint64_t* seeds,
-                              int V, float temperature, int top_k, float top_p, float min_p) {
+                              int V, float temperature, int top_k, float top_p, float min_p, bool radix) {
   __shared__ double scan[kSampleThreads];
   const int b = blockIdx.x;
   const int tid = threadIdx.x;
@@ -153,7 +246,9 @@ __global__ void sample_kernel(std::int32_t* tokens, float* logprobs, const float
   if (!(temperature <= 0.0f)) {
     // top-k: the largest key K with count(key >= K) >= top_k.
     std::uint32_t kk = 0;
-    if (top_k > 0 && top_k < V) {
+    if (top_k > 0 && top_k < V && radix) {
+      kk = topk_key_radix(z, V, top_k);
+    } else if (top_k > 0 && top_k < V) {
       for (int bit = 31; bit >= 0; --bit) {
         const std::uint32_t cand = kk | (1u << bit);
         int cnt = 0;
@@ -165,13 +260,22 @@ __global__ void sample_kernel(std::int32_t* tokens, float* logprobs, const float
     Filter f{};
     f.inv_t = 1.0 / static_cast<double>(temperature);
     f.m = __dmul_rn(zmax, f.inv_t);
-    double total = 0.0;
-    for (int i = tid; i < V; i += nt)
-      if (order_key(z[i]) >= kk) total += weight(z[i], f.inv_t, f.m);
-    f.total = block_reduce(total, 0.0, SumOp{});
+    if (radix && kk == 0 && f.inv_t == 1.0) {
+      f.total = se;  // the same terms (z * 1 - zmax, every token kept), loop and reduction as the lse pass's sum
+    } else {
+      double total = 0.0;
+      for (int i = tid; i < V; i += nt)
+        if (order_key(z[i]) >= kk) total += weight(z[i], f.inv_t, f.m);
+      f.total = block_reduce(total, 0.0, SumOp{});
+    }
     // top-p: the largest key K with sum over key >= max(K, kk) of p >= top_p (K = 0 if none).
     std::uint32_t kp = 0;
-    if (top_p < 1.0f) {
+    if (top_p < 1.0f && radix) {
+      f.kmin = kk;
+      kp = topp_key_radix(z, V, f, static_cast<double>(top_p));
+      const std::uint32_t kmax = order_key(best);
+      if (kp > kmax) kp = kmax;
+    } else if (top_p < 1.0f) {
       for (int bit = 31; bit >= 0; --bit) {
         const std::uint32_t cand = kp | (1u << bit);
         const std::uint32_t lo = cand > kk ? cand : kk;
@@ -243,8 +347,9 @@ void sample(const Ctx& c, std::int32_t* tokens, float* logprobs, const float* lo
   MGRL_CHECK(B >= 0, "sample: negative batch");
   if (B == 0) return;
   MGRL_CHECK(V > 0, "sample: empty vocabulary");
+  static const bool radix = env::switch_on("MGRL_RADIX_SAMPLER");
   sample_kernel<<<static_cast<unsigned>(B), kSampleThreads, 0, c.stream>>>(
-      tokens, logprobs, logits, seeds, V, params.temperature, params.top_k, params.top_p, params.min_p);
+      tokens, logprobs, logits, seeds, V, params.temperature, params.top_k, params.top_p, params.min_p, radix);
   CUDA_CHECK_LAUNCH();
 }
 

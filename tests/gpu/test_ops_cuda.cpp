@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -1279,6 +1280,16 @@ TEST_P(OpsCuda, Sample) {
       Ids tc(static_cast<std::size_t>(B)), tg(static_cast<std::size_t>(B));
       cpu_->download(tc.data(), tok.c, tc.size() * 4);
       gpu_->download(tg.data(), tok.g, tg.size() * 4);
+      {  // deterministic: a second call gives the same bits (no floating-point atomics in the thresholds' sums)
+        const Vec lg1 = gpu_values(lp);
+        gpu_->sample(static_cast<std::int32_t*>(tok.g), static_cast<float*>(lp.g), static_cast<const float*>(z.g),
+                     static_cast<const std::uint64_t*>(seeds_g), B, V, sp);
+        Ids tg2(static_cast<std::size_t>(B));
+        gpu_->download(tg2.data(), tok.g, tg2.size() * 4);
+        const Vec lg2 = gpu_values(lp);
+        EXPECT_EQ(tg2, tg) << tag << ": a second call samples other tokens";
+        EXPECT_EQ(0, std::memcmp(lg1.data(), lg2.data(), lg1.size() * sizeof(float))) << tag;
+      }
       int differ = 0;
       for (int b = 0; b < B; ++b) differ += tc[static_cast<std::size_t>(b)] != tg[static_cast<std::size_t>(b)];
       EXPECT_EQ(differ, 0) << tag << ": tokens differ in " << differ << " of " << B << " rows";
