@@ -27,8 +27,8 @@
 #              docs/performance.md ("The Volta code on an H100") has the recipe.
 #   train      perf/train_vs_hf.py at the Qwen2.5 0.5B, 1.5B (batch 8 x 1024) and 7B (4 x 1024) shapes
 #   train05, train15, train7   the same at one shape
-#   train_ab   mgrl alone at 0.5B: as built, then MGRL_FUSED_LM_HEAD=0, then MGRL_LORA_GROUPS=0 (the two changes of
-#              2026-11-25, never run on a GPU before: their effect on the step)
+#   train_ab   mgrl alone at 0.5B: as built, then MGRL_FUSED_LM_HEAD=0, then MGRL_LORA_GROUPS=0, then
+#              MGRL_CUBLASLT_BIAS=0 (changes of 2026-11-25, never run on a GPU before: their effect on the step)
 #   gen        perf/gen_vs_hf.py at the 0.5B shape, batch 1, 8, 64, 256
 #   sampler    perf/bench_sample (Ops::sample at a 152k vocabulary, batch 1-256, greedy / T 1 / top-p / top-k) with
 #              the radix thresholds (as built) and with MGRL_RADIX_SAMPLER=0 (the 32-pass bit-by-bit search):
@@ -221,8 +221,9 @@ stage_train() { stage_train05; stage_train15; stage_train7; }
 # head of SFT (MGRL_FUSED_LM_HEAD=0) and the stacked LoRA groups (MGRL_LORA_GROUPS=0); predicted ~4.5 ms and ~3-4 ms
 # of the 82 ms step (docs/performance.md). Tables: $OUT/train_ab_{on,no_fused_head,no_lora_groups}.md
 stage_train_ab() {
-  run_stage train_ab 600 "for v in on no_fused_head no_lora_groups; do echo \"--- \$v\"; \
-    case \$v in no_fused_head) e=MGRL_FUSED_LM_HEAD=0 ;; no_lora_groups) e=MGRL_LORA_GROUPS=0 ;; *) e=MGRL_UNUSED=1 ;; esac; \
+  run_stage train_ab 600 "for v in on no_fused_head no_lora_groups no_cublaslt_bias; do echo \"--- \$v\"; \
+    case \$v in no_fused_head) e=MGRL_FUSED_LM_HEAD=0 ;; no_lora_groups) e=MGRL_LORA_GROUPS=0 ;; \
+      no_cublaslt_bias) e=MGRL_CUBLASLT_BIAS=0 ;; *) e=MGRL_UNUSED=1 ;; esac; \
     env \$e python3 $root/perf/train_vs_hf.py --mgrl $mgrl --shape qwen2.5-0.5b --batch 8 --seq 1024 --steps 20 \
       --warmup 5 --skip-hf --out $OUT/train_ab_\$v.md; done"
 }
@@ -291,5 +292,5 @@ note "gpu_program: $(date -u +%FT%TZ), git $(git -C "$root" rev-parse --short HE
 for s in "${stages[@]}"; do "stage_$s"; done
 pack
 echo "=== summary ==="; cat "$OUT/summary.txt"
-for f in train.md train_ab_on.md train_ab_no_fused_head.md train_ab_no_lora_groups.md gen.md gen_sync1.md gen_sync8.md grpo.md grpo15.md scaling.md; do [ -f "$OUT/$f" ] && { echo "=== $f ==="; cat "$OUT/$f"; }; done
+for f in train.md train_ab_on.md train_ab_no_fused_head.md train_ab_no_lora_groups.md train_ab_no_cublaslt_bias.md gen.md gen_sync1.md gen_sync8.md grpo.md grpo15.md scaling.md; do [ -f "$OUT/$f" ] && { echo "=== $f ==="; cat "$OUT/$f"; }; done
 exit "${setup_failed:-0}"  # 1 when a stage could not start (its build missing); a stage that ran and failed: 0

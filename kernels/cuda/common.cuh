@@ -17,11 +17,13 @@ namespace mgrl::kernels::cuda {
 // What every launcher needs: the storage dtype (BF16 or F16), the stream everything runs on, the cuBLAS
 // handle bound to that stream, and a device int that kernels set to nonzero when they meet an id out of range
 // (the host reads it at the next synchronisation; kernels cannot throw).
+struct LtState;  // cuBLASLt: handle, workspace and the plans by shape (gemm.cu); null: bias GEMMs by broadcast
 struct Ctx {
   DType st;
   cudaStream_t stream;
   cublasHandle_t blas;
   int* err;
+  LtState* lt = nullptr;
 };
 
 // Error codes a kernel may OR into *Ctx::err.

@@ -16,6 +16,7 @@
 #include "kernels/cuda/convert.cuh"
 #include "kernels/cuda/dropout.cuh"
 #include "kernels/cuda/embedding.cuh"
+#include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/kv_cache.cuh"
 #include "kernels/cuda/linear.cuh"
 #include "kernels/cuda/lm_head.cuh"
@@ -49,6 +50,8 @@ class CudaOps final : public Ops {
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     CUBLAS_CHECK(cublasCreate(&blas_));
     CUBLAS_CHECK(cublasSetStream(blas_, stream_));
+    // Biased linear layers on cuBLASLt (bias in the epilogue); MGRL_CUBLASLT_BIAS=0: bias broadcast + cublasGemmEx.
+    if (env::switch_on("MGRL_CUBLASLT_BIAS")) lt_ = cuda::lt_create();
     CUDA_CHECK(cudaMalloc(&err_, sizeof(int)));
     CUDA_CHECK(cudaMemsetAsync(err_, 0, sizeof(int), stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -59,6 +62,7 @@ class CudaOps final : public Ops {
     (void)cudaStreamSynchronize(stream_);
     for (auto& [key, exec] : graphs_) (void)cudaGraphExecDestroy(exec);
     timer_.reset();
+    cuda::lt_destroy(lt_);
     (void)cublasDestroy(blas_);
     (void)cudaFree(err_);
     (void)cudaStreamDestroy(stream_);
@@ -336,7 +340,7 @@ class CudaOps final : public Ops {
   }
 
  private:
-  cuda::Ctx ctx() const { return cuda::Ctx{st_, stream_, blas_, err_}; }
+  cuda::Ctx ctx() const { return cuda::Ctx{st_, stream_, blas_, err_, lt_}; }
 
   static bool graphs_enabled() {
     static const bool on = env::switch_on("MGRL_CUDA_GRAPHS");
@@ -371,6 +375,7 @@ class CudaOps final : public Ops {
   DType st_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
+  cuda::LtState* lt_ = nullptr;  // cuBLASLt for the biased GEMMs (null: switched off)
   std::unique_ptr<cuda::PhaseTimer> timer_;
   PhaseSeconds event_s_{};
   int* err_ = nullptr;

@@ -25,6 +25,9 @@ __global__ void bias_grad_kernel(float* dbias, const S* dy, int T, int out) {
 
 void linear_forward(const Ctx& c, void* y, const void* x, const void* W, const void* bias, int T, int in, int out) {
   if (T <= 0 || out <= 0) return;
+  // With a bias: cuBLASLt adds it in the GEMM's epilogue when it has an algorithm for the shape (the same single
+  // rounding as below, one pass over y less); otherwise the bias is broadcast into y and the GEMM adds with beta 1.
+  if (bias && in > 0 && gemm_bias_rm(c.lt, c.stream, T, out, in, x, W, bias, y, c.st)) return;
   const std::int64_t n = static_cast<std::int64_t>(T) * out;
   float beta = 0.0f;
   if (bias) {

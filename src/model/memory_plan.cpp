@@ -193,6 +193,7 @@ constexpr double kMiB = 1024.0 * 1024.0;
 // Hopper), NCCL's communicator and the stream-ordered allocator's pool (kernel scratch). Not measured part by part:
 // calibrated on mgrl's measured peaks on an H100 (docs/performance.md, LoRA SFT at the Qwen2.5-0.5B / 1.5B / 7B
 // shapes), whose gaps to the sum of this plan's other parts were 2.29, 2.63 and 3.79 GiB: the smallest, rounded.
+// (Measured before the cuBLASLt workspace of the biased GEMMs, 32 MiB more per rank since 2026-11-25.)
 double cuda_runtime_bytes() { return 2.25 * 1024 * kMiB; }
 // The mgrl process itself on the CPU backend (binary, MPI, HDF5, OpenBLAS's buffers for one thread, tokenizer,
 // data): measured, the peak RSS of a one-step `mgrl sft` of the tiny-llama shape (whose own arrays are under

@@ -282,6 +282,31 @@ TEST_P(OpsCuda, Linear) {
   expect_close("linear dx (only)", dx, tol());
 }
 
+// Biased linear layers at model-like shapes (widths multiples of 8: what cuBLASLt's bias epilogue takes; decode's
+// T = 1 and 8 beside training's), and with x and y one element off their allocation's alignment (a plan of its
+// own, or the broadcast path when cuBLASLt has none).
+TEST_P(OpsCuda, LinearBiasShapes) {
+  struct Shape {
+    int T, in, out, offset;
+  };
+  const Shape shapes[] = {{1, 896, 1152, 0}, {8, 896, 128, 0}, {37, 896, 896, 0}, {256, 128, 64, 0},
+                          {1, 64, 96, 1},    {19, 128, 40, 1}};
+  for (const Shape& sh : shapes) {
+    const int T = sh.T, in = sh.in, out = sh.out, o = sh.offset;
+    Pair x = storage(randu(sz(T, in) + o, 27));
+    Pair W = storage(randu(sz(out, in), 28, -0.1f, 0.1f));
+    Pair bias = storage(randu(sz(out), 29));
+    Pair y = storage(Vec(sz(T, out) + o, 0.0f));
+    const std::size_t S = dtype_size(st());
+    auto at = [&](void* p) { return static_cast<void*>(static_cast<char*>(p) + o * S); };
+    cpu_->linear_forward(at(y.c), at(x.c), W.c, bias.c, T, in, out);
+    gpu_->linear_forward(at(y.g), at(x.g), W.g, bias.g, T, in, out);
+    expect_close("linear y (bias) T " + std::to_string(T) + " " + std::to_string(in) + "->" + std::to_string(out) +
+                     (o ? " unaligned" : ""),
+                 y, tol());
+  }
+}
+
 TEST_P(OpsCuda, Lora) {
   struct Case {
     int T, in, r, out;
