@@ -68,6 +68,7 @@ int run_generate(Context& ctx) {
     tok_dir = tokenizer_dir(cfg);
     mc = io::parse_hf_config(model_dir + "/config.json");
     check_model_fits(ctx, mc, model_dir + "/config.json", false);
+    if (opts.use_lora) opts.merge_lora = merge_lora_option(ctx, mc);
     if (file_exists(tok_dir + "/tokenizer.json")) tok = io::Tokenizer::from_dir(tok_dir);
     std::optional<io::ChatTemplate> chat;
     if (tok) chat.emplace(chat_template(cfg, "generate.chat_format", *tok));
@@ -131,6 +132,7 @@ int run_generate(Context& ctx) {
   model::Transformer net(mc, *ops, mo, mo.shard_base ? &gatherer : nullptr);
   load_model(ctx, net, model_dir, adapter);
   if (mo.shard_base) opts.lockstep = rl::lockstep_over(env);
+  log_merge_lora(opts.merge_lora, net);
 
   const std::size_t N = inputs.size();
   const auto [lo, hi] = shard(env, N);
