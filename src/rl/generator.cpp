@@ -80,12 +80,12 @@ std::vector<Completion> Generator::generate(const std::vector<Prompt>& prompts) 
     model::InferenceEngine& engine;
     ~Unmerge() { engine.unmerge(); }
   } unmerge{model_.engine()};
-  stats_.merged_lora = false;
+  bool merged = false;
   if (opts_.merge_lora != GenerationOptions::Merge::Off && opts_.use_lora && model_.lora()) {
     model::InferenceEngine& engine = model_.engine();
     const bool failed_before = engine.merge_failed();
-    stats_.merged_lora = engine.merge_lora(opts_.merge_lora == GenerationOptions::Merge::On);
-    if (!stats_.merged_lora && !failed_before && engine.merge_failed())
+    merged = engine.merge_lora(opts_.merge_lora == GenerationOptions::Merge::On);
+    if (!merged && !failed_before && engine.merge_failed())
       log::warn("generate.merge_lora = \"auto\": no memory for the merged copy of the adapted weights (" +
                 std::to_string(model::InferenceEngine::merged_bytes(mc, model_.ops().storage_size(),
                                                                     model_.lora()->config()) >> 20) +
@@ -176,6 +176,7 @@ std::vector<Completion> Generator::generate(const std::vector<Prompt>& prompts) 
     return false;
   };
   stats_ = {};
+  stats_.merged_lora = merged;
   stats_.prompts = static_cast<std::int64_t>(prompts.size());
   stats_.kv_blocks = pool.blocks;
   stats_.kv_cache_bytes = cache.bytes();
