@@ -315,12 +315,12 @@ void refuse_shape(const io::Config& cfg, const std::string& mode) {
                       " loads the weights of model.path");
 }
 
-rl::GenerationOptions::Merge merge_lora_option(const Context& ctx, const io::ModelConfig& mc) {
+rl::GenerationOptions::Merge merge_lora_option(const io::Config& cfg, const io::ModelConfig& mc, bool cuda) {
   using Merge = rl::GenerationOptions::Merge;
-  const std::string v = ctx.cfg.get_string("generate.merge_lora");
+  const std::string v = cfg.get_string("generate.merge_lora");
   if (v == "off") return Merge::Off;
-  const bool nf4 = mc.bnb4bit.has_value() || ctx.cfg.get_string("model.quantize") == "nf4";
-  const bool sharded = ctx.cfg.get_bool("model.shard_base");
+  const bool nf4 = mc.bnb4bit.has_value() || cfg.get_string("model.quantize") == "nf4";
+  const bool sharded = cfg.get_bool("model.shard_base");
   if (v == "on") {
     if (nf4 || sharded)
       throw UserError(std::string("generate.merge_lora = \"on\" needs a dense base, but ") +
@@ -329,7 +329,7 @@ rl::GenerationOptions::Merge merge_lora_option(const Context& ctx, const io::Mod
                       " (set generate.merge_lora = \"auto\" or \"off\")");
     return Merge::On;
   }
-  return ctx.device.backend == dist::Backend::Cuda && !nf4 && !sharded ? Merge::IfMemory : Merge::Off;
+  return cuda && !nf4 && !sharded ? Merge::IfMemory : Merge::Off;
 }
 
 void log_merge_lora(rl::GenerationOptions::Merge m, model::Transformer& net) {

@@ -9,6 +9,7 @@
 #include "app/modes.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "dist/device.h"
 #include "dist/mpi_env.h"
 #include "io/atomic_file.h"
 #include "io/chat_template.h"
@@ -68,7 +69,7 @@ int run_generate(Context& ctx) {
     tok_dir = tokenizer_dir(cfg);
     mc = io::parse_hf_config(model_dir + "/config.json");
     check_model_fits(ctx, mc, model_dir + "/config.json", false);
-    if (opts.use_lora) opts.merge_lora = merge_lora_option(ctx, mc);
+    if (opts.use_lora) opts.merge_lora = merge_lora_option(cfg, mc, ctx.device.backend == dist::Backend::Cuda);
     if (file_exists(tok_dir + "/tokenizer.json")) tok = io::Tokenizer::from_dir(tok_dir);
     std::optional<io::ChatTemplate> chat;
     if (tok) chat.emplace(chat_template(cfg, "generate.chat_format", *tok));

@@ -42,7 +42,7 @@ int run_grpo(Context& ctx) {
   env.agree([&] {
     inputs = load_rl_inputs(ctx, full, "grpo.max_prompt_length",
                             "grpo.max_completion_length");
-    if (!full) merge = merge_lora_option(ctx, inputs.model);
+    if (!full) merge = merge_lora_option(cfg, inputs.model, ctx.device.backend == dist::Backend::Cuda);
     const std::int64_t batch = cfg.get_int("train.batch_size"), group = cfg.get_int("grpo.num_generations");
     check_batch_fits(inputs.model, "train.batch_size", batch,
                      static_cast<double>(batch) * static_cast<double>(group) / env.size() /

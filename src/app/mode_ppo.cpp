@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "dist/comm.h"
+#include "dist/device.h"
 #include "dist/mpi_env.h"
 #include "io/chat_template.h"
 #include "io/config.h"
@@ -43,7 +44,7 @@ int run_ppo(Context& ctx) {
   rl::GenerationOptions::Merge merge = rl::GenerationOptions::Merge::Off;
   env.agree([&] {
     inputs = load_rl_inputs(ctx, full, "ppo.max_prompt_length", "ppo.response_length");
-    if (!full) merge = merge_lora_option(ctx, inputs.model);
+    if (!full) merge = merge_lora_option(cfg, inputs.model, ctx.device.backend == dist::Backend::Cuda);
     const std::int64_t batch = cfg.get_int("train.batch_size");
     check_batch_fits(inputs.model, "train.batch_size", batch, static_cast<double>(batch) / env.size(),
                      static_cast<double>(inputs.longest), "lower it or ppo.response_length");
