@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "app/modes.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "dist/mpi_env.h"
@@ -329,7 +330,10 @@ rl::GenerationOptions::Merge merge_lora_option(const io::Config& cfg, const io::
                       " (set generate.merge_lora = \"auto\" or \"off\")");
     return Merge::On;
   }
-  return cuda && !nf4 && !sharded ? Merge::IfMemory : Merge::Off;
+  // MGRL_MERGE_LORA=0 (read once) makes "auto" sample unmerged, the path before merging existed: for comparisons
+  // and as a fallback.
+  static const bool auto_merges = env::switch_on("MGRL_MERGE_LORA");
+  return cuda && !nf4 && !sharded && auto_merges ? Merge::IfMemory : Merge::Off;
 }
 
 void log_merge_lora(rl::GenerationOptions::Merge m, model::Transformer& net) {

@@ -135,8 +135,8 @@ io::ModelConfig training_model_config(const io::Config& cfg, std::string* source
 void refuse_shape(const io::Config& cfg, const std::string& mode);
 // generate.merge_lora for the generations of generate, grpo and ppo: "off"; "on" (a UserError naming the key when
 // the base is NF4, by model.quantize = "nf4" or a bitsandbytes 4-bit directory, or sharded, model.shard_base);
-// "auto": IfMemory on the CUDA backend (cuda) with a dense, unsharded base, else off. Call inside env.agree. mgrl plan
-// reads it as the modes do.
+// "auto": IfMemory on the CUDA backend (cuda) with a dense, unsharded base, else off (also when the environment sets
+// MGRL_MERGE_LORA=0). Call inside env.agree. mgrl plan reads it as the modes do.
 rl::GenerationOptions::Merge merge_lora_option(const io::Config& cfg, const io::ModelConfig& mc, bool cuda);
 // One line on rank 0 when the generations will sample from merged weights (m not Off and the model has an adapter):
 // the projections merged and the copy's memory.
