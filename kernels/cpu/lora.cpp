@@ -131,17 +131,12 @@ void lora_merge(float* Wm, const float* W, const float* A, const float* B, float
     for (int k = 0; k < r; ++k) {
       const float bk = b[k];
       const float* a = A + static_cast<std::size_t>(k) * n_in;
-      for (std::size_t i = 0; i < n_in; ++i) {
-        const volatile float p = bk * a[i];  // rounded on its own: never fused with the add
-        acc[i] += p;
-      }
+      // Each product rounded on its own, then added: this file is compiled with -ffp-contract=off (no FMA).
+      for (std::size_t i = 0; i < n_in; ++i) acc[i] += bk * a[i];
     }
     const float* w = W + static_cast<std::size_t>(o) * n_in;
     float* wm = Wm + static_cast<std::size_t>(o) * n_in;
-    for (std::size_t i = 0; i < n_in; ++i) {
-      const volatile float d = scale * acc[i];
-      wm[i] = w[i] + d;
-    }
+    for (std::size_t i = 0; i < n_in; ++i) wm[i] = w[i] + scale * acc[i];
   }
 }
 
