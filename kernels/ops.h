@@ -135,6 +135,11 @@ class Ops {
                                   float* scratch) = 0;
   virtual void lora_group_backward(void* dx, const LoraMember* g, int n, const void* x, int T, int in, int r,
                                    float* scratch) = 0;
+  // lora.h (lora_merge): Wm[o, i] = W[o, i] + scale * sum_k B[o, k] A[k, i] for W, Wm [out, in] in the storage dtype
+  // (Wm may be W), A [r, in], B [out, r] f32: the sum in f32 in the order k = 0 .. r-1, unfused, then one rounding
+  // into the storage dtype. Sampling with the adapter merged into its weight (generate.merge_lora).
+  virtual void lora_merge(void* Wm, const void* W, const float* A, const float* B, float scale, int out, int in,
+                          int r) = 0;
   // Inverted dropout with a counter-based mask: out[i] = x[i] * keep(seed, i) / (1 - p). The mask of
   // element i depends only on (seed, i), so every backend draws the same one.
   virtual void dropout(void* out, const void* x, std::int64_t n, float p, std::uint64_t seed) = 0;

@@ -28,7 +28,9 @@ tokens they share (mgrl's output against transformers' logits); a mismatch is re
 model's greedy output mostly repeats the prompt's last token, so the log-probs are the finer check.
 
 --lora attaches an untrained PEFT LoRA (r 16, alpha 32, all 7 projections; PEFT's initialisation, so B = 0) to
-both: transformers + PEFT unmerged, mgrl through --lora.adapter with the same adapter directory.
+both: transformers + PEFT unmerged, mgrl through --lora.adapter with the same adapter directory. --merge-lora on|off|auto
+sets mgrl's generate.merge_lora (sampling from the adapter merged into the weights: no LoRA kernels in the decode
+step; B = 0 does not change its cost); perf/merge_mismatch.py measures what merging changes in the tokens.
 """
 import argparse
 import json
@@ -61,9 +63,10 @@ def quiet_transformers():
     hf_logging.disable_progress_bar()
 
 
-def make_model(path, shape, device, adapter_dir=None):
+def make_model(path, shape, device, adapter_dir=None, b_std=0.0):
     """train_vs_hf's model (random Qwen2 of the shape, bf16, transformers' save_pretrained, quickstart tokenizer) with
-    the special ids set and the EOS row of the output matrix zeroed; with adapter_dir, also an untrained PEFT LoRA."""
+    the special ids set and the EOS row of the output matrix zeroed; with adapter_dir, also a PEFT LoRA: untrained
+    (B = 0), or with b_std > 0 its B drawn from normal(0, b_std) (an adapter that changes the model, as a trained one)."""
     quiet_transformers()
 
     def zero_eos(model):
@@ -72,9 +75,16 @@ def make_model(path, shape, device, adapter_dir=None):
         model.get_output_embeddings().weight[EOS].zero_()
 
     def save_adapter(model):
+        import torch
         from peft import LoraConfig, get_peft_model
-        get_peft_model(model, LoraConfig(r=16, lora_alpha=32, target_modules=TARGETS, lora_dropout=0.0)).save_pretrained(
-            adapter_dir)
+        peft = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, target_modules=TARGETS, lora_dropout=0.0))
+        if b_std > 0:
+            gen = torch.Generator(device="cpu").manual_seed(1)
+            with torch.no_grad():
+                for name, w in peft.named_parameters():
+                    if "lora_B" in name:
+                        w.copy_(torch.randn(w.shape, generator=gen, dtype=torch.float32).to(w.dtype) * b_std)
+        peft.save_pretrained(adapter_dir)
 
     train_vs_hf.make_model(path, shape, device, overrides={"bos_token_id": BOS, "eos_token_id": EOS, "pad_token_id": PAD},
                            edit=zero_eos, after_save=save_adapter if adapter_dir else None)
@@ -165,11 +175,14 @@ def run_mgrl_once(args, model_dir, adapter_dir, prompts_file, batch, new_tokens,
         cmd.append(f"--generate.sync_interval={args.sync_interval}")
     if adapter_dir:
         cmd.append(f"--lora.adapter={adapter_dir}")
+    if getattr(args, "merge_lora", None):
+        cmd.append(f"--generate.merge_lora={args.merge_lora}")
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:
         sys.stdout.write(res.stdout[-3000:] + res.stderr[-3000:])
         raise SystemExit(f"mgrl failed with exit code {res.returncode}: {' '.join(cmd)}")
-    report = [l for l in (res.stdout + res.stderr).splitlines() if "generate:" in l or "tokens/s" in l]
+    report = [l for l in (res.stdout + res.stderr).splitlines()
+              if "generate:" in l or "tokens/s" in l or "merged" in l]
     # "generate: P prompts x G, T tokens in S s on R rank(s): X tokens/s in total; wrote FILE". S has 2 decimals and
     # X none, so the seconds are S or T / X, whichever the rounding leaves the finer.
     seconds = None
@@ -275,6 +288,8 @@ def main():
                     help="mgrl's runtime.backend and transformers' device (cpu: a check of this script without a GPU)")
     ap.add_argument("--sync-interval", type=int, default=0,
                     help="mgrl's generate.sync_interval (decode steps between host round trips); 0: its default")
+    ap.add_argument("--merge-lora", choices=["auto", "on", "off"],
+                    help="mgrl's generate.merge_lora (with --lora: the adapter merged into the weights for sampling)")
     ap.add_argument("--out", help="also write the table to this file")
     args = ap.parse_args()
     if args.new_tokens < 2:
@@ -316,6 +331,7 @@ def main():
 
     lines = [f"{args.shape}{' + LoRA r 16 (7 projections, untrained)' if args.lora else ''}, bf16 "
              f"{'' if not args.sync_interval else f'(mgrl generate.sync_interval={args.sync_interval}) '}"
+             f"{'' if not args.merge_lora else f'(mgrl generate.merge_lora={args.merge_lora}) '}"
              f"(mgrl on {args.backend}{': fp32' if args.backend == 'cpu' else ''}), greedy, prompt {args.prompt_len} "
              f"tokens, {args.new_tokens} new tokens per prompt, all B prompts at once", "",
              "| batch | mgrl decode tok/s | HF decode tok/s | ratio | mgrl prefill tok/s | HF prefill tok/s |",

@@ -6,8 +6,8 @@
 # There:  source .device/env.sh && bash perf/gpu_program.sh [STAGE ...]       (carry [".device"], and ".whl" for trl:
 #         bash perf/fetch_trl_wheels.sh here first)
 #
-# Stages (default: all, in this order): info ctest sanitize_runs sanitize attention train_ab train gen gen_sync sampler
-#   grpo grpo15 scaling ncu
+# Stages (default: all, in this order): info ctest sanitize_runs sanitize attention train_ab train gen gen_sync
+#   gen_merge sampler grpo grpo15 scaling ncu
 #   info       nvidia-smi, mgrl info on the CUDA backend, the measured copy bandwidth
 #   ctest      ctest -L gpu, then tests/test_ops_cuda and test_model_cuda verbosely (each comparison's error)
 #   sanitize   compute-sanitizer memcheck, racecheck, synccheck, initcheck over the gpu tests ($SANITIZE_TESTS,
@@ -35,6 +35,10 @@
 #              $OUT/bench_sample.txt
 #   gen_sync   mgrl alone at batch 1 and 64 with generate.sync_interval = 1 (a host round trip per decode step) and
 #              with the default (8): $OUT/gen_sync1.md and $OUT/gen_sync8.md
+#   gen_merge  mgrl alone at batch 1 and 64 with a LoRA adapter, generate.merge_lora = off (the LoRA kernels in every
+#              decode step) and on (the adapter merged into the weights; never run on a GPU before):
+#              $OUT/gen_merge_off.md, $OUT/gen_merge_on.md; then perf/merge_mismatch.py (greedy and sampled, merged
+#              against unmerged, an adapter with B ~ normal(0, 0.01)): $OUT/merge_mismatch.md
 #   grpo       perf/grpo_vs_trl.py at the 0.5B shape (needs the trl wheels carried in .whl)
 #   grpo15     a 1.5B-shaped GRPO run of 50 steps (mgrl only), its phase table
 #   scaling    perf/scaling at 1 rank on the CUDA backend
@@ -231,16 +235,23 @@ stage_gen() {
   run_stage gen 900 "python3 $root/perf/gen_vs_hf.py --mgrl $mgrl --shape qwen2.5-0.5b --batches ${GEN_BATCHES:-1,8,64,256} \
     --prompt-len 128 --new-tokens 256 --repeats ${GEN_REPEATS:-3} --out $OUT/gen.md"
 }
-# Decode steps on the device between host round trips (generate.sync_interval): 1 against the default, one run each.
 # The sampler alone: radix top-k / top-p thresholds (2026-11-25, never run on a GPU before) against the bit-by-bit search.
 stage_sampler() {
   run_stage sampler 300 "for r in 1 0; do MGRL_RADIX_SAMPLER=\$r $build/perf/bench_sample 20 || exit 1; done \
     | tee $OUT/bench_sample.txt"
 }
+# Decode steps on the device between host round trips (generate.sync_interval): 1 against the default, one run each.
 stage_gen_sync() {
   run_stage gen_sync 600 "for k in 1 8; do python3 $root/perf/gen_vs_hf.py --mgrl $mgrl --shape qwen2.5-0.5b \
     --batches ${GEN_SYNC_BATCHES:-1,64} --prompt-len 128 --new-tokens 256 --repeats ${GEN_REPEATS:-3} --skip-hf \
     --sync-interval \$k --out $OUT/gen_sync\$k.md || exit 1; done"
+}
+# LoRA merged for sampling (generate.merge_lora): off against on, one run each, then the token and log-prob mismatch.
+stage_gen_merge() {
+  run_stage gen_merge 600 "for m in off on; do python3 $root/perf/gen_vs_hf.py --mgrl $mgrl --shape qwen2.5-0.5b \
+    --batches ${GEN_MERGE_BATCHES:-1,64} --prompt-len 128 --new-tokens 256 --repeats ${GEN_REPEATS:-3} --skip-hf --lora \
+    --merge-lora \$m --out $OUT/gen_merge_\$m.md || exit 1; done; python3 $root/perf/merge_mismatch.py --mgrl $mgrl \
+    --shape qwen2.5-0.5b --prompts 64 --prompt-len 128 --new-tokens 64 --b-std 0.01 --out $OUT/merge_mismatch.md"
 }
 stage_grpo() {
   run_stage grpo 900 "if [ -d $root/.whl ]; then python3 -m pip install -q --no-index --no-deps --no-compile \
@@ -286,11 +297,11 @@ stage_large() {
 }
 
 stages=("$@")
-[ ${#stages[@]} -eq 0 ] && stages=(info ctest sanitize_runs sanitize attention train_ab train gen gen_sync sampler grpo grpo15 scaling ncu)
+[ ${#stages[@]} -eq 0 ] && stages=(info ctest sanitize_runs sanitize attention train_ab train gen gen_sync gen_merge sampler grpo grpo15 scaling ncu)
 : > "$OUT/summary.txt"
 note "gpu_program: $(date -u +%FT%TZ), git $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?'), stages: ${stages[*]}"
 for s in "${stages[@]}"; do "stage_$s"; done
 pack
 echo "=== summary ==="; cat "$OUT/summary.txt"
-for f in train.md train_ab_on.md train_ab_no_fused_head.md train_ab_no_lora_groups.md train_ab_no_cublaslt_bias.md gen.md gen_sync1.md gen_sync8.md grpo.md grpo15.md scaling.md; do [ -f "$OUT/$f" ] && { echo "=== $f ==="; cat "$OUT/$f"; }; done
+for f in train.md train_ab_on.md train_ab_no_fused_head.md train_ab_no_lora_groups.md train_ab_no_cublaslt_bias.md gen.md gen_sync1.md gen_sync8.md gen_merge_off.md gen_merge_on.md merge_mismatch.md grpo.md grpo15.md scaling.md; do [ -f "$OUT/$f" ] && { echo "=== $f ==="; cat "$OUT/$f"; }; done
 exit "${setup_failed:-0}"  # 1 when a stage could not start (its build missing); a stage that ran and failed: 0

@@ -109,6 +109,10 @@ class CpuOps final : public Ops {
                      const float* B, float scale, int T, int in, int r, int out, float* scratch) override {
     cpu::lora_backward(F(dx), dA, dB, F(dy), F(x), xa, A, B, scale, T, in, r, out, scratch);
   }
+  void lora_merge(void* Wm, const void* W, const float* A, const float* B, float scale, int out, int in,
+                  int r) override {
+    cpu::lora_merge(F(Wm), F(W), A, B, scale, out, in, r);
+  }
   void lora_group_forward(const LoraMember* g, int n, const void* x, int T, int in, int r, float* scratch) override {
     cpu::lora_group_forward(g, n, F(x), T, in, r, scratch);
   }

@@ -1,11 +1,12 @@
 // lora.cpp: LoRA forward (saves x @ A^T) and backward (dA, dB, added dx) on top of cblas_sgemm, one adapter or a
-// group of adapters sharing x (A stacked in scratch).
+// group of adapters sharing x (A stacked in scratch); an adapter merged into its weight (plain loops).
 #include "kernels/cpu/lora.h"
 
 #include "kernels/cpu/gemm.h"
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -116,6 +117,26 @@ void lora_group_backward(float* dx, const LoraMember* g, int n, const float* x, 
     // dx[T, in] += dxa[T, n r] @ [A_1; ..; A_n][n r, in]
     stack_A(S, g, n, in, r);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, in, nr, 1.0f, dxa, nr, S, in, 1.0f, dx, in);
+  }
+}
+
+void lora_merge(float* Wm, const float* W, const float* A, const float* B, float scale, int out, int in, int r) {
+  if (out <= 0 || in <= 0) return;
+  const std::size_t n_in = static_cast<std::size_t>(in);
+  std::vector<float> acc(n_in);
+  for (int o = 0; o < out; ++o) {
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    const float* b = B + static_cast<std::size_t>(o) * static_cast<std::size_t>(r);
+    // Over i for each k in turn: element (o, i) still sums k = 0, 1, .., r-1 in order.
+    for (int k = 0; k < r; ++k) {
+      const float bk = b[k];
+      const float* a = A + static_cast<std::size_t>(k) * n_in;
+      // Each product rounded on its own, then added: this file is compiled with -ffp-contract=off (no FMA).
+      for (std::size_t i = 0; i < n_in; ++i) acc[i] += bk * a[i];
+    }
+    const float* w = W + static_cast<std::size_t>(o) * n_in;
+    float* wm = Wm + static_cast<std::size_t>(o) * n_in;
+    for (std::size_t i = 0; i < n_in; ++i) wm[i] = w[i] + scale * acc[i];
   }
 }
 

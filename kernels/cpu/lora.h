@@ -1,5 +1,5 @@
-// lora.h: LoRA adapter on a linear layer, y += scale * (x @ A^T) @ B^T, and its backward; and a group of adapters
-// that read the same x, their products over x stacked.
+// lora.h: LoRA adapter on a linear layer, y += scale * (x @ A^T) @ B^T, and its backward; a group of adapters
+// that read the same x, their products over x stacked; and an adapter merged into its layer's weight.
 #pragma once
 #include "kernels/lora_group.h"
 
@@ -30,5 +30,12 @@ void lora_backward(float* dx, float* dA, float* dB, const float* dy, const float
 // scratch: lora_group_scratch_floats(T, in, r, n) floats (null: allocated here).
 void lora_group_forward(const LoraMember* g, int n, const float* x, int T, int in, int r, float* scratch);
 void lora_group_backward(float* dx, const LoraMember* g, int n, const float* x, int T, int in, int r, float* scratch);
+
+// The adapter merged into its layer's weight (sampling with merged weights, generate.merge_lora):
+//   Wm[o, i] = W[o, i] + scale * acc[o, i],  acc[o, i] = sum_{k = 0 .. r-1} B[o, k] * A[k, i]
+// acc is summed in f32 in the order k = 0, 1, .., r-1 (each product rounded, then added; no fused multiply-add),
+// then scale * acc is rounded and added to W[o, i]: one rounding into the storage dtype (here f32). W, Wm
+// [out, in]; Wm may be W (in place).
+void lora_merge(float* Wm, const float* W, const float* A, const float* B, float scale, int out, int in, int r);
 
 }  // namespace mgrl::kernels::cpu

@@ -174,6 +174,10 @@ class CudaOps final : public Ops {
                      const float* B, float scale, int T, int in, int r, int out, float* scratch) override {
     cuda::lora_backward(ctx(), dx, dA, dB, dy, x, xa, A, B, scale, T, in, r, out, scratch);
   }
+  void lora_merge(void* Wm, const void* W, const float* A, const float* B, float scale, int out, int in,
+                  int r) override {
+    cuda::lora_merge(ctx(), Wm, W, A, B, scale, out, in, r);
+  }
   void lora_group_forward(const LoraMember* g, int n, const void* x, int T, int in, int r, float*) override {
     cuda::lora_group_forward(ctx(), g, n, x, T, in, r);
   }

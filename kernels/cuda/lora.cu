@@ -12,6 +12,9 @@
 //   addmm   Y[t, c]   += alpha * sum_j Z[t, j] * M(c, j)         y += scale * xa B^T;  dx += dxa A
 //   outer   D(c, j)   += alpha * sum_t Y[t, c] * Z[t, j]         dB += scale * dy^T xa;  dA += dxa^T x
 // X, Y are storage-dtype activations, Z, M, D f32. All sums in fp32.
+//
+// lora_merge (sampling with merged weights): Wm = W + scale * B A, one tile of kMergeRows x kMergeCols outputs per
+// block, A and B streamed through shared memory in chunks of kMergeK ranks.
 #include "kernels/cuda/lora.cuh"
 
 #include <cstdlib>
@@ -555,6 +558,75 @@ void lora_group_backward(const Ctx& c, void* dx, const LoraMember* g, int n, con
     return;
   }
   dispatch(c.st, [&](auto tag) { gemm_group_backward<decltype(tag)>(c, dx, g, n, x, T, in, r); });
+}
+
+namespace {
+
+constexpr int kMergeRows = 64;  // output rows o of a block's tile
+constexpr int kMergeCols = 64;  // input columns i of a block's tile (one per thread of a block row)
+constexpr int kMergeK = 32;     // ranks k per shared-memory chunk
+constexpr int kMergeThreads = 256;
+constexpr int kMergeRowsPerThread = kMergeRows / (kMergeThreads / kMergeCols);  // 16
+
+// grid (ceil(in / kMergeCols), ceil(out / kMergeRows)), block kMergeThreads. Thread (ty, tx) = (threadIdx.x /
+// kMergeCols, threadIdx.x % kMergeCols) owns column i = i0 + tx and rows o = o0 + ty * kMergeRowsPerThread + j. Per
+// chunk of ranks the block loads A[k, i0 ..] (coalesced along i) and B[o0 .., k] to shared memory; the sums run over
+// k in increasing order with separately rounded products and adds (__fmul_rn / __fadd_rn: never contracted to an
+// FMA), as the CPU reference does. Warps share ty, so their reads of Bs are broadcasts.
+template <class S>
+__global__ void __launch_bounds__(kMergeThreads) lora_merge_kernel(S* Wm, const S* W, const float* A, const float* B,
+                                                                   float scale, int out, int in, int r) {
+  __shared__ float As[kMergeK][kMergeCols];
+  __shared__ float Bs[kMergeRows][kMergeK + 1];
+  const int tx = threadIdx.x % kMergeCols, ty = threadIdx.x / kMergeCols;
+  const int i0 = blockIdx.x * kMergeCols, o0 = blockIdx.y * kMergeRows;
+  const int i = i0 + tx;
+  float acc[kMergeRowsPerThread];
+#pragma unroll
+  for (int j = 0; j < kMergeRowsPerThread; ++j) acc[j] = 0.0f;
+  for (int k0 = 0; k0 < r; k0 += kMergeK) {
+    const int kc = min(kMergeK, r - k0);
+    for (int e = threadIdx.x; e < kMergeK * kMergeCols; e += kMergeThreads) {
+      const int kk = e / kMergeCols, ii = i0 + e % kMergeCols;
+      As[kk][e % kMergeCols] = kk < kc && ii < in ? A[static_cast<std::int64_t>(k0 + kk) * in + ii] : 0.0f;
+    }
+    for (int e = threadIdx.x; e < kMergeRows * kMergeK; e += kMergeThreads) {
+      const int oo = e / kMergeK, kk = e % kMergeK;
+      Bs[oo][kk] = kk < kc && o0 + oo < out ? B[static_cast<std::int64_t>(o0 + oo) * r + k0 + kk] : 0.0f;
+    }
+    __syncthreads();
+    for (int kk = 0; kk < kc; ++kk) {
+      const float a = As[kk][tx];
+#pragma unroll
+      for (int j = 0; j < kMergeRowsPerThread; ++j)
+        acc[j] = __fadd_rn(acc[j], __fmul_rn(Bs[ty * kMergeRowsPerThread + j][kk], a));
+    }
+    __syncthreads();
+  }
+  if (i >= in) return;
+#pragma unroll
+  for (int j = 0; j < kMergeRowsPerThread; ++j) {
+    const int o = o0 + ty * kMergeRowsPerThread + j;
+    if (o < out) {
+      const std::int64_t at = static_cast<std::int64_t>(o) * in + i;
+      Wm[at] = from_f32<S>(__fadd_rn(to_f32(W[at]), __fmul_rn(scale, acc[j])));
+    }
+  }
+}
+
+}  // namespace
+
+void lora_merge(const Ctx& c, void* Wm, const void* W, const float* A, const float* B, float scale, int out, int in,
+                int r) {
+  if (out <= 0 || in <= 0) return;
+  MGRL_CHECK(r >= 0 && (out + kMergeRows - 1) / kMergeRows <= 65535, "lora_merge: unsupported shape");
+  const dim3 grid((in + kMergeCols - 1) / kMergeCols, (out + kMergeRows - 1) / kMergeRows);
+  dispatch(c.st, [&](auto tag) {
+    using S = decltype(tag);
+    lora_merge_kernel<S><<<grid, kMergeThreads, 0, c.stream>>>(static_cast<S*>(Wm), static_cast<const S*>(W), A, B,
+                                                               scale, out, in, r);
+    CUDA_CHECK_LAUNCH();
+  });
 }
 
 }  // namespace mgrl::kernels::cuda

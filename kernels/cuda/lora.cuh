@@ -1,5 +1,5 @@
 // lora.cuh: LoRA adapter kernels, y += scale * (x @ A^T) @ B^T, and its backward (dA, dB, added dx); one adapter or a
-// group sharing x.
+// group sharing x; the adapter merged into its weight.
 #pragma once
 #include "kernels/cuda/common.cuh"
 #include "kernels/lora_group.h"
@@ -21,5 +21,11 @@ void lora_backward(const Ctx& c, void* dx, float* dA, float* dB, const void* dy,
 // op takes its scratch stream-ordered.
 void lora_group_forward(const Ctx& c, const LoraMember* g, int n, const void* x, int T, int in, int r);
 void lora_group_backward(const Ctx& c, void* dx, const LoraMember* g, int n, const void* x, int T, int in, int r);
+
+// kernels/cpu/lora.h lora_merge: Wm = W + scale * B A in the storage dtype (Wm may be W), the sum over k in f32 in
+// the CPU reference's order and roundings (unfused), so that the result equals the reference's f32 value rounded
+// once. A tiled kernel (A and B tiles in shared memory), no cuBLAS; memory-bound (reads W, writes Wm).
+void lora_merge(const Ctx& c, void* Wm, const void* W, const float* A, const float* B, float scale, int out, int in,
+                int r);
 
 }  // namespace mgrl::kernels::cuda

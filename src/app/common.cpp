@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "app/modes.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "dist/mpi_env.h"
@@ -313,6 +314,39 @@ void refuse_shape(const io::Config& cfg, const std::string& mode) {
     if (cfg.origin(key).kind != io::Origin::Default)
       throw UserError(std::string(key) + " is for sft, grpo, dpo, ppo (with model.init = \"random\") and plan; " + mode +
                       " loads the weights of model.path");
+}
+
+rl::GenerationOptions::Merge merge_lora_option(const io::Config& cfg, const io::ModelConfig& mc, bool cuda) {
+  using Merge = rl::GenerationOptions::Merge;
+  const std::string v = cfg.get_string("generate.merge_lora");
+  if (v == "off") return Merge::Off;
+  const bool nf4 = mc.bnb4bit.has_value() || cfg.get_string("model.quantize") == "nf4";
+  const bool sharded = cfg.get_bool("model.shard_base");
+  if (v == "on") {
+    if (nf4 || sharded)
+      throw UserError(std::string("generate.merge_lora = \"on\" needs a dense base, but ") +
+                      (nf4 ? (mc.bnb4bit ? "the model is a bitsandbytes 4-bit directory (NF4)" : "model.quantize = \"nf4\"")
+                           : "model.shard_base = true") +
+                      " (set generate.merge_lora = \"auto\" or \"off\")");
+    return Merge::On;
+  }
+  // MGRL_MERGE_LORA=0 (read once) makes "auto" sample unmerged, the path before merging existed: for comparisons
+  // and as a fallback.
+  static const bool auto_merges = env::switch_on("MGRL_MERGE_LORA");
+  return cuda && !nf4 && !sharded && auto_merges ? Merge::IfMemory : Merge::Off;
+}
+
+void log_merge_lora(rl::GenerationOptions::Merge m, model::Transformer& net) {
+  if (m == rl::GenerationOptions::Merge::Off || !net.lora()) return;
+  const model::LoraConfig& lc = net.lora()->config();
+  char buf[300];
+  std::snprintf(buf, sizeof buf,
+                "sampling: LoRA merged into the base weights (generate.merge_lora = %s): %zu projections, %.2f MiB "
+                "copy, refreshed before every generation",
+                m == rl::GenerationOptions::Merge::On ? "on" : "auto", net.lora()->slots().size(),
+                static_cast<double>(model::InferenceEngine::merged_bytes(net.config(), net.ops().storage_size(), lc)) /
+                    (1024.0 * 1024.0));
+  log::info(buf);
 }
 
 }  // namespace mgrl::app

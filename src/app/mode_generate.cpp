@@ -9,6 +9,7 @@
 #include "app/modes.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "dist/device.h"
 #include "dist/mpi_env.h"
 #include "io/atomic_file.h"
 #include "io/chat_template.h"
@@ -68,6 +69,7 @@ int run_generate(Context& ctx) {
     tok_dir = tokenizer_dir(cfg);
     mc = io::parse_hf_config(model_dir + "/config.json");
     check_model_fits(ctx, mc, model_dir + "/config.json", false);
+    if (opts.use_lora) opts.merge_lora = merge_lora_option(cfg, mc, ctx.device.backend == dist::Backend::Cuda);
     if (file_exists(tok_dir + "/tokenizer.json")) tok = io::Tokenizer::from_dir(tok_dir);
     std::optional<io::ChatTemplate> chat;
     if (tok) chat.emplace(chat_template(cfg, "generate.chat_format", *tok));
@@ -131,6 +133,7 @@ int run_generate(Context& ctx) {
   model::Transformer net(mc, *ops, mo, mo.shard_base ? &gatherer : nullptr);
   load_model(ctx, net, model_dir, adapter);
   if (mo.shard_base) opts.lockstep = rl::lockstep_over(env);
+  log_merge_lora(opts.merge_lora, net);
 
   const std::size_t N = inputs.size();
   const auto [lo, hi] = shard(env, N);

@@ -38,9 +38,11 @@ int run_grpo(Context& ctx) {
   }
 
   RlInputs inputs;
+  rl::GenerationOptions::Merge merge = rl::GenerationOptions::Merge::Off;
   env.agree([&] {
     inputs = load_rl_inputs(ctx, full, "grpo.max_prompt_length",
                             "grpo.max_completion_length");
+    if (!full) merge = merge_lora_option(cfg, inputs.model, ctx.device.backend == dist::Backend::Cuda);
     const std::int64_t batch = cfg.get_int("train.batch_size"), group = cfg.get_int("grpo.num_generations");
     check_batch_fits(inputs.model, "train.batch_size", batch,
                      static_cast<double>(batch) * static_cast<double>(group) / env.size() /
@@ -86,6 +88,8 @@ int run_grpo(Context& ctx) {
   o.max_sequences = static_cast<int>(cfg.get_int("generate.max_sequences"));
   o.max_prefill_tokens = static_cast<int>(cfg.get_int("generate.max_prefill_tokens"));
   o.sync_interval = static_cast<int>(cfg.get_int("generate.sync_interval"));
+  o.merge_lora = merge;
+  log_merge_lora(merge, net);
   o.kv_block_size = static_cast<int>(cfg.get_int("generate.kv_block_size"));
   o.loss.loss_type = cfg.get_string("grpo.loss_type");
   o.loss.beta = cfg.get_float("grpo.beta");

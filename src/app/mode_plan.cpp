@@ -133,6 +133,7 @@ int run_plan(dist::MpiEnv& env, const io::Config& cfg) {
       in.kv_blocks = pool.blocks;
       in.infer_tokens = std::min<std::int64_t>(cfg.get_int("generate.max_prefill_tokens"), per_rank * prompt) + slots;
       in.infer_rows = slots;
+      in.merged_lora = in.lora && merge_lora_option(cfg, mc, in.cuda) != rl::GenerationOptions::Merge::Off;
     } else if (mode == "dpo") {
       seq_len = std::min(max_pos, cfg.get_int("dpo.max_length"));
       micro = std::max<std::int64_t>(1, 2 * per_rank / accum);  // chosen and rejected

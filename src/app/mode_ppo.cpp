@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "dist/comm.h"
+#include "dist/device.h"
 #include "dist/mpi_env.h"
 #include "io/chat_template.h"
 #include "io/config.h"
@@ -40,8 +41,10 @@ int run_ppo(Context& ctx) {
     });
 
   RlInputs inputs;
+  rl::GenerationOptions::Merge merge = rl::GenerationOptions::Merge::Off;
   env.agree([&] {
     inputs = load_rl_inputs(ctx, full, "ppo.max_prompt_length", "ppo.response_length");
+    if (!full) merge = merge_lora_option(cfg, inputs.model, ctx.device.backend == dist::Backend::Cuda);
     const std::int64_t batch = cfg.get_int("train.batch_size");
     check_batch_fits(inputs.model, "train.batch_size", batch, static_cast<double>(batch) / env.size(),
                      static_cast<double>(inputs.longest), "lower it or ppo.response_length");
@@ -95,6 +98,8 @@ int run_ppo(Context& ctx) {
   o.max_sequences = static_cast<int>(cfg.get_int("generate.max_sequences"));
   o.max_prefill_tokens = static_cast<int>(cfg.get_int("generate.max_prefill_tokens"));
   o.sync_interval = static_cast<int>(cfg.get_int("generate.sync_interval"));
+  o.merge_lora = merge;
+  log_merge_lora(merge, net);
   o.kv_block_size = static_cast<int>(cfg.get_int("generate.kv_block_size"));
   o.seed = seed;
   o.log_every = static_cast<int>(cfg.get_int("log.every_steps"));

@@ -10,6 +10,7 @@
 #include "core/dtype.h"
 #include "io/hf_config.h"
 #include "io/tokenizer.h"
+#include "rl/generator.h"
 #include "rl/prompts.h"
 #include "train/optimizer.h"
 
@@ -132,5 +133,13 @@ io::ModelConfig model_config(const io::Config& cfg, std::string* source = nullpt
 io::ModelConfig training_model_config(const io::Config& cfg, std::string* source);
 // UserError when model.shape or model.num_layers is set in a mode that loads weights (generate, score).
 void refuse_shape(const io::Config& cfg, const std::string& mode);
+// generate.merge_lora for the generations of generate, grpo and ppo: "off"; "on" (a UserError naming the key when
+// the base is NF4, by model.quantize = "nf4" or a bitsandbytes 4-bit directory, or sharded, model.shard_base);
+// "auto": IfMemory on the CUDA backend (cuda) with a dense, unsharded base, else off (also when the environment sets
+// MGRL_MERGE_LORA=0). Call inside env.agree. mgrl plan reads it as the modes do.
+rl::GenerationOptions::Merge merge_lora_option(const io::Config& cfg, const io::ModelConfig& mc, bool cuda);
+// One line on rank 0 when the generations will sample from merged weights (m not Off and the model has an adapter):
+// the projections merged and the copy's memory.
+void log_merge_lora(rl::GenerationOptions::Merge m, model::Transformer& net);
 
 }  // namespace mgrl::app

@@ -236,6 +236,12 @@ const Schema& mgrl_schema() {
          "(sampled tokens, EOS and length stay on the device; stop strings, freed slots and admissions wait for the "
          "download every this many steps); 1: a round trip per step. Results do not depend on it",
          {}, 1.0, 1024.0, {}});
+    add({"generate.merge_lora", T::String, Value(std::string("auto")),
+         "sample from the LoRA adapter merged into the base weights (W + scale B A of the adapted projections, "
+         "refreshed before every generation; one more copy of them in memory; changes only which tokens are drawn, "
+         "by the rounding of the merged weights): auto (on the CUDA backend with a dense, unsharded base; unmerged, "
+         "with a warning, when the copy does not fit), on (any backend; refused with an NF4 or sharded base), off",
+         {"auto", "on", "off"}, {}, {}, {}});
     add({"plan.gpus", T::Int, Value(std::int64_t{1}),
          "plan: the ranks (GPUs) of the planned job; `mgrl plan --gpus N` sets it", {}, 1.0, 65536.0, {}});
     add({"plan.gpu_memory", T::String, Value(std::string("80GiB")),

@@ -25,13 +25,86 @@ InferenceEngine::~InferenceEngine() {
   ops_.forget_recordings();  // decode recordings use this model's buffers
   if (buf_)
     for (void* p : buf_->allocations) ops_.release(p);
+  if (merged_mem_) ops_.release(merged_mem_);
 }
 
 void InferenceEngine::reset() {
+  release_merged();
+  merge_failed_ = false;
   if (!buf_) return;
   ops_.forget_recordings();
   for (void* p : buf_->allocations) ops_.release(p);
   buf_.reset();
+}
+
+void InferenceEngine::release_merged() {
+  merged_ = false;
+  if (!merged_mem_) return;
+  ops_.forget_recordings();  // merged decode recordings read the copy
+  ops_.release(merged_mem_);
+  merged_mem_ = nullptr;
+  merged_w_.clear();
+}
+
+namespace {
+// Visits the adapted projections of every layer in merged-copy order with their byte offset into the copy; returns
+// the copy's size.
+std::size_t merged_layout(const io::ModelConfig& c, std::size_t S, const std::function<bool(int, Module)>& adapted,
+                          const std::function<void(int, Module, std::size_t)>& visit) {
+  std::size_t at = 0;
+  for (int l = 0; l < c.num_hidden_layers; ++l)
+    for (int mi = 0; mi < kNumModules; ++mi) {
+      const auto m = static_cast<Module>(mi);
+      if (!adapted(l, m)) continue;
+      if (visit) visit(l, m, at);
+      const std::size_t bytes = static_cast<std::size_t>(module_out(c, m)) *
+                                static_cast<std::size_t>(module_in(c, m)) * S;
+      at += (bytes + 255) / 256 * 256;
+    }
+  return at;
+}
+}  // namespace
+
+std::size_t InferenceEngine::merged_bytes(const io::ModelConfig& c, std::size_t storage, const LoraConfig& lora) {
+  return merged_layout(
+      c, storage,
+      [&](int, Module m) {
+        return std::find(lora.targets.begin(), lora.targets.end(), module_name(m)) != lora.targets.end();
+      },
+      {});
+}
+
+bool InferenceEngine::merge_lora(bool required) {
+  merged_ = false;
+  const LoraParams* lora = def_.lora();
+  if (!lora || (merge_failed_ && !required)) return false;
+  MGRL_CHECK(!def_.sharded() && !def_.quantized(), "LoRA merged for sampling needs a dense, unsharded base");
+  const std::size_t S = ops_.storage_size();
+  const auto adapted = [&](int l, Module m) { return lora->find(l, m) != nullptr; };
+  if (!merged_mem_) {
+    const std::size_t bytes = merged_layout(cfg_, S, adapted, {});
+    try {
+      merged_mem_ = ops_.alloc(bytes);
+    } catch (const OutOfMemory&) {
+      if (required) throw;
+      merge_failed_ = true;
+      return false;
+    }
+    merged_w_.assign(static_cast<std::size_t>(cfg_.num_hidden_layers) * kNumModules, nullptr);
+    merged_layout(cfg_, S, adapted, [&](int l, Module m, std::size_t at) {
+      merged_w_[static_cast<std::size_t>(l) * kNumModules + static_cast<std::size_t>(m)] =
+          static_cast<char*>(merged_mem_) + at;
+    });
+  }
+  const float scale = lora->config().scale();
+  for (const LoraSlot& s : lora->slots()) {
+    void* Wm = merged_w_[static_cast<std::size_t>(s.layer) * kNumModules + static_cast<std::size_t>(s.module)];
+    MGRL_CHECK(Wm != nullptr, "merge_lora: an adapter outside the merged copy's layout");
+    const void* W = def_.dense(def_.layer_handles(s.layer).W[static_cast<int>(s.module)]);
+    ops_.lora_merge(Wm, W, lora->A(s), lora->B(s), scale, s.out, s.in, lora->config().r);
+  }
+  merged_ = true;
+  return true;
 }
 
 void InferenceEngine::reserve(int T, int R) {
@@ -152,6 +225,8 @@ const float* InferenceEngine::run(int T, int R, KvCache& cache, bool use_lora) {
     ~Invariant() { ops.set_batch_invariant(false); }
   } invariant(ops_);
   const bool lora = use_lora && def_.lora() != nullptr;
+  // The adapted projections read the merged copy (merge_lora) and no adapter runs.
+  const bool merged = lora && merged_;
   // A group member's [T, r] slice of I.xa (the rank lay_out sized it for)
   const std::size_t xa_rank = static_cast<std::size_t>(def_.lora() ? def_.lora()->config().r : 1);
   const kernels::KvPages& pages = cache.pages();
@@ -175,10 +250,13 @@ const float* InferenceEngine::run(int T, int R, KvCache& cache, bool use_lora) {
           float* xa[kernels::kMaxLoraGroup] = {};
           for (int i = 0; i < n; ++i) {
             const int mi = static_cast<int>(ms[i]);
-            ops_.linear_forward(ys[i], x, Lw.W[mi], Lw.bias[mi], T, module_in(cfg_, ms[i]), module_out(cfg_, ms[i]));
+            const void* Wm = merged ? merged_w_[static_cast<std::size_t>(l) * kNumModules + static_cast<std::size_t>(mi)]
+                                    : nullptr;
+            ops_.linear_forward(ys[i], x, Wm ? Wm : Lw.W[mi], Lw.bias[mi], T, module_in(cfg_, ms[i]),
+                                module_out(cfg_, ms[i]));
             xa[i] = I.xa + static_cast<std::size_t>(i) * static_cast<std::size_t>(T) * xa_rank;
           }
-          if (lora) lora_add_group(def_, l, ms, ys, n, x, T, xa, I.lora_scratch);
+          if (lora && !merged) lora_add_group(def_, l, ms, ys, n, x, T, xa, I.lora_scratch);
         },
         [&] {
           ops_.kv_store(cache.k(l), cache.v(l), I.k, I.v, I.slot, I.pos, T, pages, nkv, hd);
@@ -192,15 +270,16 @@ const float* InferenceEngine::run(int T, int R, KvCache& cache, bool use_lora) {
   };
   if (T == R && T <= kMaxRecordedRows && !def_.sharded()) {  // a sharded base's gathers are not recorded
     // The key: everything the recorded launches take by value (sizes, pointers): this model's buffers, the
-    // cache's pools and block table, LoRA on or off.
+    // cache's pools and block table, LoRA off, on, or merged (and the merged copy).
     std::uint64_t key = 1469598103934665603ull;
     const auto mix = [&key](std::uint64_t v) {
       for (int b = 0; b < 8; ++b) key = (key ^ ((v >> (8 * b)) & 0xffu)) * 1099511628211ull;
     };
     const auto ptr = [&mix](const void* p) { mix(static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(p))); };
     mix(static_cast<std::uint64_t>(T));
-    mix(lora ? 1 : 0);
+    mix(merged ? 2 : lora ? 1 : 0);
     ptr(def_.base_weights());
+    ptr(merged ? merged_mem_ : nullptr);
     ptr(I.x);
     ptr(I.logits);
     ptr(pages.table);

@@ -41,8 +41,25 @@ class InferenceEngine {
   DecodeInputs load_decode(const std::vector<std::int32_t>& tokens, const std::vector<std::int32_t>& slot,
                            const std::vector<std::int32_t>& pos, KvCache& cache);
   const float* infer_loaded(int T, KvCache& cache, bool use_lora = true);
-  // Drops the work buffers (and the recordings that use them): the adapter they were sized for changed.
+  // Drops the work buffers and the merged copy (and the recordings that use them): the adapter they were sized for
+  // changed.
   void reset();
+
+  // Sampling with the adapter merged into the base weights (generate.merge_lora): merge_lora() writes W + scale B A
+  // of every projection that has an adapter into the engine's merged copy (Ops::lora_merge; the copy is allocated
+  // at the first call and kept until reset()), and until unmerge() the calls with use_lora read the merged weights
+  // of those projections instead of the base ones and run no adapter op (calls without use_lora are unchanged). The
+  // adapter must not change between the two: rl::Generator merges at the start of each generation and unmerges at
+  // its end. A dense, unsharded base only (a FatalError otherwise: the modes refuse it first). When allocating the
+  // copy fails for memory, it throws OutOfMemory if `required`, else returns false and merges nothing (also at every
+  // later call: merge_failed()). Without an adapter it does nothing and returns false.
+  bool merge_lora(bool required);
+  void unmerge() { merged_ = false; }
+  bool merged() const { return merged_; }
+  bool merge_failed() const { return merge_failed_; }
+  // Bytes of the merged copy: each adapted projection ([out, in], storage dtype of `storage` bytes, 256-byte aligned)
+  // of every layer, as merge_lora() allocates it (mgrl plan).
+  static std::size_t merged_bytes(const io::ModelConfig& c, std::size_t storage, const LoraConfig& lora);
   // Bytes of the work buffers for calls of up to T rows, R of them output rows (storage: the backend's storage
   // dtype size; lora_r: the adapter's rank, 0 without one), from the config alone (mgrl plan): what reserve()
   // allocates, laid out by the same code.
@@ -64,6 +81,12 @@ class InferenceEngine {
   const io::ModelConfig& cfg_;
   kernels::Ops& ops_;
   std::unique_ptr<Buffers> buf_;
+  // The merged copy: one allocation, and the merged weight of (layer l, module m) at merged_w_[l * kNumModules + m]
+  // (null: that projection has no adapter and is read from the base).
+  void* merged_mem_ = nullptr;
+  std::vector<void*> merged_w_;
+  bool merged_ = false, merge_failed_ = false;
+  void release_merged();
 };
 
 }  // namespace mgrl::model

@@ -175,6 +175,9 @@ MemoryPlan memory_plan(const PlanInput& in) {
                                                              static_cast<int>(in.infer_tokens),
                                                              static_cast<int>(in.infer_rows))),
         std::to_string(in.infer_tokens) + " rows a call, logits of " + std::to_string(in.infer_rows));
+    if (lora && in.merged_lora)
+      add("merged LoRA weights", static_cast<double>(InferenceEngine::merged_bytes(c, in.storage, *lora)),
+          "the adapted projections with the adapter merged, for sampling (generate.merge_lora)");
   }
   add("communication buffers", in.comm_bytes, in.comm_note);
   add("runtime overhead", in.runtime_bytes, in.runtime_note);

@@ -62,6 +62,7 @@ struct PlanInput {
   bool generate = false;
   int kv_slots = 0, kv_max_len = 0, kv_blocks = 0, kv_block_size = 16;
   std::int64_t infer_tokens = 0, infer_rows = 0;
+  bool merged_lora = false;  // generate.merge_lora in effect: the adapted projections once more, merged (sampling)
   // Runtime overhead: CUDA context and library workspaces, or the CPU process's own memory.
   double runtime_bytes = 0;
   std::string runtime_note;

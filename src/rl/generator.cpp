@@ -9,6 +9,7 @@
 #include <deque>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "core/random.h"
 
 namespace mgrl::rl {
@@ -73,6 +74,23 @@ std::vector<Completion> Generator::generate(const std::vector<Prompt>& prompts) 
                     std::to_string(opts_.max_new_tokens) + ") exceeds the model's max_position_embeddings (" +
                     std::to_string(mc.max_position_embeddings) + ")");
   if (prompts.empty() && !opts_.lockstep) return {};
+  // The adapter merged into the weights for this call (its current values: they change after every optimizer step),
+  // undone when the call ends however it ends.
+  struct Unmerge {
+    model::InferenceEngine& engine;
+    ~Unmerge() { engine.unmerge(); }
+  } unmerge{model_.engine()};
+  bool merged = false;
+  if (opts_.merge_lora != GenerationOptions::Merge::Off && opts_.use_lora && model_.lora()) {
+    model::InferenceEngine& engine = model_.engine();
+    const bool failed_before = engine.merge_failed();
+    merged = engine.merge_lora(opts_.merge_lora == GenerationOptions::Merge::On);
+    if (!merged && !failed_before && engine.merge_failed())
+      log::warn("generate.merge_lora = \"auto\": no memory for the merged copy of the adapted weights (" +
+                std::to_string(model::InferenceEngine::merged_bytes(mc, model_.ops().storage_size(),
+                                                                    model_.lora()->config()) >> 20) +
+                " MiB); sampling with the unmerged adapter");
+  }
   const KvPool pool = kv_pool(opts_.max_sequences, G, static_cast<std::int64_t>(prompts.size()),
                               static_cast<int>(longest), opts_.max_new_tokens, opts_.kv_block_size);
   const int n_slots = pool.slots, bs = pool.block_size;
@@ -158,6 +176,7 @@ std::vector<Completion> Generator::generate(const std::vector<Prompt>& prompts) 
     return false;
   };
   stats_ = {};
+  stats_.merged_lora = merged;
   stats_.prompts = static_cast<std::int64_t>(prompts.size());
   stats_.kv_blocks = pool.blocks;
   stats_.kv_cache_bytes = cache.bytes();

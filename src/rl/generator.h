@@ -31,6 +31,12 @@ struct GenerationOptions {
   int max_prefill_tokens = 2048;          // prompt tokens prefilled per step (longer prompts: in chunks)
   int kv_block_size = 16;                 // positions per KV-cache block
   bool use_lora = true;
+  // generate.merge_lora: with use_lora, sample from the adapter merged into the base weights
+  // (model::InferenceEngine::merge_lora, refreshed at the start of every generate() call, undone at its end): Off;
+  // IfMemory ("auto" on a GPU: sample unmerged, after one warning, when the merged copy cannot be allocated); On
+  // (failing to allocate it is an error).
+  enum class Merge { Off, IfMemory, On };
+  Merge merge_lora = Merge::Off;
   // Decode steps run back to back on the device, with no host round trip, while no prompt can be admitted: the
   // sampled tokens feed the next step there, EOS and length end sequences there, and the tokens come back once per
   // sync_interval steps (the host then applies stop strings, frees slots and admits prompts). 1: a round trip per
@@ -65,6 +71,7 @@ struct GenerationStats {
   std::int64_t device_steps = 0;   // of the steps, those run back to back on the device (sync_interval > 1)
   int kv_blocks = 0;               // blocks in the KV-cache pool
   std::size_t kv_cache_bytes = 0;  // its memory (keys and values of every layer)
+  bool merged_lora = false;        // the last generate() sampled from merged weights (merge_lora)
   double seconds = 0;
 };
 

@@ -310,6 +310,7 @@ void GrpoTrainer::new_round() {
     g.max_prefill_tokens = opts_.max_prefill_tokens;
     g.kv_block_size = opts_.kv_block_size;
     g.sync_interval = opts_.sync_interval;
+    g.merge_lora = opts_.merge_lora;
     g.use_lora = true;
     if (model_.definition().sharded()) g.lockstep = lockstep_over(env_);
     std::vector<Prompt> prompts;
@@ -594,6 +595,7 @@ EvalResult GrpoTrainer::evaluate() {
     g.max_prefill_tokens = opts_.max_prefill_tokens;
     g.kv_block_size = opts_.kv_block_size;
     g.sync_interval = opts_.sync_interval;
+    g.merge_lora = opts_.merge_lora;
     if (model_.definition().sharded()) g.lockstep = lockstep_over(env_);
     std::vector<Prompt> prompts;
     for (std::size_t i = lo; i < hi; ++i) prompts.push_back({static_cast<std::int64_t>(i), eval_[i].tokens});

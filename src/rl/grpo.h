@@ -17,6 +17,7 @@
 #include "dist/mpi_env.h"
 #include "io/tokenizer.h"
 #include "model/transformer.h"
+#include "rl/generator.h"
 #include "rl/grpo_loss.h"
 #include "rl/prompts.h"
 #include "rl/rewards/rewards.h"
@@ -46,6 +47,7 @@ struct GrpoOptions {
   int max_prefill_tokens = 2048;  // generate.max_prefill_tokens
   int kv_block_size = 16;         // generate.kv_block_size
   int sync_interval = 8;          // generate.sync_interval
+  GenerationOptions::Merge merge_lora = GenerationOptions::Merge::Off;  // generate.merge_lora (resolved)
   GrpoLossOptions loss;
   std::string scale_rewards = "group";
   int num_iterations = 1;

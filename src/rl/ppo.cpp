@@ -96,6 +96,7 @@ PpoEval PpoTrainer::evaluate() {
     g.max_prefill_tokens = opts_.max_prefill_tokens;
     g.kv_block_size = opts_.kv_block_size;
     g.sync_interval = opts_.sync_interval;
+    g.merge_lora = opts_.merge_lora;
     if (lockstep) g.lockstep = lockstep_over(env_);
     Generator gen(model_, g, [&](const std::vector<std::int32_t>& ids) { return tok_.decode(ids, true); });
     std::vector<RewardSample> samples;
@@ -142,6 +143,7 @@ void PpoTrainer::update(nlohmann::json* metrics) {
     g.max_prefill_tokens = opts_.max_prefill_tokens;
     g.kv_block_size = opts_.kv_block_size;
     g.sync_interval = opts_.sync_interval;
+    g.merge_lora = opts_.merge_lora;
     g.use_lora = true;
     // A sharded base: the ranks' responses end at different steps, so the ranks agree on every generation step.
     if (model_.definition().sharded()) g.lockstep = lockstep_over(env_);

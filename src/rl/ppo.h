@@ -18,6 +18,7 @@
 #include "dist/mpi_env.h"
 #include "io/tokenizer.h"
 #include "model/transformer.h"
+#include "rl/generator.h"
 #include "rl/ppo_loss.h"
 #include "rl/ppo_step.h"
 #include "rl/prompts.h"
@@ -47,6 +48,7 @@ struct PpoTrainOptions {
   kernels::Ops::Sampling sampling;
   int max_sequences = 64, max_prefill_tokens = 2048, kv_block_size = 16;
   int sync_interval = 8;  // generate.sync_interval
+  GenerationOptions::Merge merge_lora = GenerationOptions::Merge::Off;  // generate.merge_lora (resolved)
   std::uint64_t seed = 0;
   int rollouts_every = 1;
   std::string log_dir;

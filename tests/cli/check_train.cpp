@@ -21,6 +21,10 @@
 //                                                       tokens only, advantages whitened over the batch, returns -
 //                                                       values affine in them (GAE minus its whitening), metrics agree
 //   check_train scores A.h5 B.h5 --rtol=X                 two `mgrl score` files: same tokens, log-probs within X
+//   check_train same_rollouts A.h5 B.h5 --atol=X          two rollout files of one step: the same prompts and
+//                                                       completions token for token, sample log-probs within X
+//                                                       (absolute); prints the largest difference and whether
+//                                                       the log-probs are bitwise equal
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -148,6 +152,33 @@ int main(int argc, char** argv) {
       }
       if (!found) fail("no metrics line for the step");
       return bad == 0 ? 0 : 1;
+    }
+    if (cmd == "same_rollouts" && argc >= 4) {
+      io::H5Reader a(argv[2]), b(argv[3]);
+      const double atol = opt(argc, argv, "--atol=") ? std::atof(opt(argc, argv, "--atol=")) : 0;
+      int bad = 0;
+      for (const char* name : {"prompt_index", "generation_index", "prompt_tokens", "completion_tokens",
+                               "completion_lengths"})
+        if (a.read_all<std::int32_t>(name, DType::I32) != b.read_all<std::int32_t>(name, DType::I32)) {
+          ++bad;
+          std::printf("check_train: same_rollouts: %s differ\n", name);
+        }
+      const auto la = a.read_all<float>("logprobs", DType::F32), lb = b.read_all<float>("logprobs", DType::F32);
+      double worst = 0;
+      std::size_t tokens = 0;
+      if (la.size() != lb.size()) ++bad;
+      for (std::size_t i = 0; i < la.size() && i < lb.size(); ++i) {
+        if (std::isnan(la[i]) != std::isnan(lb[i])) ++bad;
+        if (std::isnan(la[i]) || std::isnan(lb[i])) continue;
+        ++tokens;
+        worst = std::max(worst, std::fabs(static_cast<double>(la[i]) - lb[i]));
+      }
+      const bool bits = la.size() == lb.size() && std::memcmp(la.data(), lb.data(), la.size() * sizeof(float)) == 0;
+      std::printf("check_train: rollouts of step %ld: %s completions, %zu tokens, largest |d logprob| %.3g; bitwise "
+                  "equal: %s\n",
+                  static_cast<long>(a.attr_int("/", "step")), bad ? "different" : "the same", tokens, worst,
+                  bits ? "yes" : "no");
+      return bad == 0 && worst <= atol ? 0 : 1;
     }
     if (cmd == "ppo_rollouts" && argc >= 4) {
       io::H5Reader r(argv[2]);

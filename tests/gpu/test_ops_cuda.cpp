@@ -437,6 +437,48 @@ TEST_P(OpsCuda, LoraGroup) {
   }
 }
 
+// lora_merge (generate.merge_lora): Wm = W + scale * B A. The CUDA kernel sums over k in the CPU reference's order
+// with the same separately rounded products and adds, so its result is the reference's f32 value rounded once to
+// the storage dtype: bit for bit (a mismatch count, with the worst relative difference for the diagnosis). The
+// shapes of Qwen2.5-0.5B's projections (q/o 896 x 896, gate/up 4864 x 896, k/v 128 x 896, down 896 x 4864) and an odd
+// one; ranks 8, 16, 64 and 5 (a partial chunk of ranks); out of place and in place.
+TEST_P(OpsCuda, LoraMerge) {
+  struct Case {
+    int out, in;
+  };
+  for (const Case cs : {Case{896, 896}, Case{4864, 896}, Case{128, 896}, Case{896, 4864}, Case{70, 33}}) {
+    for (const int r : {8, 16, 64, 5}) {
+      const int out = cs.out, in = cs.in;
+      const std::string tag = "merge " + std::to_string(out) + "x" + std::to_string(in) + " r" + std::to_string(r);
+      const float scale = 32.0f / static_cast<float>(r);
+      const float a_bound = 1.0f / std::sqrt(static_cast<float>(in));
+      Pair W = storage(randu(sz(out, in), 90, -0.05f, 0.05f));
+      Pair A = f32(randu(sz(r, in), 91, -a_bound, a_bound));
+      Pair B = f32(randu(sz(out, r), 92, -0.02f, 0.02f));
+      Pair Wm = storage(Vec(sz(out, in), 0.0f));
+      cpu_->lora_merge(Wm.c, W.c, static_cast<const float*>(A.c), static_cast<const float*>(B.c), scale, out, in, r);
+      gpu_->lora_merge(Wm.g, W.g, static_cast<const float*>(A.g), static_cast<const float*>(B.g), scale, out, in, r);
+      const Vec want = rounded(cpu_values(Wm));
+      const Vec got = gpu_values(Wm);
+      std::size_t mismatches = 0;
+      double worst = 0;
+      for (std::size_t i = 0; i < want.size(); ++i)
+        if (got[i] != want[i]) {
+          ++mismatches;
+          worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - want[i]) / std::max(1e-30, std::fabs(double(want[i]))));
+        }
+      EXPECT_EQ(mismatches, 0u) << tag << ": worst relative difference " << worst;
+      expect_close_vec(tag, want, got, st() == DType::BF16 ? 4e-3 : 5e-4);
+      // The merge changed W (the comparison is not of two copies of W).
+      EXPECT_NE(got, gpu_values(W)) << tag;
+      // In place (Wm = W) gives the same values.
+      gpu_->lora_merge(W.g, W.g, static_cast<const float*>(A.g), static_cast<const float*>(B.g), scale, out, in, r);
+      EXPECT_EQ(gpu_values(W), got) << tag << " in place";
+    }
+  }
+  gpu_->synchronize();
+}
+
 TEST_P(OpsCuda, Dropout) {
   const std::int64_t n = 1001;
   const float p = 0.3f;

@@ -5,6 +5,7 @@
 // steps run on the device between downloads); stop conditions.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -110,6 +111,53 @@ TEST_P(Generation, GreedyMatchesTransformersAndScore) {
     for (std::size_t t = 0; t < out[i].tokens.size(); ++t)
       EXPECT_NEAR(out[i].logprobs[t], lp[prompts[i].tokens.size() + t], 1e-5) << i << "," << t;
   }
+}
+
+// The inference engine with the adapter merged into the weights (generate.merge_lora) gives the unmerged engine's
+// logits up to the rounding of W + s B A (f32 here); the merged copy, not the adapter, is what it reads while merged
+// (an adapter changed after the merge does not show until the next merge_lora), and unmerge() returns to the adapter.
+TEST_P(Generation, MergedWeightsGiveTheUnmergedLogits) {
+  Loaded m(GetParam());
+  const int V = static_cast<int>(m.cfg.vocab_size);
+  const std::vector<std::int32_t> tok{5, 9, 13, 2, 7, 100, 3}, slot(tok.size(), 0), pos{0, 1, 2, 3, 4, 5, 6},
+      rows{0, 1, 2, 3, 4, 5, 6};
+  model::KvCache cache(m.cfg, *m.ops, 1, 16);
+  model::InferenceEngine& engine = m.net->engine();
+  auto logits = [&](bool use_lora = true) {
+    const float* l = m.net->infer(tok, slot, pos, rows, cache, use_lora);
+    return std::vector<float>(l, l + rows.size() * static_cast<std::size_t>(V));
+  };
+  auto rel = [](const std::vector<float>& a, const std::vector<float>& b) {
+    double num = 0, den = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      num += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+      den += static_cast<double>(b[i]) * b[i];
+    }
+    return std::sqrt(num / den);
+  };
+  const auto unmerged = logits(), base = logits(false);
+  ASSERT_GT(rel(unmerged, base), 1e-3) << "the fixture's adapter must change the logits";
+  ASSERT_TRUE(engine.merge_lora(true));
+  EXPECT_TRUE(engine.merged());
+  const auto merged = logits();
+  EXPECT_LE(rel(merged, unmerged), 1e-5);
+  EXPECT_NE(merged, unmerged) << "bit-equal logits: the merged weights were not read";
+  EXPECT_EQ(logits(false), base) << "use_lora = false must read the base weights while merged";
+  // B = 0: the adapter is now a no-op, but the merged copy still holds the old one until the next merge.
+  const auto params = m.net->lora()->to_host();
+  std::vector<float> zero_b = params;
+  for (const auto& s : m.net->lora()->slots())
+    std::fill_n(zero_b.begin() + static_cast<std::ptrdiff_t>(s.b_offset),
+                static_cast<std::size_t>(s.out) * static_cast<std::size_t>(m.net->lora()->config().r), 0.0f);
+  m.net->lora()->from_host(zero_b);
+  EXPECT_EQ(logits(), merged);
+  ASSERT_TRUE(engine.merge_lora(true));
+  EXPECT_LE(rel(logits(), base), 1e-6);
+  engine.unmerge();
+  EXPECT_FALSE(engine.merged());
+  EXPECT_EQ(logits(), base);  // the adapter with B = 0 adds exactly 0
+  m.net->lora()->from_host(params);
+  EXPECT_EQ(logits(), unmerged);
 }
 
 INSTANTIATE_TEST_SUITE_P(Hf, Generation,
@@ -344,6 +392,47 @@ TEST(Generator, SyncIntervalChangesNothing) {
     EXPECT_EQ(gen.stats().generated_tokens, ref_gen.stats().generated_tokens);
     EXPECT_GT(gen.stats().device_steps, 0);
   }
+}
+
+// generate.merge_lora on: greedy completions are the unmerged ones (the CPU's merged weights differ from W and the
+// adapter's sum only by f32 rounding), log-probs within 1e-4; the merge is undone when generate() returns; and it is
+// refreshed at every call: after the adapter changes, the merged generation follows it (a stale merge would repeat
+// the first call's completions, which differ).
+TEST(Generator, MergedLoraSamplesAsUnmergedAndFollowsTheAdapter) {
+  Loaded m("llama_gqa");
+  GenerationOptions o;
+  o.max_new_tokens = 10;
+  o.num_generations = 2;
+  o.sampling.temperature = 0;
+  const auto prompts = some_prompts();
+  GenerationOptions om = o;
+  om.merge_lora = GenerationOptions::Merge::On;
+  auto same = [](const std::vector<Completion>& a, const std::vector<Completion>& b) {
+    ASSERT_EQ(a.size(), b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      EXPECT_EQ(a[i].tokens, b[i].tokens) << i;
+      ASSERT_EQ(a[i].logprobs.size(), b[i].logprobs.size()) << i;
+      for (std::size_t t = 0; t < a[i].logprobs.size(); ++t) EXPECT_NEAR(a[i].logprobs[t], b[i].logprobs[t], 1e-4);
+    }
+  };
+  Generator plain(*m.net, o), merged(*m.net, om);
+  const auto first = plain.generate(prompts);
+  EXPECT_FALSE(plain.stats().merged_lora);
+  same(merged.generate(prompts), first);
+  EXPECT_TRUE(merged.stats().merged_lora);
+  EXPECT_FALSE(m.net->engine().merged()) << "the merge outlived its generate() call";
+  // A bigger adapter (B x 4): other completions, and the merged generator, reused, follows.
+  auto params = m.net->lora()->to_host();
+  for (const auto& s : m.net->lora()->slots())
+    for (std::size_t i = 0; i < static_cast<std::size_t>(s.out) * m.net->lora()->config().r; ++i)
+      params[s.b_offset + i] *= 4.0f;
+  m.net->lora()->from_host(params);
+  const auto second = plain.generate(prompts);
+  bool differs = false;
+  for (std::size_t i = 0; i < second.size(); ++i) differs = differs || second[i].tokens != first[i].tokens;
+  ASSERT_TRUE(differs) << "the changed adapter must change the completions for this test to see a stale merge";
+  same(merged.generate(prompts), second);
+  EXPECT_TRUE(merged.stats().merged_lora);
 }
 
 // The host waits for the device (downloads the sampled tokens) once per sync_interval decode steps: 5 prompts of 32

@@ -125,6 +125,33 @@ TEST(ModelShapes, UnknownNameListsTheKnownOnes) {
   }
 }
 
+// generate.merge_lora's merged copy: each adapted projection once more in the storage dtype. Qwen2.5-0.5B in bf16
+// (every projection's bytes a multiple of 256: no padding): q, o 896 x 896, k, v 128 x 896, gate, up, down 4864 x 896,
+// 24 layers = 715653120 bytes (0.67 GiB); q and v only: 44040192. The plan counts it when asked, and only then.
+TEST(MemoryPlan, MergedLoraCopy) {
+  const io::ModelConfig c = io::model_shape("qwen2.5-0.5b");
+  LoraConfig all;
+  EXPECT_EQ(InferenceEngine::merged_bytes(c, 2, all), std::size_t{715653120});
+  LoraConfig qv;
+  qv.targets = {"q_proj", "v_proj"};
+  EXPECT_EQ(InferenceEngine::merged_bytes(c, 2, qv), std::size_t{44040192});
+  PlanInput in;
+  in.model = c;
+  in.generate = true;
+  const double without = memory_plan(in).total;
+  in.merged_lora = true;
+  const MemoryPlan with = memory_plan(in);
+  EXPECT_DOUBLE_EQ(with.total - without, 715653120.0);
+  bool named = false;
+  for (const auto& p : with.parts) named = named || (p.name == "merged LoRA weights" && p.bytes == 715653120.0);
+  EXPECT_TRUE(named);
+  in.lora = false;  // full fine-tuning: no adapter, nothing merged
+  in.full_finetune = true;
+  const double full = memory_plan(in).total;
+  in.merged_lora = false;
+  EXPECT_EQ(memory_plan(in).total, full);
+}
+
 PlanInput gpu_plan(const std::string& shape, bool recompute) {
   PlanInput in;
   in.model = io::model_shape(shape);

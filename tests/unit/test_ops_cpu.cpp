@@ -297,6 +297,50 @@ TEST(OpsCpu, LoraForwardAndBackward) {
   EXPECT_EQ(dB2, dB);
 }
 
+// lora_merge: Wm = W + scale * B A against the product in double (the only error the f32 sum and the final rounding
+// add: relative ~1e-6), bitwise against the documented order (k = 0 .. r-1, products and adds rounded one by one,
+// then one add to W), in place as well; a merge with B = 0 leaves W as it is.
+TEST(OpsCpu, LoraMergeMatchesDoubleAndItsOrder) {
+  struct Shape {
+    int out, in, r;
+  };
+  for (const Shape sh : {Shape{5, 9, 3}, Shape{33, 70, 16}, Shape{64, 17, 1}}) {
+    SCOPED_TRACE("out " + std::to_string(sh.out) + " in " + std::to_string(sh.in) + " r " + std::to_string(sh.r));
+    const float scale = 16.0f / static_cast<float>(sh.r);
+    const Vec W = randn(static_cast<size_t>(sh.out) * sh.in, 60), A = randn(static_cast<size_t>(sh.r) * sh.in, 61, 0.3f),
+              B = randn(static_cast<size_t>(sh.out) * sh.r, 62, 0.3f);
+    Vec Wm(W.size());
+    lora_merge(Wm.data(), W.data(), A.data(), B.data(), scale, sh.out, sh.in, sh.r);
+    std::vector<double> want(W.size());
+    Vec ordered(W.size());
+    double worst = 0;
+    for (int o = 0; o < sh.out; ++o)
+      for (int i = 0; i < sh.in; ++i) {
+        double d = 0;
+        float acc = 0.0f;
+        for (int k = 0; k < sh.r; ++k) {
+          d += static_cast<double>(B[o * sh.r + k]) * A[k * sh.in + i];
+          const volatile float p = B[o * sh.r + k] * A[k * sh.in + i];
+          acc += p;
+        }
+        const size_t at = static_cast<size_t>(o) * sh.in + i;
+        want[at] = W[at] + static_cast<double>(scale) * d;
+        const volatile float sd = scale * acc;
+        ordered[at] = W[at] + sd;
+        worst = std::max(worst, std::abs(Wm[at] - want[at]));
+      }
+    expect_near_vec(Wm, want, 2e-5, "lora_merge vs double");
+    EXPECT_GT(worst, 0.0);  // the f32 result is not the double one: the comparison above is not vacuous
+    EXPECT_EQ(Wm, ordered) << "lora_merge does not sum in its documented order";
+    Vec inplace = W;
+    lora_merge(inplace.data(), inplace.data(), A.data(), B.data(), scale, sh.out, sh.in, sh.r);
+    EXPECT_EQ(inplace, Wm);
+    const Vec B0(B.size(), 0.0f);
+    lora_merge(inplace.data(), W.data(), A.data(), B0.data(), scale, sh.out, sh.in, sh.r);
+    EXPECT_EQ(inplace, W);
+  }
+}
+
 // A LoRA group (lora_group_forward / lora_group_backward) against its members run one by one with lora_forward /
 // lora_backward. Both are f32 BLAS; the group's products over x are other GEMM shapes (N = n r instead of r, K = n r
 // for dx), which BLAS blocks differently, so a sum may be added in another order: each value agrees within
