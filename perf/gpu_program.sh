@@ -28,13 +28,15 @@
 #   train      perf/train_vs_hf.py at the Qwen2.5 0.5B, 1.5B (batch 8 x 1024) and 7B (4 x 1024) shapes
 #   train05, train15, train7   the same at one shape
 #   train_ab   mgrl alone at 0.5B: as built, then MGRL_FUSED_LM_HEAD=0, then MGRL_LORA_GROUPS=0, then
-#              MGRL_CUBLASLT_BIAS=0 (changes of 2026-11-25, never run on a GPU before: their effect on the step)
+#              MGRL_CUBLASLT_BIAS=0, then MGRL_FUSED_NORM=0 (changes of 2026-11-25, never run on a GPU before: their
+#              effect on the step)
 #   gen        perf/gen_vs_hf.py at the 0.5B shape, batch 1, 8, 64, 256
 #   sampler    perf/bench_sample (Ops::sample at a 152k vocabulary, batch 1-256, greedy / T 1 / top-p / top-k) with
 #              the radix thresholds (as built) and with MGRL_RADIX_SAMPLER=0 (the 32-pass bit-by-bit search):
 #              $OUT/bench_sample.txt
 #   gen_sync   mgrl alone at batch 1 and 64 with generate.sync_interval = 1 (a host round trip per decode step) and
-#              with the default (8): $OUT/gen_sync1.md and $OUT/gen_sync8.md
+#              with the default (8): $OUT/gen_sync1.md and $OUT/gen_sync8.md; then the default with MGRL_FUSED_NORM=0
+#              (the residual adds and norms unfused): $OUT/gen_sync8_no_fused_norm.md
 #   grpo       perf/grpo_vs_trl.py at the 0.5B shape (needs the trl wheels carried in .whl)
 #   grpo15     a 1.5B-shaped GRPO run of 50 steps (mgrl only), its phase table
 #   scaling    perf/scaling at 1 rank on the CUDA backend
@@ -218,12 +220,15 @@ stage_train7() {
 }
 stage_train() { stage_train05; stage_train15; stage_train7; }
 # train_ab: mgrl alone at the 0.5B shape with the 2026-11-25 changes on (default), then each turned off: the fused LM
-# head of SFT (MGRL_FUSED_LM_HEAD=0) and the stacked LoRA groups (MGRL_LORA_GROUPS=0); predicted ~4.5 ms and ~3-4 ms
-# of the 82 ms step (docs/performance.md). Tables: $OUT/train_ab_{on,no_fused_head,no_lora_groups}.md
+# head of SFT (MGRL_FUSED_LM_HEAD=0), the stacked LoRA groups (MGRL_LORA_GROUPS=0), the bias in cuBLASLt's epilogue
+# (MGRL_CUBLASLT_BIAS=0) and the residual adds fused into RMSNorm with the row-group norm kernels (MGRL_FUSED_NORM=0);
+# predicted ~4.5 ms, ~3-4 ms, the 1.0 ms of bias broadcasts and more, and ~2-2.5 ms of the 82 ms step
+# (docs/performance.md).
+# Tables: $OUT/train_ab_{on,no_fused_head,no_lora_groups,no_cublaslt_bias,no_fused_norm}.md
 stage_train_ab() {
-  run_stage train_ab 600 "for v in on no_fused_head no_lora_groups no_cublaslt_bias; do echo \"--- \$v\"; \
-    case \$v in no_fused_head) e=MGRL_FUSED_LM_HEAD=0 ;; no_lora_groups) e=MGRL_LORA_GROUPS=0 ;; \
-      no_cublaslt_bias) e=MGRL_CUBLASLT_BIAS=0 ;; *) e=MGRL_UNUSED=1 ;; esac; \
+  run_stage train_ab 600 "for v in on no_fused_head no_lora_groups no_cublaslt_bias no_fused_norm; do \
+    echo \"--- \$v\"; case \$v in no_fused_head) e=MGRL_FUSED_LM_HEAD=0 ;; no_lora_groups) e=MGRL_LORA_GROUPS=0 ;; \
+      no_cublaslt_bias) e=MGRL_CUBLASLT_BIAS=0 ;; no_fused_norm) e=MGRL_FUSED_NORM=0 ;; *) e=MGRL_UNUSED=1 ;; esac; \
     env \$e python3 $root/perf/train_vs_hf.py --mgrl $mgrl --shape qwen2.5-0.5b --batch 8 --seq 1024 --steps 20 \
       --warmup 5 --skip-hf --out $OUT/train_ab_\$v.md; done"
 }
@@ -231,16 +236,19 @@ stage_gen() {
   run_stage gen 900 "python3 $root/perf/gen_vs_hf.py --mgrl $mgrl --shape qwen2.5-0.5b --batches ${GEN_BATCHES:-1,8,64,256} \
     --prompt-len 128 --new-tokens 256 --repeats ${GEN_REPEATS:-3} --out $OUT/gen.md"
 }
-# Decode steps on the device between host round trips (generate.sync_interval): 1 against the default, one run each.
 # The sampler alone: radix top-k / top-p thresholds (2026-11-25, never run on a GPU before) against the bit-by-bit search.
 stage_sampler() {
   run_stage sampler 300 "for r in 1 0; do MGRL_RADIX_SAMPLER=\$r $build/perf/bench_sample 20 || exit 1; done \
     | tee $OUT/bench_sample.txt"
 }
+# Decode steps on the device between host round trips (generate.sync_interval): 1 against the default, one run each;
+# then the default with the residual adds and norms unfused (MGRL_FUSED_NORM=0).
 stage_gen_sync() {
   run_stage gen_sync 600 "for k in 1 8; do python3 $root/perf/gen_vs_hf.py --mgrl $mgrl --shape qwen2.5-0.5b \
     --batches ${GEN_SYNC_BATCHES:-1,64} --prompt-len 128 --new-tokens 256 --repeats ${GEN_REPEATS:-3} --skip-hf \
-    --sync-interval \$k --out $OUT/gen_sync\$k.md || exit 1; done"
+    --sync-interval \$k --out $OUT/gen_sync\$k.md || exit 1; done; MGRL_FUSED_NORM=0 python3 $root/perf/gen_vs_hf.py \
+    --mgrl $mgrl --shape qwen2.5-0.5b --batches ${GEN_SYNC_BATCHES:-1,64} --prompt-len 128 --new-tokens 256 \
+    --repeats ${GEN_REPEATS:-3} --skip-hf --out $OUT/gen_sync8_no_fused_norm.md"
 }
 stage_grpo() {
   run_stage grpo 900 "if [ -d $root/.whl ]; then python3 -m pip install -q --no-index --no-deps --no-compile \
