@@ -14,6 +14,8 @@
 #              default test_model_cuda test_ops_cuda; tools: $SANITIZE_TOOLS)
 #   sanitize_runs  the same tools over 2 steps each of SFT and GRPO (the Qwen2 test fixture, CUDA backend)
 #   attention  perf/bench_attention (tiled vs naive) and perf/bench_attention_torch.py (torch sdpa flash)
+#   norm       perf/bench_norm (RMSNorm forward, dx, residual + norm in GB/s beside a copy) as built and with
+#              MGRL_FUSED_NORM=0
 #   attention_sm70  (not in the default list) perf/bench_attention with MGRL_CUDA_ATTENTION=sm70: the Volta wmma
 #              kernels against the mma.sync ones on this GPU, every shape in fp16
 #   volta      (not in the default list; issue 21 item 4) the CUDA 11.8 compute_70 PTX-only build of
@@ -115,6 +117,12 @@ stage_sanitize() {
 }
 stage_attention() {
   run_stage attention 300 "$build/perf/bench_attention 20; python3 $root/perf/bench_attention_torch.py --reps 20"
+}
+# The RMSNorm kernels in GB/s beside a copy, as built (row groups, the fused residual + norm) and with
+# MGRL_FUSED_NORM=0 (the kernels of before): $OUT/bench_norm{,_unfused}.txt.
+stage_norm() {
+  run_stage norm 300 "$build/perf/bench_norm 20 | tee $OUT/bench_norm.txt && \
+    MGRL_FUSED_NORM=0 $build/perf/bench_norm 20 | tee $OUT/bench_norm_unfused.txt"
 }
 stage_attention_sm70() {
   run_stage attention_sm70 300 "MGRL_CUDA_ATTENTION=sm70 $build/perf/bench_attention 20"
@@ -294,7 +302,7 @@ stage_large() {
 }
 
 stages=("$@")
-[ ${#stages[@]} -eq 0 ] && stages=(info ctest sanitize_runs sanitize attention train_ab train gen gen_sync sampler grpo grpo15 scaling ncu)
+[ ${#stages[@]} -eq 0 ] && stages=(info ctest sanitize_runs sanitize attention norm train_ab train gen gen_sync sampler grpo grpo15 scaling ncu)
 : > "$OUT/summary.txt"
 note "gpu_program: $(date -u +%FT%TZ), git $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?'), stages: ${stages[*]}"
 for s in "${stages[@]}"; do "stage_$s"; done
