@@ -116,6 +116,9 @@ class Ops {
                                bool unit_offset = false) = 0;
   virtual void rmsnorm_backward(void* dx, float* dw, const void* dout, const void* x, const void* w, const float* rstd,
                                 int rows, int dim, bool accumulate, bool unit_offset = false) = 0;
+  // rmsnorm.h: x_out = x_in + y (stored), then h = rmsnorm(x_out) and rstd, in one pass (x_out may alias x_in)
+  virtual void residual_rmsnorm_forward(void* x_out, void* h, float* rstd, const void* x_in, const void* y,
+                                        const void* w, int rows, int dim, float eps, bool unit_offset = false) = 0;
   // linear.h (dW, dbias: f32 grads, may be null)
   virtual void linear_forward(void* y, const void* x, const void* W, const void* bias, int T, int in, int out) = 0;
   virtual void linear_backward(void* dx, float* dW, float* dbias, const void* dy, const void* x, const void* W, int T,
@@ -174,6 +177,7 @@ class Ops {
                               std::int64_t n) = 0;
   // residual.h
   virtual void residual_forward(void* x, const void* y, std::int64_t n) = 0;
+  virtual void residual_add(void* out, const void* a, const void* b, std::int64_t n) = 0;  // out = a + b
   // lm_head.h (logprob, lse, weights: f32; dW: f32 grad, may be null; scratch: lm_head_scratch_bytes;
   // softcap > 0: Gemma 2's final-logit soft-capping, logits = logit_scale * softcap * tanh(h W^T / softcap))
   virtual std::size_t lm_head_scratch_bytes(int V) const = 0;

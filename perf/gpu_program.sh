@@ -6,7 +6,7 @@
 # There:  source .device/env.sh && bash perf/gpu_program.sh [STAGE ...]       (carry [".device"], and ".whl" for trl:
 #         bash perf/fetch_trl_wheels.sh here first)
 #
-# Stages (default: all, in this order): info ctest sanitize_runs sanitize attention train_ab train gen gen_sync
+# Stages (default: all, in this order): info ctest sanitize_runs sanitize attention norm train_ab train gen gen_sync
 #   gen_merge sampler grpo grpo15 scaling ncu
 #   info       nvidia-smi, mgrl info on the CUDA backend, the measured copy bandwidth
 #   ctest      ctest -L gpu, then tests/test_ops_cuda and test_model_cuda verbosely (each comparison's error)
@@ -14,6 +14,8 @@
 #              default test_model_cuda test_ops_cuda; tools: $SANITIZE_TOOLS)
 #   sanitize_runs  the same tools over 2 steps each of SFT and GRPO (the Qwen2 test fixture, CUDA backend)
 #   attention  perf/bench_attention (tiled vs naive) and perf/bench_attention_torch.py (torch sdpa flash)
+#   norm       perf/bench_norm (RMSNorm forward, dx, residual + norm in GB/s beside a copy) as built and with
+#              MGRL_FUSED_NORM=0
 #   attention_sm70  (not in the default list) perf/bench_attention with MGRL_CUDA_ATTENTION=sm70: the Volta wmma
 #              kernels against the mma.sync ones on this GPU, every shape in fp16
 #   volta      (not in the default list; issue 21 item 4) the CUDA 11.8 compute_70 PTX-only build of
@@ -28,13 +30,15 @@
 #   train      perf/train_vs_hf.py at the Qwen2.5 0.5B, 1.5B (batch 8 x 1024) and 7B (4 x 1024) shapes
 #   train05, train15, train7   the same at one shape
 #   train_ab   mgrl alone at 0.5B: as built, then MGRL_FUSED_LM_HEAD=0, then MGRL_LORA_GROUPS=0, then
-#              MGRL_CUBLASLT_BIAS=0 (changes of 2026-11-25, never run on a GPU before: their effect on the step)
+#              MGRL_CUBLASLT_BIAS=0, then MGRL_FUSED_NORM=0 (changes of 2026-11-25, never run on a GPU before: their
+#              effect on the step)
 #   gen        perf/gen_vs_hf.py at the 0.5B shape, batch 1, 8, 64, 256
 #   sampler    perf/bench_sample (Ops::sample at a 152k vocabulary, batch 1-256, greedy / T 1 / top-p / top-k) with
 #              the radix thresholds (as built) and with MGRL_RADIX_SAMPLER=0 (the 32-pass bit-by-bit search):
 #              $OUT/bench_sample.txt
 #   gen_sync   mgrl alone at batch 1 and 64 with generate.sync_interval = 1 (a host round trip per decode step) and
-#              with the default (8): $OUT/gen_sync1.md and $OUT/gen_sync8.md
+#              with the default (8): $OUT/gen_sync1.md and $OUT/gen_sync8.md; then the default with MGRL_FUSED_NORM=0
+#              (the residual adds and norms unfused): $OUT/gen_sync8_no_fused_norm.md
 #   gen_merge  mgrl alone at batch 1 and 64 with a LoRA adapter, generate.merge_lora = off (the LoRA kernels in every
 #              decode step) and on (the adapter merged into the weights; never run on a GPU before):
 #              $OUT/gen_merge_off.md, $OUT/gen_merge_on.md; then perf/merge_mismatch.py (greedy and sampled, merged
@@ -117,6 +121,12 @@ stage_sanitize() {
 }
 stage_attention() {
   run_stage attention 300 "$build/perf/bench_attention 20; python3 $root/perf/bench_attention_torch.py --reps 20"
+}
+# The RMSNorm kernels in GB/s beside a copy, as built (row groups, the fused residual + norm) and with
+# MGRL_FUSED_NORM=0 (the kernels of before): $OUT/bench_norm{,_unfused}.txt.
+stage_norm() {
+  run_stage norm 300 "$build/perf/bench_norm 20 | tee $OUT/bench_norm.txt && \
+    MGRL_FUSED_NORM=0 $build/perf/bench_norm 20 | tee $OUT/bench_norm_unfused.txt"
 }
 stage_attention_sm70() {
   run_stage attention_sm70 300 "MGRL_CUDA_ATTENTION=sm70 $build/perf/bench_attention 20"
@@ -222,12 +232,15 @@ stage_train7() {
 }
 stage_train() { stage_train05; stage_train15; stage_train7; }
 # train_ab: mgrl alone at the 0.5B shape with the 2026-11-25 changes on (default), then each turned off: the fused LM
-# head of SFT (MGRL_FUSED_LM_HEAD=0) and the stacked LoRA groups (MGRL_LORA_GROUPS=0); predicted ~4.5 ms and ~3-4 ms
-# of the 82 ms step (docs/performance.md). Tables: $OUT/train_ab_{on,no_fused_head,no_lora_groups}.md
+# head of SFT (MGRL_FUSED_LM_HEAD=0), the stacked LoRA groups (MGRL_LORA_GROUPS=0), the bias in cuBLASLt's epilogue
+# (MGRL_CUBLASLT_BIAS=0) and the residual adds fused into RMSNorm with the row-group norm kernels (MGRL_FUSED_NORM=0);
+# predicted ~4.5 ms, ~3-4 ms, the 1.0 ms of bias broadcasts and more, and ~2-2.5 ms of the 82 ms step
+# (docs/performance.md).
+# Tables: $OUT/train_ab_{on,no_fused_head,no_lora_groups,no_cublaslt_bias,no_fused_norm}.md
 stage_train_ab() {
-  run_stage train_ab 600 "for v in on no_fused_head no_lora_groups no_cublaslt_bias; do echo \"--- \$v\"; \
-    case \$v in no_fused_head) e=MGRL_FUSED_LM_HEAD=0 ;; no_lora_groups) e=MGRL_LORA_GROUPS=0 ;; \
-      no_cublaslt_bias) e=MGRL_CUBLASLT_BIAS=0 ;; *) e=MGRL_UNUSED=1 ;; esac; \
+  run_stage train_ab 600 "for v in on no_fused_head no_lora_groups no_cublaslt_bias no_fused_norm; do \
+    echo \"--- \$v\"; case \$v in no_fused_head) e=MGRL_FUSED_LM_HEAD=0 ;; no_lora_groups) e=MGRL_LORA_GROUPS=0 ;; \
+      no_cublaslt_bias) e=MGRL_CUBLASLT_BIAS=0 ;; no_fused_norm) e=MGRL_FUSED_NORM=0 ;; *) e=MGRL_UNUSED=1 ;; esac; \
     env \$e python3 $root/perf/train_vs_hf.py --mgrl $mgrl --shape qwen2.5-0.5b --batch 8 --seq 1024 --steps 20 \
       --warmup 5 --skip-hf --out $OUT/train_ab_\$v.md; done"
 }
@@ -240,11 +253,14 @@ stage_sampler() {
   run_stage sampler 300 "for r in 1 0; do MGRL_RADIX_SAMPLER=\$r $build/perf/bench_sample 20 || exit 1; done \
     | tee $OUT/bench_sample.txt"
 }
-# Decode steps on the device between host round trips (generate.sync_interval): 1 against the default, one run each.
+# Decode steps on the device between host round trips (generate.sync_interval): 1 against the default, one run each;
+# then the default with the residual adds and norms unfused (MGRL_FUSED_NORM=0).
 stage_gen_sync() {
   run_stage gen_sync 600 "for k in 1 8; do python3 $root/perf/gen_vs_hf.py --mgrl $mgrl --shape qwen2.5-0.5b \
     --batches ${GEN_SYNC_BATCHES:-1,64} --prompt-len 128 --new-tokens 256 --repeats ${GEN_REPEATS:-3} --skip-hf \
-    --sync-interval \$k --out $OUT/gen_sync\$k.md || exit 1; done"
+    --sync-interval \$k --out $OUT/gen_sync\$k.md || exit 1; done; MGRL_FUSED_NORM=0 python3 $root/perf/gen_vs_hf.py \
+    --mgrl $mgrl --shape qwen2.5-0.5b --batches ${GEN_SYNC_BATCHES:-1,64} --prompt-len 128 --new-tokens 256 \
+    --repeats ${GEN_REPEATS:-3} --skip-hf --out $OUT/gen_sync8_no_fused_norm.md"
 }
 # LoRA merged for sampling (generate.merge_lora): off against on, one run each, then the token and log-prob mismatch.
 stage_gen_merge() {
@@ -297,11 +313,11 @@ stage_large() {
 }
 
 stages=("$@")
-[ ${#stages[@]} -eq 0 ] && stages=(info ctest sanitize_runs sanitize attention train_ab train gen gen_sync gen_merge sampler grpo grpo15 scaling ncu)
+[ ${#stages[@]} -eq 0 ] && stages=(info ctest sanitize_runs sanitize attention norm train_ab train gen gen_sync gen_merge sampler grpo grpo15 scaling ncu)
 : > "$OUT/summary.txt"
 note "gpu_program: $(date -u +%FT%TZ), git $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?'), stages: ${stages[*]}"
 for s in "${stages[@]}"; do "stage_$s"; done
 pack
 echo "=== summary ==="; cat "$OUT/summary.txt"
-for f in train.md train_ab_on.md train_ab_no_fused_head.md train_ab_no_lora_groups.md train_ab_no_cublaslt_bias.md gen.md gen_sync1.md gen_sync8.md gen_merge_off.md gen_merge_on.md merge_mismatch.md grpo.md grpo15.md scaling.md; do [ -f "$OUT/$f" ] && { echo "=== $f ==="; cat "$OUT/$f"; }; done
+for f in train.md train_ab_on.md train_ab_no_fused_head.md train_ab_no_lora_groups.md train_ab_no_cublaslt_bias.md train_ab_no_fused_norm.md gen.md gen_sync1.md gen_sync8.md gen_sync8_no_fused_norm.md gen_merge_off.md gen_merge_on.md merge_mismatch.md grpo.md grpo15.md scaling.md; do [ -f "$OUT/$f" ] && { echo "=== $f ==="; cat "$OUT/$f"; }; done
 exit "${setup_failed:-0}"  # 1 when a stage could not start (its build missing); a stage that ran and failed: 0

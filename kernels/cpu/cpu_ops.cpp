@@ -94,6 +94,10 @@ class CpuOps final : public Ops {
                         int rows, int dim, bool accumulate, bool unit_offset = false) override {
     cpu::rmsnorm_backward(F(dx), dw, F(dout), F(x), F(w), rstd, rows, dim, accumulate, unit_offset);
   }
+  void residual_rmsnorm_forward(void* x_out, void* h, float* rstd, const void* x_in, const void* y, const void* w,
+                                int rows, int dim, float eps, bool unit_offset = false) override {
+    cpu::residual_rmsnorm_forward(F(x_out), F(h), rstd, F(x_in), F(y), F(w), rows, dim, eps, unit_offset);
+  }
   void linear_forward(void* y, const void* x, const void* W, const void* bias, int T, int in, int out) override {
     cpu::linear_forward(F(y), F(x), F(W), F(bias), T, in, out);
   }
@@ -175,6 +179,9 @@ class CpuOps final : public Ops {
     cpu::geglu_backward(F(dgate), F(dup), F(dout), F(gate), F(up), n);
   }
   void residual_forward(void* x, const void* y, std::int64_t n) override { cpu::residual_forward(F(x), F(y), n); }
+  void residual_add(void* out, const void* a, const void* b, std::int64_t n) override {
+    cpu::residual_add(F(out), F(a), F(b), n);
+  }
   std::size_t lm_head_scratch_bytes(int V) const override {
     return static_cast<std::size_t>(cpu::lm_head_scratch_floats(V)) * sizeof(float);
   }

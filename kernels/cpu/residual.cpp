@@ -1,4 +1,4 @@
-// residual.cpp: residual add in place and its identity backward.
+// residual.cpp: the residual add (in place or out of place) and its identity backward.
 #include "kernels/cpu/residual.h"
 
 #include <cstring>
@@ -7,6 +7,10 @@ namespace mgrl::kernels::cpu {
 
 void residual_forward(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+void residual_add(float* out, const float* a, const float* b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
 
 void residual_backward(float* dy, const float* dout, int64_t n, bool accumulate) {

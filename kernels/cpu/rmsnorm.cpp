@@ -1,4 +1,5 @@
-// rmsnorm.cpp: RMSNorm forward (saves per-row rstd) and backward (dx, accumulated dw).
+// rmsnorm.cpp: RMSNorm forward (saves per-row rstd), the residual add fused before it, and the backward (dx,
+// accumulated dw).
 #include "kernels/cpu/rmsnorm.h"
 
 #include <cmath>
@@ -17,6 +18,15 @@ void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, in
     const float s = static_cast<float>(1.0 / std::sqrt(ss / dim + static_cast<double>(eps)));
     rstd[r] = s;
     for (int i = 0; i < dim; ++i) o[i] = (xr[i] * s) * (w[i] + off);
+  }
+}
+
+void residual_rmsnorm_forward(float* x_out, float* h, float* rstd, const float* x_in, const float* y, const float* w,
+                              int rows, int dim, float eps, bool unit_offset) {
+  for (int r = 0; r < rows; ++r) {
+    const std::int64_t o = static_cast<std::int64_t>(r) * dim;
+    for (int i = 0; i < dim; ++i) x_out[o + i] = x_in[o + i] + y[o + i];
+    rmsnorm_forward(h + o, rstd + r, x_out + o, w, 1, dim, eps, unit_offset);
   }
 }
 

@@ -12,6 +12,15 @@ namespace mgrl::kernels::cpu {
 void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int rows, int dim, float eps,
                      bool unit_offset = false);
 
+// The residual add, then the RMSNorm of its result, in one pass over each row (a decoder block's residual before its
+// MLP norm):
+//   x_out[r, i] = x_in[r, i] + y[r, i]            (as residual_forward: one rounding to the storage dtype)
+//   h[r, :], rstd[r] = rmsnorm_forward of x_out[r, :]
+// Bit for bit the same as copying x_in to x_out, residual_forward(x_out, y), then rmsnorm_forward(h, rstd, x_out).
+// x_out may alias x_in (the inference engine's in-place residual stream); h must not alias x_in, x_out or y.
+void residual_rmsnorm_forward(float* x_out, float* h, float* rstd, const float* x_in, const float* y, const float* w,
+                              int rows, int dim, float eps, bool unit_offset = false);
+
 // Given dout, the forward's input x and its saved rstd:
 //   dx[r, :]  = rstd * (dout*w) - rstd^3 / dim * x * sum(dout * w * x)   (written, or added when accumulate)
 //   dw[i]    += sum_r dout[r, i] * x[r, i] * rstd[r]                      (always accumulates; dw may be null)

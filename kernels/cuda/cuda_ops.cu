@@ -159,6 +159,10 @@ class CudaOps final : public Ops {
                         int rows, int dim, bool accumulate, bool unit_offset = false) override {
     cuda::rmsnorm_backward(ctx(), dx, dw, dout, x, w, rstd, rows, dim, accumulate, unit_offset);
   }
+  void residual_rmsnorm_forward(void* x_out, void* h, float* rstd, const void* x_in, const void* y, const void* w,
+                                int rows, int dim, float eps, bool unit_offset = false) override {
+    cuda::residual_rmsnorm_forward(ctx(), x_out, h, rstd, x_in, y, w, rows, dim, eps, unit_offset);
+  }
   void linear_forward(void* y, const void* x, const void* W, const void* bias, int T, int in, int out) override {
     cuda::linear_forward(ctx(), y, x, W, bias, T, in, out);
   }
@@ -226,6 +230,9 @@ class CudaOps final : public Ops {
     cuda::geglu_backward(ctx(), dgate, dup, dout, gate, up, n);
   }
   void residual_forward(void* x, const void* y, std::int64_t n) override { cuda::residual_forward(ctx(), x, y, n); }
+  void residual_add(void* out, const void* a, const void* b, std::int64_t n) override {
+    cuda::residual_add(ctx(), out, a, b, n);
+  }
   std::size_t lm_head_scratch_bytes(int V) const override { return cuda::lm_head_scratch_bytes(st_, V); }
   void lm_head_logprob_forward(float* logprob, float* lse, const void* h, const void* W, const std::int32_t* targets,
                                int T, int D, int V, float logit_scale, void* scratch, float softcap = 0.0f) override {

@@ -1,9 +1,20 @@
 // block.cpp: the decoder block's forward over kernels::Ops and the LoRA term of a linear layer.
 #include "model/block.h"
 
+#include "core/env.h"
 #include "core/error.h"
+#include "core/log.h"
 
 namespace mgrl::model {
+
+bool fused_norm_enabled() {
+  static const bool on = [] {
+    const bool v = env::switch_on("MGRL_FUSED_NORM");
+    if (!v) log::info("MGRL_FUSED_NORM=0: the residual adds and the MLP norm run as separate ops (copy, add, norm)");
+    return v;
+  }();
+  return on;
+}
 
 void block_forward(const ModelDef& def, int l, const BlockIO& io, int T, const BlockLinear& lin,
                    const std::function<void()>& attend) {
@@ -15,7 +26,7 @@ void block_forward(const ModelDef& def, int l, const BlockIO& io, int T, const B
   const int hd = static_cast<int>(cfg.head_dim);
   const float eps = static_cast<float>(cfg.rms_norm_eps);
   const std::size_t S = ops.storage_size();
-  const bool unit = def.unit_offset_norms(), post = cfg.gemma;
+  const bool unit = def.unit_offset_norms(), post = cfg.gemma, fused = fused_norm_enabled();
 
   ops.rmsnorm_forward(io.h1, io.rstd1, io.x_in, Lw.attn_norm, T, D, eps, unit);
   const Module qkv[] = {Module::Q, Module::K, Module::V};
@@ -32,10 +43,13 @@ void block_forward(const ModelDef& def, int l, const BlockIO& io, int T, const B
   void* const o_out = post ? io.o_raw : io.tmp;
   lin(&o, &o_out, 1, io.attn);
   if (post) ops.rmsnorm_forward(io.tmp, io.rstd_pa, io.o_raw, Lw.post_attn_norm, T, D, eps, unit);
-  ops.copy(io.x_mid, io.x_in, static_cast<std::size_t>(T) * D * S);  // no-op when in place
-  ops.residual_forward(io.x_mid, io.tmp, static_cast<std::int64_t>(T) * D);
-
-  ops.rmsnorm_forward(io.h2, io.rstd2, io.x_mid, Lw.mlp_norm, T, D, eps, unit);
+  if (fused) {
+    ops.residual_rmsnorm_forward(io.x_mid, io.h2, io.rstd2, io.x_in, io.tmp, Lw.mlp_norm, T, D, eps, unit);
+  } else {
+    ops.copy(io.x_mid, io.x_in, static_cast<std::size_t>(T) * D * S);  // no-op when in place
+    ops.residual_forward(io.x_mid, io.tmp, static_cast<std::int64_t>(T) * D);
+    ops.rmsnorm_forward(io.h2, io.rstd2, io.x_mid, Lw.mlp_norm, T, D, eps, unit);
+  }
   const Module gate_up[] = {Module::Gate, Module::Up};
   void* const gate_up_out[] = {io.gate, io.up};
   lin(gate_up, gate_up_out, 2, io.h2);
@@ -47,8 +61,12 @@ void block_forward(const ModelDef& def, int l, const BlockIO& io, int T, const B
   void* const down_out = post ? io.m_raw : io.tmp;
   lin(&down, &down_out, 1, io.act);
   if (post) ops.rmsnorm_forward(io.tmp, io.rstd_pm, io.m_raw, Lw.post_mlp_norm, T, D, eps, unit);
-  ops.copy(io.x_out, io.x_mid, static_cast<std::size_t>(T) * D * S);
-  ops.residual_forward(io.x_out, io.tmp, static_cast<std::int64_t>(T) * D);
+  if (fused) {
+    ops.residual_add(io.x_out, io.x_mid, io.tmp, static_cast<std::int64_t>(T) * D);
+  } else {
+    ops.copy(io.x_out, io.x_mid, static_cast<std::size_t>(T) * D * S);
+    ops.residual_forward(io.x_out, io.tmp, static_cast<std::int64_t>(T) * D);
+  }
 }
 
 void lora_add(const ModelDef& def, int l, Module m, void* y, const void* x, int T, float* xa) {

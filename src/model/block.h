@@ -25,6 +25,13 @@ struct BlockIO {
 // gate, up; down), each with its adapter as the caller decides.
 using BlockLinear = std::function<void(const Module* ms, void* const* ys, int n, const void* x)>;
 
+// Whether block_forward fuses its residual adds: x_mid = x_in + attention output and the MLP norm of x_mid in one op
+// (Ops::residual_rmsnorm_forward), x_out = x_mid + MLP output out of place (Ops::residual_add, no copy first). Yes
+// unless the environment sets MGRL_FUSED_NORM=0 (read once; logged), which runs copy, residual_forward and
+// rmsnorm_forward as before (and the CUDA backend's RMSNorm kernels of before: kernels/cuda/rmsnorm.cuh). Both give
+// the same bits on the CPU backend.
+bool fused_norm_enabled();
+
 // Decoder block l over T rows: lin applies the linear layers, attend() fills io.attn from io.q / io.k / io.v (plain
 // causal attention in training, the KV cache in inference).
 void block_forward(const ModelDef& def, int l, const BlockIO& io, int T, const BlockLinear& lin,

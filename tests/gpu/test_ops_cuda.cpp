@@ -252,6 +252,84 @@ TEST_P(OpsCuda, Rmsnorm) {
   }
 }
 
+// The RMSNorm row-group kernels (forward and dx; kernels/cuda/rmsnorm.cu) and the residual add fused into the forward,
+// at the shapes that matter: per-head rows of 64 and 128, hidden sizes 896, 4096 and 8192, an odd 100 (no 16-byte
+// vectors), 20000 (too long for a row group: the one-block-per-row kernels), unit offset off and on, every pointer one
+// element past 16-byte alignment (shift 1: the scalar path), out of place and in place. gpu.ops_cuda_unfused_norm runs
+// it again with MGRL_FUSED_NORM=0 (the kernels of before, the fused op as two passes).
+TEST_P(OpsCuda, RmsnormRowGroupsAndResidualRmsnorm) {
+  struct Case {
+    int rows, dim, shift;
+  };
+  std::uint32_t seed = 100;
+  for (const Case cs : {Case{37 * 4, 64, 0}, Case{301, 128, 0}, Case{29, 896, 0}, Case{9, 4096, 0}, Case{3, 8192, 0},
+                        Case{13, 100, 0}, Case{2, 20000, 0}, Case{7, 896, 1}, Case{40, 64, 1}}) {
+    for (const bool unit : {false, true}) {
+      const int rows = cs.rows, dim = cs.dim;
+      const std::size_t sh = static_cast<std::size_t>(cs.shift), n = sz(rows, dim) + sh;
+      const std::string tag =
+          std::to_string(rows) + "x" + std::to_string(dim) + (sh ? " shifted" : "") + (unit ? " unit " : " ");
+      const float eps = 1e-6f;
+      // Element sh of a pair on each backend (CPU: f32, GPU: storage dtype or f32).
+      const auto C = [sh](const Pair& p) { return static_cast<void*>(static_cast<char*>(p.c) + sh * 4); };
+      const std::size_t gs = gpu_->storage_size();
+      const auto G = [sh, gs](const Pair& p) {
+        return static_cast<void*>(static_cast<char*>(p.g) + sh * (p.storage ? gs : 4));
+      };
+      const auto F = [](void* p) { return static_cast<float*>(p); };
+      Pair x = storage(randu(n, seed++, -2.0f, 2.0f));
+      Pair w = storage(unit ? randu(dim + sh, seed++, -0.5f, 0.5f) : randu(dim + sh, seed++, 0.5f, 1.5f));
+      Pair out = storage(Vec(n, 0.0f)), rstd = f32(Vec(rows + sh, 0.0f));
+      cpu_->rmsnorm_forward(C(out), F(C(rstd)), C(x), C(w), rows, dim, eps, unit);
+      gpu_->rmsnorm_forward(G(out), F(G(rstd)), G(x), G(w), rows, dim, eps, unit);
+      expect_close(tag + "rmsnorm out", out, tol());
+      expect_close(tag + "rmsnorm rstd", rstd, kF32Tol);
+
+      Pair rs = f32(cpu_values(rstd)), dout = storage(randu(n, seed++)), dx = storage(randu(n, seed++));
+      for (const bool acc : {false, true}) {
+        cpu_->rmsnorm_backward(C(dx), nullptr, C(dout), C(x), C(w), F(C(rs)), rows, dim, acc, unit);
+        gpu_->rmsnorm_backward(G(dx), nullptr, G(dout), G(x), G(w), F(G(rs)), rows, dim, acc, unit);
+        expect_close(tag + (acc ? "rmsnorm dx (accumulate)" : "rmsnorm dx"), dx, tol());
+      }
+
+      // The residual add fused into the norm: x_out apart from x_in, then in place (x_out = x_in).
+      Pair y = storage(randu(n, seed++, -2.0f, 2.0f)), x_out = storage(Vec(n, 0.0f)), h = storage(Vec(n, 0.0f));
+      cpu_->residual_rmsnorm_forward(C(x_out), C(h), F(C(rstd)), C(x), C(y), C(w), rows, dim, eps, unit);
+      gpu_->residual_rmsnorm_forward(G(x_out), G(h), F(G(rstd)), G(x), G(y), G(w), rows, dim, eps, unit);
+      expect_close(tag + "residual+norm x_out", x_out, tol());
+      expect_close(tag + "residual+norm h", h, tol());
+      expect_close(tag + "residual+norm rstd", rstd, tol());  // x_out is rounded before the norm on the GPU only
+      expect_close(tag + "residual+norm x_in kept", x, 0.0);
+      cpu_->residual_rmsnorm_forward(C(x), C(h), F(C(rstd)), C(x), C(y), C(w), rows, dim, eps, unit);
+      gpu_->residual_rmsnorm_forward(G(x), G(h), F(G(rstd)), G(x), G(y), G(w), rows, dim, eps, unit);
+      expect_close(tag + "residual+norm in place x", x, tol());
+      expect_close(tag + "residual+norm in place h", h, tol());
+
+      // The plain norm in place (out = x).
+      cpu_->rmsnorm_forward(C(x), F(C(rstd)), C(x), C(w), rows, dim, eps, unit);
+      gpu_->rmsnorm_forward(G(x), F(G(rstd)), G(x), G(w), rows, dim, eps, unit);
+      expect_close(tag + "rmsnorm in place", x, tol());
+    }
+  }
+}
+
+// out = a + b out of place and with out aliasing a or b, with 16-byte vectors (n = 1024) and without (n = 1003).
+TEST_P(OpsCuda, ResidualAdd) {
+  for (const std::int64_t n : {std::int64_t{1003}, std::int64_t{1024}}) {
+    const std::string tag = "n " + std::to_string(n) + " ";
+    Pair a = storage(randu(sz(n), 82)), b = storage(randu(sz(n), 83)), out = storage(Vec(sz(n), 0.0f));
+    cpu_->residual_add(out.c, a.c, b.c, n);
+    gpu_->residual_add(out.g, a.g, b.g, n);
+    expect_close(tag + "residual out = a + b", out, tol());
+    cpu_->residual_add(a.c, a.c, b.c, n);
+    gpu_->residual_add(a.g, a.g, b.g, n);
+    expect_close(tag + "residual a = a + b", a, tol());
+    cpu_->residual_add(b.c, out.c, b.c, n);
+    gpu_->residual_add(b.g, out.g, b.g, n);
+    expect_close(tag + "residual b = out + b", b, tol());
+  }
+}
+
 TEST_P(OpsCuda, Linear) {
   const int T = 37, in = 91, out = 53;
   Pair x = storage(randu(sz(T, in), 20));

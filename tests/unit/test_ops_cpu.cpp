@@ -1,6 +1,7 @@
 // test_ops_cpu.cpp: the fp32 CPU reference ops: forwards against naive double loops, backwards against
 // central finite differences, padding and GQA behaviour of attention, chunked lm_head against full logits
-// (its fused forward-and-backward pass bitwise against the two ops).
+// (its fused forward-and-backward pass bitwise against the two ops), the residual add fused into RMSNorm bitwise
+// against the separate ops.
 #include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 
@@ -9,6 +10,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <string>
@@ -202,6 +204,58 @@ TEST(OpsCpu, RmsnormInPlace) {
   rmsnorm_forward(out.data(), r1.data(), x.data(), w.data(), rows, dim, 1e-6f);
   rmsnorm_forward(x.data(), r2.data(), x.data(), w.data(), rows, dim, 1e-6f);
   EXPECT_EQ(out, x);
+}
+
+// The residual add fused into the norm: bit for bit copy + residual_forward + rmsnorm_forward, at several shapes
+// (per-head 64 and 128, hidden 896, odd 100 and 13), with and without Gemma's unit offset, x_out apart from x_in and
+// in place (the inference engine's residual stream).
+bool same_bits(const Vec& a, const Vec& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), sizeof(float) * a.size()) == 0;
+}
+
+TEST(OpsCpu, ResidualRmsnormIsResidualThenRmsnormBitwise) {
+  struct Case {
+    int rows, dim;
+  };
+  uint32_t seed = 40;
+  for (const Case cs : {Case{1, 64}, Case{9, 128}, Case{5, 896}, Case{3, 100}, Case{4, 13}}) {
+    for (bool unit : {false, true}) {
+      for (bool in_place : {false, true}) {
+        const std::string tag = std::to_string(cs.rows) + "x" + std::to_string(cs.dim) + (unit ? " unit" : "") +
+                                (in_place ? " in place" : "");
+        const size_t n = static_cast<size_t>(cs.rows) * cs.dim;
+        const Vec x_in = randn(n, seed++, 3.0f), y = randn(n, seed++), w = randn(static_cast<size_t>(cs.dim), seed++);
+        // The old sequence.
+        Vec x_mid = x_in, h(n), rstd(static_cast<size_t>(cs.rows));
+        residual_forward(x_mid.data(), y.data(), static_cast<int64_t>(n));
+        rmsnorm_forward(h.data(), rstd.data(), x_mid.data(), w.data(), cs.rows, cs.dim, 1e-6f, unit);
+        // The fused op.
+        Vec x_out = in_place ? x_in : Vec(n, 7.0f), h2(n, 7.0f), rstd2(rstd.size(), 7.0f);
+        const Vec x_src = x_in;
+        residual_rmsnorm_forward(x_out.data(), h2.data(), rstd2.data(), in_place ? x_out.data() : x_src.data(),
+                                 y.data(), w.data(), cs.rows, cs.dim, 1e-6f, unit);
+        EXPECT_TRUE(same_bits(x_out, x_mid)) << tag << ": x_out";
+        EXPECT_TRUE(same_bits(h2, h)) << tag << ": h";
+        EXPECT_TRUE(same_bits(rstd2, rstd)) << tag << ": rstd";
+        EXPECT_TRUE(same_bits(x_src, x_in)) << tag << ": x_in was written";
+      }
+    }
+  }
+}
+
+TEST(OpsCpu, ResidualAddIsCopyThenResidualBitwise) {
+  const int64_t n = 1003;
+  const Vec a = randn(static_cast<size_t>(n), 60, 5.0f), b = randn(static_cast<size_t>(n), 61);
+  Vec ref = a;
+  residual_forward(ref.data(), b.data(), n);
+  Vec out(static_cast<size_t>(n), 7.0f);
+  residual_add(out.data(), a.data(), b.data(), n);
+  EXPECT_TRUE(same_bits(out, ref));
+  Vec in_a = a, in_b = b;  // out aliasing a, then b
+  residual_add(in_a.data(), in_a.data(), b.data(), n);
+  residual_add(in_b.data(), a.data(), in_b.data(), n);
+  EXPECT_TRUE(same_bits(in_a, ref));
+  EXPECT_TRUE(same_bits(in_b, ref));
 }
 
 // ---------------------------------------------------------------------------------------------------------------
