@@ -133,7 +133,15 @@ int run_plan(dist::MpiEnv& env, const io::Config& cfg) {
       in.kv_blocks = pool.blocks;
       in.infer_tokens = std::min<std::int64_t>(cfg.get_int("generate.max_prefill_tokens"), per_rank * prompt) + slots;
       in.infer_rows = slots;
-      in.merged_lora = in.lora && merge_lora_option(cfg, mc, in.cuda) != rl::GenerationOptions::Merge::Off;
+      // "auto" merges when the copy takes at most 1/kMergeShare of the free memory at the first generation; the
+      // plan asks that of the whole budget (free memory then is less): it may count a copy the run skips, never
+      // the reverse.
+      const rl::GenerationOptions::Merge merge = in.lora ? merge_lora_option(cfg, mc, in.cuda)
+                                                         : rl::GenerationOptions::Merge::Off;
+      in.merged_lora = merge == rl::GenerationOptions::Merge::On ||
+                       (merge != rl::GenerationOptions::Merge::Off &&
+                        static_cast<double>(model::InferenceEngine::merged_bytes(mc, in.storage, in.lora_cfg)) <=
+                            budget / static_cast<double>(model::InferenceEngine::kMergeShare));
     } else if (mode == "dpo") {
       seq_len = std::min(max_pos, cfg.get_int("dpo.max_length"));
       micro = std::max<std::int64_t>(1, 2 * per_rank / accum);  // chosen and rejected

@@ -239,8 +239,8 @@ const Schema& mgrl_schema() {
     add({"generate.merge_lora", T::String, Value(std::string("auto")),
          "sample from the LoRA adapter merged into the base weights (W + scale B A of the adapted projections, "
          "refreshed before every generation; one more copy of them in memory; changes only which tokens are drawn, "
-         "by the rounding of the merged weights): auto (on the CUDA backend with a dense, unsharded base; unmerged, "
-         "with a warning, when the copy does not fit), on (any backend; refused with an NF4 or sharded base), off",
+         "by the rounding of the merged weights): auto (on the CUDA backend with a dense, unsharded base when the copy "
+         "takes at most 1/8 of the free device memory; unmerged, with a warning, otherwise), on (any backend; refused with an NF4 or sharded base), off",
          {"auto", "on", "off"}, {}, {}, {}});
     add({"plan.gpus", T::Int, Value(std::int64_t{1}),
          "plan: the ranks (GPUs) of the planned job; `mgrl plan --gpus N` sets it", {}, 1.0, 65536.0, {}});

@@ -83,6 +83,13 @@ bool InferenceEngine::merge_lora(bool required) {
   const auto adapted = [&](int l, Module m) { return lora->find(l, m) != nullptr; };
   if (!merged_mem_) {
     const std::size_t bytes = merged_layout(cfg_, S, adapted, {});
+    // Not required ("auto"): only a copy of at most kMergeShare of the free memory, so that the KV pool and the
+    // training arena (allocated after the first generation) keep what they had before merging existed.
+    const std::size_t free = ops_.available_memory();
+    if (!required && free > 0 && bytes > free / kMergeShare) {
+      merge_failed_ = true;
+      return false;
+    }
     try {
       merged_mem_ = ops_.alloc(bytes);
     } catch (const OutOfMemory&) {

@@ -52,7 +52,10 @@ class InferenceEngine {
   // adapter must not change between the two: rl::Generator merges at the start of each generation and unmerges at
   // its end. A dense, unsharded base only (a FatalError otherwise: the modes refuse it first). When allocating the
   // copy fails for memory, it throws OutOfMemory if `required`, else returns false and merges nothing (also at every
-  // later call: merge_failed()). Without an adapter it does nothing and returns false.
+  // later call: merge_failed()); not `required`, it also merges nothing when the copy would take more than
+  // 1 / kMergeShare of the free memory (Ops::available_memory) at the first call. Without an adapter it does nothing
+  // and returns false.
+  static constexpr std::size_t kMergeShare = 8;
   bool merge_lora(bool required);
   void unmerge() { merged_ = false; }
   bool merged() const { return merged_; }

@@ -86,10 +86,12 @@ std::vector<Completion> Generator::generate(const std::vector<Prompt>& prompts) 
     const bool failed_before = engine.merge_failed();
     merged = engine.merge_lora(opts_.merge_lora == GenerationOptions::Merge::On);
     if (!merged && !failed_before && engine.merge_failed())
-      log::warn("generate.merge_lora = \"auto\": no memory for the merged copy of the adapted weights (" +
+      log::warn("generate.merge_lora = \"auto\": the merged copy of the adapted weights (" +
                 std::to_string(model::InferenceEngine::merged_bytes(mc, model_.ops().storage_size(),
                                                                     model_.lora()->config()) >> 20) +
-                " MiB); sampling with the unmerged adapter");
+                " MiB) did not fit or would take more than 1/" +
+                std::to_string(model::InferenceEngine::kMergeShare) +
+                " of the free device memory; sampling with the unmerged adapter (\"on\" merges regardless)");
   }
   const KvPool pool = kv_pool(opts_.max_sequences, G, static_cast<std::int64_t>(prompts.size()),
                               static_cast<int>(longest), opts_.max_new_tokens, opts_.kv_block_size);
