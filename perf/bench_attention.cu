@@ -199,11 +199,7 @@ void bench(const Shape& sh, DType st, int reps, cudaStream_t stream, int* err) {
 
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::max(1, std::atoi(argv[1])) : 10;
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-    std::printf("bench_attention: no CUDA device\n");
-    return 0;
-  }
+  if (!perf::have_cuda_device("bench_attention")) return 0;
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("bench_attention on %s (sm_%d%d), median of %d calls\n", prop.name, prop.major, prop.minor, reps);

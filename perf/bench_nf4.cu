@@ -33,11 +33,7 @@ struct Proj {
 int main(int argc, char** argv) {
   const int T = argc > 1 ? std::atoi(argv[1]) : 2048;
   const int reps = argc > 2 ? std::atoi(argv[2]) : 20;
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    std::printf("bench_nf4: no CUDA device\n");
-    return 77;
-  }
+  if (!perf::have_cuda_device("bench_nf4")) return 77;
   auto ops = kernels::make_cuda_ops(0);
   cudaStream_t s = static_cast<cudaStream_t>(ops->device_stream().cuda);
   const Proj shapes[] = {{"7B q/k/v/o", 4096, 4096}, {"7B gate/up", 4096, 11008}, {"7B down", 11008, 4096},

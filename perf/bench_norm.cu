@@ -32,11 +32,7 @@ struct Shape {
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 20;
   const int tokens = argc > 2 ? std::atoi(argv[2]) : 8192;
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    std::printf("bench_norm: no CUDA device\n");
-    return 77;
-  }
+  if (!perf::have_cuda_device("bench_norm")) return 77;
   auto ops = kernels::make_cuda_ops(0);
   cudaStream_t s = static_cast<cudaStream_t>(ops->device_stream().cuda);
   const Shape shapes[] = {{"head 64 x 14", 14, 64},  {"head 128 x 32", 32, 128}, {"hidden 896", 1, 896},

@@ -17,11 +17,7 @@
 int main(int argc, char** argv) {
   using namespace mgrl;
   const int reps = argc > 1 ? std::atoi(argv[1]) : 20;
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    std::printf("bench_sample: no CUDA device\n");
-    return 77;
-  }
+  if (!perf::have_cuda_device("bench_sample")) return 77;
   auto ops = kernels::make_cuda_ops(0);
   cudaStream_t s = static_cast<cudaStream_t>(ops->device_stream().cuda);
   const int V = 151936;

@@ -69,7 +69,8 @@ struct LtPlan {
 struct LtState {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
-  // (M, N, K, type, alignments of x, W, bias, y) and its plan, in a vector searched linearly: a model has a few
+  // (M, N, K, type, alignments of x, W, bias, y: cuBLASLt has no preference for the bias's, so it is only part of the
+  // key, a plan reused for pointers aligned alike) and its plan, in a vector searched linearly: a model has a few
   // dozen biased shapes (not a std::map: nvcc 11.8 with clang-14 and libstdc++ 12 cannot compile its emplace)
   using Key = std::tuple<int, int, int, int, std::uint32_t, std::uint32_t, std::uint32_t, std::uint32_t>;
   std::vector<std::pair<Key, LtPlan>> plans;
@@ -153,7 +154,6 @@ bool gemm_bias_rm(LtState* lt, cudaStream_t s, int M, int N, int K, const void* 
         (void)cublasLtMatmulPreferenceDestroy(pref);
       }
     }
-    (void)ab;  // the bias's alignment is part of the key: a plan is only reused for pointers aligned alike
     lt->plans.push_back({key, p});
     it = lt->plans.end() - 1;
   }

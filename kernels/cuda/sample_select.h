@@ -13,11 +13,7 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__CUDACC__)
-#define MGRL_SAMPLE_HD __host__ __device__
-#else
-#define MGRL_SAMPLE_HD
-#endif
+#include "core/host_device.h"
 
 namespace mgrl::kernels::cuda::sample_select {
 
@@ -25,7 +21,7 @@ inline constexpr int kRadixBins = 256;
 inline constexpr int kRadixPasses = 4;
 
 // Order-preserving key of a logit: a < b  <=>  order_key(a) < order_key(b) (not NaN); -0 and +0 share a key.
-MGRL_SAMPLE_HD inline std::uint32_t order_key(float z) {
+MGRL_HOST_DEVICE inline std::uint32_t order_key(float z) {
   if (z == 0.0f) z = 0.0f;
 #if defined(__CUDA_ARCH__)
   const std::uint32_t u = __float_as_uint(z);
@@ -37,11 +33,11 @@ MGRL_SAMPLE_HD inline std::uint32_t order_key(float z) {
 }
 
 // The bit position of pass `pass`'s digit (24, 16, 8, 0).
-MGRL_SAMPLE_HD inline int radix_shift(int pass) { return 24 - 8 * pass; }
+MGRL_HOST_DEVICE inline int radix_shift(int pass) { return 24 - 8 * pass; }
 
 // The histogram bin of `key` in pass `pass` (0 = the top 8 bits), or -1 when the key does not take part: below kmin,
 // or its higher digits differ from `prefix` (the digits chosen by the passes before; its lower bits are 0).
-MGRL_SAMPLE_HD inline int radix_bin(std::uint32_t key, std::uint32_t prefix, int pass, std::uint32_t kmin) {
+MGRL_HOST_DEVICE inline int radix_bin(std::uint32_t key, std::uint32_t prefix, int pass, std::uint32_t kmin) {
   if (key < kmin) return -1;
   const int shift = radix_shift(pass);
   if (pass > 0 && (key >> (shift + 8)) != (prefix >> (shift + 8))) return -1;
@@ -50,7 +46,7 @@ MGRL_SAMPLE_HD inline int radix_bin(std::uint32_t key, std::uint32_t prefix, int
 
 // Top-k: the digit of the sought key from the counts H[256] of this pass; *rank (1-based, at most the sum of H) is
 // the sought key's rank among the counted keys, largest first, and becomes its rank within the chosen bin.
-MGRL_SAMPLE_HD inline int radix_pick_count(const int* H, int* rank) {
+MGRL_HOST_DEVICE inline int radix_pick_count(const int* H, int* rank) {
   for (int b = kRadixBins - 1; b > 0; --b) {
     if (*rank <= H[b]) return b;
     *rank -= H[b];
@@ -61,7 +57,7 @@ MGRL_SAMPLE_HD inline int radix_pick_count(const int* H, int* rank) {
 // Top-p: the largest digit b with above + sum_{b' >= b} H[b'] >= top_p, from the masses H[256] of this pass;
 // *above (the mass of the keys above the prefix) gains the bins above b. When no digit reaches top_p, 0 (the keys
 // with the prefix and zero lower bits: the prefix an earlier pass accepted, or 0 at the first pass).
-MGRL_SAMPLE_HD inline int radix_pick_mass(const double* H, double* above, double top_p) {
+MGRL_HOST_DEVICE inline int radix_pick_mass(const double* H, double* above, double top_p) {
   double s = *above;
   for (int b = kRadixBins - 1; b > 0; --b) {
     const double with = s + H[b];
@@ -76,7 +72,7 @@ MGRL_SAMPLE_HD inline int radix_pick_mass(const double* H, double* above, double
 }
 
 // The prefix after a pass chose `digit`.
-MGRL_SAMPLE_HD inline std::uint32_t radix_extend(std::uint32_t prefix, int pass, int digit) {
+MGRL_HOST_DEVICE inline std::uint32_t radix_extend(std::uint32_t prefix, int pass, int digit) {
   return prefix | (static_cast<std::uint32_t>(digit) << radix_shift(pass));
 }
 

@@ -3,11 +3,7 @@
 #pragma once
 #include <cstdint>
 
-#ifdef __CUDACC__
-#define MGRL_HOST_DEVICE __host__ __device__
-#else
-#define MGRL_HOST_DEVICE
-#endif
+#include "core/host_device.h"
 
 namespace mgrl {
 
