@@ -51,28 +51,52 @@
 #              GEMM at 7B/70B shapes; target >= 0.70), then perf/large_step.sh: a Llama-3.1-70B-shaped QLoRA SFT at
 #              batch 1 x 2048 with recompute at $LARGE_LAYERS layers (default "8 80"), mgrl plan against the measured
 #              peak: $OUT/large.md
-# Each stage has a time budget (GPU_STAGE_TIMEOUT_<stage> seconds overrides it). Logs go to $OUT/logs.tgz, re-packed
-# after every stage (so a call cut short still returns what ran), and a one-line-per-stage $OUT/summary.txt.
+#   first      (a preset, not a stage) the programme for a session's first call when device time is short (15
+#              minutes a session: one call of at most 600 s after a start of 1-2 minutes): info, ctest_quick (ctest -L
+#              gpu alone), train_ab, gen_merge, sampler, norm, under a deadline of 540 s. Then, in a second call if
+#              time is left: sanitize_runs, sanitize, or gen, train05.
+# Each stage has a time budget (GPU_STAGE_TIMEOUT_<stage> seconds overrides it), cut to what is left of the whole
+# call's deadline (GPU_DEADLINE seconds from the start; a stage that would get under 20 s is skipped, said in the
+# summary) so that the call ends with its results packed before the device tool's limit. The device tool returns at
+# most 8 files from $OUT: stages write their tables into a results folder, and $OUT gets three files, re-packed after
+# every stage (so a call cut short still returns what ran): summary.txt (a line per stage), results.md (every result
+# file, each under its name) and logs.tgz (every log and result file).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-OUT=${OUT:-$root/gpu_out}
-mkdir -p "$OUT"
+dev_out=${OUT:-$root/gpu_out}
+mkdir -p "$dev_out"
 logs=$(mktemp -d /tmp/gpu_logs.XXXX)
+# The stages write their tables to $OUT, which is this results folder inside the logs.
+OUT=$logs/results
+mkdir -p "$OUT"
+t_start=$SECONDS
 build=${MGRL_BUILD_DIR:-$root/build-gpu}
 mgrl=$build/mgrl
 models=$root/tests/data/models
 export PYTHONUNBUFFERED=1
 
-pack() { tar -czf "$OUT/logs.tgz" -C "$logs" . 2>/dev/null; }
+pack() {
+  cp "$OUT/summary.txt" "$dev_out/summary.txt" 2>/dev/null
+  local f
+  for f in "$OUT"/*; do
+    [ -f "$f" ] && [ "$(basename "$f")" != summary.txt ] && case $f in *.md|*.txt|*.jsonl) printf '=== %s ===\n' "$(basename "$f")"; cat "$f"; echo ;; esac
+  done > "$dev_out/results.md"
+  tar -czf "$dev_out/logs.tgz" -C "$logs" . 2>/dev/null
+}
 note() { echo "$*" | tee -a "$OUT/summary.txt"; }
 # run_stage NAME DEFAULT_SECONDS COMMAND...: runs the command under a time limit, log in $logs/NAME.log.
 run_stage() {
   local name=$1 secs=$2; shift 2
   local var="GPU_STAGE_TIMEOUT_$name"; secs=${!var:-$secs}
+  if [ -n "${GPU_DEADLINE:-}" ]; then
+    local left=$((GPU_DEADLINE - (SECONDS - t_start) - 15))  # 15 s for the last pack
+    if [ "$left" -lt 20 ]; then note "stage $name: skipped (the call's deadline: ${GPU_DEADLINE} s)"; pack; return 0; fi
+    [ "$left" -lt "$secs" ] && secs=$left
+  fi
   local t0=$SECONDS
   echo "=== $name (limit ${secs} s) ==="
-  timeout --kill-after=10 "$secs" bash -c "$*" > "$logs/$name.log" 2>&1
+  timeout --kill-after=10 "$secs" bash -o pipefail -c "$*" > "$logs/$name.log" 2>&1
   local rc=$?
   note "stage $name: rc $rc, $((SECONDS - t0)) s"
   tail -n 40 "$logs/$name.log"
@@ -103,6 +127,12 @@ ts.sort(); print('device copy bandwidth (read + write): %.0f GB/s' % (2 * 2**30 
 stage_ctest() {
   run_stage ctest 900 "cd $build && ctest -L gpu --output-on-failure --timeout 600; \
     echo '--- test_ops_cuda verbose'; $build/tests/test_ops_cuda; echo '--- test_model_cuda verbose'; $build/tests/test_model_cuda"
+}
+# ctest -L gpu alone (its failures printed), without stage ctest's verbose re-runs: for a short call.
+stage_ctest_quick() {
+  run_stage ctest_quick 360 "cd $build && ctest -L gpu --output-on-failure --timeout 300"
+  grep -E "tests passed|\*\*\*(Failed|Timeout|Exception)|Skipped|Not Run" "$logs/ctest_quick.log" |
+    sed 's/^/  ctest_quick: /' | tee -a "$OUT/summary.txt"
 }
 stage_sanitize_runs() {
   local t
@@ -312,12 +342,23 @@ stage_large() {
   run_stage large_70b 900 "bash $root/perf/large_step.sh $mgrl $OUT"
 }
 
-stages=("$@")
+stages=()
+for a in "$@"; do
+  case $a in
+    first) stages+=(info ctest_quick train_ab gen_merge sampler norm); GPU_DEADLINE=${GPU_DEADLINE:-540} ;;
+    *) stages+=("$a") ;;
+  esac
+done
 [ ${#stages[@]} -eq 0 ] && stages=(info ctest sanitize_runs sanitize attention norm train_ab train gen gen_sync gen_merge sampler grpo grpo15 scaling ncu)
+for s in "${stages[@]}"; do
+  declare -F "stage_$s" >/dev/null || { echo "gpu_program.sh: no stage '$s' (see the list at the top of $0)" >&2; exit 2; }
+done
 : > "$OUT/summary.txt"
-note "gpu_program: $(date -u +%FT%TZ), git $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?'), stages: ${stages[*]}"
+note "gpu_program: $(date -u +%FT%TZ), git $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?'), stages: ${stages[*]}${GPU_DEADLINE:+, deadline ${GPU_DEADLINE} s}"
 for s in "${stages[@]}"; do "stage_$s"; done
+note "gpu_program: done after $((SECONDS - t_start)) s"
 pack
 echo "=== summary ==="; cat "$OUT/summary.txt"
+# The tables last, where the device tool's reply (the output's last 12,000 characters) shows them.
 for f in train.md train_ab_on.md train_ab_no_fused_head.md train_ab_no_lora_groups.md train_ab_no_cublaslt_bias.md train_ab_no_fused_norm.md gen.md gen_sync1.md gen_sync8.md gen_sync8_no_fused_norm.md gen_merge_off.md gen_merge_on.md merge_mismatch.md grpo.md grpo15.md scaling.md; do [ -f "$OUT/$f" ] && { echo "=== $f ==="; cat "$OUT/$f"; }; done
 exit "${setup_failed:-0}"  # 1 when a stage could not start (its build missing); a stage that ran and failed: 0

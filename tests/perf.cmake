@@ -48,3 +48,9 @@ if(MGRL_BUILD_BENCH)
   set_tests_properties(perf.bench_comm PROPERTIES LABELS perf TIMEOUT 60 PROCESSORS 2 ENVIRONMENT "${MGRL_MPI_ENV}")
   file(MAKE_DIRECTORY "${CMAKE_CURRENT_BINARY_DIR}/bench")
 endif()
+
+# perf.gpu_program_dry: perf/gpu_program.sh (the GPU programme of a session lent a GPU) on this GPU-less machine: an
+# unknown stage refused, three files in $OUT (the device tool returns at most 8), a failure inside a stage's pipeline
+# is its rc, the call's deadline skips stages and cuts a long stage (~30 s: a stub nvidia-smi that sleeps).
+add_test(NAME perf.gpu_program_dry COMMAND bash ${PROJECT_SOURCE_DIR}/tests/perf/gpu_program_dry.sh)
+set_tests_properties(perf.gpu_program_dry PROPERTIES LABELS perf TIMEOUT 120)
