@@ -127,6 +127,10 @@ bool gemm_bias_rm(LtState* lt, cudaStream_t s, int M, int N, int K, const void* 
                          CUBLAS_STATUS_SUCCESS;
     built = built && cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &t, sizeof t) ==
                          CUBLAS_STATUS_SUCCESS;
+    // The heuristic takes the bias's alignment from this pointer (cublasLt.h, BIAS_POINTER); left null it would
+    // assume any alignment and might pick an algorithm that a bias aligned to less (the key's ab) cannot use.
+    built = built && cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias) ==
+                         CUBLAS_STATUS_SUCCESS;
     built = built && cublasLtMatrixLayoutCreate(&p.a, t, K, N, K) == CUBLAS_STATUS_SUCCESS;
     built = built && cublasLtMatrixLayoutCreate(&p.b, t, K, M, K) == CUBLAS_STATUS_SUCCESS;
     built = built && cublasLtMatrixLayoutCreate(&p.d, t, N, M, N) == CUBLAS_STATUS_SUCCESS;

@@ -12,6 +12,14 @@ constexpr int kNestedBlock = 256;  // absmax per nested absmax
 // Each thread writes 8 consecutive outputs (4 code bytes when the range starts on an even element): the 16-value
 // code and the absmax of its block(s) come from shared memory / registers, the math is code * absmax in fp32,
 // rounded once to the storage dtype (what the CPU reference does in fp32).
+// A double-quantized block's absmax, nested_code[q] * nested_absmax + offset with the product rounded before the
+// add, as the CPU reference (kernels/cpu/nf4.cpp) computes it: nvcc would otherwise contract it to one FMA, whose
+// different last bit of the absmax changes some rounded outputs (the test compares bits).
+__device__ __forceinline__ float double_quantized_absmax(const std::uint8_t* qabsmax, const float* nested_absmax,
+                                                         const float* nested_code, float offset, std::int64_t b) {
+  return __fadd_rn(__fmul_rn(nested_code[qabsmax[b]], nested_absmax[b / kNestedBlock]), offset);
+}
+
 template <class S, bool kDouble>
 __global__ void dequantize_nf4_kernel(S* __restrict__ dst, const std::uint8_t* __restrict__ codes,
                                       const float* __restrict__ code, const float* __restrict__ absmax,
@@ -33,7 +41,7 @@ __global__ void dequantize_nf4_kernel(S* __restrict__ dst, const std::uint8_t* _
       const std::int64_t b = i / kBlock;
       if (b != cur_block) {
         cur_block = b;
-        scale = kDouble ? nested_code[qabsmax[b]] * nested_absmax[b / kNestedBlock] + offset : absmax[b];
+        scale = kDouble ? double_quantized_absmax(qabsmax, nested_absmax, nested_code, offset, b) : absmax[b];
       }
       const std::uint8_t byte = codes[i >> 1];
       const int q = (i & 1) ? (byte & 15) : (byte >> 4);
@@ -58,7 +66,7 @@ __global__ void dequantize_nf4_vec_kernel(S* __restrict__ dst, const std::uint8_
   for (std::int64_t g = gs_begin(); g < groups; g += gs_stride()) {
     const std::int64_t i0 = begin + 8 * g;
     const std::int64_t b = i0 / kBlock;
-    const float scale = kDouble ? nested_code[qabsmax[b]] * nested_absmax[b / kNestedBlock] + offset : absmax[b];
+    const float scale = kDouble ? double_quantized_absmax(qabsmax, nested_absmax, nested_code, offset, b) : absmax[b];
     const std::uint32_t word = *reinterpret_cast<const std::uint32_t*>(codes + (i0 >> 1));
     alignas(16) S h[8];
 #pragma unroll

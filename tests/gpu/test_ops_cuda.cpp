@@ -361,8 +361,8 @@ TEST_P(OpsCuda, Linear) {
 }
 
 // Biased linear layers at model-like shapes (widths multiples of 8: what cuBLASLt's bias epilogue takes; decode's
-// T = 1 and 8 beside training's), and with x and y one element off their allocation's alignment (a plan of its
-// own, or the broadcast path when cuBLASLt has none).
+// T = 1 and 8 beside training's), and with x, y and the bias one element off their allocation's alignment (a plan
+// of its own, or the broadcast path when cuBLASLt has none; the heuristic must see the bias's alignment).
 TEST_P(OpsCuda, LinearBiasShapes) {
   struct Shape {
     int T, in, out, offset;
@@ -373,12 +373,14 @@ TEST_P(OpsCuda, LinearBiasShapes) {
     const int T = sh.T, in = sh.in, out = sh.out, o = sh.offset;
     Pair x = storage(randu(sz(T, in) + o, 27));
     Pair W = storage(randu(sz(out, in), 28, -0.1f, 0.1f));
-    Pair bias = storage(randu(sz(out), 29));
+    Pair bias = storage(randu(sz(out) + o, 29));
     Pair y = storage(Vec(sz(T, out) + o, 0.0f));
     const std::size_t S = dtype_size(st());
-    auto at = [&](void* p) { return static_cast<void*>(static_cast<char*>(p) + o * S); };
-    cpu_->linear_forward(at(y.c), at(x.c), W.c, bias.c, T, in, out);
-    gpu_->linear_forward(at(y.g), at(x.g), W.g, bias.g, T, in, out);
+    // The CPU backend holds f32 (4 bytes a value), the GPU the storage dtype.
+    auto at_c = [&](void* p) { return static_cast<void*>(static_cast<char*>(p) + o * 4); };
+    auto at_g = [&](void* p) { return static_cast<void*>(static_cast<char*>(p) + o * S); };
+    cpu_->linear_forward(at_c(y.c), at_c(x.c), W.c, at_c(bias.c), T, in, out);
+    gpu_->linear_forward(at_g(y.g), at_g(x.g), W.g, at_g(bias.g), T, in, out);
     expect_close("linear y (bias) T " + std::to_string(T) + " " + std::to_string(in) + "->" + std::to_string(out) +
                      (o ? " unaligned" : ""),
                  y, tol());
