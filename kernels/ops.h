@@ -211,6 +211,9 @@ class Ops {
                                 int n_heads, int n_kv, int head_dim, const AttentionOptions& opt = {}) = 0;
   // dst[i] = src[idx[i]] for i < n, rows of `width` elements in storage dtype.
   virtual void gather_rows(void* dst, const void* src, const std::int32_t* idx, int n, int width) = 0;
+  // dst[idx[i]] = src[i] for i < n (distinct indices), rows of `width` elements in storage dtype; dst's other rows
+  // are left as they are.
+  virtual void scatter_rows(void* dst, const void* src, const std::int32_t* idx, int n, int width) = 0;
   // One token per row of logits [B, V] (f32), by the canonical algorithm of kernels/cpu/sampling.h,
   // with row b's uniform drawn as random_uniform(seeds[b], 0). tokens[b] gets the token, logprobs[b]
   // log_softmax(logits[b])[token] of the unmodified logits (temperature 1, no filtering).

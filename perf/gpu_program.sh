@@ -45,6 +45,8 @@
 #              against unmerged, an adapter with B ~ normal(0, 0.01)): $OUT/merge_mismatch.md
 #   grpo       perf/grpo_vs_trl.py at the 0.5B shape (needs the trl wheels carried in .whl)
 #   grpo15     a 1.5B-shaped GRPO run of 50 steps (mgrl only), its phase table
+#   grpo_ab    (not in the default list) mgrl alone at the grpo stage's 0.5B shape, 4 steps, as built and with
+#              MGRL_SCORED_ROWS=0 (the LM head on every row, prompts included): $OUT/grpo_ab_{on,no_scored_rows}.md
 #   scaling    perf/scaling at 1 rank on the CUDA backend
 #   ncu        ncu per-kernel summaries: one SFT step at 0.5B (batch 8 x 1024), 16 decode steps at batch 1 and 64
 #   large      (not in the default list; issue 23's targets) perf/bench_nf4 (NF4 dequantize + cuBLAS against the bf16
@@ -305,6 +307,13 @@ stage_grpo() {
     python3 $root/perf/grpo_vs_trl.py --mgrl $mgrl --shape qwen2.5-0.5b --prompts 16 --G 8 --prompt-len 128 \
     --completion-len 256 --steps ${GRPO_STEPS:-5} --out $OUT/grpo.md"
 }
+# The LM head on the completions' rows only (Batch::scored_from, 2026-11-27) against every row, mgrl alone.
+stage_grpo_ab() {
+  run_stage grpo_ab 420 "for v in on no_scored_rows; do echo \"--- \$v\"; \
+    if [ \$v = on ]; then e=MGRL_UNUSED=1; else e=MGRL_SCORED_ROWS=0; fi; \
+    env \$e python3 $root/perf/grpo_vs_trl.py --mgrl $mgrl --shape qwen2.5-0.5b --prompts 16 --G 8 --prompt-len 128 \
+      --completion-len 256 --steps 4 --skip-trl --out $OUT/grpo_ab_\$v.md || exit 1; done"
+}
 # Issue 19 item 4: a Qwen2.5-1.5B-shaped GRPO run of 50 steps end to end (mgrl alone; its phase table in the log).
 stage_grpo15() {
   run_stage grpo15 900 "python3 $root/perf/grpo_vs_trl.py --mgrl $mgrl --shape qwen2.5-1.5b --prompts 16 --G 8 \
@@ -360,5 +369,5 @@ note "gpu_program: done after $((SECONDS - t_start)) s"
 pack
 echo "=== summary ==="; cat "$OUT/summary.txt"
 # The tables last, where the device tool's reply (the output's last 12,000 characters) shows them.
-for f in train.md train_ab_on.md train_ab_no_fused_head.md train_ab_no_lora_groups.md train_ab_no_cublaslt_bias.md train_ab_no_fused_norm.md gen.md gen_sync1.md gen_sync8.md gen_sync8_no_fused_norm.md gen_merge_off.md gen_merge_on.md merge_mismatch.md grpo.md grpo15.md scaling.md; do [ -f "$OUT/$f" ] && { echo "=== $f ==="; cat "$OUT/$f"; }; done
+for f in train.md train_ab_on.md train_ab_no_fused_head.md train_ab_no_lora_groups.md train_ab_no_cublaslt_bias.md train_ab_no_fused_norm.md gen.md gen_sync1.md gen_sync8.md gen_sync8_no_fused_norm.md gen_merge_off.md gen_merge_on.md merge_mismatch.md grpo.md grpo_ab_on.md grpo_ab_no_scored_rows.md grpo15.md scaling.md; do [ -f "$OUT/$f" ] && { echo "=== $f ==="; cat "$OUT/$f"; }; done
 exit "${setup_failed:-0}"  # 1 when a stage could not start (its build missing); a stage that ran and failed: 0

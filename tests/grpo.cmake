@@ -11,6 +11,12 @@ set(GRPO_ARGS ${CMAKE_CURRENT_SOURCE_DIR}/data/grpo_cli/grpo.toml --model.path=$
 string(JOIN " " GRPO_STR ${GRPO_ARGS})
 mgrl_add_cli_test(grpo.same_weights_on_1_and_2_ranks 0 "relative differences" - 0 -- bash -c
   "rm -rf ${GRPO}/dp && ${RUN1} ${GRPO_STR} --checkpoint.dir=${GRPO}/dp/np1 && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${GRPO_STR} --checkpoint.dir=${GRPO}/dp/np2 && ${CHECK} weights ${GRPO}/dp/np2/step_00000004.h5 ${GRPO}/dp/np1/step_00000004.h5 --rtol=1e-5")
+# The LM head on the completions' rows alone (Batch::scored_from) against every row (MGRL_SCORED_ROWS=0, which must
+# reach mgrl: its log line): the same training up to f32 rounding (weights within 1e-5, the rollout files' samples,
+# old and reference log-probs within 1e-5, every step's loss within 1e-5 relative: a GRPO loss is a difference of
+# terms, so its relative error is larger than its terms'), the 2 steps of one round.
+mgrl_add_cli_test(grpo.scored_rows_train_like_every_row 0 "(?s)rollouts of step 1: the same completions.*relative differences" - - -- bash -c
+  "rm -rf ${GRPO}/scored && ${RUN1} ${GRPO_STR} --train.max_steps=2 --checkpoint.dir=${GRPO}/scored/on --log.dir=${GRPO}/scored/on && MGRL_SCORED_ROWS=0 ${RUN1} ${GRPO_STR} --train.max_steps=2 --checkpoint.dir=${GRPO}/scored/off --log.dir=${GRPO}/scored/off > ${GRPO}/scored/off.log && grep -q 'MGRL_SCORED_ROWS=0: the LM head runs on every row' ${GRPO}/scored/off.log && ${CHECK} same_rollouts ${GRPO}/scored/on/rollouts/step_00000001.h5 ${GRPO}/scored/off/rollouts/step_00000001.h5 --atol=1e-5 && ${CHECK} track ${GRPO}/scored/on/metrics.jsonl ${GRPO}/scored/off/metrics.jsonl --rtol=1e-5 && ${CHECK} weights ${GRPO}/scored/on/step_00000002.h5 ${GRPO}/scored/off/step_00000002.h5 --rtol=1e-5")
 # GRPO on a sharded base (model.shard_base): generation steps in lockstep, every scoring and training pass gathers the
 # layers; LoRA weights, moments, losses, rewards, KL and held-out rewards equal the unsharded run's on 1 rank (the
 # pretrained fixture), 2 and 4 ranks (a 5-layer random-init model, 5 held-out prompts: unequal shares; 4 ranks keep

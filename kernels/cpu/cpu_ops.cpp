@@ -217,6 +217,9 @@ class CpuOps final : public Ops {
   void gather_rows(void* dst, const void* src, const std::int32_t* idx, int n, int width) override {
     cpu::gather_rows(F(dst), F(src), idx, n, width);
   }
+  void scatter_rows(void* dst, const void* src, const std::int32_t* idx, int n, int width) override {
+    cpu::scatter_rows(F(dst), F(src), idx, n, width);
+  }
   void sample(std::int32_t* tokens, float* logprobs, const float* logits, const std::uint64_t* seeds, int B, int V,
               const Sampling& params) override {
     cpu::sample(tokens, logprobs, logits, seeds, B, V, params);

@@ -77,4 +77,12 @@ void gather_rows(float* dst, const float* src, const int32_t* idx, int n, int wi
   }
 }
 
+void scatter_rows(float* dst, const float* src, const int32_t* idx, int n, int width) {
+  for (int i = 0; i < n; ++i) {
+    MGRL_CHECK(idx[i] >= 0, "scatter_rows: negative row index");
+    std::memcpy(dst + static_cast<std::size_t>(idx[i]) * width, src + static_cast<std::size_t>(i) * width,
+                static_cast<std::size_t>(width) * sizeof(float));
+  }
+}
+
 }  // namespace mgrl::kernels::cpu

@@ -28,5 +28,7 @@ void attention_cached(float* out, const float* q, const float* cache_k, const fl
 
 // dst[i, :] = src[idx[i], :], rows of `width` floats.
 void gather_rows(float* dst, const float* src, const int32_t* idx, int n, int width);
+// dst[idx[i], :] = src[i, :] (distinct indices; dst's other rows untouched).
+void scatter_rows(float* dst, const float* src, const int32_t* idx, int n, int width);
 
 }  // namespace mgrl::kernels::cpu

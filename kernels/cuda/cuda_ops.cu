@@ -266,6 +266,9 @@ class CudaOps final : public Ops {
   void gather_rows(void* dst, const void* src, const std::int32_t* idx, int n, int width) override {
     cuda::gather_rows(ctx(), dst, src, idx, n, width);
   }
+  void scatter_rows(void* dst, const void* src, const std::int32_t* idx, int n, int width) override {
+    cuda::scatter_rows(ctx(), dst, src, idx, n, width);
+  }
   void sample(std::int32_t* tokens, float* logprobs, const float* logits, const std::uint64_t* seeds, int B, int V,
               const Sampling& params) override {
     cuda::sample(ctx(), tokens, logprobs, logits, seeds, B, V, params);

@@ -16,7 +16,7 @@
 //                     Groups or head sizes beyond the register tiles (head_dim <= 64 with groups <= 16, <= 128
 //                     with <= 8, <= 256 with <= 4), or calls of more than 65535 rows, take attention_cached_kernel:
 //                     one block per (row, query head), two passes over the keys.
-//   gather_rows       grid-stride over n * width elements.
+//   gather_rows, scatter_rows  grid-stride over n * width elements.
 #include <string>
 
 #include "kernels/cuda/attend_row.cuh"
@@ -55,6 +55,21 @@ __global__ void kv_store_kernel(Bits16* ck, Bits16* cv, const Bits16* k, const B
     const std::int64_t at = r * row + col;
     ck[at] = k[i];
     cv[at] = v[i];
+  }
+}
+
+// grid-stride over i < n * width: dst[idx[r], col] = src[r, col]; a negative index is skipped (flagged).
+__global__ void scatter_rows_kernel(Bits16* dst, const Bits16* src, const std::int32_t* idx, int n, int width,
+                                    int* err) {
+  const std::int64_t total = static_cast<std::int64_t>(n) * width;
+  for (std::int64_t i = gs_begin(); i < total; i += gs_stride()) {
+    const std::int64_t r = i / width, col = i % width;
+    const int to = idx[r];
+    if (to < 0) {
+      if (col == 0) atomicOr(err, kErrCacheIndex);
+      continue;
+    }
+    dst[static_cast<std::int64_t>(to) * width + col] = src[i];
   }
 }
 
@@ -345,6 +360,15 @@ void gather_rows(const Ctx& c, void* dst, const void* src, const std::int32_t* i
   if (total == 0) return;
   gather_rows_kernel<<<grid_for(total), kThreads, 0, c.stream>>>(static_cast<Bits16*>(dst),
                                                                  static_cast<const Bits16*>(src), idx, n, width, c.err);
+  CUDA_CHECK_LAUNCH();
+}
+
+void scatter_rows(const Ctx& c, void* dst, const void* src, const std::int32_t* idx, int n, int width) {
+  MGRL_CHECK(n >= 0 && width >= 0, "scatter_rows: bad sizes");
+  const std::int64_t total = static_cast<std::int64_t>(n) * width;
+  if (total == 0) return;
+  scatter_rows_kernel<<<grid_for(total), kThreads, 0, c.stream>>>(static_cast<Bits16*>(dst),
+                                                                  static_cast<const Bits16*>(src), idx, n, width, c.err);
   CUDA_CHECK_LAUNCH();
 }
 

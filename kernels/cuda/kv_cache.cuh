@@ -22,5 +22,6 @@ void attention_cached(const Ctx& c, void* out, const void* q, const void* cache_
                       const std::int32_t* slot, const std::int32_t* pos, int T, const KvPages& pages, int n_heads,
                       int n_kv, int head_dim, const AttentionOptions& opt = {});
 void gather_rows(const Ctx& c, void* dst, const void* src, const std::int32_t* idx, int n, int width);
+void scatter_rows(const Ctx& c, void* dst, const void* src, const std::int32_t* idx, int n, int width);
 
 }  // namespace mgrl::kernels::cuda

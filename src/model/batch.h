@@ -10,6 +10,10 @@ namespace mgrl::model {
 struct Batch {
   std::vector<std::int32_t> tokens;        // [T]
   std::vector<std::int32_t> offsets{0};    // [B + 1], offsets[0] = 0, offsets[B] = T
+  // Optional, [B]: the log-probs wanted are those of sequence b's tokens at positions >= scored_from[b] (its
+  // completion); the executor then runs the LM head on the rows that predict them alone, and the other positions'
+  // log-probs come back 0 (a loss weight there is refused). Empty: every position (from 1) is scored.
+  std::vector<std::int32_t> scored_from;
   int B() const { return static_cast<int>(offsets.size()) - 1; }
   int T() const { return offsets.back(); }
   int length(int b) const { return offsets[b + 1] - offsets[b]; }

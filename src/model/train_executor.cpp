@@ -4,11 +4,25 @@
 
 #include <algorithm>
 
+#include "core/env.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "core/random.h"
 #include "model/block.h"
 
 namespace mgrl::model {
+
+namespace {
+// MGRL_SCORED_ROWS=0: the LM head runs on every row whatever Batch::scored_from says (the pass of before).
+bool scored_rows_enabled() {
+  static const bool on = [] {
+    const bool v = env::switch_on("MGRL_SCORED_ROWS");
+    if (!v) log::info("MGRL_SCORED_ROWS=0: the LM head runs on every row, prompt rows included");
+    return v;
+  }();
+  return on;
+}
+}  // namespace
 
 // What one layer keeps from its forward for its backward (storage dtype unless f32).
 struct TrainExecutor::LayerActs {
@@ -27,10 +41,12 @@ struct TrainExecutor::PassBuffers {
   void *tmp, *xf, *recompute_out;
   float *rstd_f, *lse_head, *lp, *wrow, *lora_scratch;
   std::int32_t *ids, *targets, *pos, *cu_seqlens;
+  std::int32_t* sel;  // the LM head's rows when it runs on the scored rows only (Batch::scored_from)
   void* head_scratch;
   void *dx, *dh, *dq, *dk, *dv, *dq2, *dk2, *dattn, *dgate, *dup, *dact, *dxf, *dlora;
   void* dpost;  // Gemma: the gradient of a post-norm's input (else null)
   std::vector<std::int32_t> host_ids, host_offsets;  // of the last forward
+  std::vector<std::int32_t> host_sel;                // its LM head's rows (compact passes)
   std::vector<float> host_wrow;                      // its loss weights by LM-head row (kept: uploads are async)
   std::vector<float> host_wgrad;                     // forward_with_loss: those times the gradient scale
 };
@@ -45,6 +61,8 @@ struct TrainExecutor::Arena {
   std::unique_ptr<PassBuffers> work;
   // The last forward through this arena.
   int B = 0, T = 0, max_len = 0;
+  int R = 0;             // the LM head's rows: T, or the scored rows (W.sel) when compact
+  bool compact = false;  // the LM head ran on the scored rows only: its per-row buffers hold R rows
   bool train = false, lora = false;
   bool weights_ready = false;  // add_loss uploaded this forward's loss weights
   bool head_done = false;      // forward_with_loss: the LM head's backward ran in the forward (dxf holds its dh)
@@ -225,6 +243,7 @@ void TrainExecutor::layout(const ArenaSpec& sp, int T, Arena& arena, const std::
   W.targets = i32(t);
   W.pos = i32(t);
   W.cu_seqlens = i32(t + 1);  // B <= T
+  W.sel = i32(t);
   W.head_scratch = raw(sp.head_scratch_bytes);
   if (!grads) return;  // a scoring arena: no backward
   W.dx = st(t * D);
@@ -497,6 +516,10 @@ void TrainExecutor::forward_pass(const Batch& batch, float* logprobs, bool use_l
     }
   }
   W.host_offsets = batch.offsets;
+  // The LM head runs on the rows that predict a scored token only (Batch::scored_from): its targets compacted.
+  select_scored_rows(batch);
+  if (cur_->compact)
+    for (int j = 0; j < cur_->R; ++j) targets[static_cast<std::size_t>(j)] = targets[static_cast<std::size_t>(W.host_sel[static_cast<std::size_t>(j)])];
   ops_.upload(W.ids, W.host_ids.data(), static_cast<std::size_t>(T) * 4);
   ops_.upload(W.targets, targets.data(), static_cast<std::size_t>(T) * 4);
   ops_.upload(W.pos, pos.data(), static_cast<std::size_t>(T) * 4);
@@ -511,6 +534,14 @@ void TrainExecutor::forward_pass(const Batch& batch, float* logprobs, bool use_l
                        static_cast<float>(cfg_.rms_norm_eps), def_.unit_offset_norms());
   cur_->weights_ready = false;
   cur_->head_done = false;
+  const int R = cur_->R;
+  const std::size_t row_bytes = static_cast<std::size_t>(D) * ops_.storage_size();
+  // The head's input: the final norm's output, or its scored rows gathered into tmp (free after the last layer).
+  const void* hx = W.xf;
+  if (cur_->compact) {
+    ops_.gather_rows(W.tmp, W.xf, W.sel, R, D);
+    hx = W.tmp;
+  }
   if (fused) {
     // The backward's weights (scaled) into wrow for the head's pass, then the loss's (unscaled) for the loss: two
     // uploads into one buffer, ordered on the backend's queue, each from a host vector kept until the next forward.
@@ -523,33 +554,79 @@ void TrainExecutor::forward_pass(const Batch& batch, float* logprobs, bool use_l
         W.host_wgrad[i] = static_cast<float>(W.host_wrow[i] * fused->grad_scale);
       ops_.upload(W.wrow, W.host_wgrad.data(), W.host_wgrad.size() * sizeof(float));
     }
-    ops_.lm_head_logprob_forward_backward(W.lp, W.lse_head, W.dxf, def_.head_grad(), W.wrow, W.xf, def_.head(),
-                                          W.targets, T, D, V, logit_scale, W.head_scratch, def_.final_softcap());
+    // Compact: the scored rows' dh into W.dh (free until the backward), then scattered into a zeroed dxf.
+    ops_.lm_head_logprob_forward_backward(W.lp, W.lse_head, cur_->compact ? W.dh : W.dxf, def_.head_grad(), W.wrow,
+                                          hx, def_.head(), W.targets, R, D, V, logit_scale, W.head_scratch,
+                                          def_.final_softcap());
+    if (cur_->compact) {
+      ops_.zero(W.dxf, static_cast<std::size_t>(T) * row_bytes);
+      ops_.scatter_rows(W.dxf, W.dh, W.sel, R, D);
+    }
     if (scaled) ops_.upload(W.wrow, W.host_wrow.data(), W.host_wrow.size() * sizeof(float));
-    ops_.weighted_sum_accumulate(fused->loss_acc, W.lp, W.wrow, static_cast<std::size_t>(T), -1.0);
+    ops_.weighted_sum_accumulate(fused->loss_acc, W.lp, W.wrow, static_cast<std::size_t>(R), -1.0);
     cur_->weights_ready = true;
     cur_->head_done = true;
   } else {
-    ops_.lm_head_logprob_forward(W.lp, W.lse_head, W.xf, def_.head(), W.targets, T, D, V, logit_scale,
+    ops_.lm_head_logprob_forward(W.lp, W.lse_head, hx, def_.head(), W.targets, R, D, V, logit_scale,
                                  W.head_scratch, def_.final_softcap());
   }
   if (!logprobs) return;
 
-  // Row t predicts token t + 1.
-  std::vector<float> lp(static_cast<std::size_t>(T));
+  // Row t predicts token t + 1 (compact: row j is row host_sel[j]; the positions not scored get 0).
+  std::vector<float> lp(static_cast<std::size_t>(R));
   ops_.download(lp.data(), W.lp, lp.size() * sizeof(float));
   std::fill(logprobs, logprobs + T, 0.0f);
+  if (cur_->compact) {
+    for (int j = 0; j < R; ++j) logprobs[W.host_sel[static_cast<std::size_t>(j)] + 1] = lp[static_cast<std::size_t>(j)];
+    return;
+  }
   for (int b = 0; b < B; ++b)
     for (int i = batch.offsets[b]; i + 1 < batch.offsets[b + 1]; ++i) logprobs[i + 1] = lp[static_cast<std::size_t>(i)];
+}
+
+// Batch::scored_from: the LM head's rows are those that predict a token at a position >= scored_from[b] of their
+// sequence (row t of a sequence predicts its token t + 1). When they are fewer than the rows with a target, the head
+// runs on them alone (cur_->compact, W.sel); else, and with MGRL_SCORED_ROWS=0, on all T rows as before.
+void TrainExecutor::select_scored_rows(const Batch& batch) {
+  PassBuffers& W = *cur_->work;
+  const int B = batch.B(), T = batch.T();
+  cur_->R = T;
+  cur_->compact = false;
+  W.host_sel.clear();
+  if (batch.scored_from.empty() || !scored_rows_enabled()) return;
+  MGRL_CHECK(static_cast<int>(batch.scored_from.size()) == B, "Batch::scored_from needs one entry per sequence");
+  for (int b = 0; b < B; ++b) {
+    const int row0 = batch.offsets[b], len = batch.length(b);
+    for (int t = std::max(batch.scored_from[static_cast<std::size_t>(b)], 1); t < len; ++t)
+      W.host_sel.push_back(row0 + t - 1);
+  }
+  const int R = static_cast<int>(W.host_sel.size());
+  if (R == 0 || R == T - B) return;  // nothing scored (the plain pass is as cheap), or every row with a target
+  cur_->R = R;
+  cur_->compact = true;
+  ops_.upload(W.sel, W.host_sel.data(), W.host_sel.size() * sizeof(std::int32_t));
 }
 
 // The loss weights of the packed tokens as the LM head's rows use them: row i predicts token i + 1.
 void TrainExecutor::upload_loss_weights(const float* weights) {
   PassBuffers& W = *cur_->work;
-  W.host_wrow.assign(static_cast<std::size_t>(cur_->T), 0.0f);
-  for (int b = 0; b < cur_->B; ++b)
-    for (int i = W.host_offsets[b]; i + 1 < W.host_offsets[b + 1]; ++i)
-      W.host_wrow[static_cast<std::size_t>(i)] = weights[i + 1];
+  W.host_wrow.assign(static_cast<std::size_t>(cur_->R), 0.0f);
+  if (cur_->compact) {
+    // Row j is row host_sel[j]; a weight on a position that was not scored would be lost: refused.
+    std::size_t j = 0;
+    for (int b = 0; b < cur_->B; ++b)
+      for (int i = W.host_offsets[b]; i + 1 < W.host_offsets[b + 1]; ++i) {
+        if (j < W.host_sel.size() && W.host_sel[j] == i) {
+          W.host_wrow[j++] = weights[i + 1];
+        } else {
+          MGRL_CHECK(weights[i + 1] == 0.0f, "a loss weight on a token before its sequence's Batch::scored_from");
+        }
+      }
+  } else {
+    for (int b = 0; b < cur_->B; ++b)
+      for (int i = W.host_offsets[b]; i + 1 < W.host_offsets[b + 1]; ++i)
+        W.host_wrow[static_cast<std::size_t>(i)] = weights[i + 1];
+  }
   ops_.upload(W.wrow, W.host_wrow.data(), W.host_wrow.size() * sizeof(float));
   cur_->weights_ready = true;
 }
@@ -559,7 +636,7 @@ void TrainExecutor::add_loss(const float* weights, double* loss_acc) {
   MGRL_CHECK(cur_->work && cur_->train, "add_loss() needs a forward(train = true) first");
   MGRL_CHECK(!cur_->head_done, "add_loss() after forward_with_loss(), which added the loss itself");
   upload_loss_weights(weights);
-  ops_.weighted_sum_accumulate(loss_acc, cur_->work->lp, cur_->work->wrow, static_cast<std::size_t>(cur_->T), -1.0);
+  ops_.weighted_sum_accumulate(loss_acc, cur_->work->lp, cur_->work->wrow, static_cast<std::size_t>(cur_->R), -1.0);
 }
 
 void TrainExecutor::backward(const float* weights, const std::function<void(int)>& layer_done, const float* dhidden) {
@@ -581,9 +658,19 @@ void TrainExecutor::backward(const float* weights, const std::function<void(int)
 
   // After forward_with_loss the LM head's part is done: W.dxf already holds its gradient (and the head's own
   // gradient is accumulated), so the backward starts at the final norm.
-  if (!cur_->head_done)
+  // Compact (Batch::scored_from): the scored rows gathered again into tmp, their dh into W.dh (free until the
+  // dhidden below and the last layer's backward), scattered into a zeroed dxf.
+  if (!cur_->head_done && cur_->compact) {
+    const int R = cur_->R;
+    ops_.gather_rows(W.tmp, W.xf, W.sel, R, D);
+    ops_.lm_head_logprob_backward(W.dh, def_.head_grad(), W.wrow, W.tmp, def_.head(), W.targets, W.lse_head, R, D,
+                                  V, cur_->logit_scale, W.head_scratch, def_.final_softcap());
+    ops_.zero(W.dxf, static_cast<std::size_t>(T) * static_cast<std::size_t>(D) * ops_.storage_size());
+    ops_.scatter_rows(W.dxf, W.dh, W.sel, R, D);
+  } else if (!cur_->head_done) {
     ops_.lm_head_logprob_backward(W.dxf, def_.head_grad(), W.wrow, W.xf, def_.head(), W.targets, W.lse_head, T, D,
                                   V, cur_->logit_scale, W.head_scratch, def_.final_softcap());
+  }
   if (dhidden) {  // W.dh is free until the last layer's backward: it carries dhidden in the storage dtype
     ops_.upload_f32_as_storage(W.dh, dhidden, static_cast<std::size_t>(T) * static_cast<std::size_t>(D));
     ops_.residual_forward(W.dxf, W.dh, static_cast<std::int64_t>(T) * D);

@@ -91,6 +91,7 @@ class TrainExecutor {
   void reserve(int T, int B);
   void release(Arena& a);
   void upload_loss_weights(const float* weights);
+  void select_scored_rows(const Batch& batch);
   void layer_forward(int l, const void* x_in, void* x_out, LayerActs& a, bool use_lora, bool train,
                      std::uint64_t seed);
   void layer_backward(int l, LayerActs& a, void* dx);

@@ -153,7 +153,9 @@ model::Batch GrpoTrainer::batch_of(const std::vector<std::size_t>& idx, std::vec
     seqs.push_back(std::move(s));
     prompt_lens->push_back(static_cast<int>(r.prompt.size()));
   }
-  return model::Batch::from_sequences(seqs);
+  model::Batch b = model::Batch::from_sequences(seqs);
+  b.scored_from.assign(prompt_lens->begin(), prompt_lens->end());  // the completions' log-probs alone are read
+  return b;
 }
 
 // A completion contributes nothing to the loss or its gradient when it is masked (mask_truncated_completions), or

@@ -21,7 +21,10 @@ model::Batch ppo_batch(const std::vector<PpoSample>& s, const std::vector<std::s
     row += static_cast<int>(q.size());
     seqs.push_back(std::move(q));
   }
-  return model::Batch::from_sequences(seqs);
+  model::Batch b = model::Batch::from_sequences(seqs);
+  // The responses' log-probs alone are read.
+  for (std::size_t i : idx) b.scored_from.push_back(static_cast<std::int32_t>(s[i].prompt.size()));
+  return b;
 }
 
 void ppo_score(model::Transformer& m, const ValueHead& vh, float temperature, int response_length, int micro,

@@ -125,6 +125,7 @@ model::Batch dpo_batch(const std::vector<const PreferencePair*>& mb, double ld_a
   for (const auto* p : mb) {
     b.add(p->chosen);
     b.add(p->rejected);
+    b.scored_from.insert(b.scored_from.end(), 2, p->prompt_len);  // the responses' log-probs alone are read
   }
   tw->assign(b.tokens.size(), 0.0f);
   for (std::size_t k = 0; k < mb.size(); ++k) {

@@ -37,10 +37,16 @@ model::Batch make_batch(const std::vector<const Example*>& ex, double inv_tokens
   model::Batch b;
   for (const auto* e : ex) b.add(e->tokens);
   weights->assign(b.tokens.size(), 0.0f);
-  for (int i = 0; i < b.B(); ++i)
+  b.scored_from.assign(static_cast<std::size_t>(b.B()), 0);
+  for (int i = 0; i < b.B(); ++i) {
+    int first = b.length(i);  // the LM head runs from the first weighted token on (Batch::scored_from)
     for (int t = ex[i]->loss_mask.empty() ? ex[i]->prompt_len : 0; t < b.length(i); ++t)
-      if (ex[i]->loss_mask.empty() || ex[i]->loss_mask[static_cast<std::size_t>(t)])
+      if (ex[i]->loss_mask.empty() || ex[i]->loss_mask[static_cast<std::size_t>(t)]) {
         (*weights)[static_cast<std::size_t>(b.offsets[i] + t)] = static_cast<float>(inv_tokens);
+        first = std::min(first, t);
+      }
+    b.scored_from[static_cast<std::size_t>(i)] = first;
+  }
   return b;
 }
 

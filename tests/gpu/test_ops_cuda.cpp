@@ -1367,6 +1367,22 @@ TEST_P(OpsCuda, GatherRows) {
   expect_close("gather_rows (exact)", dst, 0.0);
 }
 
+TEST_P(OpsCuda, ScatterRows) {
+  const int rows = 41, width = 203;
+  const Ids idx_h = {40, 0, 5, 17, 2, 9, 30, 39};  // distinct, any order
+  const int n = static_cast<int>(idx_h.size());
+  Pair src = storage(randu(sz(n, width), 121));
+  Pair idx = i32(idx_h);
+  Pair dst = storage(randu(sz(rows, width), 122));  // the rows not written keep these values
+  cpu_->scatter_rows(dst.c, src.c, static_cast<const std::int32_t*>(idx.c), n, width);
+  gpu_->scatter_rows(dst.g, src.g, static_cast<const std::int32_t*>(idx.g), n, width);
+  expect_close("scatter_rows (exact)", dst, 0.0);
+  Pair bad = i32({3, -1});
+  gpu_->scatter_rows(dst.g, src.g, static_cast<const std::int32_t*>(bad.g), 2, width);
+  EXPECT_THROW(gpu_->synchronize(), FatalError);
+  EXPECT_NO_THROW(gpu_->synchronize());
+}
+
 // Sampling: the same token for the same seeds, and log-probs within 1e-4, on logits with well separated values
 // (a near-tie could fall either way under a different summation order; exact ties fall the same way on both).
 TEST_P(OpsCuda, Sample) {

@@ -164,6 +164,9 @@ class CountingOps final : public kernels::Ops {
   void gather_rows(void* dst, const void* src, const std::int32_t* idx, int n, int width) override {
     in->gather_rows(dst, src, idx, n, width);
   }
+  void scatter_rows(void* dst, const void* src, const std::int32_t* idx, int n, int width) override {
+    in->scatter_rows(dst, src, idx, n, width);
+  }
   void sample(std::int32_t* tokens, float* lp, const float* logits, const std::uint64_t* seeds, int B, int V,
               const Sampling& p) override {
     in->sample(tokens, lp, logits, seeds, B, V, p);

@@ -299,6 +299,27 @@ TEST(KvCache, GatherRowsCopiesExactly) {
   gather_rows(nullptr, src.data(), nullptr, 0, width);
 }
 
+TEST(KvCache, ScatterRowsWritesOnlyItsRows) {
+  const int rows = 9, width = 13;
+  const Vec src = randu(static_cast<std::size_t>(4) * width, 32);
+  const Ids idx = {7, 0, 3, 8};  // distinct, any order
+  const int n = static_cast<int>(idx.size());
+  Vec dst(static_cast<std::size_t>(rows) * width, -1.0f);
+  scatter_rows(dst.data(), src.data(), idx.data(), n, width);
+  for (int r = 0; r < rows; ++r) {
+    const auto it = std::find(idx.begin(), idx.end(), r);
+    for (int c = 0; c < width; ++c) {
+      const float want = it == idx.end() ? -1.0f : src[static_cast<std::size_t>(it - idx.begin()) * width + c];
+      ASSERT_EQ(dst[static_cast<std::size_t>(r) * width + c], want) << "row " << r << " col " << c;
+    }
+  }
+  // Through the CPU backend's Ops: the same.
+  Vec dst2(static_cast<std::size_t>(rows) * width, -1.0f);
+  make_cpu_ops()->scatter_rows(dst2.data(), src.data(), idx.data(), n, width);
+  EXPECT_EQ(dst2, dst);
+  scatter_rows(nullptr, src.data(), nullptr, 0, width);  // n = 0 touches nothing
+}
+
 // The CPU backend's Ops forward to these functions (same results through the interface).
 TEST(KvCache, CpuBackendForwardsTheInferenceOps) {
   auto ops = make_cpu_ops();

@@ -6,6 +6,7 @@
 // (forward_with_loss) bitwise against forward + add_loss + backward.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <set>
@@ -199,6 +200,73 @@ TEST(FusedLmHead, ScaledRecomputedAndFullFineTuningTied) {
   fused_head_equals_unfused("llama_gqa", ModelOptions{false, true}, 3.0);   // recompute, a loss scale
   fused_head_equals_unfused("qwen2_bias_tied", ModelOptions{true, false}, 1024.0);  // full FT, tied embeddings
   fused_head_equals_unfused("gemma2_softcap", ModelOptions{false, false}, 0.75);
+}
+
+// Batch::scored_from: the LM head on the rows that predict a scored position alone (GRPO's completions, SFT's
+// weighted tokens) gives those positions' log-probs, the loss and every gradient of the pass on all rows (up to the
+// last bits of a GEMM over other rows: within 1e-6), through forward + add_loss + backward, forward_with_loss and
+// score(); the positions not scored come back 0 (so the head did not run there), and a loss weight on one of them
+// is refused.
+TEST_P(ModelFixture, ScoredRowsAloneEqualEveryRow) {
+  Fixture a(GetParam()), b(GetParam()), c(GetParam());
+  model::Batch scored = a.batch;
+  for (int s = 0; s < scored.B(); ++s)  // half of the first sequence, all of the second, none of a third
+    scored.scored_from.push_back(s == 0 ? scored.length(s) / 2 : s == 1 ? 0 : scored.length(s));
+  std::vector<float> w(a.weights.size(), 0.0f);
+  std::vector<bool> in(a.weights.size(), false);
+  for (int s = 0; s < scored.B(); ++s)
+    for (int t = std::max(1, scored.scored_from[static_cast<std::size_t>(s)]); t < scored.length(s); ++t) {
+      const std::size_t i = static_cast<std::size_t>(scored.offsets[s] + t);
+      in[i] = true;
+      w[i] = 0.01f * static_cast<float>(1 + i % 7);
+    }
+  ASSERT_LT(std::count(in.begin(), in.end(), true), static_cast<long>(scored.T() - scored.B())) << "nothing left out";
+  auto* acc = static_cast<double*>(a.ops->alloc(3 * sizeof(double)));
+  double loss[3];
+  const std::size_t T = a.weights.size();
+  std::vector<float> lp_a(T), lp_b(T), lp_c(T);
+  for (Fixture* f : {&a, &b, &c}) f->model->lora()->zero_grads();
+  a.model->forward(a.batch, lp_a.data(), true, true, 5);
+  a.model->add_loss(w.data(), acc);
+  a.model->backward(nullptr);
+  b.model->forward(scored, lp_b.data(), true, true, 5);
+  b.model->add_loss(w.data(), acc + 1);
+  b.model->backward(nullptr);
+  c.model->forward_with_loss(scored, w.data(), 1.0, acc + 2, 5);
+  c.model->backward(nullptr);
+  a.ops->download(loss, acc, 3 * sizeof(double));
+  a.ops->release(acc);
+  EXPECT_NEAR(loss[1], loss[0], 1e-6 * std::abs(loss[0])) << "loss, forward + add_loss";
+  EXPECT_NEAR(loss[2], loss[0], 1e-6 * std::abs(loss[0])) << "loss, forward_with_loss";
+  for (std::size_t i = 0; i < T; ++i) {
+    if (in[i]) {
+      EXPECT_NEAR(lp_b[i], lp_a[i], 1e-6 * std::max(1.0f, std::abs(lp_a[i]))) << "log-prob at " << i;
+    } else {
+      EXPECT_EQ(lp_b[i], 0.0f) << "a log-prob at " << i << ", which is not scored";
+    }
+  }
+  EXPECT_NE(lp_a[1], 0.0f) << "the full pass scores position 1";
+  EXPECT_FALSE(in[1]) << "position 1 (first sequence) is not scored";
+  auto grads = [](Fixture& f) {
+    std::vector<float> g(f.model->lora()->numel());
+    f.ops->download(g.data(), f.model->lora()->grads(), g.size() * sizeof(float));
+    return g;
+  };
+  const std::vector<float> ga = grads(a);
+  EXPECT_LT(rel_error(grads(b), ga), 1e-6) << "LoRA gradients, forward + add_loss + backward";
+  EXPECT_LT(rel_error(grads(c), ga), 1e-6) << "LoRA gradients, forward_with_loss + backward";
+  EXPECT_LT(rel_error(b.model->input_embedding_grad(), a.model->input_embedding_grad()), 1e-6);
+  // score(): the same log-probs as the training forward of the same batch.
+  std::vector<float> lp_s(T);
+  b.model->score(scored, lp_s.data(), true);
+  EXPECT_EQ(lp_s, lp_b);
+  // A weight on a position that was not scored would be lost: refused.
+  std::vector<float> bad = w;
+  bad[1] = 0.5f;
+  b.model->forward(scored, nullptr, true, true, 5);
+  auto* acc1 = static_cast<double*>(b.ops->alloc(sizeof(double)));
+  EXPECT_THROW(b.model->add_loss(bad.data(), acc1), FatalError);
+  b.ops->release(acc1);
 }
 
 INSTANTIATE_TEST_SUITE_P(Hf, ModelFixture,
