@@ -238,6 +238,50 @@ class Ops {
                               const std::int32_t* tokens, const float* logprobs, const std::uint64_t* streams,
                               const std::int32_t* eos, int n_eos, int max_count, int R) = 0;
 
+  // ---- fused inference ops (the decode step's; kernels/cuda fuses them for small row counts) ----
+  // The defaults below run the separate ops above, so a backend that does not override them (the CPU reference)
+  // gives the bits of the composition.
+  // rope.h + kv_cache.h: RoPE of q [T, n_heads, head_dim] and of k [T, n_kv, head_dim] in place, then the rotated k
+  // and v stored into the cache: rope_forward(q), rope_forward(k), kv_store(k, v) in one op.
+  virtual void rope_kv_store(void* q, void* k, const void* v, void* cache_k, void* cache_v, const std::int32_t* slot,
+                             const std::int32_t* pos, const float* inv_freq, int T, const KvPages& pages,
+                             int n_heads, int n_kv, int head_dim) {
+    rope_forward(q, pos, inv_freq, T, n_heads, head_dim);
+    rope_forward(k, pos, inv_freq, T, n_kv, head_dim);
+    kv_store(cache_k, cache_v, k, v, slot, pos, T, pages, n_kv, head_dim);
+  }
+  // linear.h for the n (1..kMaxLinearGroup) layers that read one x [T, in] (q|k|v): m[i].y [T, m[i].out] =
+  // x m[i].W^T + m[i].bias (bias may be null).
+  struct LinearMember {
+    void* y = nullptr;
+    const void* W = nullptr;
+    const void* bias = nullptr;
+    int out = 0;
+  };
+  static constexpr int kMaxLinearGroup = 3;
+  virtual void linear_group_forward(const LinearMember* m, int n, const void* x, int T, int in) {
+    for (int i = 0; i < n; ++i) linear_forward(m[i].y, x, m[i].W, m[i].bias, T, in, m[i].out);
+  }
+  // linear.h + swiglu.h: act [T, I] = f(x Wg^T) * (x Wu^T) for x [T, in], Wg and Wu [I, in], f the SiLU (SwiGLU) or,
+  // with geglu, the tanh GELU (GeGLU); the gate and up products rounded to the storage dtype first, as
+  // linear_forward stores them. gate, up [T, I]: work buffers the composition writes (a fused kernel need not).
+  virtual void gated_mlp_forward(void* act, void* gate, void* up, const void* x, const void* Wg, const void* Wu,
+                                 int T, int in, int I, bool geglu) {
+    linear_forward(gate, x, Wg, nullptr, T, in, I);
+    linear_forward(up, x, Wu, nullptr, T, in, I);
+    if (geglu)
+      geglu_forward(act, gate, up, static_cast<std::int64_t>(T) * I);
+    else
+      swiglu_forward(act, gate, up, static_cast<std::int64_t>(T) * I);
+  }
+  // linear.h + residual.h: y [T, out] = r + x W^T (y may be r: the residual stream in place), x W^T rounded to the
+  // storage dtype first, as linear_forward stores it. tmp [T, out]: a work buffer the composition writes.
+  virtual void linear_residual_forward(void* y, const void* r, const void* x, const void* W, int T, int in, int out,
+                                       void* tmp) {
+    linear_forward(tmp, x, W, nullptr, T, in, out);
+    residual_add(y, r, tmp, static_cast<std::int64_t>(T) * out);
+  }
+
   // ---- optimizer (kernels/cpu/optimizer.h) ----
   // sum of x[i]^2 in double, returned to the host (synchronises); non-finite if any x[i] is.
   virtual double sum_squares(const float* x, std::size_t n) = 0;

@@ -7,7 +7,7 @@
 #         bash perf/fetch_trl_wheels.sh here first)
 #
 # Stages (default: all, in this order): info ctest sanitize_runs sanitize attention norm train_ab train gen gen_sync
-#   gen_merge sampler grpo grpo15 scaling ncu
+#   gen_merge gen_fused sampler grpo grpo15 scaling ncu
 #   info       nvidia-smi, mgrl info on the CUDA backend, the measured copy bandwidth
 #   ctest      ctest -L gpu, then tests/test_ops_cuda and test_model_cuda verbosely (each comparison's error)
 #   sanitize   compute-sanitizer memcheck, racecheck, synccheck, initcheck over the gpu tests ($SANITIZE_TESTS,
@@ -43,6 +43,9 @@
 #              decode step) and on (the adapter merged into the weights; never run on a GPU before):
 #              $OUT/gen_merge_off.md, $OUT/gen_merge_on.md; then perf/merge_mismatch.py (greedy and sampled, merged
 #              against unmerged, an adapter with B ~ normal(0, 0.01)): $OUT/merge_mismatch.md
+#   gen_fused  the decode step's fused ops (issue 19 item 3; never run on a GPU before): perf/bench_gemv (the GEMV and
+#              RoPE + KV store kernels against the separate ops, us and GB/s): $OUT/bench_gemv.txt; then mgrl alone at
+#              batch 1, 8 and 64 as built and with MGRL_DECODE_FUSED=0: $OUT/gen_fused_on.md, $OUT/gen_fused_off.md
 #   grpo       perf/grpo_vs_trl.py at the 0.5B shape (needs the trl wheels carried in .whl)
 #   grpo15     a 1.5B-shaped GRPO run of 50 steps (mgrl only), its phase table
 #   grpo_ab    (not in the default list) mgrl alone at the grpo stage's 0.5B shape, 4 steps, as built and with
@@ -301,6 +304,14 @@ stage_gen_merge() {
     --merge-lora \$m --out $OUT/gen_merge_\$m.md || exit 1; done; python3 $root/perf/merge_mismatch.py --mgrl $mgrl \
     --shape qwen2.5-0.5b --prompts 64 --prompt-len 128 --new-tokens 64 --b-std 0.01 --out $OUT/merge_mismatch.md"
 }
+# The decode step's fused ops (RoPE + KV store, q|k|v / gate|up + SwiGLU / down + residual GEMVs) against
+# MGRL_DECODE_FUSED=0, after their micro-benchmark.
+stage_gen_fused() {
+  run_stage gen_fused 600 "$build/perf/bench_gemv 20 | tee $OUT/bench_gemv.txt; for f in on off; do \
+    e=MGRL_UNUSED=1; [ \$f = off ] && e=MGRL_DECODE_FUSED=0; env \$e python3 $root/perf/gen_vs_hf.py --mgrl $mgrl \
+    --shape qwen2.5-0.5b --batches ${GEN_FUSED_BATCHES:-1,8,64} --prompt-len 128 --new-tokens 256 \
+    --repeats ${GEN_REPEATS:-3} --skip-hf --out $OUT/gen_fused_\$f.md || exit 1; done"
+}
 stage_grpo() {
   run_stage grpo 900 "if [ -d $root/.whl ]; then python3 -m pip install -q --no-index --no-deps --no-compile \
     --no-cache-dir --upgrade --target /tmp/site $root/.whl/*.whl && export PYTHONPATH=/tmp/site; fi; \
@@ -358,7 +369,7 @@ for a in "$@"; do
     *) stages+=("$a") ;;
   esac
 done
-[ ${#stages[@]} -eq 0 ] && stages=(info ctest sanitize_runs sanitize attention norm train_ab train gen gen_sync gen_merge sampler grpo grpo15 scaling ncu)
+[ ${#stages[@]} -eq 0 ] && stages=(info ctest sanitize_runs sanitize attention norm train_ab train gen gen_sync gen_merge gen_fused sampler grpo grpo15 scaling ncu)
 for s in "${stages[@]}"; do
   declare -F "stage_$s" >/dev/null || { echo "gpu_program.sh: no stage '$s' (see the list at the top of $0)" >&2; exit 2; }
 done
@@ -369,5 +380,5 @@ note "gpu_program: done after $((SECONDS - t_start)) s"
 pack
 echo "=== summary ==="; cat "$OUT/summary.txt"
 # The tables last, where the device tool's reply (the output's last 12,000 characters) shows them.
-for f in train.md train_ab_on.md train_ab_no_fused_head.md train_ab_no_lora_groups.md train_ab_no_cublaslt_bias.md train_ab_no_fused_norm.md gen.md gen_sync1.md gen_sync8.md gen_sync8_no_fused_norm.md gen_merge_off.md gen_merge_on.md merge_mismatch.md grpo.md grpo_ab_on.md grpo_ab_no_scored_rows.md grpo15.md scaling.md; do [ -f "$OUT/$f" ] && { echo "=== $f ==="; cat "$OUT/$f"; }; done
+for f in train.md train_ab_on.md train_ab_no_fused_head.md train_ab_no_lora_groups.md train_ab_no_cublaslt_bias.md train_ab_no_fused_norm.md gen.md gen_sync1.md gen_sync8.md gen_sync8_no_fused_norm.md gen_merge_off.md gen_merge_on.md merge_mismatch.md gen_fused_on.md gen_fused_off.md grpo.md grpo_ab_on.md grpo_ab_no_scored_rows.md grpo15.md scaling.md; do [ -f "$OUT/$f" ] && { echo "=== $f ==="; cat "$OUT/$f"; }; done
 exit "${setup_failed:-0}"  # 1 when a stage could not start (its build missing); a stage that ran and failed: 0

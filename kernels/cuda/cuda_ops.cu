@@ -17,6 +17,7 @@
 #include "kernels/cuda/dropout.cuh"
 #include "kernels/cuda/embedding.cuh"
 #include "kernels/cuda/gemm.cuh"
+#include "kernels/cuda/gemv.cuh"
 #include "kernels/cuda/kv_cache.cuh"
 #include "kernels/cuda/linear.cuh"
 #include "kernels/cuda/lm_head.cuh"
@@ -268,6 +269,25 @@ class CudaOps final : public Ops {
   }
   void scatter_rows(void* dst, const void* src, const std::int32_t* idx, int n, int width) override {
     cuda::scatter_rows(ctx(), dst, src, idx, n, width);
+  }
+  // The fused inference ops: one kernel for RoPE + KV store; the GEMV kernels (gemv.cu) where they take the call
+  // (T <= 8 rows, aligned), else the composition of the base class.
+  void rope_kv_store(void* q, void* k, const void* v, void* cache_k, void* cache_v, const std::int32_t* slot,
+                     const std::int32_t* pos, const float* inv_freq, int T, const KvPages& pages, int n_heads,
+                     int n_kv, int head_dim) override {
+    cuda::rope_kv_store(ctx(), q, k, v, cache_k, cache_v, slot, pos, inv_freq, T, pages, n_heads, n_kv, head_dim);
+  }
+  void linear_group_forward(const LinearMember* m, int n, const void* x, int T, int in) override {
+    if (!cuda::gemv_group(ctx(), m, n, x, T, in)) Ops::linear_group_forward(m, n, x, T, in);
+  }
+  void gated_mlp_forward(void* act, void* gate, void* up, const void* x, const void* Wg, const void* Wu, int T,
+                         int in, int I, bool geglu) override {
+    if (!cuda::gemv_gated(ctx(), act, x, Wg, Wu, T, in, I, geglu))
+      Ops::gated_mlp_forward(act, gate, up, x, Wg, Wu, T, in, I, geglu);
+  }
+  void linear_residual_forward(void* y, const void* r, const void* x, const void* W, int T, int in, int out,
+                               void* tmp) override {
+    if (!cuda::gemv_residual(ctx(), y, r, x, W, T, in, out)) Ops::linear_residual_forward(y, r, x, W, T, in, out, tmp);
   }
   void sample(std::int32_t* tokens, float* logprobs, const float* logits, const std::uint64_t* seeds, int B, int V,
               const Sampling& params) override {

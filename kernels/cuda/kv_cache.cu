@@ -16,12 +16,16 @@
 //                     Groups or head sizes beyond the register tiles (head_dim <= 64 with groups <= 16, <= 128
 //                     with <= 8, <= 256 with <= 4), or calls of more than 65535 rows, take attention_cached_kernel:
 //                     one block per (row, query head), two passes over the keys.
+//   rope_kv_store     grid-stride over the rotation pairs of q, then those of k, then the elements of v: q and k
+//                     rotated in place (rope_rotate_pair, the arithmetic of rope.cu), the rotated k pair and the v
+//                     element copied to the pool row as kv_store_kernel does: the bits of rope, rope, kv_store.
 //   gather_rows, scatter_rows  grid-stride over n * width elements.
 #include <string>
 
 #include "kernels/cuda/attend_row.cuh"
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/kv_cache.cuh"
+#include "kernels/cuda/rope.cuh"
 
 namespace mgrl::kernels::cuda {
 namespace {
@@ -70,6 +74,45 @@ __global__ void scatter_rows_kernel(Bits16* dst, const Bits16* src, const std::i
       continue;
     }
     dst[static_cast<std::int64_t>(to) * width + col] = src[i];
+  }
+}
+
+// grid-stride over i < nq + nk + nv: i < nq, pair (t, h, j) of q (nq = T * n_heads * half); then pair (t, h, j) of k
+// (nk = T * n_kv * half), rotated and stored; then element (t, col) of v (nv = T * row), stored. A row with a bad
+// slot, position or block is rotated but not stored (flagged), as kv_store after rope_forward does.
+template <class S>
+__global__ void rope_kv_store_kernel(S* q, S* k, const S* v, S* ck, S* cv, const std::int32_t* slot,
+                                     const std::int32_t* pos, const float* inv_freq, int T, int n_heads, int n_kv,
+                                     int hd, KvPages pg, int* err) {
+  const int half = hd / 2;
+  const std::int64_t row = static_cast<std::int64_t>(n_kv) * hd;
+  const std::int64_t nq = static_cast<std::int64_t>(T) * n_heads * half;
+  const std::int64_t nk = static_cast<std::int64_t>(T) * n_kv * half;
+  const std::int64_t n = nq + nk + T * row;
+  for (std::int64_t i = gs_begin(); i < n; i += gs_stride()) {
+    if (i < nq) {
+      const std::int64_t th = i / half;  // t * n_heads + h
+      rope_rotate_pair(q + th * hd, static_cast<int>(i % half), half, pos[th / n_heads], inv_freq, 1.0f);
+    } else if (i < nq + nk) {
+      const std::int64_t e = i - nq, th = e / half;  // th = t * n_kv + h
+      const int j = static_cast<int>(e % half);
+      const std::int64_t t = th / n_kv;
+      S* kr = k + th * hd;
+      rope_rotate_pair(kr, j, half, pos[t], inv_freq, 1.0f);
+      const std::int64_t r = pool_row(pg, slot[t], pos[t]);
+      if (r < 0) continue;  // flagged by the row's v element 0 below
+      const std::int64_t at = r * row + (th % n_kv) * hd;
+      ck[at + j] = kr[j];
+      ck[at + j + half] = kr[j + half];
+    } else {
+      const std::int64_t e = i - nq - nk, t = e / row, col = e % row;
+      const std::int64_t r = pool_row(pg, slot[t], pos[t]);
+      if (r < 0) {
+        if (col == 0) atomicOr(err, kErrCacheIndex);
+        continue;
+      }
+      cv[r * row + col] = v[e];
+    }
   }
 }
 
@@ -321,6 +364,22 @@ void kv_store(const Ctx& c, void* cache_k, void* cache_v, const void* k, const v
                                                           static_cast<const Bits16*>(k), static_cast<const Bits16*>(v),
                                                           slot, pos, T, pages, row, c.err);
   CUDA_CHECK_LAUNCH();
+}
+
+void rope_kv_store(const Ctx& c, void* q, void* k, const void* v, void* cache_k, void* cache_v,
+                   const std::int32_t* slot, const std::int32_t* pos, const float* inv_freq, int T,
+                   const KvPages& pages, int n_heads, int n_kv, int head_dim) {
+  MGRL_CHECK(T >= 0 && pages.block_size > 0 && n_heads > 0 && n_kv > 0 && head_dim > 0 && head_dim % 2 == 0,
+             "rope_kv_store: bad sizes (head_dim " + std::to_string(head_dim) + " must be even)");
+  const std::int64_t n = static_cast<std::int64_t>(T) * (n_heads + 3 * n_kv) * (head_dim / 2);  // q, k pairs; v
+  if (n == 0) return;
+  dispatch(c.st, [&](auto tag) {
+    using S = decltype(tag);
+    rope_kv_store_kernel<S><<<grid_for(n), kThreads, 0, c.stream>>>(
+        static_cast<S*>(q), static_cast<S*>(k), static_cast<const S*>(v), static_cast<S*>(cache_k),
+        static_cast<S*>(cache_v), slot, pos, inv_freq, T, n_heads, n_kv, head_dim, pages, c.err);
+    CUDA_CHECK_LAUNCH();
+  });
 }
 
 void attention_cached(const Ctx& c, void* out, const void* q, const void* cache_k, const void* cache_v,

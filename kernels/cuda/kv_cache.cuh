@@ -21,6 +21,11 @@ void kv_store(const Ctx& c, void* cache_k, void* cache_v, const void* k, const v
 void attention_cached(const Ctx& c, void* out, const void* q, const void* cache_k, const void* cache_v,
                       const std::int32_t* slot, const std::int32_t* pos, int T, const KvPages& pages, int n_heads,
                       int n_kv, int head_dim, const AttentionOptions& opt = {});
+// rope_forward(q), rope_forward(k), kv_store(k, v) (Ops::rope_kv_store) in one kernel with their bits; inv_freq f32
+// [head_dim / 2] on the device.
+void rope_kv_store(const Ctx& c, void* q, void* k, const void* v, void* cache_k, void* cache_v,
+                   const std::int32_t* slot, const std::int32_t* pos, const float* inv_freq, int T,
+                   const KvPages& pages, int n_heads, int n_kv, int head_dim);
 void gather_rows(const Ctx& c, void* dst, const void* src, const std::int32_t* idx, int n, int width);
 void scatter_rows(const Ctx& c, void* dst, const void* src, const std::int32_t* idx, int n, int width);
 

@@ -6,9 +6,7 @@
 namespace mgrl::kernels::cuda {
 namespace {
 
-// One thread per pair (t, h, j), j < head_dim / 2: the angle a = pos[t] * inv_freq[j] is the fp32 product (as in
-// transformers), cos/sin are the accurate sinf/cosf (the build does not use --use_fast_math); then
-//   x[j] <- x[j] cos - x[j + half] sin,   x[j + half] <- x[j + half] cos + x[j] sin   (sin negated for backward).
+// One thread per pair (t, h, j), j < head_dim / 2 (rope_rotate_pair, rope.cuh).
 template <class S>
 __global__ void rope_kernel(S* x, const std::int32_t* pos, const float* inv_freq, int T, int n_heads, int head_dim,
                             float sign) {
@@ -18,13 +16,7 @@ __global__ void rope_kernel(S* x, const std::int32_t* pos, const float* inv_freq
     const int j = static_cast<int>(i % half);
     const std::int64_t th = i / half;  // t * n_heads + h
     const std::int64_t t = th / n_heads;
-    const float a = static_cast<float>(pos[t]) * inv_freq[j];
-    const float cs = cosf(a);
-    const float sn = sign * sinf(a);
-    S* v = x + th * head_dim;
-    const float x0 = to_f32(v[j]), x1 = to_f32(v[j + half]);
-    v[j] = from_f32<S>(x0 * cs - x1 * sn);
-    v[j + half] = from_f32<S>(x1 * cs + x0 * sn);
+    rope_rotate_pair(x + th * head_dim, j, half, pos[t], inv_freq, sign);
   }
 }
 

@@ -10,9 +10,7 @@ namespace {
 template <class S>
 __global__ void swiglu_forward_kernel(S* out, const S* gate, const S* up, std::int64_t n) {
   for (std::int64_t i = gs_begin(); i < n; i += gs_stride()) {
-    const float g = to_f32(gate[i]), u = to_f32(up[i]);
-    const float sig = 1.0f / (1.0f + expf(-g));
-    out[i] = from_f32<S>(g * sig * u);
+    out[i] = from_f32<S>(swiglu_value(to_f32(gate[i]), to_f32(up[i])));
   }
 }
 
@@ -27,14 +25,10 @@ __global__ void swiglu_backward_kernel(S* dgate, S* dup, const S* dout, const S*
   }
 }
 
-constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
-constexpr float kGeluA = 0.044715f;
-
 template <class S>
 __global__ void geglu_forward_kernel(S* out, const S* gate, const S* up, std::int64_t n) {
   for (std::int64_t i = gs_begin(); i < n; i += gs_stride()) {
-    const float g = to_f32(gate[i]), u = to_f32(up[i]);
-    out[i] = from_f32<S>(0.5f * g * (1.0f + tanhf(kGeluC * (g + kGeluA * g * g * g))) * u);
+    out[i] = from_f32<S>(geglu_value(to_f32(gate[i]), to_f32(up[i])));
   }
 }
 

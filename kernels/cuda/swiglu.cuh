@@ -7,6 +7,18 @@
 
 namespace mgrl::kernels::cuda {
 
+// The activations of one element from the gate and up values (fp32 math, the accurate expf / tanhf), shared by the
+// elementwise kernels and the fused gate|up GEMV (gemv.cu) so that both give the same bits from the same inputs.
+__device__ __forceinline__ float swiglu_value(float g, float u) {
+  const float sig = 1.0f / (1.0f + expf(-g));
+  return g * sig * u;
+}
+inline constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
+inline constexpr float kGeluA = 0.044715f;
+__device__ __forceinline__ float geglu_value(float g, float u) {
+  return 0.5f * g * (1.0f + tanhf(kGeluC * (g + kGeluA * g * g * g))) * u;
+}
+
 // Semantics of kernels/cpu/swiglu.h (storage dtype; out may alias gate or up, dgate/dup may alias dout).
 void swiglu_forward(const Ctx& c, void* out, const void* gate, const void* up, std::int64_t n);
 void swiglu_backward(const Ctx& c, void* dgate, void* dup, const void* dout, const void* gate, const void* up,

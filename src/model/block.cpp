@@ -17,7 +17,7 @@ bool fused_norm_enabled() {
 }
 
 void block_forward(const ModelDef& def, int l, const BlockIO& io, int T, const BlockLinear& lin,
-                   const std::function<void()>& attend) {
+                   const std::function<void()>& attend, const BlockFusion* fusion) {
   const io::ModelConfig& cfg = def.config();
   kernels::Ops& ops = def.ops();
   const LayerWeights& Lw = def.layer(l);
@@ -36,8 +36,10 @@ void block_forward(const ModelDef& def, int l, const BlockIO& io, int T, const B
     ops.rmsnorm_forward(io.q, io.rstd_q, io.q_pre, Lw.q_norm, T * nh, hd, eps, unit);
     ops.rmsnorm_forward(io.k, io.rstd_k, io.k_pre, Lw.k_norm, T * nkv, hd, eps, unit);
   }
-  ops.rope_forward(io.q, io.pos, def.inv_freq(l), T, nh, hd);
-  ops.rope_forward(io.k, io.pos, def.inv_freq(l), T, nkv, hd);
+  if (!fusion || !fusion->rope_in_attend) {
+    ops.rope_forward(io.q, io.pos, def.inv_freq(l), T, nh, hd);
+    ops.rope_forward(io.k, io.pos, def.inv_freq(l), T, nkv, hd);
+  }
   attend();
   const Module o = Module::O;
   void* const o_out = post ? io.o_raw : io.tmp;
@@ -50,13 +52,16 @@ void block_forward(const ModelDef& def, int l, const BlockIO& io, int T, const B
     ops.residual_forward(io.x_mid, io.tmp, static_cast<std::int64_t>(T) * D);
     ops.rmsnorm_forward(io.h2, io.rstd2, io.x_mid, Lw.mlp_norm, T, D, eps, unit);
   }
-  const Module gate_up[] = {Module::Gate, Module::Up};
-  void* const gate_up_out[] = {io.gate, io.up};
-  lin(gate_up, gate_up_out, 2, io.h2);
-  if (def.geglu())
-    ops.geglu_forward(io.act, io.gate, io.up, static_cast<std::int64_t>(T) * I);
-  else
-    ops.swiglu_forward(io.act, io.gate, io.up, static_cast<std::int64_t>(T) * I);
+  if (!fusion || !fusion->gate_up_act || !fusion->gate_up_act(io.h2, io.act)) {
+    const Module gate_up[] = {Module::Gate, Module::Up};
+    void* const gate_up_out[] = {io.gate, io.up};
+    lin(gate_up, gate_up_out, 2, io.h2);
+    if (def.geglu())
+      ops.geglu_forward(io.act, io.gate, io.up, static_cast<std::int64_t>(T) * I);
+    else
+      ops.swiglu_forward(io.act, io.gate, io.up, static_cast<std::int64_t>(T) * I);
+  }
+  if (!post && fusion && fusion->down_residual && fusion->down_residual(io.act, io.x_out, io.x_mid)) return;
   const Module down = Module::Down;
   void* const down_out = post ? io.m_raw : io.tmp;
   lin(&down, &down_out, 1, io.act);

@@ -32,10 +32,22 @@ using BlockLinear = std::function<void(const Module* ms, void* const* ys, int n,
 // the same bits on the CPU backend.
 bool fused_norm_enabled();
 
+// Parts of the block a caller may run fused (the inference engine's decode ops; training passes none). Each hook,
+// when set, returns true when it did the work and false to let the block run its separate ops.
+struct BlockFusion {
+  // attend() applies RoPE to io.q and io.k itself (with the KV store: Ops::rope_kv_store); the block does not.
+  bool rope_in_attend = false;
+  // io.act = activation(x Wg^T) * (x Wu^T) for x = io.h2, in place of the gate and up layers and the activation.
+  std::function<bool(const void* x, void* act)> gate_up_act;
+  // x_out = x_mid + x Wd^T for x = io.act, in place of the down layer and the residual add (never called with
+  // Gemma's post-norms, whose residual adds a normalised output).
+  std::function<bool(const void* x, void* x_out, const void* x_mid)> down_residual;
+};
+
 // Decoder block l over T rows: lin applies the linear layers, attend() fills io.attn from io.q / io.k / io.v (plain
-// causal attention in training, the KV cache in inference).
+// causal attention in training, the KV cache in inference); fusion (may be null) takes over parts of it.
 void block_forward(const ModelDef& def, int l, const BlockIO& io, int T, const BlockLinear& lin,
-                   const std::function<void()>& attend);
+                   const std::function<void()>& attend, const BlockFusion* fusion = nullptr);
 
 // y += the adapter of (l, m) applied to x (xa: its [T, r] f32 intermediate x A^T); nothing without one.
 void lora_add(const ModelDef& def, int l, Module m, void* y, const void* x, int T, float* xa);

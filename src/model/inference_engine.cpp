@@ -5,10 +5,22 @@
 #include <algorithm>
 #include <string>
 
+#include "core/env.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "model/block.h"
 
 namespace mgrl::model {
+
+bool decode_fused_enabled() {
+  static const bool on = [] {
+    const bool v = env::switch_on("MGRL_DECODE_FUSED");
+    if (!v) log::info("MGRL_DECODE_FUSED=0: inference runs RoPE, the KV store, each projection and its epilogue as "
+                      "separate ops");
+    return v;
+  }();
+  return on;
+}
 
 // Buffers of infer(), sized for the largest call seen (storage dtype unless f32 / i32).
 struct InferenceEngine::Buffers {
@@ -237,6 +249,8 @@ const float* InferenceEngine::run(int T, int R, KvCache& cache, bool use_lora) {
   // A group member's [T, r] slice of I.xa (the rank lay_out sized it for)
   const std::size_t xa_rank = static_cast<std::size_t>(def_.lora() ? def_.lora()->config().r : 1);
   const kernels::KvPages& pages = cache.pages();
+  const bool fused = decode_fused_enabled();
+  const int In = static_cast<int>(cfg_.intermediate_size);
 
   // The forward from the ids to the logits. Decode steps (every row an output row) are recorded once per shape and
   // buffer set and replayed (a CUDA graph on the CUDA backend): every value that changes between steps (ids, slots,
@@ -250,26 +264,50 @@ const float* InferenceEngine::run(int T, int R, KvCache& cache, bool use_lora) {
                    I.h,   I.gate, I.up,   I.act,  I.tmp,  I.rstd, I.rstd, I.rstd, I.rstd,  I.pos,
                    I.tmp, I.tmp,  I.rstd, I.rstd};
   for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
+    // The dense weights of the layer in the storage dtype (an NF4 base: its dequantized workspace, a sharded one: the
+    // gathered copy), or of the merged copy where a projection has one.
     const LayerWeights& Lw = def_.layer(l);
-    block_forward(
-        def_, l, io, T,
-        [&](const Module* ms, void* const* ys, int n, const void* x) {
-          float* xa[kernels::kMaxLoraGroup] = {};
-          for (int i = 0; i < n; ++i) {
-            const int mi = static_cast<int>(ms[i]);
-            const void* Wm = merged ? merged_w_[static_cast<std::size_t>(l) * kNumModules + static_cast<std::size_t>(mi)]
-                                    : nullptr;
-            ops_.linear_forward(ys[i], x, Wm ? Wm : Lw.W[mi], Lw.bias[mi], T, module_in(cfg_, ms[i]),
-                                module_out(cfg_, ms[i]));
-            xa[i] = I.xa + static_cast<std::size_t>(i) * static_cast<std::size_t>(T) * xa_rank;
-          }
-          if (lora && !merged) lora_add_group(def_, l, ms, ys, n, x, T, xa, I.lora_scratch);
-        },
-        [&] {
-          ops_.kv_store(cache.k(l), cache.v(l), I.k, I.v, I.slot, I.pos, T, pages, nkv, hd);
-          ops_.attention_cached(I.attn, I.q, cache.k(l), cache.v(l), I.slot, I.pos, T, pages, nh, nkv, hd,
-                                def_.attention(l));
-        });
+    const auto weight = [&](Module m) -> const void* {
+      const void* Wm = merged ? merged_w_[static_cast<std::size_t>(l) * kNumModules + static_cast<std::size_t>(m)]
+                              : nullptr;
+      return Wm ? Wm : Lw.W[static_cast<int>(m)];
+    };
+    // Whether an adapter runs beside the projection (after it, so its product cannot be fused with what follows).
+    const auto adapter_runs = [&](Module m) { return lora && !merged && def_.lora()->find(l, m) != nullptr; };
+    const auto linears = [&](const Module* ms, void* const* ys, int n, const void* x) {
+      float* xa[kernels::kMaxLoraGroup] = {};
+      kernels::Ops::LinearMember lm[kernels::Ops::kMaxLinearGroup];
+      for (int i = 0; i < n; ++i) {
+        lm[i] = {ys[i], weight(ms[i]), Lw.bias[static_cast<int>(ms[i])], module_out(cfg_, ms[i])};
+        if (!fused) ops_.linear_forward(lm[i].y, x, lm[i].W, lm[i].bias, T, module_in(cfg_, ms[i]), lm[i].out);
+        xa[i] = I.xa + static_cast<std::size_t>(i) * static_cast<std::size_t>(T) * xa_rank;
+      }
+      if (fused) ops_.linear_group_forward(lm, n, x, T, module_in(cfg_, ms[0]));
+      if (lora && !merged) lora_add_group(def_, l, ms, ys, n, x, T, xa, I.lora_scratch);
+    };
+    const auto attend = [&] {
+      if (fused)
+        ops_.rope_kv_store(I.q, I.k, I.v, cache.k(l), cache.v(l), I.slot, I.pos, def_.inv_freq(l), T, pages, nh, nkv,
+                           hd);
+      else
+        ops_.kv_store(cache.k(l), cache.v(l), I.k, I.v, I.slot, I.pos, T, pages, nkv, hd);
+      ops_.attention_cached(I.attn, I.q, cache.k(l), cache.v(l), I.slot, I.pos, T, pages, nh, nkv, hd,
+                            def_.attention(l));
+    };
+    BlockFusion fusion;
+    fusion.rope_in_attend = fused;
+    if (fused && !adapter_runs(Module::Gate) && !adapter_runs(Module::Up))
+      fusion.gate_up_act = [&](const void* x, void* act) {
+        ops_.gated_mlp_forward(act, I.gate, I.up, x, weight(Module::Gate), weight(Module::Up), T, D, In,
+                               def_.geglu());
+        return true;
+      };
+    if (fused && !adapter_runs(Module::Down))
+      fusion.down_residual = [&](const void* x, void* x_out, const void* x_mid) {
+        ops_.linear_residual_forward(x_out, x_mid, x, weight(Module::Down), T, In, D, I.tmp);
+        return true;
+      };
+    block_forward(def_, l, io, T, linears, attend, &fusion);
   }
   ops_.gather_rows(I.hsel, I.x, I.rows, R, D);
   ops_.rmsnorm_forward(I.hsel, I.rstd, I.hsel, def_.final_norm(), R, D, eps, def_.unit_offset_norms());

@@ -12,6 +12,12 @@
 
 namespace mgrl::model {
 
+// Whether infer() runs the fused inference ops (Ops::rope_kv_store, Ops::linear_group_forward, and where no unmerged
+// adapter runs on the projection Ops::gated_mlp_forward and, without Gemma's post-norms, Ops::linear_residual_forward;
+// kernels/ops.h): yes unless the environment sets MGRL_DECODE_FUSED=0 (read once; logged), which runs the separate
+// ops as before. Both give the same bits on the CPU backend, whose fused ops are the composition.
+bool decode_fused_enabled();
+
 class InferenceEngine {
  public:
   explicit InferenceEngine(ModelDef& def);

@@ -13,6 +13,7 @@
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/ops.h"
 #include "model/transformer.h"
+#include "tests/unit/counting_ops.h"
 #include "tests/unit/test_util.h"
 #include "rl/generator.h"
 
@@ -231,6 +232,49 @@ TEST(GenerationCuda, MergedLoraLogprobsMatchCpuScoreAndFollowTheAdapter) {
 // Written without a GPU: compiled for sm_80, not yet run.
 TEST(GenerationCuda, Nf4LogprobsMatchCpuScoreOfTheSameTokens) {
   generation_matches_cpu("../nf4/llama_nf4", {{0, {5, 9, 13}}, {1, {7}}, {2, {60, 3, 44, 8, 90, 2}}});
+}
+
+// The fused inference ops (model/inference_engine.h decode_fused_enabled: rope_kv_store, the GEMV kernels of
+// kernels/cuda/gemv.cu) against the same backend running their composition (tests/unit/counting_ops.h with
+// compose_fused: rope, kv_store, cuBLAS, the elementwise kernels): greedy generation gives the same tokens (the fixture
+// models' top logits are far apart compared with the rounding differences), and log-probs within 2e-2, the tolerance
+// of the GPU against the CPU above: both paths round every activation to the storage dtype and differ only in the
+// order of the GEMV's sums against cuBLAS's (a few storage ulps a layer). The decode steps up to 8 rows (2 prompts x 3
+// completions) take the GEMV kernels. With MGRL_DECODE_FUSED=0 (gpu.model_cuda_unfused_decode) both sides run the
+// composition.
+void fused_decode_matches_unfused(const std::string& name, bool adapter, rl::GenerationOptions::Merge merge) {
+  const auto cfg = io::parse_hf_config(kData + name + "/config.json");
+  const std::vector<rl::Prompt> prompts = {{0, {5, 9, 13}}, {1, {100, 3, 44, 8, 90, 2}}};
+  const auto generate = [&](kernels::Ops& ops) {
+    Transformer m(cfg, ops);
+    m.load_weights(kData + name);
+    if (adapter) m.add_lora(read_peft_config(kData + name + "/adapter_config.json"), 0).load_peft(kData + name);
+    rl::GenerationOptions o;
+    o.max_new_tokens = 8;
+    o.num_generations = 3;
+    o.sampling.temperature = 0;
+    o.merge_lora = merge;
+    rl::Generator gen(m, o);
+    return gen.generate(prompts);
+  };
+  auto gpu = kernels::make_cuda_ops(0);
+  test::CountingOps composed(kernels::make_cuda_ops(0), true);
+  const auto fused = generate(*gpu), unfused = generate(composed);
+  EXPECT_GT(composed.calls["kv_store"], 0) << name << ": the composition did not run";
+  ASSERT_EQ(fused.size(), unfused.size()) << name;
+  for (std::size_t i = 0; i < fused.size(); ++i) {
+    EXPECT_EQ(fused[i].tokens, unfused[i].tokens) << name << " completion " << i;
+    EXPECT_LE(rel_error(fused[i].logprobs, unfused[i].logprobs), 2e-2) << name << " completion " << i;
+  }
+}
+
+TEST(GenerationCuda, FusedDecodeMatchesUnfused) {
+  using Merge = rl::GenerationOptions::Merge;
+  fused_decode_matches_unfused("llama_gqa", true, Merge::Off);        // adapters beside the fused q|k|v
+  fused_decode_matches_unfused("llama_gqa", true, Merge::On);         // everything fused
+  fused_decode_matches_unfused("qwen2_bias_tied", false, Merge::Off);  // q/k/v biases
+  fused_decode_matches_unfused("gemma3_text", false, Merge::Off);      // GeGLU, post-norms: no down + residual
+  fused_decode_matches_unfused("../nf4/llama_nf4", true, Merge::Off);  // NF4 base: the dequantized workspace
 }
 
 }  // namespace

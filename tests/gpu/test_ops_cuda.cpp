@@ -112,6 +112,15 @@ class OpsCuda : public ::testing::TestWithParam<DType> {
     gpu_->upload(p.g, v.data(), v.size() * 4);
     return p;
   }
+  // Elements e.. of p on both backends (a view into p's memory: e = 1 gives storage pointers that are not 16-byte
+  // aligned).
+  Pair view(const Pair& p, std::size_t e) const {
+    Pair v = p;
+    v.c = static_cast<float*>(p.c) + e;
+    v.g = static_cast<char*>(p.g) + e * (p.storage ? gpu_->storage_size() : 4);
+    v.n = p.n - e;
+    return v;
+  }
   Vec cpu_values(const Pair& p) const {
     Vec v(p.n);
     cpu_->download(v.data(), p.c, p.n * 4);
@@ -1353,6 +1362,172 @@ TEST_P(OpsCuda, KvCache) {
   gpu_->attention_cached(out.g, q.g, ck.g, cv.g, sg, static_cast<const std::int32_t*>(two.g), 1, holed, 2, nkv, hd);
   EXPECT_THROW(gpu_->synchronize(), FatalError);
   EXPECT_NO_THROW(gpu_->synchronize());
+}
+
+// Ops::rope_kv_store (kv_cache.cu's fused kernel): bit for bit the three ops it replaces (rope_forward of q and of k,
+// kv_store) on this backend, and the CPU reference within tolerance; with and without GQA, head_dim 64, 128 and 256,
+// pool blocks in a shuffled order holding earlier values (a store touches only its rows), a prefill running past
+// several blocks into a partly filled one, and decode rows at a block's first and a slot's last position. A row
+// outside the cache is flagged at the next synchronisation.
+TEST_P(OpsCuda, RopeKvStore) {
+  struct Case {
+    int nh, nkv, hd, bs;
+  };
+  for (const Case cs : {Case{14, 2, 64, 16}, Case{12, 2, 128, 16}, Case{8, 8, 128, 8}, Case{28, 4, 128, 16},
+                        Case{4, 1, 256, 4}, Case{8, 1, 256, 16}}) {
+    const int nh = cs.nh, nkv = cs.nkv, hd = cs.hd, bs = cs.bs, slots = 3, per_slot = 6;
+    const int n_blocks = slots * per_slot + 2;
+    const std::string tag = "h" + std::to_string(nh) + "/" + std::to_string(nkv) + " d" + std::to_string(hd) +
+                            " block " + std::to_string(bs) + " ";
+    Ids pool(static_cast<std::size_t>(n_blocks));
+    std::iota(pool.begin(), pool.end(), 0);
+    std::mt19937 gen(140 + hd);
+    std::shuffle(pool.begin(), pool.end(), gen);
+    Pair table = i32(Ids(pool.begin(), pool.begin() + slots * per_slot));
+    const KvPages pc{static_cast<const std::int32_t*>(table.c), slots, per_slot, bs, n_blocks};
+    const KvPages pg{static_cast<const std::int32_t*>(table.g), slots, per_slot, bs, n_blocks};
+    Ids slot_h, pos_h;
+    const int prefill = 2 * bs + bs / 2 + 1;  // slot 1's positions 0 .. prefill - 1: the last block partial
+    for (int t = 0; t < prefill; ++t) {
+      slot_h.push_back(1);
+      pos_h.push_back(t);
+    }
+    slot_h.insert(slot_h.end(), {0, 2, 0});
+    pos_h.insert(pos_h.end(), {bs, per_slot * bs - 1, 3 * bs + 1});  // decode rows
+    const int T = static_cast<int>(slot_h.size());
+    Pair slot = i32(slot_h), pos = i32(pos_h);
+    Vec inv(sz(hd / 2));
+    for (int j = 0; j < hd / 2; ++j) inv[j] = static_cast<float>(1.0 / std::pow(1000000.0, 2.0 * j / hd));
+    Pair inv_freq = f32(inv);
+    const Vec qv = randu(sz(T, nh, hd), 141, -2.0f, 2.0f), kv = randu(sz(T, nkv, hd), 142, -2.0f, 2.0f);
+    const Vec vv = randu(sz(T, nkv, hd), 143), pool_k = randu(sz(n_blocks, bs, nkv, hd), 144);
+    const Vec pool_v = randu(sz(n_blocks, bs, nkv, hd), 145);
+    // The fused op (and the CPU reference's composition) on one set, the GPU's separate ops on a copy.
+    Pair q = storage(qv), k = storage(kv), v = storage(vv), ck = storage(pool_k), cv = storage(pool_v);
+    Pair q2 = storage(qv), k2 = storage(kv), ck2 = storage(pool_k), cv2 = storage(pool_v);
+    const auto *sc = static_cast<const std::int32_t*>(slot.c), *sg = static_cast<const std::int32_t*>(slot.g);
+    const auto *pcp = static_cast<const std::int32_t*>(pos.c), *pgp = static_cast<const std::int32_t*>(pos.g);
+    const auto *fc = static_cast<const float*>(inv_freq.c), *fg = static_cast<const float*>(inv_freq.g);
+    cpu_->rope_kv_store(q.c, k.c, v.c, ck.c, cv.c, sc, pcp, fc, T, pc, nh, nkv, hd);
+    gpu_->rope_kv_store(q.g, k.g, v.g, ck.g, cv.g, sg, pgp, fg, T, pg, nh, nkv, hd);
+    gpu_->rope_forward(q2.g, pgp, fg, T, nh, hd);
+    gpu_->rope_forward(k2.g, pgp, fg, T, nkv, hd);
+    gpu_->kv_store(ck2.g, cv2.g, k2.g, v.g, sg, pgp, T, pg, nkv, hd);
+    EXPECT_EQ(gpu_values(q), gpu_values(q2)) << tag << "q: not the bits of rope_forward";
+    EXPECT_EQ(gpu_values(k), gpu_values(k2)) << tag << "k: not the bits of rope_forward";
+    EXPECT_EQ(gpu_values(ck), gpu_values(ck2)) << tag << "cache k: not the bits of rope_forward + kv_store";
+    EXPECT_EQ(gpu_values(cv), gpu_values(cv2)) << tag << "cache v: not the bits of kv_store";
+    expect_close(tag + "rope_kv_store q", q, tol());
+    expect_close(tag + "rope_kv_store k", k, tol());
+    expect_close(tag + "rope_kv_store cache k", ck, tol());
+    expect_close(tag + "rope_kv_store cache v (exact)", cv, 0.0);
+    EXPECT_NO_THROW(gpu_->synchronize()) << tag;
+  }
+  // A position past the slot's blocks: flagged, the row not stored.
+  const int nkv = 2, hd = 8;
+  Pair ck = storage(Vec(sz(1, 4, nkv, hd), 0.0f)), cv = storage(Vec(sz(1, 4, nkv, hd), 0.0f));
+  Pair k = storage(randu(sz(1, nkv, hd), 146)), q = storage(randu(sz(1, 2, hd), 147));
+  Pair slot = i32({0}), bad = i32({4}), table = i32({0}), inv = f32(Vec(sz(hd / 2), 0.5f));
+  const KvPages one{static_cast<const std::int32_t*>(table.g), 1, 1, 4, 1};
+  gpu_->rope_kv_store(q.g, k.g, k.g, ck.g, cv.g, static_cast<const std::int32_t*>(slot.g),
+                      static_cast<const std::int32_t*>(bad.g), static_cast<const float*>(inv.g), 1, one, 2, nkv, hd);
+  EXPECT_THROW(gpu_->synchronize(), FatalError);
+  EXPECT_NO_THROW(gpu_->synchronize());
+  EXPECT_EQ(gpu_values(ck), Vec(ck.n, 0.0f));
+}
+
+// The GEMV ops (gemv.cu) against the CPU reference: T = 1..8 rows (the kernels), 9 and 64 (the composition: cuBLAS),
+// at Qwen2.5-0.5B's and 7B's shapes and an odd one (a width not a multiple of 8: the composition), with x at a
+// 16-byte aligned address and (T = 1, 8) at one element past it (the composition). x is a view into one buffer.
+struct GemvShape {
+  const char* name;
+  int D, q, kv, I;
+};
+const GemvShape kGemvShapes[] = {{"0.5B", 896, 896, 128, 4864}, {"7B", 3584, 3584, 512, 18944},
+                                 {"odd", 900, 904, 12, 1001}};
+const int kGemvRows[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 64};
+
+// Ops::linear_group_forward for q|k|v with biases on q and k (Qwen2 has all three; a null one is allowed). Also: a
+// row's output does not depend on the other rows (row 0 alone = row 0 of 8, bit for bit) where the kernels run.
+TEST_P(OpsCuda, LinearGroupForward) {
+  for (const GemvShape& sh : kGemvShapes) {
+    const int in = sh.D;
+    Pair Wq = storage(randu(sz(sh.q, in), 150, -0.1f, 0.1f)), Wk = storage(randu(sz(sh.kv, in), 151, -0.1f, 0.1f));
+    Pair Wv = storage(randu(sz(sh.kv, in), 152, -0.1f, 0.1f));
+    Pair bq = storage(randu(sz(sh.q), 153)), bk = storage(randu(sz(sh.kv), 154));
+    Pair xb = storage(randu(sz(64 * in + 8), 155));
+    Vec row0;  // q of x's row 0 alone
+    for (const int T : kGemvRows)
+      for (const std::size_t off : {std::size_t{0}, std::size_t{1}}) {
+        if (off == 1 && T != 1 && T != 8) continue;
+        const std::string tag = std::string(sh.name) + " T" + std::to_string(T) + (off ? " misaligned" : "") + " ";
+        const Pair x = view(xb, off);
+        Pair yq = storage(Vec(sz(T, sh.q), 3.0f)), yk = storage(Vec(sz(T, sh.kv), 3.0f));
+        Pair yv = storage(Vec(sz(T, sh.kv), 3.0f));
+        const Ops::LinearMember mc[] = {
+            {yq.c, Wq.c, bq.c, sh.q}, {yk.c, Wk.c, bk.c, sh.kv}, {yv.c, Wv.c, nullptr, sh.kv}};
+        const Ops::LinearMember mg[] = {
+            {yq.g, Wq.g, bq.g, sh.q}, {yk.g, Wk.g, bk.g, sh.kv}, {yv.g, Wv.g, nullptr, sh.kv}};
+        cpu_->linear_group_forward(mc, 3, x.c, T, in);
+        gpu_->linear_group_forward(mg, 3, x.g, T, in);
+        expect_close(tag + "group q (bias)", yq, tol());
+        expect_close(tag + "group k (bias)", yk, tol());
+        expect_close(tag + "group v", yv, tol());
+        if (off != 0 || in % 8 != 0) continue;
+        const Vec got = gpu_values(yq);
+        if (T == 1) row0 = got;
+        if (T == 8) {
+          EXPECT_EQ(Vec(got.begin(), got.begin() + sh.q), row0) << tag << "row 0 depends on the other rows";
+        }
+      }
+  }
+}
+
+// Ops::gated_mlp_forward, SwiGLU and GeGLU: act only (the kernels leave gate and up as they were).
+TEST_P(OpsCuda, GatedMlpForward) {
+  for (const GemvShape& sh : kGemvShapes) {
+    const int in = sh.D, I = sh.I;
+    Pair Wg = storage(randu(sz(I, in), 160, -0.1f, 0.1f)), Wu = storage(randu(sz(I, in), 161, -0.1f, 0.1f));
+    Pair xb = storage(randu(sz(64 * in + 8), 162));
+    for (const int T : kGemvRows)
+      for (const std::size_t off : {std::size_t{0}, std::size_t{1}})
+        for (const bool geglu : {false, true}) {
+          if (off == 1 && T != 1 && T != 8) continue;
+          const std::string tag = std::string(sh.name) + " T" + std::to_string(T) + (off ? " misaligned" : "") +
+                                  (geglu ? " geglu " : " swiglu ");
+          const Pair x = view(xb, off);
+          Pair act = storage(Vec(sz(T, I), 3.0f)), gate = storage(Vec(sz(T, I), 0.0f));
+          Pair up = storage(Vec(sz(T, I), 0.0f));
+          cpu_->gated_mlp_forward(act.c, gate.c, up.c, x.c, Wg.c, Wu.c, T, in, I, geglu);
+          gpu_->gated_mlp_forward(act.g, gate.g, up.g, x.g, Wg.g, Wu.g, T, in, I, geglu);
+          expect_close(tag + "act", act, tol());
+        }
+  }
+}
+
+// Ops::linear_residual_forward into a separate y and in place on the residual (y == r).
+TEST_P(OpsCuda, LinearResidualForward) {
+  for (const GemvShape& sh : kGemvShapes) {
+    const int in = sh.I, out = sh.D;
+    Pair W = storage(randu(sz(out, in), 170, -0.05f, 0.05f));
+    Pair xb = storage(randu(sz(64 * in + 8), 171));
+    for (const int T : kGemvRows)
+      for (const std::size_t off : {std::size_t{0}, std::size_t{1}}) {
+        if (off == 1 && T != 1 && T != 8) continue;
+        const std::string tag = std::string(sh.name) + " T" + std::to_string(T) + (off ? " misaligned" : "") + " ";
+        const Pair x = view(xb, off);
+        const Vec rv = randu(sz(T, out), 172);
+        Pair r = storage(rv), y = storage(Vec(sz(T, out), 3.0f)), tmp = storage(Vec(sz(T, out), 0.0f));
+        cpu_->linear_residual_forward(y.c, r.c, x.c, W.c, T, in, out, tmp.c);
+        gpu_->linear_residual_forward(y.g, r.g, x.g, W.g, T, in, out, tmp.g);
+        expect_close(tag + "y = r + x W^T", y, tol());
+        EXPECT_EQ(gpu_values(r), rounded(rv)) << tag << "r changed";
+        cpu_->linear_residual_forward(r.c, r.c, x.c, W.c, T, in, out, tmp.c);
+        gpu_->linear_residual_forward(r.g, r.g, x.g, W.g, T, in, out, tmp.g);
+        expect_close(tag + "r += x W^T (in place)", r, tol());
+        EXPECT_EQ(gpu_values(r), gpu_values(y)) << tag << "in place differs from out of place";
+      }
+  }
 }
 
 TEST_P(OpsCuda, GatherRows) {
