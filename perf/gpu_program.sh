@@ -58,8 +58,9 @@
 #              peak: $OUT/large.md
 #   first      (a preset, not a stage) the programme for a session's first call when device time is short (15
 #              minutes a session: one call of at most 600 s after a start of 1-2 minutes): info, ctest_quick (ctest -L
-#              gpu alone), train_ab, gen_merge, sampler, norm, under a deadline of 540 s. Then, in a second call if
-#              time is left: sanitize_runs, sanitize, or gen, train05.
+#              gpu alone), train_ab, gen_fused, gen_merge, grpo_ab, sampler, norm, under a deadline of 540 s (what does
+#              not fit is skipped and said). Then, in a second call if time is left: the skipped stages,
+#              sanitize_runs, sanitize, or gen, train05.
 # Each stage has a time budget (GPU_STAGE_TIMEOUT_<stage> seconds overrides it), cut to what is left of the whole
 # call's deadline (GPU_DEADLINE seconds from the start; a stage that would get under 20 s is skipped, said in the
 # summary) so that the call ends with its results packed before the device tool's limit. The device tool returns at
@@ -365,7 +366,7 @@ stage_large() {
 stages=()
 for a in "$@"; do
   case $a in
-    first) stages+=(info ctest_quick train_ab gen_merge sampler norm); GPU_DEADLINE=${GPU_DEADLINE:-540} ;;
+    first) stages+=(info ctest_quick train_ab gen_fused gen_merge grpo_ab sampler norm); GPU_DEADLINE=${GPU_DEADLINE:-540} ;;
     *) stages+=("$a") ;;
   esac
 done
