@@ -134,9 +134,10 @@ stage_ctest() {
   run_stage ctest 900 "cd $build && ctest -L gpu --output-on-failure --timeout 600; \
     echo '--- test_ops_cuda verbose'; $build/tests/test_ops_cuda; echo '--- test_model_cuda verbose'; $build/tests/test_model_cuda"
 }
-# ctest -L gpu alone (its failures printed), without stage ctest's verbose re-runs: for a short call.
+# ctest -L gpu alone (its failures printed), without stage ctest's verbose re-runs, 120 s a test (a hang in a
+# never-run kernel must not eat the call): for a short call.
 stage_ctest_quick() {
-  run_stage ctest_quick 360 "cd $build && ctest -L gpu --output-on-failure --timeout 300"
+  run_stage ctest_quick 360 "cd $build && ctest -L gpu --output-on-failure --timeout 120"
   grep -E "tests passed|\*\*\*(Failed|Timeout|Exception)|Skipped|Not Run" "$logs/ctest_quick.log" |
     sed 's/^/  ctest_quick: /' | tee -a "$OUT/summary.txt"
 }
