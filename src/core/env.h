@@ -8,5 +8,7 @@ namespace mgrl::env {
 // A switch that is on by default: false only when the environment variable `name` is exactly "0". Reads the
 // environment at each call; callers on a hot path keep the answer.
 bool switch_on(const char* name);
+// switch_on(name), and when it is off one info line (`when_off`) in the log: for switches read once per process.
+bool switch_on_logged(const char* name, const char* when_off);
 
 }  // namespace mgrl::env

@@ -3,16 +3,12 @@
 
 #include "core/env.h"
 #include "core/error.h"
-#include "core/log.h"
 
 namespace mgrl::model {
 
 bool fused_norm_enabled() {
-  static const bool on = [] {
-    const bool v = env::switch_on("MGRL_FUSED_NORM");
-    if (!v) log::info("MGRL_FUSED_NORM=0: the residual adds and the MLP norm run as separate ops (copy, add, norm)");
-    return v;
-  }();
+  static const bool on = env::switch_on_logged(
+      "MGRL_FUSED_NORM", "MGRL_FUSED_NORM=0: the residual adds and the MLP norm run as separate ops (copy, add, norm)");
   return on;
 }
 

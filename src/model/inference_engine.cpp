@@ -7,18 +7,14 @@
 
 #include "core/env.h"
 #include "core/error.h"
-#include "core/log.h"
 #include "model/block.h"
 
 namespace mgrl::model {
 
 bool decode_fused_enabled() {
-  static const bool on = [] {
-    const bool v = env::switch_on("MGRL_DECODE_FUSED");
-    if (!v) log::info("MGRL_DECODE_FUSED=0: inference runs RoPE, the KV store, each projection and its epilogue as "
-                      "separate ops");
-    return v;
-  }();
+  static const bool on = env::switch_on_logged("MGRL_DECODE_FUSED",
+                                               "MGRL_DECODE_FUSED=0: inference runs RoPE, the KV store, each "
+                                               "projection and its epilogue as separate ops");
   return on;
 }
 

@@ -6,7 +6,6 @@
 
 #include "core/env.h"
 #include "core/error.h"
-#include "core/log.h"
 #include "core/random.h"
 #include "model/block.h"
 
@@ -15,11 +14,8 @@ namespace mgrl::model {
 namespace {
 // MGRL_SCORED_ROWS=0: the LM head runs on every row whatever Batch::scored_from says (the pass of before).
 bool scored_rows_enabled() {
-  static const bool on = [] {
-    const bool v = env::switch_on("MGRL_SCORED_ROWS");
-    if (!v) log::info("MGRL_SCORED_ROWS=0: the LM head runs on every row, prompt rows included");
-    return v;
-  }();
+  static const bool on = env::switch_on_logged(
+      "MGRL_SCORED_ROWS", "MGRL_SCORED_ROWS=0: the LM head runs on every row, prompt rows included");
   return on;
 }
 }  // namespace
@@ -518,8 +514,8 @@ void TrainExecutor::forward_pass(const Batch& batch, float* logprobs, bool use_l
   W.host_offsets = batch.offsets;
   // The LM head runs on the rows that predict a scored token only (Batch::scored_from): its targets compacted.
   select_scored_rows(batch);
-  if (cur_->compact)
-    for (int j = 0; j < cur_->R; ++j) targets[static_cast<std::size_t>(j)] = targets[static_cast<std::size_t>(W.host_sel[static_cast<std::size_t>(j)])];
+  if (cur_->compact)  // in place: host_sel is increasing, so row host_sel[j] >= j is read before it is overwritten
+    for (std::size_t j = 0; j < W.host_sel.size(); ++j) targets[j] = targets[static_cast<std::size_t>(W.host_sel[j])];
   ops_.upload(W.ids, W.host_ids.data(), static_cast<std::size_t>(T) * 4);
   ops_.upload(W.targets, targets.data(), static_cast<std::size_t>(T) * 4);
   ops_.upload(W.pos, pos.data(), static_cast<std::size_t>(T) * 4);
