@@ -8,6 +8,7 @@ namespace {
 template <class S>
 __global__ void embedding_forward_kernel(S* out, const std::int32_t* ids, const S* table, int T, int V, int D,
                                          float scale, int* err) {
+  scale = to_f32(from_f32<S>(scale));  // the scale in the storage dtype
   const std::int64_t n = static_cast<std::int64_t>(T) * D;
   for (std::int64_t i = gs_begin(); i < n; i += gs_stride()) {
     const std::int64_t t = i / D, d = i % D;
@@ -29,6 +30,7 @@ __global__ void embedding_forward_kernel(S* out, const std::int32_t* ids, const 
 template <class S>
 __global__ void embedding_backward_kernel(float* dtable, const S* dout, const std::int32_t* ids, int T, int V, int D,
                                           float scale, int* err) {
+  scale = to_f32(from_f32<S>(scale));  // the scale in the storage dtype
   const std::int64_t n = static_cast<std::int64_t>(T) * D;
   for (std::int64_t i = gs_begin(); i < n; i += gs_stride()) {
     const std::int64_t t = i / D, d = i % D;
@@ -50,9 +52,8 @@ void embedding_forward(const Ctx& c, void* out, const std::int32_t* ids, const v
   if (n <= 0) return;
   dispatch(c.st, [&](auto tag) {
     using S = decltype(tag);
-    const float s = to_f32(from_f32<S>(scale));  // the scale in the storage dtype
     embedding_forward_kernel<S><<<grid_for(n), kThreads, 0, c.stream>>>(
-        static_cast<S*>(out), ids, static_cast<const S*>(table), T, V, D, s, c.err);
+        static_cast<S*>(out), ids, static_cast<const S*>(table), T, V, D, scale, c.err);
     CUDA_CHECK_LAUNCH();
   });
 }
@@ -63,9 +64,8 @@ void embedding_backward(const Ctx& c, float* dtable, const void* dout, const std
   if (n <= 0) return;
   dispatch(c.st, [&](auto tag) {
     using S = decltype(tag);
-    const float s = to_f32(from_f32<S>(scale));
     embedding_backward_kernel<S><<<grid_for(n), kThreads, 0, c.stream>>>(dtable, static_cast<const S*>(dout), ids, T,
-                                                                           V, D, s, c.err);
+                                                                           V, D, scale, c.err);
     CUDA_CHECK_LAUNCH();
   });
 }

@@ -23,6 +23,7 @@ char g_env_rank[16] = "?";
 char g_host[64] = "?";
 std::atomic<bool> g_installed{false};
 std::atomic<int> g_reporting{0};
+std::atomic<bool> g_exit_expected{false};
 
 // A small buffer filled with async-signal-safe appends, written to stderr in one write.
 struct Line {
@@ -64,14 +65,8 @@ const char* signal_name(int sig) {
   }
 }
 
-void handler(int sig, siginfo_t* info, void* uc_ptr) {
-  // One report per process (a second fault inside the report goes straight to the default action).
-  if (g_reporting.fetch_add(1) != 0) {
-    ::signal(sig, SIG_DFL);
-    ::raise(sig);
-    return;
-  }
-  Line l;
+// "mgrl: rank R on host H (pid P): " into l.
+void add_who(Line& l) {
   l.add("mgrl: rank ");
   const int rank = g_rank.load();
   if (rank >= 0) l.num(static_cast<unsigned long long>(rank), 10);
@@ -81,6 +76,41 @@ void handler(int sig, siginfo_t* info, void* uc_ptr) {
   l.add(" (pid ");
   l.num(static_cast<unsigned long long>(::getpid()), 10);
   l.add("): ");
+}
+
+// atexit: the process is ending by exit() without exit_expected() first, that is without going through mgrl's own
+// ends (the normal return, which passes MpiEnv's destructor, or abort_job): a library ended it without a word. One
+// case seen: nvcc compiles host code that reaches a __device__-only function into a bare exit(1). The caller of
+// exit() is still on the stack here, so its frames are printed.
+void on_exit() {
+  if (g_exit_expected.load() || g_reporting.fetch_add(1) != 0) return;
+  Line l;
+  add_who(l);
+  l.add("ended by a call to exit() during ");
+  l.add(g_phase.load());
+  l.add(", without an error message: a defect in mgrl or in a library it calls; the frames that called exit() follow "
+        "(resolve one with: addr2line -Cfe MODULE OFFSET)\n");
+  l.flush();
+  void* frames[48];
+  const int n = ::backtrace(frames, 48);
+  for (int i = 1; i < n; ++i) {  // frames[0] is this function
+    l.add("  #");
+    l.num(static_cast<unsigned long long>(i - 1), 10);
+    l.add(" ");
+    l.flush();
+    ::backtrace_symbols_fd(frames + i, 1, STDERR_FILENO);
+  }
+}
+
+void handler(int sig, siginfo_t* info, void* uc_ptr) {
+  // One report per process (a second fault inside the report goes straight to the default action).
+  if (g_reporting.fetch_add(1) != 0) {
+    ::signal(sig, SIG_DFL);
+    ::raise(sig);
+    return;
+  }
+  Line l;
+  add_who(l);
   l.add(signal_name(sig));
   if (info && info->si_code <= 0) {  // sent (kill, raise, abort), not a fault: who sent it
     l.add(" sent by pid ");
@@ -170,7 +200,10 @@ void install() {
     if (::sigaction(sig, nullptr, &old) == 0 && old.sa_handler != SIG_DFL) continue;
     (void)::sigaction(sig, &sa, nullptr);
   }
+  (void)std::atexit(on_exit);
 }
+
+void exit_expected() { g_exit_expected.store(true); }
 
 void set_phase(const char* phase, int exit_code) {
   g_phase_exit.store(exit_code);

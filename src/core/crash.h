@@ -1,5 +1,5 @@
-// crash.h: one line and the call frames when a rank dies of a fatal signal (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT):
-// which rank, host and pid, the signal and faulting address, what the rank was doing, and the frames (module+offset,
+// crash.h: one line and the call frames when a rank dies of a fatal signal (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT)
+// or ends by an exit() that none of mgrl's own ends made (install()): which rank, host and pid, the signal and faulting address, what the rank was doing, and the frames (module+offset,
 // to resolve with `addr2line -Cfe mgrl OFFSET`), then the signal's default action, so that the exit status and SLURM's
 // report stay those of the signal. Installed before MPI starts: Open MPI keeps a handler that is already there.
 #pragma once
@@ -7,8 +7,11 @@
 namespace mgrl::crash {
 
 // Installs the handlers (once; an alternate signal stack, so that a stack overflow is reported too), for each signal
-// whose disposition is still the default (a sanitizer's or a debugger's handler is kept).
+// whose disposition is still the default (a sanitizer's or a debugger's handler is kept); and an atexit handler that
+// reports an exit() the process did not expect (a library ending it without a message) with the caller's frames.
 void install();
+// The process is ending on purpose (its normal return, or after its own error line): exit() is no longer reported.
+void exit_expected();
 // What this process is doing, for the line: a string literal (kept by pointer), e.g. "MPI start-up". With
 // exit_code >= 0 a crash in this phase ends the process with that exit code after the report, instead of the
 // signal's default action (a crash inside MPI's start-up is the launcher's or the MPI's, not the run's: the batch

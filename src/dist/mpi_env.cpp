@@ -69,6 +69,7 @@ void on_terminate() {
 void abort_job(int exit_code) {
   // This rank's line is out: the other ranks of the host must not add lines of their own about its end.
   peers::mark_speaking();
+  crash::exit_expected();  // MPI_Abort may end the process by exit(): this rank's line is already out
   std::fflush(stdout);
   std::fflush(stderr);
   int initialized = 0, finalized = 0;
@@ -115,6 +116,7 @@ MpiEnv::MpiEnv(int* argc, char*** argv) {
 }
 
 MpiEnv::~MpiEnv() {
+  crash::exit_expected();  // the normal end: the exit() after main returns is not a library's silent one
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) {

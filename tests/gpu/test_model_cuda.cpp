@@ -62,6 +62,7 @@ struct Case {
   std::string model;
   DType storage;
   bool recompute;
+  double u_bound = 12;  // the bound on each relative error, in units of the storage type's unit roundoff
 };
 
 class ModelCuda : public ::testing::TestWithParam<Case> {};
@@ -81,7 +82,7 @@ TEST_P(ModelCuda, MatchesCpu) {
   // two types is the 8x of their precisions, as rounding predicts. A real defect (a wrong index, a missing
   // term) gives errors of order 1.
   const double u = c.storage == DType::BF16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
-  const double tol = 12 * u;
+  const double tol = c.u_bound * u;
   const double e_lp = rel_error(got.lp, want.lp), e_base = rel_error(got.lp_base, want.lp_base);
   const double e_g = rel_error(got.grads, want.grads), e_x = rel_error(got.dembed, want.dembed);
   std::printf("%s %s%s: logprobs %.2e, base %.2e, LoRA grads %.2e, d embeddings %.2e\n", c.model.c_str(),
@@ -98,15 +99,20 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, ModelCuda,
                                            Case{"qwen2_bias_tied", DType::F16, true},
                                            Case{"qwen3_qknorm", DType::BF16, true},
                                            Case{"qwen3_qknorm", DType::F16, false},
-                                           // Windows, soft-caps, (1 + w) norms, GeGLU, scaled embeddings (added
-                                           // without a GPU at hand: the 12 u bound is not yet measured on them).
+                                           // Windows, soft-caps, (1 + w) norms, GeGLU, scaled embeddings.
+                                           // Measured on an H200 (2026-11-27): gemma2 and mistral within 4.5 u;
+                                           // gemma3's LoRA gradients 14.2 u in bf16 and 14.5 u in fp16, its
+                                           // embedding gradients 9.1 u and 12.3 u: the same in units of u for
+                                           // both types (rounding, not a defect, which would not scale with u;
+                                           // four norms a layer, the post-norms rescaling the branches' rounded
+                                           // outputs, and q/k norms), so its bound is 20 u.
                                            Case{"gemma2_softcap", DType::BF16, false},
                                            Case{"gemma2_softcap", DType::F16, true},
-                                           Case{"gemma3_text", DType::BF16, true},
-                                           Case{"gemma3_text", DType::F16, false},
+                                           Case{"gemma3_text", DType::BF16, true, 20},
+                                           Case{"gemma3_text", DType::F16, false, 20},
                                            Case{"mistral_window", DType::BF16, false},
                                            Case{"mistral_window", DType::F16, true},
-                                           // QLoRA over NF4 weights (not yet run on a GPU)
+                                           // QLoRA over NF4 weights
                                            Case{"../nf4/llama_nf4", DType::BF16, false},
                                            Case{"../nf4/llama_nf4", DType::F16, true}));
 
@@ -244,7 +250,10 @@ TEST(GenerationCuda, Nf4LogprobsMatchCpuScoreOfTheSameTokens) {
 // composition.
 void fused_decode_matches_unfused(const std::string& name, bool adapter, rl::GenerationOptions::Merge merge) {
   const auto cfg = io::parse_hf_config(kData + name + "/config.json");
-  const std::vector<rl::Prompt> prompts = {{0, {5, 9, 13}}, {1, {100, 3, 44, 8, 90, 2}}};
+  // Token ids below every fixture's vocabulary (the NF4 Llama's has 96 entries).
+  const std::vector<rl::Prompt> prompts = {{0, {5, 9, 13}}, {1, {95, 3, 44, 8, 90, 2}}};
+  for (const rl::Prompt& p : prompts)
+    for (const std::int32_t id : p.tokens) EXPECT_LT(id, cfg.vocab_size) << name << ": fix the test's prompts";
   const auto generate = [&](kernels::Ops& ops) {
     Transformer m(cfg, ops);
     m.load_weights(kData + name);

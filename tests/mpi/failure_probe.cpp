@@ -5,7 +5,10 @@
 //   rank-1-skips-allreduce  rank 1 never joins an allreduce; the watchdog (2 s) ends the job -> exit 1
 //   rank-1-skips-agreement  the same for one of MpiEnv's collectives (the training loops' agreements), which the
 //                           communicator's watchdog watches too -> exit 1
+//   library-exit-on-rank-1  rank 1 ends by a bare exit(1), as a library can (nvcc's host code for a __device__-only
+//                           call): its line says so with the caller's frames, and the job ends -> exit != 0
 #include <chrono>
+#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
@@ -44,6 +47,9 @@ int main(int argc, char** argv) {
         return 0;
       }
       env.allreduce_max(1);
+    } else if (scenario == "library-exit-on-rank-1") {
+      if (env.rank() == 1) std::exit(1);
+      comm->barrier();
     } else {
       throw UserError("unknown scenario '" + scenario + "'");
     }
