@@ -9,7 +9,8 @@
 //                         each element is read and written by one thread).
 // Launch: kGemvWarps warps a block, one output row a warp, grid ceil(rows / kGemvWarps); T a template parameter.
 // Deterministic, and a row's result does not depend on the other rows of the call nor on T (the order of its sums is
-// the same for every T): batch-invariant in the sense of kernels/cpu/gemm.h, though cuBLAS (T > 8) is not.
+// the same for every T): batch-invariant in the sense of kernels/cpu/gemm.h, though cuBLAS (T > 8, or T > 2 on large
+// weights: gemv.cuh) is not.
 #include <string>
 #include <type_traits>
 
@@ -169,8 +170,9 @@ unsigned blocks_for(int rows) { return static_cast<unsigned>((rows + kGemvWarps 
 
 }  // namespace
 
-bool gemv_fits(int T, int in, const void* x, const void* const* W, int n) {
+bool gemv_fits(int T, int in, std::int64_t rows, const void* x, const void* const* W, int n) {
   if (T < 1 || T > kGemvMaxRows || in <= 0 || in % 8 != 0 || !aligned16(x)) return false;
+  if (T > kGemvLargeMaxRows && rows * in * 2 > kGemvLargeBytes) return false;
   for (int i = 0; i < n; ++i)
     if (!aligned16(W[i])) return false;
   return true;
@@ -189,7 +191,7 @@ bool gemv_group(const Ctx& c, const Ops::LinearMember* m, int n, const void* x, 
     a.end[i] = rows += m[i].out;
   }
   for (int i = n; i < Ops::kMaxLinearGroup; ++i) a.end[i] = rows;
-  if (!gemv_fits(T, in, x, W, n)) return false;
+  if (!gemv_fits(T, in, rows, x, W, n)) return false;
   if (rows == 0) return true;
   dispatch(c.st, [&](auto tag) {
     using S = decltype(tag);
@@ -205,7 +207,7 @@ bool gemv_group(const Ctx& c, const Ops::LinearMember* m, int n, const void* x, 
 bool gemv_gated(const Ctx& c, void* act, const void* x, const void* Wg, const void* Wu, int T, int in, int I,
                 bool geglu) {
   const void* W[2] = {Wg, Wu};
-  if (!gemv_fits(T, in, x, W, 2)) return false;
+  if (!gemv_fits(T, in, 2 * static_cast<std::int64_t>(I), x, W, 2)) return false;
   if (I <= 0) return true;
   dispatch(c.st, [&](auto tag) {
     using S = decltype(tag);
@@ -224,7 +226,7 @@ bool gemv_gated(const Ctx& c, void* act, const void* x, const void* Wg, const vo
 }
 
 bool gemv_residual(const Ctx& c, void* y, const void* r, const void* x, const void* W, int T, int in, int out) {
-  if (!gemv_fits(T, in, x, &W, 1)) return false;
+  if (!gemv_fits(T, in, out, x, &W, 1)) return false;
   if (out <= 0) return true;
   dispatch(c.st, [&](auto tag) {
     using S = decltype(tag);

@@ -11,9 +11,18 @@ namespace mgrl::kernels::cuda {
 // The most rows of x one launch takes (a template parameter of the kernels).
 inline constexpr int kGemvMaxRows = 8;
 
-// Whether the GEMV kernels take a call: 1 <= T <= kGemvMaxRows, in > 0 a multiple of 8, and x and every weight
-// 16-byte aligned (16-byte loads of 8 elements along `in`). Outputs, biases and the residual have no alignment rule.
-bool gemv_fits(int T, int in, const void* x, const void* const* W, int n);
+// Beyond kGemvLargeMaxRows rows of x, weights of more than kGemvLargeBytes (all `rows` of the call together) go to
+// cuBLAS. Measured on an H200 (perf/bench_gemv, 2026-11-27): every warp reads its x rows again for each weight load,
+// from L2 once x outgrows L1, so at T >= 4 the kernels fell behind cuBLAS on the 7B shape's large matrices (gate|up,
+// 271 MB: 1.12x at T = 4 but 0.71x at T = 8; down, 136 MB: 0.81x at T = 4, 0.42x at T = 8), while below 64 MiB they
+// stayed ahead at every T (the 0.5B shape's 1.3-5.5x; 7B's q|k|v, 33 MB: 1.67x at T = 8).
+inline constexpr int kGemvLargeMaxRows = 2;
+inline constexpr std::int64_t kGemvLargeBytes = std::int64_t{64} << 20;
+
+// Whether the GEMV kernels take a call of T rows of x against `rows` weight rows of `in` 2-byte elements: 1 <= T <=
+// kGemvMaxRows, the size rule above, in > 0 a multiple of 8, and x and every weight 16-byte aligned (16-byte loads of
+// 8 elements along `in`). Outputs, biases and the residual have no alignment rule.
+bool gemv_fits(int T, int in, std::int64_t rows, const void* x, const void* const* W, int n);
 
 // Each returns false, launching nothing, when gemv_fits does not hold (the caller then runs the separate ops).
 // Ops::linear_group_forward: m[i].y = x m[i].W^T + m[i].bias for n <= Ops::kMaxLinearGroup members, one launch.
