@@ -58,9 +58,12 @@
 #              peak: $OUT/large.md
 #   first      (a preset, not a stage) the programme for a session's first call when device time is short (15
 #              minutes a session: one call of at most 600 s after a start of 1-2 minutes): info, ctest_quick (ctest -L
-#              gpu alone), train_ab, gen_fused, gen_merge, grpo_ab, sampler, norm, under a deadline of 540 s (what does
-#              not fit is skipped and said). Then, in a second call if time is left: the skipped stages,
-#              sanitize_runs, sanitize, or gen, train05.
+#              gpu alone, 3 at a time), train05, grpo (carry ".whl"), gen, under a deadline of 540 s (what does not
+#              fit is skipped and said): the gpu tests, then the three comparisons with transformers + PEFT and TRL,
+#              none of which ran on 2026-11-27 (the A/B stages of the changes of 2026-11-25 to 27 did: train_ab,
+#              gen_fused, gen_merge, grpo_ab, sampler, norm; docs/performance.md, "On an H200").
+#   second     (a preset) for a second call: sanitize_runs and sanitize with memcheck, initcheck and synccheck (the
+#              kernels written since 2026-11-24 have never been through them), deadline 540 s.
 # Each stage has a time budget (GPU_STAGE_TIMEOUT_<stage> seconds overrides it), cut to what is left of the whole
 # call's deadline (GPU_DEADLINE seconds from the start; a stage that would get under 20 s is skipped, said in the
 # summary) so that the call ends with its results packed before the device tool's limit. The device tool returns at
@@ -135,9 +138,9 @@ stage_ctest() {
     echo '--- test_ops_cuda verbose'; $build/tests/test_ops_cuda; echo '--- test_model_cuda verbose'; $build/tests/test_model_cuda"
 }
 # ctest -L gpu alone (its failures printed), without stage ctest's verbose re-runs, 120 s a test (a hang in a
-# never-run kernel must not eat the call): for a short call.
+# never-run kernel must not eat the call), 3 tests at a time (54 s on the H200 of 2026-11-27): for a short call.
 stage_ctest_quick() {
-  run_stage ctest_quick 360 "cd $build && ctest -L gpu --output-on-failure --timeout 120"
+  run_stage ctest_quick 360 "cd $build && ctest -L gpu -j ${CTEST_PARALLEL_LEVEL:-3} --output-on-failure --timeout 120"
   grep -E "tests passed|\*\*\*(Failed|Timeout|Exception)|Skipped|Not Run" "$logs/ctest_quick.log" |
     sed 's/^/  ctest_quick: /' | tee -a "$OUT/summary.txt"
 }
@@ -367,7 +370,9 @@ stage_large() {
 stages=()
 for a in "$@"; do
   case $a in
-    first) stages+=(info ctest_quick train_ab gen_fused gen_merge grpo_ab sampler norm); GPU_DEADLINE=${GPU_DEADLINE:-540} ;;
+    first) stages+=(info ctest_quick train05 grpo gen); GPU_DEADLINE=${GPU_DEADLINE:-540} ;;
+    second) stages+=(sanitize_runs sanitize); GPU_DEADLINE=${GPU_DEADLINE:-540}
+            SANITIZE_TOOLS=${SANITIZE_TOOLS:-memcheck initcheck synccheck} ;;
     *) stages+=("$a") ;;
   esac
 done
