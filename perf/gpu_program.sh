@@ -52,6 +52,7 @@
 #              MGRL_SCORED_ROWS=0 (the LM head on every row, prompts included): $OUT/grpo_ab_{on,no_scored_rows}.md
 #   scaling    perf/scaling at 1 rank on the CUDA backend
 #   ncu        ncu per-kernel summaries: one SFT step at 0.5B (batch 8 x 1024), 16 decode steps at batch 1 and 64
+#              (also alone: ncu_train, ncu_decode)
 #   large      (not in the default list; issue 23's targets) perf/bench_nf4 (NF4 dequantize + cuBLAS against the bf16
 #              GEMM at 7B/70B shapes; target >= 0.70), then perf/large_step.sh: a Llama-3.1-70B-shaped QLoRA SFT at
 #              batch 1 x 2048 with recompute at $LARGE_LAYERS layers (default "8 80"), mgrl plan against the measured
@@ -62,8 +63,9 @@
 #              fit is skipped and said): the gpu tests, then the three comparisons with transformers + PEFT and TRL,
 #              none of which ran on 2026-11-27 (the A/B stages of the changes of 2026-11-25 to 27 did: train_ab,
 #              gen_fused, gen_merge, grpo_ab, sampler, norm; docs/performance.md, "On an H200").
-#   second     (a preset) for a second call: sanitize_runs and sanitize with memcheck, initcheck and synccheck (the
-#              kernels written since 2026-11-24 have never been through them), deadline 540 s.
+#   second     (a preset) for a second call: ncu_decode (where a batch-1 decode step's time goes), sanitize_runs and
+#              sanitize with memcheck, initcheck and synccheck (the kernels written since 2026-11-24 have never been
+#              through them), ncu_train; deadline 540 s.
 # Each stage has a time budget (GPU_STAGE_TIMEOUT_<stage> seconds overrides it), cut to what is left of the whole
 # call's deadline (GPU_DEADLINE seconds from the start; a stage that would get under 20 s is skipped, said in the
 # summary) so that the call ends with its results packed before the device tool's limit. The device tool returns at
@@ -340,7 +342,8 @@ stage_scaling() {
   run_stage scaling 600 "$root/perf/scaling --mgrl $mgrl --ranks 1 --project --out /tmp/scaling_gpu \
     --runtime.backend=cuda && cp /tmp/scaling_gpu/scaling.md $OUT/scaling.md"
 }
-stage_ncu() {
+stage_ncu() { stage_ncu_train; stage_ncu_decode; }
+stage_ncu_train() {
   # One SFT step of the 0.5B shape (the model written by train_vs_hf's maker): every kernel of the run, each timed
   # alone by ncu (the model load's few conversion kernels included).
   run_stage ncu_train 600 "python3 -c \"
@@ -350,8 +353,14 @@ t.make_model('/tmp/ncu_model', 'qwen2.5-0.5b', 'cuda'); t.make_data('/tmp/ncu_tr
       $mgrl sft --runtime.backend=cuda --model.path=/tmp/ncu_model \
       --data.input=/tmp/ncu_train.jsonl --train.batch_size=8 --train.max_seq_len=1024 --lora.r=16 --lora.alpha=32 \
       --train.max_steps=1 --log.dir=/tmp/ncu_log --checkpoint.dir=/tmp/ncu_log/ck --checkpoint.resume=none"
-  # 16 decode steps after the prefill, at batch 1 and 64 (128-token prompts, greedy).
-  run_stage ncu_decode 600 "python3 -c \"
+}
+stage_ncu_decode() {
+  # 16 decode steps after the prefill, at batch 1 and 64 (128-token prompts, greedy): the sum of the kernels' times
+  # against the measured time a token says how much of a decode step is launch gaps (14% of the roofline at batch 1 on
+  # the H200 of 2026-11-27). Writes the 0.5B model itself when stage ncu_train has not.
+  run_stage ncu_decode 600 "[ -f /tmp/ncu_model/config.json ] || python3 -c \"
+import sys; sys.path.insert(0, '$root/perf'); import train_vs_hf as t
+t.make_model('/tmp/ncu_model', 'qwen2.5-0.5b', 'cuda')\" && python3 -c \"
 import json, random; r = random.Random(0)
 with open('/tmp/ncu_prompts.jsonl', 'w') as f:
     for i in range(64): f.write(json.dumps({'prompt_tokens': [r.randrange(10, 60) for _ in range(128)]}) + chr(10))\" && \
@@ -371,7 +380,7 @@ stages=()
 for a in "$@"; do
   case $a in
     first) stages+=(info ctest_quick train05 grpo gen); GPU_DEADLINE=${GPU_DEADLINE:-540} ;;
-    second) stages+=(sanitize_runs sanitize); GPU_DEADLINE=${GPU_DEADLINE:-540}
+    second) stages+=(ncu_decode sanitize_runs sanitize ncu_train); GPU_DEADLINE=${GPU_DEADLINE:-540}
             SANITIZE_TOOLS=${SANITIZE_TOOLS:-memcheck initcheck synccheck} ;;
     *) stages+=("$a") ;;
   esac
