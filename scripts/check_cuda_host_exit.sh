@@ -14,7 +14,7 @@ command -v objdump >/dev/null || { echo "$0: objdump (binutils) not found" >&2; 
 for f in "$@"; do [ -r "$f" ] || { echo "$0: cannot read $f" >&2; exit 2; }; done
 objdump -dr --no-show-raw-insn "$@" | awk '
   /^[0-9a-f]+ <.*>:$/ { fn = $0; sub(/^[0-9a-f]+ </, "", fn); sub(/>:$/, "", fn); nfn++; next }
-  /R_X86_64_(PLT32|PC32)[ \t]+exit-/ || /\tcall +[0-9a-f]+ <exit@plt>$/ { exits[fn] = 1; next }
+  /R_X86_64_(PLT32|PC32)[ \t]+exit-/ || /\t(call|jmp) +[0-9a-f]+ <exit@plt>$/ { exits[fn] = 1; next }
   /R_X86_64_(PLT32|PC32)[ \t]/ && pending { t = $NF; sub(/[-+]0x[0-9a-f]+$/, "", t); calls[fn SUBSEP t] = 1; pending = 0; next }
   /\tcall / || /\tjmp / {
     pending = 0

@@ -78,15 +78,18 @@ void add_who(Line& l) {
   l.add("): ");
 }
 
-// atexit: the process is ending by exit() without exit_expected() first, that is without going through mgrl's own
-// ends (the normal return, which passes MpiEnv's destructor, or abort_job): a library ended it without a word. One
-// case seen: nvcc compiles host code that reaches a __device__-only function into a bare exit(1). The caller of
-// exit() is still on the stack here, so its frames are printed.
-void on_exit() {
+// Registered with glibc's on_exit (atexit with the status): the process is ending by exit() without
+// exit_expected() first, that is without going through mgrl's own ends (the normal return, which passes MpiEnv's
+// destructor, or abort_job): a library ended it without a word. One case seen: nvcc compiles host code that reaches a
+// __device__-only function into a bare exit(1). The caller of exit() is still on the stack here, so its frames are
+// printed.
+void report_unexpected_exit(int status, void*) {
   if (g_exit_expected.load() || g_reporting.fetch_add(1) != 0) return;
   Line l;
   add_who(l);
-  l.add("ended by a call to exit() during ");
+  l.add("ended by a call to exit(");
+  l.num(static_cast<unsigned long long>(static_cast<unsigned>(status) & 0xffu), 10);
+  l.add(") during ");
   l.add(g_phase.load());
   l.add(", without an error message: a defect in mgrl or in a library it calls; the frames that called exit() follow "
         "(resolve one with: addr2line -Cfe MODULE OFFSET)\n");
@@ -200,7 +203,7 @@ void install() {
     if (::sigaction(sig, nullptr, &old) == 0 && old.sa_handler != SIG_DFL) continue;
     (void)::sigaction(sig, &sa, nullptr);
   }
-  (void)std::atexit(on_exit);
+  (void)::on_exit(report_unexpected_exit, nullptr);
 }
 
 void exit_expected() { g_exit_expected.store(true); }
