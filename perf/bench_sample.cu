@@ -1,6 +1,7 @@
 // bench_sample.cu: the CUDA sampler (Ops::sample, one block per row of logits) at a 152k vocabulary, batch 1 to 256,
 // greedy, temperature 1 without filters, and with top-p / top-k as users set them; prints us per call and the
-// passes' bandwidth over the logits. Run it with MGRL_RADIX_SAMPLER=0 for the bit-by-bit threshold search before.
+// passes' bandwidth over the logits. Run it with MGRL_RADIX_SAMPLER=0 for the bit-by-bit threshold search before, and
+// with MGRL_SAMPLER_SPLIT=1 for rows cut into chunks (greedy and unfiltered temperature sampling).
 //   build/perf/bench_sample [reps]      (default 20 timed calls after 2 warm-up calls; median)
 #include <cuda_runtime.h>
 
@@ -22,7 +23,9 @@ int main(int argc, char** argv) {
   cudaStream_t s = static_cast<cudaStream_t>(ops->device_stream().cuda);
   const int V = 151936;
   const char* radix = std::getenv("MGRL_RADIX_SAMPLER");
-  std::printf("Ops::sample, V = %d, median of %d calls, MGRL_RADIX_SAMPLER=%s\n", V, reps, radix ? radix : "(unset)");
+  const char* split = std::getenv("MGRL_SAMPLER_SPLIT");
+  std::printf("Ops::sample, V = %d, median of %d calls, MGRL_RADIX_SAMPLER=%s, MGRL_SAMPLER_SPLIT=%s\n", V, reps,
+              radix ? radix : "(unset)", split ? split : "(unset)");
   struct Setting {
     const char* name;
     float temperature;

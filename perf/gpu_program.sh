@@ -34,8 +34,8 @@
 #              effect on the step)
 #   gen        perf/gen_vs_hf.py at the 0.5B shape, batch 1, 8, 64, 256
 #   sampler    perf/bench_sample (Ops::sample at a 152k vocabulary, batch 1-256, greedy / T 1 / top-p / top-k) with
-#              the radix thresholds (as built) and with MGRL_RADIX_SAMPLER=0 (the 32-pass bit-by-bit search):
-#              $OUT/bench_sample.txt
+#              the radix thresholds (as built), with MGRL_RADIX_SAMPLER=0 (the 32-pass bit-by-bit search) and with
+#              MGRL_SAMPLER_SPLIT=1 (rows cut into chunks: greedy and T 1 rows): $OUT/bench_sample.txt
 #   gen_sync   mgrl alone at batch 1 and 64 with generate.sync_interval = 1 (a host round trip per decode step) and
 #              with the default (8): $OUT/gen_sync1.md and $OUT/gen_sync8.md; then the default with MGRL_FUSED_NORM=0
 #              (the residual adds and norms unfused): $OUT/gen_sync8_no_fused_norm.md
@@ -292,8 +292,8 @@ stage_gen() {
 }
 # The sampler alone: radix top-k / top-p thresholds (2026-11-25, never run on a GPU before) against the bit-by-bit search.
 stage_sampler() {
-  run_stage sampler 300 "for r in 1 0; do MGRL_RADIX_SAMPLER=\$r $build/perf/bench_sample 20 || exit 1; done \
-    | tee $OUT/bench_sample.txt"
+  run_stage sampler 300 "{ for r in 1 0; do MGRL_RADIX_SAMPLER=\$r $build/perf/bench_sample 20 || exit 1; done; \
+    MGRL_SAMPLER_SPLIT=1 $build/perf/bench_sample 20; } | tee $OUT/bench_sample.txt"
 }
 # Decode steps on the device between host round trips (generate.sync_interval): 1 against the default, one run each;
 # then the default with the residual adds and norms unfused (MGRL_FUSED_NORM=0).

@@ -40,6 +40,17 @@ inline void* scratch_alloc(std::size_t bytes, cudaStream_t s) {
 }
 inline void scratch_free(void* p, cudaStream_t s) { CUDA_CHECK(cudaFreeAsync(p, s)); }
 
+// Streaming multiprocessors of the device current at the first call (one device per process).
+inline int sm_count() {
+  static const int n = [] {
+    int dev = 0, count = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev));
+    return count;
+  }();
+  return n;
+}
+
 // Threads per block of the elementwise and row kernels (a multiple of 32, at most 1024).
 inline constexpr int kThreads = 256;
 

@@ -308,16 +308,6 @@ __global__ void attention_combine_kernel(S* out, const float* part, int n_splits
   }
 }
 
-int sm_count() {
-  static const int n = [] {
-    int dev = 0, count = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev));
-    return count;
-  }();
-  return n;
-}
-
 // Launches the split kernel with register tiles for head_dim <= 32 kD and groups <= kG; false when they do not fit.
 template <class S, int kD, int kG>
 bool launch_split(const Ctx& c, S* out, const S* q, const S* ck, const S* cv, const std::int32_t* slot,
