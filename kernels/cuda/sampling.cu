@@ -130,6 +130,21 @@ __device__ __forceinline__ bool keep_token(float z, const Filter& f, double& p) 
 
 constexpr int kSampleWarps = kSampleThreads / 32;
 
+// Inclusive scan of v over a block of kThreads threads into scan[kThreads] (Hillis-Steele: a fixed order, the same
+// bits every call). Call from every thread; scan[] is complete for every thread on return.
+template <int kThreads>
+__device__ __forceinline__ void block_scan_inclusive(double* scan, double v) {
+  const int tid = threadIdx.x;
+  scan[tid] = v;
+  __syncthreads();
+  for (int off = 1; off < kThreads; off <<= 1) {
+    const double x = tid >= off ? scan[tid - off] : 0.0;
+    __syncthreads();
+    scan[tid] += x;
+    __syncthreads();
+  }
+}
+
 // Top-k by radix selection: the key of the k-th largest logit (1 <= k < V). Call from every thread; every thread
 // gets the result. Integer histograms: the order of the shared-memory atomics does not change them.
 __device__ std::uint32_t topk_key_radix(const float* z, int V, int k) {
@@ -308,15 +323,8 @@ __global__ void sample_kernel(std::int32_t* tokens, float* logprobs, const float
         last = i;
       }
     }
-    // Inclusive scan of the segment sums (Hillis-Steele); before = mass of the segments before this one.
-    scan[tid] = s;
-    __syncthreads();
-    for (int off = 1; off < nt; off <<= 1) {
-      const double x = tid >= off ? scan[tid - off] : 0.0;
-      __syncthreads();
-      scan[tid] += x;
-      __syncthreads();
-    }
+    // Inclusive scan of the segment sums; before = mass of the segments before this one.
+    block_scan_inclusive<nt>(scan, s);
     const double before = tid > 0 ? scan[tid - 1] : 0.0;
     const double target = random_uniform(seeds[b], 0) * scan[nt - 1];
     int found = INT_MAX;
@@ -437,14 +445,7 @@ __device__ __forceinline__ double split_segments(double* scan, const float* z, i
   double s = 0.0;
   for (int i = seg_lo; i < seg_hi; ++i) s += weight(z[i], inv_t, m) / total;
   __syncthreads();  // a previous use of scan[] is over
-  scan[tid] = s;
-  __syncthreads();
-  for (int off = 1; off < kSplitThreads; off <<= 1) {
-    const double x = tid >= off ? scan[tid - off] : 0.0;
-    __syncthreads();
-    scan[tid] += x;
-    __syncthreads();
-  }
+  block_scan_inclusive<kSplitThreads>(scan, s);
   return s;
 }
 
