@@ -96,8 +96,7 @@ int main(int argc, char** argv) {
         const double c = us([&] { ops->copy(copy_dst, copy_src, row.bytes); });
         const double gb = static_cast<double>(row.bytes) / 1e3;  // bytes / us = MB/s; / 1e3 = GB/s
         // The fused op's own size rule (kernels/cuda/gemv.cuh) sends large weights at T > 2 to cuBLAS.
-        const bool to_cublas = T > kernels::cuda::kGemvLargeMaxRows &&
-                               static_cast<std::int64_t>(row.bytes) > kernels::cuda::kGemvLargeBytes;
+        const bool to_cublas = !kernels::cuda::gemv_size_ok(T, static_cast<std::int64_t>(row.bytes));
         std::printf("%-5s %2d | %-9s %8.2f %7.0f | %8.2f %7.0f | %6.2fx | %.2f, %.0f%s\n", sh.name, T, row.op, f, gb / f,
                     p, gb / p, p / f, c, 2.0 * gb / c, to_cublas ? "  (fused op on cuBLAS: gemv.cuh's size rule)" : "");
       }

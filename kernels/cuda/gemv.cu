@@ -172,7 +172,7 @@ unsigned blocks_for(int rows) { return static_cast<unsigned>((rows + kGemvWarps 
 
 bool gemv_fits(int T, int in, std::int64_t rows, const void* x, const void* const* W, int n) {
   if (T < 1 || T > kGemvMaxRows || in <= 0 || in % 8 != 0 || !aligned16(x)) return false;
-  if (T > kGemvLargeMaxRows && rows * in * 2 > kGemvLargeBytes) return false;
+  if (!gemv_size_ok(T, rows * in * 2)) return false;
   for (int i = 0; i < n; ++i)
     if (!aligned16(W[i])) return false;
   return true;

@@ -18,6 +18,9 @@ inline constexpr int kGemvMaxRows = 8;
 // stayed ahead at every T (the 0.5B shape's 1.3-5.5x; 7B's q|k|v, 33 MB: 1.67x at T = 8).
 inline constexpr int kGemvLargeMaxRows = 2;
 inline constexpr std::int64_t kGemvLargeBytes = std::int64_t{64} << 20;
+inline bool gemv_size_ok(int T, std::int64_t weight_bytes) {
+  return T <= kGemvLargeMaxRows || weight_bytes <= kGemvLargeBytes;
+}
 
 // Whether the GEMV kernels take a call of T rows of x against `rows` weight rows of `in` 2-byte elements: 1 <= T <=
 // kGemvMaxRows, the size rule above, in > 0 a multiple of 8, and x and every weight 16-byte aligned (16-byte loads of

@@ -1,4 +1,5 @@
-// sampling.cu: the canonical sampling algorithm of kernels/cpu/sampling.h on the GPU, one block per row of logits.
+// sampling.cu: the canonical sampling algorithm of kernels/cpu/sampling.h on the GPU, one block per row of logits
+// (or, for greedy and unfiltered rows with MGRL_SAMPLER_SPLIT=1, several: "split rows" below).
 //
 // With temperature > 0 every filter of the algorithm keeps exactly the tokens whose logit is at least some
 // threshold (dividing by a positive temperature and softmax keep the order), so a row needs no per-token state:
@@ -31,8 +32,6 @@
 // evaluate a double exp per token (fast on A100/H100/V100, slower on GPUs with weak fp64).
 #include <algorithm>
 #include <climits>
-#include <cstdlib>
-#include <cstring>
 
 #include "core/env.h"
 #include "core/random.h"
@@ -570,10 +569,7 @@ void sample_split(const Ctx& c, std::int32_t* tokens, float* logprobs, const flo
 
 // MGRL_SAMPLER_SPLIT=1 turns the split path on (off by default until a GPU has measured it).
 bool split_on() {
-  static const bool on = [] {
-    const char* e = std::getenv("MGRL_SAMPLER_SPLIT");
-    return e != nullptr && std::strcmp(e, "1") == 0;
-  }();
+  static const bool on = env::opt_in("MGRL_SAMPLER_SPLIT");
   return on;
 }
 

@@ -8,7 +8,8 @@
 namespace mgrl::kernels::cuda {
 
 // tokens[b], logprobs[b] for each row b of logits [B, V] (f32); row b's uniform is random_uniform(seeds[b], 0).
-// tokens, logprobs, logits, seeds are device pointers. One block per row; no scratch, no host synchronisation.
+// tokens, logprobs, logits, seeds are device pointers. One block per row and no scratch (with MGRL_SAMPLER_SPLIT=1,
+// greedy and unfiltered rows in chunks with stream-ordered scratch); no host synchronisation either way.
 void sample(const Ctx& c, std::int32_t* tokens, float* logprobs, const float* logits, const std::uint64_t* seeds, int B,
             int V, const Ops::Sampling& params);
 

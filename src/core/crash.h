@@ -1,14 +1,15 @@
-// crash.h: one line and the call frames when a rank dies of a fatal signal (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT)
-// or ends by an exit() that none of mgrl's own ends made (install()): which rank, host and pid, the signal and faulting address, what the rank was doing, and the frames (module+offset,
+// crash.h: one line and the call frames when a rank dies of a fatal signal (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT):
+// which rank, host and pid, the signal and faulting address, what the rank was doing, and the frames (module+offset,
 // to resolve with `addr2line -Cfe mgrl OFFSET`), then the signal's default action, so that the exit status and SLURM's
-// report stay those of the signal. Installed before MPI starts: Open MPI keeps a handler that is already there.
+// report stay those of the signal. Installed before MPI starts: Open MPI keeps a handler that is already there. The
+// same line and frames when a rank ends by an exit() that none of mgrl's own ends made (a library's silent exit).
 #pragma once
 
 namespace mgrl::crash {
 
 // Installs the handlers (once; an alternate signal stack, so that a stack overflow is reported too), for each signal
-// whose disposition is still the default (a sanitizer's or a debugger's handler is kept); and an atexit handler that
-// reports an exit() the process did not expect (a library ending it without a message) with the caller's frames.
+// whose disposition is still the default (a sanitizer's or a debugger's handler is kept); and a glibc on_exit handler
+// that reports an exit() the process did not expect (a library ending it without a message) with the caller's frames.
 void install();
 // The process is ending on purpose (its normal return, or after its own error line): exit() is no longer reported.
 void exit_expected();

@@ -13,6 +13,11 @@ bool switch_on(const char* name) {
   return e == nullptr || std::strcmp(e, "0") != 0;
 }
 
+bool opt_in(const char* name) {
+  const char* e = std::getenv(name);
+  return e != nullptr && std::strcmp(e, "1") == 0;
+}
+
 bool switch_on_logged(const char* name, const char* when_off) {
   const bool on = switch_on(name);
   if (!on) log::info(when_off);

@@ -1,6 +1,6 @@
 // env.h: switches set in the environment, for comparison runs and fallbacks (MGRL_CUDA_GRAPHS, MGRL_LORA_GROUPS,
 // MGRL_FUSED_LM_HEAD, MGRL_RADIX_SAMPLER, MGRL_CUBLASLT_BIAS, MGRL_MERGE_LORA, MGRL_FUSED_NORM,
-// MGRL_DECODE_FUSED, MGRL_SCORED_ROWS).
+// MGRL_DECODE_FUSED, MGRL_SCORED_ROWS; opt-in: MGRL_SAMPLER_SPLIT).
 #pragma once
 
 namespace mgrl::env {
@@ -10,5 +10,7 @@ namespace mgrl::env {
 bool switch_on(const char* name);
 // switch_on(name), and when it is off one info line (`when_off`) in the log: for switches read once per process.
 bool switch_on_logged(const char* name, const char* when_off);
+// A path that is off by default (not yet measured): true only when the environment variable `name` is exactly "1".
+bool opt_in(const char* name);
 
 }  // namespace mgrl::env
