@@ -92,11 +92,10 @@ def run_mgrl(args, model_dir, data, work):
     tps = [r["tokens_per_second"] for r in rows if r["step"] > args.warmup]
     batch_tokens = args.batch * args.seq
     step_s = sum(batch_tokens / t for t in tps) / len(tps)
-    peak = None
-    summary = open(os.path.join(log, "job_summary.txt")).read()
-    for line in summary.splitlines():
-        if "GPU" in line and "GiB" in line:
-            peak = line.strip()
+    # mgrl's own count of device memory in use, sampled at each logged step (metrics.jsonl's peak_gpu_gib; absent
+    # on the CPU backend).
+    peaks = [r["peak_gpu_gib"] for r in rows if "peak_gpu_gib" in r]
+    peak = f"{max(peaks):.2f} GiB" if peaks else None
     return step_s, peak, wall
 
 

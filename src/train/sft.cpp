@@ -277,6 +277,7 @@ SftResult SftTrainer::run() {
       nlohmann::json rec = {{"step", state_.step}, {"loss", loss}, {"lr", lr}, {"grad_norm", last_norm_},
                             {"tokens_per_second", tps}, {"trained_tokens_per_second", trained_tps},
                             {"skipped_steps", state_.skipped_steps}};
+      if (peak_gpu_ > 0) rec["peak_gpu_gib"] = static_cast<double>(peak_gpu_) / (1 << 30);
       shard_record(rec, model_.definition());
       if (opt_->scaling()) scaler_record(rec, state_, last_outcome_);
       emit(rec);
