@@ -51,8 +51,9 @@
 #   grpo_ab    (not in the default list) mgrl alone at the grpo stage's 0.5B shape, 4 steps, as built and with
 #              MGRL_SCORED_ROWS=0 (the LM head on every row, prompts included): $OUT/grpo_ab_{on,no_scored_rows}.md
 #   scaling    perf/scaling at 1 rank on the CUDA backend
-#   ncu        ncu per-kernel summaries: one SFT step at 0.5B (batch 8 x 1024), 16 decode steps at batch 1 and 64
-#              (also alone: ncu_train, ncu_decode)
+#   ncu        ncu, every launch timed alone, tables by kernel (perf/ncu_table.py): one SFT step at 0.5B (batch 8 x
+#              1024; $OUT/ncu_train.md) and one decode step at batch 1 and 64 (5 new tokens minus 1, over 4;
+#              $OUT/ncu_decode_b{1,64}.md) (also alone: ncu_train, ncu_decode)
 #   large      (not in the default list; issue 23's targets) perf/bench_nf4 (NF4 dequantize + cuBLAS against the bf16
 #              GEMM at 7B/70B shapes; target >= 0.70), then perf/large_step.sh: a Llama-3.1-70B-shaped QLoRA SFT at
 #              batch 1 x 2048 with recompute at $LARGE_LAYERS layers (default "8 80"), mgrl plan against the measured
@@ -63,9 +64,14 @@
 #              fit is skipped and said): the gpu tests, then the three comparisons with transformers + PEFT and TRL,
 #              none of which ran on 2026-11-27 (the A/B stages of the changes of 2026-11-25 to 27 did: train_ab,
 #              gen_fused, gen_merge, grpo_ab, sampler, norm; docs/performance.md, "On an H200").
-#   second     (a preset) for a second call: ncu_decode (where a batch-1 decode step's time goes), sanitize_runs and
-#              sanitize with memcheck, initcheck and synccheck (the kernels written since 2026-11-24 have never been
-#              through them), ncu_train; deadline 540 s.
+#   initcheck  (not in the default list) tests/gpu/test_gemm_cuda's instances one by one under initcheck (does the
+#              tool see the writes of the cuBLAS GEMM whose output lora_fold_kernel reads?), then the gpu tests and 2
+#              steps of SFT and GRPO under initcheck with MGRL_CUDA_LORA=fused; reports counted by kernel:
+#              $OUT/initcheck.md
+#   racecheck  (not in the default list) racecheck over the ops with shared-memory kernels and the fused decode test:
+#              $OUT/racecheck.md
+#   second     (a preset) for a second call: ncu_decode (one decode step's kernels at batch 1 and 64), initcheck,
+#              racecheck, ncu_train, train15 (memcheck and synccheck were clean on 2026-11-27); deadline 540 s.
 # Each stage has a time budget (GPU_STAGE_TIMEOUT_<stage> seconds overrides it), cut to what is left of the whole
 # call's deadline (GPU_DEADLINE seconds from the start; a stage that would get under 20 s is skipped, said in the
 # summary) so that the call ends with its results packed before the device tool's limit. The device tool returns at
@@ -452,5 +458,5 @@ note "gpu_program: done after $((SECONDS - t_start)) s"
 pack
 echo "=== summary ==="; cat "$OUT/summary.txt"
 # The tables last, where the device tool's reply (the output's last 12,000 characters) shows them.
-for f in train.md train_ab_on.md train_ab_no_fused_head.md train_ab_no_lora_groups.md train_ab_no_cublaslt_bias.md train_ab_no_fused_norm.md gen.md gen_sync1.md gen_sync8.md gen_sync8_no_fused_norm.md gen_merge_off.md gen_merge_on.md merge_mismatch.md gen_fused_on.md gen_fused_off.md grpo.md grpo_ab_on.md grpo_ab_no_scored_rows.md grpo15.md scaling.md; do [ -f "$OUT/$f" ] && { echo "=== $f ==="; cat "$OUT/$f"; }; done
+for f in ncu_decode_b1.md ncu_decode_b64.md initcheck.md racecheck.md train.md train_ab_on.md train_ab_no_fused_head.md train_ab_no_lora_groups.md train_ab_no_cublaslt_bias.md train_ab_no_fused_norm.md gen.md gen_sync1.md gen_sync8.md gen_sync8_no_fused_norm.md gen_merge_off.md gen_merge_on.md merge_mismatch.md gen_fused_on.md gen_fused_off.md grpo.md grpo_ab_on.md grpo_ab_no_scored_rows.md grpo15.md scaling.md; do [ -f "$OUT/$f" ] && { echo "=== $f ==="; cat "$OUT/$f"; }; done
 exit "${setup_failed:-0}"  # 1 when a stage could not start (its build missing); a stage that ran and failed: 0
