@@ -117,6 +117,60 @@ __device__ __forceinline__ std::int64_t gs_begin() {
 }
 __device__ __forceinline__ std::int64_t gs_stride() { return static_cast<std::int64_t>(gridDim.x) * blockDim.x; }
 
+// ---- programmatic dependent launch (PDL; sm_90+, MGRL_PDL=1) ----
+// A kernel launched with launch(pdl = true, ...) may start while the kernel before it in the stream (or the recorded
+// graph) is still running: its blocks are scheduled, and do what does not depend on the kernels before, during the
+// other's tail. So every kernel that is ever launched that way calls pdl_wait() before it reads or writes global
+// memory that a kernel before it may write or read, and pdl_launch_dependents() after that (letting the next such
+// kernel be scheduled: one kernel ahead, not a chain). What may come before pdl_wait(): index arithmetic and L2
+// prefetches (prefetch_l2: the L2 is the device's point of coherence, so a prefetch cannot bring a stale value into a
+// later load; the decode GEMVs prefetch their weight rows). Both are no-ops below sm_90 and in a kernel launched
+// without the attribute (griddepcontrol.wait then has nothing to wait for).
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
+// Whether the decode step's kernels are launched with PDL: MGRL_PDL=1 (opt-in until a GPU has measured it) on a
+// device of compute capability 9.0 or more, and a runtime that has the attribute (CUDA 12+). Read once.
+bool pdl_enabled();
+
+// kernel<<<grid, block, smem, stream>>>(args...), with the programmatic-stream-serialization attribute when pdl is
+// true (the kernel must follow the rules above). Checks the launch.
+template <class... P, class... A>
+void launch(bool pdl, void (*kernel)(P...), dim3 grid, dim3 block, std::size_t smem, cudaStream_t stream,
+            A&&... args) {
+#if CUDART_VERSION >= 12000
+  if (pdl) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<P>(args)...));
+    return;
+  }
+#else
+  (void)pdl;
+#endif
+  kernel<<<grid, block, smem, stream>>>(static_cast<P>(args)...);
+  CUDA_CHECK_LAUNCH();
+}
+
 // Calls f with a value of the storage type of st (bf16, else fp16), used as
 //   dispatch(st, [&](auto tag) { using T = decltype(tag); kernel<T><<<...>>>(...); });
 template <class F>

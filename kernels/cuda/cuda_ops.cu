@@ -32,6 +32,22 @@
 #include "kernels/cuda/swiglu.cuh"
 
 namespace mgrl::kernels {
+
+bool cuda::pdl_enabled() {
+  static const bool on = [] {
+#if CUDART_VERSION >= 12000
+    if (!env::opt_in("MGRL_PDL")) return false;
+    int dev = 0, major = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    return major >= 9;
+#else
+    return false;
+#endif
+  }();
+  return on;
+}
+
 namespace {
 
 class CudaOps final : public Ops {

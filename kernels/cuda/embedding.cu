@@ -8,6 +8,8 @@ namespace {
 template <class S>
 __global__ void embedding_forward_kernel(S* out, const std::int32_t* ids, const S* table, int T, int V, int D,
                                          float scale, int* err) {
+  pdl_wait();  // launched with PDL when MGRL_PDL=1 (common.cuh): nothing before this reads or writes memory
+  pdl_launch_dependents();
   scale = to_f32(from_f32<S>(scale));  // the scale in the storage dtype
   const std::int64_t n = static_cast<std::int64_t>(T) * D;
   for (std::int64_t i = gs_begin(); i < n; i += gs_stride()) {
@@ -52,9 +54,8 @@ void embedding_forward(const Ctx& c, void* out, const std::int32_t* ids, const v
   if (n <= 0) return;
   dispatch(c.st, [&](auto tag) {
     using S = decltype(tag);
-    embedding_forward_kernel<S><<<grid_for(n), kThreads, 0, c.stream>>>(
-        static_cast<S*>(out), ids, static_cast<const S*>(table), T, V, D, scale, c.err);
-    CUDA_CHECK_LAUNCH();
+    launch(pdl_enabled(), embedding_forward_kernel<S>, grid_for(n), kThreads, 0, c.stream, static_cast<S*>(out), ids,
+           static_cast<const S*>(table), T, V, D, scale, c.err);
   });
 }
 

@@ -8,6 +8,8 @@
 //   gemv_residual_kernel  y = r + round(x W^T), the residual add of residual.cu on the rounded product (y may be r:
 //                         each element is read and written by one thread).
 // Launch: kGemvWarps warps a block, one output row a warp, grid ceil(rows / kGemvWarps); T a template parameter.
+// With MGRL_PDL=1 (common.cuh) a GEMV is scheduled during the kernel before it and prefetches its weight rows into L2
+// there, then waits (pdl_wait) before it reads x or writes anything.
 // Deterministic, and a row's result does not depend on the other rows of the call nor on T (the order of its sums is
 // the same for every T): batch-invariant in the sense of kernels/cpu/gemm.h, though cuBLAS (T > 8, or T > 2 on large
 // weights: gemv.cuh) is not.
@@ -87,6 +89,25 @@ __device__ __forceinline__ float pick(const float (&a)[T], int lane) {
   return v;
 }
 
+// The PDL prologue of a GEMV warp (common.cuh): with `prefetch` (the kernel was launched with PDL), the warp's NW
+// weight rows into L2 a 128-byte line a lane at a time, while the kernel before may still run; then the wait for it,
+// and the next kernel let in. Nothing of x or the outputs is touched before.
+template <class S, int NW>
+__device__ __forceinline__ void prefetch_rows_then_wait(const S* const (&wr)[NW], int in, bool prefetch) {
+  if (prefetch) {
+    const int lane = static_cast<int>(threadIdx.x & 31);
+    const std::int64_t bytes = static_cast<std::int64_t>(in) * static_cast<std::int64_t>(sizeof(S));
+#pragma unroll
+    for (int w = 0; w < NW; ++w) {
+      const char* row = reinterpret_cast<const char*>(wr[w]);
+      for (std::int64_t b = static_cast<std::int64_t>(lane) * 128; b < bytes; b += 32 * 128) prefetch_l2(row + b);
+      if (lane == 0) prefetch_l2(row + bytes - 1);  // the last line, when the row does not start on a line
+    }
+  }
+  pdl_wait();
+  pdl_launch_dependents();
+}
+
 // The members of a q|k|v group: rows end[i - 1] .. end[i] - 1 of the launch are member i's outputs (end[i] of an
 // absent member: the total).
 struct GroupArgs {
@@ -104,12 +125,13 @@ __device__ __forceinline__ P member(const P (&v)[Ops::kMaxLinearGroup], int i) {
 }
 
 template <class S, int T>
-__global__ void __launch_bounds__(kGemvWarps * 32) gemv_group_kernel(GroupArgs a, const S* x, int in) {
+__global__ void __launch_bounds__(kGemvWarps * 32) gemv_group_kernel(GroupArgs a, const S* x, int in, bool prefetch) {
   const int row = static_cast<int>(blockIdx.x) * kGemvWarps + static_cast<int>(threadIdx.x >> 5);
   if (row >= a.end[2]) return;  // the whole warp
   const int i = row < a.end[0] ? 0 : row < a.end[1] ? 1 : 2;
   const int begin = i == 0 ? 0 : i == 1 ? a.end[0] : a.end[1], o = row - begin, out = member(a.end, i) - begin;
   const S* const wr[1] = {static_cast<const S*>(member(a.W, i)) + static_cast<std::int64_t>(o) * in};
+  prefetch_rows_then_wait<S, 1>(wr, in, prefetch);
   float acc[1][T];
   warp_dots<S, T, 1>(acc, wr, x, in);
   const int lane = static_cast<int>(threadIdx.x & 31);
@@ -122,11 +144,12 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_group_kernel(GroupArgs a
 
 template <class S, int T, bool kGeglu>
 __global__ void __launch_bounds__(kGemvWarps * 32) gemv_gated_kernel(S* act, const S* x, const S* Wg, const S* Wu,
-                                                                     int in, int I) {
+                                                                     int in, int I, bool prefetch) {
   const int o = static_cast<int>(blockIdx.x) * kGemvWarps + static_cast<int>(threadIdx.x >> 5);
   if (o >= I) return;
   const std::int64_t at = static_cast<std::int64_t>(o) * in;
   const S* const wr[2] = {Wg + at, Wu + at};
+  prefetch_rows_then_wait<S, 2>(wr, in, prefetch);
   float acc[2][T];
   warp_dots<S, T, 2>(acc, wr, x, in);
   const int lane = static_cast<int>(threadIdx.x & 31);
@@ -137,10 +160,11 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_gated_kernel(S* act, con
 
 template <class S, int T>
 __global__ void __launch_bounds__(kGemvWarps * 32) gemv_residual_kernel(S* y, const S* r, const S* x, const S* W,
-                                                                        int in, int out) {
+                                                                        int in, int out, bool prefetch) {
   const int o = static_cast<int>(blockIdx.x) * kGemvWarps + static_cast<int>(threadIdx.x >> 5);
   if (o >= out) return;
   const S* const wr[1] = {W + static_cast<std::int64_t>(o) * in};
+  prefetch_rows_then_wait<S, 1>(wr, in, prefetch);
   float acc[1][T];
   warp_dots<S, T, 1>(acc, wr, x, in);
   const int lane = static_cast<int>(threadIdx.x & 31);
@@ -196,9 +220,9 @@ bool gemv_group(const Ctx& c, const Ops::LinearMember* m, int n, const void* x, 
   dispatch(c.st, [&](auto tag) {
     using S = decltype(tag);
     with_rows(T, [&](auto rows_tag) {
-      gemv_group_kernel<S, decltype(rows_tag)::value>
-          <<<blocks_for(rows), kGemvWarps * 32, 0, c.stream>>>(a, static_cast<const S*>(x), in);
-      CUDA_CHECK_LAUNCH();
+      const bool pdl = pdl_enabled();
+      launch(pdl, gemv_group_kernel<S, decltype(rows_tag)::value>, blocks_for(rows), kGemvWarps * 32, 0, c.stream, a,
+             static_cast<const S*>(x), in, pdl);
     });
   });
   return true;
@@ -215,11 +239,9 @@ bool gemv_gated(const Ctx& c, void* act, const void* x, const void* Wg, const vo
       constexpr int kT = decltype(rows_tag)::value;
       S* a = static_cast<S*>(act);
       const S *xs = static_cast<const S*>(x), *g = static_cast<const S*>(Wg), *u = static_cast<const S*>(Wu);
-      if (geglu)
-        gemv_gated_kernel<S, kT, true><<<blocks_for(I), kGemvWarps * 32, 0, c.stream>>>(a, xs, g, u, in, I);
-      else
-        gemv_gated_kernel<S, kT, false><<<blocks_for(I), kGemvWarps * 32, 0, c.stream>>>(a, xs, g, u, in, I);
-      CUDA_CHECK_LAUNCH();
+      const bool pdl = pdl_enabled();
+      launch(pdl, geglu ? gemv_gated_kernel<S, kT, true> : gemv_gated_kernel<S, kT, false>, blocks_for(I),
+             kGemvWarps * 32, 0, c.stream, a, xs, g, u, in, I, pdl);
     });
   });
   return true;
@@ -231,9 +253,10 @@ bool gemv_residual(const Ctx& c, void* y, const void* r, const void* x, const vo
   dispatch(c.st, [&](auto tag) {
     using S = decltype(tag);
     with_rows(T, [&](auto rows_tag) {
-      gemv_residual_kernel<S, decltype(rows_tag)::value><<<blocks_for(out), kGemvWarps * 32, 0, c.stream>>>(
-          static_cast<S*>(y), static_cast<const S*>(r), static_cast<const S*>(x), static_cast<const S*>(W), in, out);
-      CUDA_CHECK_LAUNCH();
+      const bool pdl = pdl_enabled();
+      launch(pdl, gemv_residual_kernel<S, decltype(rows_tag)::value>, blocks_for(out), kGemvWarps * 32, 0, c.stream,
+             static_cast<S*>(y), static_cast<const S*>(r), static_cast<const S*>(x), static_cast<const S*>(W), in, out,
+             pdl);
     });
   });
   return true;

@@ -84,6 +84,8 @@ template <class S>
 __global__ void rope_kv_store_kernel(S* q, S* k, const S* v, S* ck, S* cv, const std::int32_t* slot,
                                      const std::int32_t* pos, const float* inv_freq, int T, int n_heads, int n_kv,
                                      int hd, KvPages pg, int* err) {
+  pdl_wait();  // launched with PDL when MGRL_PDL=1 (common.cuh): nothing before this reads or writes memory
+  pdl_launch_dependents();
   const int half = hd / 2;
   const std::int64_t row = static_cast<std::int64_t>(n_kv) * hd;
   const std::int64_t nq = static_cast<std::int64_t>(T) * n_heads * half;
@@ -119,6 +121,8 @@ __global__ void rope_kv_store_kernel(S* q, S* k, const S* v, S* ck, S* cv, const
 // grid-stride over i < n * width: dst[r, col] = src[idx[r], col]; a negative index gives a zero row (flagged).
 __global__ void gather_rows_kernel(Bits16* dst, const Bits16* src, const std::int32_t* idx, int n, int width,
                                    int* err) {
+  pdl_wait();  // launched with PDL when MGRL_PDL=1 (common.cuh): nothing before this reads or writes memory
+  pdl_launch_dependents();
   const std::int64_t total = static_cast<std::int64_t>(n) * width;
   for (std::int64_t i = gs_begin(); i < total; i += gs_stride()) {
     const std::int64_t r = i / width, col = i % width;
@@ -186,6 +190,8 @@ __global__ void attention_split_kernel(S* out, float* part, const S* q, const S*
                                        float softcap, int* err) {
   __shared__ float s_m[kSplitWarps][kG], s_l[kSplitWarps][kG];
   __shared__ float s_acc[kSplitWarps][kG][kD * 32];
+  pdl_wait();  // launched with PDL when MGRL_PDL=1 (common.cuh): nothing before this reads or writes memory
+  pdl_launch_dependents();
   const int split = blockIdx.x, kvh = blockIdx.y;
   const std::int64_t t = blockIdx.z;
   const int group = n_heads / n_kv;
@@ -289,6 +295,8 @@ __global__ void attention_split_kernel(S* out, float* part, const S* q, const S*
 // grid T * n_heads, 64 threads: out[row] = sum_s e^(m_s - M) acc_s / sum_s e^(m_s - M) l_s over the row's splits.
 template <class S>
 __global__ void attention_combine_kernel(S* out, const float* part, int n_splits, int hd) {
+  pdl_wait();  // launched with PDL when MGRL_PDL=1 (common.cuh): nothing before this reads or writes memory
+  pdl_launch_dependents();
   const std::int64_t row = blockIdx.x;
   const float* pr = part + row * n_splits * (hd + 2);
   float M = -INFINITY;
@@ -328,14 +336,12 @@ bool launch_split(const Ctx& c, S* out, const S* q, const S* ck, const S* cv, co
     part = static_cast<float*>(
         scratch_alloc(static_cast<std::size_t>(T) * n_heads * n_splits * (hd + 2) * sizeof(float), c.stream));
   const dim3 grid(static_cast<unsigned>(n_splits), static_cast<unsigned>(n_kv), static_cast<unsigned>(T));
-  attention_split_kernel<S, kD, kG><<<grid, kSplitThreads, 0, c.stream>>>(out, part, q, ck, cv, slot, pos, pg,
-                                                                          n_heads, n_kv, hd, n_splits, chunk, scale,
-                                                                          window, softcap, c.err);
-  CUDA_CHECK_LAUNCH();
+  const bool pdl = pdl_enabled();
+  launch(pdl, attention_split_kernel<S, kD, kG>, grid, kSplitThreads, 0, c.stream, out, part, q, ck, cv, slot, pos, pg,
+         n_heads, n_kv, hd, n_splits, chunk, scale, window, softcap, c.err);
   if (n_splits > 1) {
-    attention_combine_kernel<S><<<static_cast<unsigned>(static_cast<std::int64_t>(T) * n_heads), 64, 0, c.stream>>>(
-        out, part, n_splits, hd);
-    CUDA_CHECK_LAUNCH();
+    launch(pdl, attention_combine_kernel<S>, static_cast<unsigned>(static_cast<std::int64_t>(T) * n_heads), 64, 0,
+           c.stream, out, part, n_splits, hd);
     scratch_free(part, c.stream);
   }
   return true;
@@ -365,10 +371,9 @@ void rope_kv_store(const Ctx& c, void* q, void* k, const void* v, void* cache_k,
   if (n == 0) return;
   dispatch(c.st, [&](auto tag) {
     using S = decltype(tag);
-    rope_kv_store_kernel<S><<<grid_for(n), kThreads, 0, c.stream>>>(
-        static_cast<S*>(q), static_cast<S*>(k), static_cast<const S*>(v), static_cast<S*>(cache_k),
-        static_cast<S*>(cache_v), slot, pos, inv_freq, T, n_heads, n_kv, head_dim, pages, c.err);
-    CUDA_CHECK_LAUNCH();
+    launch(pdl_enabled(), rope_kv_store_kernel<S>, grid_for(n), kThreads, 0, c.stream, static_cast<S*>(q),
+           static_cast<S*>(k), static_cast<const S*>(v), static_cast<S*>(cache_k), static_cast<S*>(cache_v), slot, pos,
+           inv_freq, T, n_heads, n_kv, head_dim, pages, c.err);
   });
 }
 
@@ -407,9 +412,8 @@ void gather_rows(const Ctx& c, void* dst, const void* src, const std::int32_t* i
   MGRL_CHECK(n >= 0 && width >= 0, "gather_rows: bad sizes");
   const std::int64_t total = static_cast<std::int64_t>(n) * width;
   if (total == 0) return;
-  gather_rows_kernel<<<grid_for(total), kThreads, 0, c.stream>>>(static_cast<Bits16*>(dst),
-                                                                 static_cast<const Bits16*>(src), idx, n, width, c.err);
-  CUDA_CHECK_LAUNCH();
+  launch(pdl_enabled(), gather_rows_kernel, grid_for(total), kThreads, 0, c.stream, static_cast<Bits16*>(dst),
+         static_cast<const Bits16*>(src), idx, n, width, c.err);
 }
 
 void scatter_rows(const Ctx& c, void* dst, const void* src, const std::int32_t* idx, int n, int width) {

@@ -113,6 +113,8 @@ template <class S, int VW, bool kResidual>
 __global__ void __launch_bounds__(512) rownorm_forward_kernel(S* h, float* rstd, S* x_out, const S* x_in, const S* y,
                                                               const S* w, int rows, int dim, int tpr, float eps,
                                                               float off) {
+  pdl_wait();  // launched with PDL when MGRL_PDL=1 (common.cuh): nothing before this reads or writes memory
+  pdl_launch_dependents();
   const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * (blockDim.x / tpr) + threadIdx.x / tpr;
   const int lane = static_cast<int>(threadIdx.x) % tpr, nvec = dim / VW;
   const bool live = row < rows;
@@ -241,13 +243,8 @@ bool all_aligned(std::initializer_list<const void*> ps) {
 template <class S, bool kResidual>
 void launch_rownorm_forward(const RowPlan& p, cudaStream_t st, S* h, float* rstd, S* x_out, const S* x_in, const S* y,
                             const S* w, int rows, int dim, float eps, float off) {
-  if (p.vw == 8)
-    rownorm_forward_kernel<S, 8, kResidual>
-        <<<p.blocks, p.threads, 0, st>>>(h, rstd, x_out, x_in, y, w, rows, dim, p.tpr, eps, off);
-  else
-    rownorm_forward_kernel<S, 1, kResidual>
-        <<<p.blocks, p.threads, 0, st>>>(h, rstd, x_out, x_in, y, w, rows, dim, p.tpr, eps, off);
-  CUDA_CHECK_LAUNCH();
+  launch(pdl_enabled(), p.vw == 8 ? rownorm_forward_kernel<S, 8, kResidual> : rownorm_forward_kernel<S, 1, kResidual>,
+         p.blocks, p.threads, 0, st, h, rstd, x_out, x_in, y, w, rows, dim, p.tpr, eps, off);
 }
 
 // MGRL_FUSED_NORM=0: the kernels before row groups (one block per row), read once.

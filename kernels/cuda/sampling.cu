@@ -238,6 +238,8 @@ __device__ std::uint32_t topp_key_radix(const float* z, int V, const Filter& f, 
 __global__ void sample_kernel(std::int32_t* tokens, float* logprobs, const float* logits, const std::uint64_t* seeds,
                               int V, float temperature, int top_k, float top_p, float min_p, bool radix) {
   __shared__ double scan[kSampleThreads];
+  pdl_wait();  // launched with PDL when MGRL_PDL=1 (common.cuh): nothing before this reads or writes memory
+  pdl_launch_dependents();
   const int b = blockIdx.x;
   const int tid = threadIdx.x;
   constexpr int nt = kSampleThreads;
@@ -390,6 +392,8 @@ __device__ __forceinline__ double ordered_sum(const double* a, int n) {
 // grid (G, B)
 __global__ void __launch_bounds__(kSplitThreads) split_argmax_kernel(float* pv, int* pi, const float* logits, int V,
                                                                      int L, int G) {
+  pdl_wait();  // launched with PDL when MGRL_PDL=1 (common.cuh): nothing before this reads or writes memory
+  pdl_launch_dependents();
   const int c = blockIdx.x, b = blockIdx.y, tid = threadIdx.x;
   const float* z = logits + static_cast<std::int64_t>(b) * V;
   const int lo = c * L, hi = min(V, lo + L);
@@ -411,6 +415,8 @@ __global__ void __launch_bounds__(kSplitThreads) split_argmax_kernel(float* pv, 
 __global__ void __launch_bounds__(kSplitThreads) split_sums_kernel(double* pse, double* ptot, const float* pv,
                                                                    const int* pi, const float* logits, int V, int L,
                                                                    int G, double inv_t, bool weights) {
+  pdl_wait();  // launched with PDL when MGRL_PDL=1 (common.cuh): nothing before this reads or writes memory
+  pdl_launch_dependents();
   const int c = blockIdx.x, b = blockIdx.y, tid = threadIdx.x;
   const float* z = logits + static_cast<std::int64_t>(b) * V;
   const int lo = c * L, hi = min(V, lo + L);
@@ -463,6 +469,8 @@ __global__ void __launch_bounds__(kSplitThreads) split_mass_kernel(double* pm, c
                                                                    const double* pse, const double* ptot,
                                                                    const float* logits, int V, int L, int G,
                                                                    double inv_t) {
+  pdl_wait();  // launched with PDL when MGRL_PDL=1 (common.cuh): nothing before this reads or writes memory
+  pdl_launch_dependents();
   __shared__ double scan[kSplitThreads];
   const int c = blockIdx.x, b = blockIdx.y;
   const float* z = logits + static_cast<std::int64_t>(b) * V;
@@ -479,6 +487,8 @@ __global__ void __launch_bounds__(kSplitThreads) split_draw_kernel(int* pf, cons
                                                                    const double* ptot, const float* logits,
                                                                    const std::uint64_t* seeds, int V, int L, int G,
                                                                    double inv_t) {
+  pdl_wait();  // launched with PDL when MGRL_PDL=1 (common.cuh): nothing before this reads or writes memory
+  pdl_launch_dependents();
   __shared__ double scan[kSplitThreads];
   const int c = blockIdx.x, b = blockIdx.y, tid = threadIdx.x;
   const float* z = logits + static_cast<std::int64_t>(b) * V;
@@ -508,6 +518,8 @@ __global__ void __launch_bounds__(kSplitThreads) split_draw_kernel(int* pf, cons
 // grid ceil(B / 128) x 128 threads: one row a thread.
 __global__ void split_finish_kernel(std::int32_t* tokens, float* logprobs, const float* logits, const float* pv,
                                     const int* pi, const double* pse, const int* pf, int V, int G, int B, bool greedy) {
+  pdl_wait();  // launched with PDL when MGRL_PDL=1 (common.cuh): nothing before this reads or writes memory
+  pdl_launch_dependents();
   const int b = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   if (b >= B) return;
   float vmax;
@@ -549,21 +561,18 @@ void sample_split(const Ctx& c, std::int32_t* tokens, float* logprobs, const flo
   const bool greedy = temperature <= 0.0f;
   const double inv_t = greedy ? 1.0 : 1.0 / static_cast<double>(temperature);
   const dim3 grid(static_cast<unsigned>(G), static_cast<unsigned>(B));
-  split_argmax_kernel<<<grid, kSplitThreads, 0, c.stream>>>(pv, pi, logits, V, L, G);
-  CUDA_CHECK_LAUNCH();
-  split_sums_kernel<<<grid, kSplitThreads, 0, c.stream>>>(pse, ptot, pv, pi, logits, V, L, G, inv_t,
-                                                          !greedy && inv_t != 1.0);
-  CUDA_CHECK_LAUNCH();
+  const bool pdl = pdl_enabled();
+  launch(pdl, split_argmax_kernel, grid, kSplitThreads, 0, c.stream, pv, pi, logits, V, L, G);
+  launch(pdl, split_sums_kernel, grid, kSplitThreads, 0, c.stream, pse, ptot, pv, pi, logits, V, L, G, inv_t,
+         !greedy && inv_t != 1.0);
   if (!greedy) {
-    split_mass_kernel<<<grid, kSplitThreads, 0, c.stream>>>(pm, pv, pi, pse, ptot, logits, V, L, G, inv_t);
-    CUDA_CHECK_LAUNCH();
-    split_draw_kernel<<<grid, kSplitThreads, 0, c.stream>>>(pf, pm, pv, pi, pse, ptot, logits, seeds, V, L, G, inv_t);
-    CUDA_CHECK_LAUNCH();
+    launch(pdl, split_mass_kernel, grid, kSplitThreads, 0, c.stream, pm, pv, pi, pse, ptot, logits, V, L, G, inv_t);
+    launch(pdl, split_draw_kernel, grid, kSplitThreads, 0, c.stream, pf, pm, pv, pi, pse, ptot, logits, seeds, V, L, G,
+           inv_t);
   }
   constexpr int kRows = 128;
-  split_finish_kernel<<<static_cast<unsigned>((B + kRows - 1) / kRows), kRows, 0, c.stream>>>(
-      tokens, logprobs, logits, pv, pi, pse, pf, V, G, B, greedy);
-  CUDA_CHECK_LAUNCH();
+  launch(pdl, split_finish_kernel, static_cast<unsigned>((B + kRows - 1) / kRows), kRows, 0, c.stream, tokens,
+         logprobs, logits, pv, pi, pse, pf, V, G, B, greedy);
   scratch_free(base, c.stream);
 }
 
@@ -590,9 +599,8 @@ void sample(const Ctx& c, std::int32_t* tokens, float* logprobs, const float* lo
       return;
     }
   }
-  sample_kernel<<<static_cast<unsigned>(B), kSampleThreads, 0, c.stream>>>(
-      tokens, logprobs, logits, seeds, V, params.temperature, params.top_k, params.top_p, params.min_p, radix);
-  CUDA_CHECK_LAUNCH();
+  launch(pdl_enabled(), sample_kernel, static_cast<unsigned>(B), kSampleThreads, 0, c.stream, tokens, logprobs, logits,
+         seeds, V, params.temperature, params.top_k, params.top_p, params.min_p, radix);
 }
 
 namespace {
@@ -600,6 +608,8 @@ __global__ void decode_advance_kernel(std::int32_t* ids, std::int32_t* pos, std:
                                       std::uint64_t* seeds, std::int32_t* ring_tokens, float* ring_logprobs,
                                       const std::int32_t* tokens, const float* logprobs, const std::uint64_t* streams,
                                       const std::int32_t* eos, int n_eos, int max_count, int R) {
+  pdl_wait();  // launched with PDL when MGRL_PDL=1 (common.cuh): nothing before this reads or writes memory
+  pdl_launch_dependents();
   const int r = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   if (r >= R) return;
   const std::int32_t tok = tokens[r];
@@ -626,9 +636,9 @@ void decode_advance(const Ctx& c, std::int32_t* ids, std::int32_t* pos, std::int
   MGRL_CHECK(R >= 0 && n_eos >= 0, "decode_advance: negative size");
   if (R == 0) return;
   constexpr int kThreads = 128;
-  decode_advance_kernel<<<static_cast<unsigned>((R + kThreads - 1) / kThreads), kThreads, 0, c.stream>>>(
-      ids, pos, count, done, seeds, ring_tokens, ring_logprobs, tokens, logprobs, streams, eos, n_eos, max_count, R);
-  CUDA_CHECK_LAUNCH();
+  launch(pdl_enabled(), decode_advance_kernel, static_cast<unsigned>((R + kThreads - 1) / kThreads), kThreads, 0,
+         c.stream, ids, pos, count, done, seeds, ring_tokens, ring_logprobs, tokens, logprobs, streams, eos, n_eos,
+         max_count, R);
 }
 
 }  // namespace mgrl::kernels::cuda
