@@ -282,6 +282,31 @@ class Ops {
     residual_add(y, r, tmp, static_cast<std::int64_t>(T) * out);
   }
 
+  // Decode ops with the RMSNorm before them folded in (h = norm(x) never written), which a backend may decline:
+  // false means nothing was done and the caller runs rmsnorm_forward and then the op on h. The norm is rmsnorm.h's,
+  // h = x * rstd * (w + (unit_offset ? 1 : 0)), rstd = 1 / sqrt(mean(x^2) + eps), with h not rounded to the storage
+  // dtype before the product (the fused kernels keep it in fp32), so the result differs from the composition by
+  // that rounding. The CPU backend declines (its decode runs the composition).
+  // rmsnorm then linear_group_forward: m[i].y = norm(x) m[i].W^T + m[i].bias.
+  virtual bool rmsnorm_linear_group_forward(const LinearMember* m, int n, const void* x, const void* norm_w, float eps,
+                                            bool unit_offset, int T, int in) {
+    (void)m, (void)n, (void)x, (void)norm_w, (void)eps, (void)unit_offset, (void)T, (void)in;
+    return false;
+  }
+  // rmsnorm then gated_mlp_forward (neither gate nor up written): act = f(norm(x) Wg^T) * (norm(x) Wu^T).
+  virtual bool rmsnorm_gated_mlp_forward(void* act, const void* x, const void* norm_w, float eps, bool unit_offset,
+                                         const void* Wg, const void* Wu, int T, int in, int I, bool geglu) {
+    (void)act, (void)x, (void)norm_w, (void)eps, (void)unit_offset, (void)Wg, (void)Wu, (void)T, (void)in, (void)I,
+        (void)geglu;
+    return false;
+  }
+  // Whether rmsnorm_gated_mlp_forward would take these operands (asked before the work that leads to it is chosen).
+  virtual bool rmsnorm_gated_mlp_fits(const void* x, const void* norm_w, const void* Wg, const void* Wu, int T, int in,
+                                      int I) const {
+    (void)x, (void)norm_w, (void)Wg, (void)Wu, (void)T, (void)in, (void)I;
+    return false;
+  }
+
   // ---- optimizer (kernels/cpu/optimizer.h) ----
   // sum of x[i]^2 in double, returned to the host (synchronises); non-finite if any x[i] is.
   virtual double sum_squares(const float* x, std::size_t n) = 0;

@@ -58,8 +58,8 @@
 #              GEMM at 7B/70B shapes; target >= 0.70), then perf/large_step.sh: a Llama-3.1-70B-shaped QLoRA SFT at
 #              batch 1 x 2048 with recompute at $LARGE_LAYERS layers (default "8 80"), mgrl plan against the measured
 #              peak: $OUT/large.md
-#   gen_pdl    (not in the default list) mgrl alone at batch 1, 8, 64 with MGRL_PDL=1, without, and with PDL and the
-#              split sampler: $OUT/gen_pdl_{on,off,split}.md
+#   gen_pdl    (not in the default list) mgrl alone at batch 1, 8, 64 as built, with MGRL_PDL=1, with
+#              MGRL_DECODE_NORM_FOLD=1, and with both and MGRL_SAMPLER_SPLIT=1: $OUT/gen_pdl_{off,pdl,fold,all}.md
 #   first      (a preset, not a stage) the programme for a session's first call when device time is short (15
 #              minutes a session: one call of at most 600 s after a start of 1-2 minutes): info, ctest_quick (ctest -L
 #              gpu alone, 3 at a time), train05, grpo (carry ".whl"), gen, gen_pdl, sampler, train15, under a
@@ -311,15 +311,16 @@ stage_gen_sync() {
     --mgrl $mgrl --shape qwen2.5-0.5b --batches ${GEN_SYNC_BATCHES:-1,64} --prompt-len 128 --new-tokens 256 \
     --repeats ${GEN_REPEATS:-3} --skip-hf --out $OUT/gen_sync8_no_fused_norm.md"
 }
-# The decode step's kernels with programmatic dependent launch (MGRL_PDL=1, 2026-11-27, never run on a GPU before:
-# each scheduled during the kernel before it, the GEMVs prefetching their weights into L2 there) against the default,
-# mgrl alone at batch 1, 8 and 64, one run each: $OUT/gen_pdl_{on,off}.md; then both with the split sampler
-# (MGRL_SAMPLER_SPLIT=1, greedy rows cut into chunks): $OUT/gen_pdl_split.md.
+# The decode step's switches of 2026-11-27 (after the second H200 session; never run on a GPU before), mgrl alone at
+# batch 1, 8 and 64, one run each: off (as built), pdl (MGRL_PDL=1: each kernel scheduled during the one before it,
+# the GEMVs prefetching their weights into L2 there), fold (MGRL_DECODE_NORM_FOLD=1: the RMSNorms folded into the
+# q|k|v and gate|up GEMVs, o with its residual add: 7 kernels a layer instead of 9), all (both and the split sampler,
+# MGRL_SAMPLER_SPLIT=1): $OUT/gen_pdl_{off,pdl,fold,all}.md.
 stage_gen_pdl() {
-  run_stage gen_pdl 300 "for v in on off split; do case \$v in on) e=MGRL_PDL=1 ;; off) e=MGRL_UNUSED=1 ;; \
-      split) e='MGRL_PDL=1 MGRL_SAMPLER_SPLIT=1' ;; esac; env \$e python3 $root/perf/gen_vs_hf.py --mgrl $mgrl \
-      --shape qwen2.5-0.5b --batches ${GEN_PDL_BATCHES:-1,8,64} --prompt-len 128 --new-tokens 256 \
-      --repeats ${GEN_REPEATS:-3} --skip-hf --out $OUT/gen_pdl_\$v.md || exit 1; done"
+  run_stage gen_pdl 300 "for v in off pdl fold all; do case \$v in off) e=MGRL_UNUSED=1 ;; pdl) e=MGRL_PDL=1 ;; \
+      fold) e=MGRL_DECODE_NORM_FOLD=1 ;; all) e='MGRL_PDL=1 MGRL_DECODE_NORM_FOLD=1 MGRL_SAMPLER_SPLIT=1' ;; esac; \
+      env \$e python3 $root/perf/gen_vs_hf.py --mgrl $mgrl --shape qwen2.5-0.5b --batches ${GEN_PDL_BATCHES:-1,8,64} \
+      --prompt-len 128 --new-tokens 256 --repeats ${GEN_REPEATS:-3} --skip-hf --out $OUT/gen_pdl_\$v.md || exit 1; done"
 }
 # LoRA merged for sampling (generate.merge_lora): off against on, one run each, then the token and log-prob mismatch.
 stage_gen_merge() {
@@ -469,5 +470,5 @@ note "gpu_program: done after $((SECONDS - t_start)) s"
 pack
 echo "=== summary ==="; cat "$OUT/summary.txt"
 # The tables last, where the device tool's reply (the output's last 12,000 characters) shows them.
-for f in gen_pdl_on.md gen_pdl_off.md gen_pdl_split.md ncu_decode_b1.md ncu_decode_b64.md initcheck.md racecheck.md train.md train_ab_on.md train_ab_no_fused_head.md train_ab_no_lora_groups.md train_ab_no_cublaslt_bias.md train_ab_no_fused_norm.md gen.md gen_sync1.md gen_sync8.md gen_sync8_no_fused_norm.md gen_merge_off.md gen_merge_on.md merge_mismatch.md gen_fused_on.md gen_fused_off.md grpo.md grpo_ab_on.md grpo_ab_no_scored_rows.md grpo15.md scaling.md; do [ -f "$OUT/$f" ] && { echo "=== $f ==="; cat "$OUT/$f"; }; done
+for f in gen_pdl_off.md gen_pdl_pdl.md gen_pdl_fold.md gen_pdl_all.md ncu_decode_b1.md ncu_decode_b64.md initcheck.md racecheck.md train.md train_ab_on.md train_ab_no_fused_head.md train_ab_no_lora_groups.md train_ab_no_cublaslt_bias.md train_ab_no_fused_norm.md gen.md gen_sync1.md gen_sync8.md gen_sync8_no_fused_norm.md gen_merge_off.md gen_merge_on.md merge_mismatch.md gen_fused_on.md gen_fused_off.md grpo.md grpo_ab_on.md grpo_ab_no_scored_rows.md grpo15.md scaling.md; do [ -f "$OUT/$f" ] && { echo "=== $f ==="; cat "$OUT/$f"; }; done
 exit "${setup_failed:-0}"  # 1 when a stage could not start (its build missing); a stage that ran and failed: 0

@@ -301,6 +301,18 @@ class CudaOps final : public Ops {
     if (!cuda::gemv_gated(ctx(), act, x, Wg, Wu, T, in, I, geglu))
       Ops::gated_mlp_forward(act, gate, up, x, Wg, Wu, T, in, I, geglu);
   }
+  bool rmsnorm_linear_group_forward(const LinearMember* m, int n, const void* x, const void* norm_w, float eps,
+                                    bool unit_offset, int T, int in) override {
+    return norm_w != nullptr && cuda::gemv_group(ctx(), m, n, x, T, in, norm_w, eps, unit_offset);
+  }
+  bool rmsnorm_gated_mlp_forward(void* act, const void* x, const void* norm_w, float eps, bool unit_offset,
+                                 const void* Wg, const void* Wu, int T, int in, int I, bool geglu) override {
+    return norm_w != nullptr && cuda::gemv_gated(ctx(), act, x, Wg, Wu, T, in, I, geglu, norm_w, eps, unit_offset);
+  }
+  bool rmsnorm_gated_mlp_fits(const void* x, const void* norm_w, const void* Wg, const void* Wu, int T, int in,
+                              int I) const override {
+    return norm_w != nullptr && cuda::gemv_gated_fits(x, Wg, Wu, T, in, I, norm_w);
+  }
   void linear_residual_forward(void* y, const void* r, const void* x, const void* W, int T, int in, int out,
                                void* tmp) override {
     if (!cuda::gemv_residual(ctx(), y, r, x, W, T, in, out)) Ops::linear_residual_forward(y, r, x, W, T, in, out, tmp);

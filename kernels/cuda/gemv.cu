@@ -8,6 +8,8 @@
 //   gemv_residual_kernel  y = r + round(x W^T), the residual add of residual.cu on the rounded product (y may be r:
 //                         each element is read and written by one thread).
 // Launch: kGemvWarps warps a block, one output row a warp, grid ceil(rows / kGemvWarps); T a template parameter.
+// The group and gated kernels can fold in the RMSNorm before them (Ops::rmsnorm_linear_group_forward,
+// rmsnorm_gated_mlp_forward: warp_dots' kNorm), so that the decode step writes no normalised copy of x.
 // With MGRL_PDL=1 (common.cuh) a GEMV is scheduled during the kernel before it and prefetches its weight rows into L2
 // there, then waits (pdl_wait) before it reads x or writes anything.
 // Deterministic, and a row's result does not depend on the other rows of the call nor on T (the order of its sums is
@@ -39,11 +41,19 @@ __device__ __forceinline__ void unpack8(const uint4& raw, float (&f)[8]) {
 // takes the 16-byte vectors l, l + 32, l + 64, ... of the rows (kGemvLoads / NW of each row loaded before any is
 // used; the weights with the streaming hint, read once), multiply-adds them in element order into fp32, and a
 // butterfly warp sum ends it: a fixed order, so the bits do not change from run to run. Every lane gets every sum.
-template <class S, int T, int NW>
-__device__ __forceinline__ void warp_dots(float (&acc)[NW][T], const S* const (&wr)[NW], const S* x, int in) {
+// With kNorm (an RMSNorm folded in: Ops::rmsnorm_linear_group_forward), x[t] is taken times g + off elementwise
+// (g [in], the norm's weight) and ss[t] = sum of x[t]^2 comes with it, over the same vectors (the caller scales acc
+// by 1 / sqrt(ss / in + eps)).
+template <class S, int T, int NW, bool kNorm = false>
+__device__ __forceinline__ void warp_dots(float (&acc)[NW][T], const S* const (&wr)[NW], const S* x, int in,
+                                          float (*ss)[T] = nullptr, const S* g = nullptr, float off = 0.0f) {
   constexpr int kU = kGemvLoads / NW > 0 ? kGemvLoads / NW : 1;
   const int lane = threadIdx.x & 31, nv = in / 8;
   const uint4* xv = reinterpret_cast<const uint4*>(x);
+  const uint4* gv = reinterpret_cast<const uint4*>(g);
+  float sq[T];
+#pragma unroll
+  for (int t = 0; t < T; ++t) sq[t] = 0.0f;
 #pragma unroll
   for (int w = 0; w < NW; ++w)
 #pragma unroll
@@ -62,10 +72,23 @@ __device__ __forceinline__ void warp_dots(float (&acc)[NW][T], const S* const (&
       float wf[NW][8];
 #pragma unroll
       for (int w = 0; w < NW; ++w) unpack8<S>(wv[w][u], wf[w]);
+      float gf[8];
+      if (kNorm) {
+        unpack8<S>(__ldg(gv + v), gf);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) gf[k] += off;
+      }
 #pragma unroll
       for (int t = 0; t < T; ++t) {
         float xf[8];
         unpack8<S>(__ldg(xv + static_cast<std::int64_t>(t) * nv + v), xf);
+        if (kNorm) {
+#pragma unroll
+          for (int k = 0; k < 8; ++k) {
+            sq[t] = fmaf(xf[k], xf[k], sq[t]);
+            xf[k] *= gf[k];
+          }
+        }
 #pragma unroll
         for (int w = 0; w < NW; ++w)
 #pragma unroll
@@ -77,6 +100,20 @@ __device__ __forceinline__ void warp_dots(float (&acc)[NW][T], const S* const (&
   for (int w = 0; w < NW; ++w)
 #pragma unroll
     for (int t = 0; t < T; ++t) acc[w][t] = warp_sum(acc[w][t]);
+  if (kNorm) {
+#pragma unroll
+    for (int t = 0; t < T; ++t) (*ss)[t] = warp_sum(sq[t]);
+  }
+}
+
+// The norm fold's arguments (null g: no norm) and the rstd of row t from its sum of squares.
+template <class S>
+struct NormArgs {
+  const S* g;
+  float off, eps;
+};
+__device__ __forceinline__ float rstd_of(float ss, int in, float eps) {
+  return 1.0f / sqrtf(ss / static_cast<float>(in) + eps);
 }
 
 // a[lane] for lane < T, without indexing the register array at run time (which would put it in local memory).
@@ -125,18 +162,23 @@ __device__ __forceinline__ P member(const P (&v)[Ops::kMaxLinearGroup], int i) {
 }
 
 template <class S, int T>
-__global__ void __launch_bounds__(kGemvWarps * 32) gemv_group_kernel(GroupArgs a, const S* x, int in, bool prefetch) {
+__global__ void __launch_bounds__(kGemvWarps * 32) gemv_group_kernel(GroupArgs a, const S* x, int in, bool prefetch,
+                                                                     NormArgs<S> nm) {
   const int row = static_cast<int>(blockIdx.x) * kGemvWarps + static_cast<int>(threadIdx.x >> 5);
   if (row >= a.end[2]) return;  // the whole warp
   const int i = row < a.end[0] ? 0 : row < a.end[1] ? 1 : 2;
   const int begin = i == 0 ? 0 : i == 1 ? a.end[0] : a.end[1], o = row - begin, out = member(a.end, i) - begin;
   const S* const wr[1] = {static_cast<const S*>(member(a.W, i)) + static_cast<std::int64_t>(o) * in};
   prefetch_rows_then_wait<S, 1>(wr, in, prefetch);
-  float acc[1][T];
-  warp_dots<S, T, 1>(acc, wr, x, in);
+  float acc[1][T], ss[T];
+  if (nm.g)
+    warp_dots<S, T, 1, true>(acc, wr, x, in, &ss, nm.g, nm.off);
+  else
+    warp_dots<S, T, 1>(acc, wr, x, in);
   const int lane = static_cast<int>(threadIdx.x & 31);
   if (lane >= T) return;
   float v = pick<T>(acc[0], lane);
+  if (nm.g) v *= rstd_of(pick<T>(ss, lane), in, nm.eps);
   const S* bias = static_cast<const S*>(member(a.bias, i));
   if (bias) v += to_f32(bias[o]);
   static_cast<S*>(member(a.y, i))[static_cast<std::int64_t>(lane) * out + o] = from_f32<S>(v);
@@ -144,17 +186,21 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_group_kernel(GroupArgs a
 
 template <class S, int T, bool kGeglu>
 __global__ void __launch_bounds__(kGemvWarps * 32) gemv_gated_kernel(S* act, const S* x, const S* Wg, const S* Wu,
-                                                                     int in, int I, bool prefetch) {
+                                                                     int in, int I, bool prefetch, NormArgs<S> nm) {
   const int o = static_cast<int>(blockIdx.x) * kGemvWarps + static_cast<int>(threadIdx.x >> 5);
   if (o >= I) return;
   const std::int64_t at = static_cast<std::int64_t>(o) * in;
   const S* const wr[2] = {Wg + at, Wu + at};
   prefetch_rows_then_wait<S, 2>(wr, in, prefetch);
-  float acc[2][T];
-  warp_dots<S, T, 2>(acc, wr, x, in);
+  float acc[2][T], ss[T];
+  if (nm.g)
+    warp_dots<S, T, 2, true>(acc, wr, x, in, &ss, nm.g, nm.off);
+  else
+    warp_dots<S, T, 2>(acc, wr, x, in);
   const int lane = static_cast<int>(threadIdx.x & 31);
   if (lane >= T) return;
-  const float g = to_f32(from_f32<S>(pick<T>(acc[0], lane))), u = to_f32(from_f32<S>(pick<T>(acc[1], lane)));
+  const float r = nm.g ? rstd_of(pick<T>(ss, lane), in, nm.eps) : 1.0f;
+  const float g = to_f32(from_f32<S>(pick<T>(acc[0], lane) * r)), u = to_f32(from_f32<S>(pick<T>(acc[1], lane) * r));
   act[static_cast<std::int64_t>(lane) * I + o] = from_f32<S>(kGeglu ? geglu_value(g, u) : swiglu_value(g, u));
 }
 
@@ -202,7 +248,8 @@ bool gemv_fits(int T, int in, std::int64_t rows, const void* x, const void* cons
   return true;
 }
 
-bool gemv_group(const Ctx& c, const Ops::LinearMember* m, int n, const void* x, int T, int in) {
+bool gemv_group(const Ctx& c, const Ops::LinearMember* m, int n, const void* x, int T, int in, const void* norm_w,
+                float eps, bool unit_offset) {
   MGRL_CHECK(n >= 1 && n <= Ops::kMaxLinearGroup, "linear_group_forward: 1 to 3 members");
   GroupArgs a{};
   const void* W[Ops::kMaxLinearGroup] = {};
@@ -215,23 +262,28 @@ bool gemv_group(const Ctx& c, const Ops::LinearMember* m, int n, const void* x, 
     a.end[i] = rows += m[i].out;
   }
   for (int i = n; i < Ops::kMaxLinearGroup; ++i) a.end[i] = rows;
-  if (!gemv_fits(T, in, rows, x, W, n)) return false;
+  if (!gemv_fits(T, in, rows, x, W, n) || (norm_w && !aligned16(norm_w))) return false;
   if (rows == 0) return true;
   dispatch(c.st, [&](auto tag) {
     using S = decltype(tag);
     with_rows(T, [&](auto rows_tag) {
       const bool pdl = pdl_enabled();
+      const NormArgs<S> nm{static_cast<const S*>(norm_w), unit_offset ? 1.0f : 0.0f, eps};
       launch(pdl, gemv_group_kernel<S, decltype(rows_tag)::value>, blocks_for(rows), kGemvWarps * 32, 0, c.stream, a,
-             static_cast<const S*>(x), in, pdl);
+             static_cast<const S*>(x), in, pdl, nm);
     });
   });
   return true;
 }
 
-bool gemv_gated(const Ctx& c, void* act, const void* x, const void* Wg, const void* Wu, int T, int in, int I,
-                bool geglu) {
+bool gemv_gated_fits(const void* x, const void* Wg, const void* Wu, int T, int in, int I, const void* norm_w) {
   const void* W[2] = {Wg, Wu};
-  if (!gemv_fits(T, in, 2 * static_cast<std::int64_t>(I), x, W, 2)) return false;
+  return gemv_fits(T, in, 2 * static_cast<std::int64_t>(I), x, W, 2) && (!norm_w || aligned16(norm_w));
+}
+
+bool gemv_gated(const Ctx& c, void* act, const void* x, const void* Wg, const void* Wu, int T, int in, int I,
+                bool geglu, const void* norm_w, float eps, bool unit_offset) {
+  if (!gemv_gated_fits(x, Wg, Wu, T, in, I, norm_w)) return false;
   if (I <= 0) return true;
   dispatch(c.st, [&](auto tag) {
     using S = decltype(tag);
@@ -240,8 +292,9 @@ bool gemv_gated(const Ctx& c, void* act, const void* x, const void* Wg, const vo
       S* a = static_cast<S*>(act);
       const S *xs = static_cast<const S*>(x), *g = static_cast<const S*>(Wg), *u = static_cast<const S*>(Wu);
       const bool pdl = pdl_enabled();
+      const NormArgs<S> nm{static_cast<const S*>(norm_w), unit_offset ? 1.0f : 0.0f, eps};
       launch(pdl, geglu ? gemv_gated_kernel<S, kT, true> : gemv_gated_kernel<S, kT, false>, blocks_for(I),
-             kGemvWarps * 32, 0, c.stream, a, xs, g, u, in, I, pdl);
+             kGemvWarps * 32, 0, c.stream, a, xs, g, u, in, I, pdl, nm);
     });
   });
   return true;

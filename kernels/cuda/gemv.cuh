@@ -28,11 +28,17 @@ inline bool gemv_size_ok(int T, std::int64_t weight_bytes) {
 bool gemv_fits(int T, int in, std::int64_t rows, const void* x, const void* const* W, int n);
 
 // Each returns false, launching nothing, when gemv_fits does not hold (the caller then runs the separate ops).
+// With norm_w (16-byte aligned, else false) an RMSNorm of x is folded in (Ops::rmsnorm_linear_group_forward,
+// rmsnorm_gated_mlp_forward): x times norm_w (+ 1 with unit_offset) in fp32 along the products, the sum of squares
+// of x beside, the products scaled by the row's 1 / sqrt(mean(x^2) + eps) at the end.
 // Ops::linear_group_forward: m[i].y = x m[i].W^T + m[i].bias for n <= Ops::kMaxLinearGroup members, one launch.
-bool gemv_group(const Ctx& c, const Ops::LinearMember* m, int n, const void* x, int T, int in);
+bool gemv_group(const Ctx& c, const Ops::LinearMember* m, int n, const void* x, int T, int in,
+                const void* norm_w = nullptr, float eps = 0.0f, bool unit_offset = false);
 // Ops::gated_mlp_forward without the gate and up buffers: act = f(round(x Wg^T)) * round(x Wu^T).
 bool gemv_gated(const Ctx& c, void* act, const void* x, const void* Wg, const void* Wu, int T, int in, int I,
-                bool geglu);
+                bool geglu, const void* norm_w = nullptr, float eps = 0.0f, bool unit_offset = false);
+// Whether gemv_gated would take these operands.
+bool gemv_gated_fits(const void* x, const void* Wg, const void* Wu, int T, int in, int I, const void* norm_w);
 // Ops::linear_residual_forward without tmp: y = r + round(x W^T) (y may be r).
 bool gemv_residual(const Ctx& c, void* y, const void* r, const void* x, const void* W, int T, int in, int out);
 

@@ -1,6 +1,7 @@
 // env.h: switches set in the environment, for comparison runs and fallbacks (MGRL_CUDA_GRAPHS, MGRL_LORA_GROUPS,
 // MGRL_FUSED_LM_HEAD, MGRL_RADIX_SAMPLER, MGRL_CUBLASLT_BIAS, MGRL_MERGE_LORA, MGRL_FUSED_NORM,
-// MGRL_DECODE_FUSED, MGRL_SCORED_ROWS; opt-in: MGRL_SAMPLER_SPLIT, MGRL_PDL).
+// MGRL_DECODE_FUSED, MGRL_SCORED_ROWS; opt-in: MGRL_SAMPLER_SPLIT, MGRL_PDL,
+// MGRL_DECODE_NORM_FOLD).
 #pragma once
 
 namespace mgrl::env {

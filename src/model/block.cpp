@@ -24,10 +24,12 @@ void block_forward(const ModelDef& def, int l, const BlockIO& io, int T, const B
   const std::size_t S = ops.storage_size();
   const bool unit = def.unit_offset_norms(), post = cfg.gemma, fused = fused_norm_enabled();
 
-  ops.rmsnorm_forward(io.h1, io.rstd1, io.x_in, Lw.attn_norm, T, D, eps, unit);
   const Module qkv[] = {Module::Q, Module::K, Module::V};
   void* const qkv_out[] = {cfg.qk_norm ? io.q_pre : io.q, cfg.qk_norm ? io.k_pre : io.k, io.v};
-  lin(qkv, qkv_out, 3, io.h1);
+  if (!fusion || !fusion->norm_qkv || !fusion->norm_qkv(io.x_in, Lw.attn_norm, qkv_out)) {
+    ops.rmsnorm_forward(io.h1, io.rstd1, io.x_in, Lw.attn_norm, T, D, eps, unit);
+    lin(qkv, qkv_out, 3, io.h1);
+  }
   if (cfg.qk_norm) {
     ops.rmsnorm_forward(io.q, io.rstd_q, io.q_pre, Lw.q_norm, T * nh, hd, eps, unit);
     ops.rmsnorm_forward(io.k, io.rstd_k, io.k_pre, Lw.k_norm, T * nkv, hd, eps, unit);
@@ -37,18 +39,22 @@ void block_forward(const ModelDef& def, int l, const BlockIO& io, int T, const B
     ops.rope_forward(io.k, io.pos, def.inv_freq(l), T, nkv, hd);
   }
   attend();
-  const Module o = Module::O;
-  void* const o_out = post ? io.o_raw : io.tmp;
-  lin(&o, &o_out, 1, io.attn);
-  if (post) ops.rmsnorm_forward(io.tmp, io.rstd_pa, io.o_raw, Lw.post_attn_norm, T, D, eps, unit);
-  if (fused) {
-    ops.residual_rmsnorm_forward(io.x_mid, io.h2, io.rstd2, io.x_in, io.tmp, Lw.mlp_norm, T, D, eps, unit);
-  } else {
-    ops.copy(io.x_mid, io.x_in, static_cast<std::size_t>(T) * D * S);  // no-op when in place
-    ops.residual_forward(io.x_mid, io.tmp, static_cast<std::int64_t>(T) * D);
-    ops.rmsnorm_forward(io.h2, io.rstd2, io.x_mid, Lw.mlp_norm, T, D, eps, unit);
+  const bool mlp_done =
+      !post && fusion && fusion->o_residual_mlp && fusion->o_residual_mlp(io.attn, io.x_mid, io.x_in, Lw.mlp_norm, io.act);
+  if (!mlp_done) {
+    const Module o = Module::O;
+    void* const o_out = post ? io.o_raw : io.tmp;
+    lin(&o, &o_out, 1, io.attn);
+    if (post) ops.rmsnorm_forward(io.tmp, io.rstd_pa, io.o_raw, Lw.post_attn_norm, T, D, eps, unit);
+    if (fused) {
+      ops.residual_rmsnorm_forward(io.x_mid, io.h2, io.rstd2, io.x_in, io.tmp, Lw.mlp_norm, T, D, eps, unit);
+    } else {
+      ops.copy(io.x_mid, io.x_in, static_cast<std::size_t>(T) * D * S);  // no-op when in place
+      ops.residual_forward(io.x_mid, io.tmp, static_cast<std::int64_t>(T) * D);
+      ops.rmsnorm_forward(io.h2, io.rstd2, io.x_mid, Lw.mlp_norm, T, D, eps, unit);
+    }
   }
-  if (!fusion || !fusion->gate_up_act || !fusion->gate_up_act(io.h2, io.act)) {
+  if (!mlp_done && (!fusion || !fusion->gate_up_act || !fusion->gate_up_act(io.h2, io.act))) {
     const Module gate_up[] = {Module::Gate, Module::Up};
     void* const gate_up_out[] = {io.gate, io.up};
     lin(gate_up, gate_up_out, 2, io.h2);

@@ -42,6 +42,14 @@ struct BlockFusion {
   // x_out = x_mid + x Wd^T for x = io.act, in place of the down layer and the residual add (never called with
   // Gemma's post-norms, whose residual adds a normalised output).
   std::function<bool(const void* x, void* x_out, const void* x_mid)> down_residual;
+  // The q, k, v layers' outputs ys from x_in with the attention norm (weight norm_w) folded in, in place of that norm
+  // and the q|k|v layers (io.h1 not written).
+  std::function<bool(const void* x_in, const void* norm_w, void* const* ys)> norm_qkv;
+  // The attention output's o layer and residual add, x_mid = x_in + attn Wo^T, and then io.act from x_mid with the
+  // MLP norm (weight norm_w) folded into the gate and up layers and the activation: in place of o, the residual add
+  // with the MLP norm, gate, up and the activation (io.h2, io.gate, io.up not written). All or nothing: false means
+  // none of it was done (never called with Gemma's post-norms).
+  std::function<bool(const void* attn, void* x_mid, const void* x_in, const void* norm_w, void* act)> o_residual_mlp;
 };
 
 // Decoder block l over T rows: lin applies the linear layers, attend() fills io.attn from io.q / io.k / io.v (plain

@@ -18,6 +18,11 @@ bool decode_fused_enabled() {
   return on;
 }
 
+bool decode_norm_fold_enabled() {
+  static const bool on = env::opt_in("MGRL_DECODE_NORM_FOLD");
+  return on;
+}
+
 // Buffers of infer(), sized for the largest call seen (storage dtype unless f32 / i32).
 struct InferenceEngine::Buffers {
   int cap_T = 0, cap_R = 0;
@@ -301,6 +306,29 @@ const float* InferenceEngine::run(int T, int R, KvCache& cache, bool use_lora) {
     if (fused && !adapter_runs(Module::Down))
       fusion.down_residual = [&](const void* x, void* x_out, const void* x_mid) {
         ops_.linear_residual_forward(x_out, x_mid, x, weight(Module::Down), T, In, D, I.tmp);
+        return true;
+      };
+    // The norms folded into the GEMVs that follow them (MGRL_DECODE_NORM_FOLD=1): no normalised copy of x is written,
+    // so no adapter may read one (merge_lora, or none, on q/k/v and on o/gate/up).
+    const bool fold = fused && decode_norm_fold_enabled();
+    if (fold && !adapter_runs(Module::Q) && !adapter_runs(Module::K) && !adapter_runs(Module::V))
+      fusion.norm_qkv = [&](const void* x, const void* norm_w, void* const* ys) {
+        const Module ms[] = {Module::Q, Module::K, Module::V};
+        kernels::Ops::LinearMember lm[3];
+        for (int i = 0; i < 3; ++i)
+          lm[i] = {ys[i], weight(ms[i]), Lw.bias[static_cast<int>(ms[i])], module_out(cfg_, ms[i])};
+        return ops_.rmsnorm_linear_group_forward(lm, 3, x, norm_w, eps, def_.unit_offset_norms(), T, D);
+      };
+    if (fold && !adapter_runs(Module::O) && !adapter_runs(Module::Gate) && !adapter_runs(Module::Up))
+      fusion.o_residual_mlp = [&](const void* attn, void* x_mid, const void* x_in, const void* norm_w, void* act) {
+        const void *Wg = weight(Module::Gate), *Wu = weight(Module::Up);
+        if (!ops_.rmsnorm_gated_mlp_fits(x_mid, norm_w, Wg, Wu, T, D, In)) return false;
+        ops_.linear_residual_forward(x_mid, x_in, attn, weight(Module::O), T, module_in(cfg_, Module::O), D, I.tmp);
+        if (!ops_.rmsnorm_gated_mlp_forward(act, x_mid, norm_w, eps, def_.unit_offset_norms(), Wg, Wu, T, D, In,
+                                            def_.geglu())) {  // not expected after the fits check: the plain ops
+          ops_.rmsnorm_forward(I.h, I.rstd, x_mid, norm_w, T, D, eps, def_.unit_offset_norms());
+          ops_.gated_mlp_forward(act, I.gate, I.up, I.h, Wg, Wu, T, D, In, def_.geglu());
+        }
         return true;
       };
     block_forward(def_, l, io, T, linears, attend, &fusion);

@@ -17,6 +17,11 @@ namespace mgrl::model {
 // kernels/ops.h): yes unless the environment sets MGRL_DECODE_FUSED=0 (read once; logged), which runs the separate
 // ops as before. Both give the same bits on the CPU backend, whose fused ops are the composition.
 bool decode_fused_enabled();
+// Whether, beyond that, the RMSNorms fold into the decode GEMVs after them (Ops::rmsnorm_linear_group_forward for the
+// attention norm and q|k|v; the o layer with its residual add, then Ops::rmsnorm_gated_mlp_forward for the MLP norm
+// and gate|up): MGRL_DECODE_NORM_FOLD=1 (opt-in until a GPU has measured it; read once). Backends without those ops
+// (the CPU's) run the separate ops either way.
+bool decode_norm_fold_enabled();
 
 class InferenceEngine {
  public:

@@ -1530,6 +1530,65 @@ TEST_P(OpsCuda, LinearResidualForward) {
   }
 }
 
+// The RMSNorm folded into the decode GEMVs (Ops::rmsnorm_linear_group_forward, rmsnorm_gated_mlp_forward) against the
+// CPU's composition (rmsnorm_forward, then linear_group_forward / gated_mlp_forward on the rounded h): within the
+// storage tolerance (the GPU keeps h in fp32). Where the kernels cannot take the call (more than 8 rows, x not
+// 16-byte aligned, 7B's gate|up beyond 2 rows) the ops decline: false, nothing written, and rmsnorm_gated_mlp_fits
+// says so beforehand. Norm weights around 1 and, with the unit offset (Gemma's 1 + w), around 0.
+TEST_P(OpsCuda, RmsnormFoldedIntoGemv) {
+  const float eps = 1e-6f;
+  for (const GemvShape& sh : kGemvShapes) {
+    const int in = sh.D, I = sh.I;
+    Pair Wq = storage(randu(sz(sh.q, in), 180, -0.1f, 0.1f)), Wk = storage(randu(sz(sh.kv, in), 181, -0.1f, 0.1f));
+    Pair Wv = storage(randu(sz(sh.kv, in), 182, -0.1f, 0.1f)), bq = storage(randu(sz(sh.q), 183));
+    Pair Wg = storage(randu(sz(I, in), 184, -0.1f, 0.1f)), Wu = storage(randu(sz(I, in), 185, -0.1f, 0.1f));
+    Pair xb = storage(randu(sz(64 * in + 8), 186, -3.0f, 3.0f));
+    for (const bool unit : {false, true}) {
+      Pair w = storage(randu(sz(in), 187, unit ? -0.5f : 0.5f, unit ? 0.5f : 1.5f));
+      for (const int T : {1, 2, 5, 8, 9})
+        for (const std::size_t off : {std::size_t{0}, std::size_t{1}}) {
+          if (off == 1 && T != 1) continue;
+          const std::string tag = std::string(sh.name) + " T" + std::to_string(T) + (off ? " misaligned" : "") +
+                                  (unit ? " (1 + w) " : " ");
+          const Pair x = view(xb, off);
+          const bool fits = T <= 8 && off == 0 && in % 8 == 0;
+          Pair h = storage(Vec(sz(T, in), 0.0f)), rstd = f32(Vec(sz(T), 0.0f));
+          cpu_->rmsnorm_forward(h.c, static_cast<float*>(rstd.c), x.c, w.c, T, in, eps, unit);
+          Pair yq = storage(Vec(sz(T, sh.q), 3.0f)), yk = storage(Vec(sz(T, sh.kv), 3.0f));
+          Pair yv = storage(Vec(sz(T, sh.kv), 3.0f));
+          const Ops::LinearMember mc[] = {
+              {yq.c, Wq.c, bq.c, sh.q}, {yk.c, Wk.c, nullptr, sh.kv}, {yv.c, Wv.c, nullptr, sh.kv}};
+          const Ops::LinearMember mg[] = {
+              {yq.g, Wq.g, bq.g, sh.q}, {yk.g, Wk.g, nullptr, sh.kv}, {yv.g, Wv.g, nullptr, sh.kv}};
+          cpu_->linear_group_forward(mc, 3, h.c, T, in);
+          const bool took = gpu_->rmsnorm_linear_group_forward(mg, 3, x.g, w.g, eps, unit, T, in);
+          EXPECT_EQ(took, fits) << tag << "rmsnorm_linear_group_forward";
+          if (took) {
+            expect_close(tag + "norm + q (bias)", yq, tol());
+            expect_close(tag + "norm + k", yk, tol());
+            expect_close(tag + "norm + v", yv, tol());
+          } else {
+            EXPECT_EQ(gpu_values(yq), Vec(sz(T, sh.q), 3.0f)) << tag << "declined, yet q written";
+          }
+          const bool gated_fits = fits && (T <= 2 || 2 * static_cast<std::int64_t>(I) * in * 2 <= (64 << 20));
+          EXPECT_EQ(gpu_->rmsnorm_gated_mlp_fits(x.g, w.g, Wg.g, Wu.g, T, in, I), gated_fits) << tag << "fits";
+          for (const bool geglu : {false, true}) {
+            Pair act = storage(Vec(sz(T, I), 3.0f)), gate = storage(Vec(sz(T, I), 0.0f));
+            Pair up = storage(Vec(sz(T, I), 0.0f));
+            cpu_->gated_mlp_forward(act.c, gate.c, up.c, h.c, Wg.c, Wu.c, T, in, I, geglu);
+            const bool g_took =
+                gpu_->rmsnorm_gated_mlp_forward(act.g, x.g, w.g, eps, unit, Wg.g, Wu.g, T, in, I, geglu);
+            EXPECT_EQ(g_took, gated_fits) << tag << "rmsnorm_gated_mlp_forward";
+            if (g_took)
+              expect_close(tag + (geglu ? "norm + geglu act" : "norm + swiglu act"), act, tol());
+            else
+              EXPECT_EQ(gpu_values(act), Vec(sz(T, I), 3.0f)) << tag << "declined, yet act written";
+          }
+        }
+    }
+  }
+}
+
 TEST_P(OpsCuda, GatherRows) {
   const int rows = 37, width = 203;
   Pair src = storage(randu(sz(rows, width), 120));

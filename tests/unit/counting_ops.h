@@ -3,7 +3,10 @@
 // test_decode_fused.cpp). The fused inference ops count as one call each (the wrapped backend runs them, the CPU
 // backend as their composition, unseen by the counts); with compose_fused they run as the composition of this
 // wrapper's ops instead (Ops' defaults), which makes a CUDA backend run its separate ops (test_model_cuda.cpp).
-// Recordings (run_recorded) are not forwarded: the wrapper runs every op as it comes.
+// Recordings (run_recorded) are not forwarded: the wrapper runs every op as it comes. With fold_norms the ops that fold
+// an RMSNorm into the product after it (Ops::rmsnorm_linear_group_forward, rmsnorm_gated_mlp_forward), which the CPU
+// backend declines, are taken here as the wrapped backend's norm and op on a scratch copy of h: the engine's wiring
+// of them runs on the CPU, with the bits of the separate ops (test_decode_fused.cpp).
 #pragma once
 #include <map>
 #include <memory>
@@ -18,8 +21,12 @@ class CountingOps final : public kernels::Ops {
  public:
   explicit CountingOps(std::unique_ptr<kernels::Ops> inner = kernels::make_cpu_ops(), bool compose = false)
       : in(std::move(inner)), compose_fused(compose) {}
+  ~CountingOps() override {
+    for (void* p : scratch_) in->release(p);
+  }
   std::unique_ptr<kernels::Ops> in;
   bool compose_fused;
+  bool fold_norms = false;
   std::map<std::string, int> calls;
   // The calls f makes (counted from zero; calls is left empty).
   template <class F>
@@ -243,7 +250,58 @@ class CountingOps final : public kernels::Ops {
     else
       in->linear_residual_forward(y, r, x, W, T, i, o, tmp);
   }
+  // The norm-folding decode ops: declined in the composition (the block then runs the norm and the op); with
+  // fold_norms the inner backend's norm and op on scratch; else the inner backend's answer (counted when taken).
+  bool rmsnorm_linear_group_forward(const LinearMember* m, int n, const void* x, const void* nw, float eps, bool unit,
+                                    int T, int i) override {
+    if (compose_fused) return false;
+    bool took = true;
+    if (fold_norms) {
+      void* h = scratch(0, static_cast<std::size_t>(T) * i * in->storage_size());
+      in->rmsnorm_forward(h, static_cast<float*>(scratch(1, static_cast<std::size_t>(T) * 4)), x, nw, T, i, eps, unit);
+      in->linear_group_forward(m, n, h, T, i);
+    } else {
+      took = in->rmsnorm_linear_group_forward(m, n, x, nw, eps, unit, T, i);
+    }
+    if (took) ++calls["rmsnorm_linear_group_forward"];
+    return took;
+  }
+  bool rmsnorm_gated_mlp_forward(void* act, const void* x, const void* nw, float eps, bool unit, const void* Wg,
+                                 const void* Wu, int T, int i, int I, bool geglu) override {
+    if (compose_fused) return false;
+    bool took = true;
+    if (fold_norms) {
+      const std::size_t S = in->storage_size();
+      void* h = scratch(0, static_cast<std::size_t>(T) * i * S);
+      in->rmsnorm_forward(h, static_cast<float*>(scratch(1, static_cast<std::size_t>(T) * 4)), x, nw, T, i, eps, unit);
+      in->gated_mlp_forward(act, scratch(2, static_cast<std::size_t>(T) * I * S),
+                            scratch(3, static_cast<std::size_t>(T) * I * S), h, Wg, Wu, T, i, I, geglu);
+    } else {
+      took = in->rmsnorm_gated_mlp_forward(act, x, nw, eps, unit, Wg, Wu, T, i, I, geglu);
+    }
+    if (took) ++calls["rmsnorm_gated_mlp_forward"];
+    return took;
+  }
+  bool rmsnorm_gated_mlp_fits(const void* x, const void* nw, const void* Wg, const void* Wu, int T, int i,
+                              int I) const override {
+    return !compose_fused && (fold_norms || in->rmsnorm_gated_mlp_fits(x, nw, Wg, Wu, T, i, I));
+  }
   double sum_squares(const float* x, std::size_t n) override { return in->sum_squares(x, n); }
+
+ private:
+  // Scratch buffer k (0: h, 1: rstd, 2 and 3: gate and up) of at least `bytes`, kept and grown.
+  void* scratch(int k, std::size_t bytes) {
+    if (scratch_bytes_[k] < bytes) {
+      if (scratch_[k]) in->release(scratch_[k]);
+      scratch_[k] = in->alloc(bytes);
+      scratch_bytes_[k] = bytes;
+    }
+    return scratch_[k];
+  }
+  void* scratch_[4] = {};
+  std::size_t scratch_bytes_[4] = {};
+
+ public:
   void weighted_sum_accumulate(double* acc, const float* x, const float* w, std::size_t n, double s) override {
     ++calls["weighted_sum_accumulate"];
     in->weighted_sum_accumulate(acc, x, w, n, s);

@@ -129,5 +129,65 @@ TEST(DecodeFused, SwitchOffTakesTheSeparateOps) {
     }
 }
 
+// MGRL_DECODE_NORM_FOLD=1 (unit.decode_norm_fold): the engine takes the norm-folding ops where the backend accepts them
+// (CountingOps::fold_norms composes them from the CPU's norm and op) and falls back to the separate ops where it
+// declines (the plain CPU backend), with the same logits, bit for bit; the attention norm folds into q|k|v unless an
+// unmerged adapter runs on q, k or v, and o + residual + MLP norm + gate|up unless one runs on o, gate or up, or the
+// model has Gemma's post-norms. The training forward never takes them.
+TEST(DecodeFused, NormFoldWiring) {
+  ASSERT_TRUE(decode_norm_fold_enabled()) << "run with MGRL_DECODE_NORM_FOLD=1";
+  for (const std::string name : kFixtures)
+    for (const Adapter a : kAdapters) {
+      const std::string tag = name + ", " + adapter_name(a);
+      const io::ModelConfig cfg = io::parse_hf_config(kData + name + "/config.json");
+      const int L = static_cast<int>(cfg.num_hidden_layers);
+      std::map<std::string, int> counts[2][3];  // [fold][train, prefill, decode]
+      std::vector<float> logits[2];
+      for (const int fold : {0, 1}) {
+        CountingOps ops;
+        ops.fold_norms = fold == 1;
+        Transformer net(cfg, ops);
+        net.load_weights(kData + name);
+        if (a == Adapter::Unmerged || a == Adapter::Merged) {
+          net.add_lora(read_peft_config(kData + name + "/adapter_config.json"), 0).load_peft(kData + name);
+        } else if (a == Adapter::QvOnly) {
+          LoraConfig lc;
+          lc.r = 2;
+          lc.targets = {"q_proj", "v_proj"};
+          net.add_lora(lc, 7);
+        }
+        if (a == Adapter::Merged) {
+          EXPECT_TRUE(net.engine().merge_lora(true));
+        }
+        const Batch b = Batch::from_sequences({{1, 5, 9, 2}, {3, 4, 7}});
+        std::vector<float> lp(static_cast<std::size_t>(b.T()));
+        counts[fold][0] = ops.count([&] { net.forward(b, lp.data()); });
+        KvCache cache(cfg, ops, 2, 8);
+        counts[fold][1] = ops.count([&] { net.infer({1, 5, 9, 3, 4}, {0, 0, 0, 1, 1}, {0, 1, 2, 0, 1}, {2, 4}, cache); });
+        const float* out = nullptr;
+        counts[fold][2] = ops.count([&] { out = net.infer({4, 7}, {0, 1}, {3, 2}, {0, 1}, cache); });
+        logits[fold].resize(static_cast<std::size_t>(2 * cfg.vocab_size));
+        ops.download(logits[fold].data(), out, logits[fold].size() * 4);
+      }
+      EXPECT_EQ(logits[1], logits[0]) << tag << ": the folded decode step's logits differ from the separate ops'";
+      const bool qkv = a == Adapter::None || a == Adapter::Merged;
+      const bool mlp = a != Adapter::Unmerged && !cfg.gemma;
+      for (int fold : {0, 1})
+        for (const char* op : {"rmsnorm_linear_group_forward", "rmsnorm_gated_mlp_forward"})
+          EXPECT_EQ(n(counts[fold][0], op), 0) << tag << ": training took " << op;
+      for (int k : {1, 2}) {
+        const auto &off = counts[0][k], &on = counts[1][k];
+        EXPECT_EQ(n(off, "rmsnorm_linear_group_forward") + n(off, "rmsnorm_gated_mlp_forward"), 0) << tag;
+        EXPECT_EQ(n(on, "rmsnorm_linear_group_forward"), qkv ? L : 0) << tag;
+        EXPECT_EQ(n(on, "rmsnorm_gated_mlp_forward"), mlp ? L : 0) << tag;
+        EXPECT_EQ(n(on, "rmsnorm_forward"), n(off, "rmsnorm_forward") - (qkv ? L : 0)) << tag;
+        EXPECT_EQ(n(on, "residual_rmsnorm_forward"), n(off, "residual_rmsnorm_forward") - (mlp ? L : 0)) << tag;
+        EXPECT_EQ(n(on, "linear_group_forward"), n(off, "linear_group_forward") - (qkv ? L : 0) - (mlp ? L : 0)) << tag;
+        EXPECT_EQ(n(on, "linear_residual_forward"), n(off, "linear_residual_forward") + (mlp ? L : 0)) << tag;
+        EXPECT_EQ(n(on, "gated_mlp_forward"), n(off, "gated_mlp_forward") - (mlp ? L : 0)) << tag;
+      }
+    }
+}
+
 }  // namespace
 }  // namespace mgrl::model
