@@ -106,15 +106,6 @@ __device__ __forceinline__ void warp_dots(float (&acc)[NW][T], const S* const (&
   }
 }
 
-// The norm fold's arguments (null g: no norm) and the rstd of row t from its sum of squares.
-template <class S>
-struct NormArgs {
-  const S* g;
-  float off, eps;
-};
-__device__ __forceinline__ float rstd_of(float ss, int in, float eps) {
-  return 1.0f / sqrtf(ss / static_cast<float>(in) + eps);
-}
 
 // a[lane] for lane < T, without indexing the register array at run time (which would put it in local memory).
 template <int T>
@@ -145,6 +136,33 @@ __device__ __forceinline__ void prefetch_rows_then_wait(const S* const (&wr)[NW]
   pdl_launch_dependents();
 }
 
+// The norm fold's arguments (null g: no norm).
+template <class S>
+struct NormArgs {
+  const S* g;
+  float off, eps;
+};
+
+// A GEMV warp's products: the PDL prologue, then acc[w][t] = W_w . x[t], or with nm.g the norm folded in, W_w .
+// (x[t] * (g + off)) / sqrt(mean(x[t]^2) + eps) (the row's rstd as rmsnorm's: 1 / sqrtf(ss / in + eps)).
+template <class S, int T, int NW>
+__device__ __forceinline__ void gemv_products(float (&acc)[NW][T], const S* const (&wr)[NW], const S* x, int in,
+                                              bool prefetch, const NormArgs<S>& nm) {
+  prefetch_rows_then_wait<S, NW>(wr, in, prefetch);
+  if (!nm.g) {
+    warp_dots<S, T, NW>(acc, wr, x, in);
+    return;
+  }
+  float ss[T];
+  warp_dots<S, T, NW, true>(acc, wr, x, in, &ss, nm.g, nm.off);
+#pragma unroll
+  for (int t = 0; t < T; ++t) {
+    const float r = 1.0f / sqrtf(ss[t] / static_cast<float>(in) + nm.eps);
+#pragma unroll
+    for (int w = 0; w < NW; ++w) acc[w][t] *= r;
+  }
+}
+
 // The members of a q|k|v group: rows end[i - 1] .. end[i] - 1 of the launch are member i's outputs (end[i] of an
 // absent member: the total).
 struct GroupArgs {
@@ -169,16 +187,11 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_group_kernel(GroupArgs a
   const int i = row < a.end[0] ? 0 : row < a.end[1] ? 1 : 2;
   const int begin = i == 0 ? 0 : i == 1 ? a.end[0] : a.end[1], o = row - begin, out = member(a.end, i) - begin;
   const S* const wr[1] = {static_cast<const S*>(member(a.W, i)) + static_cast<std::int64_t>(o) * in};
-  prefetch_rows_then_wait<S, 1>(wr, in, prefetch);
-  float acc[1][T], ss[T];
-  if (nm.g)
-    warp_dots<S, T, 1, true>(acc, wr, x, in, &ss, nm.g, nm.off);
-  else
-    warp_dots<S, T, 1>(acc, wr, x, in);
+  float acc[1][T];
+  gemv_products<S, T, 1>(acc, wr, x, in, prefetch, nm);
   const int lane = static_cast<int>(threadIdx.x & 31);
   if (lane >= T) return;
   float v = pick<T>(acc[0], lane);
-  if (nm.g) v *= rstd_of(pick<T>(ss, lane), in, nm.eps);
   const S* bias = static_cast<const S*>(member(a.bias, i));
   if (bias) v += to_f32(bias[o]);
   static_cast<S*>(member(a.y, i))[static_cast<std::int64_t>(lane) * out + o] = from_f32<S>(v);
@@ -191,16 +204,11 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_gated_kernel(S* act, con
   if (o >= I) return;
   const std::int64_t at = static_cast<std::int64_t>(o) * in;
   const S* const wr[2] = {Wg + at, Wu + at};
-  prefetch_rows_then_wait<S, 2>(wr, in, prefetch);
-  float acc[2][T], ss[T];
-  if (nm.g)
-    warp_dots<S, T, 2, true>(acc, wr, x, in, &ss, nm.g, nm.off);
-  else
-    warp_dots<S, T, 2>(acc, wr, x, in);
+  float acc[2][T];
+  gemv_products<S, T, 2>(acc, wr, x, in, prefetch, nm);
   const int lane = static_cast<int>(threadIdx.x & 31);
   if (lane >= T) return;
-  const float r = nm.g ? rstd_of(pick<T>(ss, lane), in, nm.eps) : 1.0f;
-  const float g = to_f32(from_f32<S>(pick<T>(acc[0], lane) * r)), u = to_f32(from_f32<S>(pick<T>(acc[1], lane) * r));
+  const float g = to_f32(from_f32<S>(pick<T>(acc[0], lane))), u = to_f32(from_f32<S>(pick<T>(acc[1], lane)));
   act[static_cast<std::int64_t>(lane) * I + o] = from_f32<S>(kGeglu ? geglu_value(g, u) : swiglu_value(g, u));
 }
 
@@ -210,9 +218,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_residual_kernel(S* y, co
   const int o = static_cast<int>(blockIdx.x) * kGemvWarps + static_cast<int>(threadIdx.x >> 5);
   if (o >= out) return;
   const S* const wr[1] = {W + static_cast<std::int64_t>(o) * in};
-  prefetch_rows_then_wait<S, 1>(wr, in, prefetch);
   float acc[1][T];
-  warp_dots<S, T, 1>(acc, wr, x, in);
+  gemv_products<S, T, 1>(acc, wr, x, in, prefetch, NormArgs<S>{nullptr, 0.0f, 0.0f});
   const int lane = static_cast<int>(threadIdx.x & 31);
   if (lane >= T) return;
   const std::int64_t e = static_cast<std::int64_t>(lane) * out + o;

@@ -43,10 +43,8 @@ struct Counts {
   bool gemma = false;
 };
 
-Counts count_calls(const std::string& name, Adapter a) {
-  CountingOps ops;
-  const io::ModelConfig cfg = io::parse_hf_config(kData + name + "/config.json");
-  Transformer net(cfg, ops);
+// The fixture's weights, and the adapter a says (merged into the engine's copy for Merged).
+void load(Transformer& net, const std::string& name, Adapter a) {
   net.load_weights(kData + name);
   if (a == Adapter::Unmerged || a == Adapter::Merged) {
     net.add_lora(read_peft_config(kData + name + "/adapter_config.json"), 0).load_peft(kData + name);
@@ -59,6 +57,13 @@ Counts count_calls(const std::string& name, Adapter a) {
   if (a == Adapter::Merged) {
     EXPECT_TRUE(net.engine().merge_lora(true));
   }
+}
+
+Counts count_calls(const std::string& name, Adapter a) {
+  CountingOps ops;
+  const io::ModelConfig cfg = io::parse_hf_config(kData + name + "/config.json");
+  Transformer net(cfg, ops);
+  load(net, name, a);
   Counts c;
   c.layers = static_cast<int>(cfg.num_hidden_layers);
   c.gemma = cfg.gemma;
@@ -147,18 +152,7 @@ TEST(DecodeFused, NormFoldWiring) {
         CountingOps ops;
         ops.fold_norms = fold == 1;
         Transformer net(cfg, ops);
-        net.load_weights(kData + name);
-        if (a == Adapter::Unmerged || a == Adapter::Merged) {
-          net.add_lora(read_peft_config(kData + name + "/adapter_config.json"), 0).load_peft(kData + name);
-        } else if (a == Adapter::QvOnly) {
-          LoraConfig lc;
-          lc.r = 2;
-          lc.targets = {"q_proj", "v_proj"};
-          net.add_lora(lc, 7);
-        }
-        if (a == Adapter::Merged) {
-          EXPECT_TRUE(net.engine().merge_lora(true));
-        }
+        load(net, name, a);
         const Batch b = Batch::from_sequences({{1, 5, 9, 2}, {3, 4, 7}});
         std::vector<float> lp(static_cast<std::size_t>(b.T()));
         counts[fold][0] = ops.count([&] { net.forward(b, lp.data()); });
