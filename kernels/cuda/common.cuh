@@ -8,6 +8,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "core/check_cuda.h"
 #include "core/dtype.h"
@@ -49,6 +54,44 @@ inline int sm_count() {
     return count;
   }();
   return n;
+}
+
+// The device facts the launchers check at every call, read once (the device current at the first call: one device
+// per process), and the attention kernel selector MGRL_CUDA_ATTENTION ("" when unset), read at each call (a getenv:
+// the gpu tests switch it within one process to compare kernels).
+struct DeviceFacts {
+  int major = 0, minor = 0, smem_optin = 0;  // compute capability; shared memory a block may opt in to
+};
+inline const DeviceFacts& device_facts() {
+  static const DeviceFacts f = [] {
+    DeviceFacts d;
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&d.minor, cudaDevAttrComputeCapabilityMinor, dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    return d;
+  }();
+  return f;
+}
+inline std::string attention_selector() {
+  const char* e = std::getenv("MGRL_CUDA_ATTENTION");
+  return e ? e : "";
+}
+
+// A kernel's dynamic shared memory limit raised to `bytes` (when over the default 48 KiB), once per kernel and size:
+// the launchers call it before every launch, the runtime call is made the first time.
+template <class Kern>
+void allow_smem(Kern kernel, int bytes) {
+  if (bytes <= 48 * 1024) return;
+  static std::mutex m;
+  static std::vector<std::pair<const void*, int>> done;
+  const std::lock_guard<std::mutex> lock(m);
+  const void* k = reinterpret_cast<const void*>(kernel);
+  for (const auto& [p, b] : done)
+    if (p == k && b >= bytes) return;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  done.emplace_back(k, bytes);
 }
 
 // Threads per block of the elementwise and row kernels (a multiple of 32, at most 1024).

@@ -713,25 +713,13 @@ __global__ void fa_reduce_kv_kernel(S* dk, S* dv, const float* part_k, const flo
 
 // ---- host side ----
 
-bool force_k8() {
-  const char* e = std::getenv("MGRL_CUDA_ATTENTION");
-  return e != nullptr && std::strcmp(e, "mma_k8") == 0;
-}
-
-template <class Kern>
-void allow_smem(Kern kernel, int bytes) {
-  if (bytes > 48 * 1024)
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-}
+bool force_k8() { return attention_selector() == "mma_k8"; }
 
 // Calls f(std::integral_constant<int, D>, std::bool_constant<K8>) for the call's head_dim and mma form.
 // bf16 always takes m16n8k16 (bf16 needs sm_80+); fp16 takes m16n8k8 pairs on sm_75 or when forced.
 template <class S, class F>
 void with_config(int head_dim, F&& f) {
-  int dev = 0, major = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  const bool k8 = std::is_same_v<S, __half> && (major < 8 || force_k8());
+  const bool k8 = std::is_same_v<S, __half> && (device_facts().major < 8 || force_k8());
   auto by_dim = [&](auto kk8) {
     if (head_dim == 64)
       f(std::integral_constant<int, 64>{}, kk8);
@@ -752,22 +740,20 @@ void with_config(int head_dim, F&& f) {
 
 bool flash_attention_applies(DType st, int head_dim, std::initializer_list<const void*> tensors) {
   if (head_dim != 64 && head_dim != 128) return false;
-  const char* e = std::getenv("MGRL_CUDA_ATTENTION");
-  if (e != nullptr && std::strcmp(e, "naive") == 0) return false;
+  if (attention_selector() == "naive") return false;
   for (const void* p : tensors)
     if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0) return false;
-  int dev = 0, major = 0, minor = 0, smem = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  const int cc = major * 10 + minor;
+  const DeviceFacts& d = device_facts();
+  const int cc = d.major * 10 + d.minor, smem = d.smem_optin;
   if (cc < 75 || (st == DType::BF16 && cc < 80)) return false;
   // The architecture these kernels were compiled for in the image the device runs: a build for compute_70 alone
   // (PTX that a newer GPU's driver JIT-compiles) has neither ldmatrix nor mma.sync in them (they would trap).
-  cudaFuncAttributes code{};
-  CUDA_CHECK(cudaFuncGetAttributes(&code, fa_dsum_kernel<__half>));  // every kernel of this file is compiled alike
-  if (code.ptxVersion < 75 || (st == DType::BF16 && code.ptxVersion < 80)) return false;
+  static const int ptx = [] {
+    cudaFuncAttributes code{};
+    CUDA_CHECK(cudaFuncGetAttributes(&code, fa_dsum_kernel<__half>));  // every kernel of this file is compiled alike
+    return code.ptxVersion;
+  }();
+  if (ptx < 75 || (st == DType::BF16 && ptx < 80)) return false;
   const int need = head_dim == 64 ? std::max({fwd_smem<64>(), dq_smem<64>(), dkv_smem<64>()})
                                   : std::max({fwd_smem<128>(), dq_smem<128>(), dkv_smem<128>()});
   return smem >= need;

@@ -521,12 +521,6 @@ __global__ void __launch_bounds__(sm70::kThreads) sm70_dkv_kernel(__half* dk, __
 
 // ---- host side ----
 
-template <class Kern>
-void allow_smem(Kern kernel, int bytes) {
-  if (bytes > 48 * 1024)
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-}
-
 // Calls f(std::integral_constant<int, D>) for the call's head_dim (64 or 128).
 template <class F>
 void with_dim(int head_dim, F&& f) {
@@ -538,22 +532,14 @@ void with_dim(int head_dim, F&& f) {
 
 }  // namespace
 
-bool flash_attention_sm70_forced() {
-  const char* e = std::getenv("MGRL_CUDA_ATTENTION");
-  return e != nullptr && std::strcmp(e, "sm70") == 0;
-}
+bool flash_attention_sm70_forced() { return attention_selector() == "sm70"; }
 
 bool flash_attention_sm70_applies(DType st, int head_dim, std::initializer_list<const void*> tensors) {
   if (st != DType::F16 || (head_dim != 64 && head_dim != 128)) return false;
-  const char* e = std::getenv("MGRL_CUDA_ATTENTION");
-  if (e != nullptr && std::strcmp(e, "naive") == 0) return false;
+  if (attention_selector() == "naive") return false;
   for (const void* p : tensors)
     if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0) return false;
-  int dev = 0, major = 0, smem = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  return major >= 7 && smem >= sm70::max_smem(head_dim);
+  return device_facts().major >= 7 && device_facts().smem_optin >= sm70::max_smem(head_dim);
 }
 
 void flash_attention_sm70_forward(const Ctx& c, void* out, float* lse, const void* q, const void* k, const void* v,
