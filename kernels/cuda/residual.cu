@@ -11,6 +11,8 @@ __global__ void residual_kernel(S* x, const S* y, std::int64_t n) {
 
 template <class S>
 __global__ void residual_add_kernel(S* out, const S* a, const S* b, std::int64_t n) {
+  pdl_wait();  // launched with PDL when MGRL_PDL=1 (common.cuh): nothing before this reads or writes memory
+  pdl_launch_dependents();
   for (std::int64_t i = gs_begin(); i < n; i += gs_stride()) out[i] = from_f32<S>(to_f32(a[i]) + to_f32(b[i]));
 }
 
@@ -21,6 +23,8 @@ struct alignas(16) Pack8 {
 };
 template <class S>
 __global__ void residual_add8_kernel(Pack8<S>* out, const Pack8<S>* a, const Pack8<S>* b, std::int64_t n8) {
+  pdl_wait();  // launched with PDL when MGRL_PDL=1 (common.cuh): nothing before this reads or writes memory
+  pdl_launch_dependents();
   for (std::int64_t i = gs_begin(); i < n8; i += gs_stride()) {
     const Pack8<S> x = a[i], y = b[i];
     Pack8<S> z;
@@ -48,13 +52,12 @@ void residual_add(const Ctx& c, void* out, const void* a, const void* b, std::in
   dispatch(c.st, [&](auto tag) {
     using S = decltype(tag);
     if (n % 8 == 0 && aligned16(out) && aligned16(a) && aligned16(b)) {
-      residual_add8_kernel<S><<<grid_for(n / 8), kThreads, 0, c.stream>>>(
-          static_cast<Pack8<S>*>(out), static_cast<const Pack8<S>*>(a), static_cast<const Pack8<S>*>(b), n / 8);
+      launch(pdl_enabled(), residual_add8_kernel<S>, grid_for(n / 8), kThreads, 0, c.stream,
+             static_cast<Pack8<S>*>(out), static_cast<const Pack8<S>*>(a), static_cast<const Pack8<S>*>(b), n / 8);
     } else {
-      residual_add_kernel<S><<<grid_for(n), kThreads, 0, c.stream>>>(static_cast<S*>(out), static_cast<const S*>(a),
-                                                                      static_cast<const S*>(b), n);
+      launch(pdl_enabled(), residual_add_kernel<S>, grid_for(n), kThreads, 0, c.stream, static_cast<S*>(out),
+             static_cast<const S*>(a), static_cast<const S*>(b), n);
     }
-    CUDA_CHECK_LAUNCH();
   });
 }
 

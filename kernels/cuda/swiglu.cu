@@ -9,6 +9,8 @@ namespace {
 // allowed aliasing is safe. fp32 math with the accurate expf.
 template <class S>
 __global__ void swiglu_forward_kernel(S* out, const S* gate, const S* up, std::int64_t n) {
+  pdl_wait();  // launched with PDL when MGRL_PDL=1 (common.cuh): nothing before this reads or writes memory
+  pdl_launch_dependents();
   for (std::int64_t i = gs_begin(); i < n; i += gs_stride()) {
     out[i] = from_f32<S>(swiglu_value(to_f32(gate[i]), to_f32(up[i])));
   }
@@ -27,6 +29,8 @@ __global__ void swiglu_backward_kernel(S* dgate, S* dup, const S* dout, const S*
 
 template <class S>
 __global__ void geglu_forward_kernel(S* out, const S* gate, const S* up, std::int64_t n) {
+  pdl_wait();  // launched with PDL when MGRL_PDL=1 (common.cuh): nothing before this reads or writes memory
+  pdl_launch_dependents();
   for (std::int64_t i = gs_begin(); i < n; i += gs_stride()) {
     out[i] = from_f32<S>(geglu_value(to_f32(gate[i]), to_f32(up[i])));
   }
@@ -49,9 +53,8 @@ void geglu_forward(const Ctx& c, void* out, const void* gate, const void* up, st
   if (n <= 0) return;
   dispatch(c.st, [&](auto tag) {
     using S = decltype(tag);
-    geglu_forward_kernel<S><<<grid_for(n), kThreads, 0, c.stream>>>(static_cast<S*>(out), static_cast<const S*>(gate),
-                                                                    static_cast<const S*>(up), n);
-    CUDA_CHECK_LAUNCH();
+    launch(pdl_enabled(), geglu_forward_kernel<S>, grid_for(n), kThreads, 0, c.stream, static_cast<S*>(out),
+           static_cast<const S*>(gate), static_cast<const S*>(up), n);
   });
 }
 
@@ -71,9 +74,8 @@ void swiglu_forward(const Ctx& c, void* out, const void* gate, const void* up, s
   if (n <= 0) return;
   dispatch(c.st, [&](auto tag) {
     using S = decltype(tag);
-    swiglu_forward_kernel<S><<<grid_for(n), kThreads, 0, c.stream>>>(static_cast<S*>(out), static_cast<const S*>(gate),
-                                                                     static_cast<const S*>(up), n);
-    CUDA_CHECK_LAUNCH();
+    launch(pdl_enabled(), swiglu_forward_kernel<S>, grid_for(n), kThreads, 0, c.stream, static_cast<S*>(out),
+           static_cast<const S*>(gate), static_cast<const S*>(up), n);
   });
 }
 
