@@ -298,8 +298,10 @@ class CudaOps final : public Ops {
   }
   void gated_mlp_forward(void* act, void* gate, void* up, const void* x, const void* Wg, const void* Wu, int T,
                          int in, int I, bool geglu) override {
-    if (!cuda::gemv_gated(ctx(), act, x, Wg, Wu, T, in, I, geglu))
-      Ops::gated_mlp_forward(act, gate, up, x, Wg, Wu, T, in, I, geglu);
+    static const bool stacked = env::switch_on("MGRL_GATE_UP_STACKED");
+    if (cuda::gemv_gated(ctx(), act, x, Wg, Wu, T, in, I, geglu)) return;
+    if (stacked && cuda::gated_mlp_stacked(ctx(), act, x, Wg, Wu, T, in, I, geglu)) return;
+    Ops::gated_mlp_forward(act, gate, up, x, Wg, Wu, T, in, I, geglu);
   }
   bool rmsnorm_linear_group_forward(const LinearMember* m, int n, const void* x, const void* norm_w, float eps,
                                     bool unit_offset, int T, int in) override {

@@ -2,6 +2,8 @@
 // up), and their backwards (elementwise).
 #include "kernels/cuda/swiglu.cuh"
 
+#include "kernels/cuda/gemm.cuh"
+
 namespace mgrl::kernels::cuda {
 namespace {
 
@@ -47,7 +49,36 @@ __global__ void geglu_backward_kernel(S* dgate, S* dup, const S* dout, const S* 
   }
 }
 
+// act[t, i] = f(y[t, i]) * y[t, I + i] for y [T, 2I] (gate | up per row), one thread per element of act.
+template <class S, bool kGeglu>
+__global__ void gated_stacked_kernel(S* act, const S* y, int I, std::int64_t n) {
+  pdl_wait();  // launched with PDL when MGRL_PDL=1 (common.cuh): nothing before this reads or writes memory
+  pdl_launch_dependents();
+  for (std::int64_t i = gs_begin(); i < n; i += gs_stride()) {
+    const std::int64_t t = i / I, c = i % I;
+    const float g = to_f32(y[t * 2 * I + c]), u = to_f32(y[t * 2 * I + I + c]);
+    act[i] = from_f32<S>(kGeglu ? geglu_value(g, u) : swiglu_value(g, u));
+  }
+}
+
 }  // namespace
+
+bool gated_mlp_stacked(const Ctx& c, void* act, const void* x, const void* Wg, const void* Wu, int T, int in, int I,
+                       bool geglu) {
+  const std::size_t S = c.st == DType::F32 ? 4 : 2;
+  if (static_cast<const char*>(Wu) != static_cast<const char*>(Wg) + static_cast<std::size_t>(I) * in * S) return false;
+  const std::int64_t n = static_cast<std::int64_t>(T) * I;
+  if (n <= 0 || in <= 0) return n <= 0;
+  void* y = scratch_alloc(static_cast<std::size_t>(n) * 2 * S, c.stream);
+  gemm_rm(c.blas, false, true, T, 2 * I, in, 1.0f, x, c.st, in, Wg, c.st, in, 0.0f, y, c.st, 2 * I);
+  dispatch(c.st, [&](auto tag) {
+    using St = decltype(tag);
+    launch(pdl_enabled(), geglu ? gated_stacked_kernel<St, true> : gated_stacked_kernel<St, false>, grid_for(n),
+           kThreads, 0, c.stream, static_cast<St*>(act), static_cast<const St*>(y), I, n);
+  });
+  scratch_free(y, c.stream);
+  return true;
+}
 
 void geglu_forward(const Ctx& c, void* out, const void* gate, const void* up, std::int64_t n) {
   if (n <= 0) return;

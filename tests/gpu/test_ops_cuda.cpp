@@ -1502,6 +1502,21 @@ TEST_P(OpsCuda, GatedMlpForward) {
           gpu_->gated_mlp_forward(act.g, gate.g, up.g, x.g, Wg.g, Wu.g, T, in, I, geglu);
           expect_close(tag + "act", act, tol());
         }
+    // Wu right after Wg in memory (as the base arena stacks gate_proj and up_proj): beyond the GEMV's rows, one GEMM
+    // of x against the [2I, in] stack and the activation from its halves (MGRL_GATE_UP_STACKED; kernels/cuda/swiglu.cuh).
+    Pair W2 = storage(randu(sz(2 * I, in), 163, -0.1f, 0.1f));
+    const Pair g2 = view(W2, 0), u2 = view(W2, sz(I, in));
+    for (const int T : {9, 64})
+      for (const bool geglu : {false, true}) {
+        const std::string tag = std::string(sh.name) + " T" + std::to_string(T) + " stacked gate|up" +
+                                (geglu ? " geglu " : " swiglu ");
+        const Pair x = view(xb, 0);
+        Pair act = storage(Vec(sz(T, I), 3.0f)), gate = storage(Vec(sz(T, I), 0.0f));
+        Pair up = storage(Vec(sz(T, I), 0.0f));
+        cpu_->gated_mlp_forward(act.c, gate.c, up.c, x.c, g2.c, u2.c, T, in, I, geglu);
+        gpu_->gated_mlp_forward(act.g, gate.g, up.g, x.g, g2.g, u2.g, T, in, I, geglu);
+        expect_close(tag + "act", act, tol());
+      }
   }
 }
 
