@@ -59,7 +59,8 @@
 #              batch 1 x 2048 with recompute at $LARGE_LAYERS layers (default "8 80"), mgrl plan against the measured
 #              peak: $OUT/large.md
 #   gen_pdl    (not in the default list) mgrl alone at batch 1, 8, 64 as built, with MGRL_PDL=1, with
-#              MGRL_DECODE_NORM_FOLD=1, and with both and MGRL_SAMPLER_SPLIT=1: $OUT/gen_pdl_{off,pdl,fold,all}.md
+#              MGRL_DECODE_NORM_FOLD=1, and with both, MGRL_SAMPLER_SPLIT=1 and MGRL_GATE_UP_STACKED=1:
+#              $OUT/gen_pdl_{off,pdl,fold,all}.md
 #   first      (a preset, not a stage) the programme for a session's first call when device time is short (15
 #              minutes a session: one call of at most 600 s after a start of 1-2 minutes): info, ctest_quick (ctest -L
 #              gpu alone, 3 at a time), train05, grpo (carry ".whl"), gen, gen_pdl, sampler, train15, under a
@@ -314,11 +315,11 @@ stage_gen_sync() {
 # The decode step's switches of 2026-11-27 (after the second H200 session; never run on a GPU before), mgrl alone at
 # batch 1, 8 and 64, one run each: off (as built), pdl (MGRL_PDL=1: each kernel scheduled during the one before it,
 # the GEMVs prefetching their weights into L2 there), fold (MGRL_DECODE_NORM_FOLD=1: the RMSNorms folded into the
-# q|k|v and gate|up GEMVs, o with its residual add: 7 kernels a layer instead of 9), all (both and the split sampler,
-# MGRL_SAMPLER_SPLIT=1): $OUT/gen_pdl_{off,pdl,fold,all}.md.
+# q|k|v and gate|up GEMVs, o with its residual add: 7 kernels a layer instead of 9), all (both, the split sampler
+# MGRL_SAMPLER_SPLIT=1 and the stacked gate|up GEMM beyond 8 rows MGRL_GATE_UP_STACKED=1): $OUT/gen_pdl_{off,pdl,fold,all}.md.
 stage_gen_pdl() {
   run_stage gen_pdl 300 "for v in off pdl fold all; do case \$v in off) e=MGRL_UNUSED=1 ;; pdl) e=MGRL_PDL=1 ;; \
-      fold) e=MGRL_DECODE_NORM_FOLD=1 ;; all) e='MGRL_PDL=1 MGRL_DECODE_NORM_FOLD=1 MGRL_SAMPLER_SPLIT=1' ;; esac; \
+      fold) e=MGRL_DECODE_NORM_FOLD=1 ;; all) e='MGRL_PDL=1 MGRL_DECODE_NORM_FOLD=1 MGRL_SAMPLER_SPLIT=1 MGRL_GATE_UP_STACKED=1' ;; esac; \
       env \$e python3 $root/perf/gen_vs_hf.py --mgrl $mgrl --shape qwen2.5-0.5b --batches ${GEN_PDL_BATCHES:-1,8,64} \
       --prompt-len 128 --new-tokens 256 --repeats ${GEN_REPEATS:-3} --skip-hf --out $OUT/gen_pdl_\$v.md || exit 1; done"
 }

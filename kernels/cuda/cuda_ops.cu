@@ -298,7 +298,7 @@ class CudaOps final : public Ops {
   }
   void gated_mlp_forward(void* act, void* gate, void* up, const void* x, const void* Wg, const void* Wu, int T,
                          int in, int I, bool geglu) override {
-    static const bool stacked = env::switch_on("MGRL_GATE_UP_STACKED");
+    static const bool stacked = env::opt_in("MGRL_GATE_UP_STACKED");  // until a GPU has measured it
     if (cuda::gemv_gated(ctx(), act, x, Wg, Wu, T, in, I, geglu)) return;
     if (stacked && cuda::gated_mlp_stacked(ctx(), act, x, Wg, Wu, T, in, I, geglu)) return;
     Ops::gated_mlp_forward(act, gate, up, x, Wg, Wu, T, in, I, geglu);

@@ -29,9 +29,9 @@ void geglu_backward(const Ctx& c, void* dgate, void* dup, const void* dout, cons
                     std::int64_t n);
 
 // Ops::gated_mlp_forward when Wu follows Wg in memory (the [2I, in] stack of gate_proj and up_proj: the dense base
-// arena always, the merged copy and the NF4 workspace when a projection is a multiple of 16 bytes): one cuBLAS GEMM of x against the stack into stream-ordered
-// scratch [T, 2I], then act = f(gate) * up from its two halves in one elementwise pass; two GEMMs and the activation
-// pass otherwise. False (nothing queued) when Wu does not follow Wg.
+// arena always, the merged copy and the NF4 workspace when a projection is a multiple of 16 bytes): one cuBLAS GEMM
+// of x against the stack into stream-ordered scratch [T, 2I], then act = f(gate) * up from its two halves in one
+// elementwise pass; two GEMMs and the activation pass otherwise. False (nothing queued) when Wu does not follow Wg.
 bool gated_mlp_stacked(const Ctx& c, void* act, const void* x, const void* Wg, const void* Wu, int T, int in, int I,
                        bool geglu);
 

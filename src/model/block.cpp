@@ -39,8 +39,8 @@ void block_forward(const ModelDef& def, int l, const BlockIO& io, int T, const B
     ops.rope_forward(io.k, io.pos, def.inv_freq(l), T, nkv, hd);
   }
   attend();
-  const bool mlp_done =
-      !post && fusion && fusion->o_residual_mlp && fusion->o_residual_mlp(io.attn, io.x_mid, io.x_in, Lw.mlp_norm, io.act);
+  const bool mlp_done = !post && fusion && fusion->o_residual_mlp &&
+                        fusion->o_residual_mlp(io.attn, io.x_mid, io.x_in, Lw.mlp_norm, io.act);
   if (!mlp_done) {
     const Module o = Module::O;
     void* const o_out = post ? io.o_raw : io.tmp;

@@ -82,7 +82,8 @@ class GemmCuda : public ::testing::TestWithParam<Case> {
       for (int n = 0; n < s.N; ++n) {
         double acc = 0.0;
         for (int k = 0; k < s.K; ++k)
-          acc += static_cast<double>(x_[static_cast<std::size_t>(t) * s.K + k]) * a_[static_cast<std::size_t>(n) * s.K + k];
+          acc += static_cast<double>(x_[static_cast<std::size_t>(t) * s.K + k]) *
+                 a_[static_cast<std::size_t>(n) * s.K + k];
         ref_[static_cast<std::size_t>(t) * s.N + n] = static_cast<float>(acc);
       }
   }
@@ -148,9 +149,9 @@ TEST_P(GemmCuda, FreshOutputReadByAKernel) {
   expect_values(got, "fresh, read by a kernel");
 }
 
-// Instance i: shapes in this order, bf16 then fp16 for each. 0-1 and 2-3: reported by initcheck on the H200 (LoraGroup's
-// last case; the SFT run's q|k|v group of the Qwen2 fixture); 4-5 and 6-7: LoraGroup's first two cases (not
-// reported); 8-9: the 0.5B shape's q|k|v group (T 8192, in 896, 3 adapters of r 16).
+// Instance i: shapes in this order, bf16 then fp16 for each. 0-1 and 2-3: reported by initcheck on the H200
+// (LoraGroup's last case; the SFT run's q|k|v group of the Qwen2 fixture); 4-5 and 6-7: LoraGroup's first two cases
+// (not reported); 8-9: the 0.5B shape's q|k|v group (T 8192, in 896, 3 adapters of r 16).
 INSTANTIATE_TEST_SUITE_P(Shapes, GemmCuda,
                          ::testing::Values(Case{{20, 8, 64}, DType::BF16}, Case{{20, 8, 64}, DType::F16},
                                            Case{{49, 24, 48}, DType::BF16}, Case{{49, 24, 48}, DType::F16},

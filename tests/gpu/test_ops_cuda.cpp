@@ -1502,8 +1502,9 @@ TEST_P(OpsCuda, GatedMlpForward) {
           gpu_->gated_mlp_forward(act.g, gate.g, up.g, x.g, Wg.g, Wu.g, T, in, I, geglu);
           expect_close(tag + "act", act, tol());
         }
-    // Wu right after Wg in memory (as the base arena stacks gate_proj and up_proj): beyond the GEMV's rows, one GEMM
-    // of x against the [2I, in] stack and the activation from its halves (MGRL_GATE_UP_STACKED; kernels/cuda/swiglu.cuh).
+    // Wu right after Wg in memory (as the base arena stacks gate_proj and up_proj): beyond the GEMV's rows, with
+    // MGRL_GATE_UP_STACKED=1 (gpu.ops_cuda_pdl), one GEMM of x against the [2I, in] stack and the activation from its
+    // halves (kernels/cuda/swiglu.cuh); else the two GEMMs.
     Pair W2 = storage(randu(sz(2 * I, in), 163, -0.1f, 0.1f));
     const Pair g2 = view(W2, 0), u2 = view(W2, sz(I, in));
     for (const int T : {9, 64})

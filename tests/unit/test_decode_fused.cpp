@@ -157,7 +157,8 @@ TEST(DecodeFused, NormFoldWiring) {
         std::vector<float> lp(static_cast<std::size_t>(b.T()));
         counts[fold][0] = ops.count([&] { net.forward(b, lp.data()); });
         KvCache cache(cfg, ops, 2, 8);
-        counts[fold][1] = ops.count([&] { net.infer({1, 5, 9, 3, 4}, {0, 0, 0, 1, 1}, {0, 1, 2, 0, 1}, {2, 4}, cache); });
+        counts[fold][1] =
+            ops.count([&] { net.infer({1, 5, 9, 3, 4}, {0, 0, 0, 1, 1}, {0, 1, 2, 0, 1}, {2, 4}, cache); });
         const float* out = nullptr;
         counts[fold][2] = ops.count([&] { out = net.infer({4, 7}, {0, 1}, {3, 2}, {0, 1}, cache); });
         logits[fold].resize(static_cast<std::size_t>(2 * cfg.vocab_size));
