@@ -274,6 +274,32 @@ def fmt(x):
     return "n/a" if x is None or x != x else f"{x:,.0f}"
 
 
+def model_dirs(args, work, device):
+    """The model (and adapter) folders: written into the run's folder `work`, or kept under --model-cache and reused
+    by later runs of the same shape and --lora (written into a temporary folder first, then renamed: a run cut short
+    leaves no half model)."""
+    base = os.path.join(args.model_cache, args.shape + ("-lora" if args.lora else "")) if args.model_cache else work
+    model_dir = os.path.join(base, "model")
+    adapter_dir = os.path.join(base, "adapter") if args.lora else None
+    t0 = time.time()
+    if args.model_cache and os.path.isfile(os.path.join(model_dir, "config.json")):
+        print(f"model {args.shape} reused from {base}", flush=True)
+        return model_dir, adapter_dir
+    if args.model_cache:
+        os.makedirs(args.model_cache, exist_ok=True)
+        shutil.rmtree(base, ignore_errors=True)  # a folder of this name without a model in it
+    tmp = tempfile.mkdtemp(prefix="model_", dir=args.model_cache or work)
+    make_model(os.path.join(tmp, "model"), args.shape, device, os.path.join(tmp, "adapter") if args.lora else None)
+    if args.model_cache:
+        os.rename(tmp, base)
+    else:
+        for part in ("model", "adapter"):
+            if os.path.isdir(os.path.join(tmp, part)):
+                os.rename(os.path.join(tmp, part), os.path.join(work, part))
+    print(f"model {args.shape} written in {time.time() - t0:.1f} s", flush=True)
+    return model_dir, adapter_dir
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mgrl", default=os.path.join(ROOT, "build", "mgrl"))
@@ -290,6 +316,8 @@ def main():
                     help="mgrl's generate.sync_interval (decode steps between host round trips); 0: its default")
     ap.add_argument("--merge-lora", choices=["auto", "on", "off"],
                     help="mgrl's generate.merge_lora (with --lora: the adapter merged into the weights for sampling)")
+    ap.add_argument("--model-cache", help="keep the random model (and adapter) in this folder, one per shape and "
+                    "--lora, and reuse it in later runs instead of writing it again")
     ap.add_argument("--out", help="also write the table to this file")
     args = ap.parse_args()
     if args.new_tokens < 2:
@@ -301,11 +329,7 @@ def main():
     device = "cpu" if args.backend == "cpu" else "cuda"
 
     work = tempfile.mkdtemp(prefix="mgrl_gen_perf_")
-    model_dir = os.path.join(work, "model")
-    adapter_dir = os.path.join(work, "adapter") if args.lora else None
-    t0 = time.time()
-    make_model(model_dir, args.shape, device, adapter_dir)
-    print(f"model {args.shape} written in {time.time() - t0:.1f} s", flush=True)
+    model_dir, adapter_dir = model_dirs(args, work, device)
     prompts = make_prompts(max(batches), args.prompt_len, shape["vocab_size"])
     bandwidth = copy_bandwidth(device) if device == "cuda" else None
 

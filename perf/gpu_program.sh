@@ -295,7 +295,8 @@ stage_train_ab() {
       --warmup 5 --skip-hf --out $OUT/train_ab_\$v.md; done"
 }
 stage_gen() {
-  run_stage gen 900 "python3 $root/perf/gen_vs_hf.py --mgrl $mgrl --shape qwen2.5-0.5b --batches ${GEN_BATCHES:-1,8,64,256} \
+  run_stage gen 900 "python3 $root/perf/gen_vs_hf.py --mgrl $mgrl --model-cache /tmp/gen_models \
+    --shape qwen2.5-0.5b --batches ${GEN_BATCHES:-1,8,64,256} \
     --prompt-len 128 --new-tokens 256 --repeats ${GEN_REPEATS:-3} --out $OUT/gen.md"
 }
 # The sampler alone: radix top-k / top-p thresholds (2026-11-25, never run on a GPU before) against the bit-by-bit search.
@@ -306,7 +307,8 @@ stage_sampler() {
 # Decode steps on the device between host round trips (generate.sync_interval): 1 against the default, one run each;
 # then the default with the residual adds and norms unfused (MGRL_FUSED_NORM=0).
 stage_gen_sync() {
-  run_stage gen_sync 600 "for k in 1 8; do python3 $root/perf/gen_vs_hf.py --mgrl $mgrl --shape qwen2.5-0.5b \
+  run_stage gen_sync 600 "for k in 1 8; do python3 $root/perf/gen_vs_hf.py --mgrl $mgrl --model-cache /tmp/gen_models \
+    --shape qwen2.5-0.5b \
     --batches ${GEN_SYNC_BATCHES:-1,64} --prompt-len 128 --new-tokens 256 --repeats ${GEN_REPEATS:-3} --skip-hf \
     --sync-interval \$k --out $OUT/gen_sync\$k.md || exit 1; done; MGRL_FUSED_NORM=0 python3 $root/perf/gen_vs_hf.py \
     --mgrl $mgrl --shape qwen2.5-0.5b --batches ${GEN_SYNC_BATCHES:-1,64} --prompt-len 128 --new-tokens 256 \
@@ -320,12 +322,14 @@ stage_gen_sync() {
 stage_gen_pdl() {
   run_stage gen_pdl 300 "for v in off pdl fold all; do case \$v in off) e=MGRL_UNUSED=1 ;; pdl) e=MGRL_PDL=1 ;; \
       fold) e=MGRL_DECODE_NORM_FOLD=1 ;; all) e='MGRL_PDL=1 MGRL_DECODE_NORM_FOLD=1 MGRL_SAMPLER_SPLIT=1 MGRL_GATE_UP_STACKED=1' ;; esac; \
-      env \$e python3 $root/perf/gen_vs_hf.py --mgrl $mgrl --shape qwen2.5-0.5b --batches ${GEN_PDL_BATCHES:-1,8,64} \
+      env \$e python3 $root/perf/gen_vs_hf.py --mgrl $mgrl --model-cache /tmp/gen_models \
+    --shape qwen2.5-0.5b --batches ${GEN_PDL_BATCHES:-1,8,64} \
       --prompt-len 128 --new-tokens 256 --repeats ${GEN_REPEATS:-3} --skip-hf --out $OUT/gen_pdl_\$v.md || exit 1; done"
 }
 # LoRA merged for sampling (generate.merge_lora): off against on, one run each, then the token and log-prob mismatch.
 stage_gen_merge() {
-  run_stage gen_merge 600 "for m in off on; do python3 $root/perf/gen_vs_hf.py --mgrl $mgrl --shape qwen2.5-0.5b \
+  run_stage gen_merge 600 "for m in off on; do python3 $root/perf/gen_vs_hf.py --mgrl $mgrl --model-cache /tmp/gen_models \
+    --shape qwen2.5-0.5b \
     --batches ${GEN_MERGE_BATCHES:-1,64} --prompt-len 128 --new-tokens 256 --repeats ${GEN_REPEATS:-3} --skip-hf --lora \
     --merge-lora \$m --out $OUT/gen_merge_\$m.md || exit 1; done; python3 $root/perf/merge_mismatch.py --mgrl $mgrl \
     --shape qwen2.5-0.5b --prompts 64 --prompt-len 128 --new-tokens 64 --b-std 0.01 --out $OUT/merge_mismatch.md"
@@ -335,7 +339,7 @@ stage_gen_merge() {
 stage_gen_fused() {
   run_stage gen_fused 600 "$build/perf/bench_gemv 20 | tee $OUT/bench_gemv.txt; for f in on off; do \
     e=MGRL_UNUSED=1; [ \$f = off ] && e=MGRL_DECODE_FUSED=0; env \$e python3 $root/perf/gen_vs_hf.py --mgrl $mgrl \
-    --shape qwen2.5-0.5b --batches ${GEN_FUSED_BATCHES:-1,8,64} --prompt-len 128 --new-tokens 256 \
+    --model-cache /tmp/gen_models --shape qwen2.5-0.5b --batches ${GEN_FUSED_BATCHES:-1,8,64} --prompt-len 128 --new-tokens 256 \
     --repeats ${GEN_REPEATS:-3} --skip-hf --out $OUT/gen_fused_\$f.md || exit 1; done"
 }
 stage_grpo() {
