@@ -11,6 +11,7 @@
 #include "core/check_cuda.h"
 #include "core/env.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/convert.cuh"
@@ -37,9 +38,9 @@ bool cuda::pdl_enabled() {
   static const bool on = [] {
 #if CUDART_VERSION >= 12000
     if (!env::opt_in("MGRL_PDL")) return false;
-    int dev = 0, major = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    const int major = cuda::device_facts().major;
+    log::info(major >= 9 ? "MGRL_PDL=1: the decode step's kernels are launched with programmatic dependent launch"
+                         : "MGRL_PDL=1 ignored: programmatic dependent launch needs compute capability 9.0");
     return major >= 9;
 #else
     return false;
@@ -298,7 +299,8 @@ class CudaOps final : public Ops {
   }
   void gated_mlp_forward(void* act, void* gate, void* up, const void* x, const void* Wg, const void* Wu, int T,
                          int in, int I, bool geglu) override {
-    static const bool stacked = env::opt_in("MGRL_GATE_UP_STACKED");  // until a GPU has measured it
+    static const bool stacked = env::opt_in_logged(  // until a GPU has measured it
+        "MGRL_GATE_UP_STACKED", "MGRL_GATE_UP_STACKED=1: gate and up as one GEMM beyond 8 rows, when stacked");
     if (cuda::gemv_gated(ctx(), act, x, Wg, Wu, T, in, I, geglu)) return;
     if (stacked && cuda::gated_mlp_stacked(ctx(), act, x, Wg, Wu, T, in, I, geglu)) return;
     Ops::gated_mlp_forward(act, gate, up, x, Wg, Wu, T, in, I, geglu);

@@ -578,7 +578,8 @@ void sample_split(const Ctx& c, std::int32_t* tokens, float* logprobs, const flo
 
 // MGRL_SAMPLER_SPLIT=1 turns the split path on (off by default until a GPU has measured it).
 bool split_on() {
-  static const bool on = env::opt_in("MGRL_SAMPLER_SPLIT");
+  static const bool on = env::opt_in_logged(
+      "MGRL_SAMPLER_SPLIT", "MGRL_SAMPLER_SPLIT=1: greedy and unfiltered sampling with rows cut into chunks");
   return on;
 }
 

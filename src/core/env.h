@@ -13,5 +13,8 @@ bool switch_on(const char* name);
 bool switch_on_logged(const char* name, const char* when_off);
 // A path that is off by default (not yet measured): true only when the environment variable `name` is exactly "1".
 bool opt_in(const char* name);
+// opt_in(name), and when it is on one info line (`when_on`) in the log: for paths read once per process, so that a
+// run's log says which unmeasured path it took.
+bool opt_in_logged(const char* name, const char* when_on);
 
 }  // namespace mgrl::env

@@ -19,7 +19,8 @@ bool decode_fused_enabled() {
 }
 
 bool decode_norm_fold_enabled() {
-  static const bool on = env::opt_in("MGRL_DECODE_NORM_FOLD");
+  static const bool on = env::opt_in_logged(
+      "MGRL_DECODE_NORM_FOLD", "MGRL_DECODE_NORM_FOLD=1: the decode norms folded into the GEMVs after them");
   return on;
 }
 
