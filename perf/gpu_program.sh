@@ -320,7 +320,7 @@ stage_gen_sync() {
 # q|k|v and gate|up GEMVs, o with its residual add: 7 kernels a layer instead of 9), all (both, the split sampler
 # MGRL_SAMPLER_SPLIT=1 and the stacked gate|up GEMM beyond 8 rows MGRL_GATE_UP_STACKED=1): $OUT/gen_pdl_{off,pdl,fold,all}.md.
 stage_gen_pdl() {
-  run_stage gen_pdl 300 "for v in off pdl fold all; do case \$v in off) e=MGRL_UNUSED=1 ;; pdl) e=MGRL_PDL=1 ;; \
+  run_stage gen_pdl 200 "for v in off pdl fold all; do case \$v in off) e=MGRL_UNUSED=1 ;; pdl) e=MGRL_PDL=1 ;; \
       fold) e=MGRL_DECODE_NORM_FOLD=1 ;; all) e='MGRL_PDL=1 MGRL_DECODE_NORM_FOLD=1 MGRL_SAMPLER_SPLIT=1 MGRL_GATE_UP_STACKED=1' ;; esac; \
       env \$e python3 $root/perf/gen_vs_hf.py --mgrl $mgrl --model-cache /tmp/gen_models \
     --shape qwen2.5-0.5b --batches ${GEN_PDL_BATCHES:-1,8,64} \
