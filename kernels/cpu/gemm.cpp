@@ -1,7 +1,19 @@
 // gemm.cpp: OpenBLAS GEMM, or the batch-invariant fixed-order kernel.
+//
+// The fixed order (every element, whatever the shapes): 8 lanes over k (lane j sums a[k+j] * b[k+j] for k = 0, 8,
+// 16, ... while k + 8 <= K, each product rounded then added: no fused multiply-add), the lanes combined pairwise
+// ((l0 + l4) + (l1 + l5)) + ((l2 + l6) + (l3 + l7)), then the tail k = K8 .. K-1 added one by one, then alpha and
+// beta. The kernels below compute exactly that, element by element; they differ only in how many elements share a
+// pass over a (register blocking), in holding a panel of B in L1 across the rows, and in the vector width (AVX2
+// where the CPU has it: 8 lanes in one register; SSE2 otherwise: two). Same bits on either path
+// (unit.ops_cpu holds both against the one-element-at-a-time definition, bit for bit).
 #include "kernels/cpu/gemm.h"
 
 #include <cblas.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define MGRL_GEMM_X86 1
+#endif
 
 #include <cstdint>
 
@@ -9,20 +21,154 @@ namespace mgrl::kernels::cpu {
 namespace {
 thread_local bool g_invariant = false;
 
-// One dot product in a fixed order: 8 lanes over k (k mod 8), combined pairwise, then the tail.
-inline float dot_fixed(const float* a, const float* b, int K) {
-  float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int k = 0;
-  for (; k + 8 <= K; k += 8)
-    for (int j = 0; j < 8; ++j) lane[j] += a[k + j] * b[k + j];
-  float s = ((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7]));
-  for (; k < K; ++k) s += a[k] * b[k];
-  return s;
+inline float combine_lanes(const float* l) {
+  return ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]));
 }
+
+// The tail of the dot product, alpha and beta, for one element whose lanes are summed into s.
+inline void finish(float* c, float s, const float* a, const float* b, int K8, int K, float alpha, float beta) {
+  for (int k = K8; k < K; ++k) s += a[k] * b[k];
+  const float v = alpha * s;
+  *c = beta == 0.0f ? v : v + beta * *c;
+}
+
+// The definition, one element at a time (the path on CPUs other than x86-64).
+[[maybe_unused]] void fixed_scalar(float* C, const float* A, const float* B, int M, int N, int K, float alpha,
+                                   float beta) {
+  const int K8 = K & ~7;
+  for (int m = 0; m < M; ++m) {
+    const float* a = A + static_cast<int64_t>(m) * K;
+    float* c = C + static_cast<int64_t>(m) * N;
+    for (int n = 0; n < N; ++n) {
+      const float* b = B + static_cast<int64_t>(n) * K;
+      float l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (int k = 0; k < K8; k += 8)
+        for (int j = 0; j < 8; ++j) l[j] += a[k + j] * b[k + j];
+      finish(c + n, combine_lanes(l), a, b, K8, K, alpha, beta);
+    }
+  }
+}
+
+#if MGRL_GEMM_X86
+// Columns of B per panel: a panel (panel x K floats, ~24 KiB) stays in L1 while every row of A passes over it.
+inline int panel_columns(int K) {
+  const int p = 6144 / (K > 0 ? K : 1);
+  return p < 4 ? 4 : (p & ~3);
+}
+
+__attribute__((target("avx2"))) void fixed_avx2(float* C, const float* A, const float* B, int M, int N, int K,
+                                                 float alpha, float beta) {
+  const int K8 = K & ~7, panel = panel_columns(K);
+  alignas(32) float l[4][8];
+  for (int n0 = 0; n0 < N; n0 += panel) {
+    const int n1 = n0 + panel < N ? n0 + panel : N;
+    for (int m = 0; m < M; ++m) {
+      const float* a = A + static_cast<int64_t>(m) * K;
+      float* c = C + static_cast<int64_t>(m) * N;
+      int n = n0;
+      for (; n + 4 <= n1; n += 4) {  // four columns share each load of a
+        const float* b0 = B + static_cast<int64_t>(n) * K;
+        const float *b1 = b0 + K, *b2 = b1 + K, *b3 = b2 + K;
+        __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+        for (int k = 0; k < K8; k += 8) {
+          const __m256 av = _mm256_loadu_ps(a + k);
+          s0 = _mm256_add_ps(s0, _mm256_mul_ps(av, _mm256_loadu_ps(b0 + k)));
+          s1 = _mm256_add_ps(s1, _mm256_mul_ps(av, _mm256_loadu_ps(b1 + k)));
+          s2 = _mm256_add_ps(s2, _mm256_mul_ps(av, _mm256_loadu_ps(b2 + k)));
+          s3 = _mm256_add_ps(s3, _mm256_mul_ps(av, _mm256_loadu_ps(b3 + k)));
+        }
+        _mm256_store_ps(l[0], s0);
+        _mm256_store_ps(l[1], s1);
+        _mm256_store_ps(l[2], s2);
+        _mm256_store_ps(l[3], s3);
+        finish(c + n, combine_lanes(l[0]), a, b0, K8, K, alpha, beta);
+        finish(c + n + 1, combine_lanes(l[1]), a, b1, K8, K, alpha, beta);
+        finish(c + n + 2, combine_lanes(l[2]), a, b2, K8, K, alpha, beta);
+        finish(c + n + 3, combine_lanes(l[3]), a, b3, K8, K, alpha, beta);
+      }
+      for (; n < n1; ++n) {
+        const float* b0 = B + static_cast<int64_t>(n) * K;
+        __m256 s0 = _mm256_setzero_ps();
+        for (int k = 0; k < K8; k += 8)
+          s0 = _mm256_add_ps(s0, _mm256_mul_ps(_mm256_loadu_ps(a + k), _mm256_loadu_ps(b0 + k)));
+        _mm256_store_ps(l[0], s0);
+        finish(c + n, combine_lanes(l[0]), a, b0, K8, K, alpha, beta);
+      }
+    }
+  }
+}
+
+// SSE2 (every x86-64): lanes 0-3 in one register, 4-7 in another; two columns share each load of a.
+void fixed_sse2(float* C, const float* A, const float* B, int M, int N, int K, float alpha, float beta) {
+  const int K8 = K & ~7, panel = panel_columns(K);
+  alignas(16) float l[2][8];
+  for (int n0 = 0; n0 < N; n0 += panel) {
+    const int n1 = n0 + panel < N ? n0 + panel : N;
+    for (int m = 0; m < M; ++m) {
+      const float* a = A + static_cast<int64_t>(m) * K;
+      float* c = C + static_cast<int64_t>(m) * N;
+      int n = n0;
+      for (; n + 2 <= n1; n += 2) {
+        const float* b0 = B + static_cast<int64_t>(n) * K;
+        const float* b1 = b0 + K;
+        __m128 s0 = _mm_setzero_ps(), t0 = s0, s1 = s0, t1 = s0;
+        for (int k = 0; k < K8; k += 8) {
+          const __m128 lo = _mm_loadu_ps(a + k), hi = _mm_loadu_ps(a + k + 4);
+          s0 = _mm_add_ps(s0, _mm_mul_ps(lo, _mm_loadu_ps(b0 + k)));
+          t0 = _mm_add_ps(t0, _mm_mul_ps(hi, _mm_loadu_ps(b0 + k + 4)));
+          s1 = _mm_add_ps(s1, _mm_mul_ps(lo, _mm_loadu_ps(b1 + k)));
+          t1 = _mm_add_ps(t1, _mm_mul_ps(hi, _mm_loadu_ps(b1 + k + 4)));
+        }
+        _mm_store_ps(l[0], s0);
+        _mm_store_ps(l[0] + 4, t0);
+        _mm_store_ps(l[1], s1);
+        _mm_store_ps(l[1] + 4, t1);
+        finish(c + n, combine_lanes(l[0]), a, b0, K8, K, alpha, beta);
+        finish(c + n + 1, combine_lanes(l[1]), a, b1, K8, K, alpha, beta);
+      }
+      for (; n < n1; ++n) {
+        const float* b0 = B + static_cast<int64_t>(n) * K;
+        __m128 s0 = _mm_setzero_ps(), t0 = s0;
+        for (int k = 0; k < K8; k += 8) {
+          s0 = _mm_add_ps(s0, _mm_mul_ps(_mm_loadu_ps(a + k), _mm_loadu_ps(b0 + k)));
+          t0 = _mm_add_ps(t0, _mm_mul_ps(_mm_loadu_ps(a + k + 4), _mm_loadu_ps(b0 + k + 4)));
+        }
+        _mm_store_ps(l[0], s0);
+        _mm_store_ps(l[0] + 4, t0);
+        finish(c + n, combine_lanes(l[0]), a, b0, K8, K, alpha, beta);
+      }
+    }
+  }
+}
+
+bool cpu_has_avx2() {
+  static const bool has = __builtin_cpu_supports("avx2");
+  return has;
+}
+#else
+bool cpu_has_avx2() { return false; }
+#endif
 }  // namespace
 
 void set_batch_invariant(bool on) { g_invariant = on; }
 bool batch_invariant() { return g_invariant; }
+
+void gemm_nt_fixed(float* C, const float* A, const float* B, int M, int N, int K, float alpha, float beta,
+                   FixedIsa isa) {
+  if (M <= 0 || N <= 0) return;
+  const bool avx2 = isa == FixedIsa::Avx2 || (isa == FixedIsa::Best && cpu_has_avx2());
+#if MGRL_GEMM_X86
+  if (avx2 && cpu_has_avx2())
+    fixed_avx2(C, A, B, M, N, K, alpha, beta);
+  else
+    fixed_sse2(C, A, B, M, N, K, alpha, beta);
+#else
+  (void)avx2;
+  fixed_scalar(C, A, B, M, N, K, alpha, beta);
+#endif
+}
+
+bool gemm_nt_fixed_has_avx2() { return cpu_has_avx2(); }
 
 void gemm_nt(float* C, const float* A, const float* B, int M, int N, int K, float alpha, float beta) {
   if (M <= 0 || N <= 0) return;
@@ -30,14 +176,7 @@ void gemm_nt(float* C, const float* A, const float* B, int M, int N, int K, floa
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, alpha, A, K, B, K, beta, C, N);
     return;
   }
-  for (int m = 0; m < M; ++m) {
-    const float* a = A + static_cast<int64_t>(m) * K;
-    float* c = C + static_cast<int64_t>(m) * N;
-    for (int n = 0; n < N; ++n) {
-      const float v = alpha * dot_fixed(a, B + static_cast<int64_t>(n) * K, K);
-      c[n] = beta == 0.0f ? v : v + beta * c[n];
-    }
-  }
+  gemm_nt_fixed(C, A, B, M, N, K, alpha, beta, FixedIsa::Best);
 }
 
 }  // namespace mgrl::kernels::cpu

@@ -16,4 +16,12 @@ bool batch_invariant();
 // C[M, N] = alpha * A[M, K] @ B[N, K]^T + beta * C  (row-major; lda = K, ldb = K, ldc = N)
 void gemm_nt(float* C, const float* A, const float* B, int M, int N, int K, float alpha, float beta);
 
+// The batch-invariant kernel itself (gemm_nt in batch-invariant mode calls it with Best). Its order of summation is
+// fixed (gemm.cpp says which); the SSE2 and AVX2 paths give the same bits. Sse2/Avx2 pick a path for tests (Avx2 falls
+// back to SSE2 on a CPU without it: gemm_nt_fixed_has_avx2 says whether it did).
+enum class FixedIsa { Best, Sse2, Avx2 };
+void gemm_nt_fixed(float* C, const float* A, const float* B, int M, int N, int K, float alpha, float beta,
+                   FixedIsa isa);
+bool gemm_nt_fixed_has_avx2();
+
 }  // namespace mgrl::kernels::cpu

@@ -37,6 +37,7 @@ void attention_cached(float* out, const float* q, const float* cache_k, const fl
   const std::size_t kv_width = static_cast<std::size_t>(n_kv) * head_dim;
   std::vector<float> p(static_cast<std::size_t>(std::max(pages.max_len(), 1)));
   std::vector<std::size_t> at(p.size());  // element offset of each key row of the sequence
+  std::vector<double> acc(static_cast<std::size_t>(head_dim));
   for (int t = 0; t < T; ++t) {
     MGRL_CHECK(pos[t] >= 0 && pos[t] < pages.max_len(), "KV cache: slot or position outside the cache");
     const int u0 = attention_first_key(opt, pos[t]);
@@ -58,13 +59,16 @@ void attention_cached(float* out, const float* q, const float* cache_k, const fl
         p[u] = std::exp(p[u] - m);
         sum += p[u];
       }
+      // Each output element sums its products over the keys in key order (the loops run key-major so that a value
+      // row is read once, contiguously: the same sums, the same bits).
       float* o = out + (static_cast<std::size_t>(t) * n_heads + h) * head_dim;
-      for (int d = 0; d < head_dim; ++d) {
-        double acc = 0;
-        for (int u = u0; u <= pos[t]; ++u)
-          acc += static_cast<double>(p[u]) * cache_v[at[static_cast<std::size_t>(u)] + g + d];
-        o[d] = static_cast<float>(acc / sum);
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int u = u0; u <= pos[t]; ++u) {
+        const double pu = p[u];
+        const float* vr = cache_v + at[static_cast<std::size_t>(u)] + g;
+        for (int d = 0; d < head_dim; ++d) acc[static_cast<std::size_t>(d)] += pu * vr[d];
       }
+      for (int d = 0; d < head_dim; ++d) o[d] = static_cast<float>(acc[static_cast<std::size_t>(d)] / sum);
     }
   }
 }

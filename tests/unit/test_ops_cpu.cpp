@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/embedding.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/kv_cache.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/lm_head.h"
@@ -1240,6 +1241,82 @@ TEST(OpsCpu, EmbeddingScaled) {
     return dot(o, rw);
   };
   check_grad("scaled dtable", table, dtable, loss, 1e-3, kTightRtol);
+}
+
+
+// ---------------------------------------------------------------------------------------------------------------
+// the batch-invariant GEMM: its blocked SSE2 and AVX2 paths against its definition, element by element (8 lanes over
+// k, each product rounded then added, lanes combined pairwise, the tail one by one, then alpha and beta: gemm.cpp);
+// bits, not tolerances. This file is compiled with -ffp-contract=off, so the definition below is not fused either.
+
+void gemm_fixed_definition(float* C, const float* A, const float* B, int M, int N, int K, float alpha, float beta) {
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < N; ++n) {
+      const float* a = A + static_cast<size_t>(m) * K;
+      const float* b = B + static_cast<size_t>(n) * K;
+      float l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      int k = 0;
+      for (; k + 8 <= K; k += 8)
+        for (int j = 0; j < 8; ++j) l[j] += a[k + j] * b[k + j];
+      float s = ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]));
+      for (; k < K; ++k) s += a[k] * b[k];
+      const float v = alpha * s;
+      float& c = C[static_cast<size_t>(m) * N + n];
+      c = beta == 0.0f ? v : v + beta * c;
+    }
+}
+
+TEST(OpsCpu, BatchInvariantGemmIsItsFixedOrderBitwiseOnEveryPath) {
+  // Shapes of the quickstart's layers and LM head, odd sizes (column and k tails), K above one L1 panel, tiny ones.
+  const int shapes[][3] = {{256, 160, 96}, {256, 512, 96}, {256, 96, 256}, {256, 16, 96}, {7, 13, 37},
+                           {3, 5, 5},      {64, 151, 901}, {1, 4096, 4},   {33, 17, 8},  {5, 3, 7000}};
+  int checked = 0;
+  for (const auto& sh : shapes) {
+    const int M = sh[0], N = sh[1], K = sh[2];
+    const Vec A = randn(static_cast<size_t>(M) * K, 4000 + M), B = randn(static_cast<size_t>(N) * K, 4100 + N);
+    const Vec C0 = randn(static_cast<size_t>(M) * N, 4200 + K);
+    for (const float beta : {0.0f, 0.75f}) {
+      Vec want = C0;
+      gemm_fixed_definition(want.data(), A.data(), B.data(), M, N, K, 1.25f, beta);
+      for (const FixedIsa isa : {FixedIsa::Sse2, FixedIsa::Avx2, FixedIsa::Best}) {
+        Vec got = C0;
+        gemm_nt_fixed(got.data(), A.data(), B.data(), M, N, K, 1.25f, beta, isa);
+        ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)))
+            << M << "x" << N << "x" << K << " beta " << beta << " path " << static_cast<int>(isa);
+        ++checked;
+      }
+      // gemm_nt in batch-invariant mode is that kernel; and a row alone gives the row's bits in the batch.
+      Vec via = C0;
+      set_batch_invariant(true);
+      gemm_nt(via.data(), A.data(), B.data(), M, N, K, 1.25f, beta);
+      Vec row(C0.begin() + static_cast<std::ptrdiff_t>(M - 1) * N, C0.end());
+      gemm_nt(row.data(), A.data() + static_cast<size_t>(M - 1) * K, B.data(), 1, N, K, 1.25f, beta);
+      set_batch_invariant(false);
+      ASSERT_EQ(0, std::memcmp(via.data(), want.data(), via.size() * sizeof(float)));
+      ASSERT_EQ(0, std::memcmp(row.data(), want.data() + static_cast<size_t>(M - 1) * N, row.size() * sizeof(float)));
+    }
+  }
+  EXPECT_EQ(checked, 60);
+  if (!gemm_nt_fixed_has_avx2()) std::printf("  this CPU has no AVX2: the Avx2 path ran as SSE2\n");
+}
+
+TEST(OpsCpu, BatchInvariantGemmCheckCatchesAFusedProduct) {
+  // The bitwise check above can fail: the same products summed with one rounding fewer (a fused multiply-add at
+  // the last k) differ in the last bits for some element of a 64 x 64 x 96 product.
+  const int M = 64, N = 64, K = 96;
+  const Vec A = randn(static_cast<size_t>(M) * K, 4300), B = randn(static_cast<size_t>(N) * K, 4301);
+  Vec want(static_cast<size_t>(M) * N, 0.0f), fused = want;
+  gemm_nt_fixed(want.data(), A.data(), B.data(), M, N, K, 1.0f, 0.0f, FixedIsa::Best);
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < N; ++n) {
+      const float* a = A.data() + static_cast<size_t>(m) * K;
+      const float* b = B.data() + static_cast<size_t>(n) * K;
+      float l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (int k = 0; k < K; k += 8)
+        for (int j = 0; j < 8; ++j) l[j] = k + 8 == K ? std::fma(a[k + j], b[k + j], l[j]) : l[j] + a[k + j] * b[k + j];
+      fused[static_cast<size_t>(m) * N + n] = ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]));
+    }
+  EXPECT_NE(0, std::memcmp(fused.data(), want.data(), want.size() * sizeof(float)));
 }
 
 }  // namespace
