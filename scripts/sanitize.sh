@@ -13,7 +13,10 @@ build=${MGRL_SANITIZE_DIR:-$root/build-sanitize}
 seconds=${MGRL_FUZZ_SECONDS:-15}
 mkdir -p "$build"
 flags="-fsanitize=address,undefined,fuzzer-no-link -fno-sanitize-recover=undefined -fno-omit-frame-pointer -O1 -g1"
+# The optimization level per source file: scripts/sanitize_opt.sh (-O1 for the parsers, kernels and fuzz targets, -O0
+# for the rest).
 CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DMGRL_CUDA=OFF \
+  -DCMAKE_C_COMPILER_LAUNCHER="$root/scripts/sanitize_opt.sh" -DCMAKE_CXX_COMPILER_LAUNCHER="$root/scripts/sanitize_opt.sh" \
   -DMGRL_BUILD_BENCH=OFF -DMGRL_FUZZ=ON -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" \
   -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" > "$build/configure.log" 2>&1 ||
   { cat "$build/configure.log"; exit 1; }
