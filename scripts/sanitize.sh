@@ -4,7 +4,8 @@
 #     UndefinedBehaviorSanitizer (every UB report is an error: -fno-sanitize-recover) into build-sanitize/
 #     (or $MGRL_SANITIZE_DIR);
 #  2. runs tests under them: in CI a subset (below), with MGRL_SANITIZE_FULL=1 every unit, mpi and cli test;
-#  3. runs every fuzz target for $MGRL_FUZZ_SECONDS seconds (default 15) over its committed corpus (fuzz/corpus/).
+#  3. runs every fuzz target for $MGRL_FUZZ_SECONDS seconds (default 15) over its committed corpus (fuzz/corpus/),
+#     as many at a time as there are cores.
 # A sanitizer report, a crash or an escaped exception fails the job; a crashing input is left in
 # build-sanitize/fuzz-findings/ (commit it to fuzz/corpus/<target>/ with the fix, as a regression input).
 set -euo pipefail
@@ -44,16 +45,31 @@ else
     -R "^unit\.(config|errors|tokenizer|chat_template|safetensors|checkpoint)$|^comm\.cpu\.np2$|^cli\.sft\.(resume_is_exact|same_weights_on_1_2_4_ranks)$|^fault\.(kill9_rank1|sigstop_rank1)\.np2$|^cli\.grpo\.resume_is_exact$|^cli\.(unknown_key|wrong_type|bad_toml)"
 fi
 mkdir -p fuzz-findings
-for target in fuzz_config fuzz_safetensors fuzz_tokenizer_json fuzz_tokenizer_encode fuzz_jsonl fuzz_checkpoint \
-              fuzz_verdict fuzz_jinja; do
-  corpus="$root/fuzz/corpus/${target#fuzz_}"
-  work="fuzz-corpus/${target#fuzz_}"  # new inputs found now go here, not into the source tree
+# Each target runs for $seconds; as many at a time as there are cores (each fuzzer is one process, one thread), the
+# results reported in the targets' order.
+fuzz_one() {
+  local target=$1 rc=0
+  local corpus="$root/fuzz/corpus/${target#fuzz_}"
+  local work="fuzz-corpus/${target#fuzz_}"  # new inputs found now go here, not into the source tree
   mkdir -p "$work"
-  echo "sanitize: $target for ${seconds} s"
-  rc=0
   "./fuzz/$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
     -artifact_prefix=fuzz-findings/"$target"- "$work" "$corpus" > "fuzz-$target.log" 2>&1 || rc=$?
-  grep -E "stat::number_of_executed_units|stat::new_units_added" "fuzz-$target.log" | tr '\n' ' '; echo
+  echo "$rc" > "fuzz-$target.rc"
+}
+targets=(fuzz_config fuzz_safetensors fuzz_tokenizer_json fuzz_tokenizer_encode fuzz_jsonl fuzz_checkpoint fuzz_verdict
+         fuzz_jinja)
+lanes=$(nproc)
+for ((i = 0; i < ${#targets[@]}; i += lanes)); do
+  for target in "${targets[@]:i:lanes}"; do
+    echo "sanitize: $target for ${seconds} s"
+    rm -f "fuzz-$target.rc"
+    fuzz_one "$target" &
+  done
+  wait
+done
+for target in "${targets[@]}"; do
+  rc=$(cat "fuzz-$target.rc" 2>/dev/null || echo "no exit status")
+  echo "sanitize: $target: $(grep -E "stat::number_of_executed_units|stat::new_units_added" "fuzz-$target.log" | tr '\n' ' ')"
   if [ "$rc" != 0 ]; then
     grep -E -A30 "ERROR|SUMMARY|runtime error|terminate called" "fuzz-$target.log" | head -n 60
     echo "sanitize: $target found a failing input (exit $rc; $build/fuzz-findings/)"
