@@ -96,7 +96,8 @@ add_test(NAME cli.quickstart_grpo COMMAND bash ${EXPECT} 0 "held-out accuracy be
          -- bash -c "env MGRL_BUILD_DIR=${PROJECT_BINARY_DIR} MGRL_RUNS_DIR=${CMAKE_CURRENT_BINARY_DIR}/quickstart_grpo bash ${PROJECT_SOURCE_DIR}/scripts/quickstart_run.sh | tail -n 1 | awk '{ a = $5; b = $8; sub(/%,?/, \"\", a); sub(/%/, \"\", b); print $0 \" (GRPO gain at least 25 points: \" (b - a >= 25 ? \"yes\" : \"no\") \")\" }'")
 # PROCESSORS 2 (also cli.quickstart_sft and cli.quickstart_ppo): two ranks that poll in their collectives, so CTest
 # runs nothing beside them; run beside other jobs on the 2-core CI machine they took twice as long (the 2026-11-27
-# fresh-clone run: cli.quickstart_grpo 740 s while cli.quickstart_ppo ran with it). COST: the longest test starts first.
+# fresh-clone run: cli.quickstart_grpo 740 s while cli.quickstart_ppo ran with it; 373 s alone). CTest starts such a
+# test when both slots are free, which in a fresh run is after the one-slot tests; COST orders the three among themselves.
 set_tests_properties(cli.quickstart_grpo PROPERTIES LABELS "cli;slow" TIMEOUT 1200 WORKING_DIRECTORY "${PROJECT_SOURCE_DIR}"
                      ENVIRONMENT "${MGRL_MPI_ENV}" PROCESSORS 2 COST 1000)
 
