@@ -5,8 +5,8 @@
 // ((l0 + l4) + (l1 + l5)) + ((l2 + l6) + (l3 + l7)), then the tail k = K8 .. K-1 added one by one, then alpha and
 // beta. The kernels below compute exactly that, element by element; they differ only in how many elements share a
 // pass over a and b (register blocking), in holding a panel of B in L1 across the rows, and in the vector width
-// (AVX2 where the CPU has it: 8 lanes in one register; SSE2 otherwise: two). Same bits on either path
-// (unit.ops_cpu holds both against the one-element-at-a-time definition, bit for bit).
+// (AVX2 where the CPU has it: 8 lanes in one register; SSE2 otherwise: two; one element at a time on CPUs other than
+// x86-64). Same bits on every path (unit.ops_cpu holds each against its own one-element definition, bit for bit).
 #include "kernels/cpu/gemm.h"
 
 #include <cblas.h>
@@ -32,8 +32,8 @@ inline void finish(float* c, float s, const float* a, const float* b, int K8, in
   *c = beta == 0.0f ? v : v + beta * *c;
 }
 
-// The definition, one element at a time (the path on CPUs other than x86-64).
-[[maybe_unused]] void fixed_scalar(float* C, const float* A, const float* B, int M, int N, int K, float alpha,
+// The definition, one element at a time (the path on CPUs other than x86-64; FixedIsa::Scalar runs it anywhere).
+void fixed_scalar(float* C, const float* A, const float* B, int M, int N, int K, float alpha,
                                    float beta) {
   const int K8 = K & ~7;
   for (int m = 0; m < M; ++m) {
@@ -56,8 +56,9 @@ inline int panel_columns(int K) {
   return p < 4 ? 4 : (p & ~3);
 }
 
-// The four sums ((l0 + l4) + (l1 + l5)) + ((l2 + l6) + (l3 + l7)) of s0..s3 in one vector: the high half added to the
-// low one gives (l0 + l4, l1 + l5, l2 + l6, l3 + l7), and two rounds of pairwise horizontal adds the rest, in that order.
+// The four sums ((l0 + l4) + (l1 + l5)) + ((l2 + l6) + (l3 + l7)) of s0..s3 in one vector: the high half added to
+// the low one gives (l0 + l4, l1 + l5, l2 + l6, l3 + l7), and two rounds of pairwise horizontal adds the rest, in
+// that order.
 __attribute__((target("avx2"))) inline __m128 combine4(__m256 s0, __m256 s1, __m256 s2, __m256 s3) {
   const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(s0), _mm256_extractf128_ps(s0, 1));
   const __m128 t1 = _mm_add_ps(_mm256_castps256_ps128(s1), _mm256_extractf128_ps(s1, 1));
@@ -201,14 +202,14 @@ bool batch_invariant() { return g_invariant; }
 void gemm_nt_fixed(float* C, const float* A, const float* B, int M, int N, int K, float alpha, float beta,
                    FixedIsa isa) {
   if (M <= 0 || N <= 0) return;
-  const bool avx2 = isa == FixedIsa::Avx2 || (isa == FixedIsa::Best && cpu_has_avx2());
+  if (isa == FixedIsa::Scalar) return fixed_scalar(C, A, B, M, N, K, alpha, beta);
 #if MGRL_GEMM_X86
-  if (avx2 && cpu_has_avx2())
+  const bool avx2 = (isa == FixedIsa::Avx2 || isa == FixedIsa::Best) && cpu_has_avx2();
+  if (avx2)
     fixed_avx2(C, A, B, M, N, K, alpha, beta);
   else
     fixed_sse2(C, A, B, M, N, K, alpha, beta);
 #else
-  (void)avx2;
   fixed_scalar(C, A, B, M, N, K, alpha, beta);
 #endif
 }

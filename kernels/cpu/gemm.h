@@ -17,9 +17,10 @@ bool batch_invariant();
 void gemm_nt(float* C, const float* A, const float* B, int M, int N, int K, float alpha, float beta);
 
 // The batch-invariant kernel itself (gemm_nt in batch-invariant mode calls it with Best). Its order of summation is
-// fixed (gemm.cpp says which); the SSE2 and AVX2 paths give the same bits. Sse2/Avx2 pick a path for tests (Avx2 falls
-// back to SSE2 on a CPU without it: gemm_nt_fixed_has_avx2 says whether it did).
-enum class FixedIsa { Best, Sse2, Avx2 };
+// fixed (gemm.cpp says which); every path gives the same bits. Scalar (one element at a time: the path of CPUs other
+// than x86-64), Sse2 and Avx2 pick a path for tests (Sse2/Avx2 on x86-64 only, else Scalar runs; Avx2 falls back to
+// SSE2 on a CPU without it: gemm_nt_fixed_has_avx2 says whether it did).
+enum class FixedIsa { Best, Scalar, Sse2, Avx2 };
 void gemm_nt_fixed(float* C, const float* A, const float* B, int M, int N, int K, float alpha, float beta,
                    FixedIsa isa);
 bool gemm_nt_fixed_has_avx2();

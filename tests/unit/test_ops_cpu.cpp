@@ -1245,9 +1245,10 @@ TEST(OpsCpu, EmbeddingScaled) {
 
 
 // ---------------------------------------------------------------------------------------------------------------
-// the batch-invariant GEMM: its blocked SSE2 and AVX2 paths against its definition, element by element (8 lanes over
-// k, each product rounded then added, lanes combined pairwise, the tail one by one, then alpha and beta: gemm.cpp);
-// bits, not tolerances. This file is compiled with -ffp-contract=off, so the definition below is not fused either.
+// the batch-invariant GEMM: its scalar, blocked SSE2 and AVX2 paths against its definition, element by element (8
+// lanes over k, each product rounded then added, lanes combined pairwise, the tail one by one, then alpha and beta:
+// gemm.cpp); bits, not tolerances. This file is compiled with -ffp-contract=off, so the definition below is not
+// fused either.
 
 void gemm_fixed_definition(float* C, const float* A, const float* B, int M, int N, int K, float alpha, float beta) {
   for (int m = 0; m < M; ++m)
@@ -1278,7 +1279,7 @@ TEST(OpsCpu, BatchInvariantGemmIsItsFixedOrderBitwiseOnEveryPath) {
     for (const float beta : {0.0f, 0.75f}) {
       Vec want = C0;
       gemm_fixed_definition(want.data(), A.data(), B.data(), M, N, K, 1.25f, beta);
-      for (const FixedIsa isa : {FixedIsa::Sse2, FixedIsa::Avx2, FixedIsa::Best}) {
+      for (const FixedIsa isa : {FixedIsa::Scalar, FixedIsa::Sse2, FixedIsa::Avx2, FixedIsa::Best}) {
         Vec got = C0;
         gemm_nt_fixed(got.data(), A.data(), B.data(), M, N, K, 1.25f, beta, isa);
         ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)))
@@ -1296,7 +1297,7 @@ TEST(OpsCpu, BatchInvariantGemmIsItsFixedOrderBitwiseOnEveryPath) {
       ASSERT_EQ(0, std::memcmp(row.data(), want.data() + static_cast<size_t>(M - 1) * N, row.size() * sizeof(float)));
     }
   }
-  EXPECT_EQ(checked, 60);
+  EXPECT_EQ(checked, 80);
   if (!gemm_nt_fixed_has_avx2()) std::printf("  this CPU has no AVX2: the Avx2 path ran as SSE2\n");
 }
 
