@@ -14,8 +14,8 @@ build=${MGRL_SANITIZE_DIR:-$root/build-sanitize}
 seconds=${MGRL_FUZZ_SECONDS:-15}
 mkdir -p "$build"
 flags="-fsanitize=address,undefined,fuzzer-no-link -fno-sanitize-recover=undefined -fno-omit-frame-pointer -O1 -g1"
-# The optimization level per source file: scripts/sanitize_opt.sh (-O1 for the parsers, kernels and fuzz targets, -O0
-# for the rest).
+# The optimization level per source file: scripts/sanitize_opt.sh (-O1 for the parsers, checkpoints, reward verdicts,
+# kernels, fuzz targets and tests, -O0 for the modes and the training and RL loops).
 CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DMGRL_CUDA=OFF \
   -DCMAKE_C_COMPILER_LAUNCHER="$root/scripts/sanitize_opt.sh" -DCMAKE_CXX_COMPILER_LAUNCHER="$root/scripts/sanitize_opt.sh" \
   -DMGRL_BUILD_BENCH=OFF -DMGRL_FUZZ=ON -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" \

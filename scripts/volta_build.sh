@@ -11,7 +11,7 @@
 # Build directory: build-sm70/ (or $MGRL_VOLTA_DIR); the C++ parts are compiled by nvcc's host compiler too. Built:
 # mgrl and the GPU test programs test_ops_cuda and test_model_cuda (not run: no GPU here). The plain C++ files compile
 # at -O0 here: this job checks the CUDA code (compiled as in Release: nvcc's device code is optimized whatever the host
-# level) and the link; the host C++ is the main build's, compiled and tested there at -O3 (with clang++-14,
+# level) and the link; mgrl's host C++ is compiled and tested at -O3 by the main build (with clang++-14,
 # config_schema.cpp takes 28.4 s at -O3 and 1.9 s at -O0; the host objects' CPU time fell from 450 s to 238 s, the
 # job from 280-333 s to 214 s on the 2-core CI machine). A cluster's own sm_70 build (docs/cluster.md) is an
 # ordinary Release build.
