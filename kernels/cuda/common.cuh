@@ -184,7 +184,8 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
 }
 
 // Whether the decode step's kernels are launched with PDL: MGRL_PDL=1 (opt-in until a GPU has measured it) on a
-// device of compute capability 9.0 or more, and a runtime that has the attribute (CUDA 12+). Read once.
+// device of compute capability 9.0 or more, kernels compiled for compute_90 or later (else pdl_wait() is empty), and
+// a CUDA 12.3 or newer runtime and driver (programmatic edges in captured graphs). Read once; says when it declines.
 bool pdl_enabled();
 
 // kernel<<<grid, block, smem, stream>>>(args...), with the programmatic-stream-serialization attribute when pdl is

@@ -34,15 +34,36 @@
 
 namespace mgrl::kernels {
 
+namespace {
+// Compiled like every kernel of the library (same architectures), so its code's PTX version is theirs.
+__global__ void pdl_probe_kernel() { cuda::pdl_wait(); }
+}  // namespace
+
 bool cuda::pdl_enabled() {
   static const bool on = [] {
-#if CUDART_VERSION >= 12000
+#if CUDART_VERSION >= 12030
     if (!env::opt_in("MGRL_PDL")) return false;
     const int major = cuda::device_facts().major;
-    log::info(major >= 9 ? "MGRL_PDL=1: the decode step's kernels are launched with programmatic dependent launch"
-                         : "MGRL_PDL=1 ignored: programmatic dependent launch needs compute capability 9.0");
-    return major >= 9;
+    // The code the device runs must have been compiled for compute_90 or later: in a build whose newest code is
+    // compute_80 PTX (which an H100's driver JIT-compiles) pdl_wait() is empty, and a kernel launched with the
+    // attribute would read its inputs before the kernel that writes them has finished.
+    cudaFuncAttributes code{};
+    CUDA_CHECK(cudaFuncGetAttributes(&code, pdl_probe_kernel));
+    // Programmatic edges in captured graphs (the decode step is recorded) need a 12.3 driver.
+    int driver = 0;
+    CUDA_CHECK(cudaDriverGetVersion(&driver));
+    const char* why = major < 9            ? "needs compute capability 9.0"
+                      : code.ptxVersion < 90 ? "needs kernels compiled for compute_90 or later (this build has none)"
+                      : driver < 12030       ? "needs a CUDA 12.3 or newer driver"
+                                             : nullptr;
+    if (why) {
+      log::info(std::string("MGRL_PDL=1 ignored: programmatic dependent launch ") + why);
+      return false;
+    }
+    log::info("MGRL_PDL=1: the decode step's kernels are launched with programmatic dependent launch");
+    return true;
 #else
+    if (env::opt_in("MGRL_PDL")) log::info("MGRL_PDL=1 ignored: programmatic dependent launch needs CUDA 12.3 or newer");
     return false;
 #endif
   }();
