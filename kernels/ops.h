@@ -262,6 +262,15 @@ class Ops {
   virtual void linear_group_forward(const LinearMember* m, int n, const void* x, int T, int in) {
     for (int i = 0; i < n; ++i) linear_forward(m[i].y, x, m[i].W, m[i].bias, T, in, m[i].out);
   }
+  // linear_group_forward of n layers without bias, then lora_group_forward of their adapters (g[i].y == m[i].y), as
+  // one op where a backend has a faster way for these operands (CUDA: one GEMM a layer over concatenated operands,
+  // opt-in MGRL_LORA_CONCAT=1): the same values up to the rounding of y (once instead of twice). Returns false, having
+  // done nothing, where it has none; the caller then runs the two ops. The CPU backend has none.
+  virtual bool linear_lora_group_forward(const LinearMember* m, const LoraMember* g, int n, const void* x, int T,
+                                         int in, int r) {
+    (void)m, (void)g, (void)n, (void)x, (void)T, (void)in, (void)r;
+    return false;
+  }
   // linear.h + swiglu.h: act [T, I] = f(x Wg^T) * (x Wu^T) for x [T, in], Wg and Wu [I, in], f the SiLU (SwiGLU) or,
   // with geglu, the tanh GELU (GeGLU); the gate and up products rounded to the storage dtype first, as
   // linear_forward stores them. gate, up [T, I]: work buffers the composition writes (a fused kernel need not).

@@ -29,6 +29,7 @@
 #              docs/performance.md ("The Volta code on an H100") has the recipe.
 #   train      perf/train_vs_hf.py at the Qwen2.5 0.5B, 1.5B (batch 8 x 1024) and 7B (4 x 1024) shapes
 #   train05, train15, train7   the same at one shape
+#   train_concat  mgrl alone at 0.5B with MGRL_LORA_CONCAT off and on (in `first`)
 #   train_ab   mgrl alone at 0.5B: as built, then MGRL_FUSED_LM_HEAD=0, then MGRL_LORA_GROUPS=0, then
 #              MGRL_CUBLASLT_BIAS=0, then MGRL_FUSED_NORM=0 (changes of 2026-11-25, never run on a GPU before: their
 #              effect on the step)
@@ -294,6 +295,15 @@ stage_train_ab() {
     env \$e python3 $root/perf/train_vs_hf.py --mgrl $mgrl --shape qwen2.5-0.5b --batch 8 --seq 1024 --steps 20 \
       --warmup 5 --skip-hf --out $OUT/train_ab_\$v.md; done"
 }
+# train_concat: mgrl alone at the 0.5B shape, as built and with MGRL_LORA_CONCAT=1 (the linears of q|k|v and gate|up
+# and their adapters as one GEMM a layer over concatenated operands, written 2026-11-27 without a GPU; predicted
+# ~3-4 ms of the 67 ms H200 step from gate|up's read-modify-write of y, docs/performance.md).
+# Tables: $OUT/train_concat_{off,on}.md
+stage_train_concat() {
+  run_stage train_concat 300 "for v in off on; do echo \"--- \$v\"; \
+    env MGRL_LORA_CONCAT=\$([ \$v = on ] && echo 1 || echo 0) python3 $root/perf/train_vs_hf.py --mgrl $mgrl \
+      --shape qwen2.5-0.5b --batch 8 --seq 1024 --steps 20 --warmup 5 --skip-hf --out $OUT/train_concat_\$v.md; done"
+}
 stage_gen() {
   run_stage gen 900 "python3 $root/perf/gen_vs_hf.py --mgrl $mgrl --model-cache /tmp/gen_models \
     --shape qwen2.5-0.5b --batches ${GEN_BATCHES:-1,8,64,256} \
@@ -459,7 +469,7 @@ stage_large() {
 stages=()
 for a in "$@"; do
   case $a in
-    first) stages+=(info ctest_quick train05 grpo gen gen_pdl sampler train15); GPU_DEADLINE=${GPU_DEADLINE:-540} ;;
+    first) stages+=(info ctest_quick train05 train_concat grpo gen gen_pdl sampler train15); GPU_DEADLINE=${GPU_DEADLINE:-540} ;;
     second) stages+=(ncu_decode initcheck racecheck ncu_train train15); GPU_DEADLINE=${GPU_DEADLINE:-540} ;;
     *) stages+=("$a") ;;
   esac
@@ -475,5 +485,5 @@ note "gpu_program: done after $((SECONDS - t_start)) s"
 pack
 echo "=== summary ==="; cat "$OUT/summary.txt"
 # The tables last, where the device tool's reply (the output's last 12,000 characters) shows them.
-for f in gen_pdl_off.md gen_pdl_pdl.md gen_pdl_fold.md gen_pdl_all.md ncu_decode_b1.md ncu_decode_b64.md initcheck.md racecheck.md train.md train_ab_on.md train_ab_no_fused_head.md train_ab_no_lora_groups.md train_ab_no_cublaslt_bias.md train_ab_no_fused_norm.md gen.md gen_sync1.md gen_sync8.md gen_sync8_no_fused_norm.md gen_merge_off.md gen_merge_on.md merge_mismatch.md gen_fused_on.md gen_fused_off.md grpo.md grpo_ab_on.md grpo_ab_no_scored_rows.md grpo15.md scaling.md; do [ -f "$OUT/$f" ] && { echo "=== $f ==="; cat "$OUT/$f"; }; done
+for f in train_concat_off.md train_concat_on.md gen_pdl_off.md gen_pdl_pdl.md gen_pdl_fold.md gen_pdl_all.md ncu_decode_b1.md ncu_decode_b64.md initcheck.md racecheck.md train.md train_ab_on.md train_ab_no_fused_head.md train_ab_no_lora_groups.md train_ab_no_cublaslt_bias.md train_ab_no_fused_norm.md gen.md gen_sync1.md gen_sync8.md gen_sync8_no_fused_norm.md gen_merge_off.md gen_merge_on.md merge_mismatch.md gen_fused_on.md gen_fused_off.md grpo.md grpo_ab_on.md grpo_ab_no_scored_rows.md grpo15.md scaling.md; do [ -f "$OUT/$f" ] && { echo "=== $f ==="; cat "$OUT/$f"; }; done
 exit "${setup_failed:-0}"  # 1 when a stage could not start (its build missing); a stage that ran and failed: 0

@@ -224,6 +224,16 @@ class CudaOps final : public Ops {
   void lora_group_forward(const LoraMember* g, int n, const void* x, int T, int in, int r, float*) override {
     cuda::lora_group_forward(ctx(), g, n, x, T, in, r);
   }
+  bool linear_lora_group_forward(const LinearMember* m, const LoraMember* g, int n, const void* x, int T, int in,
+                                 int r) override {
+    if (n <= 0 || n > kMaxLoraGroup) return false;
+    const void* W[kMaxLoraGroup] = {};
+    for (int i = 0; i < n; ++i) {
+      if (m[i].bias || m[i].y != g[i].y || m[i].out != g[i].out) return false;
+      W[i] = m[i].W;
+    }
+    return cuda::lora_concat_forward(ctx(), g, W, n, x, T, in, r);
+  }
   void lora_group_backward(void* dx, const LoraMember* g, int n, const void* x, int T, int in, int r,
                            float*) override {
     cuda::lora_group_backward(ctx(), dx, g, n, x, T, in, r);

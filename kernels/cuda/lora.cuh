@@ -22,6 +22,12 @@ void lora_backward(const Ctx& c, void* dx, float* dA, float* dB, const void* dy,
 void lora_group_forward(const Ctx& c, const LoraMember* g, int n, const void* x, int T, int in, int r);
 void lora_group_backward(const Ctx& c, void* dx, const LoraMember* g, int n, const void* x, int T, int in, int r);
 
+// linear_forward (no bias) of each member's weight W[m] [out, in] into g[m].y, then lora_group_forward, as one GEMM a
+// member over concatenated operands ([x | xa] [W | scale B]^T; lora.cu gemm_concat_forward), when MGRL_LORA_CONCAT=1
+// and the members' outputs are wider than x; false (nothing queued) otherwise.
+bool lora_concat_forward(const Ctx& c, const LoraMember* g, const void* const* W, int n, const void* x, int T, int in,
+                         int r);
+
 // kernels/cpu/lora.h lora_merge: Wm = W + scale * B A in the storage dtype (Wm may be W), the sum over k in f32 in
 // the CPU reference's order and roundings (unfused), so that the result equals the reference's f32 value rounded
 // once. A tiled kernel (A and B tiles in shared memory), no cuBLAS; memory-bound (reads W, writes Wm).

@@ -308,6 +308,7 @@ bool TrainExecutor::grouped_lora(bool train) const {
 
 void TrainExecutor::linears_with_lora(int l, const LayerWeights& Lw, const Module* ms, void* const* ys, int n,
                                       const void* x, int T, LayerActs& a, bool use_lora) {
+  if (use_lora && def_.lora() && linears_with_lora_fused(l, Lw, ms, ys, n, x, T, a)) return;
   for (int i = 0; i < n; ++i) {
     const int mi = static_cast<int>(ms[i]);
     ops_.linear_forward(ys[i], x, Lw.W[mi], Lw.bias[mi], T, module_in(cfg_, ms[i]), module_out(cfg_, ms[i]));
@@ -317,6 +318,26 @@ void TrainExecutor::linears_with_lora(int l, const LayerWeights& Lw, const Modul
   float* xa[kernels::kMaxLoraGroup] = {};
   for (int i = 0; i < n; ++i) xa[i] = a.xa[static_cast<int>(ms[i])];
   lora_add_group(def_, l, ms, ys, n, x, T, xa, cur_->work->lora_scratch);
+}
+
+bool TrainExecutor::linears_with_lora_fused(int l, const LayerWeights& Lw, const Module* ms, void* const* ys, int n,
+                                            const void* x, int T, LayerActs& a) {
+  const LoraParams& lora = *def_.lora();
+  kernels::LoraMember g[kernels::kMaxLoraGroup];
+  const LoraSlot* slot[kernels::kMaxLoraGroup];
+  int idx[kernels::kMaxLoraGroup];
+  if (n > kernels::kMaxLoraGroup || lora_members(lora, l, ms, n, g, slot, idx) != n) return false;  // all adapted
+  kernels::Ops::LinearMember lm[kernels::kMaxLoraGroup];
+  for (int j = 0; j < n; ++j) {
+    const int mi = static_cast<int>(ms[idx[j]]);
+    g[j].y = ys[idx[j]];
+    g[j].xa = a.xa[mi];
+    lm[j].y = ys[idx[j]];
+    lm[j].W = Lw.W[mi];
+    lm[j].bias = Lw.bias[mi];
+    lm[j].out = module_out(cfg_, ms[idx[j]]);
+  }
+  return ops_.linear_lora_group_forward(lm, g, n, x, T, module_in(cfg_, ms[0]), lora.config().r);
 }
 
 void TrainExecutor::linears_with_lora_backward(int l, const LayerWeights& Lw, const LayerGrads& Lg, const Module* ms,

@@ -105,6 +105,10 @@ class TrainExecutor {
   bool grouped_lora(bool train) const;
   void linears_with_lora(int l, const LayerWeights& Lw, const Module* ms, void* const* ys, int n, const void* x, int T,
                          LayerActs& a, bool use_lora);
+  // The same through Ops::linear_lora_group_forward when every layer of the group has an adapter and the backend
+  // has a fused path for them (CUDA, MGRL_LORA_CONCAT=1); false, nothing done, otherwise.
+  bool linears_with_lora_fused(int l, const LayerWeights& Lw, const Module* ms, void* const* ys, int n, const void* x,
+                               int T, LayerActs& a);
   void linears_with_lora_backward(int l, const LayerWeights& Lw, const LayerGrads& Lg, const Module* ms,
                                   const void* const* dys, int n, void* dx, const void* x, int T, LayerActs& a);
 

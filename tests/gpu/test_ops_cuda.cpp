@@ -526,6 +526,70 @@ TEST_P(OpsCuda, LoraGroup) {
   }
 }
 
+// linear_lora_group_forward (MGRL_LORA_CONCAT=1: the linears and their adapters as one GEMM a member over
+// concatenated operands) against the CPU's linear_forward of each member followed by lora_group_forward: y within
+// one rounding, xa (kept for the backward) in f32. Without the switch the op must decline (the caller's two ops run),
+// and it declines with it where the outputs are not wider than the input (the copy of x would not pay).
+TEST_P(OpsCuda, LoraConcat) {
+  const bool on = std::getenv("MGRL_LORA_CONCAT") && std::string(std::getenv("MGRL_LORA_CONCAT")) == "1";
+  struct Case {
+    int T, in, r;
+    std::vector<int> outs;
+  };
+  for (const Case& cs : {Case{45, 32, 4, {59, 21}}, Case{70, 64, 16, {261, 261}}, Case{33, 48, 7, {40, 24, 24}},
+                         Case{20, 40, 4, {40}}}) {
+    const int T = cs.T, in = cs.in, r = cs.r, n = static_cast<int>(cs.outs.size());
+    const std::string tag = "n" + std::to_string(n) + " r" + std::to_string(r) + " T" + std::to_string(T) + " ";
+    Pair x = storage(randu(sz(T, in), 230));
+    std::vector<Pair> W, A, B, y, xa;
+    std::vector<float> scale;
+    int outs = 0;
+    for (int m = 0; m < n; ++m) {
+      const int out = cs.outs[static_cast<std::size_t>(m)];
+      outs += out;
+      const std::uint32_t s0 = 240 + 10 * static_cast<std::uint32_t>(m);
+      W.push_back(storage(randu(sz(out, in), s0, -0.3f, 0.3f)));
+      A.push_back(f32(randu(sz(r, in), s0 + 1, -0.2f, 0.2f)));
+      B.push_back(f32(randu(sz(out, r), s0 + 2, -0.2f, 0.2f)));
+      y.push_back(storage(Vec(sz(T, out), 7.0f)));  // overwritten, not added to
+      xa.push_back(f32(Vec(sz(T, r), 0.0f)));
+      scale.push_back((2.0f + static_cast<float>(m)) / static_cast<float>(r));
+    }
+    const auto members = [&](bool gpu) {
+      std::vector<LoraMember> g(static_cast<std::size_t>(n));
+      std::vector<Ops::LinearMember> lm(static_cast<std::size_t>(n));
+      for (std::size_t i = 0; i < g.size(); ++i) {
+        const auto pick = [gpu](const Pair& p) { return gpu ? p.g : p.c; };
+        g[i].y = pick(y[i]);
+        g[i].xa = static_cast<float*>(pick(xa[i]));
+        g[i].A = static_cast<const float*>(pick(A[i]));
+        g[i].B = static_cast<const float*>(pick(B[i]));
+        g[i].scale = scale[i];
+        g[i].out = cs.outs[i];
+        lm[i].y = g[i].y;
+        lm[i].W = pick(W[i]);
+        lm[i].out = cs.outs[i];
+      }
+      return std::make_pair(g, lm);
+    };
+    const auto [gc, lc] = members(false);
+    const auto [gg, lg] = members(true);
+    for (int m = 0; m < n; ++m) cpu_->linear_forward(lc[m].y, x.c, lc[m].W, nullptr, T, in, lc[m].out);
+    cpu_->lora_group_forward(gc.data(), n, x.c, T, in, r, nullptr);
+    const bool took = gpu_->linear_lora_group_forward(lg.data(), gg.data(), n, x.g, T, in, r);
+    if (!on || outs <= in) {
+      EXPECT_FALSE(took) << tag << "the op must decline " << (on ? "(outputs not wider than x)" : "(switch off)");
+      continue;
+    }
+    ASSERT_TRUE(took) << tag;
+    for (int m = 0; m < n; ++m) {
+      const std::size_t i = static_cast<std::size_t>(m);
+      expect_close(tag + "concat y " + std::to_string(m), y[i], tol());
+      expect_close(tag + "concat xa " + std::to_string(m), xa[i], kF32Tol);
+    }
+  }
+}
+
 // lora_merge (generate.merge_lora): Wm = W + scale * B A. The CUDA kernel sums over k in the CPU reference's order
 // with the same separately rounded products and adds, so its result is the reference's f32 value rounded once to
 // the storage dtype: bit for bit (a mismatch count, with the worst relative difference for the diagnosis). The
