@@ -115,7 +115,9 @@ startup_requeue() {
   [ "$(field "$job" Restarts)" -gt "$crash_requeues" ] || return 1
   local size
   size=$(stat -c %s "$log" 2>/dev/null || echo 0)
-  tail -c +$((crash_seen + 1)) "$log" 2>/dev/null | grep -q "during MPI start-up" || return 1
+  # (grep reads a process substitution: `tail | grep -q` under pipefail fails when grep stops at its match while tail
+  # still has output, tail dying of SIGPIPE)
+  grep -q "during MPI start-up" < <(tail -c +$((crash_seen + 1)) "$log" 2>/dev/null) || return 1
   note_startup_crash "$log" "$crash_seen"
   crash_seen=$size
   crash_requeues=$((crash_requeues + 1))
