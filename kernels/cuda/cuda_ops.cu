@@ -34,10 +34,12 @@
 
 namespace mgrl::kernels {
 
+#if CUDART_VERSION >= 12030
 namespace {
 // Compiled like every kernel of the library (same architectures), so its code's PTX version is theirs.
 __global__ void pdl_probe_kernel() { cuda::pdl_wait(); }
 }  // namespace
+#endif
 
 bool cuda::pdl_enabled() {
   static const bool on = [] {
