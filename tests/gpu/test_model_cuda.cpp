@@ -6,7 +6,9 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "io/hf_config.h"
 #include "io/safetensors.h"
@@ -115,6 +117,33 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, ModelCuda,
                                            // QLoRA over NF4 weights
                                            Case{"../nf4/llama_nf4", DType::BF16, false},
                                            Case{"../nf4/llama_nf4", DType::F16, true}));
+
+// MatchesCpu passes whether or not the model takes the concatenated-operand LoRA GEMM (MGRL_LORA_CONCAT=1, run by
+// gpu.model_cuda_lora_concat), since declining is correct too. Here the model's training forward is counted: with the
+// switch the gate|up group (outputs 2 x 152 wider than the input 60) takes it in every layer, with the switch off it
+// is never taken; and the results with it match the CPU as MatchesCpu's do.
+TEST(LoraConcatCuda, ModelTakesItExactlyWhenSwitchedOn) {
+  const char* e = std::getenv("MGRL_LORA_CONCAT");
+  const bool on = e && std::string(e) == "1";
+  const char* f = std::getenv("MGRL_CUDA_LORA");
+  if (f && std::string(f) == "fused") GTEST_SKIP() << "the custom LoRA kernels decline the concatenated path";
+  const auto cfg = io::parse_hf_config(kData + "llama_gqa/config.json");
+  auto cpu = kernels::make_cpu_ops();
+  test::CountingOps gpu(kernels::make_cuda_ops(0));
+  const Outputs want = run(*cpu, "llama_gqa", false);
+  const Outputs got = run(gpu, "llama_gqa", false);
+  const int taken = gpu.calls["linear_lora_group_forward"];
+  if (on) {
+    EXPECT_GE(taken, cfg.num_hidden_layers) << "MGRL_LORA_CONCAT=1 but the model did not take the concatenated path";
+  } else {
+    EXPECT_EQ(taken, 0) << "the concatenated path was taken without MGRL_LORA_CONCAT=1";
+  }
+  const double u = gpu.storage() == DType::BF16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+  EXPECT_LE(rel_error(got.lp, want.lp), 12 * u);
+  EXPECT_LE(rel_error(got.grads, want.grads), 12 * u);
+  std::printf("llama_gqa %s, MGRL_LORA_CONCAT %s: the concatenated path taken %d times\n", dtype_name(gpu.storage()),
+              on ? "on" : "off", taken);
+}
 
 // The optimizer ops on the GPU against the CPU: AdamW (same fp32 arithmetic) and the squared norm.
 TEST(OptimizerCuda, AdamWAndSumSquaresMatchCpu) {

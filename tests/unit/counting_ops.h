@@ -108,6 +108,15 @@ class CountingOps final : public kernels::Ops {
     ++calls["lora_group_forward"];
     in->lora_group_forward(g, n, x, T, i, r, scratch);
   }
+  // The linears of a group and their adapters as one op (Ops::linear_lora_group_forward): declined in the
+  // composition, else the inner backend's answer, counted when taken (a test can then tell that the path ran).
+  bool linear_lora_group_forward(const LinearMember* m, const kernels::LoraMember* g, int n, const void* x, int T,
+                                 int i, int r) override {
+    if (compose_fused) return false;
+    const bool took = in->linear_lora_group_forward(m, g, n, x, T, i, r);
+    if (took) ++calls["linear_lora_group_forward"];
+    return took;
+  }
   void lora_group_backward(void* dx, const kernels::LoraMember* g, int n, const void* x, int T, int i, int r,
                            float* scratch) override {
     ++calls["lora_group_backward"];
