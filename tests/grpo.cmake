@@ -83,6 +83,11 @@ if(MGRL_WITH_CUDA)
   add_test(NAME gpu.grpo_cuda COMMAND bash -c
     "rm -rf ${GRPO}/cuda && mkdir -p ${GRPO}/cuda && ${RUN1} ${GRPO_STR} --runtime.backend=cuda --log.dir=${GRPO}/cuda --checkpoint.dir=${GRPO}/cuda/ck > ${GRPO}/cuda/out.log 2>&1; rc=$?; cat ${GRPO}/cuda/out.log; if [ $rc = 2 ] && ! nvidia-smi -L >/dev/null 2>&1; then exit 77; fi; [ $rc = 0 ] || exit $rc; grep -q 'LoRA on 1 rank' ${GRPO}/cuda/out.log && ${CHECK} rollouts ${GRPO}/cuda/rollouts/step_00000001.h5 ${GRPO}/cuda/metrics.jsonl --G=4 && ${CHECK} rollouts ${GRPO}/cuda/rollouts/step_00000003.h5 ${GRPO}/cuda/metrics.jsonl --G=4")
   set_tests_properties(gpu.grpo_cuda PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 120)
+  # The same job with the one-rank communicator (MGRL_SELF_COMM=1, opt-in: no NCCL) and the base sharded (its layer
+  # gathers are the self communicator's copies), against NCCL: the log names the path, the weights agree.
+  add_test(NAME gpu.grpo_cuda_self_comm COMMAND bash -c
+    "rm -rf ${GRPO}/cuda_self && mkdir -p ${GRPO}/cuda_self && MGRL_SELF_COMM=1 ${RUN1} ${GRPO_STR} --runtime.backend=cuda --model.shard_base=true --log.dir=${GRPO}/cuda_self/self --checkpoint.dir=${GRPO}/cuda_self/self > ${GRPO}/cuda_self/self.log 2>&1; rc=$?; cat ${GRPO}/cuda_self/self.log; if [ $rc = 2 ] && ! nvidia-smi -L >/dev/null 2>&1; then exit 77; fi; [ $rc = 0 ] || exit $rc; grep -q 'MGRL_SELF_COMM=1: one rank on a GPU, no NCCL' ${GRPO}/cuda_self/self.log && ${RUN1} ${GRPO_STR} --runtime.backend=cuda --model.shard_base=true --log.dir=${GRPO}/cuda_self/nccl --checkpoint.dir=${GRPO}/cuda_self/nccl && ${CHECK} weights ${GRPO}/cuda_self/self/step_00000004.h5 ${GRPO}/cuda_self/nccl/step_00000004.h5 --rtol=1e-3")
+  set_tests_properties(gpu.grpo_cuda_self_comm PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 180)
 endif()
 add_executable(test_grpo_loss unit/test_grpo_loss.cpp)
 target_link_libraries(test_grpo_loss PRIVATE mgrl_rl mgrl_model GTest::gtest_main mgrl_warnings)

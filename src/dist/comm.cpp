@@ -1,9 +1,10 @@
-// comm.cpp: make_comm picks the Comm implementation that matches the device's backend.
+// comm.cpp: make_comm picks the Comm implementation that matches the device's backend (and the job's size).
 #include "dist/comm.h"
 
 #include <chrono>
 #include <vector>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "dist/mpi_env.h"
 
@@ -23,6 +24,10 @@ std::unique_ptr<Comm> make_nccl_comm(const MpiEnv& env, int device, double timeo
 std::unique_ptr<Comm> make_comm(const MpiEnv& env, const Device& device, double timeout_s) {
   if (device.backend == Backend::Cpu) return make_mpi_comm(env, timeout_s);
 #if MGRL_WITH_CUDA
+  // One GPU, one rank: nothing to communicate, so no NCCL is needed. Opt-in (MGRL_SELF_COMM=1) until a GPU has run it.
+  if (env.size() == 1 && env::opt_in_logged("MGRL_SELF_COMM", "MGRL_SELF_COMM=1: one rank on a GPU, no NCCL (the self "
+                                                               "communicator)"))
+    return make_self_comm(device);
   return make_nccl_comm(env, device.gpu.index, timeout_s);
 #else
   throw FatalError("CUDA device chosen in a build without the CUDA backend");

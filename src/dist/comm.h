@@ -22,7 +22,7 @@ class Comm {
  public:
   virtual ~Comm() = default;
   virtual Backend backend() const = 0;
-  virtual std::string name() const = 0;  // "mpi" or "nccl"
+  virtual std::string name() const = 0;  // "mpi", "nccl" or "self"
   int rank() const { return rank_; }
   int size() const { return size_; }
 
@@ -58,8 +58,13 @@ class Comm {
   int rank_, size_;
 };
 
-// Collective over all ranks. timeout_s <= 0 disables the watchdog.
+// Collective over all ranks. timeout_s <= 0 disables the watchdog. CPU: MPI. CUDA: NCCL, or, in a job of one rank
+// with MGRL_SELF_COMM=1 in the environment (opt-in until a GPU has run it), the self communicator below.
 std::unique_ptr<Comm> make_comm(const MpiEnv& env, const Device& device, double timeout_s);
+
+// The communicator of a job of one rank on `device`: allreduce and broadcast leave the buffer as it is, allgather
+// copies (on the caller's stream on a GPU); no MPI or NCCL call. Named "self".
+std::unique_ptr<Comm> make_self_comm(const Device& device);
 
 // Collective: allreduces a small buffer on the comm's device and checks the sum; returns the
 // time it took in milliseconds, throws FatalError when the result is wrong.

@@ -4,7 +4,9 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -38,7 +40,9 @@ Setup& setup() {
     const std::string backend = test::arg("backend").empty() ? "cpu" : test::arg("backend");
     try {
       r.device = dist::choose_device(test::env(), backend, 1);
-      r.comm = dist::make_comm(test::env(), r.device, 60.0);
+      // --comm=self: the one-rank communicator made directly (on the CPU make_comm gives MPI at any size).
+      r.comm = test::arg("comm") == "self" ? dist::make_self_comm(r.device)
+                                           : dist::make_comm(test::env(), r.device, 60.0);
       r.usable = true;
     } catch (const UserError& e) {
       r.why = e.what();  // e.g. no GPU per rank: the same on every rank
@@ -129,7 +133,7 @@ TEST(GpuBinding, FollowsWhatTheLauncherShows) {
 TEST_F(CommTest, RankAndSizeMatchMpi) {
   EXPECT_EQ(comm().rank(), test::env().rank());
   EXPECT_EQ(comm().size(), test::env().size());
-  EXPECT_EQ(comm().name(), setup().device.backend == Backend::Cuda ? "nccl" : "mpi");
+  EXPECT_EQ(comm().backend(), setup().device.backend);
 }
 
 template <typename T>
@@ -275,6 +279,45 @@ TEST_F(CommTest, AsyncBucketsThenWait) {
 }
 
 TEST_F(CommTest, SelfTestPasses) { EXPECT_GE(dist::comm_selftest(comm()), 0.0); }
+
+// Which communicator make_comm gives: MPI on the CPU; on GPUs NCCL, or with MGRL_SELF_COMM=1 (opt-in) in a job of
+// one rank none at all (no NCCL start-up for a single-GPU run).
+TEST_F(CommTest, OneRankOnAGpuStartsNoNccl) {
+  if (test::arg("comm") == "self") {
+    EXPECT_EQ(comm().name(), "self");
+    return;
+  }
+  const char* sw = std::getenv("MGRL_SELF_COMM");
+  const bool self_on = sw && std::string(sw) == "1";
+  if (setup().device.backend == Backend::Cpu) EXPECT_EQ(comm().name(), "mpi");
+  else EXPECT_EQ(comm().name(), n() == 1 && self_on ? "self" : "nccl");
+}
+
+// The one-rank communicator's own promises: an allgather into another buffer is a copy, one in place leaves the
+// buffer, a broadcast names rank 0 only.
+TEST_F(CommTest, SelfCommCopiesAndRefusesOtherRoots) {
+  if (n() != 1) GTEST_SKIP() << "the self communicator is for jobs of one rank";
+  auto self = dist::make_self_comm(setup().device);
+  EXPECT_EQ(self->size(), 1);
+  EXPECT_EQ(self->rank(), 0);
+  std::vector<std::int32_t> v(1000);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<std::int32_t>(i * 7 - 300);
+  Buffer a(v.size() * 4), b(v.size() * 4);
+  a.put(v);
+  b.put(std::vector<std::int32_t>(v.size(), 0));
+  self->allgather_async(a.get(), b.get(), v.size() * 4);
+  self->wait();
+  self->synchronize();
+  EXPECT_EQ(b.take<std::int32_t>(v.size()), v);
+  self->allgather(a.get(), a.get(), v.size() * 4);  // in place
+  self->allreduce_sum(a.get(), v.size(), DType::I32);
+  self->allreduce_avg(a.get(), v.size() / 2, DType::F32);  // the bytes of 500 floats, unchanged
+  self->broadcast(a.get(), v.size() * 4, 0);
+  self->barrier();
+  EXPECT_EQ(a.take<std::int32_t>(v.size()), v);
+  EXPECT_THROW(self->broadcast(a.get(), 4, 1), FatalError);
+  EXPECT_THROW(self->allreduce_avg(a.get(), 4, DType::I64), FatalError);
+}
 
 }  // namespace
 }  // namespace mgrl
