@@ -532,12 +532,17 @@ TEST_P(OpsCuda, LoraGroup) {
 // and it declines with it where the outputs are not wider than the input (the copy of x would not pay).
 TEST_P(OpsCuda, LoraConcat) {
   const bool on = std::getenv("MGRL_LORA_CONCAT") && std::string(std::getenv("MGRL_LORA_CONCAT")) == "1";
+  const char* lora_kernels = std::getenv("MGRL_CUDA_LORA");
+  if (on && lora_kernels && std::string(lora_kernels) == "fused")
+    GTEST_SKIP() << "MGRL_CUDA_LORA=fused: the custom LoRA kernels decline the concatenated path";
   struct Case {
     int T, in, r;
     std::vector<int> outs;
   };
+  // The fourth case has an odd input width: K = in + 2nr odd, so every operand row after the first is only 2-byte
+  // aligned (cuBLAS's unaligned kernels); the last declines (outputs not wider than x).
   for (const Case& cs : {Case{45, 32, 4, {59, 21}}, Case{70, 64, 16, {261, 261}}, Case{33, 48, 7, {40, 24, 24}},
-                         Case{20, 40, 4, {40}}}) {
+                         Case{17, 33, 5, {50, 7, 9}}, Case{20, 40, 4, {40}}}) {
     const int T = cs.T, in = cs.in, r = cs.r, n = static_cast<int>(cs.outs.size());
     const std::string tag = "n" + std::to_string(n) + " r" + std::to_string(r) + " T" + std::to_string(T) + " ";
     Pair x = storage(randu(sz(T, in), 230));
