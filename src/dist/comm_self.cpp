@@ -20,7 +20,12 @@ namespace {
 
 class SelfComm final : public Comm {
  public:
-  SelfComm(Backend backend, int device) : Comm(0, 1), backend_(backend), device_(device) {
+  SelfComm(Backend backend, int device) : Comm(0, 1), backend_(backend) {
+#if MGRL_WITH_CUDA
+    device_ = device;
+#else
+    (void)device;
+#endif
     if (backend_ == Backend::Cuda) {
 #if MGRL_WITH_CUDA
       CUDA_CHECK(cudaSetDevice(device_));
@@ -96,8 +101,8 @@ class SelfComm final : public Comm {
   }
 
   Backend backend_;
-  int device_;
 #if MGRL_WITH_CUDA
+  int device_ = -1;
   cudaEvent_t last_ = nullptr;
   bool copied_ = false;
 #endif
