@@ -185,6 +185,30 @@ bool setup_trainable_lora(const Context& ctx, model::Transformer& net, std::uint
   return true;
 }
 
+std::function<double(const std::vector<train::Example>&)> greedy_accuracy(const dist::MpiEnv& env,
+                                                                          model::Transformer& net,
+                                                                          const io::Tokenizer& tok,
+                                                                          int max_new_tokens) {
+  return [&env, &net, &tok, max_new_tokens](const std::vector<train::Example>& eval) {
+    rl::GenerationOptions g;
+    g.max_new_tokens = max_new_tokens;
+    g.sampling.temperature = 0;
+    if (tok.eos_id()) g.eos_ids = {*tok.eos_id()};
+    const bool sharded = net.definition().sharded();
+    if (sharded) g.lockstep = rl::lockstep_over(env);
+    const auto [lo, hi] = shard(env, eval.size());
+    std::vector<rl::Prompt> prompts;
+    for (std::size_t i = lo; i < hi; ++i) prompts.push_back({static_cast<std::int64_t>(i), eval[i].prompt_tokens()});
+    long long right = 0;
+    if (!prompts.empty() || sharded) {
+      rl::Generator gen(net, g, [&](const std::vector<std::int32_t>& ids) { return tok.decode(ids, true); });
+      for (const auto& c : gen.generate(prompts))
+        right += c.text == eval[static_cast<std::size_t>(c.prompt_index)].completion ? 1 : 0;
+    }
+    return static_cast<double>(env.allreduce_sum(right)) / static_cast<double>(eval.size());
+  };
+}
+
 std::pair<std::size_t, std::size_t> shard(const dist::MpiEnv& env, std::size_t n) {
   return {n * static_cast<std::size_t>(env.rank()) / static_cast<std::size_t>(env.size()),
           n * static_cast<std::size_t>(env.rank() + 1) / static_cast<std::size_t>(env.size())};

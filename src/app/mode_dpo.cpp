@@ -110,25 +110,8 @@ int run_dpo(Context& ctx) {
   o.resume = cfg.get_string("checkpoint.resume");
   o.log_dir = cfg.get_string("log.dir");
   o.config_text = cfg.to_toml();
-  if (cfg.get_bool("eval.accuracy") && !eval_data.pairs.empty()) {
-    const int max_new = static_cast<int>(cfg.get_int("eval.max_new_tokens"));
-    o.accuracy = [&env, &net, &tok, max_new](const std::vector<train::Example>& eval) {
-      rl::GenerationOptions g;
-      g.max_new_tokens = max_new;
-      g.sampling.temperature = 0;
-      if (tok->eos_id()) g.eos_ids = {*tok->eos_id()};
-      const auto [lo, hi] = shard(env, eval.size());
-      std::vector<rl::Prompt> prompts;
-      for (std::size_t i = lo; i < hi; ++i) prompts.push_back({static_cast<std::int64_t>(i), eval[i].prompt_tokens()});
-      long long right = 0;
-      if (!prompts.empty()) {
-        rl::Generator gen(net, g, [&](const std::vector<std::int32_t>& ids) { return tok->decode(ids, true); });
-        for (const auto& c : gen.generate(prompts))
-          right += c.text == eval[static_cast<std::size_t>(c.prompt_index)].completion ? 1 : 0;
-      }
-      return static_cast<double>(env.allreduce_sum(right)) / static_cast<double>(eval.size());
-    };
-  }
+  if (cfg.get_bool("eval.accuracy") && !eval_data.pairs.empty())  // in lockstep on a sharded base
+    o.accuracy = greedy_accuracy(env, net, *tok, static_cast<int>(cfg.get_int("eval.max_new_tokens")));
   {
     const double epochs = static_cast<double>(o.max_steps) * static_cast<double>(o.global_batch) /
                           static_cast<double>(std::max<std::size_t>(1, train_data.pairs.size()));

@@ -28,7 +28,6 @@ int run_sft(Context& ctx) {
   const std::string model_dir = cfg.is_set("model.path") ? cfg.get_string("model.path") : std::string();
   const bool random_init = cfg.get_string("model.init") == "random";
   const bool full = cfg.get_bool("train.full_finetune");
-  const bool shard_base = cfg.get_bool("model.shard_base");
 
   io::ModelConfig mc;
   std::unique_ptr<io::Tokenizer> tok;
@@ -95,28 +94,8 @@ int run_sft(Context& ctx) {
   o.log_dir = cfg.get_string("log.dir");
   o.config_text = cfg.to_toml();
   o.gpu_peak_tflops = gpu_peak_tflops(ctx.device);
-  if (cfg.get_bool("eval.accuracy") && !eval_data.empty()) {
-    const int max_new = static_cast<int>(cfg.get_int("eval.max_new_tokens"));
-    o.accuracy = [&env, &net, &tok, max_new, shard_base](const std::vector<train::Example>& eval_set) {
-      const auto* eval = &eval_set;
-      rl::GenerationOptions g;
-      g.max_new_tokens = max_new;
-      g.sampling.temperature = 0;
-      if (tok->eos_id()) g.eos_ids = {*tok->eos_id()};
-      if (shard_base) g.lockstep = rl::lockstep_over(env);
-      const std::size_t N = eval->size();
-      const auto [lo, hi] = shard(env, N);
-      std::vector<rl::Prompt> prompts;
-      for (std::size_t i = lo; i < hi; ++i) prompts.push_back({static_cast<std::int64_t>(i), (*eval)[i].prompt_tokens()});
-      long long right = 0;
-      if (!prompts.empty() || shard_base) {
-        rl::Generator gen(net, g, [&](const std::vector<std::int32_t>& ids) { return tok->decode(ids, true); });
-        for (const auto& c : gen.generate(prompts))
-          right += c.text == (*eval)[static_cast<std::size_t>(c.prompt_index)].completion ? 1 : 0;
-      }
-      return static_cast<double>(env.allreduce_sum(right)) / static_cast<double>(N);
-    };
-  }
+  if (cfg.get_bool("eval.accuracy") && !eval_data.empty())
+    o.accuracy = greedy_accuracy(env, net, *tok, static_cast<int>(cfg.get_int("eval.max_new_tokens")));
   {
     // The planned passes over the data, so that a typo in train.max_steps or train.batch_size shows at once.
     const double epochs = static_cast<double>(o.max_steps) * static_cast<double>(o.global_batch) /

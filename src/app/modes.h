@@ -2,6 +2,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -12,6 +13,7 @@
 #include "io/tokenizer.h"
 #include "rl/generator.h"
 #include "rl/prompts.h"
+#include "train/data.h"
 #include "train/optimizer.h"
 
 namespace mgrl::dist {
@@ -92,6 +94,14 @@ model::ModelOptions model_options(const io::Config& cfg, bool full_finetune);
 // lora.alpha, lora.targets, lora.use_rslora), else a fresh one from the lora.* keys. Returns true when fresh
 // (B = 0: the starting policy is the base model). Call inside env.agree.
 bool setup_trainable_lora(const Context& ctx, model::Transformer& net, std::uint64_t seed);
+// eval.accuracy of SFT and DPO: the share of held-out examples whose greedy completion (at most max_new_tokens,
+// ending at the tokenizer's EOS) is the example's completion text. Each rank generates its contiguous share; on a
+// sharded base (model.shard_base) every generation step gathers the layers collectively, so the ranks step in
+// lockstep until all are done, one without an example too (more ranks than examples). Collective.
+std::function<double(const std::vector<train::Example>&)> greedy_accuracy(const dist::MpiEnv& env,
+                                                                          model::Transformer& net,
+                                                                          const io::Tokenizer& tok,
+                                                                          int max_new_tokens);
 // [begin, end) of this rank's contiguous share of n items.
 std::pair<std::size_t, std::size_t> shard(const dist::MpiEnv& env, std::size_t n);
 
