@@ -1,5 +1,6 @@
 // common.cpp: what several modes share: the op backend of a rank's device, loading a model (+ adapter) on
-// every rank, the shard of a rank, the tokenizer directory.
+// every rank, the model a training mode trains and the keys SFT and DPO read alike, the held-out greedy accuracy,
+// the shard of a rank, the tokenizer directory.
 #include <algorithm>
 #include <cstdio>
 
@@ -13,6 +14,9 @@
 #include "io/model_shapes.h"
 #include "io/tokenizer.h"
 #include "rl/prompts.h"
+#include "train/comm_gatherer.h"
+#include "train/dpo.h"
+#include "train/sft.h"
 #include "model/lora.h"
 #include "model/memory_plan.h"
 #include "model/transformer.h"
@@ -183,6 +187,52 @@ bool setup_trainable_lora(const Context& ctx, model::Transformer& net, std::uint
                     " out of lora.targets)");
   net.add_lora(lc, seed);
   return true;
+}
+
+template <class Options>
+void read_supervised_keys(const io::Config& cfg, const train::LossScaling& scaling, std::uint64_t seed, Options* o) {
+  o->max_steps = cfg.get_int("train.max_steps");
+  o->max_nonfinite_steps = static_cast<int>(cfg.get_int("train.max_nonfinite_steps"));
+  o->stop_at_step = cfg.get_int("train.stop_at_step");
+  o->global_batch = static_cast<int>(cfg.get_int("train.batch_size"));
+  o->grad_accum = static_cast<int>(cfg.get_int("train.grad_accum"));
+  const train::OptimizerOptions oo = optimizer_options(cfg, o->max_steps, scaling);
+  o->max_grad_norm = oo.max_grad_norm;
+  o->scaling = oo.scaling;
+  o->adamw = oo.adamw;
+  o->schedule = oo.schedule;
+  o->seed = seed;
+  o->log_every = static_cast<int>(cfg.get_int("log.every_steps"));
+  o->eval_every = static_cast<int>(cfg.get_int("eval.every_steps"));
+  o->eval_batch = static_cast<int>(cfg.get_int("eval.batch_size"));
+  o->checkpoint_dir = cfg.get_string("checkpoint.dir");
+  o->checkpoint_every = static_cast<int>(cfg.get_int("checkpoint.every_steps"));
+  o->keep_last = static_cast<int>(cfg.get_int("checkpoint.keep_last"));
+  o->resume = cfg.get_string("checkpoint.resume");
+  o->log_dir = cfg.get_string("log.dir");
+  o->config_text = cfg.to_toml();
+}
+template void read_supervised_keys(const io::Config&, const train::LossScaling&, std::uint64_t, train::SftOptions*);
+template void read_supervised_keys(const io::Config&, const train::LossScaling&, std::uint64_t, train::DpoOptions*);
+
+TrainingModel build_training_model(const Context& ctx, const io::ModelConfig& mc, bool full) {
+  const auto& cfg = ctx.cfg;
+  TrainingModel m;
+  m.ops = make_ops(ctx);
+  m.scaling = loss_scaling(ctx, m.ops->storage());
+  const model::ModelOptions mo = model_options(cfg, full);
+  m.gatherer = std::make_unique<train::CommGatherer>(ctx.comm, *m.ops);
+  m.net = std::make_unique<model::Transformer>(mc, *m.ops, mo, mo.shard_base ? m.gatherer.get() : nullptr);
+  m.seed = static_cast<std::uint64_t>(cfg.get_int("train.seed"));
+  ctx.env.agree([&] {
+    if (cfg.get_string("model.init") == "random")
+      m.net->init_random(m.seed, static_cast<float>(cfg.get_float("model.init_std")));
+    else
+      m.net->load_weights(cfg.is_set("model.path") ? cfg.get_string("model.path") : std::string());
+    log_base_memory(*m.net);
+    if (!full) m.fresh_adapter = setup_trainable_lora(ctx, *m.net, m.seed);
+  });
+  return m;
 }
 
 std::function<double(const std::vector<train::Example>&)> greedy_accuracy(const dist::MpiEnv& env,

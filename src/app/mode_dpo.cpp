@@ -25,7 +25,6 @@ namespace mgrl::app {
 int run_dpo(Context& ctx) {
   const auto& env = ctx.env;
   const auto& cfg = ctx.cfg;
-  const std::string model_dir = cfg.is_set("model.path") ? cfg.get_string("model.path") : std::string();
   const bool random_init = cfg.get_string("model.init") == "random";
   const bool full = cfg.get_bool("train.full_finetune");
 
@@ -65,19 +64,11 @@ int run_dpo(Context& ctx) {
                 (set == &train_data ? cfg.get_string("data.input") : cfg.get_string("eval.input")) +
                 "): the prompt alone has dpo.max_length tokens or more");
 
-  auto ops = make_ops(ctx);
-  const train::LossScaling scaling = loss_scaling(ctx, ops->storage());
-  const model::ModelOptions mo = model_options(cfg, full);
-  train::CommGatherer gatherer(ctx.comm, *ops);
-  model::Transformer net(mc, *ops, mo, mo.shard_base ? &gatherer : nullptr);
-  const auto seed = static_cast<std::uint64_t>(cfg.get_int("train.seed"));
-  bool fresh_adapter = false;
-  env.agree([&] {
-    if (random_init) net.init_random(seed, static_cast<float>(cfg.get_float("model.init_std")));
-    else net.load_weights(model_dir);
-    log_base_memory(net);
-    if (!full) fresh_adapter = setup_trainable_lora(ctx, net, seed);
-  });
+  TrainingModel tm = build_training_model(ctx, mc, full);
+  model::Transformer& net = *tm.net;
+  const train::LossScaling& scaling = tm.scaling;
+  const std::uint64_t seed = tm.seed;
+  const bool fresh_adapter = tm.fresh_adapter;
 
   train::DpoOptions o;
   o.loss.type = train::dpo_loss_type(cfg.get_string("dpo.loss_type"));
@@ -88,28 +79,7 @@ int run_dpo(Context& ctx) {
   // The reference is the starting policy (as trl): a fresh adapter switched off is the base model; full fine-tuning
   // and a starting adapter have no such switch, so their reference is scored once, before training.
   o.precompute_ref = cfg.get_bool("dpo.precompute_ref_log_probs") || full || !fresh_adapter;
-  o.max_steps = cfg.get_int("train.max_steps");
-  o.max_nonfinite_steps = static_cast<int>(cfg.get_int("train.max_nonfinite_steps"));
-  o.stop_at_step = cfg.get_int("train.stop_at_step");
-  o.global_batch = static_cast<int>(cfg.get_int("train.batch_size"));
-  o.grad_accum = static_cast<int>(cfg.get_int("train.grad_accum"));
-  {
-    const train::OptimizerOptions oo = optimizer_options(cfg, o.max_steps, scaling);
-    o.max_grad_norm = oo.max_grad_norm;
-    o.scaling = oo.scaling;
-    o.adamw = oo.adamw;
-    o.schedule = oo.schedule;
-  }
-  o.seed = seed;
-  o.log_every = static_cast<int>(cfg.get_int("log.every_steps"));
-  o.eval_every = static_cast<int>(cfg.get_int("eval.every_steps"));
-  o.eval_batch = static_cast<int>(cfg.get_int("eval.batch_size"));
-  o.checkpoint_dir = cfg.get_string("checkpoint.dir");
-  o.checkpoint_every = static_cast<int>(cfg.get_int("checkpoint.every_steps"));
-  o.keep_last = static_cast<int>(cfg.get_int("checkpoint.keep_last"));
-  o.resume = cfg.get_string("checkpoint.resume");
-  o.log_dir = cfg.get_string("log.dir");
-  o.config_text = cfg.to_toml();
+  read_supervised_keys(cfg, scaling, seed, &o);
   if (cfg.get_bool("eval.accuracy") && !eval_data.pairs.empty())  // in lockstep on a sharded base
     o.accuracy = greedy_accuracy(env, net, *tok, static_cast<int>(cfg.get_int("eval.max_new_tokens")));
   {

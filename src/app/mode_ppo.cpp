@@ -25,7 +25,6 @@ namespace mgrl::app {
 int run_ppo(Context& ctx) {
   const auto& env = ctx.env;
   const auto& cfg = ctx.cfg;
-  const std::string model_dir = cfg.is_set("model.path") ? cfg.get_string("model.path") : std::string();
   const bool random_init = cfg.get_string("model.init") == "random";
   const bool full = cfg.get_bool("train.full_finetune");
 
@@ -54,20 +53,12 @@ int run_ppo(Context& ctx) {
   std::vector<rl::PromptRow>& train_data = inputs.train;
   std::vector<rl::PromptRow>& eval_data = inputs.eval;
 
-  auto ops = make_ops(ctx);
-  const train::LossScaling scaling = loss_scaling(ctx, ops->storage());
   // model.shard_base: each rank holds 1/P of the decoder layers and gathers a layer through the communicator before
   // it runs; the value head reads the policy's own final hidden state, so there is no second base to shard.
-  const model::ModelOptions mo = model_options(cfg, full);
-  train::CommGatherer gatherer(ctx.comm, *ops);
-  model::Transformer net(mc, *ops, mo, mo.shard_base ? &gatherer : nullptr);
-  const auto seed = static_cast<std::uint64_t>(cfg.get_int("train.seed"));
-  env.agree([&] {
-    if (random_init) net.init_random(seed, static_cast<float>(cfg.get_float("model.init_std")));
-    else net.load_weights(model_dir);
-    log_base_memory(net);
-    if (!full) setup_trainable_lora(ctx, net, seed);
-  });
+  TrainingModel tm = build_training_model(ctx, mc, full);
+  model::Transformer& net = *tm.net;
+  const train::LossScaling& scaling = tm.scaling;
+  const std::uint64_t seed = tm.seed;
 
   rl::PpoTrainOptions o;
   o.max_steps = cfg.get_int("train.max_steps");

@@ -25,7 +25,6 @@ namespace mgrl::app {
 int run_sft(Context& ctx) {
   const auto& env = ctx.env;
   const auto& cfg = ctx.cfg;
-  const std::string model_dir = cfg.is_set("model.path") ? cfg.get_string("model.path") : std::string();
   const bool random_init = cfg.get_string("model.init") == "random";
   const bool full = cfg.get_bool("train.full_finetune");
 
@@ -57,42 +56,13 @@ int run_sft(Context& ctx) {
                      static_cast<double>(longest), "lower it");
   });
 
-  auto ops = make_ops(ctx);
-  const train::LossScaling scaling = loss_scaling(ctx, ops->storage());
-  const model::ModelOptions mo = model_options(cfg, full);
-  train::CommGatherer gatherer(ctx.comm, *ops);
-  model::Transformer net(mc, *ops, mo, mo.shard_base ? &gatherer : nullptr);
-  const auto seed = static_cast<std::uint64_t>(cfg.get_int("train.seed"));
-  env.agree([&] {
-    if (random_init) net.init_random(seed, static_cast<float>(cfg.get_float("model.init_std")));
-    else net.load_weights(model_dir);
-    log_base_memory(net);
-    if (!full) setup_trainable_lora(ctx, net, seed);
-  });
+  TrainingModel tm = build_training_model(ctx, mc, full);
+  model::Transformer& net = *tm.net;
+  const train::LossScaling& scaling = tm.scaling;
+  const std::uint64_t seed = tm.seed;
 
   train::SftOptions o;
-  o.max_steps = cfg.get_int("train.max_steps");
-  o.max_nonfinite_steps = static_cast<int>(cfg.get_int("train.max_nonfinite_steps"));
-  o.stop_at_step = cfg.get_int("train.stop_at_step");
-  o.global_batch = static_cast<int>(cfg.get_int("train.batch_size"));
-  o.grad_accum = static_cast<int>(cfg.get_int("train.grad_accum"));
-  {
-    const train::OptimizerOptions oo = optimizer_options(cfg, o.max_steps, scaling);
-    o.max_grad_norm = oo.max_grad_norm;
-    o.scaling = oo.scaling;
-    o.adamw = oo.adamw;
-    o.schedule = oo.schedule;
-  }
-  o.seed = seed;
-  o.log_every = static_cast<int>(cfg.get_int("log.every_steps"));
-  o.eval_every = static_cast<int>(cfg.get_int("eval.every_steps"));
-  o.eval_batch = static_cast<int>(cfg.get_int("eval.batch_size"));
-  o.checkpoint_dir = cfg.get_string("checkpoint.dir");
-  o.checkpoint_every = static_cast<int>(cfg.get_int("checkpoint.every_steps"));
-  o.keep_last = static_cast<int>(cfg.get_int("checkpoint.keep_last"));
-  o.resume = cfg.get_string("checkpoint.resume");
-  o.log_dir = cfg.get_string("log.dir");
-  o.config_text = cfg.to_toml();
+  read_supervised_keys(cfg, scaling, seed, &o);
   o.gpu_peak_tflops = gpu_peak_tflops(ctx.device);
   if (cfg.get_bool("eval.accuracy") && !eval_data.empty())
     o.accuracy = greedy_accuracy(env, net, *tok, static_cast<int>(cfg.get_int("eval.max_new_tokens")));

@@ -30,6 +30,9 @@ struct ModelConfig;
 namespace mgrl::kernels {
 class Ops;
 }
+namespace mgrl::train {
+class CommGatherer;
+}
 namespace mgrl::model {
 class Transformer;
 struct LoraConfig;
@@ -94,6 +97,25 @@ model::ModelOptions model_options(const io::Config& cfg, bool full_finetune);
 // lora.alpha, lora.targets, lora.use_rslora), else a fresh one from the lora.* keys. Returns true when fresh
 // (B = 0: the starting policy is the base model). Call inside env.agree.
 bool setup_trainable_lora(const Context& ctx, model::Transformer& net, std::uint64_t seed);
+// The model a training mode (sft, dpo, grpo, ppo) trains, built alike on every rank: the op backend of the rank's
+// device (make_ops), the loss scaling for its storage, the gatherer of a sharded base (model.shard_base: 1/P of the
+// decoder layers on each rank, a layer gathered through the communicator before it runs), the weights (model.path,
+// or model.init = "random" from train.seed and model.init_std) and, unless full, the trainable adapter
+// (setup_trainable_lora). Members are declared so that each outlives those after it. Collective; errors agreed on.
+struct TrainingModel {
+  std::unique_ptr<kernels::Ops> ops;
+  train::LossScaling scaling;
+  std::unique_ptr<train::CommGatherer> gatherer;
+  std::unique_ptr<model::Transformer> net;
+  std::uint64_t seed = 0;       // train.seed
+  bool fresh_adapter = false;   // a fresh adapter (B = 0: the starting policy is the base model); false when full
+};
+TrainingModel build_training_model(const Context& ctx, const io::ModelConfig& mc, bool full);
+// The keys SFT and DPO read alike into their options (train::SftOptions, train::DpoOptions): train.max_steps,
+// max_nonfinite_steps, stop_at_step, batch_size, grad_accum, the optimizer's keys with `scaling`, the seed, log,
+// eval and checkpoint keys, and the configuration's text.
+template <class Options>
+void read_supervised_keys(const io::Config& cfg, const train::LossScaling& scaling, std::uint64_t seed, Options* o);
 // eval.accuracy of SFT and DPO: the share of held-out examples whose greedy completion (at most max_new_tokens,
 // ending at the tokenizer's EOS) is the example's completion text. Each rank generates its contiguous share; on a
 // sharded base (model.shard_base) every generation step gathers the layers collectively, so the ranks step in
