@@ -30,6 +30,8 @@ set_tests_properties(cli.dpo.shard_base_equals_unsharded_on_1_2_4_ranks PROPERTI
 mgrl_add_cli_test(dpo.shard_base_accuracy_with_a_rank_without_prompts 0 "(?s)eval before step 0 \\| held-out accuracy [0-9.]+%.*held-out step 2 \\| held-out accuracy [0-9.]+%" - 0 -- bash -c
   "rm -rf ${DPO}/shard_acc && mkdir -p ${DPO}/shard_acc && head -n 1 ${CMAKE_CURRENT_SOURCE_DIR}/data/dpo_cli/heldout.jsonl > ${DPO}/shard_acc/eval1.jsonl && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${DPO_STR} --model.num_layers=5 --model.init=random --train.max_steps=2 --eval.input=${DPO}/shard_acc/eval1.jsonl --eval.accuracy=true --eval.max_new_tokens=8 --model.shard_base=true --runtime.comm_timeout_s=20 --checkpoint.dir= --log.dir=${DPO}/shard_acc")
 set_tests_properties(cli.dpo.shard_base_accuracy_with_a_rank_without_prompts PROPERTIES TIMEOUT 60 PROCESSORS 2)
+mgrl_add_cli_test(dpo.eval_generation_too_long_refused_at_start 2 - "^mgrl: error: key 'eval.max_new_tokens' = 122: the longest held-out prompt of .*heldout.jsonl has [0-9]+ prompt tokens, and with eval.max_new_tokens that exceeds the model's max_position_embeddings \\(128\\)" 1 -- bash -c
+  "rm -rf ${DPO}/evfit && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${DPO_STR} --train.max_steps=3 --checkpoint.every_steps=2 --eval.accuracy=true --eval.max_new_tokens=122 --checkpoint.dir=${DPO}/evfit/ck --log.dir=${DPO}/evfit; rc=$?; test ! -e ${DPO}/evfit/ck/step_00000002.h5 || exit 9; exit $rc")
 foreach(kind lora full)
   if(kind STREQUAL "full")
     set(extra "--train.full_finetune=true --train.lr=1e-3")

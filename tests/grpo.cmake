@@ -9,6 +9,9 @@ set(GRPO "${CMAKE_CURRENT_BINARY_DIR}/grpo")
 set(GRPO_ARGS ${CMAKE_CURRENT_SOURCE_DIR}/data/grpo_cli/grpo.toml --model.path=${MODELS}/qwen2_bias_tied
     --model.tokenizer=${PROJECT_SOURCE_DIR}/inputs/quickstart --data.input=${CMAKE_CURRENT_SOURCE_DIR}/data/sft/train.jsonl)
 string(JOIN " " GRPO_STR ${GRPO_ARGS})
+# The held-out prompts' generation must fit the model's positions (128): one line naming the file's line, at start.
+mgrl_add_cli_test(grpo.eval_generation_too_long_refused_at_start 2 - "^mgrl: error: key 'eval.max_new_tokens' = 125: .*heldout.jsonl:[0-9]+ has [0-9]+ prompt tokens, and with eval.max_new_tokens that exceeds the model's max_position_embeddings \\(128\\)" 1
+  -- ${MPIRUN} 2 ${MGRL_MPIEXEC_FLAGS} ${RUN1} ${GRPO_ARGS} --eval.input=${CMAKE_CURRENT_SOURCE_DIR}/data/sft/heldout.jsonl --eval.max_new_tokens=125 --checkpoint.dir= --log.dir=${GRPO}/evfit)
 mgrl_add_cli_test(grpo.same_weights_on_1_and_2_ranks 0 "relative differences" - 0 -- bash -c
   "rm -rf ${GRPO}/dp && ${RUN1} ${GRPO_STR} --checkpoint.dir=${GRPO}/dp/np1 && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${GRPO_STR} --checkpoint.dir=${GRPO}/dp/np2 && ${CHECK} weights ${GRPO}/dp/np2/step_00000004.h5 ${GRPO}/dp/np1/step_00000004.h5 --rtol=1e-5")
 # The LM head on the completions' rows alone (Batch::scored_from) against every row (MGRL_SCORED_ROWS=0, which must

@@ -259,6 +259,17 @@ std::function<double(const std::vector<train::Example>&)> greedy_accuracy(const 
   };
 }
 
+void check_eval_generation_fits(const io::Config& cfg, const io::ModelConfig& mc, std::size_t longest_prompt,
+                                const std::string& where) {
+  const std::int64_t max_new = cfg.get_int("eval.max_new_tokens"), P = mc.max_position_embeddings;
+  const auto n = static_cast<std::int64_t>(longest_prompt);
+  if (P > 0 && n + max_new > P)
+    throw UserError("key 'eval.max_new_tokens' = " + std::to_string(max_new) + ": " + where + " has " +
+                    std::to_string(n) + " prompt tokens, and with eval.max_new_tokens that exceeds the model's " +
+                    "max_position_embeddings (" + std::to_string(P) + ")" +
+                    (n < P ? ": at most " + std::to_string(P - n) + " new tokens fit" : ""));
+}
+
 std::pair<std::size_t, std::size_t> shard(const dist::MpiEnv& env, std::size_t n) {
   return {n * static_cast<std::size_t>(env.rank()) / static_cast<std::size_t>(env.size()),
           n * static_cast<std::size_t>(env.rank() + 1) / static_cast<std::size_t>(env.size())};
@@ -342,6 +353,12 @@ RlInputs load_rl_inputs(const Context& ctx, bool full, const std::string& prompt
     throw UserError(prompt_key + " + " + completion_key + " (" + std::to_string(in.longest) +
                     ") exceeds the model's max_position_embeddings (" + std::to_string(mc.max_position_embeddings) +
                     "): lower them");
+  const rl::PromptRow* longest_eval = nullptr;
+  for (const auto& p : in.eval)
+    if (!longest_eval || p.tokens.size() > longest_eval->tokens.size()) longest_eval = &p;
+  if (longest_eval)
+    check_eval_generation_fits(cfg, mc, longest_eval->tokens.size(),
+                               cfg.get_string("eval.input") + ":" + std::to_string(longest_eval->index + 1));
   return in;
 }
 

@@ -46,6 +46,11 @@ int run_dpo(Context& ctx) {
     d.chat = &chat;
     train_data = train::load_pairs(cfg.get_string("data.input"), *tok, d);
     if (!cfg.get_string("eval.input").empty()) eval_data = train::load_pairs(cfg.get_string("eval.input"), *tok, d);
+    if (cfg.get_bool("eval.accuracy") && !eval_data.pairs.empty()) {
+      std::size_t longest_prompt = 0;
+      for (const auto& p : eval_data.pairs) longest_prompt = std::max(longest_prompt, static_cast<std::size_t>(p.prompt_len));
+      check_eval_generation_fits(cfg, mc, longest_prompt, "the longest held-out prompt of " + cfg.get_string("eval.input"));
+    }
     std::size_t longest = 1;
     for (const auto* set : {&train_data, &eval_data})
       for (const auto& p : set->pairs) longest = std::max({longest, p.chosen.size(), p.rejected.size()});

@@ -46,6 +46,11 @@ int run_sft(Context& ctx) {
     d.chat = &chat;
     train_data = train::load_examples(cfg.get_string("data.input"), *tok, d);
     if (!cfg.get_string("eval.input").empty()) eval_data = train::load_examples(cfg.get_string("eval.input"), *tok, d);
+    if (cfg.get_bool("eval.accuracy") && !eval_data.empty()) {
+      std::size_t longest_prompt = 0;
+      for (const auto& e : eval_data) longest_prompt = std::max(longest_prompt, static_cast<std::size_t>(e.prompt_len));
+      check_eval_generation_fits(cfg, mc, longest_prompt, "the longest held-out prompt of " + cfg.get_string("eval.input"));
+    }
     std::size_t longest = 1;
     for (const auto* set : {&train_data, &eval_data})
       for (const auto& e : *set) longest = std::max(longest, e.tokens.size());

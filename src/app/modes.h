@@ -124,6 +124,12 @@ std::function<double(const std::vector<train::Example>&)> greedy_accuracy(const 
                                                                           model::Transformer& net,
                                                                           const io::Tokenizer& tok,
                                                                           int max_new_tokens);
+// UserError at start-up, before any training, when the longest held-out prompt (`longest_prompt` tokens, `where`
+// naming it) plus eval.max_new_tokens exceeds the model's max_position_embeddings: the held-out generation would
+// otherwise refuse it on the rank holding that prompt only, at the first evaluation with generation (for SFT and DPO
+// the end of the run, before the final checkpoint).
+void check_eval_generation_fits(const io::Config& cfg, const io::ModelConfig& mc, std::size_t longest_prompt,
+                                const std::string& where);
 // [begin, end) of this rank's contiguous share of n items.
 std::pair<std::size_t, std::size_t> shard(const dist::MpiEnv& env, std::size_t n);
 
