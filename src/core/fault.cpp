@@ -4,8 +4,10 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 #include "core/error.h"
 
@@ -20,6 +22,8 @@ struct Spec {
   std::int64_t count = 1;  // steps step .. step + count - 1 (grad_overflow)
   bool kill = false;
   bool segv = false;  // action=segv: a call through a null function pointer
+  bool sleep = false;  // action=sleep: the point takes secs seconds, then the run goes on
+  double secs = 0;
 };
 
 Spec parse(const char* text) {
@@ -28,7 +32,7 @@ Spec parse(const char* text) {
   const std::string all(text);
   const auto bad = [&all](const std::string& why) {
     return UserError("MGRL_FAULT_INJECT='" + all + "': " + why +
-                     " (expected <point>:rank=<R>:step=<N>[:action=throw|kill|segv], or "
+                     " (expected <point>:rank=<R>:step=<N>[:action=throw|kill|segv|sleep:secs=<S>], or "
                      "grad_overflow[_local]:rank=<R>:step=<N>[:count=<K>], or startup_stall:rank=<R>:step=0)");
   };
   std::size_t start = 0;
@@ -57,14 +61,21 @@ Spec parse(const char* text) {
       if (key == "rank") s.rank = static_cast<int>(v);
       else if (key == "step") s.step = v;
       else s.count = v;
-    } else if (key == "action" && !corrupts && (value == "throw" || value == "kill" || value == "segv")) {
+    } else if (key == "action" && !corrupts &&
+               (value == "throw" || value == "kill" || value == "segv" || value == "sleep")) {
       s.kill = value == "kill";
       s.segv = value == "segv";
+      s.sleep = value == "sleep";
+    } else if (key == "secs" && !corrupts) {
+      const double v = std::strtod(value.c_str(), &end);
+      if (value.empty() || *end != '\0' || !(v >= 0)) throw bad("secs must be a number >= 0");
+      s.secs = v;
     } else {
       throw bad("unknown field '" + field + "'");
     }
   }
   if (s.rank < 0 || s.step < 0) throw bad("rank and step are required");
+  if (s.sleep != (s.secs > 0)) throw bad("action=sleep and secs=<S> (S > 0) go together");
   s.set = true;
   return s;
 }
@@ -87,6 +98,10 @@ void point(const char* name, int rank, std::int64_t step) {
   if (s.rank != rank || s.step != step || s.point != name) return;
   const std::string what = std::string("fault injected by MGRL_FAULT_INJECT: ") + name + " on rank " +
                            std::to_string(rank) + " at step " + std::to_string(step);
+  if (s.sleep) {  // as a slow file system (or a rank busy for that long) would: the run then goes on
+    std::this_thread::sleep_for(std::chrono::duration<double>(s.secs));
+    return;
+  }
   if (s.kill) {
     ::kill(::getpid(), SIGKILL);
     ::pause();

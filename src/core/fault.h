@@ -1,7 +1,8 @@
-// fault.h: a testing hook. MGRL_FAULT_INJECT=<point>:rank=<R>:step=<N>[:action=throw|kill|segv] makes rank R fail at
-// the named point of step N (throw: a FatalError, as a failing library call would; kill: SIGKILL to itself, as the
-// kernel's OOM killer or a node failure would; segv: a call through a null function pointer, as a crashing library
-// would, which core/crash.h reports), so that tests can show how a multi-rank job ends when one rank
+// fault.h: a testing hook. MGRL_FAULT_INJECT=<point>:rank=<R>:step=<N>[:action=throw|kill|segv|sleep:secs=<S>] makes
+// rank R fail at the named point of step N (throw: a FatalError, as a failing library call would; kill: SIGKILL to
+// itself, as the kernel's OOM killer or a node failure would; segv: a call through a null function pointer, as a
+// crashing library would, which core/crash.h reports; sleep: the point takes S seconds and the run goes on, as a
+// slow file system would), so that tests can show how a multi-rank job ends when one rank
 // fails there (tests/faults/). Points: checkpoint_write (rank 0: in the middle of the file, after the tensors;
 // other ranks: while rank 0 writes); output_write (rank=0:step=0: `mgrl generate` half way through its output
 // file, `mgrl score` after its datasets, before the file is moved into place). One point corrupts a value instead

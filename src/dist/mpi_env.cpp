@@ -131,9 +131,10 @@ struct MpiEnv::Watched {
   Watchdog::Guard guard;
 };
 
-MpiEnv::Watched MpiEnv::watch(const char* op, std::size_t count, const char* type) const {
+MpiEnv::Watched MpiEnv::watch(const char* op, std::size_t count, const char* type, const Patience* patience) const {
   if (!watchdog_) return {Watchdog::Guard(nullptr, 0)};
-  return {watchdog_->watch(detail::describe(op, ++seq_, count, type))};
+  return {patience ? watchdog_->watch(detail::describe(op, ++seq_, count, type), patience->extra_s, patience->why)
+                   : watchdog_->watch(detail::describe(op, ++seq_, count, type))};
 }
 
 std::string MpiEnv::library_version() const {
@@ -225,7 +226,7 @@ std::string MpiEnv::broadcast(const std::string& s, int root) const {
   return out;
 }
 
-void MpiEnv::agree(const std::function<void()>& fn) const {
+void MpiEnv::agree(const std::function<void()>& fn, const Patience& patience) const {
   int code = 0;
   std::string msg;
   try {
@@ -237,7 +238,12 @@ void MpiEnv::agree(const std::function<void()>& fn) const {
     code = kExitFatal;
     msg = e.what();
   }
-  const int worst = allreduce_max(code);
+  // The first collective after fn is where the ranks that finished early wait for the others.
+  int worst = 0;
+  {
+    const auto g = watch("env.allreduce_max", 1, "i32", &patience);
+    MPI_CHECK(MPI_Allreduce(&code, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+  }
   if (worst == 0) return;
   // The lowest rank with the worst outcome speaks for the job.
   const int speaker = allreduce_min(code == worst ? rank_ : size_);

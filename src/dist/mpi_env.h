@@ -41,7 +41,15 @@ class MpiEnv {
   // Runs fn on every rank and agrees on the outcome: if any rank threw, every rank throws
   // JobFailed with the same exit code, after rank 0 printed the lowest failing rank's message.
   // fn must not itself enter collectives that other ranks could skip.
-  void agree(const std::function<void()>& fn) const;
+  void agree(const std::function<void()>& fn) const { agree(fn, {}); }
+  // The same, where fn may take some ranks much longer than the others (rank 0 writing a checkpoint while the
+  // others wait for the outcome): the wait may last runtime.comm_timeout_s + max(extra_s, runtime.comm_timeout_s),
+  // the timeout's line saying why. An empty `why`: the plain agree.
+  struct Patience {
+    double extra_s = 0;
+    std::string why;  // "rank 0's write of checkpoint <path> (<size>)"
+  };
+  void agree(const std::function<void()>& fn, const Patience& patience) const;
 
   // The communicator's watchdog also watches this object's collectives (the agreements of the training loops: a
   // rank that stops or dies between two gradient allreduces leaves the others waiting in one of these). Set by
@@ -51,7 +59,7 @@ class MpiEnv {
  private:
   // A guard over one collective; "env.allreduce_max #3 (i32 x 1)" in the watchdog's message.
   struct Watched;
-  Watched watch(const char* op, std::size_t count, const char* type) const;
+  Watched watch(const char* op, std::size_t count, const char* type, const Patience* patience = nullptr) const;
 
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, num_nodes_ = 1;
   std::string host_;

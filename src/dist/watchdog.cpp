@@ -34,18 +34,20 @@ Watchdog::Guard::~Guard() {
   if (w_) w_->unwatch(id_);
 }
 
-Watchdog::Guard Watchdog::watch(std::string what) {
+Watchdog::Guard Watchdog::watch(std::string what, double extra_s, std::string why) {
   if (timeout_s_ <= 0) return Guard(nullptr, 0);
   std::lock_guard<std::mutex> lock(mu_);
   const std::uint64_t id = next_id_++;
-  entries_.push_back({id, std::move(what), std::chrono::steady_clock::now(), {}, {}});
+  // A call given a reason to wait longer gets at least one more timeout.
+  const double extra = why.empty() ? 0.0 : std::max(extra_s, timeout_s_);
+  entries_.push_back({id, std::move(what), std::chrono::steady_clock::now(), {}, {}, extra, std::move(why)});
   return Guard(this, id);
 }
 
 void Watchdog::watch_async(std::string what, std::function<bool()> done, std::function<void()> release) {
   std::lock_guard<std::mutex> lock(mu_);
   entries_.push_back({next_id_++, std::move(what), std::chrono::steady_clock::now(), std::move(done),
-                      std::move(release)});
+                      std::move(release), 0.0, {}});
 }
 
 std::size_t Watchdog::pending() const {
@@ -215,9 +217,11 @@ void Watchdog::loop() {
           continue;
         }
       }
-      if (timeout_s_ > 0 && now - it->start > limit) {
+      if (timeout_s_ > 0 && now - it->start > limit + duration<double>(it->extra_s)) {
         std::ostringstream msg;
-        msg << it->what << " did not complete within " << timeout_s_ << " s (runtime.comm_timeout_s): ";
+        msg << it->what << " did not complete within " << timeout_s_ + it->extra_s << " s (runtime.comm_timeout_s";
+        if (it->extra_s > 0) msg << " + " << it->extra_s << " s for " << it->why;
+        msg << "): ";
         std::string stopped;
         int n_stopped = 0;
         for (const auto& p : peers::look())
@@ -229,6 +233,9 @@ void Watchdog::loop() {
               << " stopped (SIGSTOP, a debugger or job control); ending the job";
         else if (!remote.empty())
           msg << remote << "; ending the job";
+        else if (!it->why.empty())
+          msg << "it has not ended (a file system that hangs or is very slow?), or another rank has failed; ending "
+                 "the job";
         else
           msg << "another rank has probably failed, been killed or is waiting in a different collective; ending "
                  "the job";

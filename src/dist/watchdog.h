@@ -45,8 +45,9 @@ class Watchdog {
     std::uint64_t id_;
   };
 
-  // Watches a blocking call for the lifetime of the returned guard.
-  Guard watch(std::string what);
+  // Watches a blocking call for the lifetime of the returned guard. With a reason `why` (named in the timeout's
+  // line: a wait for one rank's file write), the call may take max(extra_s, the timeout) longer than the timeout.
+  Guard watch(std::string what, double extra_s = 0, std::string why = {});
   // Watches an asynchronous operation until done() returns true (polled from the watchdog thread).
   // done() may throw to report an asynchronous failure; it is then treated as fatal.
   // release() runs on the watchdog thread once done() returned true (e.g. to free an event).
@@ -62,6 +63,8 @@ class Watchdog {
     std::chrono::steady_clock::time_point start;
     std::function<bool()> done;  // empty for a guard
     std::function<void()> release;
+    double extra_s = 0;  // beyond timeout_s_, for `why`
+    std::string why;
   };
   void loop();
   void unwatch(std::uint64_t id);

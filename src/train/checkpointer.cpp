@@ -11,6 +11,24 @@
 #include "core/log.h"
 
 namespace mgrl::train {
+namespace {
+// A checkpoint is written (or read) by some ranks while the others wait in a collective for the outcome: rank 0
+// writes its weights and AdamW moments (3 x 4 bytes a trainable value), the seal reads the file back, and pruning
+// may read an older one back; every rank reads the candidates of a resume, some faster than others. Such a wait may
+// last runtime.comm_timeout_s plus the larger of that timeout and the time to move those bytes three times at
+// kSlowestFileBytesPerS (a slow network file system), so that the timeout meant for a rank that failed does not end
+// a job whose checkpoint (a full fine-tuning of a 7B model: 84 GB) takes longer to write than the timeout: 20 MB/s
+// gives 12,600 s more for that one. A rank that has ended, or is stopped, is still named as before.
+constexpr double kSlowestFileBytesPerS = 20e6;
+
+dist::MpiEnv::Patience file_patience(std::size_t trainable, const std::string& what) {
+  const double bytes = 3.0 * 4.0 * static_cast<double>(trainable);
+  char size[32];
+  if (bytes >= 1e9) std::snprintf(size, sizeof size, "%.1f GB", bytes / 1e9);
+  else std::snprintf(size, sizeof size, "%.1f MB", bytes / 1e6);
+  return {3.0 * bytes / kSlowestFileBytesPerS, what + " (" + size + ")"};
+}
+}  // namespace
 
 Checkpointer::Checkpointer(const dist::MpiEnv& env, kernels::Ops& ops, const Optimizer& opt, CheckpointOptions opts,
                            std::string identity)
@@ -42,10 +60,12 @@ void Checkpointer::save(const TrainState& st, const std::string& extra) {
   // Rank 0 writes; the others wait for the outcome (agree), so that a failed write ends every rank with rank 0's
   // one line and the same exit code, instead of leaving them in the next step's collectives until rank 0's
   // error aborts the job (mpirun's banner, no line naming the write).
-  env_.agree([&] {
-    if (env_.rank() == 0) write(st, extra);
-    else fault::point("checkpoint_write", env_.rank(), st.step);  // tests: a rank failing while rank 0 writes
-  });
+  env_.agree(
+      [&] {
+        if (env_.rank() == 0) write(st, extra);
+        else fault::point("checkpoint_write", env_.rank(), st.step);  // tests: a rank failing while rank 0 writes
+      },
+      file_patience(opt_.trainable().n, "rank 0's write of " + checkpoint_path(opts_.dir, st.step)));
   last_ = checkpoint_path(opts_.dir, st.step);
 }
 
@@ -133,13 +153,15 @@ std::string Checkpointer::resume(TrainState& st, std::string* extra) {
     for (const auto& path : candidates) {
       Checkpoint ck;
       std::string damage;
-      env_.agree([&] {
-        try {
-          ck = read_checked(path);
-        } catch (const CorruptCheckpoint& e) {
-          damage = e.what();
-        }
-      });
+      env_.agree(
+          [&] {
+            try {
+              ck = read_checked(path);
+            } catch (const CorruptCheckpoint& e) {
+              damage = e.what();
+            }
+          },
+          file_patience(opt_.trainable().n, "the ranks' reads of " + path));
       const int damaged_somewhere = env_.allreduce_max(damage.empty() ? 0 : 1);
       if (damaged_somewhere) {
         const int speaker = env_.allreduce_min(damage.empty() ? env_.size() : env_.rank());
@@ -179,7 +201,7 @@ std::string Checkpointer::resume(TrainState& st, std::string* extra) {
   if (!opts_.resume.empty() && opts_.resume != "none") from = opts_.resume;
   env_.agree([&] {
     if (!from.empty()) load(from, st, extra);
-  });
+  }, file_patience(opt_.trainable().n, "the ranks' reads of " + from));
   if (!from.empty()) log::info("resumed from " + from + " at step " + std::to_string(st.step));
   last_ = from;
   return from;

@@ -218,7 +218,10 @@ std::pair<double, double> SftTrainer::evaluate(bool accuracy) {
     const std::size_t eb = static_cast<std::size_t>(opts_.eval_batch);
     idle_passes(model_, hi - lo, N, env_.size(), eb);
   }
-  const double mean = env_.allreduce_sum(loss) / static_cast<double>(std::max(1LL, env_.allreduce_sum(tokens)));
+  // Two collectives: one statement each, so that every rank runs them in the same written order.
+  const double loss_sum = env_.allreduce_sum(loss);
+  const long long token_sum = env_.allreduce_sum(tokens);
+  const double mean = loss_sum / static_cast<double>(std::max(1LL, token_sum));
   const double acc = accuracy && opts_.accuracy ? opts_.accuracy(eval_) : -1;
   return {mean, acc};
 }

@@ -24,6 +24,11 @@ mgrl_add_fault_test(ckthrow_rank1.np2 2 ckthrow:1)
 # A rank that crashes (a call through a null function pointer, while a checkpoint is written): its line names the
 # rank, host, pid, signal, address and phase; its frames resolve with addr2line; the job ends (core/crash.h).
 mgrl_add_fault_test(cksegv_rank1.np2 2 cksegv:1)
+# Rank 0's checkpoint write slower than runtime.comm_timeout_s (a slow file system) while the others wait for it: the
+# job goes on (the wait for a checkpoint may take the timeout twice, or its bytes at 20 MB/s); a write that hangs
+# ends the job after that with one line naming the wait and the file. Failed on the old code (the timeout at 6 s).
+mgrl_add_fault_test(ckslow_rank0.np2 2 ckslow:0)
+mgrl_add_fault_test(ckstall_rank0.np2 2 ckstall:0)
 
 # The polite signals to mpirun (SIGUSR1 is cli.stop.sigusr1_mpirun.np2): the ranks checkpoint and stop, resume
 # reaches the same weights. Open MPI's mpirun does not forward SIGTERM and SIGINT: it sends the ranks SIGTERM itself

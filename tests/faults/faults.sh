@@ -11,6 +11,11 @@
 #   cksegv:R      MGRL_FAULT_INJECT: rank R calls a null function pointer while the step-3 checkpoint is written (as a
 #                 crashing library would): its one line names the rank, host, pid, signal, address and phase, its
 #                 first frame resolves (addr2line) to the caller, and the job ends
+#   ckslow:0      MGRL_FAULT_INJECT: rank 0's write of the step-3 checkpoint takes comm_timeout_s + 5 s (a slow file
+#                 system) while the others wait for it: the job goes on and ends as an uninterrupted run does (a wait
+#                 for a checkpoint may take the timeout twice, or the time its bytes take at 20 MB/s)
+#   ckstall:0     the same write takes 30 s (a file system that hangs): the job ends after twice the timeout with
+#                 one line naming the wait, the write and its file
 set -uo pipefail
 scenario=$1 work=$2 check=$3
 shift 3
@@ -41,11 +46,13 @@ rank_pid() {  # the pid of rank $1 of the job (OMPI_COMM_WORLD_RANK / PMI_RANK i
 
 steps=100000  # far more than the test lets it run
 extra=()
-if [ "$what" = ckthrow ] || [ "$what" = cksegv ]; then
+if [ "$what" = ckthrow ] || [ "$what" = cksegv ] || [ "$what" = ckslow ] || [ "$what" = ckstall ]; then
   steps=5
   extra=(--checkpoint.every_steps=1)
   export MGRL_FAULT_INJECT="checkpoint_write:rank=$victim:step=3"
   [ "$what" = cksegv ] && MGRL_FAULT_INJECT+=":action=segv"
+  [ "$what" = ckslow ] && MGRL_FAULT_INJECT+=":action=sleep:secs=$((timeout_s + 5))"
+  [ "$what" = ckstall ] && MGRL_FAULT_INJECT+=":action=sleep:secs=30"
 fi
 start=$(date +%s.%N)
 "$@" --train.max_steps=$steps --runtime.comm_timeout_s=$timeout_s --checkpoint.dir="$work/ck" --log.dir="$work/log" \
@@ -74,7 +81,8 @@ echo "--- stderr"; cat "$work/err"
 echo "---"
 
 limit=$((timeout_s + margin))
-[ "$(echo "$secs < $limit" | bc)" = 1 ] || fail "the job took ${secs}s to end, more than comm_timeout_s + ${margin}s"
+case $what in ckslow|ckstall) limit=$((2 * timeout_s + margin));; esac
+[ "$(echo "$secs < $limit" | bc)" = 1 ] || fail "the job took ${secs}s to end, more than ${limit}s"
 if [ "$what" = cksegv ]; then
   # The crashed rank's line (its frames below it), and at most one line of a survivor naming it.
   line=$(grep '^mgrl: rank ' "$work/err" | head -n 1)
@@ -98,6 +106,15 @@ if [ "$what" = cksegv ]; then
   grep -q "exited on signal 11" "$work/err" || fail "the launcher does not report rank $victim's SIGSEGV"
   what=done
 fi
+if [ "$what" = ckslow ]; then
+  [ "$rc" = 0 ] || fail "exit code $rc: the wait for a slow checkpoint write ended the job"
+  grep -q '^mgrl: error' "$work/err" && fail "an error line: $(grep '^mgrl: error' "$work/err")"
+  [ "$(ls "$work/ck" | tail -n 1)" = step_00000005.h5 ] || fail "checkpoints: $(ls "$work/ck")"
+  "$@" --train.max_steps=$steps --checkpoint.dir="$work/straight" --log.dir="$work/straight" > /dev/null 2>&1 ||
+    fail "the uninterrupted run failed"
+  "$check" weights "$work/straight/step_00000005.h5" "$work/ck/step_00000005.h5" --exact || fail "weights differ"
+  what=done
+fi
 lines=$(grep -c '^mgrl:' "$work/err")
 [ "$what" = done ] || [ "$lines" = 1 ] || fail "$lines lines from mgrl on stderr, expected 1"
 line=$(grep -m1 '^mgrl:' "$work/err")
@@ -112,6 +129,12 @@ case $what in
     [ "$(echo "$secs >= $timeout_s - 1" | bc)" = 1 ] || fail "ended after ${secs}s, before the timeout: by what?"
     echo "$line" | grep -Eq "^mgrl: error: (\[rank [0-9]+\] )?[a-z_.]+ #[0-9]+ \([^)]*\) did not complete within $timeout_s s \(runtime.comm_timeout_s\): rank $victim \(pid $pid\) is stopped" ||
       fail "the line does not name the collective and rank $victim: $line"
+    ;;
+  ckstall)
+    [ "$rc" = 1 ] || fail "exit code $rc, expected 1"
+    [ "$(echo "$secs >= 2 * $timeout_s" | bc)" = 1 ] || fail "ended after ${secs}s, before twice the timeout"
+    echo "$line" | grep -Eq "^mgrl: error: (\[rank [0-9]+\] )?env.allreduce_max #[0-9]+ \(i32 x 1\) did not complete within $((2 * timeout_s)) s \(runtime.comm_timeout_s \+ $timeout_s s for rank 0's write of .*/ck/step_00000003.h5 \([0-9.]+ MB\)\): it has not ended \(a file system that hangs or is very slow\?\), or another rank has failed; ending the job$" ||
+      fail "the line does not name the wait, the write and its file: $line"
     ;;
   ckthrow)
     if [ "$victim" = 0 ]; then
