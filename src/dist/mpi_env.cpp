@@ -154,8 +154,8 @@ std::string MpiEnv::standard_version() const {
   return std::to_string(major) + "." + std::to_string(minor);
 }
 
-void MpiEnv::barrier() const {
-  const auto g = watch("env.barrier", 0, "-");
+void MpiEnv::barrier(const Patience& patience) const {
+  const auto g = watch("env.barrier", 0, "-", &patience);
   MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
 }
 
@@ -194,8 +194,8 @@ double MpiEnv::allreduce_sum(double v) const {
   return out;
 }
 
-std::vector<std::string> MpiEnv::gather_to_root(const std::string& s) const {
-  const auto g = watch("env.gather", s.size(), "byte");
+std::vector<std::string> MpiEnv::gather_to_root(const std::string& s, const Patience& patience) const {
+  const auto g = watch("env.gather", s.size(), "byte", &patience);
   int len = static_cast<int>(s.size());
   std::vector<int> lens(rank_ == 0 ? size_ : 0), displs(rank_ == 0 ? size_ : 0);
   MPI_CHECK(MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD));

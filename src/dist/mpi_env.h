@@ -11,6 +11,14 @@ namespace mgrl::dist {
 
 class Watchdog;
 
+// For a collective that ranks may reach far apart for a known reason (rank 0 writing a checkpoint, a slow reward
+// on some rank): the wait may last runtime.comm_timeout_s + max(extra_s, runtime.comm_timeout_s), the timeout's
+// line naming `why`. An empty `why`: the plain timeout.
+struct Patience {
+  double extra_s = 0;
+  std::string why;  // "rank 0's write of <path> (<size>)"
+};
+
 class MpiEnv {
  public:
   MpiEnv(int* argc, char*** argv);  // MPI_Init_thread once per process
@@ -27,28 +35,25 @@ class MpiEnv {
   std::string library_version() const;  // MPI_Get_library_version, first line
   std::string standard_version() const;  // "3.1"
 
-  void barrier() const;
+  using Patience = dist::Patience;
+
+  void barrier(const Patience& patience = Patience()) const;
   int allreduce_max(int v) const;
   int allreduce_min(int v) const;
   double allreduce_max(double v) const;
   long long allreduce_sum(long long v) const;
   double allreduce_sum(double v) const;
   // Every rank's string, in rank order, on rank 0 (empty vector elsewhere).
-  std::vector<std::string> gather_to_root(const std::string& s) const;
+  std::vector<std::string> gather_to_root(const std::string& s, const Patience& patience = Patience()) const;
   // Rank `root`'s string on every rank.
   std::string broadcast(const std::string& s, int root) const;
 
   // Runs fn on every rank and agrees on the outcome: if any rank threw, every rank throws
   // JobFailed with the same exit code, after rank 0 printed the lowest failing rank's message.
   // fn must not itself enter collectives that other ranks could skip.
-  void agree(const std::function<void()>& fn) const { agree(fn, {}); }
+  void agree(const std::function<void()>& fn) const { agree(fn, Patience()); }
   // The same, where fn may take some ranks much longer than the others (rank 0 writing a checkpoint while the
-  // others wait for the outcome): the wait may last runtime.comm_timeout_s + max(extra_s, runtime.comm_timeout_s),
-  // the timeout's line saying why. An empty `why`: the plain agree.
-  struct Patience {
-    double extra_s = 0;
-    std::string why;  // "rank 0's write of checkpoint <path> (<size>)"
-  };
+  // others wait for the outcome; see Patience).
   void agree(const std::function<void()>& fn, const Patience& patience) const;
 
   // The communicator's watchdog also watches this object's collectives (the agreements of the training loops: a

@@ -347,7 +347,11 @@ void GrpoTrainer::new_round() {
   }
   // The wait at the exchange below: every rank's generation + reward time against the slowest rank's.
   {
-    const auto w = all_ranks(seconds_since(t_work));
+    const double work_s = seconds_since(t_work);
+    std::size_t most = 0;  // completions of the rank scoring the most
+    for (const auto& part : R.gen_split) most = std::max(most, part.size() * static_cast<std::size_t>(G));
+    wait_for_rewards(env_, rewards_, most, opts_.threads);
+    const auto w = all_ranks(work_s);
     const double slowest = *std::max_element(w.begin(), w.end());
     R.rollout_wait.clear();
     for (double x : w) R.rollout_wait.push_back(slowest - x);
@@ -614,7 +618,9 @@ EvalResult GrpoTrainer::evaluate() {
   std::vector<std::vector<double>> values;
   kernels::Ops::Sampling greedy;
   greedy.temperature = 0;
+  const std::size_t per_rank = (N + static_cast<std::size_t>(env_.size()) - 1) / static_cast<std::size_t>(env_.size());
   run(1, greedy, opts_.eval_max_new_tokens, &values);
+  wait_for_rewards(env_, rewards_, per_rank, opts_.threads);
   double reward = 0;
   long long right = 0;
   for (const auto& v : values) {
@@ -626,6 +632,7 @@ EvalResult GrpoTrainer::evaluate() {
   if (opts_.pass_k > 0 && accuracy_fn_ >= 0) {
     const int n = std::max(opts_.pass_k, opts_.num_samples);
     run(n, opts_.sampling, opts_.eval_max_new_tokens, &values);
+    wait_for_rewards(env_, rewards_, per_rank * static_cast<std::size_t>(n), opts_.threads);
     double sum = 0;
     for (std::size_t p = 0; p * static_cast<std::size_t>(n) < values.size(); ++p) {
       int c = 0;

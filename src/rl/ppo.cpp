@@ -108,6 +108,8 @@ PpoEval PpoTrainer::evaluate() {
       right += accuracy_fn_ >= 0 && v[static_cast<std::size_t>(accuracy_fn_)] >= 1.0 - 1e-9 ? 1 : 0;
     }
   }
+  wait_for_rewards(env_, rewards_, (N + static_cast<std::size_t>(env_.size()) - 1) / static_cast<std::size_t>(env_.size()),
+                   opts_.threads);
   res.mean_reward = env_.allreduce_sum(reward) / static_cast<double>(N);
   if (accuracy_fn_ >= 0) res.accuracy = static_cast<double>(env_.allreduce_sum(right)) / static_cast<double>(N);
   return res;
@@ -175,6 +177,7 @@ void PpoTrainer::update(nlohmann::json* metrics) {
     rewards_fn = rewards_.score(samples, opts_.log_dir.empty() ? "." : opts_.log_dir, opts_.threads);
     for (std::size_t i = 0; i < local.size(); ++i) local[i].seq.score = rewards_.total(rewards_fn[i]);
   }
+  wait_for_rewards(env_, rewards_, static_cast<std::size_t>(per), opts_.threads);
   // 3. The rollout's log-probs (policy, reference) and values; rewards, GAE and whitening over the global batch.
   ppo_score(model_, *vh_, temperature, o.response_length, per, local);
   {

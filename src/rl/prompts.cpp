@@ -1,6 +1,7 @@
 // prompts.cpp: reading and tokenizing GRPO and PPO prompt files; a completion as the reward functions see it.
 #include "rl/prompts.h"
 
+#include <cstdio>
 #include <utility>
 
 #include "core/error.h"
@@ -48,6 +49,15 @@ std::vector<PromptRow> load_prompts(const std::string& path, const io::Tokenizer
   });
   if (rows.empty()) throw UserError(path + ": no prompts");
   return rows;
+}
+
+void wait_for_rewards(const dist::MpiEnv& env, const Rewards& rewards, std::size_t most, int threads) {
+  const double s = rewards.max_seconds(most, threads);
+  if (!(s > 0)) return;
+  char why[160];
+  std::snprintf(why, sizeof why, "the rewards of the rank scoring last (up to %.0f s for %zu completions by reward[].timeout_s)",
+                s, most);
+  env.barrier({s, why});
 }
 
 }  // namespace mgrl::rl

@@ -414,5 +414,25 @@ TEST(Rewards, CommandProtocolAndFailures) {
   EXPECT_NE(err("[\"sleep\", \"30\"]", "timeout_s = 1.0\n").find("did not finish within 1 s"), std::string::npos);
 }
 
+
+// How long the ranks that finish scoring first may wait for the others (rl::wait_for_rewards): the rewards' own
+// limits. Functions that run no program count 0; a command runs once a batch (timeout_s, 0: 600 s); code_exec runs
+// each completion's tests under timeout_s (0: 10 s) after at most 60 s of planning, `threads` completions at once.
+TEST(Rewards, MaxSecondsAreTheRewardsOwnLimits) {
+  EXPECT_EQ(make("[[reward]]\nkind = \"regex\"\npattern = \"a\"\n").max_seconds(100, 4), 0.0);
+  EXPECT_EQ(make("[[reward]]\nkind = \"command\"\ncommand = [\"true\"]\n").max_seconds(5, 1), 600.0);
+  EXPECT_EQ(make("[[reward]]\nkind = \"command\"\ncommand = [\"true\"]\ntimeout_s = 30\n").max_seconds(5, 1), 30.0);
+  const Rewards code = make("[[reward]]\nkind = \"code_exec\"\ntimeout_s = 3.0\n");
+  EXPECT_EQ(code.max_seconds(8, 4), 2 * (3.0 + 60.0));
+  EXPECT_EQ(code.max_seconds(9, 4), 3 * (3.0 + 60.0));
+  EXPECT_EQ(code.max_seconds(0, 4), 0.0);
+  EXPECT_EQ(make("[[reward]]\nkind = \"code_exec\"\n").max_seconds(1, 0), 10.0 + 60.0);  // threads < 1: one at a time
+  // The sum over the functions (they run one after another).
+  EXPECT_EQ(make("[[reward]]\nkind = \"command\"\ncommand = [\"true\"]\ntimeout_s = 30\n"
+                 "[[reward]]\nkind = \"code_exec\"\ntimeout_s = 3.0\n[[reward]]\nkind = \"regex\"\npattern = \"a\"\n")
+                .max_seconds(4, 4),
+            30.0 + 63.0);
+}
+
 }  // namespace
 }  // namespace mgrl::rl

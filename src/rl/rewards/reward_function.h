@@ -13,6 +13,9 @@ class RewardFunction {
   // One value per sample.
   virtual std::vector<double> score(const std::vector<RewardSample>& samples, const std::string& run_dir,
                                     int threads) const = 0;
+  // The longest that score() may take for `samples` on `threads` threads before its own time limits end it (0: no
+  // program runs, it takes no noticeable time).
+  virtual double max_seconds(std::size_t /*samples*/, int /*threads*/) const { return 0; }
 };
 
 }  // namespace mgrl::rl

@@ -316,6 +316,12 @@ class CodeExec : public RewardFunction {
     const double n = static_cast<double>(passed);
     return all_ ? (passed == tests.size() ? 1.0 : 0.0) : n / static_cast<double>(tests.size());
   }
+  double max_seconds(std::size_t samples, int threads) const override {
+    // Each completion's tests share timeout_s; a new list of tests is first planned (at most 60 s).
+    const std::size_t rounds = (samples + static_cast<std::size_t>(std::max(1, threads)) - 1) /
+                               static_cast<std::size_t>(std::max(1, threads));
+    return static_cast<double>(rounds) * (lim_.wall_s + 60.0);
+  }
   std::vector<double> score(const std::vector<RewardSample>& ss, const std::string&, int threads) const override {
     std::vector<double> out(ss.size(), 0.0);
     std::atomic<std::size_t> next{0};
@@ -351,6 +357,7 @@ class Command : public RewardFunction {
     for (std::size_t i = 0; i < argv_.size(); ++i) s += (i ? ", \"" : "\"") + argv_[i] + "\"";
     return s + "])";
   }
+  double max_seconds(std::size_t, int) const override { return timeout_; }  // one run a batch
   std::vector<double> score(const std::vector<RewardSample>& ss, const std::string& run_dir, int) const override {
     std::string input;
     for (const auto& s : ss) {
@@ -531,6 +538,12 @@ int Rewards::accuracy_index(const std::string& named) const {
   for (std::size_t f = 0; f < kinds_.size(); ++f)
     if (kinds_[f] == "answer_match" || kinds_[f] == "code_exec") return static_cast<int>(f);
   return -1;
+}
+
+double Rewards::max_seconds(std::size_t samples, int threads) const {
+  double s = 0;
+  for (const auto& f : fns_) s += f->max_seconds(samples, threads);
+  return s;
 }
 
 double Rewards::total(const std::vector<double>& values) const {

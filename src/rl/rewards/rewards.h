@@ -42,6 +42,10 @@ class Rewards {
   std::vector<std::vector<double>> score(const std::vector<RewardSample>& samples, const std::string& run_dir,
                                          int threads) const;
   double total(const std::vector<double>& values) const;
+  // The longest that score() may take for `samples` on `threads` threads before the rewards' own time limits end it
+  // (reward[].timeout_s: a command's per batch, code_exec's per completion with its test planner's 60 s): how long
+  // the ranks that finish scoring first may wait for the others (MpiEnv::Patience). 0 without command or code_exec.
+  double max_seconds(std::size_t samples, int threads) const;
   // The function whose value >= 1 counts a completion as correct in evaluation: the one named `named` (a UserError
   // naming eval.accuracy_reward when none is), else the first answer_match or code_exec; -1 when there is none.
   int accuracy_index(const std::string& named) const;
