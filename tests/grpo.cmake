@@ -14,7 +14,7 @@ string(JOIN " " GRPO_STR ${GRPO_ARGS})
 # the held-out evaluation. Until 2026-11-28 the wait was a collective under the plain timeout: the job ended (exit 1).
 list(SUBLIST GRPO_ARGS 1 -1 GRPO_REST)
 mgrl_add_cli_test(grpo.slow_reward_on_one_rank.np2 0 "(?s)eval before step 0 .*step 2/2 .*eval after step 2 " - 0
-  -- bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/slow_reward.sh ${GRPO}/slow_reward ${CMAKE_CURRENT_SOURCE_DIR}/data/grpo_cli/grpo.toml 9
+  -- bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/slow_reward.sh ${GRPO}/slow_reward ${CMAKE_CURRENT_SOURCE_DIR}/data/grpo_cli/grpo.toml 1:9
   -- ${MPIRUN} 2 ${MGRL_MPIEXEC_FLAGS} ${RUN1} ${GRPO_REST} --train.max_steps=2 --runtime.comm_timeout_s=4
   --eval.input=${CMAKE_CURRENT_SOURCE_DIR}/data/sft/heldout.jsonl --checkpoint.dir= --log.dir=${GRPO}/slow_reward/log)
 set_tests_properties(cli.grpo.slow_reward_on_one_rank.np2 PROPERTIES TIMEOUT 150 PROCESSORS 2)
@@ -88,6 +88,13 @@ mgrl_add_cli_test(grpo.bad_reward_before_model 2 - "bad_reward.toml:[0-9]+: key 
   -- $<TARGET_FILE:mgrl> ${CMAKE_CURRENT_SOURCE_DIR}/data/grpo_cli/bad_reward.toml --model.path=/nonexistent --data.input=/nonexistent)
 mgrl_add_cli_test(reward.mode_scores_jsonl 0 "(?s)index.:0,.reward.:1[.]5,.rewards.:[{].correct.:1[.]0,.digit_first.:1[.]0.*index.:1,.reward.:0[.]0," - 0
   -- $<TARGET_FILE:mgrl> reward ${CMAKE_CURRENT_SOURCE_DIR}/data/grpo_cli/reward.toml --data.input=${CMAKE_CURRENT_SOURCE_DIR}/data/grpo_cli/samples.jsonl)
+# `mgrl reward` on 2 ranks: rank 0 scores every line while rank 1 waits for its outcome; a judge 9 s slow there (comm
+# timeout 4 s) is waited for as its timeout_s allows (the job ended at the timeout, exit 1, before 2026-11-28).
+mgrl_add_cli_test(reward.mode_slow_command.np2 0 "(?s)index.:0,.reward.:0[.]5,.rewards.:[{].judge.:0[.]5" - 0
+  -- bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/slow_reward.sh ${GRPO}/reward_slow ${CMAKE_CURRENT_SOURCE_DIR}/data/grpo_cli/reward.toml 0:9
+  -- ${MPIRUN} 2 ${MGRL_MPIEXEC_FLAGS} $<TARGET_FILE:mgrl> reward --data.input=${CMAKE_CURRENT_SOURCE_DIR}/data/grpo_cli/samples.jsonl
+  --runtime.comm_timeout_s=4)
+set_tests_properties(cli.reward.mode_slow_command.np2 PROPERTIES PROCESSORS 2)
 # The same GRPO run on the GPU (label gpu; skipped without one): LoRA with bf16 (fp16 before sm_80) base weights,
 # the CUDA generator, num_iterations 2 and beta > 0; it must finish and its rollout files must agree with its
 # metrics (rewards, advantages, lengths, log-probs finite where tokens are).

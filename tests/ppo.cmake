@@ -25,7 +25,7 @@ string(JOIN " " PPO_STR ${PPO_ARGS})
 # evaluation wait for it as long as its timeout_s (60) allows (tests/cli/slow_reward.sh; as grpo.slow_reward_*).
 list(SUBLIST PPO_ARGS 1 -1 PPO_REST)
 mgrl_add_cli_test(ppo.slow_reward_on_one_rank.np2 0 "(?s)step 4/4 " - 0
-  -- bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/slow_reward.sh ${PPO}/slow_reward ${CMAKE_CURRENT_SOURCE_DIR}/data/ppo_cli/ppo.toml 9
+  -- bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/slow_reward.sh ${PPO}/slow_reward ${CMAKE_CURRENT_SOURCE_DIR}/data/ppo_cli/ppo.toml 1:9
   -- ${MPIRUN} 2 ${MGRL_MPIEXEC_FLAGS} ${RUN1} ${PPO_REST} --train.max_steps=4 --runtime.comm_timeout_s=4
   --eval.input=${CMAKE_CURRENT_SOURCE_DIR}/data/sft/heldout.jsonl --checkpoint.dir= --log.dir=${PPO}/slow_reward/log)
 set_tests_properties(cli.ppo.slow_reward_on_one_rank.np2 PROPERTIES TIMEOUT 150 PROCESSORS 2)

@@ -10,6 +10,7 @@
 #include "dist/mpi_env.h"
 #include "io/config.h"
 #include "io/jsonl.h"
+#include "rl/prompts.h"
 #include "rl/rewards/rewards.h"
 
 namespace mgrl::app {
@@ -59,9 +60,9 @@ int run_reward(Context& ctx) {
     samples.push_back(std::move(s));
   }
   std::vector<std::vector<double>> values;
-  ctx.env.agree([&] {
-    if (ctx.env.rank() == 0) values = rewards.score(samples, ".", std::max(1, ctx.device.cpu_threads));
-  });
+  const int threads = std::max(1, ctx.device.cpu_threads);
+  ctx.env.agree([&] { if (ctx.env.rank() == 0) values = rewards.score(samples, ".", threads); },
+                rl::rewards_patience(rewards, samples.size(), threads));  // the other ranks wait for rank 0's
   if (ctx.env.rank() != 0) return 0;
   for (std::size_t i = 0; i < values.size(); ++i) {
     nlohmann::json out = {{"index", i}, {"rewards", nlohmann::json::object()}};

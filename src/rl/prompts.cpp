@@ -51,13 +51,18 @@ std::vector<PromptRow> load_prompts(const std::string& path, const io::Tokenizer
   return rows;
 }
 
-void wait_for_rewards(const dist::MpiEnv& env, const Rewards& rewards, std::size_t most, int threads) {
+dist::Patience rewards_patience(const Rewards& rewards, std::size_t most, int threads) {
   const double s = rewards.max_seconds(most, threads);
-  if (!(s > 0)) return;
+  if (!(s > 0)) return {};
   char why[160];
   std::snprintf(why, sizeof why, "the rewards of the rank scoring last (up to %.0f s for %zu completions by reward[].timeout_s)",
                 s, most);
-  env.barrier({s, why});
+  return {s, why};
+}
+
+void wait_for_rewards(const dist::MpiEnv& env, const Rewards& rewards, std::size_t most, int threads) {
+  const dist::Patience p = rewards_patience(rewards, most, threads);
+  if (!p.why.empty()) env.barrier(p);
 }
 
 }  // namespace mgrl::rl

@@ -32,6 +32,8 @@ RewardSample reward_sample(const PromptRow& p, std::string completion, int compl
 // names it. `most`: the largest number of completions any rank scores (the same on every rank). Without such
 // rewards, nothing (no collective).
 void wait_for_rewards(const dist::MpiEnv& env, const Rewards& rewards, std::size_t most, int threads);
+// The patience of that wait (an empty `why` without such rewards), for a collective that follows scoring.
+dist::Patience rewards_patience(const Rewards& rewards, std::size_t most, int threads);
 
 // UserError "file:line: ..." for a broken line, a line with neither prompt nor messages, or an empty file.
 std::vector<PromptRow> load_prompts(const std::string& path, const io::Tokenizer& tok, const io::ChatTemplate& chat,

@@ -1,30 +1,32 @@
 #!/usr/bin/env bash
-# slow_reward.sh WORK GRPO_TOML SLEEP -- LAUNCH...: GRPO with a command reward (a judge program) that takes rank 1
-# SLEEP seconds longer than rank 0 to score its completions; LAUNCH (mpirun -n 2 ... mgrl, its own arguments after
-# the config) runs GRPO_TOML with that reward in place of its own. The job's runtime.comm_timeout_s is set by the
-# caller: the ranks that finish scoring first may wait for the others as long as the rewards' own limits
+# slow_reward.sh WORK TOML RANK:SLEEP -- LAUNCH...: a run whose rewards are one command reward (a judge program)
+# that takes rank RANK SLEEP seconds more than the others to score; LAUNCH (mpirun -n 2 ... mgrl [mode], its own
+# arguments after the config) runs TOML with that reward in place of its own. The job's runtime.comm_timeout_s is
+# set by the caller: the ranks that finish scoring first may wait for the others as long as the rewards' own limits
 # (reward[].timeout_s, here 60 s), not just the timeout.
 set -euo pipefail
-work=$1 toml=$2 sleep_s=$3
+work=$1 toml=$2 slow_rank=${3%%:*} sleep_s=${3#*:}
 shift 3
 [ "$1" = -- ] && shift
 rm -rf "$work" && mkdir -p "$work"
 cat > "$work/judge.sh" <<JUDGE
 #!/usr/bin/env bash
-# one number per input line; rank 1 is slow (a judge far away)
+# one number per input line; rank $slow_rank is slow (a judge far away)
 n=0
 while IFS= read -r _; do n=\$((n + 1)); done
-[ "\${OMPI_COMM_WORLD_RANK:-\${PMI_RANK:-0}}" = 1 ] && sleep $sleep_s
+[ "\${OMPI_COMM_WORLD_RANK:-\${PMI_RANK:-0}}" = $slow_rank ] && sleep $sleep_s
 for ((i = 0; i < n; i++)); do echo 0.5; done
 JUDGE
 chmod +x "$work/judge.sh"
 sed '/^\[\[reward\]\]/,$d' "$toml" > "$work/grpo.toml"
 printf '[[reward]]\nkind = "command"\nname = "judge"\ncommand = ["%s"]\ntimeout_s = 60\n' "$work/judge.sh" >> "$work/grpo.toml"
 launch=("$@")
-# The config goes right after the program (the last word of LAUNCH before its own arguments: mgrl).
+# The config goes right after the program (mgrl), or after its mode when one follows it.
 for i in "${!launch[@]}"; do
   if [[ ${launch[$i]} == */mgrl ]]; then
-    exec "${launch[@]:0:$((i + 1))}" "$work/grpo.toml" "${launch[@]:$((i + 1))}"
+    at=$((i + 1))
+    [ $at -lt ${#launch[@]} ] && [[ ${launch[$at]} != -* ]] && at=$((at + 1))
+    exec "${launch[@]:0:$at}" "$work/grpo.toml" "${launch[@]:$at}"
   fi
 done
 echo "slow_reward.sh: no mgrl in the launch command" >&2
