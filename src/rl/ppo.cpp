@@ -65,6 +65,28 @@ PpoTrainer::PpoTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transfo
       env_, model_.ops(), *opt_, opts_.checkpoint,
       train::model_identity(io::architecture_name(model_.config().arch), tr_.tensors) + " + ppo value head");
   guard_ = std::make_unique<train::DivergenceGuard>(env_, opts_.max_nonfinite_steps, opts_.optim.scaling.enabled);
+  // A training pass at its largest (the responses of one mini-batch that this rank holds: at worst all of them,
+  // each of the longest prompt + ppo.response_length) must fit the memory the rank has: refused at the start
+  // naming the keys, rather than failing at the update whose mini-batch first falls that way (as GRPO and SFT).
+  {
+    std::size_t longest = 0;
+    for (const auto& p : train_) longest = std::max(longest, p.tokens.size());
+    const int most = std::min(opts_.batch_prompts / ranks, opts_.batch_prompts / opts_.num_mini_batches);
+    const long long worst = static_cast<long long>(most) *
+                            static_cast<long long>(longest + static_cast<std::size_t>(opts_.ppo.response_length));
+    env_.agree([&] {
+      const std::string beyond = train::activations_beyond_memory(model_, worst);
+      if (beyond.empty()) return;
+      const bool rc = model_.options().recompute;
+      throw UserError("a training mini-batch of up to " + std::to_string(most) +
+                      " responses on a rank (train.batch_size / ppo.num_mini_batches, at most train.batch_size / "
+                      "ranks), each up to " + std::to_string(longest) + " prompt tokens + ppo.response_length = " +
+                      std::to_string(opts_.ppo.response_length) + ", needs up to " + beyond +
+                      (rc ? "" : " (model.recompute = false)") +
+                      ": lower train.batch_size or ppo.response_length, raise ppo.num_mini_batches" +
+                      (rc ? std::string() : ", or set model.recompute = true"));
+    });
+  }
   vh_ = std::make_unique<ValueHead>(static_cast<int>(model_.config().hidden_size));
   vh_buf_ = static_cast<float*>(model_.ops().alloc(vh_->params().size() * sizeof(float)));
   state_.rank_rng.assign(static_cast<std::size_t>(ranks), 0);

@@ -25,6 +25,7 @@ cp "$src/tests/data/sft/train.jsonl" "$src/tests/data/sft/heldout.jsonl" .
 cp "$src/tests/data/score/qwen2_bias_tied.jsonl" tokens.jsonl
 cp "$src/tests/data/generate/prompts.jsonl" prompts.jsonl
 cp "$src/tests/data/grpo_cli/grpo.toml" grpo.toml
+cp "$src/tests/data/ppo_cli/ppo.toml" ppo.toml
 cp -r "$root/_base/ck" ck || { echo "FAIL: no shared checkpoints (robust.setup must run first)"; exit 1; }
 cp ck/step_00000001.h5 old_output.h5   # an earlier output a failing run must leave alone
 echo '{"earlier": "output"}' > old_output.jsonl
@@ -32,6 +33,7 @@ printf 'mode = "sft"\n\n[train]\nlr = 1e-3\nmax_steps = 2\n' > run.toml
 
 # Command lines the cases extend (word-split on purpose).
 SFT="sft --runtime.backend=cpu --model.path=model --model.tokenizer=tok --data.input=train.jsonl --train.batch_size=4 --train.max_steps=2 --lora.r=2 --checkpoint.resume=none"
+PPO="ppo.toml --model.path=model --model.tokenizer=tok --data.input=train.jsonl --train.max_steps=4"
 GRPO="grpo.toml --model.path=model --model.tokenizer=tok --data.input=train.jsonl --train.max_steps=1 --train.batch_size=2 --grpo.num_generations=2"
 SCORE="score --runtime.backend=cpu --model.path=model --data.input=tokens.jsonl --score.output=old_output.h5"
 GEN="generate --runtime.backend=cpu --model.path=model --model.tokenizer=tok --data.input=prompts.jsonl --generate.output=old_output.jsonl --generate.max_new_tokens=2"
