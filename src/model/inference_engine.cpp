@@ -173,7 +173,10 @@ void InferenceEngine::lay_out(const io::ModelConfig& c, std::size_t S, int lora_
   I.up = buf(t * In * S);
   I.act = buf(t * In * S);
   I.hsel = buf(r * D * S);
-  I.rstd = static_cast<float*>(buf(t * static_cast<std::size_t>(c.num_attention_heads) * sizeof(float)));
+  // One inverse RMS per normalised row: the blocks' t rows (t x heads for q/k norms), and the final norm's r output
+  // rows, which exceed t when a prompt's last row is sampled G times (num_generations).
+  I.rstd = static_cast<float*>(
+      buf(std::max(t * static_cast<std::size_t>(c.num_attention_heads), r) * sizeof(float)));
   // LoRA: the [T, r] intermediates of a group's members (three at most) and the scratch of a group's op.
   const int rank = std::max(lora_r, 1);  // without an adapter: a placeholder rank of 1
   I.xa = static_cast<float*>(buf(kernels::kMaxLoraGroup * t * static_cast<std::size_t>(rank) * sizeof(float)));
