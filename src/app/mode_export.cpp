@@ -9,12 +9,15 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <memory>
+#include <sstream>
 
 #include "app/modes.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "dist/mpi_env.h"
 #include "io/config.h"
+#include "io/atomic_file.h"
 #include "io/config_schema.h"
 #include <nlohmann/json.hpp>
 
@@ -28,12 +31,20 @@
 namespace mgrl::app {
 namespace {
 
+// Whole or not at all (io/atomic_file.h): a failed export leaves an earlier file under `to` as it was.
 void copy_file_if_exists(const std::string& from, const std::string& to) {
   std::ifstream in(from, std::ios::binary);
   if (!in) return;
-  std::ofstream out(to, std::ios::binary | std::ios::trunc);
-  out << in.rdbuf();
-  if (!out) throw UserError(to + ": cannot write");
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  if (in.bad()) throw UserError(from + ": cannot read");
+  io::write_file_atomically(to, bytes.str());
+}
+
+// The same directory, by what the file system says (links and relative paths resolved)?
+bool same_directory(const std::string& a, const std::string& b) {
+  struct stat sa {}, sb {};
+  return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
 void make_dir(const std::string& d) {
@@ -91,9 +102,20 @@ int run_export(Context& ctx) {
   });
   if (ctx.env.rank() != 0) return 0;
 
-  make_dir(out);
   const bool lora = !ck.tensors.empty() && ck.tensors.front().name.rfind(kLoraPrefix, 0) == 0;
   const std::string base_dir = run_cfg.get_string("model.path");
+  const bool merge = cfg.get_bool("export.merged") && lora;
+  // The export must not write over the base model it was trained from (its config.json, model.safetensors or an
+  // adapter beside them): refused before anything is written. So is a merge whose base cannot be read.
+  for (const std::string& dir : merge ? std::vector<std::string>{out, out + "/merged"} : std::vector<std::string>{out})
+    if (!base_dir.empty() && same_directory(dir, base_dir))
+      throw UserError("key 'export.output' = " + out + ": " + (dir == out ? std::string() : dir + " is ") +
+                      "the directory of the base model (model.path of the run: " + base_dir +
+                      "); exporting there would overwrite it: choose another directory");
+  std::unique_ptr<io::SafetensorsModel> base_model;
+  if (merge) base_model = std::make_unique<io::SafetensorsModel>(base_dir);  // UserError naming it when unreadable
+
+  make_dir(out);
   std::vector<io::TensorToWrite> tensors;
   for (const auto& t : ck.tensors) tensors.push_back({t.name, DType::F32, t.shape, ck.params.data() + t.offset});
   if (lora) {
@@ -107,11 +129,11 @@ int run_export(Context& ctx) {
     log::info("export: full model of " + path + " (step " + std::to_string(ck.state.step) + ") in " + out);
   }
 
-  if (cfg.get_bool("export.merged") && lora) {
+  if (merge) {
     // W' = W + scale * B @ A for every adapter, in f32, written as a Hugging Face directory.
     const std::string merged = out + "/merged";
     make_dir(merged);
-    io::SafetensorsModel base(base_dir);
+    const io::SafetensorsModel& base = *base_model;
     const model::LoraConfig lc = model::read_peft_config(out + "/adapter_config.json");
     const int r = lc.r;
     const float scale = lc.scale();
@@ -163,7 +185,7 @@ int run_export(Context& ctx) {
       nlohmann::json j = io::read_json_file(merged + "/config.json", "the model config");
       if (j.is_object() && j.contains("quantization_config")) {
         j.erase("quantization_config");
-        std::ofstream(merged + "/config.json", std::ios::trunc) << j.dump(2) << "\n";
+        io::write_file_atomically(merged + "/config.json", j.dump(2) + "\n");
       }
     }
     log::info("export: merged model in " + merged);

@@ -169,3 +169,11 @@ c out_export_adapter_is_dir 1 'exported/adapter_model\.safetensors: exists and i
 # A disk that fills up: tests/faults/disk_full.sh (fault.disk_full_*) mounts a small tmpfs in a mount namespace of its
 # own; tests/unit/test_checkpoint.cpp (DiskFullIsAUserErrorAndKeepsTheOldFiles) limits the file size of a child
 # process (RLIMIT_FSIZE); here that limit would stop MPI itself from starting.
+
+# ---- mgrl export ----
+# Into the base model's own directory (model.path of the run): refused before writing (a full fine-tuning's export
+# left the base's config.json empty and replaced its model.safetensors; a LoRA export wrote its adapter beside it).
+c export_into_base_dir 1 "key 'export\.output' = model: the directory of the base model \(model\.path of the run: model\); exporting there would overwrite it" 'mgrl_sft() { "$mgrl" sft --runtime.backend=cpu --model.path=$1 --model.tokenizer=tok --data.input=train.jsonl --train.batch_size=4 --train.max_steps=1 --lora.r=2 --checkpoint.resume=none --checkpoint.dir=$2 "${@:3}" > /dev/null 2>&1; } && mgrl_sft model ck_full --train.full_finetune=true' export --checkpoint.dir=ck_full --export.output=model
+c export_merged_into_base_dir 1 "key 'export\.output' = \.: \./merged is the directory of the base model \(model\.path of the run: merged\)" 'cp -r model merged && "$mgrl" sft --runtime.backend=cpu --model.path=merged --model.tokenizer=tok --data.input=train.jsonl --train.batch_size=4 --train.max_steps=1 --lora.r=2 --checkpoint.resume=none --checkpoint.dir=ck_lora > /dev/null 2>&1' export --checkpoint.dir=ck_lora --export.output=. --export.merged=true
+# A merge whose base model cannot be read (moved away since the run): refused before the adapter is written.
+c export_merged_base_gone 1 "^mgrl: error: gone: " 'cp -r model gone && "$mgrl" sft --runtime.backend=cpu --model.path=gone --model.tokenizer=tok --data.input=train.jsonl --train.batch_size=4 --train.max_steps=1 --lora.r=2 --checkpoint.resume=none --checkpoint.dir=ck_lora > /dev/null 2>&1 && rm -rf gone' bash -c '"$0" export --checkpoint.dir=ck_lora --export.output=exported --export.merged=true; rc=$?; [ ! -e exported ] || { echo "mgrl: exported/ was written"; exit 9; }; exit $rc' "$mgrl"
