@@ -33,6 +33,7 @@ namespace {
 
 // Whole or not at all (io/atomic_file.h): a failed export leaves an earlier file under `to` as it was.
 void copy_file_if_exists(const std::string& from, const std::string& to) {
+  io::check_regular_input(from);
   std::ifstream in(from, std::ios::binary);
   if (!in) return;
   std::ostringstream bytes;

@@ -1,5 +1,7 @@
 // mode_score.cpp: `mgrl score`: log p(token_t | tokens_<t) of every token of every input sequence,
 // sharded over ranks, written by rank 0 in input order to one HDF5 file.
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <climits>
 #include <chrono>
@@ -54,8 +56,8 @@ int run_score(Context& ctx) {
       std::vector<std::int32_t> ids;
       const auto need_tokenizer = [&](const char* what) {
         if (tokenizer) return;
-        std::ifstream probe(tok_dir + "/tokenizer.json");
-        if (!probe)
+        struct stat st {};
+        if (::stat((tok_dir + "/tokenizer.json").c_str(), &st) != 0)  // present: Tokenizer::from_dir reads or refuses it
           io::jsonl_error(input, line, std::string(what) + " input needs a tokenizer, but " + tok_dir +
                                            " has no tokenizer.json (set model.tokenizer)");
         tokenizer = io::Tokenizer::from_dir(tok_dir);

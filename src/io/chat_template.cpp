@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "io/jinja.h"
+#include "io/jsonl.h"
 
 namespace mgrl::io {
 
@@ -85,6 +86,7 @@ ChatTemplate::ChatTemplate(const Tokenizer& tok, const ChatOptions& opts) {
   }
   std::string source;
   if (!opts.template_path.empty()) {
+    check_regular_input(opts.template_path, "the chat template (chat.template)");
     std::ifstream f(opts.template_path, std::ios::binary);
     if (!f) throw UserError(opts.template_path + ": cannot open the chat template (chat.template)");
     std::ostringstream ss;

@@ -363,11 +363,12 @@ Config Config::load(const Schema& schema, const std::string& file, const std::ve
                     const std::string& mode_from_cli) {
   std::string text;
   if (!file.empty()) {
-    std::ifstream in(file, std::ios::binary);
-    if (!in) throw UserError(file + ": cannot open the configuration file (" + std::strerror(errno) + ")");
+    // Checked before the open, which would block for good on a FIFO.
     struct stat st {};
     if (::stat(file.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
       throw UserError(file + ": not a regular file (the configuration is a TOML file)");
+    std::ifstream in(file, std::ios::binary);
+    if (!in) throw UserError(file + ": cannot open the configuration file (" + std::strerror(errno) + ")");
     std::stringstream ss;
     ss << in.rdbuf();
     text = ss.str();

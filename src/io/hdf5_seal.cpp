@@ -217,7 +217,7 @@ bool read_seal(int fd, std::uint64_t size, const std::string& noun, const Failur
 
 // Opens path for verification: UserError naming it when missing, unreadable or not a regular file.
 int open_for_reading(const std::string& path, std::uint64_t& size) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a FIFO: no wait, refused below
   if (fd < 0) throw UserError(path + ": cannot open (" + std::string(std::strerror(errno)) + ")");
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {

@@ -1,6 +1,8 @@
 // jsonl.cpp: JSON Lines reader.
 #include "io/jsonl.h"
 
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -27,7 +29,15 @@ std::string json_error_text(const std::exception& e) {
   return text;
 }
 
+void check_regular_input(const std::string& path, const std::string& what) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode)) return;
+  const char* kind = S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device or socket";
+  throw UserError(path + ": not a regular file (" + (what.empty() ? std::string() : what + " is ") + kind + ")");
+}
+
 nlohmann::json read_json_file(const std::string& path, const std::string& what) {
+  check_regular_input(path, what);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw UserError(path + ": cannot open" + (what.empty() ? "" : " " + what) + " (" + std::strerror(errno) + ")");
   std::stringstream ss;
@@ -45,6 +55,7 @@ nlohmann::json read_json_file(const std::string& path, const std::string& what) 
 }
 
 void read_jsonl(const std::string& path, const std::function<void(const nlohmann::json&, int)>& fn) {
+  check_regular_input(path, "the data");
   std::ifstream in(path);
   if (!in) throw UserError(path + ": cannot open (" + std::strerror(errno) + ")");
   std::string text;

@@ -7,6 +7,11 @@
 
 namespace mgrl::io {
 
+// Refuses, before it is opened, an input path that exists and is not a regular file: a FIFO would block the open
+// for good (a hang that no timeout ends: nothing is watched yet), a directory reads as an empty file. UserError
+// "path: not a regular file (what: ...)". A path that does not exist passes (its open says so).
+void check_regular_input(const std::string& path, const std::string& what = "");
+
 // Calls fn(object, line_number) for every non-empty line of path (1-based line numbers). A line that
 // is not a JSON object is a UserError "path:line: ...". fn may throw UserError via jsonl_error().
 void read_jsonl(const std::string& path, const std::function<void(const nlohmann::json&, int)>& fn);

@@ -217,7 +217,7 @@ struct Entry {
 }  // namespace
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a FIFO: no wait, refused below
   if (fd < 0) throw UserError(path + ": cannot open the safetensors file (" + std::strerror(errno) + ")");
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -393,9 +393,10 @@ const TensorInfo& SafetensorsFile::get(const std::string& name) const {
 
 namespace {
 
+// Present (anything in its place: a directory or FIFO there is refused by name when opened, not taken for none).
 bool is_file(const std::string& p) {
   struct stat st {};
-  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  return ::stat(p.c_str(), &st) == 0;
 }
 
 }  // namespace

@@ -40,12 +40,14 @@ struct Ctx {
   }
 };
 
+// Present at all: a directory or FIFO in a file's place is then refused by read_text, not taken for no file.
 bool file_exists(const std::string& path) {
   struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  return ::stat(path.c_str(), &st) == 0;
 }
 
 std::string read_text(const std::string& path) {
+  check_regular_input(path);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw UserError(path + ": cannot open");
   std::ostringstream ss;

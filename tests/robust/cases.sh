@@ -177,3 +177,17 @@ c export_into_base_dir 1 "key 'export\.output' = model: the directory of the bas
 c export_merged_into_base_dir 1 "key 'export\.output' = \.: \./merged is the directory of the base model \(model\.path of the run: merged\)" 'cp -r model merged && "$mgrl" sft --runtime.backend=cpu --model.path=merged --model.tokenizer=tok --data.input=train.jsonl --train.batch_size=4 --train.max_steps=1 --lora.r=2 --checkpoint.resume=none --checkpoint.dir=ck_lora > /dev/null 2>&1' export --checkpoint.dir=ck_lora --export.output=. --export.merged=true
 # A merge whose base model cannot be read (moved away since the run): refused before the adapter is written.
 c export_merged_base_gone 1 "^mgrl: error: gone: " 'cp -r model gone && "$mgrl" sft --runtime.backend=cpu --model.path=gone --model.tokenizer=tok --data.input=train.jsonl --train.batch_size=4 --train.max_steps=1 --lora.r=2 --checkpoint.resume=none --checkpoint.dir=ck_lora > /dev/null 2>&1 && rm -rf gone' bash -c '"$0" export --checkpoint.dir=ck_lora --export.output=exported --export.merged=true; rc=$?; [ ! -e exported ] || { echo "mgrl: exported/ was written"; exit 9; }; exit $rc' "$mgrl"
+
+# ---- inputs that are not regular files ----
+# A FIFO blocked the open for good (no timeout watches the start: a hang at 1 and 2 ranks); a directory read as an
+# empty file ("no examples", "the tokenizer has no EOS token", the template "renders no assistant turn", or a
+# reward run scoring nothing with exit 0). Refused by name before they are opened (found by a user-error hunt).
+c input_fifo_data 1 "^mgrl: error: p\.jsonl: not a regular file \(the data is a FIFO\)$" 'mkfifo p.jsonl' $SFT --data.input=p.jsonl
+c input_fifo_data_np2 2 "p\.jsonl: not a regular file \(the data is a FIFO\)$" 'mkfifo p.jsonl' $SFT --data.input=p.jsonl
+c input_fifo_toml 1 "^mgrl: error: p\.toml: not a regular file" 'mkfifo p.toml' p.toml
+c input_fifo_safetensors 1 "model/model\.safetensors: not a regular file" 'mv model/model.safetensors w.bin && mkfifo model/model.safetensors' $SCORE
+c input_fifo_checkpoint 1 "f\.h5: not a regular file" 'mkfifo f.h5' $SFT --train.max_steps=3 --checkpoint.dir=ck --checkpoint.resume=f.h5
+c input_dir_reward_data 1 "^mgrl: error: d\.jsonl: not a regular file \(the data is a directory\)$" 'mkdir d.jsonl' reward grpo.toml --data.input=d.jsonl
+c input_dir_chat_template 1 "^mgrl: error: t\.jinja: not a regular file \(the chat template \(chat\.template\) is a directory\)$" 'mkdir t.jinja && printf "{\"messages\": [{\"role\": \"user\", \"content\": \"1+1=\"}, {\"role\": \"assistant\", \"content\": \"2\"}]}\n" > c.jsonl' $SFT --data.input=c.jsonl --chat.template=t.jinja
+c input_dir_tokenizer_config 1 "^mgrl: error: tok/tokenizer_config\.json: not a regular file" 'rm tok/tokenizer_config.json && mkdir tok/tokenizer_config.json' $SFT
+c input_dir_model_config 1 "^mgrl: error: model/config\.json: not a regular file" 'rm model/config.json && mkdir model/config.json' $SFT
