@@ -236,6 +236,9 @@ std::string check_value(const KeySpec& ks, const Value& v) {
   }
   if (ks.type == ValueType::Int || ks.type == ValueType::Float) {
     const double d = ks.type == ValueType::Int ? static_cast<double>(std::get<std::int64_t>(v)) : std::get<double>(v);
+    // TOML has nan and inf literals (the command line refuses them when parsing): no key takes them, and a NaN
+    // passes every bound below (each comparison is false).
+    if (!std::isfinite(d)) return "key '" + ks.name + "' must be a finite number (got " + to_toml_literal(v) + ")";
     if ((ks.min && d < *ks.min) || (ks.max && d > *ks.max)) {
       std::string msg = "key '" + ks.name + "' must be";
       if (ks.min) msg += " >= " + format_bound(ks, *ks.min);

@@ -413,7 +413,7 @@ const Schema& mgrl_schema() {
     add({"reward[].python", T::String, Value(std::string("python3")), "code_exec: the interpreter (a program name or path)",
          {}, {}, {}, {}});
     add({"reward[].timeout_s", T::Float, Value(0.0),
-         "wall-clock limit in seconds: code_exec per completion, all its tests (0: 10 s), command per batch (0: 600 s)", {}, 0.0, {},
+         "wall-clock limit in seconds: code_exec per completion, all its tests (0: 10 s), command per batch (0: 600 s)", {}, 0.0, 1e6,
          {}});
     add({"reward[].cpu_s", T::Int, Value(std::int64_t{5}), "code_exec: CPU seconds per test (one process each)", {}, 1.0, {}, {}});
     add({"reward[].memory_mb", T::Int, Value(std::int64_t{1024}), "code_exec: address space (MiB) per test", {},

@@ -11,6 +11,12 @@ c toml_syntax 1 'bad\.toml:2:[0-9]+: invalid TOML' 'printf "[train]\nlr = = 1\n"
 c toml_unclosed_table 1 'bad\.toml:1:[0-9]+: invalid TOML' 'printf "[train\nlr = 1\n" > bad.toml' info bad.toml
 c toml_unknown_key 1 "bad\.toml:3: unknown key 'train\.lrr' \(did you mean 'train\.lr'\?\)" 'printf "mode = \"info\"\n[train]\nlrr = 1\n" > bad.toml' bad.toml
 c toml_unknown_section 1 'bad\.toml:1: unknown section \[trian\]' 'printf "[trian]\n" > bad.toml' info bad.toml
+# TOML's nan and inf literals: no key takes them (a NaN passes every bound; train.lr = nan trained nothing with exit 0,
+# reward[].weight = inf scored null and GRPO skipped every step; the command line refused them already).
+c toml_nan 1 "bad\.toml:2: key 'train\.lr' must be a finite number \(got nan\)" 'printf "[train]\nlr = nan\n" > bad.toml' $SFT bad.toml
+c toml_inf_reward_weight 1 "bad\.toml:5: key 'reward\[\]\.weight' must be a finite number \(got inf\)" 'printf "[[reward]]\nkind = \"regex\"\npattern = \"a\"\nname = \"r\"\nweight = inf\n" > bad.toml' reward bad.toml --data.input=train.jsonl
+# A timeout beyond any run (1e300 s overflowed into "did not finish within -2147483648 s" at once): bounded by 1e6 s.
+c toml_reward_timeout_huge 1 "bad\.toml:4: key 'reward\[\]\.timeout_s' must be >= 0\.0 and <= 1e\+06" 'printf "[[reward]]\nkind = \"command\"\ncommand = [\"true\"]\ntimeout_s = 1e300\n" > bad.toml' reward bad.toml --data.input=train.jsonl
 c toml_wrong_type 1 "bad\.toml:2: key 'train\.lr' must be a number, not a string" 'printf "[train]\nlr = \"fast\"\n" > bad.toml' info bad.toml
 c toml_out_of_range 1 "bad\.toml:2: key 'lora\.dropout' must be >= 0\.0 and <= 0\.99 \(got 2\.0\)" 'printf "[lora]\ndropout = 2.0\n" > bad.toml' info bad.toml
 c toml_bad_choice 1 "bad\.toml:2: key 'train\.schedule' must be one of .*did you mean \"cosine\"" 'printf "[train]\nschedule = \"cosin\"\n" > bad.toml' info bad.toml
