@@ -388,6 +388,15 @@ Config Config::load(const Schema& schema, const std::string& file, const std::ve
     const std::string key = arg.substr(2, eq - 2), text_value = arg.substr(eq + 1);
     const KeySpec* ks = find_key(schema, key);
     if (!ks) throw UserError("command line: " + unknown_key_message(schema, key));
+    // A key of an array of tables ([[reward]]) names no one table: it was accepted, type-checked and ignored.
+    const auto brackets = key.find("[].");
+    if (brackets != std::string::npos)
+      throw UserError("command line: '--" + key + "': the keys of [[" + key.substr(0, brackets) +
+                      "]] tables cannot be set on the command line (each table is one " + key.substr(0, brackets) +
+                      "): set it in the configuration file");
+    if (key == "mode" && !mode_from_cli.empty() && text_value != mode_from_cli)
+      throw UserError("command line: '--mode=" + text_value + "' disagrees with the mode '" + mode_from_cli +
+                      "' given before it: give one");
     // TOML text is UTF-8: a value that is not could not be written into the effective configuration (checkpoints
     // store it, `mgrl export` reads it back), nor given in a file.
     if (const auto bad = unicode::utf8_invalid_at(text_value); bad != std::string::npos)

@@ -31,6 +31,10 @@ c toml_mode_unknown 1 "bad\.toml:1: key 'mode' must be one of .*\(got \"sfft\"\)
 
 # ---- command-line overrides ----
 c cli_unknown_key 1 "command line: unknown key 'train\.lrr' \(did you mean 'train\.lr'\?\)" '' info --train.lrr=1
+# A key of the [[reward]] tables names no one table: it was accepted, type-checked and ignored (exit 0, the rewards
+# unchanged). A --mode that disagrees with the mode word before it was overridden by the word without a line.
+c cli_table_key 1 "command line: '--reward\[\]\.pattern': the keys of \[\[reward\]\] tables cannot be set on the command line" '' reward grpo.toml --data.input=train.jsonl --reward[].pattern=x
+c cli_mode_disagrees 1 "command line: '--mode=grpo' disagrees with the mode 'sft' given before it" '' $SFT --mode=grpo
 c cli_not_an_integer 1 "'--train\.max_steps=ten': key 'train\.max_steps' must be an integer" '' $SFT --train.max_steps=ten
 c cli_empty_integer 1 "'--train\.max_steps=': key 'train\.max_steps' must be an integer \(the value is empty\)" '' $SFT --train.max_steps=
 c cli_no_value 1 "option '--train\.lr' needs a value" '' $SFT --train.lr
