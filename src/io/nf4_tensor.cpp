@@ -1,6 +1,7 @@
 // nf4_tensor.cpp: reading an NF4 weight that transformers + bitsandbytes saved (nf4_tensor.h).
 #include "io/nf4_tensor.h"
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include <cstring>
@@ -70,7 +71,25 @@ Nf4Tensor read_bnb_nf4(const SafetensorsModel& m, const std::string& name, const
   const std::string state_name = name + kStateSuffix;
   auto bad = [&](const std::string& what) { return UserError(where(m, state_name) + ": " + what); };
   if (!j.is_object()) throw bad("not a JSON object");
-  const std::string type = j.value("quant_type", std::string());
+  // Typed reads: a field of another type is the file's mistake, named (json::value would throw a library error).
+  const auto text = [&](const char* key, const std::string& absent) {
+    if (!j.contains(key)) return absent;
+    if (!j[key].is_string()) throw bad(std::string("'") + key + "' must be a string");
+    return j[key].get<std::string>();
+  };
+  const auto integer = [&](const char* key, std::int64_t absent) {
+    if (!j.contains(key)) return absent;
+    if (!j[key].is_number_integer()) throw bad(std::string("'") + key + "' must be an integer");
+    return j[key].get<std::int64_t>();
+  };
+  // Scales of the dequantization: a non-finite one makes every weight of its block NaN or infinite.
+  const auto finite = [&](const std::vector<float>& v, const std::string& what) {
+    for (std::size_t i = 0; i < v.size(); ++i)
+      if (!std::isfinite(v[i]))
+        throw UserError(where(m, name + what) + ": a non-finite value at element " + std::to_string(i) +
+                        " (a damaged quantized model?)");
+  };
+  const std::string type = text("quant_type", std::string());
   if (type != "nf4") throw bad("quant_type is '" + type + "': mgrl reads NF4 only");
   if (!j.contains("blocksize") || !j["blocksize"].is_number_integer()) throw bad("no integer 'blocksize'");
   Nf4Tensor t;
@@ -95,23 +114,28 @@ Nf4Tensor read_bnb_nf4(const SafetensorsModel& m, const std::string& name, const
                     std::to_string((n + 1) / 2));
   t.codes = copy_of<std::uint8_t>(w);
   t.code = copy_of<float>(companion(m, name, ".quant_map", DType::F32, 16));
+  finite(t.code, ".quant_map");
   const std::int64_t blocks = t.blocks();
   t.double_quant = j.contains("nested_offset");
   if (!t.double_quant) {
     t.absmax = copy_of<float>(companion(m, name, ".absmax", DType::F32, blocks));
+    finite(t.absmax, ".absmax");
     return t;
   }
   if (!j["nested_offset"].is_number()) throw bad("'nested_offset' must be a number");
   t.offset = j["nested_offset"].get<float>();
-  t.nested_blocksize = j.value("nested_blocksize", std::int64_t{256});
+  if (!std::isfinite(t.offset)) throw bad("'nested_offset' is not a finite float32");
+  t.nested_blocksize = integer("nested_blocksize", 256);
   if (t.nested_blocksize != 256)
     throw bad("nested_blocksize " + std::to_string(t.nested_blocksize) + ": mgrl reads groups of 256 only");
-  const std::string nested_dtype = j.value("nested_dtype", std::string("float32"));
+  const std::string nested_dtype = text("nested_dtype", "float32");
   if (nested_dtype != "float32") throw bad("nested_dtype is '" + nested_dtype + "': mgrl reads float32 only");
   t.qabsmax = copy_of<std::uint8_t>(companion(m, name, ".absmax", DType::U8, blocks));
   t.nested_absmax = copy_of<float>(
       companion(m, name, ".nested_absmax", DType::F32, (blocks + t.nested_blocksize - 1) / t.nested_blocksize));
   t.nested_code = copy_of<float>(companion(m, name, ".nested_quant_map", DType::F32, 256));
+  finite(t.nested_absmax, ".nested_absmax");
+  finite(t.nested_code, ".nested_quant_map");
   return t;
 }
 }  // namespace

@@ -1296,7 +1296,8 @@ void Tokenizer::Impl::load_config(const std::string& dir) {
     chat_template_origin = cfg_path + " (chat_template)";
   } else if (ct != cfg.end() && ct->is_array()) {  // [{"name": "default", "template": ...}, ...]
     for (const auto& t : *ct)
-      if (t.is_object() && t.value("name", "") == "default" && t.contains("template") && t["template"].is_string()) {
+      if (t.is_object() && t.contains("name") && t["name"].is_string() && t["name"].get<std::string>() == "default" &&
+          t.contains("template") && t["template"].is_string()) {
         chat_template = t["template"].get<std::string>();
         chat_template_origin = cfg_path + " (chat_template \"default\")";
       }

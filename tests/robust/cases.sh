@@ -199,5 +199,12 @@ c input_fifo_safetensors 1 "model/model\.safetensors: not a regular file" 'mv mo
 c input_fifo_checkpoint 1 "f\.h5: not a regular file" 'mkfifo f.h5' $SFT --train.max_steps=3 --checkpoint.dir=ck --checkpoint.resume=f.h5
 c input_dir_reward_data 1 "^mgrl: error: d\.jsonl: not a regular file \(the data is a directory\)$" 'mkdir d.jsonl' reward grpo.toml --data.input=d.jsonl
 c input_dir_chat_template 1 "^mgrl: error: t\.jinja: not a regular file \(the chat template \(chat\.template\) is a directory\)$" 'mkdir t.jinja && printf "{\"messages\": [{\"role\": \"user\", \"content\": \"1+1=\"}, {\"role\": \"assistant\", \"content\": \"2\"}]}\n" > c.jsonl' $SFT --data.input=c.jsonl --chat.template=t.jinja
+# A chat_template list whose entry has a name of another type: passed over as a template without the name
+# "default" (a JSON library message with exit 1 until 2026-11-28).
+c tokenizer_chat_template_name_not_string 1 "c\.jsonl:1: tok/tokenizer\.json: the tokenizer has no chat template" 'T json-set tok/tokenizer_config.json /chat_template "[{\"name\": 5, \"template\": \"x\"}]" && printf "{\"messages\": [{\"role\": \"user\", \"content\": \"1+1=\"}, {\"role\": \"assistant\", \"content\": \"2\"}]}\n" > c.jsonl' $SFT --data.input=c.jsonl
 c input_dir_tokenizer_config 1 "^mgrl: error: tok/tokenizer_config\.json: not a regular file" 'rm tok/tokenizer_config.json && mkdir tok/tokenizer_config.json' $SFT
 c input_dir_model_config 1 "^mgrl: error: model/config\.json: not a regular file" 'rm model/config.json && mkdir model/config.json' $SFT
+
+# ---- NF4 (bitsandbytes 4-bit) models ----
+# A NaN block scale: every weight of its block NaN (trained on with exit 0, `loss nan ... skipped` until 2026-11-28).
+c nf4_nonfinite_absmax 1 "nf: tensor 'model\.layers\.0\.mlp\.down_proj\.weight\.absmax': a non-finite value at element 0" 'cp -r "$src/tests/data/nf4/llama_nf4_plain" nf && T nonfinite nf/model.safetensors model.layers.0.mlp.down_proj.weight.absmax nan' $SFT --model.path=nf

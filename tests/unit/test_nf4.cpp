@@ -1,5 +1,7 @@
 // test_nf4.cpp: the NF4 kernels (kernels/cpu/nf4) against what bitsandbytes wrote (tests/data/nf4/blocks.safetensors):
 // identical code bytes, absmax (plain and double-quantized) and dequantized floats.
+#include <limits>
+#include <functional>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -257,6 +259,65 @@ TEST(Nf4Model, BadFilesAreOneClearLine) {
   const std::string gptq = with_quant("nf4_gptq.json", {{"quant_method", "gptq"}, {"bits", 4}});
   EXPECT_EQ(error_of([&] { io::parse_hf_config(gptq); }),
             gptq + ": key 'quantization_config.quant_method' is 'gptq': mgrl reads bitsandbytes 4-bit (NF4) models only");
+}
+
+// A quant state with fields of the wrong type, and non-finite scales: one line naming the tensor, never a JSON
+// library message (exit 1) nor NaN weights trained on (found by a user-error hunt, 2026-11-28).
+TEST(Nf4Model, MistypedStateAndNonFiniteScalesAreOneClearLine) {
+  const std::string name = "model.layers.0.self_attn.q_proj.weight";
+  const std::string state_name = name + ".quant_state.bitsandbytes__nf4";
+  const io::SafetensorsFile f(kNf4Model + "/model.safetensors");
+  // A copy of the fixture whose q_proj quant state is edit(state) and whose tensor `poison` gets a NaN first value.
+  int copies = 0;
+  const auto copy = [&](const std::function<void(nlohmann::json&)>& edit, const std::string& poison) {
+    const std::string dir = test::temp_path("nf4_state_" + std::to_string(copies++));
+    std::filesystem::create_directories(dir);
+    std::filesystem::copy_file(kNf4Model + "/config.json", dir + "/config.json",
+                               std::filesystem::copy_options::overwrite_existing);
+    std::vector<io::TensorToWrite> keep;
+    std::vector<std::vector<std::uint8_t>> held;
+    for (const io::TensorInfo& t : f.tensors()) {
+      const auto* bytes = reinterpret_cast<const std::uint8_t*>(t.data);
+      held.emplace_back(bytes, bytes + t.nbytes);
+      if (t.name == state_name) {
+        nlohmann::json j = nlohmann::json::parse(std::string(held.back().begin(), held.back().end()));
+        edit(j);
+        const std::string text = j.dump();
+        held.back().assign(text.begin(), text.end());
+        keep.push_back({t.name, t.dtype, {static_cast<std::int64_t>(text.size())}, held.back().data()});
+        continue;
+      }
+      if (t.name == poison) {
+        const float nan = std::numeric_limits<float>::quiet_NaN();
+        std::memcpy(held.back().data(), &nan, sizeof nan);
+      }
+      keep.push_back({t.name, t.dtype, t.shape, held.back().data()});
+    }
+    io::write_safetensors(dir + "/model.safetensors", keep);
+    return dir;
+  };
+  const auto error = [&](const std::string& dir) {
+    const io::SafetensorsModel m(dir);
+    return error_of([&] { io::read_bnb_nf4(m, name, 64, 64); });
+  };
+  const auto unchanged = [](nlohmann::json&) {};
+  const std::string a = copy([](nlohmann::json& j) { j["quant_type"] = 4; }, "");
+  EXPECT_EQ(error(a), a + ": tensor '" + state_name + "': 'quant_type' must be a string");
+  const std::string b = copy([](nlohmann::json& j) { j["nested_blocksize"] = "256"; }, "");
+  EXPECT_EQ(error(b), b + ": tensor '" + state_name + "': 'nested_blocksize' must be an integer");
+  const std::string c = copy([](nlohmann::json& j) { j["nested_dtype"] = 1; }, "");
+  EXPECT_EQ(error(c), c + ": tensor '" + state_name + "': 'nested_dtype' must be a string");
+  const std::string d = copy([](nlohmann::json& j) { j["nested_offset"] = 1e300; }, "");
+  EXPECT_EQ(error(d), d + ": tensor '" + state_name + "': 'nested_offset' is not a finite float32");
+  const std::string e = copy(unchanged, name + ".nested_absmax");
+  EXPECT_EQ(error(e), e + ": tensor '" + name + ".nested_absmax': a non-finite value at element 0 (a damaged quantized model?)");
+  const std::string g = copy(unchanged, name + ".quant_map");
+  EXPECT_EQ(error(g), g + ": tensor '" + name + ".quant_map': a non-finite value at element 0 (a damaged quantized model?)");
+  const std::string h = copy(unchanged, "");  // the copy itself reads
+  EXPECT_NO_THROW({
+    const io::SafetensorsModel m(h);
+    io::read_bnb_nf4(m, name, 64, 64);
+  });
 }
 
 }  // namespace
