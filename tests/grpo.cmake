@@ -13,11 +13,18 @@ string(JOIN " " GRPO_STR ${GRPO_ARGS})
 # finish scoring first wait as long as the rewards' own limits allow (timeout_s 60), in the training round and in
 # the held-out evaluation. Until 2026-11-28 the wait was a collective under the plain timeout: the job ended (exit 1).
 list(SUBLIST GRPO_ARGS 1 -1 GRPO_REST)
+string(JOIN " " GRPO_REST_STR ${GRPO_REST})
 mgrl_add_cli_test(grpo.slow_reward_on_one_rank.np2 0 "(?s)eval before step 0 .*step 2/2 .*eval after step 2 " - 0
   -- bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/slow_reward.sh ${GRPO}/slow_reward ${CMAKE_CURRENT_SOURCE_DIR}/data/grpo_cli/grpo.toml 1:9
   -- ${MPIRUN} 2 ${MGRL_MPIEXEC_FLAGS} ${RUN1} ${GRPO_REST} --train.max_steps=2 --runtime.comm_timeout_s=4
   --eval.input=${CMAKE_CURRENT_SOURCE_DIR}/data/sft/heldout.jsonl --checkpoint.dir= --log.dir=${GRPO}/slow_reward/log)
 set_tests_properties(cli.grpo.slow_reward_on_one_rank.np2 PROPERTIES TIMEOUT 150 PROCESSORS 2)
+# With the base sharded (model.shard_base), a rank without held-out prompts steps along with the others' generation:
+# it called the rewards on an empty batch, and a judge that refuses one ended the job on that rank (exit 2; the same
+# run unsharded passed). 1 held-out prompt on 2 ranks, GRPO and PPO.
+mgrl_add_cli_test(grpo.shard_base_eval_rank_without_prompts_scores_nothing.np2 0 "(?s)eval before step 0 .*eval after step 2 " - 0
+  -- bash -c "mkdir -p ${GRPO}/shard_eval1 && head -n 1 ${CMAKE_CURRENT_SOURCE_DIR}/data/sft/heldout.jsonl > ${GRPO}/shard_eval1/e1.jsonl && bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/slow_reward.sh ${GRPO}/shard_eval1/run ${CMAKE_CURRENT_SOURCE_DIR}/data/grpo_cli/grpo.toml 1:0 -- ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${GRPO_REST_STR} --train.max_steps=2 --train.batch_size=2 --model.shard_base=true --eval.input=${GRPO}/shard_eval1/e1.jsonl --checkpoint.dir= --log.dir=${GRPO}/shard_eval1/run/log")
+set_tests_properties(cli.grpo.shard_base_eval_rank_without_prompts_scores_nothing.np2 PROPERTIES PROCESSORS 2)
 # The held-out prompts' generation must fit the model's positions (128): one line naming the file's line, at start.
 mgrl_add_cli_test(grpo.eval_generation_too_long_refused_at_start 2 - "^mgrl: error: key 'eval.max_new_tokens' = 125: .*heldout.jsonl:[0-9]+ has [0-9]+ prompt tokens, and with eval.max_new_tokens that exceeds the model's max_position_embeddings \\(128\\)" 1
   -- ${MPIRUN} 2 ${MGRL_MPIEXEC_FLAGS} ${RUN1} ${GRPO_ARGS} --eval.input=${CMAKE_CURRENT_SOURCE_DIR}/data/sft/heldout.jsonl --eval.max_new_tokens=125 --checkpoint.dir= --log.dir=${GRPO}/evfit)

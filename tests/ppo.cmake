@@ -29,6 +29,11 @@ mgrl_add_cli_test(ppo.slow_reward_on_one_rank.np2 0 "(?s)step 4/4 " - 0
   -- ${MPIRUN} 2 ${MGRL_MPIEXEC_FLAGS} ${RUN1} ${PPO_REST} --train.max_steps=4 --runtime.comm_timeout_s=4
   --eval.input=${CMAKE_CURRENT_SOURCE_DIR}/data/sft/heldout.jsonl --checkpoint.dir= --log.dir=${PPO}/slow_reward/log)
 set_tests_properties(cli.ppo.slow_reward_on_one_rank.np2 PROPERTIES TIMEOUT 150 PROCESSORS 2)
+# With the base sharded, a rank without held-out prompts scores nothing (as grpo.shard_base_eval_rank_without_*).
+string(JOIN " " PPO_REST_STR ${PPO_REST})
+mgrl_add_cli_test(ppo.shard_base_eval_rank_without_prompts_scores_nothing.np2 0 "(?s)step 4/4 " - 0
+  -- bash -c "mkdir -p ${PPO}/shard_eval1 && head -n 1 ${CMAKE_CURRENT_SOURCE_DIR}/data/sft/heldout.jsonl > ${PPO}/shard_eval1/e1.jsonl && bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/slow_reward.sh ${PPO}/shard_eval1/run ${CMAKE_CURRENT_SOURCE_DIR}/data/ppo_cli/ppo.toml 1:0 -- ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${PPO_REST_STR} --train.max_steps=4 --model.shard_base=true --eval.input=${PPO}/shard_eval1/e1.jsonl --checkpoint.dir= --log.dir=${PPO}/shard_eval1/run/log")
+set_tests_properties(cli.ppo.shard_base_eval_rank_without_prompts_scores_nothing.np2 PROPERTIES PROCESSORS 2)
 mgrl_add_cli_test(ppo.same_weights_on_1_2_4_ranks 0 "(?s)relative differences.*relative differences.*0 differences found.*0 differences found" - 0 -- bash -c
   "rm -rf ${PPO}/dp && ${RUN1} ${PPO_STR} --checkpoint.dir=${PPO}/dp/np1 --log.dir=${PPO}/dp/np1 && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${PPO_STR} --checkpoint.dir=${PPO}/dp/np2 --log.dir=${PPO}/dp/np2 && ${RUNN} 4 ${MPIEXEC_FLAGS_STR} ${RUN1} ${PPO_STR} --checkpoint.dir=${PPO}/dp/np4 --log.dir=${PPO}/dp/np4 && ${CHECK} weights ${PPO}/dp/np2/step_00000008.h5 ${PPO}/dp/np1/step_00000008.h5 --rtol=1e-5 --moments && ${CHECK} weights ${PPO}/dp/np4/step_00000008.h5 ${PPO}/dp/np1/step_00000008.h5 --rtol=1e-5 --moments && h5diff -r --relative=1e-4 ${PPO}/dp/np1/rollouts/step_00000005.h5 ${PPO}/dp/np2/rollouts/step_00000005.h5 /values /values && h5diff -r --relative=1e-4 ${PPO}/dp/np1/rollouts/step_00000005.h5 ${PPO}/dp/np4/rollouts/step_00000005.h5 /values /values")
 set_tests_properties(cli.ppo.same_weights_on_1_2_4_ranks PROPERTIES TIMEOUT 120)

@@ -3,7 +3,8 @@
 # that takes rank RANK SLEEP seconds more than the others to score; LAUNCH (mpirun -n 2 ... mgrl [mode], its own
 # arguments after the config) runs TOML with that reward in place of its own. The job's runtime.comm_timeout_s is
 # set by the caller: the ranks that finish scoring first may wait for the others as long as the rewards' own limits
-# (reward[].timeout_s, here 60 s), not just the timeout.
+# (reward[].timeout_s, here 60 s), not just the timeout. The judge refuses an empty batch (exit 3): no rank may
+# call it without completions (a rank without held-out prompts stepping along with a sharded base did).
 set -euo pipefail
 work=$1 toml=$2 slow_rank=${3%%:*} sleep_s=${3#*:}
 shift 3
@@ -14,6 +15,8 @@ cat > "$work/judge.sh" <<JUDGE
 # one number per input line; rank $slow_rank is slow (a judge far away)
 n=0
 while IFS= read -r _; do n=\$((n + 1)); done
+# like many judges, it refuses an empty batch
+[ \$n = 0 ] && { echo "judge: empty input" >&2; exit 3; }
 [ "\${OMPI_COMM_WORLD_RANK:-\${PMI_RANK:-0}}" = $slow_rank ] && sleep $sleep_s
 for ((i = 0; i < n; i++)); do echo 0.5; done
 JUDGE

@@ -522,6 +522,9 @@ Rewards Rewards::from_config(const io::Config& cfg) {
 std::vector<std::vector<double>> Rewards::score(const std::vector<RewardSample>& samples, const std::string& run_dir,
                                                 int threads) const {
   std::vector<std::vector<double>> out(samples.size(), std::vector<double>(fns_.size(), 0.0));
+  // Nothing to score (a rank without held-out prompts, stepping along with a sharded base): no program is started
+  // (a judge may refuse an empty batch; it would end the job on that rank only).
+  if (samples.empty()) return out;
   for (std::size_t f = 0; f < fns_.size(); ++f) {
     const auto v = fns_[f]->score(samples, run_dir, threads);
     for (std::size_t i = 0; i < samples.size(); ++i) out[i][f] = v[i];
