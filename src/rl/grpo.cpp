@@ -252,13 +252,14 @@ std::vector<std::vector<std::size_t>> GrpoTrainer::generation_split(const std::v
 // The completions each rank scores and trains on (slots, every rank's), from the round's known lengths. A completion's cost is
 // the tokens its passes run: 3 x (prompt + completion) for the training forward and backward when it is trained
 // (see trained_in), one more pass for the old policy (num_iterations > 1, trained ones) and for the reference
-// (beta > 0, all). Balancing happens within each micro-batch index a, so that the global micro-batches (and with
-// them the bnpo normaliser) are those of the contiguous split.
+// (beta > 0, all). Global micro-batch a is the slot range [a N/accum, (a+1) N/accum) whatever the rank count (the
+// bnpo normaliser is its token count); each rank trains m = N / (accum x ranks) of its slots as its micro-batch a:
+// a contiguous share (balance none), or a balanced one.
 std::vector<std::vector<std::size_t>> GrpoTrainer::training_split(const std::vector<Rollout>& all,
                                                                    std::vector<double>* cost_out) const {
   const int ranks = env_.size();
-  const std::size_t N = all.size(), n = N / static_cast<std::size_t>(ranks),
-                    m = n / static_cast<std::size_t>(opts_.grad_accum);
+  const std::size_t accum = static_cast<std::size_t>(opts_.grad_accum);
+  const std::size_t N = all.size(), M = N / accum, m = M / static_cast<std::size_t>(ranks);
   std::vector<double> cost(N);
   for (std::size_t s = 0; s < N; ++s) {
     const Rollout& r = all[s];
@@ -268,16 +269,19 @@ std::vector<std::vector<std::size_t>> GrpoTrainer::training_split(const std::vec
                      (opts_.loss.beta > 0 ? 1.0 : 0.0));
   }
   if (cost_out) *cost_out = cost;
-  if (opts_.balance == "none") return contiguous_split(N, ranks);
   std::vector<std::vector<std::size_t>> out(static_cast<std::size_t>(ranks));
-  for (std::size_t a = 0; a < static_cast<std::size_t>(opts_.grad_accum); ++a) {
+  for (std::size_t a = 0; a < accum; ++a) {
+    if (opts_.balance == "none") {
+      for (std::size_t q = 0; q < out.size(); ++q)
+        for (std::size_t s = a * M + q * m; s < a * M + (q + 1) * m; ++s) out[q].push_back(s);
+      continue;
+    }
     std::vector<std::size_t> slots;
     std::vector<double> c;
-    for (std::size_t s = 0; s < N; ++s)
-      if ((s % n) / m == a) {
-        slots.push_back(s);
-        c.push_back(cost[s]);
-      }
+    for (std::size_t s = a * M; s < (a + 1) * M; ++s) {
+      slots.push_back(s);
+      c.push_back(cost[s]);
+    }
     const auto split = balanced_split(c, ranks);
     for (std::size_t q = 0; q < out.size(); ++q)
       for (std::size_t k : split[q]) out[q].push_back(slots[k]);
@@ -458,18 +462,18 @@ void GrpoTrainer::resume_round(const std::string& extra) {
 double GrpoTrainer::train_step(nlohmann::json* metrics) {
   auto t_train = phases_.time("training");
   Round& R = *round_;
-  const int ranks = env_.size(), rank = env_.rank(), accum = opts_.grad_accum;
+  const int rank = env_.rank(), accum = opts_.grad_accum;
   const std::size_t n = R.local.size(), m = n / static_cast<std::size_t>(accum);
   const std::int64_t N = static_cast<std::int64_t>(R.tokens.size());
-  // Loss tokens of each global micro-batch (bnpo) and of the whole batch (dapo).
+  // Loss tokens of each global micro-batch (bnpo: slots [a N/accum, (a+1) N/accum), see training_split) and of the
+  // whole batch (dapo); R.tokens is in slot order.
   std::vector<double> micro_tokens(static_cast<std::size_t>(accum), 0.0);
   double batch_tokens = 0;
-  for (int q = 0; q < ranks; ++q)
-    for (std::size_t j = 0; j < n; ++j) {
-      const double tk = R.tokens[static_cast<std::size_t>(q) * n + j];
-      micro_tokens[j / m] += tk;
-      batch_tokens += tk;
-    }
+  const std::size_t M = R.tokens.size() / static_cast<std::size_t>(accum);
+  for (std::size_t s = 0; s < R.tokens.size(); ++s) {
+    micro_tokens[s / M] += R.tokens[s];
+    batch_tokens += R.tokens[s];
+  }
   const bool first_iteration = state_.step == R.first_step;
   const float logit_scale = 1.0f / opts_.sampling.temperature;
   const double scale = opt_->loss_scale(state_);  // dynamic loss scaling: the backward's weights carry it
