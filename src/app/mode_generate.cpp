@@ -2,7 +2,9 @@
 // one output line per completion written by rank 0 in input order.
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <optional>
 
@@ -96,10 +98,17 @@ int run_generate(Context& ctx) {
         in.tokens = tok->encode(j["prompt"].get<std::string>());
       } else if (j.contains("prompt_tokens")) {
         in.prompt = j["prompt_tokens"];
-        try {
-          in.tokens = j["prompt_tokens"].get<std::vector<std::int32_t>>();
-        } catch (const nlohmann::json::exception&) {
-          io::jsonl_error(input, line, "\"prompt_tokens\" must be an array of token ids");
+        // Whole numbers in the vocabulary's range, read as they are: 2.5 or 1e20 must not become another id.
+        if (!j["prompt_tokens"].is_array()) io::jsonl_error(input, line, "\"prompt_tokens\" must be an array of token ids");
+        for (const auto& t : j["prompt_tokens"]) {
+          if (!t.is_number_integer())
+            io::jsonl_error(input, line, "\"prompt_tokens\" must be an array of token ids (got " + t.dump() + ")");
+          const bool negative = t.is_number_unsigned() ? false : t.get<std::int64_t>() < 0;
+          if (negative || (t.is_number_unsigned() ? t.get<std::uint64_t>() >= static_cast<std::uint64_t>(mc.vocab_size)
+                                                  : t.get<std::int64_t>() >= mc.vocab_size))
+            io::jsonl_error(input, line, "token " + t.dump() + " is outside the model's vocabulary (" +
+                                             std::to_string(mc.vocab_size) + " tokens)");
+          in.tokens.push_back(static_cast<std::int32_t>(t.get<std::int64_t>()));
         }
       } else {
         io::jsonl_error(input, line, "expected \"prompt\", \"messages\" or \"prompt_tokens\"");
@@ -117,6 +126,19 @@ int run_generate(Context& ctx) {
     });
     if (inputs.empty()) throw UserError(input + ": no prompts");
     if (!opts.stop_strings.empty() && !tok) throw UserError("generate.stop needs a tokenizer (set model.tokenizer)");
+    for (const auto& s : opts.stop_strings)
+      if (s.empty()) throw UserError("key 'generate.stop': an empty stop string would end every completion at once");
+    // The KV cache holds every sequence in flight: all G completions of a prompt at once (they share its prefix).
+    {
+      std::size_t longest = 0;
+      for (const auto& in : inputs) longest = std::max(longest, in.tokens.size());
+      const double per_rank = std::ceil(static_cast<double>(inputs.size()) / env.size());
+      const double in_flight = std::min(std::max<double>(opts.max_sequences, opts.num_generations),
+                                        per_rank * opts.num_generations);
+      check_batch_fits(mc, "generate.num_generations", opts.num_generations, in_flight,
+                       static_cast<double>(longest) + opts.max_new_tokens,
+                       "lower it or generate.max_sequences");
+    }
     if (env.rank() == 0) {
       io::remove_stale_temporaries_of(output);  // a killed earlier run's
       io::check_output_writable(output);        // fail early when the output cannot be written

@@ -42,6 +42,8 @@ int run_grpo(Context& ctx) {
     inputs = load_rl_inputs(ctx, full, "grpo.max_prompt_length",
                             "grpo.max_completion_length");
     if (!full) merge = merge_lora_option(cfg, inputs.model, ctx.device.backend == dist::Backend::Cuda);
+    for (const auto& s : cfg.get_strings("grpo.stop"))
+      if (s.empty()) throw UserError("key 'grpo.stop': an empty stop string would end every completion at once");
     const std::int64_t batch = cfg.get_int("train.batch_size"), group = cfg.get_int("grpo.num_generations");
     check_batch_fits(inputs.model, "train.batch_size", batch,
                      static_cast<double>(batch) * static_cast<double>(group) / env.size() /

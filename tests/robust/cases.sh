@@ -135,6 +135,15 @@ c sft_bad_eval_line 1 'heldout\.jsonl:2: ' 'sed -i "2s/.*/{\"prompt\": 5, \"comp
 c sft_bad_line_np2 2 'train\.jsonl:4: invalid JSON' 'sed -i "4s/.*/{oops/" train.jsonl' $SFT
 c score_bad_token 1 'tokens\.jsonl:2: token 999 is not an id' 'sed -i "2s/.*/{\"tokens\": [1, 999]}/" tokens.jsonl' $SCORE
 c score_tokens_not_list 1 'tokens\.jsonl:1: ' 'sed -i "1s/.*/{\"tokens\": \"1 2 3\"}/" tokens.jsonl' $SCORE
+# Token ids as written (until 2026-11-28: 2^64-1 was named "token -1"; in generate 2.5 became token 2 and 1e20 was
+# named -2147483648), an empty stop string (every completion empty with finish_reason "stop", exit 0), and a
+# num_generations whose sequences cannot fit memory (exit 1 "out of host memory" at the KV cache's allocation).
+c score_token_beyond_uint64 1 'tokens\.jsonl:2: token 18446744073709551615 is not an id' 'sed -i "2s/.*/{\"tokens\": [1, 18446744073709551615]}/" tokens.jsonl' $SCORE
+c gen_token_not_integer 1 'p\.jsonl:1: "prompt_tokens" must be an array of token ids \(got 2\.5\)' 'printf "{\"prompt_tokens\": [1, 2.5]}\n" > p.jsonl' $GEN --data.input=p.jsonl
+c gen_token_huge 1 'p\.jsonl:1: token 99999999999 is outside the model' 'printf "{\"prompt_tokens\": [1, 99999999999]}\n" > p.jsonl' $GEN --data.input=p.jsonl
+c gen_empty_stop 1 "key 'generate\.stop': an empty stop string would end every completion at once" '' $GEN '--generate.stop=[""]'
+c grpo_empty_stop 1 "key 'grpo\.stop': an empty stop string would end every completion at once" '' $GRPO '--grpo.stop=[""]'
+c gen_generations_beyond_memory 1 "key 'generate\.num_generations' \(1000000000\): 1000000000 sequences of up to [0-9]+ tokens at once on a rank need more than" '' $GEN --generate.num_generations=1000000000
 c generate_prompt_not_string 1 'prompts\.jsonl:1: ' 'sed -i "1s/.*/{\"prompt\": 5}/" prompts.jsonl' $GEN
 c generate_nul_byte 1 'prompts\.jsonl:3: a NUL byte' 'sed -i "3s/\$/\x00/" prompts.jsonl' $GEN
 c grpo_bad_line 1 'train\.jsonl:5: invalid JSON' 'sed -i "5s/.*/{\"prompt\": /" train.jsonl' $GRPO
