@@ -3,6 +3,8 @@
 // the shard of a rank, the tokenizer directory.
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 
 #include "app/modes.h"
 #include "core/env.h"
@@ -11,6 +13,7 @@
 #include "dist/mpi_env.h"
 #include "io/chat_template.h"
 #include "io/config.h"
+#include "io/jsonl.h"
 #include "io/model_shapes.h"
 #include "io/tokenizer.h"
 #include "rl/prompts.h"
@@ -279,6 +282,27 @@ void refuse_sharded_full_finetune(const io::Config& cfg) {
   if (cfg.get_bool("train.full_finetune") && cfg.get_bool("model.shard_base"))
     throw UserError("key 'model.shard_base' = true with train.full_finetune = true: only a frozen base is sharded "
                     "(LoRA training); set one of them to false");
+}
+
+void check_log_dir(const Context& ctx, bool rollouts) {
+  const std::string dir = ctx.cfg.get_string("log.dir");
+  if (dir.empty()) return;
+  ctx.env.agree([&] {
+    if (ctx.env.rank() != 0) return;
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec || !fs::is_directory(dir))
+      throw UserError(dir + ": cannot create the log directory (log.dir; " +
+                      (ec ? ec.message() : std::string("not a directory")) + ")");
+    for (const char* name : {"metrics.jsonl", "job_summary.txt"})
+      io::check_regular_input(dir + "/" + name, "log.dir's " + std::string(name));
+    // Opened for appending, as the run will (an existing file keeps its lines).
+    if (!std::ofstream(dir + "/metrics.jsonl", std::ios::app)) throw UserError(dir + "/metrics.jsonl: cannot be written (log.dir)");
+    const std::string r = dir + "/rollouts";
+    if (rollouts && fs::exists(r, ec) && !fs::is_directory(r, ec))
+      throw UserError(r + ": not a directory (log.dir's rollout files are written there)");
+  });
 }
 
 void check_model_fits(const Context& ctx, const io::ModelConfig& mc, const std::string& config_json, bool full) {

@@ -139,6 +139,11 @@ std::pair<std::size_t, std::size_t> shard(const dist::MpiEnv& env, std::size_t n
 // refuse_sharded_full_finetune first, for every training mode.
 void refuse_sharded_full_finetune(const io::Config& cfg);  // UserError: model.shard_base with train.full_finetune
 void check_model_fits(const Context& ctx, const io::ModelConfig& mc, const std::string& config_json, bool full);
+// Collective, at the start of a training mode: log.dir (when set) is created by rank 0 and its files can be
+// written there: metrics.jsonl and job_summary.txt are regular files or absent, rollouts/ (rollouts: GRPO, PPO) a
+// directory or absent. Before, a log.dir that could not hold them was found by rank 0 alone mid-run (the others
+// ended by MPI_Abort) or not at all (no metrics written, exit 0). UserError on every rank.
+void check_log_dir(const Context& ctx, bool rollouts);
 
 // UserError naming `key` when `sequences` sequences of up to `tokens` tokens each, processed at once on one rank,
 // cannot fit this machine's memory (a lower bound of what a step keeps per token: each layer's input and the

@@ -103,7 +103,11 @@ RunLog::RunLog(const dist::MpiEnv& env, const std::string& log_dir) : rank0_(env
 RunLog::~RunLog() = default;
 
 void RunLog::emit(const nlohmann::json& j, std::int64_t step) {
-  if (metrics_) *metrics_ << j.dump() << "\n" << std::flush;
+  if (metrics_) {
+    *metrics_ << j.dump() << "\n" << std::flush;
+    // Mid-run (the file was writable at the start: app::check_log_dir): a full disk; the run goes on, said once.
+    if (!*metrics_) log::warn_once(dir_ + "/metrics.jsonl: cannot be written (disk full?): the metrics of later steps are lost");
+  }
   if (tb_)
     for (auto it = j.begin(); it != j.end(); ++it)
       if (it.value().is_number() && it.key() != "step") tb_->scalar(it.key(), it.value().get<double>(), step);

@@ -178,6 +178,11 @@ c out_ck_dir_is_file 1 'old_output\.jsonl: cannot create the checkpoint director
 c out_ck_dir_under_file 1 'old_output\.jsonl/ck: cannot create the checkpoint directory \(Not a directory\)' '' $SFT --checkpoint.dir=old_output.jsonl/ck
 c out_ck_dir_unwritable_fs 1 '/sys/mgrl_robust_ck: cannot create the checkpoint directory \((Operation not permitted|Read-only file system|Permission denied)\)' '' $SFT --checkpoint.dir=/sys/mgrl_robust_ck
 c out_log_dir_is_file 1 'old_output\.jsonl: cannot create the .*log directory' '' $SFT --log.dir=old_output.jsonl
+# log.dir's files in the way, found at the start on every rank (a directory as metrics.jsonl: no metrics, exit 0; a
+# file as rollouts/: rank 0 alone at the first rollout file, the others ended by MPI_Abort; until 2026-11-28).
+c out_log_metrics_is_dir 1 "L/metrics\.jsonl: not a regular file \(log\.dir's metrics\.jsonl is a directory\)" 'mkdir -p L/metrics.jsonl' $SFT --log.dir=L
+c out_log_summary_is_dir_np2 2 "L/job_summary\.txt: not a regular file \(log\.dir's job_summary\.txt is a directory\)" 'mkdir -p L/job_summary.txt' $SFT --log.dir=L
+c out_log_rollouts_is_file_np2 2 "L/rollouts: not a directory \(log\.dir's rollout files are written there\)" 'mkdir -p L && echo x > L/rollouts' $GRPO --log.dir=L
 c out_score_missing_dir 1 'nodir/scores\.h5' '' $SCORE --score.output=nodir/scores.h5
 c out_score_is_dir 1 'ck' '' $SCORE --score.output=ck
 c out_generate_under_file 1 'old_output\.jsonl/out\.jsonl' '' $GEN --generate.output=old_output.jsonl/out.jsonl
