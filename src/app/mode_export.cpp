@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -101,96 +102,109 @@ int run_export(Context& ctx) {
     }
     run_cfg = io::Config::from_string(io::mgrl_schema(), ck.config_text, path + ":/config");
   });
-  if (ctx.env.rank() != 0) return 0;
-
   const bool lora = !ck.tensors.empty() && ck.tensors.front().name.rfind(kLoraPrefix, 0) == 0;
   const std::string base_dir = run_cfg.get_string("model.path");
   const bool merge = cfg.get_bool("export.merged") && lora;
-  // The export must not write over the base model it was trained from (its config.json, model.safetensors or an
-  // adapter beside them): refused before anything is written. So is a merge whose base cannot be read.
-  for (const std::string& dir : merge ? std::vector<std::string>{out, out + "/merged"} : std::vector<std::string>{out})
-    if (!base_dir.empty() && same_directory(dir, base_dir))
-      throw UserError("key 'export.output' = " + out + ": " + (dir == out ? std::string() : dir + " is ") +
-                      "the directory of the base model (model.path of the run: " + base_dir +
-                      "); exporting there would overwrite it: choose another directory");
-  std::unique_ptr<io::SafetensorsModel> base_model;
-  if (merge) base_model = std::make_unique<io::SafetensorsModel>(base_dir);  // UserError naming it when unreadable
+  std::unique_ptr<io::SafetensorsModel> base_model;  // a merge's base, opened by rank 0's checks
+  const auto write_export = [&] {
+    std::vector<io::TensorToWrite> tensors;
+    for (const auto& t : ck.tensors) tensors.push_back({t.name, DType::F32, t.shape, ck.params.data() + t.offset});
+    if (lora) {
+      const model::LoraConfig lc = lora_config(run_cfg);  // the adapter the run started from, when it had one
+      model::write_peft_adapter(out, lc, base_dir, tensors);
+      log::info("export: PEFT adapter of " + path + " (step " + std::to_string(ck.state.step) + ") in " + out);
+    } else {
+      io::write_safetensors(out + "/model.safetensors", tensors, {{"format", "pt"}});
+      for (const char* f : {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"})
+        copy_file_if_exists(base_dir + "/" + f, out + "/" + f);
+      log::info("export: full model of " + path + " (step " + std::to_string(ck.state.step) + ") in " + out);
+    }
 
-  make_dir(out);
-  std::vector<io::TensorToWrite> tensors;
-  for (const auto& t : ck.tensors) tensors.push_back({t.name, DType::F32, t.shape, ck.params.data() + t.offset});
-  if (lora) {
-    const model::LoraConfig lc = lora_config(run_cfg);  // the adapter the run started from, when it had one
-    model::write_peft_adapter(out, lc, base_dir, tensors);
-    log::info("export: PEFT adapter of " + path + " (step " + std::to_string(ck.state.step) + ") in " + out);
-  } else {
-    io::write_safetensors(out + "/model.safetensors", tensors, {{"format", "pt"}});
-    for (const char* f : {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"})
-      copy_file_if_exists(base_dir + "/" + f, out + "/" + f);
-    log::info("export: full model of " + path + " (step " + std::to_string(ck.state.step) + ") in " + out);
-  }
-
-  if (merge) {
-    // W' = W + scale * B @ A for every adapter, in f32, written as a Hugging Face directory.
-    const std::string merged = out + "/merged";
-    make_dir(merged);
-    const io::SafetensorsModel& base = *base_model;
-    const model::LoraConfig lc = model::read_peft_config(out + "/adapter_config.json");
-    const int r = lc.r;
-    const float scale = lc.scale();
-    std::map<std::string, const train::TensorEntry*> by_name;
-    for (const auto& t : ck.tensors) by_name[t.name] = &t;
-    std::vector<std::vector<float>> storage;
-    std::vector<io::TensorToWrite> full;
-    const auto names = base.names();
-    storage.reserve(names.size());
-    for (const auto& name : names) {
-      if (io::is_bnb_companion(name)) continue;  // a bitsandbytes 4-bit base: merged in f32, dense
-      const io::TensorInfo& info = base.get(name);
-      io::Shape shape = info.shape;
-      if (io::has_bnb_nf4(base, name)) {  // dequantized on the host (bit-equal to bitsandbytes), then merged
-        const io::Nf4Tensor q = io::read_bnb_nf4(base, name);
-        shape = {q.rows, q.cols};
-        std::vector<float> absmax = q.absmax;
-        if (q.double_quant) {
-          absmax.resize(static_cast<std::size_t>(q.blocks()));
-          kernels::cpu::nf4_absmax_dequantize(q.qabsmax.data(), q.nested_absmax.data(), q.offset,
-                                              q.nested_code.data(), q.blocks(), absmax.data());
-        }
-        storage.emplace_back(static_cast<std::size_t>(q.numel()));
-        kernels::cpu::nf4_dequantize(q.codes.data(), absmax.data(), q.code.data(), q.numel(), storage.back().data());
-      } else {
-        storage.push_back(io::to_f32(info));
-      }
-      auto& w = storage.back();
-      const std::string stem = name.size() > 7 ? name.substr(0, name.size() - 7) : name;  // drop ".weight"
-      auto a = by_name.find(kLoraPrefix + stem + ".lora_A.weight");
-      auto b = by_name.find(kLoraPrefix + stem + ".lora_B.weight");
-      if (a != by_name.end() && b != by_name.end()) {
-        const std::int64_t outf = shape[0], inf = shape[1];
-        const float* A = ck.params.data() + a->second->offset;  // [r, in]
-        const float* B = ck.params.data() + b->second->offset;  // [out, r]
-        for (std::int64_t o = 0; o < outf; ++o)
-          for (std::int64_t i = 0; i < inf; ++i) {
-            double s = 0;
-            for (int k = 0; k < r; ++k) s += static_cast<double>(B[o * r + k]) * A[k * inf + i];
-            w[static_cast<std::size_t>(o * inf + i)] += static_cast<float>(scale * s);
+    if (merge) {
+      // W' = W + scale * B @ A for every adapter, in f32, written as a Hugging Face directory.
+      const std::string merged = out + "/merged";
+      make_dir(merged);
+      const io::SafetensorsModel& base = *base_model;
+      const model::LoraConfig lc = model::read_peft_config(out + "/adapter_config.json");
+      const int r = lc.r;
+      const float scale = lc.scale();
+      std::map<std::string, const train::TensorEntry*> by_name;
+      for (const auto& t : ck.tensors) by_name[t.name] = &t;
+      std::vector<std::vector<float>> storage;
+      std::vector<io::TensorToWrite> full;
+      const auto names = base.names();
+      storage.reserve(names.size());
+      for (const auto& name : names) {
+        if (io::is_bnb_companion(name)) continue;  // a bitsandbytes 4-bit base: merged in f32, dense
+        const io::TensorInfo& info = base.get(name);
+        io::Shape shape = info.shape;
+        if (io::has_bnb_nf4(base, name)) {  // dequantized on the host (bit-equal to bitsandbytes), then merged
+          const io::Nf4Tensor q = io::read_bnb_nf4(base, name);
+          shape = {q.rows, q.cols};
+          std::vector<float> absmax = q.absmax;
+          if (q.double_quant) {
+            absmax.resize(static_cast<std::size_t>(q.blocks()));
+            kernels::cpu::nf4_absmax_dequantize(q.qabsmax.data(), q.nested_absmax.data(), q.offset,
+                                                q.nested_code.data(), q.blocks(), absmax.data());
           }
+          storage.emplace_back(static_cast<std::size_t>(q.numel()));
+          kernels::cpu::nf4_dequantize(q.codes.data(), absmax.data(), q.code.data(), q.numel(), storage.back().data());
+        } else {
+          storage.push_back(io::to_f32(info));
+        }
+        auto& w = storage.back();
+        const std::string stem = name.size() > 7 ? name.substr(0, name.size() - 7) : name;  // drop ".weight"
+        auto a = by_name.find(kLoraPrefix + stem + ".lora_A.weight");
+        auto b = by_name.find(kLoraPrefix + stem + ".lora_B.weight");
+        if (a != by_name.end() && b != by_name.end()) {
+          const std::int64_t outf = shape[0], inf = shape[1];
+          const float* A = ck.params.data() + a->second->offset;  // [r, in]
+          const float* B = ck.params.data() + b->second->offset;  // [out, r]
+          for (std::int64_t o = 0; o < outf; ++o)
+            for (std::int64_t i = 0; i < inf; ++i) {
+              double s = 0;
+              for (int k = 0; k < r; ++k) s += static_cast<double>(B[o * r + k]) * A[k * inf + i];
+              w[static_cast<std::size_t>(o * inf + i)] += static_cast<float>(scale * s);
+            }
+        }
+        full.push_back({name, DType::F32, shape, w.data()});
       }
-      full.push_back({name, DType::F32, shape, w.data()});
-    }
-    io::write_safetensors(merged + "/model.safetensors", full, {{"format", "pt"}});
-    for (const char* f : {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"})
-      copy_file_if_exists(base_dir + "/" + f, merged + "/" + f);
-    {  // the merged weights are dense f32: a bitsandbytes base's quantization_config no longer applies
-      nlohmann::json j = io::read_json_file(merged + "/config.json", "the model config");
-      if (j.is_object() && j.contains("quantization_config")) {
-        j.erase("quantization_config");
-        io::write_file_atomically(merged + "/config.json", j.dump(2) + "\n");
+      io::write_safetensors(merged + "/model.safetensors", full, {{"format", "pt"}});
+      for (const char* f : {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"})
+        copy_file_if_exists(base_dir + "/" + f, merged + "/" + f);
+      {  // the merged weights are dense f32: a bitsandbytes base's quantization_config no longer applies
+        nlohmann::json j = io::read_json_file(merged + "/config.json", "the model config");
+        if (j.is_object() && j.contains("quantization_config")) {
+          j.erase("quantization_config");
+          io::write_file_atomically(merged + "/config.json", j.dump(2) + "\n");
+        }
       }
+      log::info("export: merged model in " + merged);
     }
-    log::info("export: merged model in " + merged);
+  };
+  // Rank 0 exports; every rank agrees on the outcome of its checks and of its writes (one line and one exit code
+  // on every rank, not rank 0's error and an MPI_Abort).
+  ctx.env.agree([&] {
+    if (ctx.env.rank() != 0) return;
+    // The export must not write over the base model it was trained from (its config.json, model.safetensors or an
+    // adapter beside them): refused before anything is written. So is a merge whose base cannot be read.
+    for (const std::string& dir : merge ? std::vector<std::string>{out, out + "/merged"} : std::vector<std::string>{out})
+      if (!base_dir.empty() && same_directory(dir, base_dir))
+        throw UserError("key 'export.output' = " + out + ": " + (dir == out ? std::string() : dir + " is ") +
+                        "the directory of the base model (model.path of the run: " + base_dir +
+                        "); exporting there would overwrite it: choose another directory");
+    if (merge) base_model = std::make_unique<io::SafetensorsModel>(base_dir);  // UserError naming it when unreadable
+    make_dir(out);
+  });
+  // The others wait while rank 0 writes: as long as the bytes take at 20 MB/s (a merge writes the base in f32).
+  double bytes = 4.0 * static_cast<double>(ck.params.size());
+  if (merge) {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(base_dir, ec))
+      if (e.path().extension() == ".safetensors") bytes += 2.0 * static_cast<double>(e.file_size(ec));
   }
+  ctx.env.agree([&] { if (ctx.env.rank() == 0) write_export(); },
+                dist::Patience{2.0 * bytes / 20e6, "rank 0's export to " + out});
   return 0;
 }
 
