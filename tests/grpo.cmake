@@ -25,6 +25,11 @@ set_tests_properties(cli.grpo.slow_reward_on_one_rank.np2 PROPERTIES TIMEOUT 150
 mgrl_add_cli_test(grpo.shard_base_eval_rank_without_prompts_scores_nothing.np2 0 "(?s)eval before step 0 .*eval after step 2 " - 0
   -- bash -c "mkdir -p ${GRPO}/shard_eval1 && head -n 1 ${CMAKE_CURRENT_SOURCE_DIR}/data/sft/heldout.jsonl > ${GRPO}/shard_eval1/e1.jsonl && bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/slow_reward.sh ${GRPO}/shard_eval1/run ${CMAKE_CURRENT_SOURCE_DIR}/data/grpo_cli/grpo.toml 1:0 -- ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${GRPO_REST_STR} --train.max_steps=2 --train.batch_size=2 --model.shard_base=true --eval.input=${GRPO}/shard_eval1/e1.jsonl --checkpoint.dir= --log.dir=${GRPO}/shard_eval1/run/log")
 set_tests_properties(cli.grpo.shard_base_eval_rank_without_prompts_scores_nothing.np2 PROPERTIES PROCESSORS 2)
+# A checkpoint inside a generation round resumed with another train.batch_size x grpo.num_generations of the same
+# product (4 x 4 -> 8 x 2): the round's completions were regrouped into wrong groups, silently; refused now, naming
+# the checkpoint, and nothing is written.
+mgrl_add_cli_test(grpo.resume_round_with_other_groups_refused 2 - "^mgrl: error: .*/ck/step_00000001\\.h5: the checkpoint holds a GRPO round of 16 completions \\(4 prompts x 4\\), but this run's train\\.batch_size x grpo\\.num_generations is 8 x 2" 1 -- bash -c
+  "rm -rf ${GRPO}/regroup && ${RUN1} ${GRPO_STR} --train.stop_at_step=1 --checkpoint.dir=${GRPO}/regroup/ck --log.dir=${GRPO}/regroup > /dev/null && ${RUN1} ${GRPO_STR} --checkpoint.dir=${GRPO}/regroup/ck --log.dir=${GRPO}/regroup --checkpoint.resume=auto --train.batch_size=8 --grpo.num_generations=2; rc=$?; test ! -e ${GRPO}/regroup/ck/step_00000002.h5 || exit 9; exit $rc")
 # The held-out prompts' generation must fit the model's positions (128): one line naming the file's line, at start.
 mgrl_add_cli_test(grpo.eval_generation_too_long_refused_at_start 2 - "^mgrl: error: key 'eval.max_new_tokens' = 125: .*heldout.jsonl:[0-9]+ has [0-9]+ prompt tokens, and with eval.max_new_tokens that exceeds the model's max_position_embeddings \\(128\\)" 1
   -- ${MPIRUN} 2 ${MGRL_MPIEXEC_FLAGS} ${RUN1} ${GRPO_ARGS} --eval.input=${CMAKE_CURRENT_SOURCE_DIR}/data/sft/heldout.jsonl --eval.max_new_tokens=125 --checkpoint.dir= --log.dir=${GRPO}/evfit)

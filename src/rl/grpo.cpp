@@ -447,10 +447,19 @@ void GrpoTrainer::resume_round(const std::string& extra) {
   std::vector<Rollout> all;
   for (const auto& x : j.at("rollouts")) all.push_back(rollout_from_json(x));
   const std::size_t N = all.size();
-  if (N != static_cast<std::size_t>(opts_.batch_prompts) * static_cast<std::size_t>(opts_.num_generations))
-    throw UserError("the checkpoint holds a GRPO round of " + std::to_string(N) + " completions, but this run's "
-                    "train.batch_size x grpo.num_generations is " +
-                    std::to_string(opts_.batch_prompts * opts_.num_generations));
+  // The round's groups are its generation's: G completions a prompt, in slot order. Another train.batch_size x
+  // grpo.num_generations of the same product passed the size check and regrouped the completions (advantages of
+  // wrong groups, silently; found by a multi-rank hunt).
+  int round_g = 0;
+  for (const auto& r : all) round_g = std::max(round_g, r.generation + 1);
+  bool grouped = round_g == opts_.num_generations;
+  for (std::size_t s = 0; s < N && grouped; ++s) grouped = all[s].generation == static_cast<int>(s % static_cast<std::size_t>(round_g));
+  if (N != static_cast<std::size_t>(opts_.batch_prompts) * static_cast<std::size_t>(opts_.num_generations) || !grouped)
+    throw UserError("the checkpoint holds a GRPO round of " + std::to_string(N) + " completions (" +
+                    std::to_string(round_g > 0 ? N / static_cast<std::size_t>(round_g) : 0) + " prompts x " +
+                    std::to_string(round_g) + "), but this run's train.batch_size x grpo.num_generations is " +
+                    std::to_string(opts_.batch_prompts) + " x " + std::to_string(opts_.num_generations) +
+                    ": resume with the round's, or from a checkpoint between rounds");
   for (std::size_t s = 0; s < N; ++s) all[s].slot = static_cast<std::int64_t>(s);  // stored in slot order
   R.set_figures(all);
   group_advantages(R.rewards, opts_.num_generations, opts_.scale_rewards, &R.group_std);
@@ -652,9 +661,14 @@ GrpoResult GrpoTrainer::run() {
   GrpoResult res;
   const auto t0 = Clock::now();
   std::string extra;
-  ckpt_->resume(state_, &extra);
+  const std::string resumed = ckpt_->resume(state_, &extra);
   env_.agree([&] {
-    if (!extra.empty()) resume_round(extra);
+    if (extra.empty()) return;
+    try {
+      resume_round(extra);
+    } catch (const UserError& e) {
+      throw UserError(resumed + ": " + e.what());
+    }
   });
   train::RunLog rlog(env_, opts_.log_dir);
   const std::int64_t first = state_.step;
