@@ -1,6 +1,7 @@
 // checkpointer.cpp: saving (after a cross-rank weight check) and resuming training runs.
 #include "train/checkpointer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <vector>
@@ -20,6 +21,23 @@ namespace {
 // a job whose checkpoint (a full fine-tuning of a 7B model: 84 GB) takes longer to write than the timeout: 20 MB/s
 // gives 12,600 s more for that one. A rank that has ended, or is stopped, is still named as before.
 constexpr double kSlowestFileBytesPerS = 20e6;
+
+// The mode of an effective configuration (the top-level `mode = "..."` line of Config::to_toml); "" when none.
+std::string mode_of(const std::string& toml) {
+  std::size_t at = 0;
+  while (at < toml.size()) {
+    const std::size_t nl = std::min(toml.find('\n', at), toml.size());
+    const std::string line = toml.substr(at, nl - at);
+    at = nl + 1;
+    if (!line.empty() && line.front() == '[') break;  // tables follow the top-level keys
+    static const std::string kKey = "mode = \"";
+    if (line.compare(0, kKey.size(), kKey) == 0) {
+      const std::size_t end = line.find('"', kKey.size());
+      if (end != std::string::npos) return line.substr(kKey.size(), end - kKey.size());
+    }
+  }
+  return "";
+}
 
 dist::MpiEnv::Patience file_patience(std::size_t trainable, const std::string& what) {
   const double bytes = 3.0 * 4.0 * static_cast<double>(trainable);
@@ -109,6 +127,13 @@ void Checkpointer::load(const std::string& path, TrainState& st, std::string* ex
 Checkpoint Checkpointer::read_checked(const std::string& path) const {
   const Trainable& tr = opt_.trainable();
   Checkpoint ck = read_checkpoint(path, identity_);
+  // A checkpoint of another training mode (a DPO run's resumed by SFT, an SFT run's by GRPO: the same adapter
+  // shapes) carries another objective's step count, schedule and moments: resumed silently before 2026-11-28.
+  const std::string then = mode_of(ck.config_text), now = mode_of(opts_.config_text);
+  if (!then.empty() && !now.empty() && then != now)
+    throw UserError(path + ": a checkpoint of mgrl " + then + ", resumed by mgrl " + now +
+                    ": to start from its weights, export them (mgrl export) and set lora.adapter or model.path; or "
+                    "use another checkpoint.dir");
   if (ck.params.size() != tr.n)
     throw UserError(path + ": holds " + std::to_string(ck.params.size()) + " trainable values, this run has " +
                     std::to_string(tr.n));

@@ -172,6 +172,9 @@ c ck_other_model 1 'ck/step_00000002\.h5: checkpoint of another model' '' $SFT -
 c ck_export_damaged 1 "ck/step_00000002\.h5: damaged checkpoint: the data of '/trainable/.*' do not match their checksum \([0-9a-f]+, stored [0-9a-f]+\); the newest intact checkpoint is ck/step_00000001\.h5 \(step 1\): --export\.checkpoint=ck/step_00000001\.h5 exports it$" 'T damage-dataset ck/step_00000002.h5 /trainable/base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight' export --checkpoint.dir=ck --export.output=exported
 c ck_export_all_damaged 1 "ck/step_00000002\.h5: truncated checkpoint: .*; no other checkpoint of ck is intact$" 'head -c 5000 ck/step_00000002.h5 > x && mv x ck/step_00000002.h5 && T damage-seal ck/step_00000001.h5 metadata' export --checkpoint.dir=ck --export.output=exported
 c ck_export_named_damaged 1 "ck/step_00000001\.h5: damaged checkpoint: its HDF5 metadata .* do not match their checksum \([0-9a-f]+, stored [0-9a-f]+\)$" 'T damage-seal ck/step_00000001.h5 metadata' export --checkpoint.dir=ck --export.checkpoint=ck/step_00000001.h5 --export.output=exported
+# A checkpoint of another mode (an SFT run's, resumed by GRPO: the same adapter shapes) was resumed silently, with
+# another objective's step count, schedule and moments (until 2026-11-28).
+c ck_other_mode 1 "ck/step_00000002\.h5: a checkpoint of mgrl sft, resumed by mgrl grpo" '' $GRPO --lora.r=2 --checkpoint.dir=ck --checkpoint.resume=auto
 
 # ---- output locations ----
 c out_ck_dir_is_file 1 'old_output\.jsonl: cannot create the checkpoint directory \(Not a directory\)' '' $SFT --checkpoint.dir=old_output.jsonl
