@@ -449,6 +449,11 @@ ModelConfig parse_hf_config(const std::string& path) {
       if (!e->is_number_integer()) k.fail("eos_token_id", "must be an integer or a list of integers");
       c.eos_token_ids.push_back(e->get<std::int64_t>());
     }
+    // An id the model cannot produce would never end a completion (every one running to its length, silently).
+    for (const std::int64_t id : c.eos_token_ids)
+      if (id < 0 || id >= c.vocab_size)
+        k.fail("eos_token_id", "holds " + std::to_string(id) + ", outside the vocabulary (vocab_size " +
+                                   std::to_string(c.vocab_size) + ")");
   }
   return c;
 }

@@ -77,6 +77,9 @@ c cli_batch_vs_ranks_np2 2 "train\.batch_size \(5\) must be divisible by the num
 c cfg_missing 1 'model/config\.json: cannot open' 'rm model/config.json' $SFT
 c cfg_invalid_json 1 'model/config\.json: invalid JSON: line [0-9]+, column [0-9]+' 'head -c 200 model/config.json > x && mv x model/config.json' $SFT
 c cfg_not_object 1 'model/config\.json: not a JSON object' 'echo "[1, 2]" > model/config.json' $SFT
+# An EOS id outside the vocabulary never ends a completion: every one ran to its length, silently (until 2026-11-28).
+c cfg_eos_outside_vocab 1 "model/config\.json: key 'eos_token_id' holds 100000, outside the vocabulary" 'T json-set model/config.json /eos_token_id 100000' $GEN
+c cfg_eos_negative 1 "model/config\.json: key 'eos_token_id' holds -5, outside the vocabulary" 'T json-set model/config.json /eos_token_id -5' $SFT
 c cfg_nul_byte 1 'model/config\.json: a NUL byte at offset 8' 'printf "{\"a\": 1}\0" > model/config.json' $SFT
 c cfg_unsupported_arch 1 "model/config\.json: unsupported architecture 'GPT2LMHeadModel'" 'T json-set model/config.json /architectures "[\"GPT2LMHeadModel\"]"' $SFT
 c cfg_missing_key 1 "model/config\.json: missing required key 'hidden_size'" 'T json-del model/config.json /hidden_size' $SFT
