@@ -1,6 +1,7 @@
 // model_def.cpp: the base weights' arena and handles, loading and random initialisation, LoRA attachment.
 #include "model/model_def.h"
 
+#include <set>
 #include <algorithm>
 #include <cmath>
 
@@ -10,6 +11,7 @@
 #include "core/error.h"
 #include "core/random.h"
 #include "io/nf4_tensor.h"
+#include "core/log.h"
 #include "io/safetensors.h"
 #include "kernels/cpu/nf4.h"
 #include "model/rope_freq.h"
@@ -522,6 +524,20 @@ void ModelDef::load_weights(const std::string& dir) {
     io::copy_finite_to_f32(info, host.data());
     upload_tensor(i, host);
   }
+  // Weights this config.json does not use (as transformers says of them): a num_hidden_layers lower than the
+  // weights' layers, or another architecture's tensors. Said once; the run goes on with what it uses.
+  std::set<std::string> used;
+  for (const auto& t : base_) used.insert(t.name);
+  std::vector<std::string> unused;
+  for (const auto& name : model.names()) {
+    const bool buffer = name.find("rotary_emb.inv_freq") != std::string::npos;  // old checkpoints keep RoPE buffers
+    const bool tied_head = name == "lm_head.weight" && cfg_.tie_word_embeddings;
+    if (!used.count(name) && !io::is_bnb_companion(name) && !buffer && !tied_head) unused.push_back(name);
+  }
+  if (!unused.empty())
+    log::warn_once(dir + ": " + std::to_string(unused.size()) + " of its tensors are not used by its config.json (" +
+                   unused.front() + (unused.size() > 1 ? ", ..." : "") +
+                   "): check num_hidden_layers and the architecture against the weights");
 }
 
 void ModelDef::init_random(std::uint64_t seed, float std) {
