@@ -131,10 +131,9 @@ struct MpiEnv::Watched {
   Watchdog::Guard guard;
 };
 
-MpiEnv::Watched MpiEnv::watch(const char* op, std::size_t count, const char* type, const Patience* patience) const {
+MpiEnv::Watched MpiEnv::watch(const char* op, std::size_t count, const char* type, const Patience& patience) const {
   if (!watchdog_) return {Watchdog::Guard(nullptr, 0)};
-  return {patience ? watchdog_->watch(detail::describe(op, ++seq_, count, type), patience->extra_s, patience->why)
-                   : watchdog_->watch(detail::describe(op, ++seq_, count, type))};
+  return {watchdog_->watch(detail::describe(op, ++seq_, count, type), patience.extra_s, patience.why)};
 }
 
 std::string MpiEnv::library_version() const {
@@ -155,12 +154,12 @@ std::string MpiEnv::standard_version() const {
 }
 
 void MpiEnv::barrier(const Patience& patience) const {
-  const auto g = watch("env.barrier", 0, "-", &patience);
+  const auto g = watch("env.barrier", 0, "-", patience);
   MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
 }
 
-int MpiEnv::allreduce_max(int v) const {
-  const auto g = watch("env.allreduce_max", 1, "i32");
+int MpiEnv::allreduce_max(int v, const Patience& patience) const {
+  const auto g = watch("env.allreduce_max", 1, "i32", patience);
   int out = 0;
   MPI_CHECK(MPI_Allreduce(&v, &out, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
   return out;
@@ -195,7 +194,7 @@ double MpiEnv::allreduce_sum(double v) const {
 }
 
 std::vector<std::string> MpiEnv::gather_to_root(const std::string& s, const Patience& patience) const {
-  const auto g = watch("env.gather", s.size(), "byte", &patience);
+  const auto g = watch("env.gather", s.size(), "byte", patience);
   int len = static_cast<int>(s.size());
   std::vector<int> lens(rank_ == 0 ? size_ : 0), displs(rank_ == 0 ? size_ : 0);
   MPI_CHECK(MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD));
@@ -239,11 +238,7 @@ void MpiEnv::agree(const std::function<void()>& fn, const Patience& patience) co
     msg = e.what();
   }
   // The first collective after fn is where the ranks that finished early wait for the others.
-  int worst = 0;
-  {
-    const auto g = watch("env.allreduce_max", 1, "i32", &patience);
-    MPI_CHECK(MPI_Allreduce(&code, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
-  }
+  const int worst = allreduce_max(code, patience);
   if (worst == 0) return;
   // The lowest rank with the worst outcome speaks for the job.
   const int speaker = allreduce_min(code == worst ? rank_ : size_);

@@ -38,7 +38,7 @@ class MpiEnv {
   using Patience = dist::Patience;
 
   void barrier(const Patience& patience = Patience()) const;
-  int allreduce_max(int v) const;
+  int allreduce_max(int v, const Patience& patience = Patience()) const;
   int allreduce_min(int v) const;
   double allreduce_max(double v) const;
   long long allreduce_sum(long long v) const;
@@ -64,7 +64,7 @@ class MpiEnv {
  private:
   // A guard over one collective; "env.allreduce_max #3 (i32 x 1)" in the watchdog's message.
   struct Watched;
-  Watched watch(const char* op, std::size_t count, const char* type, const Patience* patience = nullptr) const;
+  Watched watch(const char* op, std::size_t count, const char* type, const Patience& patience = Patience()) const;
 
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, num_nodes_ = 1;
   std::string host_;

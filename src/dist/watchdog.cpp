@@ -234,8 +234,8 @@ void Watchdog::loop() {
         else if (!remote.empty())
           msg << remote << "; ending the job";
         else if (!it->why.empty())
-          msg << "it has not ended (a file system that hangs or is very slow?), or another rank has failed; ending "
-                 "the job";
+          msg << "it has not ended (a file system or reward program that hangs?), or another rank has failed; "
+                 "ending the job";
         else
           msg << "another rank has probably failed, been killed or is waiting in a different collective; ending "
                  "the job";

@@ -31,7 +31,8 @@ const Schema& mgrl_schema() {
          {}, 0.0, 4096.0, {}});
     add({"runtime.comm_timeout_s", T::Float, Value(600.0),
          "seconds a collective may take before the job is ended with a message naming it (a wait for a checkpoint "
-         "that other ranks write or read: twice that, or longer by the time its bytes take at 20 MB/s); 0: no limit",
+         "or export that other ranks write or read: twice that, or longer by the time its bytes take at 20 MB/s; for "
+         "the reward programs of other ranks: twice that, or their own reward[].timeout_s); 0: no limit",
          {}, 0.0, std::nullopt, {}});
     add({"model.path", T::String, std::nullopt,
          "Hugging Face model directory: config.json and model.safetensors (or a sharded index)", {}, {}, {},

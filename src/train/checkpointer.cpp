@@ -226,7 +226,7 @@ std::string Checkpointer::resume(TrainState& st, std::string* extra) {
   if (!opts_.resume.empty() && opts_.resume != "none") from = opts_.resume;
   env_.agree([&] {
     if (!from.empty()) load(from, st, extra);
-  }, file_patience(opt_.trainable().n, "the ranks' reads of " + from));
+  }, from.empty() ? dist::Patience() : file_patience(opt_.trainable().n, "the ranks' reads of " + from));
   if (!from.empty()) log::info("resumed from " + from + " at step " + std::to_string(st.step));
   last_ = from;
   return from;

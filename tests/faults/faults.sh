@@ -133,7 +133,7 @@ case $what in
   ckstall)
     [ "$rc" = 1 ] || fail "exit code $rc, expected 1"
     [ "$(echo "$secs >= 2 * $timeout_s" | bc)" = 1 ] || fail "ended after ${secs}s, before twice the timeout"
-    echo "$line" | grep -Eq "^mgrl: error: (\[rank [0-9]+\] )?env.allreduce_max #[0-9]+ \(i32 x 1\) did not complete within $((2 * timeout_s)) s \(runtime.comm_timeout_s \+ $timeout_s s for rank 0's write of .*/ck/step_00000003.h5 \([0-9.]+ MB\)\): it has not ended \(a file system that hangs or is very slow\?\), or another rank has failed; ending the job$" ||
+    echo "$line" | grep -Eq "^mgrl: error: (\[rank [0-9]+\] )?env.allreduce_max #[0-9]+ \(i32 x 1\) did not complete within $((2 * timeout_s)) s \(runtime.comm_timeout_s \+ $timeout_s s for rank 0's write of .*/ck/step_00000003.h5 \([0-9.]+ MB\)\): it has not ended \(a file system or reward program that hangs\?\), or another rank has failed; ending the job$" ||
       fail "the line does not name the wait, the write and its file: $line"
     ;;
   ckthrow)
