@@ -102,18 +102,13 @@ GrpoTrainer::GrpoTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Trans
     const int micro = local / opts_.grad_accum;
     const long long worst = static_cast<long long>(micro) *
                             static_cast<long long>(longest + static_cast<std::size_t>(opts_.max_completion_length));
-    env_.agree([&] {
-      const std::string beyond = train::activations_beyond_memory(model_, worst);
-      if (beyond.empty()) return;
-      const bool rc = model_.options().recompute;
-      throw UserError("a training micro-batch of " + std::to_string(micro) +
-                      " completions (train.batch_size / ranks x grpo.num_generations / train.grad_accum), each up to " +
-                      std::to_string(longest) + " prompt tokens + grpo.max_completion_length = " +
-                      std::to_string(opts_.max_completion_length) + ", needs up to " + beyond +
-                      (rc ? "" : " (model.recompute = false)") +
-                      ": lower train.batch_size, grpo.num_generations or grpo.max_completion_length, raise "
-                      "train.grad_accum" + (rc ? std::string() : ", or set model.recompute = true"));
-    });
+    train::refuse_activations_beyond_memory(
+        env_, model_, worst,
+        "a training micro-batch of " + std::to_string(micro) +
+            " completions (train.batch_size / ranks x grpo.num_generations / train.grad_accum), each up to " +
+            std::to_string(longest) + " prompt tokens + grpo.max_completion_length = " +
+            std::to_string(opts_.max_completion_length),
+        "lower train.batch_size, grpo.num_generations or grpo.max_completion_length, raise train.grad_accum");
   }
   state_.rank_rng.assign(static_cast<std::size_t>(ranks), 0);
   opt_->start(state_);  // the loss scale of a fresh run; a resume takes the checkpoint's

@@ -74,18 +74,13 @@ PpoTrainer::PpoTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transfo
     const int most = std::min(opts_.batch_prompts / ranks, opts_.batch_prompts / opts_.num_mini_batches);
     const long long worst = static_cast<long long>(most) *
                             static_cast<long long>(longest + static_cast<std::size_t>(opts_.ppo.response_length));
-    env_.agree([&] {
-      const std::string beyond = train::activations_beyond_memory(model_, worst);
-      if (beyond.empty()) return;
-      const bool rc = model_.options().recompute;
-      throw UserError("a training mini-batch of up to " + std::to_string(most) +
-                      " responses on a rank (train.batch_size / ppo.num_mini_batches, at most train.batch_size / "
-                      "ranks), each up to " + std::to_string(longest) + " prompt tokens + ppo.response_length = " +
-                      std::to_string(opts_.ppo.response_length) + ", needs up to " + beyond +
-                      (rc ? "" : " (model.recompute = false)") +
-                      ": lower train.batch_size or ppo.response_length, raise ppo.num_mini_batches" +
-                      (rc ? std::string() : ", or set model.recompute = true"));
-    });
+    train::refuse_activations_beyond_memory(
+        env_, model_, worst,
+        "a training mini-batch of up to " + std::to_string(most) +
+            " responses on a rank (train.batch_size / ppo.num_mini_batches, at most train.batch_size / ranks), each "
+            "up to " + std::to_string(longest) + " prompt tokens + ppo.response_length = " +
+            std::to_string(opts_.ppo.response_length),
+        "lower train.batch_size or ppo.response_length, raise ppo.num_mini_batches");
   }
   vh_ = std::make_unique<ValueHead>(static_cast<int>(model_.config().hidden_size));
   vh_buf_ = static_cast<float*>(model_.ops().alloc(vh_->params().size() * sizeof(float)));

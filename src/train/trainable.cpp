@@ -45,4 +45,15 @@ std::string activations_beyond_memory(model::Transformer& m, long long tokens) {
          " this rank has available";
 }
 
+void refuse_activations_beyond_memory(const dist::MpiEnv& env, model::Transformer& m, long long tokens,
+                                      const std::string& what, const std::string& advice) {
+  env.agree([&] {
+    const std::string beyond = activations_beyond_memory(m, tokens);
+    if (beyond.empty()) return;
+    const bool rc = m.options().recompute;
+    throw UserError(what + ", needs up to " + beyond + (rc ? "" : " (model.recompute = false)") + ": " + advice +
+                    (rc ? std::string() : ", or set model.recompute = true"));
+  });
+}
+
 }  // namespace mgrl::train

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/mpi_env.h"
 #include "model/transformer.h"
 #include "train/checkpoint.h"
 
@@ -33,6 +34,11 @@ Trainable trainable_of(model::Transformer& m, bool full_finetune);
 // M GiB this rank has available". Where memory is overcommitted an allocation too large may succeed and the process
 // be killed when it touches it: hence a check before allocating.
 std::string activations_beyond_memory(model::Transformer& m, long long tokens);
+// Collective, at start-up: a UserError on every rank when the largest training pass (`tokens` at once, described by
+// `what`: "a training micro-batch of ...") does not fit: "<what>, needs up to <beyond> (model.recompute = false):
+// <advice>, or set model.recompute = true" (the last part and the parenthesis only without recompute).
+void refuse_activations_beyond_memory(const dist::MpiEnv& env, model::Transformer& m, long long tokens,
+                                      const std::string& what, const std::string& advice);
 // "12.3 GiB".
 std::string gib(double bytes);
 
