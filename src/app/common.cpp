@@ -273,6 +273,16 @@ void check_eval_generation_fits(const io::Config& cfg, const io::ModelConfig& mc
                     (n < P ? ": at most " + std::to_string(P - n) + " new tokens fit" : ""));
 }
 
+std::int32_t token_id(const nlohmann::json& v, std::int64_t vocab_size, const std::string& file, int line) {
+  if (!v.is_number_integer()) io::jsonl_error(file, line, "token " + v.dump() + " is not an integer id");
+  const bool outside = v.is_number_unsigned() ? v.get<std::uint64_t>() >= static_cast<std::uint64_t>(vocab_size)
+                                              : v.get<std::int64_t>() < 0 || v.get<std::int64_t>() >= vocab_size;
+  if (outside)
+    io::jsonl_error(file, line, "token " + v.dump() + " is not an id of the model's vocabulary (0.." +
+                                    std::to_string(vocab_size - 1) + ")");
+  return static_cast<std::int32_t>(v.get<std::int64_t>());
+}
+
 std::pair<std::size_t, std::size_t> shard(const dist::MpiEnv& env, std::size_t n) {
   return {n * static_cast<std::size_t>(env.rank()) / static_cast<std::size_t>(env.size()),
           n * static_cast<std::size_t>(env.rank() + 1) / static_cast<std::size_t>(env.size())};

@@ -98,18 +98,8 @@ int run_generate(Context& ctx) {
         in.tokens = tok->encode(j["prompt"].get<std::string>());
       } else if (j.contains("prompt_tokens")) {
         in.prompt = j["prompt_tokens"];
-        // Whole numbers in the vocabulary's range, read as they are: 2.5 or 1e20 must not become another id.
         if (!j["prompt_tokens"].is_array()) io::jsonl_error(input, line, "\"prompt_tokens\" must be an array of token ids");
-        for (const auto& t : j["prompt_tokens"]) {
-          if (!t.is_number_integer())
-            io::jsonl_error(input, line, "\"prompt_tokens\" must be an array of token ids (got " + t.dump() + ")");
-          const bool negative = t.is_number_unsigned() ? false : t.get<std::int64_t>() < 0;
-          if (negative || (t.is_number_unsigned() ? t.get<std::uint64_t>() >= static_cast<std::uint64_t>(mc.vocab_size)
-                                                  : t.get<std::int64_t>() >= mc.vocab_size))
-            io::jsonl_error(input, line, "token " + t.dump() + " is outside the model's vocabulary (" +
-                                             std::to_string(mc.vocab_size) + " tokens)");
-          in.tokens.push_back(static_cast<std::int32_t>(t.get<std::int64_t>()));
-        }
+        for (const auto& t : j["prompt_tokens"]) in.tokens.push_back(token_id(t, mc.vocab_size, input, line));
       } else {
         io::jsonl_error(input, line, "expected \"prompt\", \"messages\" or \"prompt_tokens\"");
       }

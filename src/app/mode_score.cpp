@@ -76,16 +76,7 @@ int run_score(Context& ctx) {
           io::jsonl_error(input, line, e.what());
         }
       } else if (j.contains("tokens") && j["tokens"].is_array()) {
-        for (const auto& v : j["tokens"]) {
-          if (!v.is_number_integer()) io::jsonl_error(input, line, "token " + v.dump() + " is not an integer id");
-          // Named as written (an unsigned 2^64 - 1 read as signed was "token -1").
-          const bool outside = v.is_number_unsigned() ? v.get<std::uint64_t>() >= static_cast<std::uint64_t>(mc.vocab_size)
-                                                      : v.get<std::int64_t>() < 0 || v.get<std::int64_t>() >= mc.vocab_size;
-          if (outside)
-            io::jsonl_error(input, line, "token " + v.dump() + " is not an id of the model's vocabulary (0.." +
-                                             std::to_string(mc.vocab_size - 1) + ")");
-          ids.push_back(static_cast<std::int32_t>(v.get<std::int64_t>()));
-        }
+        for (const auto& v : j["tokens"]) ids.push_back(token_id(v, mc.vocab_size, input, line));
       } else {
         io::jsonl_error(input, line, "expected \"text\", \"messages\" or a \"tokens\" array of token ids");
       }

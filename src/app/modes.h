@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "core/dtype.h"
 #include "io/hf_config.h"
 #include "io/tokenizer.h"
@@ -130,6 +132,10 @@ std::function<double(const std::vector<train::Example>&)> greedy_accuracy(const 
 // the end of the run, before the final checkpoint).
 void check_eval_generation_fits(const io::Config& cfg, const io::ModelConfig& mc, std::size_t longest_prompt,
                                 const std::string& where);
+// A token id of a data line's list of ids (`score`'s "tokens", `generate`'s "prompt_tokens"), read as written: a
+// UserError "file:line: token 2.5 is not an integer id", or "... token 1e20 / -3 / 2^64-1 is not an id of the
+// model's vocabulary (0..V-1)" (not another id after a conversion).
+std::int32_t token_id(const nlohmann::json& v, std::int64_t vocab_size, const std::string& file, int line);
 // [begin, end) of this rank's contiguous share of n items.
 std::pair<std::size_t, std::size_t> shard(const dist::MpiEnv& env, std::size_t n);
 

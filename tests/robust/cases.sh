@@ -142,8 +142,8 @@ c score_tokens_not_list 1 'tokens\.jsonl:1: ' 'sed -i "1s/.*/{\"tokens\": \"1 2 
 # named -2147483648), an empty stop string (every completion empty with finish_reason "stop", exit 0), and a
 # num_generations whose sequences cannot fit memory (exit 1 "out of host memory" at the KV cache's allocation).
 c score_token_beyond_uint64 1 'tokens\.jsonl:2: token 18446744073709551615 is not an id' 'sed -i "2s/.*/{\"tokens\": [1, 18446744073709551615]}/" tokens.jsonl' $SCORE
-c gen_token_not_integer 1 'p\.jsonl:1: "prompt_tokens" must be an array of token ids \(got 2\.5\)' 'printf "{\"prompt_tokens\": [1, 2.5]}\n" > p.jsonl' $GEN --data.input=p.jsonl
-c gen_token_huge 1 'p\.jsonl:1: token 99999999999 is outside the model' 'printf "{\"prompt_tokens\": [1, 99999999999]}\n" > p.jsonl' $GEN --data.input=p.jsonl
+c gen_token_not_integer 1 'p\.jsonl:1: token 2\.5 is not an integer id' 'printf "{\"prompt_tokens\": [1, 2.5]}\n" > p.jsonl' $GEN --data.input=p.jsonl
+c gen_token_huge 1 'p\.jsonl:1: token 99999999999 is not an id of the model'\''s vocabulary \(0\.\.172\)' 'printf "{\"prompt_tokens\": [1, 99999999999]}\n" > p.jsonl' $GEN --data.input=p.jsonl
 c gen_empty_stop 1 "key 'generate\.stop': an empty stop string would end every completion at once" '' $GEN '--generate.stop=[""]'
 c grpo_empty_stop 1 "key 'grpo\.stop': an empty stop string would end every completion at once" '' $GRPO '--grpo.stop=[""]'
 c gen_generations_beyond_memory 1 "key 'generate\.num_generations' \(1000000000\): 1000000000 sequences of up to [0-9]+ tokens at once on a rank need more than" '' $GEN --generate.num_generations=1000000000
