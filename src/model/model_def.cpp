@@ -1,17 +1,17 @@
 // model_def.cpp: the base weights' arena and handles, loading and random initialisation, LoRA attachment.
 #include "model/model_def.h"
 
-#include <set>
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 #include <cstring>
 #include <thread>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "core/random.h"
 #include "io/nf4_tensor.h"
-#include "core/log.h"
 #include "io/safetensors.h"
 #include "kernels/cpu/nf4.h"
 #include "model/rope_freq.h"
