@@ -46,7 +46,7 @@ set_tests_properties(slurm.multinode.cluster_stop PROPERTIES LABELS slurm FIXTUR
                      RESOURCE_LOCK slurm_multinode)
 set(MN_ENV ${MGRL_MPI_ENV} MGRL_TEST_MN_STATE=${MN_STATE} MGRL_TEST_BIN=$<TARGET_FILE:mgrl> MGRL_TEST_SRC=${PROJECT_SOURCE_DIR}
     MGRL_TEST_WORK=${CLUSTER}/multinode_work MGRL_TEST_CHECK=$<TARGET_FILE:check_train> MPIEXEC=${MPIEXEC_EXECUTABLE})
-foreach(case srun_info sft_same_weights grpo_same_weights script_as_written preempt_requeue_resume rank_stopped startup_crash_requeued node_killed
+foreach(case srun_info sft_same_weights grpo_same_weights slow_generation_remote script_as_written preempt_requeue_resume rank_stopped startup_crash_requeued node_killed
              link_cut)
   add_test(NAME slurm.multinode.${case} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/slurm/test_multinode.sh ${case})
   set_tests_properties(slurm.multinode.${case} PROPERTIES LABELS slurm FIXTURES_REQUIRED slurm_multinode

@@ -19,6 +19,23 @@ mgrl_add_cli_test(grpo.slow_reward_on_one_rank.np2 0 "(?s)eval before step 0 .*s
   -- ${MPIRUN} 2 ${MGRL_MPIEXEC_FLAGS} ${RUN1} ${GRPO_REST} --train.max_steps=2 --runtime.comm_timeout_s=4
   --eval.input=${CMAKE_CURRENT_SOURCE_DIR}/data/sft/heldout.jsonl --checkpoint.dir= --log.dir=${GRPO}/slow_reward/log)
 set_tests_properties(cli.grpo.slow_reward_on_one_rank.np2 PROPERTIES TIMEOUT 150 PROCESSORS 2)
+# One rank's generation far slower than the other's (MGRL_FAULT_INJECT=generate_step, 1.5 s a step, ~9 s a round) at
+# runtime.comm_timeout_s = 4: the rank that finished waits while the slow one makes progress (dist/progress.h), with
+# one line saying so. Until 2026-11-28 the job ended at the timeout (exit 1), as a long-thinking completion on a slow
+# GPU beside short ones on another would have. A rank whose generation stops moving (one step of 15 s) still ends
+# the job one timeout after its last progress, with a line naming it.
+mgrl_add_cli_test(grpo.slow_generation_on_one_rank.np2 0 "(?s)step 1/2 .*step 2/2 "
+  "^mgrl: warning: rank 0 has waited in [^\\n]* past runtime.comm_timeout_s \\(4 s\\), while rank 1, generating, still makes progress: waiting on" 1
+  -- env MGRL_FAULT_INJECT=generate_step:rank=1:step=0:count=1000000:action=sleep:secs=1.5
+  ${MPIRUN} 2 ${MGRL_MPIEXEC_FLAGS} ${RUN1} ${GRPO_ARGS} --train.max_steps=2 --runtime.comm_timeout_s=4
+  --generate.sync_interval=1 --checkpoint.dir= --log.dir=${GRPO}/slow_generation/log)
+set_tests_properties(cli.grpo.slow_generation_on_one_rank.np2 PROPERTIES TIMEOUT 90 PROCESSORS 2)
+mgrl_add_cli_test(grpo.stalled_generation_ends_job.np2 1 -
+  "mgrl: error: [^\\n]* did not complete within 4 s \\(runtime.comm_timeout_s\\): rank 1 was last seen generating [0-9]+ s ago and has made no progress since" 1
+  -- env MGRL_FAULT_INJECT=generate_step:rank=1:step=2:action=sleep:secs=30
+  ${MPIRUN} 2 ${MGRL_MPIEXEC_FLAGS} ${RUN1} ${GRPO_ARGS} --train.max_steps=2 --runtime.comm_timeout_s=4
+  --generate.sync_interval=1 --checkpoint.dir= --log.dir=${GRPO}/stalled_generation/log)
+set_tests_properties(cli.grpo.stalled_generation_ends_job.np2 PROPERTIES TIMEOUT 25 PROCESSORS 2)
 # With the base sharded (model.shard_base), a rank without held-out prompts steps along with the others' generation:
 # it called the rewards on an empty batch, and a judge that refuses one ended the job on that rank (exit 2; the same
 # run unsharded passed). 1 held-out prompt on 2 ranks, GRPO and PPO.

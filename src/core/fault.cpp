@@ -19,7 +19,7 @@ struct Spec {
   std::string point;
   int rank = -1;
   std::int64_t step = -1;
-  std::int64_t count = 1;  // steps step .. step + count - 1 (grad_overflow)
+  std::int64_t count = 1;  // steps step .. step + count - 1
   bool kill = false;
   bool segv = false;  // action=segv: a call through a null function pointer
   bool sleep = false;  // action=sleep: the point takes secs seconds, then the run goes on
@@ -32,7 +32,7 @@ Spec parse(const char* text) {
   const std::string all(text);
   const auto bad = [&all](const std::string& why) {
     return UserError("MGRL_FAULT_INJECT='" + all + "': " + why +
-                     " (expected <point>:rank=<R>:step=<N>[:action=throw|kill|segv|sleep:secs=<S>], or "
+                     " (expected <point>:rank=<R>:step=<N>[:count=<K>][:action=throw|kill|segv|sleep:secs=<S>], or "
                      "grad_overflow[_local]:rank=<R>:step=<N>[:count=<K>], or startup_stall:rank=<R>:step=0)");
   };
   std::size_t start = 0;
@@ -43,7 +43,8 @@ Spec parse(const char* text) {
     start = colon + 1;
     if (first) {
       if (field != "checkpoint_write" && field != "output_write" && field != "grad_overflow" &&
-          field != "grad_overflow_local" && field != "startup_stall" && field != "startup")
+          field != "grad_overflow_local" && field != "startup_stall" && field != "startup" &&
+          field != "generate_step")
         throw bad("unknown point '" + field + "'");
       s.point = field;
       first = false;
@@ -54,7 +55,7 @@ Spec parse(const char* text) {
     const std::string key = field.substr(0, eq), value = field.substr(eq + 1);
     char* end = nullptr;
     const bool corrupts = s.point == "grad_overflow" || s.point == "grad_overflow_local";
-    if (key == "rank" || key == "step" || (key == "count" && corrupts)) {
+    if (key == "rank" || key == "step" || key == "count") {
       const long long v = std::strtoll(value.c_str(), &end, 10);
       if (value.empty() || *end != '\0' || v < (key == "count" ? 1 : 0))
         throw bad(key + (key == "count" ? " must be a number >= 1" : " must be a number >= 0"));
@@ -80,6 +81,8 @@ Spec parse(const char* text) {
   return s;
 }
 
+int g_rank = 0;
+
 const Spec& spec() {
   static const Spec s = parse(std::getenv("MGRL_FAULT_INJECT"));
   return s;
@@ -92,10 +95,14 @@ bool fires(const char* name, int rank, std::int64_t step) {
   return s.set && s.rank == rank && s.point == name && step >= s.step && step - s.step < s.count;
 }
 
+void set_rank(int rank) { g_rank = rank; }
+
+void point(const char* name, std::int64_t step) { point(name, g_rank, step); }
+
 void point(const char* name, int rank, std::int64_t step) {
   const Spec& s = spec();
   if (!s.set) return;
-  if (s.rank != rank || s.step != step || s.point != name) return;
+  if (!fires(name, rank, step)) return;
   const std::string what = std::string("fault injected by MGRL_FAULT_INJECT: ") + name + " on rank " +
                            std::to_string(rank) + " at step " + std::to_string(step);
   if (s.sleep) {  // as a slow file system (or a rank busy for that long) would: the run then goes on

@@ -96,6 +96,7 @@ MpiEnv::MpiEnv(int* argc, char*** argv) {
   MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
   log::set_rank(rank_);
   crash::set_rank(rank_);
+  fault::set_rank(rank_);
 
   fault::point("startup", rank_, 0);  // tests: action=segv crashes as Open MPI's start-up did (core/fault.h)
   if (fault::fires("startup_stall", rank_, 0))

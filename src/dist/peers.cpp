@@ -1,6 +1,7 @@
 // peers.cpp: this host's ranks through /proc/<pid>/stat, the shared "speaking" flags (one MPI shared window), and
 // the TCP probe of the ranks of other hosts (a listening port per rank, answered by a thread of its own).
 #include "dist/peers.h"
+#include "dist/progress.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -31,11 +32,20 @@ struct Known {
   long long start_time;
 };
 
+// Each local rank's slot in memory shared by the host's ranks: its "speaking" flag and its progress counter.
+struct Slot {
+  std::int64_t speaking;
+  std::uint64_t progress;
+  std::int64_t activity;  // dist::Activity of the last progress
+};
+
 int g_self = 0;
 std::vector<Known> g_known;           // the other ranks of this host whose identity checked out
 MPI_Win g_win = MPI_WIN_NULL;
-std::vector<int*> g_flags;            // every local rank's flag (this one's included)
-int* g_own_flag = nullptr;
+std::vector<Slot*> g_slots;           // every local rank's slot (this one's included)
+std::vector<int> g_slot_rank;         // the world rank of each slot
+Slot g_private{};                     // this rank's slot while no shared one exists
+Slot* g_own = &g_private;
 
 // State letter and start time (clock ticks since boot) of a process, from /proc/<pid>/stat. The command name (field
 // 2) may hold spaces and parentheses: the fields after it follow the last ')'.
@@ -121,7 +131,7 @@ int open_listener() {
   return ntohs(a.sin_port);
 }
 
-// The answering thread: one line per connection, "mgrl-peer <rank> <pid> <operation or ->".
+// The answering thread: one line per connection, "mgrl-peer <rank> <pid> <progress> <activity> <operation or ->".
 void serve() {
   for (;;) {
     pollfd fds[2] = {{g_listen, POLLIN, 0}, {g_wake[0], POLLIN, 0}};
@@ -138,7 +148,10 @@ void serve() {
         std::lock_guard<std::mutex> lock(g_doing_mu);
         doing = g_doing;
       }
+      const Slot* own = __atomic_load_n(&g_own, __ATOMIC_ACQUIRE);
       const std::string line = "mgrl-peer " + std::to_string(g_self) + " " + std::to_string(::getpid()) + " " +
+                               std::to_string(__atomic_load_n(&own->progress, __ATOMIC_RELAXED)) + " " +
+                               std::to_string(__atomic_load_n(&own->activity, __ATOMIC_RELAXED)) + " " +
                                (doing.empty() ? std::string("-") : doing) + "\n";
       (void)::send(c, line.data(), line.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
       ::close(c);
@@ -213,19 +226,24 @@ void init(MPI_Comm world, MPI_Comm local, const std::string& host) {
     if (!seen) g_remote.push_back(c.rank);
   }
   if (g_listen >= 0 && ::pipe2(g_wake, O_CLOEXEC) == 0) g_server = new std::thread(serve);
-  // One int per local rank in shared memory; without it the flags are simply not consulted.
-  int* base = nullptr;
-  if (MPI_Win_allocate_shared(sizeof(int), sizeof(int), MPI_INFO_NULL, local, &base, &g_win) != MPI_SUCCESS) {
+  // One slot per local rank in shared memory; without it the flags and counters are simply not consulted.
+  Slot* base = nullptr;
+  if (MPI_Win_allocate_shared(sizeof(Slot), sizeof(Slot), MPI_INFO_NULL, local, &base, &g_win) != MPI_SUCCESS) {
     g_win = MPI_WIN_NULL;
     return;
   }
-  g_own_flag = base;
-  __atomic_store_n(g_own_flag, 0, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&base->speaking, 0, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&base->progress, __atomic_load_n(&g_private.progress, __ATOMIC_RELAXED), __ATOMIC_SEQ_CST);
+  __atomic_store_n(&base->activity, 0, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&g_own, base, __ATOMIC_RELEASE);
   for (int r = 0; r < local_size; ++r) {
     MPI_Aint size = 0;
     int unit = 0;
-    int* p = nullptr;
-    if (MPI_Win_shared_query(g_win, r, &size, &unit, &p) == MPI_SUCCESS && p != nullptr) g_flags.push_back(p);
+    Slot* p = nullptr;
+    if (MPI_Win_shared_query(g_win, r, &size, &unit, &p) == MPI_SUCCESS && p != nullptr && gathered) {
+      g_slots.push_back(p);
+      g_slot_rank.push_back(static_cast<int>(all[3 * r]));
+    }
   }
   MPI_Barrier(local);  // every flag is 0 before anyone may raise one
 }
@@ -247,8 +265,9 @@ void close_probe() {
 }
 
 void finalize() {
-  g_flags.clear();
-  g_own_flag = nullptr;
+  g_slots.clear();
+  g_slot_rank.clear();
+  __atomic_store_n(&g_own, &g_private, __ATOMIC_RELEASE);
   if (g_win != MPI_WIN_NULL) MPI_Win_free(&g_win);
   g_known.clear();
 }
@@ -273,13 +292,23 @@ std::vector<Peer> look() {
 }
 
 void mark_speaking() {
-  if (g_own_flag) __atomic_store_n(g_own_flag, 1, __ATOMIC_SEQ_CST);
+  if (g_own != &g_private) __atomic_store_n(&g_own->speaking, 1, __ATOMIC_SEQ_CST);
 }
 
 bool someone_spoke() {
-  for (int* f : g_flags)
-    if (__atomic_load_n(f, __ATOMIC_SEQ_CST) != 0) return true;
+  for (Slot* s : g_slots)
+    if (__atomic_load_n(&s->speaking, __ATOMIC_SEQ_CST) != 0) return true;
   return false;
+}
+
+std::vector<Progress> local_progress() {
+  std::vector<Progress> out;
+  for (std::size_t i = 0; i < g_slots.size(); ++i) {
+    if (g_slot_rank[i] == g_self) continue;
+    out.push_back({g_slot_rank[i], __atomic_load_n(&g_slots[i]->progress, __ATOMIC_RELAXED),
+                   static_cast<int>(__atomic_load_n(&g_slots[i]->activity, __ATOMIC_RELAXED))});
+  }
+  return out;
 }
 
 std::string name(const Peer& p) { return "rank " + std::to_string(p.rank) + " (pid " + std::to_string(p.pid) + ")"; }
@@ -297,6 +326,28 @@ void set_doing(const std::string& what) {
 }
 
 std::string name(const Remote& r) { return "rank " + std::to_string(r.rank) + " on host " + r.host; }
+
+}  // namespace mgrl::dist::peers
+
+namespace mgrl::dist {
+
+const char* activity_name(Activity a) {
+  switch (a) {
+    case Activity::Generating: return "generating";
+    case Activity::None: break;
+  }
+  return "";
+}
+
+void note_progress(Activity what) {
+  peers::Slot* own = __atomic_load_n(&peers::g_own, __ATOMIC_ACQUIRE);
+  __atomic_store_n(&own->activity, static_cast<std::int64_t>(what), __ATOMIC_RELAXED);
+  __atomic_add_fetch(&own->progress, 1, __ATOMIC_RELAXED);
+}
+
+}  // namespace mgrl::dist
+
+namespace mgrl::dist::peers {
 
 std::vector<Remote> probe(double wait_s) {
   using clock = std::chrono::steady_clock;
@@ -374,17 +425,22 @@ std::vector<Remote> probe(double wait_s) {
       t.r.reach = t.connected ? Reach::Silent : Reach::Unreachable;
       ::close(t.fd);
     } else if (t.connected) {
-      // "mgrl-peer <rank> <pid> <operation>": the rank itself answered (another process on its port would not).
+      // "mgrl-peer <rank> <pid> <progress> <activity> <operation>": the rank itself answered (another process on
+      // its port would not).
       const auto nl = t.got.find('\n');
       std::istringstream line(t.got.substr(0, nl));
       std::string tag;
       long rank = -1, pid = -1;
-      line >> tag >> rank >> pid;
+      unsigned long long progress = 0;
+      int activity = 0;
+      line >> tag >> rank >> pid >> progress >> activity;
       std::string doing;
       std::getline(line >> std::ws, doing);
-      if (tag == "mgrl-peer" && rank == t.r.rank && pid == t.r.pid && nl != std::string::npos) {
+      if (tag == "mgrl-peer" && line && rank == t.r.rank && pid == t.r.pid && nl != std::string::npos) {
         t.r.reach = Reach::Answers;
         t.r.doing = doing == "-" ? std::string() : doing;
+        t.r.progress = progress;
+        t.r.activity = activity;
       } else {
         t.r.reach = Reach::Silent;
       }

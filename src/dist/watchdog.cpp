@@ -3,6 +3,7 @@
 #include "dist/watchdog.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <sstream>
@@ -11,6 +12,7 @@
 #include "core/log.h"
 #include "dist/mpi_env.h"
 #include "dist/peers.h"
+#include "dist/progress.h"
 
 namespace mgrl::dist {
 
@@ -133,13 +135,19 @@ void Watchdog::probe_remote(std::unique_lock<std::mutex>& lock, std::chrono::ste
   const double every = std::max(1.0, 2 * wait);
   if (duration<double>(now - oldest->start).count() < after) return;
   if (last_probe_ != steady_clock::time_point{} && duration<double>(now - last_probe_).count() < every) return;
+  // The first probe of this wait: another host's progress counters read now are a baseline (they may have moved
+  // long before this wait began), moves are seen between this wait's probes.
+  const bool first_of_wait = last_probe_ < oldest->start;
   lock.unlock();  // the main thread must not wait for the probe to watch or unwatch its calls
   const auto found = peers::probe(wait);
   lock.lock();
   last_probe_ = steady_clock::now();
   probe_wait_s_ = wait;
   remote_.clear();
-  for (const auto& r : found) remote_.push_back({r.rank, r.host, r.address, r.doing, static_cast<int>(r.reach)});
+  for (const auto& r : found) {
+    remote_.push_back({r.rank, r.host, r.address, r.doing, static_cast<int>(r.reach)});
+    if (r.reach == peers::Reach::Answers) saw_progress(r.rank, r.progress, r.activity, last_probe_, first_of_wait);
+  }
   const std::string in = waiting_in();
   if (in.empty()) return;  // the call has completed meanwhile
   // A rank whose port refuses connections has ended: no reason to wait for the timeout.
@@ -151,6 +159,24 @@ void Watchdog::probe_remote(std::unique_lock<std::mutex>& lock, std::chrono::ste
                    " ended (killed, crashed or its node lost: " + address + " refuses connections) while this rank "
                    "waited in " + in + "; ending the job",
                last_probe_, kExitRankLost);
+}
+
+void Watchdog::saw_progress(int rank, unsigned long long count, int activity, std::chrono::steady_clock::time_point now,
+                            bool first_is_baseline) {
+  ProgressSeen& p = progress_[rank];
+  // This host's counters are read from the start, every poll: they start at 0, and a first reading above it has
+  // moved since. Another host's are read only by the probes of a long wait: its first probe's are a baseline.
+  if (count != p.count && !first_is_baseline) p.changed = now;
+  p.count = count;
+  p.activity = activity;
+}
+
+Watchdog::LastProgress Watchdog::last_progress() const {
+  LastProgress out;
+  for (const auto& [rank, p] : progress_)
+    if (p.changed != std::chrono::steady_clock::time_point{} && (out.rank < 0 || p.changed > out.at))
+      out = {rank, p.activity, p.changed};
+  return out;
 }
 
 std::string Watchdog::remote_story(bool* lost, std::chrono::steady_clock::time_point since) const {
@@ -190,6 +216,7 @@ void Watchdog::loop() {
     // A rank of this host that has ended while this one runs (before MPI_Finalize, which no rank passes alone):
     // killed or crashed, and the job cannot go on. Mpirun ends the job too, but says nothing of what the others
     // were doing, and a rank blocked in shared-memory communication would otherwise wait for it.
+    for (const auto& p : peers::local_progress()) saw_progress(p.rank, p.count, p.activity, now, false);
     if (now - last_look >= milliseconds(100)) {
       last_look = now;
       for (const auto& p : peers::look()) {
@@ -218,10 +245,37 @@ void Watchdog::loop() {
         }
       }
       if (timeout_s_ > 0 && now - it->start > limit + duration<double>(it->extra_s)) {
+        // Another rank still makes progress in work of its own (its generation): it will come; wait on. The
+        // timeout counts from its last progress.
+        const LastProgress lp = last_progress();
+        // Moved during this wait (not just seen moving by the first polls after it began: 50 ms apart).
+        const bool moved = lp.rank >= 0 && lp.at > it->start + milliseconds(250);
+        const char* activity = activity_name(static_cast<Activity>(lp.activity));
+        const std::string who = "rank " + std::to_string(lp.rank) + (*activity ? std::string(", ") + activity : "");
+        if (moved && now - lp.at < limit) {
+          if (!said_waiting_on_progress_) {
+            said_waiting_on_progress_ = true;
+            std::ostringstream s;
+            s << "rank " << peers::self_rank() << " has waited in " << it->what << " for "
+              << std::llround(duration<double>(now - it->start).count()) << " s, past runtime.comm_timeout_s ("
+              << timeout_s_ << " s), while " << who
+              << ", still makes progress: waiting on (the timeout counts from the last progress of a rank; said once)";
+            log::warn(s.str());
+          }
+          ++it;
+          continue;
+        }
         std::ostringstream msg;
         msg << it->what << " did not complete within " << timeout_s_ + it->extra_s << " s (runtime.comm_timeout_s";
         if (it->extra_s > 0) msg << " + " << it->extra_s << " s for " << it->why;
         msg << "): ";
+        // A rank that was making progress shortly before or during this wait and has stopped: name it.
+        const bool stalled = lp.rank >= 0 && lp.at + limit > it->start;
+        std::ostringstream stall;
+        if (stalled)
+          stall << "rank " << lp.rank << " was last seen " << (*activity ? activity : "making progress") << " "
+                << std::llround(duration<double>(now - lp.at).count())
+                << " s ago and has made no progress since (its work hung, or it waits in another collective)";
         std::string stopped;
         int n_stopped = 0;
         for (const auto& p : peers::look())
@@ -233,6 +287,8 @@ void Watchdog::loop() {
               << " stopped (SIGSTOP, a debugger or job control); ending the job";
         else if (!remote.empty())
           msg << remote << "; ending the job";
+        else if (stalled)
+          msg << stall.str() << "; ending the job";
         else if (!it->why.empty())
           msg << "it has not ended (a file system or reward program that hangs?), or another rank has failed; "
                  "ending the job";

@@ -3,12 +3,15 @@
 // asynchronous ones (NCCL on a stream) by a poll function. One line names the operation and the rank that ended, is
 // stopped or cannot be reached, with its host: ranks of this host through /proc, the others by a TCP probe
 // (dist/peers.h) once a call has waited a while. A lost rank ends the job with exit code kExitRankLost (4).
+// The timeout counts from the later of the call's start and the last progress of another rank (dist/progress.h):
+// while some rank still generates, the others wait for it.
 #pragma once
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <list>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -80,6 +83,17 @@ class Watchdog {
   std::string remote_story(bool* lost, std::chrono::steady_clock::time_point since) const;
   // The operation this rank waits in, for messages ("" when none).
   std::string waiting_in() const;
+  // Another rank's progress counter as read at `now` (dist/progress.h); first_is_baseline: this reading is not
+  // compared with the one before (the first probe of a wait).
+  void saw_progress(int rank, unsigned long long count, int activity, std::chrono::steady_clock::time_point now,
+                    bool first_is_baseline);
+  // The rank whose progress was seen last and when (rank -1: none seen to move).
+  struct LastProgress {
+    int rank = -1;
+    int activity = 0;
+    std::chrono::steady_clock::time_point at{};
+  };
+  LastProgress last_progress() const;
 
   double timeout_s_;
   std::function<void()> on_timeout_;
@@ -91,6 +105,13 @@ class Watchdog {
   std::chrono::steady_clock::time_point deferred_since_{};  // when fire_or_wait first let a lower rank speak
   std::chrono::steady_clock::time_point last_probe_{};
   std::vector<RemoteSeen> remote_;  // the last probe's findings
+  struct ProgressSeen {
+    unsigned long long count = 0;
+    int activity = 0;
+    std::chrono::steady_clock::time_point changed{};  // {}: not seen to move yet
+  };
+  std::map<int, ProgressSeen> progress_;  // by rank
+  bool said_waiting_on_progress_ = false;
   double probe_wait_s_ = 0;         // how long it waited for answers
   std::thread thread_;
 };

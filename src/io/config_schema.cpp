@@ -32,7 +32,8 @@ const Schema& mgrl_schema() {
     add({"runtime.comm_timeout_s", T::Float, Value(600.0),
          "seconds a collective may take before the job is ended with a message naming it (a wait for a checkpoint "
          "or export that other ranks write or read: twice that, or longer by the time its bytes take at 20 MB/s; for "
-         "the reward programs of other ranks: twice that, or their own reward[].timeout_s); 0: no limit",
+         "the reward programs of other ranks: twice that, or their own reward[].timeout_s; while another rank still "
+         "makes progress in its generation, counted from its last decode step); 0: no limit",
          {}, 0.0, std::nullopt, {}});
     add({"model.path", T::String, std::nullopt,
          "Hugging Face model directory: config.json and model.safetensors (or a sharded index)", {}, {}, {},

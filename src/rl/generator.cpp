@@ -3,12 +3,14 @@
 #include "rl/generator.h"
 
 #include "dist/mpi_env.h"
+#include "dist/progress.h"
 
 #include <algorithm>
 #include <chrono>
 #include <deque>
 
 #include "core/error.h"
+#include "core/fault.h"
 #include "core/log.h"
 #include "core/random.h"
 
@@ -184,7 +186,10 @@ std::vector<Completion> Generator::generate(const std::vector<Prompt>& prompts) 
   stats_.kv_cache_bytes = cache.bytes();
   const int budget_per_step = std::max(1, opts_.max_prefill_tokens);
 
-  for (;;) {
+  for (std::int64_t iteration = 0;; ++iteration) {
+    // Ranks waiting for this one's generation wait on while it moves (dist/progress.h).
+    dist::note_progress(dist::Activity::Generating);
+    fault::point("generate_step", iteration);  // tests: a rank whose generation is slow (core/fault.h)
     const bool work = next_prompt < prompts.size() || !running.empty() || !prefilling.empty();
     if (opts_.lockstep) {
       if (!opts_.lockstep(work)) break;

@@ -327,6 +327,34 @@ case $case_ in
     grep -q "on 4 ranks" "$work/mn.out" || fail "not 4 ranks"
     "$MGRL_TEST_CHECK" weights "$work/mn/checkpoints/step_00000004.h5" "$work/np4/checkpoints/step_00000004.h5" --rtol=1e-5 ;;
 
+  slow_generation_remote)
+    # Rank 1, alone on n2, generates far slower than rank 0 on n1 (MGRL_FAULT_INJECT=generate_step: 1.5 s a step, ~9 s
+    # a round) at runtime.comm_timeout_s = 4: rank 0 sees its progress only through the probe of n2 (dist/peers.h),
+    # waits while it moves, says so once, and the job ends well (it ended at the timeout, exit 1, before 2026-11-28).
+    # Then the same rank stopped for good inside its generation (one step of 40 s): the job ends with one line.
+    info_lines -w n1,n2
+    t0=$(now)
+    MGRL_FAULT_INJECT=generate_step:rank=1:step=0:count=1000000:action=sleep:secs=1.5 msrun "$work/slow.out" -w n1,n2 -N2 \
+      --ntasks-per-node=1 --mpi=pmix "$MGRL" grpo "${GRPO[@]}" --train.max_steps=2 --runtime.comm_timeout_s=4 \
+      --generate.sync_interval=1 --checkpoint.dir= --log.dir="$work/slow" || { cat "$work/slow.out"; fail "the slow-generation run failed"; }
+    echo "slow generation on n2: $(since "$t0") s"
+    grep '^mgrl' "$work/slow.out" || true
+    grep -q "^step 2/2 " "$work/slow.out" || fail "no step 2/2"
+    grep -q "^mgrl: warning: rank 0 has waited in .* past runtime.comm_timeout_s (4 s), while rank 1, generating, still makes progress" "$work/slow.out" ||
+      fail "no line saying rank 0 waits for rank 1's generation"
+    rc=0
+    t0=$(now)
+    MGRL_FAULT_INJECT=generate_step:rank=1:step=2:action=sleep:secs=40 srun -K -w n1,n2 -N2 --ntasks-per-node=1 --mpi=pmix \
+      "$MGRL" grpo "${GRPO[@]}" --train.max_steps=2 --runtime.comm_timeout_s=4 --generate.sync_interval=1 --checkpoint.dir= \
+      --log.dir="$work/stall" > "$work/stall.out" 2>&1 || rc=$?
+    secs=$(since "$t0")
+    grep '^mgrl' "$work/stall.out" || true
+    echo "stalled generation on n2: srun exit $rc after ${secs} s"
+    [ "$rc" != 0 ] || fail "the job with a stalled rank succeeded"
+    [ "$(grep -c '^mgrl: error' "$work/stall.out")" = 1 ] || fail "not exactly one error line"
+    grep -q "^mgrl: error: .* did not complete within 4 s (runtime.comm_timeout_s)" "$work/stall.out" || fail "no timeout line"
+    [ "$(echo "$secs < 30" | bc)" = 1 ] || fail "the stalled job took ${secs} s to end" ;;
+
   script_as_written)
     # slurm/multinode.sh with its own #SBATCH lines (2 nodes x 4 tasks, 4 GPUs a node, exclusive): GRPO on 8 ranks,
     # a checkpoint after every step, written with the ranks of both nodes.
