@@ -83,6 +83,21 @@ add_test(NAME cli.stop.sigusr1_mpirun.np2 COMMAND bash ${CMAKE_CURRENT_SOURCE_DI
 set_tests_properties(cli.stop.sigint_singleton cli.stop.sigusr1_mpirun.np2 PROPERTIES LABELS cli TIMEOUT 120
                      PASS_REGULAR_EXPRESSION "the same weights" ENVIRONMENT "${MGRL_MPI_ENV}")
 set_tests_properties(cli.stop.sigusr1_mpirun.np2 PROPERTIES PROCESSORS 2)
+# A stop signal at the edges of a run (tests/cli/stop_edges.sh): SIGTERM without checkpoint.dir says that nothing is
+# saved (it claimed a checkpoint); SIGKILL during the final evaluation finds the final checkpoint written (it came
+# after the evaluation). Each failed on the code of before 2026-11-28.
+foreach(case no_checkpoint_dir final_eval)
+  add_test(NAME cli.stop.${case} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/stop_edges.sh ${case}
+           ${CMAKE_CURRENT_BINARY_DIR}/stop/${case} -- $<TARGET_FILE:mgrl> ${STOP_ARGS})
+  set_tests_properties(cli.stop.${case} PROPERTIES LABELS cli TIMEOUT 120 PASS_REGULAR_EXPRESSION "PASS: ")
+endforeach()
+# Two runs in one checkpoint.dir at once: the second waits runtime.dir_lock_wait_s, then refuses naming the first;
+# after the first has ended, a run there resumes (tests/cli/dir_lock.sh).
+add_test(NAME cli.stop.dir_lock COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/dir_lock.sh ${CMAKE_CURRENT_BINARY_DIR}/stop/dir_lock
+         -- $<TARGET_FILE:mgrl> ${STOP_ARGS})
+set_tests_properties(cli.stop.dir_lock PROPERTIES LABELS "cli;mpi" TIMEOUT 120 PASS_REGULAR_EXPRESSION "PASS: "
+                     PROCESSORS 2
+                     ENVIRONMENT "${MGRL_MPI_ENV};MPIRUN=${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG};MPIFLAGS=${MPIEXEC_FLAGS_STR}")
 # The example GRPO input of the batch scripts is a valid input.
 mgrl_add_cli_test(grpo_gsm8k_input_is_valid 0 "^rank 0/1" - 0 -- $<TARGET_FILE:mgrl> info ${PROJECT_SOURCE_DIR}/inputs/grpo_gsm8k.toml
                   --runtime.backend=cpu)

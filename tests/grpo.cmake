@@ -31,7 +31,7 @@ mgrl_add_cli_test(grpo.slow_generation_on_one_rank.np2 0 "(?s)step 1/2 .*step 2/
   --generate.sync_interval=1 --checkpoint.dir= --log.dir=${GRPO}/slow_generation/log)
 set_tests_properties(cli.grpo.slow_generation_on_one_rank.np2 PROPERTIES TIMEOUT 90 PROCESSORS 2)
 mgrl_add_cli_test(grpo.stalled_generation_ends_job.np2 1 -
-  "mgrl: error: [^\\n]* did not complete within 4 s \\(runtime.comm_timeout_s\\): rank 1 was last seen generating [0-9]+ s ago and has made no progress since" 1
+  "mgrl: error: [^\\n]* did not complete within 4 s \\(runtime.comm_timeout_s\\): no rank has made progress for [0-9]+ s \\(the last seen: rank 1, generating\\)" 1
   -- env MGRL_FAULT_INJECT=generate_step:rank=1:step=2:action=sleep:secs=30
   ${MPIRUN} 2 ${MGRL_MPIEXEC_FLAGS} ${RUN1} ${GRPO_ARGS} --train.max_steps=2 --runtime.comm_timeout_s=4
   --generate.sync_interval=1 --checkpoint.dir= --log.dir=${GRPO}/stalled_generation/log)

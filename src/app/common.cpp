@@ -1,7 +1,18 @@
 // common.cpp: what several modes share: the op backend of a rank's device, loading a model (+ adapter) on
 // every rank, the model a training mode trains and the keys SFT and DPO read alike, the held-out greedy accuracy,
 // the shard of a rank, the tokenizer directory.
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <ctime>
+#include <mutex>
+#include <thread>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -312,7 +323,162 @@ void check_log_dir(const Context& ctx, bool rollouts) {
     const std::string r = dir + "/rollouts";
     if (rollouts && fs::exists(r, ec) && !fs::is_directory(r, ec))
       throw UserError(r + ": not a directory (log.dir's rollout files are written there)");
+    // The rollout files are named as checkpoints are (step_<N>.h5): in one directory, each would replace the other
+    // and pruning would set the rollouts aside as damaged checkpoints.
+    const std::string ck = ctx.cfg.get_string("checkpoint.dir");
+    const auto canonical = [](const std::string& p, std::error_code& ec) {  // "L/rollouts/" as "L/rollouts"
+      fs::path c = fs::weakly_canonical(p, ec);
+      return c.has_filename() ? c : c.parent_path();
+    };
+    std::error_code e1, e2;
+    if (rollouts && !ck.empty() && canonical(ck, e1) == canonical(r, e2) && !e1 && !e2)
+      throw UserError("key 'checkpoint.dir' = " + ck + ": it is log.dir's rollouts directory (" + r +
+                      "), whose files are named as checkpoints are; choose another checkpoint.dir");
   });
+}
+
+namespace {
+// A lock file's holder refreshes its time every kLockHeartbeatS seconds; one not refreshed for kLockStaleS seconds is
+// a dead holder's (a node that died holding it on a network file system whose server keeps the lock: NFSv3's lock
+// manager until the client comes back), and a new run goes on without it.
+constexpr int kLockHeartbeatS = 30;
+constexpr double kLockStaleS = 180;
+
+// The descriptors of the locks this process holds (never closed: the kernel releases them when it ends); allocated
+// once and never freed, so that the heartbeat thread never meets it destroyed at exit.
+std::vector<int>& held_locks() {
+  static auto* fds = new std::vector<int>;
+  return *fds;
+}
+std::mutex& held_locks_mu() {
+  static auto* mu = new std::mutex;
+  return *mu;
+}
+
+// Starts (once) the thread that refreshes the time of every held lock file.
+void start_lock_heartbeat() {
+  static bool started = false;
+  if (started) return;
+  started = true;
+  std::thread([] {
+    for (;;) {
+      std::this_thread::sleep_for(std::chrono::seconds(kLockHeartbeatS));
+      std::lock_guard<std::mutex> lock(held_locks_mu());
+      for (const int fd : held_locks()) (void)::futimens(fd, nullptr);
+    }
+  }).detach();
+}
+}  // namespace
+
+void lock_run_dirs(const Context& ctx) {
+  const std::string ck = ctx.cfg.get_string("checkpoint.dir"), log_dir = ctx.cfg.get_string("log.dir");
+  const double wait_s = ctx.cfg.get_float("runtime.dir_lock_wait_s");
+  // The other ranks wait while rank 0 waits for the lock (comm_timeout_s alone would end the job first).
+  const dist::Patience patience{wait_s + 10, "rank 0's wait for the lock of " + (ck.empty() ? log_dir : ck)};
+  ctx.env.agree([&] {
+    if (ctx.env.rank() != 0) return;
+    namespace fs = std::filesystem;
+    std::vector<std::pair<std::string, std::string>> dirs;  // (key, dir), each directory once
+    for (const auto& [key, dir] : {std::pair<std::string, std::string>{"checkpoint.dir", ck}, {"log.dir", log_dir}}) {
+      if (dir.empty()) continue;
+      std::error_code ec;
+      bool seen = false;
+      for (const auto& d : dirs) seen = seen || fs::equivalent(d.second, dir, ec);
+      if (seen) continue;
+      fs::create_directories(dir, ec);
+      if (ec || !fs::is_directory(dir))
+        throw UserError(dir + ": cannot create the " + (key == "log.dir" ? "log" : "checkpoint") + " directory (" +
+                        (ec ? ec.message() : std::string("not a directory")) + ")");
+      dirs.push_back({key, dir});
+    }
+    char when[32];
+    const std::time_t now = std::time(nullptr);
+    std::strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", std::localtime(&now));
+    const std::string me = "pid " + std::to_string(::getpid()) + " on host " + ctx.env.host() + ", mgrl " +
+                           ctx.cfg.get_string("mode") + " started " + when;
+    for (const auto& [key, dir] : dirs) {
+      const std::string path = dir + "/.mgrl.lock";
+      const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+      if (fd < 0) throw UserError(path + ": cannot create the lock file (" + std::strerror(errno) + "; " + key + ")");
+      const auto holder = [&] {
+        char buf[512] = {0};
+        const ssize_t n = ::pread(fd, buf, sizeof(buf) - 1, 0);
+        std::string h = n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
+        while (!h.empty() && (h.back() == '\n' || h.back() == '\0')) h.pop_back();
+        return h.empty() ? std::string("a process that has not said who it is") : h;
+      };
+      const auto start = std::chrono::steady_clock::now();
+      bool said = false, lockable = true;
+      for (;;) {
+        if (::flock(fd, LOCK_EX | LOCK_NB) == 0) break;
+        if (errno != EWOULDBLOCK && errno != EINTR) {  // no locks on this file system (ENOLCK, EOPNOTSUPP, ENOSYS)
+          log::warn(path + ": cannot be locked (" + std::string(std::strerror(errno)) + "): another run using " + dir +
+                    " at the same time would not be seen");
+          lockable = false;
+          break;
+        }
+        struct stat st {};
+        const double age = ::fstat(fd, &st) == 0 ? std::difftime(std::time(nullptr), st.st_mtime) : 0.0;
+        if (age > kLockStaleS) {  // held, but its holder has stopped refreshing it: a dead node's
+          // This run takes it over: it names itself in the file and refreshes it, so that a third run waits for it.
+          log::warn(dir + " (" + key + ") is locked by " + holder() + ", but the lock has not been refreshed for " +
+                    std::to_string(static_cast<long long>(age)) + " s (its node died?): this run takes it over");
+          break;
+        }
+        if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >= wait_s) {
+          const std::string who = holder();
+          ::close(fd);
+          throw UserError(dir + " (" + key + ") is in use by another mgrl run (" + who + "): two runs in one " +
+                          "directory replace and prune each other's files. Let it end (waited " +
+                          std::to_string(static_cast<long long>(wait_s)) + " s: runtime.dir_lock_wait_s), or give "
+                          "this run another " + key);
+        }
+        if (!said) {
+          said = true;
+          log::info(dir + " (" + key + ") is in use by another mgrl run (" + holder() + "); waiting up to " +
+                    std::to_string(static_cast<long long>(wait_s)) + " s for it to end (runtime.dir_lock_wait_s)");
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      }
+      if (!lockable) {
+        ::close(fd);
+        continue;
+      }
+      if (::ftruncate(fd, 0) == 0) {
+        const std::string line = me + "\n";
+        (void)!::pwrite(fd, line.data(), line.size(), 0);
+      }
+      (void)::futimens(fd, nullptr);
+      {
+        std::lock_guard<std::mutex> lock(held_locks_mu());
+        held_locks().push_back(fd);
+      }
+      start_lock_heartbeat();
+    }
+  }, patience);
+}
+
+void refuse_output_over_inputs(const std::string& key, const std::string& output,
+                               const std::vector<std::pair<std::string, std::string>>& inputs) {
+  struct stat out {};
+  // A new file replaces nothing; a link is replaced by the output (written under a temporary name and renamed), not
+  // the file it points to.
+  if (output.empty() || ::lstat(output.c_str(), &out) != 0 || S_ISLNK(out.st_mode)) return;
+  const std::string parent = std::filesystem::path(output).parent_path().string();
+  struct stat dir {};
+  const bool have_dir = ::stat(parent.empty() ? "." : parent.c_str(), &dir) == 0;
+  for (const auto& [in_key, path] : inputs) {
+    struct stat in {};
+    if (path.empty() || ::stat(path.c_str(), &in) != 0) continue;
+    if (S_ISDIR(in.st_mode)) {
+      if (have_dir && dir.st_dev == in.st_dev && dir.st_ino == in.st_ino)
+        throw UserError("key '" + key + "' = " + output + ": a file of " + in_key + " (" + path +
+                        "), an input of this run; writing there would replace it: choose another path");
+    } else if (out.st_dev == in.st_dev && out.st_ino == in.st_ino) {
+      throw UserError("key '" + key + "' = " + output + ": it is " + in_key + " (" + path +
+                      "), the input of this run; writing there would replace it: choose another path");
+    }
+  }
 }
 
 void check_model_fits(const Context& ctx, const io::ModelConfig& mc, const std::string& config_json, bool full) {

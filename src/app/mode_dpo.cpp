@@ -26,6 +26,7 @@ int run_dpo(Context& ctx) {
   const auto& env = ctx.env;
   const auto& cfg = ctx.cfg;
   check_log_dir(ctx, false);
+  lock_run_dirs(ctx);
   const bool random_init = cfg.get_string("model.init") == "random";
   const bool full = cfg.get_bool("train.full_finetune");
 

@@ -2,9 +2,15 @@
 // adapter_model.safetensors) or, for full fine-tuning, a Hugging Face model directory; optionally the
 // adapter merged into the base weights (W + scale * B A) as a full model directory. A damaged checkpoint is never
 // exported, nor silently replaced by an older one: the error names the newest intact one.
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <cmath>
 #include <filesystem>
@@ -59,6 +65,73 @@ void make_dir(const std::string& d) {
 
 const char* kLoraPrefix = "base_model.model.";
 
+// An export's staging directory inside its output: ".mgrl-export.tmp.<pid>".
+const char* kStagePrefix = ".mgrl-export.tmp.";
+// The files an export may write into its output directory and into merged/.
+const char* const kExportFiles[] = {"adapter_model.safetensors", "adapter_config.json", "model.safetensors", "config.json",
+                                    "generation_config.json", "tokenizer.json", "tokenizer_config.json"};
+
+// Removes the staging directories of exports into `out` whose process no longer runs on this host (killed while
+// writing), one line each, and the file temporaries of writers killed before staging existed.
+void remove_stale_staging(const std::string& out) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(out, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(kStagePrefix, 0) != 0) continue;
+    char* end = nullptr;
+    const long pid = std::strtol(name.c_str() + std::strlen(kStagePrefix), &end, 10);
+    if (end == nullptr || *end != '\0' || pid <= 0) continue;
+    if (pid == ::getpid() || io::writer_may_be_running(pid)) continue;
+    std::error_code rm;
+    fs::remove_all(e.path(), rm);
+    if (!rm) log::info("removed " + e.path().string() + ", the staging directory of an interrupted export");
+  }
+  for (const char* f : kExportFiles) {
+    io::remove_stale_temporaries_of(out + "/" + f);
+    io::remove_stale_temporaries_of(out + "/merged/" + f);
+  }
+}
+
+// Refuses, before anything is written, a file of the export whose place in `out` (or out/merged) is taken by
+// something that is not a regular file (a directory, a FIFO): the move into place would fail after all the work.
+void check_destinations(const std::string& out, bool merge) {
+  for (const std::string& dir : merge ? std::vector<std::string>{out, out + "/merged"} : std::vector<std::string>{out})
+    for (const char* f : kExportFiles) {
+      struct stat st {};
+      if (::lstat((dir + "/" + f).c_str(), &st) == 0) io::check_output_writable(dir + "/" + f);
+    }
+}
+
+// Moves every file of `stage` (and of stage/merged) into `out` (out/merged), the merged model first and
+// adapter_config.json last, then makes the renames durable.
+void publish(const std::string& stage, const std::string& out) {
+  namespace fs = std::filesystem;
+  const auto move_files = [](const std::string& from, const std::string& to) {
+    std::vector<std::string> names;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(from, ec))
+      if (e.is_regular_file(ec)) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end(), [](const std::string& a, const std::string& b) {
+      const bool ca = a == "adapter_config.json", cb = b == "adapter_config.json";
+      return ca != cb ? cb : a < b;
+    });
+    for (const auto& n : names)
+      if (std::rename((from + "/" + n).c_str(), (to + "/" + n).c_str()) != 0)
+        throw UserError(to + "/" + n + ": cannot move the export into place (" + std::strerror(errno) + ")");
+    const int fd = ::open(to.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+      (void)::fsync(fd);
+      ::close(fd);
+    }
+  };
+  if (fs::is_directory(stage + "/merged")) {
+    make_dir(out + "/merged");
+    move_files(stage + "/merged", out + "/merged");
+  }
+  move_files(stage, out);
+}
+
 // What to export instead of a damaged newest checkpoint of dir: "the newest intact checkpoint is <path> (step N):
 // --export.checkpoint=<path> exports it", or that there is none.
 std::string newest_intact_hint(const std::string& dir) {
@@ -106,26 +179,25 @@ int run_export(Context& ctx) {
   const std::string base_dir = run_cfg.get_string("model.path");
   const bool merge = cfg.get_bool("export.merged") && lora;
   std::unique_ptr<io::SafetensorsModel> base_model;  // a merge's base, opened by rank 0's checks
-  const auto write_export = [&] {
+  // Every file is first written into a staging directory inside the output (`dir`), then moved into place (below).
+  const auto write_export = [&](const std::string& dir) {
     std::vector<io::TensorToWrite> tensors;
     for (const auto& t : ck.tensors) tensors.push_back({t.name, DType::F32, t.shape, ck.params.data() + t.offset});
     if (lora) {
       const model::LoraConfig lc = lora_config(run_cfg);  // the adapter the run started from, when it had one
-      model::write_peft_adapter(out, lc, base_dir, tensors);
-      log::info("export: PEFT adapter of " + path + " (step " + std::to_string(ck.state.step) + ") in " + out);
+      model::write_peft_adapter(dir, lc, base_dir, tensors);
     } else {
-      io::write_safetensors(out + "/model.safetensors", tensors, {{"format", "pt"}});
+      io::write_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
       for (const char* f : {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"})
-        copy_file_if_exists(base_dir + "/" + f, out + "/" + f);
-      log::info("export: full model of " + path + " (step " + std::to_string(ck.state.step) + ") in " + out);
+        copy_file_if_exists(base_dir + "/" + f, dir + "/" + f);
     }
 
     if (merge) {
       // W' = W + scale * B @ A for every adapter, in f32, written as a Hugging Face directory.
-      const std::string merged = out + "/merged";
+      const std::string merged = dir + "/merged";
       make_dir(merged);
       const io::SafetensorsModel& base = *base_model;
-      const model::LoraConfig lc = model::read_peft_config(out + "/adapter_config.json");
+      const model::LoraConfig lc = model::read_peft_config(dir + "/adapter_config.json");
       const int r = lc.r;
       const float scale = lc.scale();
       std::map<std::string, const train::TensorEntry*> by_name;
@@ -179,7 +251,6 @@ int run_export(Context& ctx) {
           io::write_file_atomically(merged + "/config.json", j.dump(2) + "\n");
         }
       }
-      log::info("export: merged model in " + merged);
     }
   };
   // Rank 0 exports; every rank agrees on the outcome of its checks and of its writes (one line and one exit code
@@ -195,6 +266,8 @@ int run_export(Context& ctx) {
                         "); exporting there would overwrite it: choose another directory");
     if (merge) base_model = std::make_unique<io::SafetensorsModel>(base_dir);  // UserError naming it when unreadable
     make_dir(out);
+    check_destinations(out, merge);
+    remove_stale_staging(out);  // what a killed earlier export left
   });
   // The others wait while rank 0 writes: as long as the bytes take at 20 MB/s (a merge writes the base in f32).
   double bytes = 4.0 * static_cast<double>(ck.params.size());
@@ -203,8 +276,28 @@ int run_export(Context& ctx) {
     for (const auto& e : std::filesystem::directory_iterator(base_dir, ec))
       if (e.path().extension() == ".safetensors") bytes += 2.0 * static_cast<double>(e.file_size(ec));
   }
-  ctx.env.agree([&] { if (ctx.env.rank() == 0) write_export(); },
-                dist::Patience{2.0 * bytes / 20e6, "rank 0's export to " + out});
+  // The export is staged, then moved into place file by file (renames in one directory: a moment), so that a
+  // failed export (a full disk) or one killed while writing leaves the files of an earlier export in `out` as they
+  // were, not some of them replaced (until 2026-11-28 a re-export that failed half way left a new adapter beside an
+  // old merged model).
+  ctx.env.agree([&] {
+    if (ctx.env.rank() != 0) return;
+    const std::string stage = out + "/" + kStagePrefix + std::to_string(::getpid());
+    std::error_code ec;
+    std::filesystem::remove_all(stage, ec);
+    make_dir(stage);
+    try {
+      write_export(stage);
+      publish(stage, out);
+    } catch (...) {
+      std::filesystem::remove_all(stage, ec);
+      throw;
+    }
+    std::filesystem::remove_all(stage, ec);
+    log::info("export: " + std::string(lora ? "PEFT adapter" : "full model") + " of " + path + " (step " +
+              std::to_string(ck.state.step) + ") in " + out);
+    if (merge) log::info("export: merged model in " + out + "/merged");
+  }, dist::Patience{2.0 * bytes / 20e6, "rank 0's export to " + out});
   return 0;
 }
 

@@ -130,6 +130,9 @@ int run_generate(Context& ctx) {
                        "lower it or generate.max_sequences");
     }
     if (env.rank() == 0) {
+      refuse_output_over_inputs("generate.output", output,
+                                {{"data.input", input}, {"model.path", model_dir}, {"model.tokenizer", tok_dir},
+                                 {"lora.adapter", adapter}});
       io::remove_stale_temporaries_of(output);  // a killed earlier run's
       io::check_output_writable(output);        // fail early when the output cannot be written
     }

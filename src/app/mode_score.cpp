@@ -92,6 +92,9 @@ int run_score(Context& ctx) {
     });
     if (seqs.empty()) throw UserError(input + ": no sequences to score");
     if (env.rank() == 0) {
+      refuse_output_over_inputs("score.output", output,
+                                {{"data.input", input}, {"model.path", model_dir}, {"lora.adapter", adapter},
+                                 {"model.tokenizer", cfg.get_string("model.tokenizer")}});
       io::remove_stale_temporaries_of(output);             // a killed earlier run's
       writer = std::make_unique<io::H5Writer>(output);  // fails early if unwritable
     }
@@ -156,15 +159,17 @@ int run_score(Context& ctx) {
     }
   }
   const std::uint64_t n = N, L = Lmax;
-  writer->write("tokens", DType::I32, {n, L}, tok.data());
-  writer->write("lengths", DType::I32, {n}, lengths.data());
-  writer->write("logprobs", DType::F32, {n, L}, logprobs.data());
-  writer->attr("/", "model", model_dir);
-  writer->attr("/", "adapter", adapter);
-  writer->attr("/", "input", input);
-  writer->attr("/", "mgrl_version", build_info().version);
-  fault::point("output_write", 0, 0);  // tests: killed before the file is complete (core/fault.h)
-  writer->commit();
+  io::write_or_explain(output, "the scores", [&] {  // a full disk: exit 2 naming the output (was an HDF5 message)
+    writer->write("tokens", DType::I32, {n, L}, tok.data());
+    writer->write("lengths", DType::I32, {n}, lengths.data());
+    writer->write("logprobs", DType::F32, {n, L}, logprobs.data());
+    writer->attr("/", "model", model_dir);
+    writer->attr("/", "adapter", adapter);
+    writer->attr("/", "input", input);
+    writer->attr("/", "mgrl_version", build_info().version);
+    fault::point("output_write", 0, 0);  // tests: killed before the file is complete (core/fault.h)
+    writer->commit();
+  });
   char line[256];
   std::snprintf(line, sizeof(line), "score: %zu sequences, %lld tokens in %.3f s on %d rank%s (%.0f tokens/s); wrote %s",
                 N, total_tokens, slowest, env.size(), env.size() == 1 ? "" : "s",

@@ -151,6 +151,22 @@ void check_model_fits(const Context& ctx, const io::ModelConfig& mc, const std::
 // ended by MPI_Abort) or not at all (no metrics written, exit 0). UserError on every rank.
 void check_log_dir(const Context& ctx, bool rollouts);
 
+// Collective, at the start of a training mode: rank 0 takes an exclusive lock (flock) on <dir>/.mgrl.lock of
+// checkpoint.dir and log.dir (created when missing), held until the process ends, so that a second run in the same
+// directories (a job requeued while the first still runs, two configurations given one directory) does not replace
+// and prune the first one's checkpoints, rollouts and logs: it waits up to runtime.dir_lock_wait_s for the lock,
+// then refuses to start (UserError naming the directory and the holder: pid, host, mode, start). The holder
+// refreshes the lock file's time every 30 s; a lock not refreshed for 180 s (a dead node's, kept by a network file
+// system) is passed over with a warning. Where the file system has no locks, a warning, and the run goes on.
+void lock_run_dirs(const Context& ctx);
+
+// UserError naming `key` when the output file `output` would replace one of the run's inputs: a file of
+// `inputs` (pairs of key and path: data.input) or an existing file inside a directory of them (model.path,
+// model.tokenizer, lora.adapter: config.json, the weights, tokenizer.json). Paths compared by what the file system
+// says (links and relative paths resolved); empty paths are skipped.
+void refuse_output_over_inputs(const std::string& key, const std::string& output,
+                               const std::vector<std::pair<std::string, std::string>>& inputs);
+
 // UserError naming `key` when `sequences` sequences of up to `tokens` tokens each, processed at once on one rank,
 // cannot fit this machine's memory (a lower bound of what a step keeps per token: each layer's input and the
 // logits): an absurd batch size is refused before anything is sized from it.

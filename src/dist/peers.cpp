@@ -46,6 +46,7 @@ std::vector<Slot*> g_slots;           // every local rank's slot (this one's inc
 std::vector<int> g_slot_rank;         // the world rank of each slot
 Slot g_private{};                     // this rank's slot while no shared one exists
 Slot* g_own = &g_private;
+std::mutex g_own_mu;                  // the answering thread's reads of *g_own against finalize's switch
 
 // State letter and start time (clock ticks since boot) of a process, from /proc/<pid>/stat. The command name (field
 // 2) may hold spaces and parentheses: the fields after it follow the last ')'.
@@ -148,10 +149,16 @@ void serve() {
         std::lock_guard<std::mutex> lock(g_doing_mu);
         doing = g_doing;
       }
-      const Slot* own = __atomic_load_n(&g_own, __ATOMIC_ACQUIRE);
+      unsigned long long progress = 0;
+      long long activity = 0;
+      {
+        std::lock_guard<std::mutex> lock(g_own_mu);  // the shared window is not freed meanwhile
+        const Slot* own = __atomic_load_n(&g_own, __ATOMIC_ACQUIRE);
+        progress = __atomic_load_n(&own->progress, __ATOMIC_RELAXED);
+        activity = __atomic_load_n(&own->activity, __ATOMIC_RELAXED);
+      }
       const std::string line = "mgrl-peer " + std::to_string(g_self) + " " + std::to_string(::getpid()) + " " +
-                               std::to_string(__atomic_load_n(&own->progress, __ATOMIC_RELAXED)) + " " +
-                               std::to_string(__atomic_load_n(&own->activity, __ATOMIC_RELAXED)) + " " +
+                               std::to_string(progress) + " " + std::to_string(activity) + " " +
                                (doing.empty() ? std::string("-") : doing) + "\n";
       (void)::send(c, line.data(), line.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
       ::close(c);
@@ -235,7 +242,10 @@ void init(MPI_Comm world, MPI_Comm local, const std::string& host) {
   __atomic_store_n(&base->speaking, 0, __ATOMIC_SEQ_CST);
   __atomic_store_n(&base->progress, __atomic_load_n(&g_private.progress, __ATOMIC_RELAXED), __ATOMIC_SEQ_CST);
   __atomic_store_n(&base->activity, 0, __ATOMIC_SEQ_CST);
-  __atomic_store_n(&g_own, base, __ATOMIC_RELEASE);
+  {
+    std::lock_guard<std::mutex> lock(g_own_mu);
+    __atomic_store_n(&g_own, base, __ATOMIC_RELEASE);
+  }
   for (int r = 0; r < local_size; ++r) {
     MPI_Aint size = 0;
     int unit = 0;
@@ -267,7 +277,12 @@ void close_probe() {
 void finalize() {
   g_slots.clear();
   g_slot_rank.clear();
-  __atomic_store_n(&g_own, &g_private, __ATOMIC_RELEASE);
+  {
+    std::lock_guard<std::mutex> lock(g_own_mu);
+    g_private.progress = __atomic_load_n(&g_own->progress, __ATOMIC_RELAXED);
+    g_private.activity = __atomic_load_n(&g_own->activity, __ATOMIC_RELAXED);
+    __atomic_store_n(&g_own, &g_private, __ATOMIC_RELEASE);
+  }
   if (g_win != MPI_WIN_NULL) MPI_Win_free(&g_win);
   g_known.clear();
 }

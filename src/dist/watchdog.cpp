@@ -269,13 +269,14 @@ void Watchdog::loop() {
         msg << it->what << " did not complete within " << timeout_s_ + it->extra_s << " s (runtime.comm_timeout_s";
         if (it->extra_s > 0) msg << " + " << it->extra_s << " s for " << it->why;
         msg << "): ";
-        // A rank that was making progress shortly before or during this wait and has stopped: name it.
+        // Progress seen shortly before or during this wait, and none since: say whose was last (it may itself be
+        // waiting here now: the rank that does not come is not known).
         const bool stalled = lp.rank >= 0 && lp.at + limit > it->start;
         std::ostringstream stall;
         if (stalled)
-          stall << "rank " << lp.rank << " was last seen " << (*activity ? activity : "making progress") << " "
-                << std::llround(duration<double>(now - lp.at).count())
-                << " s ago and has made no progress since (its work hung, or it waits in another collective)";
+          stall << "no rank has made progress for " << std::llround(duration<double>(now - lp.at).count())
+                << " s (the last seen: " << who << "); a rank has probably hung, failed or is waiting in a "
+                << "different collective";
         std::string stopped;
         int n_stopped = 0;
         for (const auto& p : peers::look())

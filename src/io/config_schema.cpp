@@ -35,6 +35,11 @@ const Schema& mgrl_schema() {
          "the reward programs of other ranks: twice that, or their own reward[].timeout_s; while another rank still "
          "makes progress in its generation, counted from its last decode step); 0: no limit",
          {}, 0.0, std::nullopt, {}});
+    add({"runtime.dir_lock_wait_s", T::Float, Value(300.0),
+         "seconds a training run waits for another mgrl run that holds its checkpoint.dir or log.dir (their lock "
+         "file .mgrl.lock) before it refuses to start (exit 2); a lock whose holder stopped refreshing it 180 s ago "
+         "(a node that died holding it on a network file system) is passed over with a warning",
+         {}, 0.0, 86400.0, {}});
     add({"model.path", T::String, std::nullopt,
          "Hugging Face model directory: config.json and model.safetensors (or a sharded index)", {}, {}, {},
          {"score", "generate", "sft", "grpo", "dpo", "ppo", "render", "unless model.shape"}});

@@ -74,6 +74,18 @@ int memory_file() {
 
 }  // namespace
 
+void write_or_explain(const std::string& path, const std::string& what, const std::function<void()>& write) {
+  try {
+    write();
+  } catch (const OutOfMemory&) {
+    throw;  // not the file system's doing
+  } catch (const FatalError& e) {
+    std::string why = e.what();
+    if (why.compare(0, path.size() + 2, path + ": ") == 0) why.erase(0, path.size() + 2);  // named once
+    throw UserError(path + ": cannot write " + what + " (disk full or I/O error?): " + why);
+  }
+}
+
 H5Writer::H5Writer(std::string path, std::uint64_t userblock) : path_(std::move(path)), userblock_(userblock) {
   quiet_hdf5();
   // The finished file is renamed over path: never over a directory, a device (/dev/null) or a FIFO.
@@ -122,6 +134,11 @@ void H5Writer::fail(const std::string& why) {
   throw FatalError(path_ + ": " + why);
 }
 
+void H5Writer::failed_write(const std::string& dataset) {
+  const std::string reason = hdf5_system_error();
+  fail("cannot write '" + dataset + "' (" + (reason.empty() ? std::string("an HDF5 write failed") : reason) + ")");
+}
+
 int H5Writer::descriptor() const noexcept {
   const hid_t fapl = H5Fget_access_plist(file_);
   if (fapl < 0) return -1;
@@ -151,12 +168,12 @@ void H5Writer::write_native(const std::string& name, std::int64_t h5type, const 
   H5_CHECK(H5Pset_create_intermediate_group(lcpl.id, 1));
   Handle set{H5_CHECK(H5Dcreate2(file_, name.c_str(), h5type, space.id, lcpl.id, H5P_DEFAULT, H5P_DEFAULT)),
              H5Dclose};
-  H5_CHECK(H5Dwrite(set.id, h5type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data));
+  if (H5Dwrite(set.id, h5type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0) failed_write(name);
   std::size_t n = H5Tget_size(h5type);
   for (const auto d : dims) n *= static_cast<std::size_t>(d);
   remember(name, set.id, data, n);
   // Small datasets' values wait in the dataset's buffer until it is closed: a failed write (a full disk) shows here.
-  H5_CHECK(H5Dclose(set.take()));
+  if (H5Dclose(set.take()) < 0) failed_write(name);
 }
 
 void H5Writer::remember(const std::string& name, std::int64_t dataset, const void* data, std::size_t nbytes) {
@@ -188,9 +205,9 @@ void H5Writer::write_string(const std::string& name, const std::string& value) {
   Handle set{H5_CHECK(H5Dcreate2(file_, name.c_str(), type.id, space.id, lcpl.id, H5P_DEFAULT, H5P_DEFAULT)),
              H5Dclose};
   std::string padded = value.empty() ? std::string(1, '\0') : value;
-  H5_CHECK(H5Dwrite(set.id, type.id, H5S_ALL, H5S_ALL, H5P_DEFAULT, padded.data()));
+  if (H5Dwrite(set.id, type.id, H5S_ALL, H5S_ALL, H5P_DEFAULT, padded.data()) < 0) failed_write(name);
   remember(name, set.id, padded.data(), padded.size());
-  H5_CHECK(H5Dclose(set.take()));  // as in write_native
+  if (H5Dclose(set.take()) < 0) failed_write(name);  // as in write_native
 }
 
 void H5Writer::attr(const std::string& object, const std::string& name, const std::string& value) {

@@ -3,6 +3,7 @@
 // (fsync'ed, so a crash never leaves a half-written file under the final name), and a reader.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,11 @@
 #include "io/hdf5_seal.h"
 
 namespace mgrl::io {
+
+// Runs `write`: an H5Writer's writes and commit for `path`. A failed write there is the file system's doing (a full
+// disk, a quota, an I/O error; the writer has removed its temporary and nothing under `path` was touched):
+// UserError "<path>: cannot write <what> (disk full or I/O error?): <why>" (exit 2, as any unwritable output).
+void write_or_explain(const std::string& path, const std::string& what, const std::function<void()>& write);
 
 class H5Writer {
  public:
@@ -41,6 +47,7 @@ class H5Writer {
   int descriptor() const noexcept;      // libhdf5's descriptor of the open file (sec2 driver), or -1
   void discard() noexcept;              // closes the file without letting libhdf5 write to the disk, removes it
   [[noreturn]] void fail(const std::string& why);  // discard(), then FatalError "PATH: why"
+  [[noreturn]] void failed_write(const std::string& dataset);  // fail() with the system's reason (a full disk)
   std::string path_, tmp_;
   std::int64_t file_ = -1;
   std::uint64_t userblock_ = 0;

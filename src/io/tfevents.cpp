@@ -173,6 +173,12 @@ void TfEventsWriter::scalar(const std::string& tag, double value, std::int64_t s
   write_record(tfevents_detail::scalar_event(now_seconds(), step, tag, static_cast<float>(value)));
 }
 
+void TfEventsWriter::abandon() {
+  out_.clear();
+  out_.close();
+  out_.clear();
+}
+
 void TfEventsWriter::flush() {
   out_.flush();
   if (!out_) throw UserError(path_ + ": cannot write (" + std::strerror(errno) + ")");

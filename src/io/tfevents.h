@@ -38,6 +38,8 @@ class TfEventsWriter {
   // One scalar point; value is stored as float32 (Summary.Value.simple_value).
   void scalar(const std::string& tag, double value, std::int64_t step);
   void flush();
+  // Closes the file without a word (after a failed write the caller has reported).
+  void abandon();
   const std::string& path() const { return path_; }
 
  private:

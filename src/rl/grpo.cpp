@@ -3,6 +3,7 @@
 #include "rl/grpo.h"
 
 #include <algorithm>
+#include <sstream>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -656,16 +657,10 @@ GrpoResult GrpoTrainer::run() {
   GrpoResult res;
   const auto t0 = Clock::now();
   std::string extra;
-  const std::string resumed = ckpt_->resume(state_, &extra);
-  env_.agree([&] {
-    if (extra.empty()) return;
-    try {
-      resume_round(extra);
-    } catch (const UserError& e) {
-      throw UserError(resumed + ": " + e.what());
-    }
+  const std::string resumed = ckpt_->resume(state_, &extra, [&](const std::string& x) {
+    if (!x.empty()) resume_round(x);  // a generation round in progress (UserError: another round's shape)
   });
-  train::RunLog rlog(env_, opts_.log_dir);
+  train::RunLog rlog(env_, opts_.log_dir, resumed.empty() ? -1 : state_.step);
   const std::int64_t first = state_.step;
   const std::int64_t end = opts_.stop_at_step > 0 ? std::min(opts_.stop_at_step, opts_.max_steps) : opts_.max_steps;
   auto eval_line = [&](const char* when, const EvalResult& e) {
@@ -708,7 +703,7 @@ GrpoResult GrpoTrainer::run() {
     if (generated && env_.rank() == 0 && !opts_.log_dir.empty() && opts_.rollouts_every > 0 &&
         (next % opts_.rollouts_every == 0 || next == end || next == 1)) {
       RolloutFileInfo info{next, opts_.seed, opts_.config_text, names};
-      write_rollout_file(opts_.log_dir + "/rollouts", R.global, info);
+      write_rollouts_of_step(opts_.log_dir + "/rollouts", R.global, info);
     }
     nlohmann::json j = {{"step", next}};
     train_step(&j);
@@ -781,7 +776,7 @@ GrpoResult GrpoTrainer::run() {
     }
     rlog.emit(j, state_.step);
     rlog.progress(state_.step, first, opts_.max_steps, seconds_since(t0));
-    const bool last = state_.step == end || train::stop_agreed(env_, state_.step);  // a stop signal: checkpoint, exit 3
+    const bool last = state_.step == end || train::stop_agreed(env_, state_.step, ckpt_->enabled());  // a stop signal: checkpoint, exit 3
     if (opts_.eval_every > 0 && state_.step % opts_.eval_every == 0 && !last) eval_line("at", evaluate());
     auto round_state = [&]() -> std::string {
       if (!round_ || state_.step - round_->first_step >= opts_.num_iterations || env_.rank() != 0) return "";
@@ -823,7 +818,7 @@ GrpoResult GrpoTrainer::run() {
   res.seconds = seconds_since(t0);
   rlog.flush();
   if (rlog.rank0() && !opts_.log_dir.empty()) {
-    std::ofstream s(opts_.log_dir + "/job_summary.txt");
+    std::ostringstream s;  // job_summary.txt, written whole (RunLog::write_summary)
     s << "mgrl " << build_info().version << " grpo\n"
       << "ranks: " << env_.size() << "\n"
       << "wall time: " << train::human_time(res.seconds) << " (" << res.seconds << " s)\n"
@@ -855,6 +850,7 @@ GrpoResult GrpoTrainer::run() {
     };
     ev("before", res.first_eval);
     ev("after", res.last_eval);
+    rlog.write_summary(s.str());
   }
   return res;
 }

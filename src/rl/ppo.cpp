@@ -327,16 +327,15 @@ void PpoTrainer::write_rollouts(const std::vector<PpoSample>& local, const std::
       r.sample_logps = r.old_logps;
       all.push_back(std::move(r));
     }
-  write_rollout_file(opts_.log_dir + "/rollouts", all, {step, opts_.seed, opts_.config_text, rewards_.names()});
+  write_rollouts_of_step(opts_.log_dir + "/rollouts", all, {step, opts_.seed, opts_.config_text, rewards_.names()});
 }
 
 std::int64_t PpoTrainer::run() {
   std::string extra;
-  ckpt_->resume(state_, &extra);
-  env_.agree([&] {
-    if (extra.empty()) return;
+  const std::string resumed = ckpt_->resume(state_, &extra, [&](const std::string& x) {
+    if (x.empty()) return;
     try {
-      const auto js = nlohmann::json::parse(extra);
+      const auto js = nlohmann::json::parse(x);
       vh_->restore(js.at("value_head"));
       // The adaptive coefficient continues from the checkpoint; a fixed one is the configuration's.
       if (opts_.kl_target > 0 && js.contains("kl_coef")) kl_coef_ = js.at("kl_coef").get<double>();
@@ -344,7 +343,7 @@ std::int64_t PpoTrainer::run() {
       throw UserError(std::string("the checkpoint's PPO state is unreadable: ") + e.what());
     }
   });
-  train::RunLog rlog(env_, opts_.log_dir);
+  train::RunLog rlog(env_, opts_.log_dir, resumed.empty() ? -1 : state_.step);
   const std::int64_t first = state_.step;
   const std::int64_t end = opts_.stop_at_step > 0 ? std::min(opts_.stop_at_step, opts_.max_steps) : opts_.max_steps;
   const auto t0 = train::Clock::now();
@@ -386,7 +385,7 @@ std::int64_t PpoTrainer::run() {
       rlog.line(line);
     }
     rlog.progress(state_.step, first, opts_.max_steps, train::seconds_since(t0));
-    const bool last = state_.step >= end || train::stop_agreed(env_, state_.step);
+    const bool last = state_.step >= end || train::stop_agreed(env_, state_.step, ckpt_->enabled());
     if (opts_.eval_every > 0 && state_.step / opts_.eval_every != before / opts_.eval_every && !last) eval_line("at");
     // checkpoint.every_steps counts optimizer steps; a checkpoint falls at the end of the update that reaches one.
     const int every = opts_.checkpoint.every;

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "io/hdf5_file.h"
 
 namespace mgrl::rl {
@@ -131,32 +132,45 @@ std::string write_rollout_file(const std::string& dir, const std::vector<Rollout
   }
   io::H5Writer w(path);
   const std::uint64_t n = N, lp = Lp, lc = Lc, f = F;
-  w.write("prompt_index", DType::I32, {n}, prompt_index.data());
-  w.write("generation_index", DType::I32, {n}, gen.data());
-  w.write("prompt_tokens", DType::I32, {n, lp}, ptok.data());
-  w.write("prompt_lengths", DType::I32, {n}, plen.data());
-  w.write("completion_tokens", DType::I32, {n, lc}, ctok.data());
-  w.write("completion_lengths", DType::I32, {n}, clen.data());
-  w.write_i8("finish_reason", {n}, finish.data());
-  w.attr("finish_reason", "names", finish_reason_names());
-  w.write("rewards", DType::F32, {n, f}, rewards.data());
-  w.attr("rewards", "names", info.reward_names);
-  w.write("reward", DType::F32, {n}, reward.data());
-  w.write("advantages", DType::F32, {n}, adv.data());
-  w.write("logprobs", DType::F32, {n, lc}, lps.data());
-  if (have_ref) w.write("ref_logprobs", DType::F32, {n, lc}, refs.data());
-  if (have_values) {  // PPO
-    w.write("values", DType::F32, {n, lc + 1}, vals.data());
-    w.write("returns", DType::F32, {n, lc + 1}, rets.data());
-    w.write("token_advantages", DType::F32, {n, lc}, tadv.data());
-  }
-  w.attr("/", "step", info.step);
-  w.attr("/", "seed", static_cast<std::int64_t>(info.seed));
-  w.attr("/", "config", info.config_text);
-  w.attr("/", "format", std::string("mgrl-rollouts"));
-  w.attr("/", "format_version", std::int64_t{1});
-  w.commit();
+  io::write_or_explain(path, "the rollout file", [&] {  // a full disk: exit 2 naming it (was exit 1)
+    w.write("prompt_index", DType::I32, {n}, prompt_index.data());
+    w.write("generation_index", DType::I32, {n}, gen.data());
+    w.write("prompt_tokens", DType::I32, {n, lp}, ptok.data());
+    w.write("prompt_lengths", DType::I32, {n}, plen.data());
+    w.write("completion_tokens", DType::I32, {n, lc}, ctok.data());
+    w.write("completion_lengths", DType::I32, {n}, clen.data());
+    w.write_i8("finish_reason", {n}, finish.data());
+    w.attr("finish_reason", "names", finish_reason_names());
+    w.write("rewards", DType::F32, {n, f}, rewards.data());
+    w.attr("rewards", "names", info.reward_names);
+    w.write("reward", DType::F32, {n}, reward.data());
+    w.write("advantages", DType::F32, {n}, adv.data());
+    w.write("logprobs", DType::F32, {n, lc}, lps.data());
+    if (have_ref) w.write("ref_logprobs", DType::F32, {n, lc}, refs.data());
+    if (have_values) {  // PPO
+      w.write("values", DType::F32, {n, lc + 1}, vals.data());
+      w.write("returns", DType::F32, {n, lc + 1}, rets.data());
+      w.write("token_advantages", DType::F32, {n, lc}, tadv.data());
+    }
+    w.attr("/", "step", info.step);
+    w.attr("/", "seed", static_cast<std::int64_t>(info.seed));
+    w.attr("/", "config", info.config_text);
+    w.attr("/", "format", std::string("mgrl-rollouts"));
+    w.attr("/", "format_version", std::int64_t{1});
+    w.commit();
+  });
   return path;
+}
+
+void write_rollouts_of_step(const std::string& dir, const std::vector<Rollout>& rollouts, const RolloutFileInfo& info) {
+  static bool failed = false;
+  if (failed) return;
+  try {
+    write_rollout_file(dir, rollouts, info);
+  } catch (const UserError& e) {
+    failed = true;
+    log::warn(std::string(e.what()) + "; the rollout files of later steps are not written (the run goes on)");
+  }
 }
 
 }  // namespace mgrl::rl

@@ -50,5 +50,8 @@ struct RolloutFileInfo {
 };
 // Writes <dir>/step_<8 digits>.h5 (temporary name, then renamed); rollouts in prompt order.
 std::string write_rollout_file(const std::string& dir, const std::vector<Rollout>& rollouts, const RolloutFileInfo& info);
+// The training loops' rollout files (rank 0): write_rollout_file, but a file that cannot be written (a full disk) is
+// a warning, and no later rollout file is written: the run goes on, as it does when its metrics cannot be written.
+void write_rollouts_of_step(const std::string& dir, const std::vector<Rollout>& rollouts, const RolloutFileInfo& info);
 
 }  // namespace mgrl::rl

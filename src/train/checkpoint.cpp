@@ -368,7 +368,9 @@ void write_checkpoint(const std::string& dir, const Checkpoint& ck) {
                            &kScalerGoodSteps, &kBestEvalLoss, &kEpoch, &kPosition, &kRng, &kExtra})
     datasets.push_back(*name);
   io::H5Writer w(path, io::seal_userblock_size(datasets));  // UserError naming the path when it cannot be created
-  try {
+  // A failed HDF5 write here is the file system's doing (full disk, quota, I/O error); the writer removes the
+  // temporary file (io::H5Writer), and nothing under the final name was touched.
+  io::write_or_explain(path, "the checkpoint", [&] {
     // Every dataset gets a checksum attribute over the bytes of its values (docs/checkpoint.md#integrity).
     const auto put = [&w](const std::string& name, DType type, const std::vector<std::uint64_t>& dims,
                           const void* data, std::size_t nbytes) {
@@ -419,19 +421,18 @@ void write_checkpoint(const std::string& dir, const Checkpoint& ck) {
     w.attr("/", "mgrl_version", ck.mgrl_version.empty() ? std::string(build_info().version) : ck.mgrl_version);
     w.attr("/", "step", s.step);
     w.commit();
-  } catch (const FatalError& e) {
-    // A failed HDF5 write here is the file system's doing (full disk, quota, I/O error); the writer removes the
-    // temporary file (io::H5Writer), and nothing under the final name was touched.
-    std::string why = e.what();
-    if (why.compare(0, path.size() + 2, path + ": ") == 0) why.erase(0, path.size() + 2);  // named once
-    throw UserError(path + ": cannot write the checkpoint (disk full or I/O error?): " + why);
-  }
+  });
 }
 
 std::optional<std::string> newest_checkpoint(const std::string& dir) {
   const auto found = list_checkpoints(dir);
   if (found.empty()) return std::nullopt;
   return found.back().second;
+}
+
+std::int64_t checkpoint_step(const std::string& path) {
+  const auto slash = path.rfind('/');
+  return step_of_name(slash == std::string::npos ? path : path.substr(slash + 1));
 }
 
 std::vector<std::string> checkpoints_newest_first(const std::string& dir) {

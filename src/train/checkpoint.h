@@ -66,6 +66,8 @@ void write_checkpoint(const std::string& dir, const Checkpoint& ck);
 std::optional<std::string> newest_checkpoint(const std::string& dir);
 // Every step_<digits>.h5 of dir, newest first (an empty list when dir does not exist).
 std::vector<std::string> checkpoints_newest_first(const std::string& dir);
+// The step of a checkpoint's path by its file name ("<dir>/step_00000042.h5": 42); -1 for any other name.
+std::int64_t checkpoint_step(const std::string& path);
 // Reads a checkpoint and verifies it: the checksum of every dataset (format version 2; version 1 files have
 // none and are read with a warning), finite weights and moments, a file name step_<N>.h5 that agrees with the
 // step inside. CorruptCheckpoint naming the file (and the dataset) when it is damaged; UserError when it

@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
 #include <vector>
 
 #include "core/build_info.h"
@@ -22,21 +25,83 @@ namespace {
 // gives 12,600 s more for that one. A rank that has ended, or is stopped, is still named as before.
 constexpr double kSlowestFileBytesPerS = 20e6;
 
-// The mode of an effective configuration (the top-level `mode = "..."` line of Config::to_toml); "" when none.
-std::string mode_of(const std::string& toml) {
+// An effective configuration (Config::to_toml's text) as "section.key" -> its TOML literal; the items of
+// [[table]] arrays as "table[i].key".
+std::map<std::string, std::string> flatten_config(const std::string& toml) {
+  std::map<std::string, std::string> out;
+  std::map<std::string, int> items;
+  std::string section;
   std::size_t at = 0;
   while (at < toml.size()) {
     const std::size_t nl = std::min(toml.find('\n', at), toml.size());
     const std::string line = toml.substr(at, nl - at);
     at = nl + 1;
-    if (!line.empty() && line.front() == '[') break;  // tables follow the top-level keys
-    static const std::string kKey = "mode = \"";
-    if (line.compare(0, kKey.size(), kKey) == 0) {
-      const std::size_t end = line.find('"', kKey.size());
-      if (end != std::string::npos) return line.substr(kKey.size(), end - kKey.size());
+    if (line.empty() || line.front() == '#') continue;
+    if (line.compare(0, 2, "[[") == 0) {
+      const std::string name = line.substr(2, line.find(']') - 2);
+      section = name + "[" + std::to_string(items[name]++) + "]";
+      continue;
     }
+    if (line.front() == '[') {
+      section = line.substr(1, line.find(']') - 1);
+      continue;
+    }
+    const std::size_t eq = line.find(" = ");
+    if (eq == std::string::npos) continue;
+    out[(section.empty() ? "" : section + ".") + line.substr(0, eq)] = line.substr(eq + 3);
   }
-  return "";
+  return out;
+}
+
+// The mode of an effective configuration (its top-level `mode = "..."`); "" when none.
+std::string mode_of(const std::string& toml) {
+  const auto all = flatten_config(toml);
+  const auto it = all.find("mode");
+  if (it == all.end() || it->second.size() < 2) return "";
+  return it->second.substr(1, it->second.size() - 2);
+}
+
+// Two TOML string literals that name the same existing file or directory ("train.jsonl" and
+// "/work/train.jsonl" from another working directory).
+bool same_path(const std::string& a, const std::string& b) {
+  const auto unquote = [](const std::string& s) {
+    return s.size() >= 2 && s.front() == '"' && s.back() == '"' ? s.substr(1, s.size() - 2) : std::string();
+  };
+  const std::string pa = unquote(a), pb = unquote(b);
+  std::error_code ec;
+  return !pa.empty() && !pb.empty() && std::filesystem::equivalent(pa, pb, ec) && !ec;
+}
+
+// The settings of this run that differ from those of the run that wrote a checkpoint it resumes, for one warning:
+// "train.lr = 0.1 (was 0.001); data.input = ..." (at most 8, then "and N more"). Not those a resumed run is meant
+// to change: its length, where it writes, how it runs, evaluates and reports (train.max_steps, checkpoint.*, log.*,
+// runtime.*, eval.*, ...).
+std::string changed_settings(const std::string& then_toml, const std::string& now_toml) {
+  static const char* kExpected[] = {"train.max_steps", "train.stop_at_step", "checkpoint.", "log.", "runtime.",
+                                    "eval.", "export.", "score.", "generate.", "plan.", "rollouts.", "mode"};
+  const auto expected = [](const std::string& key) {  // "section." a prefix, anything else one key
+    for (const char* e : kExpected) {
+      const std::size_t n = std::strlen(e);
+      if (e[n - 1] == '.' ? key.compare(0, n, e) == 0 : key == e) return true;
+    }
+    return false;
+  };
+  const auto then = flatten_config(then_toml), now = flatten_config(now_toml);
+  std::vector<std::string> diffs;
+  for (const auto& [key, value] : now) {
+    if (expected(key)) continue;
+    const auto it = then.find(key);
+    if (it == then.end()) continue;  // a key the checkpoint's mgrl did not have
+    if (it->second != value && !same_path(it->second, value))
+      diffs.push_back(key + " = " + value + " (was " + it->second + ")");
+  }
+  for (const auto& [key, value] : then)
+    if (!expected(key) && key.find('[') != std::string::npos && !now.count(key))
+      diffs.push_back(key + " removed (was " + value + ")");
+  std::string out;
+  for (std::size_t i = 0; i < diffs.size() && i < 8; ++i) out += (i ? "; " : "") + diffs[i];
+  if (diffs.size() > 8) out += "; and " + std::to_string(diffs.size() - 8) + " more";
+  return out;
 }
 
 dist::MpiEnv::Patience file_patience(std::size_t trainable, const std::string& what) {
@@ -149,6 +214,7 @@ void Checkpointer::apply(const Checkpoint& ck, const std::string& path, TrainSta
   tr.params_changed();
   ops_.upload(opt_.exp_avg(), ck.adam_m.data(), tr.n * 4);
   ops_.upload(opt_.exp_avg_sq(), ck.adam_v.data(), tr.n * 4);
+  changed_ = changed_settings(ck.config_text, opts_.config_text);  // said once the resume is accepted
   st = ck.state;
   st.rank_rng.assign(static_cast<std::size_t>(env_.size()), static_cast<std::uint64_t>(st.step));
   // The loss scaler of this run's settings (train.loss_scaling) taking over the checkpoint's scale.
@@ -157,7 +223,28 @@ void Checkpointer::apply(const Checkpoint& ck, const std::string& path, TrainSta
   if (extra) *extra = ck.extra;
 }
 
-std::string Checkpointer::resume(TrainState& st, std::string* extra) {
+std::string Checkpointer::resume(TrainState& st, std::string* extra,
+                                 const std::function<void(const std::string& extra)>& accept) {
+  const std::string path = resume_checkpoint(st, extra);
+  if (path.empty()) return path;
+  if (accept) {
+    env_.agree([&] {
+      try {
+        accept(extra ? *extra : std::string());
+      } catch (const UserError& e) {
+        throw UserError(path + ": " + e.what());
+      }
+    });
+  }
+  // Settings changed since the checkpoint's run (another learning rate, data file, seed, LoRA alpha or base
+  // model path): the run goes on with this run's, said once (until 2026-11-28, silently).
+  if (!changed_.empty())
+    log::warn_once(path + ": resumed with settings that differ from its run's: " + changed_ +
+                   " (this run's are used from here on)");
+  return path;
+}
+
+std::string Checkpointer::resume_checkpoint(TrainState& st, std::string* extra) {
   if (opts_.resume == "auto") {
     if (!enabled()) return "";
     // Temporaries of a writer that was killed are of no use; rank 0 (the only writer) removes them.
@@ -227,6 +314,27 @@ std::string Checkpointer::resume(TrainState& st, std::string* extra) {
   env_.agree([&] {
     if (!from.empty()) load(from, st, extra);
   }, from.empty() ? dist::Patience() : file_patience(opt_.trainable().n, "the ranks' reads of " + from));
+  // checkpoint.dir holding checkpoints of later steps than this run starts from (an earlier run's, with resume =
+  // none; those after the one resumed, with resume = a path): this run would replace them one by one, pruning
+  // would count them among the newest and delete this run's own, and a later resume = auto would take the earlier
+  // run's. Refused before anything is written (until 2026-11-28 they were overwritten and pruned silently).
+  if (enabled())
+    env_.agree([&] {
+      if (env_.rank() != 0) return;
+      const auto newest = newest_checkpoint(opts_.dir);
+      if (!newest) return;
+      const std::int64_t step = checkpoint_step(*newest);
+      if (from.empty())
+        throw UserError(opts_.dir + " (checkpoint.dir) holds checkpoints of an earlier run (the newest: " + *newest +
+                        ") and checkpoint.resume = \"none\" starts afresh: its checkpoints would replace and prune "
+                        "them. Continue it (checkpoint.resume = \"auto\"), or give this run another checkpoint.dir, "
+                        "or move them away");
+      if (step > st.step)
+        throw UserError(opts_.dir + " (checkpoint.dir) holds checkpoints after step " + std::to_string(st.step) +
+                        " of " + from + " (the newest: " + *newest + "): this run would replace and prune them, and "
+                        "resume = \"auto\" would take them later. To go back to step " + std::to_string(st.step) +
+                        ", move the later ones away, or give this run another checkpoint.dir");
+    });
   if (!from.empty()) log::info("resumed from " + from + " at step " + std::to_string(st.step));
   last_ = from;
   return from;

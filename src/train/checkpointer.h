@@ -5,6 +5,7 @@
 // (keeping the newest keep_last intact ones);
 // resume = auto | none | a path, read by every rank, errors agreed on by all ranks.
 #pragma once
+#include <functional>
 #include <string>
 
 #include "dist/mpi_env.h"
@@ -33,8 +34,11 @@ class Checkpointer {
   // loop's state. Returns the path, or "" when starting fresh. auto: the newest intact checkpoint of dir (damaged
   // newer ones are passed over, and set aside by rank 0 as <file>.damaged with a warning; UserError, renaming
   // nothing, when there are checkpoints but none is intact);
-  // a path: that file, any damage a UserError.
-  std::string resume(TrainState& st, std::string* extra);
+  // a path: that file, any damage a UserError. accept (collective, may be empty) checks the loop's extra state
+  // before the resume counts (a UserError from it is prefixed with the checkpoint's path). Then, once, a warning
+  // names the settings of this run that differ from the checkpoint's run's.
+  std::string resume(TrainState& st, std::string* extra,
+                     const std::function<void(const std::string& extra)>& accept = {});
   // Collective: the hash check, then rank 0 writes.
   void save(const TrainState& st, const std::string& extra = "");
   // FNV-1a of this rank's trainable weights, hex.
@@ -44,6 +48,7 @@ class Checkpointer {
   const std::string& identity() const { return identity_; }
 
  private:
+  std::string resume_checkpoint(TrainState& st, std::string* extra);  // resume() before accept and the warning
   void write(const TrainState& st, const std::string& extra);  // rank 0: writes, then prunes
   void load(const std::string& path, TrainState& st, std::string* extra);
   Checkpoint read_checked(const std::string& path) const;  // read_checkpoint + this run's size check
@@ -54,6 +59,7 @@ class Checkpointer {
   CheckpointOptions opts_;
   std::string identity_;
   std::string last_;
+  std::string changed_;  // the settings changed since the resumed checkpoint's run (changed_settings)
   KnownCheckpoints known_;  // rank 0: what pruning needs not read back (written, resumed from) or must not touch
 };
 

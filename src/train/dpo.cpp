@@ -2,6 +2,7 @@
 #include "train/dpo.h"
 
 #include <algorithm>
+#include <sstream>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -315,8 +316,8 @@ DpoResult DpoTrainer::run() {
     precompute(train_);
     precompute(eval_);
   }
-  ckpt_->resume(state_, nullptr);
-  RunLog rlog(env_, opts_.log_dir);
+  const std::string resumed = ckpt_->resume(state_, nullptr);
+  RunLog rlog(env_, opts_.log_dir, resumed.empty() ? -1 : state_.step);
   const bool rank0 = rlog.rank0();
   auto emit = [&](const nlohmann::json& j) { rlog.emit(j, state_.step); };
   const std::int64_t first = state_.step;
@@ -371,7 +372,7 @@ DpoResult DpoTrainer::run() {
     window_tokens += last_tokens_;
     run_tokens += static_cast<double>(last_tokens_);
     res.final_loss = loss;
-    const bool last = state_.step == end || stop_agreed(env_, state_.step);
+    const bool last = state_.step == end || stop_agreed(env_, state_.step, ckpt_->enabled());
     if (rank0 && (state_.step % std::max(1, opts_.log_every) == 0 || last)) {
       const double dt = seconds_since(window);
       const double tps = dt > 0 ? static_cast<double>(window_tokens) / dt : 0;
@@ -414,6 +415,8 @@ DpoResult DpoTrainer::run() {
   if (rank0 && state_.step > first) std::fputs(phases.c_str(), stdout);
   const auto phase_rec = phase_record(env_, model_.ops().phase_seconds(), state_.step - first, step_seconds, run_tokens);
   if (state_.step > first) emit({{"step", state_.step}, {"phases", phase_rec}});
+  // The final checkpoint before the final evaluation (the work is kept first, as in SFT and GRPO).
+  if (ckpt_->enabled() && state_.step > first) ckpt_->save(state_);
   if (!stop::stopped_early() && !eval_.empty()) {
     const DpoSums s = evaluate();
     eval_line(s, "held-out");
@@ -421,13 +424,12 @@ DpoResult DpoTrainer::run() {
     res.eval_preference_accuracy = s.accuracy / std::max(1.0, s.pairs);
     res.eval_accuracy = greedy("held-out");
   }
-  if (ckpt_->enabled() && state_.step > first) ckpt_->save(state_);
   res.steps = state_.step;
   res.skipped = state_.skipped_steps;
   res.seconds = seconds_since(t0);
   rlog.flush();
   if (rank0 && !opts_.log_dir.empty()) {
-    std::ofstream s(opts_.log_dir + "/job_summary.txt");
+    std::ostringstream s;  // job_summary.txt, written whole (RunLog::write_summary)
     s << "mgrl " << build_info().version << " dpo (" << dpo_loss_name(opts_.loss.type) << ", beta " << opts_.loss.beta
       << ")\n"
       << "ranks: " << env_.size() << "\n"
@@ -440,6 +442,7 @@ DpoResult DpoTrainer::run() {
         << "\n";
     if (res.eval_accuracy >= 0) s << "held-out accuracy: " << res.eval_accuracy << "\n";
     if (state_.step > first) s << "rank 0 " << phases;
+    rlog.write_summary(s.str());
   }
   return res;
 }

@@ -12,7 +12,9 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/error.h"
 #include "core/log.h"
+#include "io/atomic_file.h"
 
 namespace mgrl::train {
 
@@ -90,10 +92,70 @@ void mkdir_p(const std::string& dir) {
   }
 }
 
-RunLog::RunLog(const dist::MpiEnv& env, const std::string& log_dir) : rank0_(env.rank() == 0), dir_(log_dir) {
+namespace {
+// Moves the records of steps after `step` at the end of a metrics.jsonl (the trailing run of them: records of
+// another mode's earlier run in the same log.dir, before them, stay) to <metrics>.dropped (appended), rewriting the
+// file whole; returns how many. Every kept line ends with a newline.
+std::int64_t drop_records_after(const std::string& metrics, std::int64_t step) {
+  std::ifstream in(metrics, std::ios::binary);
+  if (!in) return 0;
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  std::size_t keep = lines.size();
+  while (keep > 0) {
+    const auto j = nlohmann::json::parse(lines[keep - 1], nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("step") || !j["step"].is_number_integer() ||
+        j["step"].get<std::int64_t>() <= step)
+      break;
+    --keep;
+  }
+  if (keep == lines.size()) return 0;
+  std::string kept, dropped;
+  for (std::size_t i = 0; i < lines.size(); ++i) (i < keep ? kept : dropped) += lines[i] + "\n";
+  {
+    std::ofstream side(metrics + ".dropped", std::ios::app | std::ios::binary);
+    side << dropped << std::flush;
+    if (!side) throw UserError(metrics + ".dropped: cannot be written");
+  }
+  io::write_file_atomically(metrics, kept);
+  return static_cast<std::int64_t>(lines.size() - keep);
+}
+}  // namespace
+
+RunLog::RunLog(const dist::MpiEnv& env, const std::string& log_dir, std::int64_t resumed_step)
+    : rank0_(env.rank() == 0), dir_(log_dir) {
   if (rank0_ && !dir_.empty()) {
     mkdir_p(dir_);
-    metrics_ = std::make_unique<std::ofstream>(dir_ + "/metrics.jsonl", std::ios::app);
+    const std::string metrics = dir_ + "/metrics.jsonl";
+    if (resumed_step >= 0) {
+      try {
+        const std::int64_t dropped = drop_records_after(metrics, resumed_step);
+        if (dropped > 0)
+          log::info(metrics + ": moved its last " + std::to_string(dropped) + " records, of the steps after " +
+                    std::to_string(resumed_step) + " where this run resumes (an earlier run's, whose work ended with " +
+                    "it after its last checkpoint), to metrics.jsonl.dropped");
+      } catch (const UserError& e) {
+        log::warn(std::string(e.what()) + ": the records of steps after " + std::to_string(resumed_step) +
+                  " stay (this run's follow them)");
+      }
+    }
+    // An earlier run's last line cut short (its disk was full, it was killed mid-write): this run's lines start on
+    // a line of their own, so that the file stays one JSON document a line from here on.
+    bool cut = false;
+    {
+      std::ifstream in(metrics, std::ios::binary | std::ios::ate);
+      if (in && in.tellg() > 0) {
+        in.seekg(-1, std::ios::end);
+        char last = '\n';
+        cut = in.get(last) && last != '\n';
+      }
+    }
+    metrics_ = std::make_unique<std::ofstream>(metrics, std::ios::app);
+    if (cut) {
+      *metrics_ << "\n" << std::flush;
+      log::warn(metrics + ": its last line was cut short (an earlier run's disk full or killed while writing it); "
+                "this run's lines follow on a line of their own");
+    }
     tb_ = std::make_unique<io::TfEventsWriter>(dir_);
   }
   // Open MPI gives ranks a pseudo-terminal even when its own output goes to a file: no progress line there.
@@ -103,14 +165,37 @@ RunLog::RunLog(const dist::MpiEnv& env, const std::string& log_dir) : rank0_(env
 RunLog::~RunLog() = default;
 
 void RunLog::emit(const nlohmann::json& j, std::int64_t step) {
-  if (metrics_) {
+  if (metrics_ && !metrics_failed_) {
     *metrics_ << j.dump() << "\n" << std::flush;
     // Mid-run (the file was writable at the start: app::check_log_dir): a full disk; the run goes on, said once.
-    if (!*metrics_) log::warn_once(dir_ + "/metrics.jsonl: cannot be written (disk full?): the metrics of later steps are lost");
+    if (!*metrics_) {
+      metrics_failed_ = true;
+      log::warn(dir_ + "/metrics.jsonl: cannot be written (disk full?): the metrics of later steps are lost");
+    }
   }
-  if (tb_)
-    for (auto it = j.begin(); it != j.end(); ++it)
-      if (it.value().is_number() && it.key() != "step") tb_->scalar(it.key(), it.value().get<double>(), step);
+  if (tb_) {
+    try {
+      for (auto it = j.begin(); it != j.end(); ++it)
+        if (it.value().is_number() && it.key() != "step") tb_->scalar(it.key(), it.value().get<double>(), step);
+    } catch (const UserError& e) {
+      drop_events(e.what());
+    }
+  }
+}
+
+void RunLog::drop_events(const std::string& why) {
+  log::warn(why + ": the TensorBoard events of later steps are not written (the run goes on)");
+  tb_->abandon();
+  tb_.reset();
+}
+
+void RunLog::write_summary(const std::string& text) {
+  if (!rank0_ || dir_.empty()) return;
+  try {
+    io::write_file_atomically(dir_ + "/job_summary.txt", text);
+  } catch (const UserError& e) {
+    log::warn(std::string(e.what()) + ": job_summary.txt not written (the run's work is done and kept)");
+  }
 }
 
 void RunLog::line(const std::string& text) {
@@ -132,7 +217,12 @@ void RunLog::end_progress() {
 }
 
 void RunLog::flush() {
-  if (tb_) tb_->flush();
+  if (!tb_) return;
+  try {
+    tb_->flush();
+  } catch (const UserError& e) {
+    drop_events(e.what());
+  }
 }
 
 int shard_text(char* out, std::size_t size, const model::ModelDef& def) {

@@ -81,7 +81,11 @@ class PhasesPaused {
 
 class RunLog {
  public:
-  RunLog(const dist::MpiEnv& env, const std::string& log_dir);
+  // resumed_step >= 0: the run resumes at that step (from a checkpoint). The records of later steps at the end of
+  // metrics.jsonl, an earlier run's whose work was lost with its end (killed after its last checkpoint), are moved
+  // to metrics.jsonl.dropped (said once), so that each step has the records of the run that kept it; TensorBoard
+  // drops such points by itself when a step goes back.
+  RunLog(const dist::MpiEnv& env, const std::string& log_dir, std::int64_t resumed_step = -1);
   ~RunLog();
   // One record at `step`: a line of metrics.jsonl, and every number (but "step") as a TensorBoard scalar.
   void emit(const nlohmann::json& record, std::int64_t step);
@@ -91,11 +95,18 @@ class RunLog {
   void progress(std::int64_t step, std::int64_t first_step, std::int64_t max_steps, double elapsed);
   void end_progress();
   void flush();
+  // Rank 0: <log.dir>/job_summary.txt, replaced whole (written under a temporary name, then renamed) or not at all:
+  // a failure is a warning, not the end of a run whose work is done.
+  void write_summary(const std::string& text);
   bool rank0() const { return rank0_; }
   const std::string& dir() const { return dir_; }
 
  private:
+  // A write of the TensorBoard events failed (a full disk): said once, and no more events are written; the run
+  // goes on, as it does when metrics.jsonl cannot be written.
+  void drop_events(const std::string& why);
   bool rank0_, tty_;
+  bool metrics_failed_ = false;
   std::string dir_;
   std::unique_ptr<std::ofstream> metrics_;
   std::unique_ptr<io::TfEventsWriter> tb_;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <sstream>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -229,8 +230,8 @@ std::pair<double, double> SftTrainer::evaluate(bool accuracy) {
 SftResult SftTrainer::run() {
   SftResult res;
   const auto t0 = Clock::now();
-  ckpt_->resume(state_, nullptr);
-  RunLog rlog(env_, opts_.log_dir);
+  const std::string resumed = ckpt_->resume(state_, nullptr);
+  RunLog rlog(env_, opts_.log_dir, resumed.empty() ? -1 : state_.step);
   const bool rank0 = rlog.rank0();
   const double flops_per_token =
       (model_.base_grads() ? 6.0 : 4.0) * static_cast<double>(model_.base_numel());  // full FT: 6N; LoRA: ~4N
@@ -254,7 +255,7 @@ SftResult SftTrainer::run() {
     window_all += last_tokens_all_;
     run_all += static_cast<double>(last_tokens_all_);
     res.final_loss = loss;
-    const bool last = state_.step == end || stop_agreed(env_, state_.step);  // a stop signal: checkpoint, exit 3
+    const bool last = state_.step == end || stop_agreed(env_, state_.step, ckpt_->enabled());  // a stop signal: checkpoint, exit 3
     if (rank0 && (state_.step % std::max(1, opts_.log_every) == 0 || last)) {
       const double dt = seconds_since(window);
       // Every token of the batch (as llm.c and transformers count them), and the tokens in the loss beside it.
@@ -316,7 +317,14 @@ SftResult SftTrainer::run() {
   if (rank0 && state_.step > first) std::fputs(phases.c_str(), stdout);
   const auto phase_rec = phase_record(env_, model_.ops().phase_seconds(), state_.step - first, step_seconds, run_all);
   if (state_.step > first) emit({{"step", state_.step}, {"phases", phase_rec}});  // the table as data (perf/scaling)
-  // The end: evaluation (not when stopped by a signal), final checkpoint, summary.
+  // The end: the final checkpoint first (the work is kept before a final evaluation that may take long, and that a
+  // preemption's SIGKILL may cut short: before 2026-11-28 the checkpoint came after it), then the evaluation (not
+  // when stopped by a signal; its loss is in metrics and the summary, not in that checkpoint's best_eval_loss),
+  // the summary.
+  if (ckpt_->enabled() && state_.step > first) {
+    ckpt_->save(state_);
+    ++res.checkpoints;
+  }
   const auto [el, acc] = stop::stopped_early() ? std::pair<double, double>(-1, -1) : evaluate(true);
   if (el >= 0) {
     state_.best_eval_loss = std::min(state_.best_eval_loss, el);
@@ -332,10 +340,6 @@ SftResult SftTrainer::run() {
     emit(j);
   }
   res.eval_accuracy = acc;
-  if (ckpt_->enabled() && state_.step > first) {
-    ckpt_->save(state_);
-    ++res.checkpoints;
-  }
   res.steps = state_.step;
   res.skipped = state_.skipped_steps;
   res.overflows = state_.overflow_steps;
@@ -343,7 +347,7 @@ SftResult SftTrainer::run() {
   res.tokens_per_second = res.seconds > 0 ? static_cast<double>(state_.tokens_seen) / res.seconds : 0;
   rlog.flush();
   if (rank0 && !opts_.log_dir.empty()) {
-    std::ofstream s(opts_.log_dir + "/job_summary.txt");
+    std::ostringstream s;  // job_summary.txt, written whole (RunLog::write_summary)
     s << "mgrl " << build_info().version << " sft\n"
       << "ranks: " << env_.size() << "\n"
       << "wall time: " << human_time(res.seconds) << " (" << res.seconds << " s)\n"
@@ -356,6 +360,7 @@ SftResult SftTrainer::run() {
     if (acc >= 0) s << "held-out accuracy: " << acc << "\n";
     s << "checkpoints written: " << res.checkpoints << (opts_.checkpoint_dir.empty() ? "" : " in " + opts_.checkpoint_dir) << "\n";
     if (state_.step > first) s << "rank 0 " << phases;
+    rlog.write_summary(s.str());
   }
   return res;
 }

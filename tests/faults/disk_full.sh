@@ -10,20 +10,12 @@
 # --log.dir, which this adds). Exit code 77 (skipped) where no tmpfs can be mounted: neither root nor unprivileged
 # user namespaces, or a container without the capability to mount.
 set -uo pipefail
+# shellcheck source=mount_ns.sh
+source "$(dirname "$0")/mount_ns.sh"
+in_mount_namespace "$0" "$@"
 which=$1 work=$2 check=$3
 shift 3
 [ "$1" = -- ] && shift
-
-if [ -z "${MGRL_DISK_FULL_NS:-}" ]; then
-  export MGRL_DISK_FULL_NS=1
-  for how in "--mount" "--user --map-root-user --mount"; do
-    if unshare $how --propagation private true 2>/dev/null; then
-      exec unshare $how --propagation private bash "$0" "$which" "$work" "$check" -- "$@"
-    fi
-  done
-  echo "SKIP: no mount namespace can be made here (needs root or unprivileged user namespaces)"
-  exit 77
-fi
 
 rm -rf "$work" && mkdir -p "$work/disk" || exit 1
 fail() { echo "FAIL: $*"; echo "--- stderr"; cat "$work/err" 2>/dev/null; exit 1; }
@@ -66,8 +58,8 @@ want="mgrl: error: $work/disk/ck/step_0000000$bad.h5: cannot write the checkpoin
 # Every process of the job has ended (mpirun reaps its ranks; allow it a moment).
 for _ in $(seq 40); do [ -z "$(ours)" ] && break; sleep 0.1; done
 [ -z "$(ours)" ] || fail "processes left behind: $(ours | tr '\n' ' ')"
-# No temporary: only the checkpoints that fitted.
-left=$(ls -A "$work/disk/ck" | tr '\n' ' ' | sed 's/ $//')
+# No temporary: only the checkpoints that fitted (and the lock file of the run-directory lock).
+left=$(ls -A "$work/disk/ck" | grep -v '^\.mgrl\.lock$' | tr '\n' ' ' | sed 's/ $//')  # the run's lock file stays
 [ "$left" = "$kept" ] || fail "the checkpoint directory holds '$left', expected '$kept'"
 if [ -n "$kept" ]; then
   "$check" read "$work/disk/ck/$kept" || fail "$kept does not read back"

@@ -53,6 +53,24 @@ add_test(NAME fault.kill9_checkpoints_50 COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR
          ${CMAKE_CURRENT_BINARY_DIR}/faults/kill9_50 $<TARGET_FILE:check_train> -- ${KILL9_LAUNCH})
 set_tests_properties(fault.kill9_checkpoints_50 PROPERTIES LABELS "fault;slow" TIMEOUT 400)
 
+# The log's disk fills up mid-run (log.dir on a tmpfs of 12 KiB): the run goes on to its final checkpoint (the
+# uninterrupted weights), one warning a log file; the next run's metrics lines start on a line of their own.
+add_test(NAME fault.log_disk_full.np1 COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/faults/log_disk_full.sh
+         ${CMAKE_CURRENT_BINARY_DIR}/faults/log_disk_full $<TARGET_FILE:check_train> -- ${KILL9_LAUNCH})
+set_tests_properties(fault.log_disk_full.np1 PROPERTIES LABELS "fault;cli" TIMEOUT 120 SKIP_RETURN_CODE 77
+                     PASS_REGULAR_EXPRESSION "PASS: ")
+# A re-export over an earlier one (adapter and merged model) on a disk with room for one: exit 2, the earlier export
+# whole (it was left mixing two exports), then with room every file replaced.
+add_test(NAME fault.export_disk_full COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/faults/export_disk_full.sh
+         ${CMAKE_CURRENT_BINARY_DIR}/faults/export_disk_full -- $<TARGET_FILE:mgrl> ${FAULT_ARGS})
+set_tests_properties(fault.export_disk_full PROPERTIES LABELS "fault;cli" TIMEOUT 120 SKIP_RETURN_CODE 77
+                     PASS_REGULAR_EXPRESSION "PASS: ")
+# score's output on a full disk: exit 2 naming the file (exit 1 before, its line an HDF5 call's); GRPO's rollout
+# files there: a warning, and the run goes on (it ended with exit 1). No temporary.
+add_test(NAME fault.outputs_disk_full COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/faults/outputs_disk_full.sh
+         ${CMAKE_CURRENT_BINARY_DIR}/faults/outputs_disk_full ${PROJECT_SOURCE_DIR} -- $<TARGET_FILE:mgrl>)
+set_tests_properties(fault.outputs_disk_full PROPERTIES LABELS "fault;cli" TIMEOUT 120 SKIP_RETURN_CODE 77
+                     PASS_REGULAR_EXPRESSION "PASS: ")
 # The checkpoint disk fills up (issue 20): a tmpfs a little larger than one checkpoint (second) or smaller (first),
 # mounted in a mount namespace of the test's own; skipped (77) where none can be mounted. Exit code 2 with one line
 # naming the checkpoint and the full disk (was a SIGSEGV of libhdf5 at exit), every rank ends, no temporary is left,

@@ -179,6 +179,11 @@ c ck_export_named_damaged 1 "ck/step_00000001\.h5: damaged checkpoint: its HDF5 
 # another objective's step count, schedule and moments (until 2026-11-28).
 c ck_other_mode 1 "ck/step_00000002\.h5: a checkpoint of mgrl sft, resumed by mgrl grpo" '' $GRPO --lora.r=2 --checkpoint.dir=ck --checkpoint.resume=auto
 
+# checkpoint.dir holding an earlier run's checkpoints and resume = "none" (or a path before the newest): the new run
+# replaced them one by one and pruning counted them among the newest (deleting its own), exit 0, until 2026-11-28.
+c ck_resume_none_over_run 1 "ck \(checkpoint\.dir\) holds checkpoints of an earlier run \(the newest: ck/step_00000002\.h5\) and checkpoint\.resume = \"none\" starts afresh" '' $SFT --checkpoint.dir=ck
+c ck_resume_none_over_run_np2 2 "ck \(checkpoint\.dir\) holds checkpoints of an earlier run" '' $SFT --checkpoint.dir=ck
+c ck_resume_path_before_newest 1 "ck \(checkpoint\.dir\) holds checkpoints after step 1 of ck/step_00000001\.h5 \(the newest: ck/step_00000002\.h5\)" '' $SFT --checkpoint.dir=ck --checkpoint.resume=ck/step_00000001.h5
 # ---- output locations ----
 c out_ck_dir_is_file 1 'old_output\.jsonl: cannot create the checkpoint directory \(Not a directory\)' '' $SFT --checkpoint.dir=old_output.jsonl
 c out_ck_dir_under_file 1 'old_output\.jsonl/ck: cannot create the checkpoint directory \(Not a directory\)' '' $SFT --checkpoint.dir=old_output.jsonl/ck
@@ -193,6 +198,18 @@ c out_score_missing_dir 1 'nodir/scores\.h5' '' $SCORE --score.output=nodir/scor
 c out_score_is_dir 1 'ck' '' $SCORE --score.output=ck
 c out_generate_under_file 1 'old_output\.jsonl/out\.jsonl' '' $GEN --generate.output=old_output.jsonl/out.jsonl
 c out_export_is_file 1 'old_output\.jsonl: exists and is not a directory' '' export --checkpoint.dir=ck --export.output=old_output.jsonl
+# An output over one of the run's inputs (found by a data-loss hunt): the prompts replaced by the completions, the
+# model's config.json or weights, the tokenizer, the scored data replaced by HDF5, each with exit 0 (until 2026-11-28).
+# (An output that is a link to an input replaces the link, not the input: allowed.)
+c out_generate_over_prompts 1 "key 'generate\.output' = prompts\.jsonl: it is data\.input \(prompts\.jsonl\), the input of this run; writing there would replace it" '' $GEN --generate.output=prompts.jsonl
+c out_generate_over_model_config 1 "key 'generate\.output' = model/config\.json: a file of model\.path \(model\), an input of this run" '' $GEN --generate.output=model/config.json
+c out_generate_over_tokenizer 1 "key 'generate\.output' = tok/tokenizer\.json: a file of model\.tokenizer \(tok\)" '' $GEN --generate.output=tok/tokenizer.json
+c out_generate_over_adapter_np2 2 "key 'generate\.output' = ad/adapter_config\.json: a file of lora\.adapter \(ad\)" 'mkdir ad && cp model/adapter_config.json model/adapter_model.safetensors ad/' $GEN --lora.adapter=ad --generate.output=ad/adapter_config.json
+c out_score_over_tokens 1 "key 'score\.output' = tokens\.jsonl: it is data\.input \(tokens\.jsonl\)" '' $SCORE --score.output=tokens.jsonl
+c out_score_over_weights_np2 2 "key 'score\.output' = model/model\.safetensors: a file of model\.path \(model\)" '' $SCORE --score.output=model/model.safetensors
+# GRPO's rollout files are named as checkpoints are: checkpoint.dir = <log.dir>/rollouts replaced them (and pruning
+# set them aside as damaged checkpoints).
+c out_ck_dir_is_rollouts 1 "key 'checkpoint\.dir' = L/rollouts: it is log\.dir's rollouts directory \(L/rollouts\)" '' $GRPO --log.dir=L --checkpoint.dir=L/rollouts
 c out_generate_is_fifo 1 'pipe: exists and is not a regular file' 'mkfifo pipe' $GEN --generate.output=pipe
 c out_score_is_fifo 1 'pipe: exists and is not a regular file' 'mkfifo pipe' $SCORE --score.output=pipe
 c out_export_adapter_is_dir 1 'exported/adapter_model\.safetensors: exists and is not a regular file' 'mkdir -p exported/adapter_model.safetensors' export --checkpoint.dir=ck --export.output=exported

@@ -52,7 +52,9 @@ source "$src/tests/robust/cases.sh"
 [ "$found" = 1 ] || { echo "FAIL: no case '$case_name' in cases.sh"; exit 1; }
 
 eval "$setup" || { echo "FAIL: the case's setup failed"; exit 1; }
-snapshot() { find . -type f ! -path './.robust/*' -print0 | xargs -0 -r sha256sum | LC_ALL=C sort; }
+# Every file but the run-directory lock files (.mgrl.lock: one line naming the last run that held the directory,
+# rewritten by each run that takes the lock, a failed one too; app::lock_run_dirs).
+snapshot() { find . -type f ! -path './.robust/*' ! -name .mgrl.lock -print0 | xargs -0 -r sha256sum | LC_ALL=C sort; }
 mkdir .robust
 snapshot > .robust/before
 if [ "${args[0]}" = bash ]; then  # a case that sets limits first (ulimit -f: a full disk)

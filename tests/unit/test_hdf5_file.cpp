@@ -209,8 +209,9 @@ TEST(Hdf5File, FullDiskIsAnErrorThatLeavesNothingAndLibhdf5Intact) {
             name + ": the error should say '" + where + "' and the disk's reason, not '" + msg + "'");
       check(listing().empty(), name + ": files left: " + listing());
     };
-    full_disk("large.h5", 100000, 2, "H5Dwrite");                      // 400 KB at once: the write fails
-    full_disk("buffered.h5", 6000, 20, "H5Dclose");                    // 24 KB each: buffered until the close
+    // The dataset whose write fails is named (H5Dwrite's or, for values buffered until then, H5Dclose's failure).
+    full_disk("large.h5", 100000, 2, "cannot write 't/0'");            // 400 KB at once: the write fails
+    full_disk("buffered.h5", 6000, 20, "cannot write 't/");            // 24 KB each: buffered until the close
     full_disk("metadata.h5", 2, 2000, "cannot write the file");  // metadata only: left for the commit
     // A disk full before the file is created.
     {
