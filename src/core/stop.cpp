@@ -22,7 +22,7 @@ void say(const char* s) {
 }
 
 void on_stop_signal(int signo) {
-  if (!g_armed || (g_signal != 0 && signo != SIGUSR1)) {
+  if (!g_armed || (g_signal != 0 && signo != SIGUSR1 && signo != SIGUSR2)) {
     // Not yet in a training loop, or the second SIGINT / SIGTERM: stop now, with the signal's default action.
     ::signal(signo, SIG_DFL);
     ::raise(signo);
@@ -42,7 +42,7 @@ void install_handlers() {
   if (g_installed) return;
   g_installed = true;
   g_tty = ::isatty(STDERR_FILENO) == 1;
-  for (int signo : {SIGUSR1, SIGTERM, SIGINT}) {
+  for (int signo : {SIGUSR1, SIGUSR2, SIGTERM, SIGINT}) {
     struct sigaction old {};
     if (signo == SIGINT && ::sigaction(SIGINT, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
     struct sigaction sa {};
@@ -60,6 +60,7 @@ int pending_signal() { return g_signal; }
 const char* pending_signal_name() {
   switch (g_signal) {
     case SIGUSR1: return "SIGUSR1";
+    case SIGUSR2: return "SIGUSR2";
     case SIGTERM: return "SIGTERM";
     case SIGINT: return "SIGINT";
     case 0: return "";

@@ -1,5 +1,6 @@
-// stop.h: graceful stop on a signal. SIGUSR1 (SLURM's warning before the time limit), SIGTERM (preemption,
-// scancel, mpirun forwarding) and SIGINT (Ctrl-C) only raise a flag; the training loops read it at the end of
+// stop.h: graceful stop on a signal. SIGUSR1 or SIGUSR2 (SLURM's warning before the time limit, `sbatch
+// --signal=USR1@300`; either may be chosen), SIGTERM (preemption, scancel, mpirun forwarding) and SIGINT (Ctrl-C)
+// only raise a flag; the training loops read it at the end of
 // each optimizer step (the ranks agree on it), write a checkpoint and the process exits with kExitStopped.
 // A second SIGINT or SIGTERM ends the process at once, as if no handler were installed. Before a training loop has
 // armed the handlers (set-up: loading, checks, or a job that mpirun aborts because another rank failed) a signal

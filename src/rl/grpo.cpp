@@ -663,6 +663,7 @@ GrpoResult GrpoTrainer::run() {
   train::RunLog rlog(env_, opts_.log_dir, resumed.empty() ? -1 : state_.step);
   const std::int64_t first = state_.step;
   const std::int64_t end = opts_.stop_at_step > 0 ? std::min(opts_.stop_at_step, opts_.max_steps) : opts_.max_steps;
+  train::warn_if_nothing_to_train(resumed, state_.step, end);
   auto eval_line = [&](const char* when, const EvalResult& e) {
     if (e.prompts == 0) return;
     char line[256];

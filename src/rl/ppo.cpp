@@ -346,6 +346,7 @@ std::int64_t PpoTrainer::run() {
   train::RunLog rlog(env_, opts_.log_dir, resumed.empty() ? -1 : state_.step);
   const std::int64_t first = state_.step;
   const std::int64_t end = opts_.stop_at_step > 0 ? std::min(opts_.stop_at_step, opts_.max_steps) : opts_.max_steps;
+  train::warn_if_nothing_to_train(resumed, state_.step, end);
   const auto t0 = train::Clock::now();
   stop::arm();
   auto extra_state = [&]() { return nlohmann::json{{"value_head", vh_->state()}, {"kl_coef", kl_coef_}}.dump(); };

@@ -23,6 +23,10 @@ struct CheckpointOptions {
   std::string config_text; // the run's effective configuration
 };
 
+// A run resumed at `step` from `resumed` ("" when it started afresh) whose last step `end` (train.max_steps, or
+// train.stop_at_step) is not beyond it has nothing to train: one warning (rank 0) saying so and how to go on.
+void warn_if_nothing_to_train(const std::string& resumed, std::int64_t step, std::int64_t end);
+
 class Checkpointer {
  public:
   Checkpointer(const dist::MpiEnv& env, kernels::Ops& ops, const Optimizer& opt, CheckpointOptions opts,

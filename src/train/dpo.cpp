@@ -326,6 +326,7 @@ DpoResult DpoTrainer::run() {
   double step_seconds = 0, run_tokens = 0;
   model_.ops().phase_reset();
   const std::int64_t end = opts_.stop_at_step > 0 ? std::min(opts_.stop_at_step, opts_.max_steps) : opts_.max_steps;
+  warn_if_nothing_to_train(resumed, state_.step, end);
   stop::arm();
   auto eval_line = [&](const DpoSums& s, const char* what) {
     const double n = std::max(1.0, s.pairs);

@@ -244,6 +244,7 @@ SftResult SftTrainer::run() {
   model_.ops().phase_reset();
   double loss = 0;
   const std::int64_t end = opts_.stop_at_step > 0 ? std::min(opts_.stop_at_step, opts_.max_steps) : opts_.max_steps;
+  warn_if_nothing_to_train(resumed, state_.step, end);
   stop::arm();  // from here a stop signal ends the run after its step, with a checkpoint
   while (state_.step < end) {
     const std::int64_t before = state_.tokens_seen;
