@@ -32,11 +32,10 @@ struct Known {
   long long start_time;
 };
 
-// Each local rank's slot in memory shared by the host's ranks: its "speaking" flag and its progress counter.
+// Each local rank's slot in memory shared by the host's ranks: its "speaking" flag and its generation step count.
 struct Slot {
   std::int64_t speaking;
   std::uint64_t progress;
-  std::int64_t activity;  // dist::Activity of the last progress
 };
 
 int g_self = 0;
@@ -132,7 +131,7 @@ int open_listener() {
   return ntohs(a.sin_port);
 }
 
-// The answering thread: one line per connection, "mgrl-peer <rank> <pid> <progress> <activity> <operation or ->".
+// The answering thread: one line per connection, "mgrl-peer <rank> <pid> <progress> <operation or ->".
 void serve() {
   for (;;) {
     pollfd fds[2] = {{g_listen, POLLIN, 0}, {g_wake[0], POLLIN, 0}};
@@ -150,15 +149,12 @@ void serve() {
         doing = g_doing;
       }
       unsigned long long progress = 0;
-      long long activity = 0;
       {
         std::lock_guard<std::mutex> lock(g_own_mu);  // the shared window is not freed meanwhile
-        const Slot* own = __atomic_load_n(&g_own, __ATOMIC_ACQUIRE);
-        progress = __atomic_load_n(&own->progress, __ATOMIC_RELAXED);
-        activity = __atomic_load_n(&own->activity, __ATOMIC_RELAXED);
+        progress = __atomic_load_n(&__atomic_load_n(&g_own, __ATOMIC_ACQUIRE)->progress, __ATOMIC_RELAXED);
       }
       const std::string line = "mgrl-peer " + std::to_string(g_self) + " " + std::to_string(::getpid()) + " " +
-                               std::to_string(progress) + " " + std::to_string(activity) + " " +
+                               std::to_string(progress) + " " +
                                (doing.empty() ? std::string("-") : doing) + "\n";
       (void)::send(c, line.data(), line.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
       ::close(c);
@@ -241,7 +237,6 @@ void init(MPI_Comm world, MPI_Comm local, const std::string& host) {
   }
   __atomic_store_n(&base->speaking, 0, __ATOMIC_SEQ_CST);
   __atomic_store_n(&base->progress, __atomic_load_n(&g_private.progress, __ATOMIC_RELAXED), __ATOMIC_SEQ_CST);
-  __atomic_store_n(&base->activity, 0, __ATOMIC_SEQ_CST);
   {
     std::lock_guard<std::mutex> lock(g_own_mu);
     __atomic_store_n(&g_own, base, __ATOMIC_RELEASE);
@@ -280,7 +275,6 @@ void finalize() {
   {
     std::lock_guard<std::mutex> lock(g_own_mu);
     g_private.progress = __atomic_load_n(&g_own->progress, __ATOMIC_RELAXED);
-    g_private.activity = __atomic_load_n(&g_own->activity, __ATOMIC_RELAXED);
     __atomic_store_n(&g_own, &g_private, __ATOMIC_RELEASE);
   }
   if (g_win != MPI_WIN_NULL) MPI_Win_free(&g_win);
@@ -320,8 +314,7 @@ std::vector<Progress> local_progress() {
   std::vector<Progress> out;
   for (std::size_t i = 0; i < g_slots.size(); ++i) {
     if (g_slot_rank[i] == g_self) continue;
-    out.push_back({g_slot_rank[i], __atomic_load_n(&g_slots[i]->progress, __ATOMIC_RELAXED),
-                   static_cast<int>(__atomic_load_n(&g_slots[i]->activity, __ATOMIC_RELAXED))});
+    out.push_back({g_slot_rank[i], __atomic_load_n(&g_slots[i]->progress, __ATOMIC_RELAXED)});
   }
   return out;
 }
@@ -346,18 +339,8 @@ std::string name(const Remote& r) { return "rank " + std::to_string(r.rank) + " 
 
 namespace mgrl::dist {
 
-const char* activity_name(Activity a) {
-  switch (a) {
-    case Activity::Generating: return "generating";
-    case Activity::None: break;
-  }
-  return "";
-}
-
-void note_progress(Activity what) {
-  peers::Slot* own = __atomic_load_n(&peers::g_own, __ATOMIC_ACQUIRE);
-  __atomic_store_n(&own->activity, static_cast<std::int64_t>(what), __ATOMIC_RELAXED);
-  __atomic_add_fetch(&own->progress, 1, __ATOMIC_RELAXED);
+void note_generation_step() {
+  __atomic_add_fetch(&__atomic_load_n(&peers::g_own, __ATOMIC_ACQUIRE)->progress, 1, __ATOMIC_RELAXED);
 }
 
 }  // namespace mgrl::dist
@@ -440,22 +423,20 @@ std::vector<Remote> probe(double wait_s) {
       t.r.reach = t.connected ? Reach::Silent : Reach::Unreachable;
       ::close(t.fd);
     } else if (t.connected) {
-      // "mgrl-peer <rank> <pid> <progress> <activity> <operation>": the rank itself answered (another process on
-      // its port would not).
+      // "mgrl-peer <rank> <pid> <progress> <operation>": the rank itself answered (another process on its port
+      // would not).
       const auto nl = t.got.find('\n');
       std::istringstream line(t.got.substr(0, nl));
       std::string tag;
       long rank = -1, pid = -1;
       unsigned long long progress = 0;
-      int activity = 0;
-      line >> tag >> rank >> pid >> progress >> activity;
+      line >> tag >> rank >> pid >> progress;
       std::string doing;
       std::getline(line >> std::ws, doing);
       if (tag == "mgrl-peer" && line && rank == t.r.rank && pid == t.r.pid && nl != std::string::npos) {
         t.r.reach = Reach::Answers;
         t.r.doing = doing == "-" ? std::string() : doing;
         t.r.progress = progress;
-        t.r.activity = activity;
       } else {
         t.r.reach = Reach::Silent;
       }

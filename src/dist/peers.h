@@ -40,11 +40,10 @@ std::vector<Peer> look();
 void mark_speaking();
 // Some rank of this host (this one included) has called mark_speaking().
 bool someone_spoke();
-// The progress counters of the other ranks of this host (dist/progress.h), read from shared memory.
+// The generation step counts of the other ranks of this host (dist/progress.h), read from shared memory.
 struct Progress {
   int rank = 0;
   unsigned long long count = 0;
-  int activity = 0;  // dist::Activity
 };
 std::vector<Progress> local_progress();
 // "rank 1 (pid 4242)".
@@ -64,8 +63,7 @@ struct Remote {
   std::string address;  // "10.0.0.2:41234", where it was probed
   Reach reach = Reach::Answers;
   std::string doing;    // for Answers: the operation it waits in ("" when it computes)
-  unsigned long long progress = 0;  // for Answers: its progress counter (dist/progress.h)
-  int activity = 0;                 // and what it counts (dist::Activity)
+  unsigned long long progress = 0;  // for Answers: its generation step count (dist/progress.h)
 };
 // Host name of a rank (from the start-up exchange; "?" when unknown).
 std::string host_of(int rank);

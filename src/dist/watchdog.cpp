@@ -146,7 +146,7 @@ void Watchdog::probe_remote(std::unique_lock<std::mutex>& lock, std::chrono::ste
   remote_.clear();
   for (const auto& r : found) {
     remote_.push_back({r.rank, r.host, r.address, r.doing, static_cast<int>(r.reach)});
-    if (r.reach == peers::Reach::Answers) saw_progress(r.rank, r.progress, r.activity, last_probe_, first_of_wait);
+    if (r.reach == peers::Reach::Answers) saw_progress(r.rank, r.progress, last_probe_, first_of_wait);
   }
   const std::string in = waiting_in();
   if (in.empty()) return;  // the call has completed meanwhile
@@ -161,21 +161,20 @@ void Watchdog::probe_remote(std::unique_lock<std::mutex>& lock, std::chrono::ste
                last_probe_, kExitRankLost);
 }
 
-void Watchdog::saw_progress(int rank, unsigned long long count, int activity, std::chrono::steady_clock::time_point now,
+void Watchdog::saw_progress(int rank, unsigned long long count, std::chrono::steady_clock::time_point now,
                             bool first_is_baseline) {
   ProgressSeen& p = progress_[rank];
   // This host's counters are read from the start, every poll: they start at 0, and a first reading above it has
   // moved since. Another host's are read only by the probes of a long wait: its first probe's are a baseline.
   if (count != p.count && !first_is_baseline) p.changed = now;
   p.count = count;
-  p.activity = activity;
 }
 
 Watchdog::LastProgress Watchdog::last_progress() const {
   LastProgress out;
   for (const auto& [rank, p] : progress_)
     if (p.changed != std::chrono::steady_clock::time_point{} && (out.rank < 0 || p.changed > out.at))
-      out = {rank, p.activity, p.changed};
+      out = {rank, p.changed};
   return out;
 }
 
@@ -216,7 +215,7 @@ void Watchdog::loop() {
     // A rank of this host that has ended while this one runs (before MPI_Finalize, which no rank passes alone):
     // killed or crashed, and the job cannot go on. Mpirun ends the job too, but says nothing of what the others
     // were doing, and a rank blocked in shared-memory communication would otherwise wait for it.
-    for (const auto& p : peers::local_progress()) saw_progress(p.rank, p.count, p.activity, now, false);
+    for (const auto& p : peers::local_progress()) saw_progress(p.rank, p.count, now, false);
     if (now - last_look >= milliseconds(100)) {
       last_look = now;
       for (const auto& p : peers::look()) {
@@ -250,8 +249,7 @@ void Watchdog::loop() {
         const LastProgress lp = last_progress();
         // Moved during this wait (not just seen moving by the first polls after it began: 50 ms apart).
         const bool moved = lp.rank >= 0 && lp.at > it->start + milliseconds(250);
-        const char* activity = activity_name(static_cast<Activity>(lp.activity));
-        const std::string who = "rank " + std::to_string(lp.rank) + (*activity ? std::string(", ") + activity : "");
+        const std::string who = "rank " + std::to_string(lp.rank) + ", generating";  // the only progress counted
         if (moved && now - lp.at < limit) {
           if (!said_waiting_on_progress_) {
             said_waiting_on_progress_ = true;

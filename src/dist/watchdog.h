@@ -83,14 +83,13 @@ class Watchdog {
   std::string remote_story(bool* lost, std::chrono::steady_clock::time_point since) const;
   // The operation this rank waits in, for messages ("" when none).
   std::string waiting_in() const;
-  // Another rank's progress counter as read at `now` (dist/progress.h); first_is_baseline: this reading is not
-  // compared with the one before (the first probe of a wait).
-  void saw_progress(int rank, unsigned long long count, int activity, std::chrono::steady_clock::time_point now,
+  // Another rank's generation step count as read at `now` (dist/progress.h); first_is_baseline: this reading is
+  // not compared with the one before (the first probe of a wait).
+  void saw_progress(int rank, unsigned long long count, std::chrono::steady_clock::time_point now,
                     bool first_is_baseline);
   // The rank whose progress was seen last and when (rank -1: none seen to move).
   struct LastProgress {
     int rank = -1;
-    int activity = 0;
     std::chrono::steady_clock::time_point at{};
   };
   LastProgress last_progress() const;
@@ -107,7 +106,6 @@ class Watchdog {
   std::vector<RemoteSeen> remote_;  // the last probe's findings
   struct ProgressSeen {
     unsigned long long count = 0;
-    int activity = 0;
     std::chrono::steady_clock::time_point changed{};  // {}: not seen to move yet
   };
   std::map<int, ProgressSeen> progress_;  // by rank

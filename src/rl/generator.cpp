@@ -188,7 +188,7 @@ std::vector<Completion> Generator::generate(const std::vector<Prompt>& prompts) 
 
   for (std::int64_t iteration = 0;; ++iteration) {
     // Ranks waiting for this one's generation wait on while it moves (dist/progress.h).
-    dist::note_progress(dist::Activity::Generating);
+    dist::note_generation_step();
     fault::point("generate_step", iteration);  // tests: a rank whose generation is slow (core/fault.h)
     const bool work = next_prompt < prompts.size() || !running.empty() || !prefilling.empty();
     if (opts_.lockstep) {
