@@ -460,24 +460,21 @@ void lock_run_dirs(const Context& ctx) {
 
 void refuse_output_over_inputs(const std::string& key, const std::string& output,
                                const std::vector<std::pair<std::string, std::string>>& inputs) {
-  struct stat out {};
+  namespace fs = std::filesystem;
+  std::error_code ec;
   // A new file replaces nothing; a link is replaced by the output (written under a temporary name and renamed), not
   // the file it points to.
-  if (output.empty() || ::lstat(output.c_str(), &out) != 0 || S_ISLNK(out.st_mode)) return;
-  const std::string parent = std::filesystem::path(output).parent_path().string();
-  struct stat dir {};
-  const bool have_dir = ::stat(parent.empty() ? "." : parent.c_str(), &dir) == 0;
+  const fs::file_status st = fs::symlink_status(output, ec);
+  if (output.empty() || !fs::exists(st) || fs::is_symlink(st)) return;
+  const fs::path parent = fs::path(output).has_parent_path() ? fs::path(output).parent_path() : fs::path(".");
   for (const auto& [in_key, path] : inputs) {
-    struct stat in {};
-    if (path.empty() || ::stat(path.c_str(), &in) != 0) continue;
-    if (S_ISDIR(in.st_mode)) {
-      if (have_dir && dir.st_dev == in.st_dev && dir.st_ino == in.st_ino)
-        throw UserError("key '" + key + "' = " + output + ": a file of " + in_key + " (" + path +
-                        "), an input of this run; writing there would replace it: choose another path");
-    } else if (out.st_dev == in.st_dev && out.st_ino == in.st_ino) {
-      throw UserError("key '" + key + "' = " + output + ": it is " + in_key + " (" + path +
-                      "), the input of this run; writing there would replace it: choose another path");
-    }
+    if (path.empty()) continue;
+    if (fs::is_directory(path, ec) ? fs::equivalent(parent, path, ec)
+                                   : fs::exists(path, ec) && fs::equivalent(output, path, ec))
+      throw UserError("key '" + key + "' = " + output + ": " +
+                      (fs::is_directory(path, ec) ? "a file of " + in_key + " (" + path + "), an input of this run"
+                                                  : "it is " + in_key + " (" + path + "), the input of this run") +
+                      "; writing there would replace it: choose another path");
   }
 }
 

@@ -2,8 +2,6 @@
 // adapter_model.safetensors) or, for full fine-tuning, a Hugging Face model directory; optionally the
 // adapter merged into the base weights (W + scale * B A) as a full model directory. A damaged checkpoint is never
 // exported, nor silently replaced by an older one: the error names the newest intact one.
-#include <fcntl.h>
-#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -49,11 +47,6 @@ void copy_file_if_exists(const std::string& from, const std::string& to) {
   io::write_file_atomically(to, bytes.str());
 }
 
-// The same directory, by what the file system says (links and relative paths resolved)?
-bool same_directory(const std::string& a, const std::string& b) {
-  struct stat sa {}, sb {};
-  return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-}
 
 void make_dir(const std::string& d) {
   if (::mkdir(d.c_str(), 0755) != 0 && errno != EEXIST)
@@ -119,11 +112,7 @@ void publish(const std::string& stage, const std::string& out) {
     for (const auto& n : names)
       if (std::rename((from + "/" + n).c_str(), (to + "/" + n).c_str()) != 0)
         throw UserError(to + "/" + n + ": cannot move the export into place (" + std::strerror(errno) + ")");
-    const int fd = ::open(to.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) {
-      (void)::fsync(fd);
-      ::close(fd);
-    }
+    io::sync_directory(to);
   };
   if (fs::is_directory(stage + "/merged")) {
     make_dir(out + "/merged");
@@ -259,8 +248,9 @@ int run_export(Context& ctx) {
     if (ctx.env.rank() != 0) return;
     // The export must not write over the base model it was trained from (its config.json, model.safetensors or an
     // adapter beside them): refused before anything is written. So is a merge whose base cannot be read.
+    std::error_code ec;  // the same directory, by what the file system says (links and relative paths resolved)
     for (const std::string& dir : merge ? std::vector<std::string>{out, out + "/merged"} : std::vector<std::string>{out})
-      if (!base_dir.empty() && same_directory(dir, base_dir))
+      if (!base_dir.empty() && std::filesystem::equivalent(dir, base_dir, ec))
         throw UserError("key 'export.output' = " + out + ": " + (dir == out ? std::string() : dir + " is ") +
                         "the directory of the base model (model.path of the run: " + base_dir +
                         "); exporting there would overwrite it: choose another directory");

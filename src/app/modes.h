@@ -163,7 +163,8 @@ void lock_run_dirs(const Context& ctx);
 // UserError naming `key` when the output file `output` would replace one of the run's inputs: a file of
 // `inputs` (pairs of key and path: data.input) or an existing file inside a directory of them (model.path,
 // model.tokenizer, lora.adapter: config.json, the weights, tokenizer.json). Paths compared by what the file system
-// says (links and relative paths resolved); empty paths are skipped.
+// says (links and relative paths resolved); empty paths are skipped; an output that is itself a link is allowed (it
+// is replaced, not the file it points to).
 void refuse_output_over_inputs(const std::string& key, const std::string& output,
                                const std::vector<std::pair<std::string, std::string>>& inputs);
 

@@ -96,12 +96,17 @@ void write_file_atomically(const std::string& path, const std::string& bytes) {
   if (::fsync(fd) != 0) fail("cannot write the output file (fsync failed)");
   if (::close(fd) != 0) Failure{path, tmp, -1}("cannot write the output file");
   if (::rename(tmp.c_str(), path.c_str()) != 0) Failure{path, tmp, -1}("cannot move the finished file into place");
-  const int dir = ::open(parent_dir(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir >= 0) {
-    ::fsync(dir);
-    ::close(dir);
-  }
+  sync_parent_directory(path);
 }
+
+void sync_directory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  (void)::fsync(fd);
+  ::close(fd);
+}
+
+void sync_parent_directory(const std::string& path) { sync_directory(parent_dir(path)); }
 
 int remove_stale_temporaries_of(const std::string& path) {
   const std::string dir = parent_dir(path), prefix = base_name(path) + ".tmp.";

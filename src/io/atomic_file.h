@@ -10,6 +10,11 @@ namespace mgrl::io {
 // "<path>.tmp.<this process's pid>".
 std::string temporary_name(const std::string& path);
 
+// Makes the entries of a directory durable (fsync of the directory: after a rename into it); best effort.
+void sync_directory(const std::string& dir);
+// The same for the directory that holds path ("." for a bare name).
+void sync_parent_directory(const std::string& path);
+
 // Whether the process that wrote a "<...>.tmp.<pid>" file may still be writing it: pid is this process, or a
 // process of that pid runs on this host.
 bool writer_may_be_running(long pid);

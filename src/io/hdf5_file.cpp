@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "io/atomic_file.h"
 #include "io/check_hdf5.h"
 #include "io/checksum.h"
 
@@ -48,13 +49,8 @@ struct Handle {
   }
 };
 
-std::string parent_dir(const std::string& path) {
-  const auto slash = path.rfind('/');
-  return slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
-}
-
-void fsync_path(const std::string& path, bool directory) {
-  const int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
+void fsync_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
   if (fd < 0) return;
   ::fsync(fd);
   ::close(fd);
@@ -290,14 +286,14 @@ void H5Writer::commit() {
       throw;
     }
   } else {
-    fsync_path(tmp_, false);
+    fsync_file(tmp_);
   }
   if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
     const std::string why = std::strerror(errno);
     std::remove(tmp_.c_str());
     throw UserError(path_ + ": cannot move the finished file into place (" + why + ")");
   }
-  fsync_path(parent_dir(path_), true);
+  sync_parent_directory(path_);
 }
 
 H5Reader::H5Reader(std::string path) : path_(std::move(path)) {

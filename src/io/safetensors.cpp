@@ -554,14 +554,7 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
     ::unlink(tmp.c_str());
     throw UserError(path + ": cannot rename " + tmp + " to it (" + std::strerror(err) + ")");
   }
-  // Make the rename itself durable (best effort).
-  const std::size_t slash = path.find_last_of('/');
-  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
+  sync_parent_directory(path);  // the rename itself durable (best effort)
 }
 
 }  // namespace mgrl::io
