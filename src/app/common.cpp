@@ -305,42 +305,10 @@ void refuse_sharded_full_finetune(const io::Config& cfg) {
                     "(LoRA training); set one of them to false");
 }
 
-void check_log_dir(const Context& ctx, bool rollouts) {
-  const std::string dir = ctx.cfg.get_string("log.dir");
-  if (dir.empty()) return;
-  ctx.env.agree([&] {
-    if (ctx.env.rank() != 0) return;
-    namespace fs = std::filesystem;
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (ec || !fs::is_directory(dir))
-      throw UserError(dir + ": cannot create the log directory (log.dir; " +
-                      (ec ? ec.message() : std::string("not a directory")) + ")");
-    for (const char* name : {"metrics.jsonl", "job_summary.txt"})
-      io::check_regular_input(dir + "/" + name, "log.dir's " + std::string(name));
-    // Opened for appending, as the run will (an existing file keeps its lines).
-    if (!std::ofstream(dir + "/metrics.jsonl", std::ios::app)) throw UserError(dir + "/metrics.jsonl: cannot be written (log.dir)");
-    const std::string r = dir + "/rollouts";
-    if (rollouts && fs::exists(r, ec) && !fs::is_directory(r, ec))
-      throw UserError(r + ": not a directory (log.dir's rollout files are written there)");
-    // The rollout files are named as checkpoints are (step_<N>.h5): in one directory, each would replace the other
-    // and pruning would set the rollouts aside as damaged checkpoints.
-    const std::string ck = ctx.cfg.get_string("checkpoint.dir");
-    const auto canonical = [](const std::string& p, std::error_code& ec) {  // "L/rollouts/" as "L/rollouts"
-      fs::path c = fs::weakly_canonical(p, ec);
-      return c.has_filename() ? c : c.parent_path();
-    };
-    std::error_code e1, e2;
-    if (rollouts && !ck.empty() && canonical(ck, e1) == canonical(r, e2) && !e1 && !e2)
-      throw UserError("key 'checkpoint.dir' = " + ck + ": it is log.dir's rollouts directory (" + r +
-                      "), whose files are named as checkpoints are; choose another checkpoint.dir");
-  });
-}
-
 namespace {
 // A lock file's holder refreshes its time every kLockHeartbeatS seconds; one not refreshed for kLockStaleS seconds is
 // a dead holder's (a node that died holding it on a network file system whose server keeps the lock: NFSv3's lock
-// manager until the client comes back), and a new run goes on without it.
+// manager until the client comes back), and a new run takes it over.
 constexpr int kLockHeartbeatS = 30;
 constexpr double kLockStaleS = 180;
 
@@ -368,93 +336,113 @@ void start_lock_heartbeat() {
     }
   }).detach();
 }
+
+// Rank 0: the lock of one run directory (modes.h, prepare_run_dirs), `me` naming this run in its file.
+void lock_dir(const std::string& key, const std::string& dir, const std::string& me, double wait_s) {
+  const std::string path = dir + "/.mgrl.lock";
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) throw UserError(path + ": cannot create the lock file (" + std::strerror(errno) + "; " + key + ")");
+  const auto holder = [&] {
+    char buf[512] = {0};
+    const ssize_t n = ::pread(fd, buf, sizeof(buf) - 1, 0);
+    std::string h = n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
+    while (!h.empty() && (h.back() == '\n' || h.back() == '\0')) h.pop_back();
+    return h.empty() ? std::string("a process that has not said who it is") : h;
+  };
+  const auto start = std::chrono::steady_clock::now();
+  bool said = false;
+  for (;;) {
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) break;
+    if (errno != EWOULDBLOCK && errno != EINTR) {  // no locks on this file system (ENOLCK, EOPNOTSUPP, ENOSYS)
+      log::warn(path + ": cannot be locked (" + std::string(std::strerror(errno)) + "): another run using " + dir +
+                " at the same time would not be seen");
+      ::close(fd);
+      return;
+    }
+    struct stat st {};
+    const double age = ::fstat(fd, &st) == 0 ? std::difftime(std::time(nullptr), st.st_mtime) : 0.0;
+    if (age > kLockStaleS) {  // held, but its holder has stopped refreshing it: a dead node's
+      // This run takes it over: it names itself in the file and refreshes it, so that a third run waits for it.
+      log::warn(dir + " (" + key + ") is locked by " + holder() + ", but the lock has not been refreshed for " +
+                std::to_string(static_cast<long long>(age)) + " s (its node died?): this run takes it over");
+      break;
+    }
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >= wait_s) {
+      const std::string who = holder();
+      ::close(fd);
+      throw UserError(dir + " (" + key + ") is in use by another mgrl run (" + who + "): two runs in one " +
+                      "directory replace and prune each other's files. Let it end (waited " +
+                      std::to_string(static_cast<long long>(wait_s)) + " s: runtime.dir_lock_wait_s), or give "
+                      "this run another " + key);
+    }
+    if (!said) {
+      said = true;
+      log::info(dir + " (" + key + ") is in use by another mgrl run (" + holder() + "); waiting up to " +
+                std::to_string(static_cast<long long>(wait_s)) + " s for it to end (runtime.dir_lock_wait_s)");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  if (::ftruncate(fd, 0) == 0) {
+    const std::string line = me + "\n";
+    (void)!::pwrite(fd, line.data(), line.size(), 0);
+  }
+  (void)::futimens(fd, nullptr);
+  {
+    std::lock_guard<std::mutex> lock(held_locks_mu());
+    held_locks().push_back(fd);
+  }
+  start_lock_heartbeat();
+}
 }  // namespace
 
-void lock_run_dirs(const Context& ctx) {
+void prepare_run_dirs(const Context& ctx, bool rollouts) {
+  namespace fs = std::filesystem;
   const std::string ck = ctx.cfg.get_string("checkpoint.dir"), log_dir = ctx.cfg.get_string("log.dir");
+  if (ck.empty() && log_dir.empty()) return;
   const double wait_s = ctx.cfg.get_float("runtime.dir_lock_wait_s");
-  // The other ranks wait while rank 0 waits for the lock (comm_timeout_s alone would end the job first).
+  // The other ranks wait while rank 0 waits for a lock (comm_timeout_s alone would end the job first).
   const dist::Patience patience{wait_s + 10, "rank 0's wait for the lock of " + (ck.empty() ? log_dir : ck)};
   ctx.env.agree([&] {
     if (ctx.env.rank() != 0) return;
-    namespace fs = std::filesystem;
-    std::vector<std::pair<std::string, std::string>> dirs;  // (key, dir), each directory once
-    for (const auto& [key, dir] : {std::pair<std::string, std::string>{"checkpoint.dir", ck}, {"log.dir", log_dir}}) {
-      if (dir.empty()) continue;
+    const auto create = [](const std::string& dir, const char* what) {
       std::error_code ec;
-      bool seen = false;
-      for (const auto& d : dirs) seen = seen || fs::equivalent(d.second, dir, ec);
-      if (seen) continue;
       fs::create_directories(dir, ec);
       if (ec || !fs::is_directory(dir))
-        throw UserError(dir + ": cannot create the " + (key == "log.dir" ? "log" : "checkpoint") + " directory (" +
-                        (ec ? ec.message() : std::string("not a directory")) + ")");
-      dirs.push_back({key, dir});
+        throw UserError(dir + ": cannot create the " + what + (ec ? ec.message() : std::string("not a directory")) + ")");
+    };
+    if (!log_dir.empty()) {
+      create(log_dir, "log directory (log.dir; ");
+      for (const char* name : {"metrics.jsonl", "job_summary.txt"})
+        io::check_regular_input(log_dir + "/" + name, "log.dir's " + std::string(name));
+      // Opened for appending, as the run will (an existing file keeps its lines).
+      if (!std::ofstream(log_dir + "/metrics.jsonl", std::ios::app))
+        throw UserError(log_dir + "/metrics.jsonl: cannot be written (log.dir)");
+      const std::string r = log_dir + "/rollouts";
+      std::error_code ec;
+      if (rollouts && fs::exists(r, ec) && !fs::is_directory(r, ec))
+        throw UserError(r + ": not a directory (log.dir's rollout files are written there)");
+      // The rollout files are named as checkpoints are (step_<N>.h5): in one directory, each would replace the
+      // other and pruning would set the rollouts aside as damaged checkpoints.
+      const auto canonical = [](const std::string& p, std::error_code& e) {  // "L/rollouts/" as "L/rollouts"
+        fs::path c = fs::weakly_canonical(p, e);
+        return c.has_filename() ? c : c.parent_path();
+      };
+      std::error_code e1, e2;
+      if (rollouts && !ck.empty() && canonical(ck, e1) == canonical(r, e2) && !e1 && !e2)
+        throw UserError("key 'checkpoint.dir' = " + ck + ": it is log.dir's rollouts directory (" + r +
+                        "), whose files are named as checkpoints are; choose another checkpoint.dir");
     }
+    if (!ck.empty()) create(ck, "checkpoint directory (");
+    std::vector<std::pair<std::string, std::string>> dirs;  // (key, dir) to lock, each directory once
+    std::error_code ec;
+    if (!log_dir.empty()) dirs.push_back({"log.dir", log_dir});
+    if (!ck.empty() && !(!log_dir.empty() && fs::equivalent(ck, log_dir, ec))) dirs.push_back({"checkpoint.dir", ck});
     char when[32];
     const std::time_t now = std::time(nullptr);
     std::strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", std::localtime(&now));
     const std::string me = "pid " + std::to_string(::getpid()) + " on host " + ctx.env.host() + ", mgrl " +
                            ctx.cfg.get_string("mode") + " started " + when;
-    for (const auto& [key, dir] : dirs) {
-      const std::string path = dir + "/.mgrl.lock";
-      const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-      if (fd < 0) throw UserError(path + ": cannot create the lock file (" + std::strerror(errno) + "; " + key + ")");
-      const auto holder = [&] {
-        char buf[512] = {0};
-        const ssize_t n = ::pread(fd, buf, sizeof(buf) - 1, 0);
-        std::string h = n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
-        while (!h.empty() && (h.back() == '\n' || h.back() == '\0')) h.pop_back();
-        return h.empty() ? std::string("a process that has not said who it is") : h;
-      };
-      const auto start = std::chrono::steady_clock::now();
-      bool said = false, lockable = true;
-      for (;;) {
-        if (::flock(fd, LOCK_EX | LOCK_NB) == 0) break;
-        if (errno != EWOULDBLOCK && errno != EINTR) {  // no locks on this file system (ENOLCK, EOPNOTSUPP, ENOSYS)
-          log::warn(path + ": cannot be locked (" + std::string(std::strerror(errno)) + "): another run using " + dir +
-                    " at the same time would not be seen");
-          lockable = false;
-          break;
-        }
-        struct stat st {};
-        const double age = ::fstat(fd, &st) == 0 ? std::difftime(std::time(nullptr), st.st_mtime) : 0.0;
-        if (age > kLockStaleS) {  // held, but its holder has stopped refreshing it: a dead node's
-          // This run takes it over: it names itself in the file and refreshes it, so that a third run waits for it.
-          log::warn(dir + " (" + key + ") is locked by " + holder() + ", but the lock has not been refreshed for " +
-                    std::to_string(static_cast<long long>(age)) + " s (its node died?): this run takes it over");
-          break;
-        }
-        if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >= wait_s) {
-          const std::string who = holder();
-          ::close(fd);
-          throw UserError(dir + " (" + key + ") is in use by another mgrl run (" + who + "): two runs in one " +
-                          "directory replace and prune each other's files. Let it end (waited " +
-                          std::to_string(static_cast<long long>(wait_s)) + " s: runtime.dir_lock_wait_s), or give "
-                          "this run another " + key);
-        }
-        if (!said) {
-          said = true;
-          log::info(dir + " (" + key + ") is in use by another mgrl run (" + holder() + "); waiting up to " +
-                    std::to_string(static_cast<long long>(wait_s)) + " s for it to end (runtime.dir_lock_wait_s)");
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      }
-      if (!lockable) {
-        ::close(fd);
-        continue;
-      }
-      if (::ftruncate(fd, 0) == 0) {
-        const std::string line = me + "\n";
-        (void)!::pwrite(fd, line.data(), line.size(), 0);
-      }
-      (void)::futimens(fd, nullptr);
-      {
-        std::lock_guard<std::mutex> lock(held_locks_mu());
-        held_locks().push_back(fd);
-      }
-      start_lock_heartbeat();
-    }
+    for (const auto& [key, dir] : dirs) lock_dir(key, dir, me, wait_s);
   }, patience);
 }
 

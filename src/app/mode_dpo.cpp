@@ -25,8 +25,7 @@ namespace mgrl::app {
 int run_dpo(Context& ctx) {
   const auto& env = ctx.env;
   const auto& cfg = ctx.cfg;
-  check_log_dir(ctx, false);
-  lock_run_dirs(ctx);
+  prepare_run_dirs(ctx, false);
   const bool random_init = cfg.get_string("model.init") == "random";
   const bool full = cfg.get_bool("train.full_finetune");
 

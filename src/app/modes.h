@@ -145,20 +145,18 @@ std::pair<std::size_t, std::size_t> shard(const dist::MpiEnv& env, std::size_t n
 // refuse_sharded_full_finetune first, for every training mode.
 void refuse_sharded_full_finetune(const io::Config& cfg);  // UserError: model.shard_base with train.full_finetune
 void check_model_fits(const Context& ctx, const io::ModelConfig& mc, const std::string& config_json, bool full);
-// Collective, at the start of a training mode: log.dir (when set) is created by rank 0 and its files can be
-// written there: metrics.jsonl and job_summary.txt are regular files or absent, rollouts/ (rollouts: GRPO, PPO) a
-// directory or absent. Before, a log.dir that could not hold them was found by rank 0 alone mid-run (the others
-// ended by MPI_Abort) or not at all (no metrics written, exit 0). UserError on every rank.
-void check_log_dir(const Context& ctx, bool rollouts);
-
-// Collective, at the start of a training mode: rank 0 takes an exclusive lock (flock) on <dir>/.mgrl.lock of
-// checkpoint.dir and log.dir (created when missing), held until the process ends, so that a second run in the same
-// directories (a job requeued while the first still runs, two configurations given one directory) does not replace
-// and prune the first one's checkpoints, rollouts and logs: it waits up to runtime.dir_lock_wait_s for the lock,
-// then refuses to start (UserError naming the directory and the holder: pid, host, mode, start). The holder
-// refreshes the lock file's time every 30 s; a lock not refreshed for 180 s (a dead node's, kept by a network file
-// system) is passed over with a warning. Where the file system has no locks, a warning, and the run goes on.
-void lock_run_dirs(const Context& ctx);
+// Collective, at the start of a training mode (one agreement; UserError on every rank). Rank 0 creates log.dir and
+// checkpoint.dir (when set) and checks that the run's files can be written there: metrics.jsonl and
+// job_summary.txt regular files or absent, rollouts/ (rollouts: GRPO, PPO) a directory or absent and not the
+// checkpoint.dir (before, a log.dir that could not hold them was found by rank 0 alone mid-run, or not at all).
+// Then it takes an exclusive lock (flock) on <dir>/.mgrl.lock of each, held until the process ends, so that a
+// second run in the same directories (a job requeued while the first still runs, two configurations given one
+// directory) does not replace and prune the first one's checkpoints, rollouts and logs: it waits up to
+// runtime.dir_lock_wait_s for the lock (the other ranks with it), then refuses to start naming the directory and the
+// holder (pid, host, mode, start). The holder refreshes the lock file's time every 30 s; a lock not refreshed for
+// 180 s (a dead node's, kept by a network file system) is taken over with a warning. Where the file system has no
+// locks, a warning, and the run goes on.
+void prepare_run_dirs(const Context& ctx, bool rollouts);
 
 // UserError naming `key` when the output file `output` would replace one of the run's inputs: a file of
 // `inputs` (pairs of key and path: data.input) or an existing file inside a directory of them (model.path,

@@ -132,7 +132,7 @@ std::string write_rollout_file(const std::string& dir, const std::vector<Rollout
   }
   io::H5Writer w(path);
   const std::uint64_t n = N, lp = Lp, lc = Lc, f = F;
-  io::write_or_explain(path, "the rollout file", [&] {  // a full disk: exit 2 naming it (was exit 1)
+  io::write_or_explain(path, "the rollout file", [&] {  // a full disk: a UserError naming it (FatalError before)
     w.write("prompt_index", DType::I32, {n}, prompt_index.data());
     w.write("generation_index", DType::I32, {n}, gen.data());
     w.write("prompt_tokens", DType::I32, {n, lp}, ptok.data());

@@ -127,9 +127,10 @@ RunLog::RunLog(const dist::MpiEnv& env, const std::string& log_dir, std::int64_t
   if (rank0_ && !dir_.empty()) {
     mkdir_p(dir_);
     const std::string metrics = dir_ + "/metrics.jsonl";
+    std::int64_t dropped = 0;  // > 0: metrics.jsonl rewritten, every line ended
     if (resumed_step >= 0) {
       try {
-        const std::int64_t dropped = drop_records_after(metrics, resumed_step);
+        dropped = drop_records_after(metrics, resumed_step);
         if (dropped > 0)
           log::info(metrics + ": moved its last " + std::to_string(dropped) + " records, of the steps after " +
                     std::to_string(resumed_step) + " where this run resumes (an earlier run's, whose work ended with " +
@@ -142,7 +143,7 @@ RunLog::RunLog(const dist::MpiEnv& env, const std::string& log_dir, std::int64_t
     // An earlier run's last line cut short (its disk was full, it was killed mid-write): this run's lines start on
     // a line of their own, so that the file stays one JSON document a line from here on.
     bool cut = false;
-    {
+    if (dropped == 0) {
       std::ifstream in(metrics, std::ios::binary | std::ios::ate);
       if (in && in.tellg() > 0) {
         in.seekg(-1, std::ios::end);
@@ -167,7 +168,7 @@ RunLog::~RunLog() = default;
 void RunLog::emit(const nlohmann::json& j, std::int64_t step) {
   if (metrics_ && !metrics_failed_) {
     *metrics_ << j.dump() << "\n" << std::flush;
-    // Mid-run (the file was writable at the start: app::check_log_dir): a full disk; the run goes on, said once.
+    // Mid-run (the file was writable at the start: app::prepare_run_dirs): a full disk; the run goes on, said once.
     if (!*metrics_) {
       metrics_failed_ = true;
       log::warn(dir_ + "/metrics.jsonl: cannot be written (disk full?): the metrics of later steps are lost");

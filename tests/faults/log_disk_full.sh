@@ -32,7 +32,7 @@ rc=$?
 echo "log.dir on a tmpfs of 12 KiB: exit $rc"
 echo "--- stderr"; cat "$work/err"; echo "---"
 [ "$rc" = 0 ] || fail "exit code $rc, expected 0 (the log's disk is full, not the run's work)"
-grep -q '^step 40/40 ' "$work/out" || grep -q 'step 40/40' "$work/out" || fail "the run did not reach step 40"
+grep -q 'step 40/40' "$work/out" || fail "the run did not reach step 40"
 ! grep -q '^mgrl: error' "$work/err" || fail "an error line"
 [ "$(grep -c 'metrics\.jsonl: cannot be written' "$work/err")" = 1 ] || fail "not one warning for metrics.jsonl"
 [ "$(grep -c 'events\.out\.tfevents.*the TensorBoard events of later steps are not written' "$work/err")" = 1 ] ||
@@ -40,6 +40,11 @@ grep -q '^step 40/40 ' "$work/out" || grep -q 'step 40/40' "$work/out" || fail "
 "$check" weights "$work/straight/step_00000040.h5" "$work/ck/step_00000040.h5" --exact ||
   fail "the final checkpoint differs from the uninterrupted run's"
 [ -z "$(ls -A "$work/disk/log" | grep '\.tmp\.')" ] || fail "a temporary left in log.dir: $(ls -A "$work/disk/log")"
+# job_summary.txt whole or not at all (it was truncated to 0 bytes), said once when not written.
+s=$work/disk/log/job_summary.txt
+[ ! -e "$s" ] || { [ -s "$s" ] && [ "$(tail -c 1 "$s" | od -An -c | tr -d ' ')" = '\n' ]; } || fail "job_summary.txt written in part"
+[ -e "$s" ] || [ "$(grep -c 'job_summary\.txt: cannot write .*: job_summary\.txt not written' "$work/err")" = 1 ] ||
+  fail "job_summary.txt missing without its one warning"
 
 # Room again; metrics.jsonl's last line was cut by the full disk (or is made so, if the disk happened to fill up
 # between two lines), and the next run appends to it.
