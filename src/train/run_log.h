@@ -83,8 +83,8 @@ class RunLog {
  public:
   // resumed_step >= 0: the run resumes at that step (from a checkpoint). The records of later steps at the end of
   // metrics.jsonl, an earlier run's whose work was lost with its end (killed after its last checkpoint), are moved
-  // to metrics.jsonl.dropped (said once), so that each step has the records of the run that kept it; TensorBoard
-  // drops such points by itself when a step goes back.
+  // to metrics.jsonl.dropped (said once), so that each step has the records of the run that kept it (the event
+  // files are not rewritten).
   RunLog(const dist::MpiEnv& env, const std::string& log_dir, std::int64_t resumed_step = -1);
   ~RunLog();
   // One record at `step`: a line of metrics.jsonl, and every number (but "step") as a TensorBoard scalar.
