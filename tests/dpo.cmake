@@ -66,3 +66,11 @@ set_tests_properties(cli.dpo.preference_accuracy_rises PROPERTIES TIMEOUT 180)
 # the scale and the update divides it out, so 4 steps train bit for bit the weights and moments of 4 steps without it.
 mgrl_add_cli_test(dpo.loss_scaling_changes_nothing_in_f32 0 "(?s)step 4/4 [^\\n]*[|] scale 65536.*bitwise equal: yes" - - -- bash -c
   "rm -rf ${DPO}/scaling && ${RUN1} ${DPO_STR} --train.max_steps=4 --checkpoint.dir=${DPO}/scaling/a > /dev/null && ${RUN1} ${DPO_STR} --train.max_steps=4 --train.loss_scaling=dynamic --checkpoint.dir=${DPO}/scaling/b && ${CHECK} weights ${DPO}/scaling/a/step_00000004.h5 ${DPO}/scaling/b/step_00000004.h5 --exact")
+# Resuming over other base weights: refused, or with checkpoint.allow_other_base a warning (as grpo.resume_other_base).
+mgrl_add_cli_test(dpo.resume_other_base 0 "other base: ok" - -
+  -- bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/other_base.sh ${DPO}/other_base $<TARGET_FILE:robust_tool>
+  model.layers.0.self_attn.k_proj.weight 1 2 -- $<TARGET_FILE:mgrl> ${DPO_ARGS})
+# log.every_steps = N: the line's and the record's loss and metrics are those of the window's pairs (its last step's
+# until 2026-11-28).
+mgrl_add_cli_test(dpo.log_window_mean_loss 0 "window means: equal \\(2 records\\)" - 0 -- bash -c
+  "rm -rf ${DPO}/window && $<TARGET_FILE:mgrl> ${DPO_STR} --eval.input= --train.max_steps=4 --log.dir=${DPO}/window/a > /dev/null && $<TARGET_FILE:mgrl> ${DPO_STR} --eval.input= --train.max_steps=4 --log.every_steps=2 --log.dir=${DPO}/window/b > /dev/null && python3 ${CMAKE_CURRENT_SOURCE_DIR}/cli/log_window.py ${DPO}/window/a/metrics.jsonl ${DPO}/window/b/metrics.jsonl loss")

@@ -100,7 +100,8 @@ mgrl_add_cli_test(grpo.balance_halves_token_imbalance 0 "training excess none [0
 mgrl_add_cli_test(grpo.master_weights_like_f32 0 "bitwise equal: yes" - - -- bash -c
   "rm -rf ${GRPO}/master && ${RUN1} ${GRPO_STR} --train.full_finetune=true --train.max_steps=3 --train.lr=1e-3 --checkpoint.dir=${GRPO}/master/a --log.dir=${GRPO}/master/a && ${RUN1} ${GRPO_STR} --train.full_finetune=true --train.max_steps=3 --train.lr=1e-3 --train.master_weights=always --checkpoint.dir=${GRPO}/master/b --log.dir=${GRPO}/master/b && ${CHECK} weights ${GRPO}/master/a/step_00000003.h5 ${GRPO}/master/b/step_00000003.h5 --exact")
 # The start-up line gives the planned epochs (48 prompts, 4 a round, 2 steps a round: 8 steps = 0.333 epochs).
-mgrl_add_cli_test(grpo.startup_line_plans_epochs 0 "^grpo: .*\\x3b 8 steps = 0[.]333 epochs$" - 0
+mgrl_add_cli_test(grpo.startup_line_plans_epochs 0 "^grpo: .*\\x3b 8 steps = 0[.]333 epochs$"
+  "^mgrl: warning: train.stop_at_step = 1 without checkpoint.dir" 1
   -- ${RUN1} ${GRPO_ARGS} --train.max_steps=8 --train.stop_at_step=1 --checkpoint.dir= --log.dir=)
 # A diverged GRPO run at 2 ranks (train.lr 1e30): the NaN log-probs of its rollouts cross ranks (JSON has no NaN:
 # they travel as strings), the non-finite steps change nothing and write no checkpoint, and the third in a row stops
@@ -173,3 +174,16 @@ mgrl_add_cli_test(sft.starts_from_lora_adapter 0 "relative difference" - - -- ba
 # eval.accuracy_reward naming no [[reward]]: one line, exit 2, in GRPO and PPO alike (rl::Rewards::accuracy_index).
 mgrl_add_cli_test(grpo.accuracy_reward_unknown 2 - "eval.accuracy_reward: no reward is named 'nope'" 1
   -- ${RUN1} ${GRPO_ARGS} --eval.accuracy_reward=nope --train.max_steps=1 --checkpoint.dir= --log.dir=)
+# The base weights changing under a run's checkpoints (an instruct model or another revision copied over
+# model.path): the adapters were resumed over them silently until 2026-11-28. tests/cli/other_base.sh: refused
+# naming the checkpoint and the tensor, nothing written; checkpoint.allow_other_base = true goes on with a warning;
+# the same weights in another directory are not refused. (SFT: robust.ck_other_base*; DPO and PPO: theirs.)
+mgrl_add_cli_test(grpo.resume_other_base 0 "other base: ok" - -
+  -- bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/other_base.sh ${GRPO}/other_base $<TARGET_FILE:robust_tool>
+  model.layers.1.mlp.down_proj.weight 1 2 -- ${RUN1} ${GRPO_ARGS})
+# rollouts.every_steps counts steps, a generation round serving num_iterations (2) of them: the round whose steps reach
+# a multiple is written (and the first and the last), here steps 1, 3 and 7 of 8 at every 4 (until 2026-11-28 only a
+# round that began on a multiple: step 1 alone). log.every_steps = 2: one metrics record every 2 steps (every step was
+# recorded until then).
+mgrl_add_cli_test(grpo.rollouts_and_log_every 0 "(?s)rollouts: step_00000001.h5 step_00000003.h5 step_00000007.h5\\nloss records per step: 0 1 0 1 0 1 0 1$" - 0 -- bash -c
+  "rm -rf ${GRPO}/every && ${RUN1} ${GRPO_STR} --train.max_steps=8 --rollouts.every_steps=4 --log.every_steps=2 --checkpoint.dir= --log.dir=${GRPO}/every > /dev/null && echo rollouts: $(cd ${GRPO}/every/rollouts && echo step_*.h5) && python3 ${CMAKE_CURRENT_SOURCE_DIR}/cli/metrics_per_step.py ${GRPO}/every/metrics.jsonl 8")

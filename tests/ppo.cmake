@@ -96,3 +96,21 @@ set_tests_properties(cli.quickstart_ppo PROPERTIES LABELS "cli;slow" TIMEOUT 900
                      ENVIRONMENT "${MGRL_MPI_ENV}" PROCESSORS 2 COST 500)
 mgrl_add_cli_test(ppo.accuracy_reward_unknown 2 - "eval.accuracy_reward: no reward is named 'nope'" 1
   -- ${RUN1} ${PPO_ARGS} --eval.accuracy_reward=nope --checkpoint.dir=)
+# Resuming over other base weights: refused, or with checkpoint.allow_other_base a warning (as grpo.resume_other_base).
+mgrl_add_cli_test(ppo.resume_other_base 0 "other base: ok" - -
+  -- bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/other_base.sh ${PPO}/other_base $<TARGET_FILE:robust_tool>
+  model.norm.weight 4 8 -- ${RUN1} ${PPO_ARGS})
+# The value head alone (train.lr = 0, ppo.value_lr > 0: a value warm-up): value_lr follows the schedule's multiplier;
+# until 2026-11-28 it was value_lr x lr / lr = 0/0, every loss NaN and exit 0.
+mgrl_add_cli_test(ppo.value_head_alone_trains 0 "\\A(?!(?s).*nan)(?s).*step 8/8 [^\\n]*value loss [0-9]" - 0
+  -- ${RUN1} ${PPO_ARGS} --train.lr=0 --ppo.value_lr=1e-2 --train.max_steps=8 --checkpoint.dir= --log.dir=)
+# lr in the records is that of the update's last optimizer step (linear decay from 5e-3 over 8 steps: steps 4 and 8
+# use 3.125e-3 and 6.25e-4; until 2026-11-28 the next update's, 2.5e-3 and 0). log.every_steps = 6 counts optimizer
+# steps (4 an update): the updates that reach a multiple, and the last, are logged: 8, 12 and 16, lines and records
+# (until then the line at 12 and 16 alone, and every update recorded). rollouts.every_steps = 4: every update reaches
+# a multiple of 4 and is written (until then the first and the last alone).
+mgrl_add_cli_test(ppo.lr_logged_is_the_steps 0 "^lr: 4=0.003125 8=0.000625$" - 0 -- bash -c
+  "rm -rf ${PPO}/lr && ${RUN1} ${PPO_STR} --train.schedule=linear --train.lr=5e-3 --train.max_steps=8 --checkpoint.dir= --log.dir=${PPO}/lr > /dev/null && python3 ${CMAKE_CURRENT_SOURCE_DIR}/cli/metric_values.py ${PPO}/lr/metrics.jsonl lr")
+mgrl_add_cli_test(ppo.log_and_rollouts_every 0
+  "(?s)^step 8/16 .*^step 12/16 .*^step 16/16 .*rollouts: step_00000001.h5 step_00000005.h5 step_00000009.h5 step_00000013.h5\\nloss records per step: 0 0 0 0 0 0 0 1 0 0 0 1 0 0 0 1$" - 0 -- bash -c
+  "rm -rf ${PPO}/every && ${RUN1} ${PPO_STR} --train.max_steps=16 --log.every_steps=6 --rollouts.every_steps=4 --checkpoint.dir= --log.dir=${PPO}/every | grep '^step' && echo rollouts: $(cd ${PPO}/every/rollouts && echo step_*.h5) && python3 ${CMAKE_CURRENT_SOURCE_DIR}/cli/metrics_per_step.py ${PPO}/every/metrics.jsonl 16")

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <ctime>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <cstdio>
 #include <filesystem>
@@ -170,9 +171,7 @@ bool setup_trainable_lora(const Context& ctx, model::Transformer& net, std::uint
   const model::LoraConfig lc = lora_config(cfg);
   if (!adapter.empty()) {
     // Training continues from the given PEFT adapter.
-    for (const char* key : {"lora.r", "lora.alpha", "lora.targets", "lora.use_rslora"})
-      if (cfg.origin(key).kind != io::Origin::Default)
-        log::warn_once(std::string(key) + " is ignored: the adapter " + adapter + " sets it (adapter_config.json)");
+    warn_lora_keys_ignored(cfg, "the adapter " + adapter + " sets it (adapter_config.json)", false);
     net.add_lora(lc, seed).load_peft(adapter);
     return false;
   }
@@ -203,6 +202,47 @@ bool setup_trainable_lora(const Context& ctx, model::Transformer& net, std::uint
   return true;
 }
 
+void say_unused_keys(const Context& ctx) {
+  const io::Config& cfg = ctx.cfg;
+  static std::set<std::string> said;
+  const std::string mode = cfg.get_string("mode");
+  if (mode == "info" || mode == "plan") return;
+  const bool file_is_this_modes = cfg.mode_before_cli().empty() || cfg.mode_before_cli() == mode;
+  std::string list;
+  for (const std::string& key : cfg.unread_given()) {
+    const io::Origin o = cfg.origin(key);
+    if (said.count(key) || (o.kind == io::Origin::File && !file_is_this_modes)) continue;
+    said.insert(key);
+    list += (list.empty() ? "" : ", ") + key + " (" +
+            (o.kind == io::Origin::File ? cfg.file() + ":" + std::to_string(o.line) : std::string("the command line")) +
+            ")";
+  }
+  if (!list.empty())
+    log::warn_once("not used by mgrl " + mode + ", so they change nothing here: " + list +
+                   " (keys of another mode, or of a part this run does not have)");
+}
+
+train::CheckpointOptions checkpoint_options(const io::Config& cfg) {
+  train::CheckpointOptions o;
+  o.dir = cfg.get_string("checkpoint.dir");
+  o.every = static_cast<int>(cfg.get_int("checkpoint.every_steps"));
+  o.keep_last = static_cast<int>(cfg.get_int("checkpoint.keep_last"));
+  o.resume = cfg.get_string("checkpoint.resume");
+  o.config_text = cfg.to_toml();
+  o.allow_other_base = cfg.get_bool("checkpoint.allow_other_base");
+  // A stop at a step is meant to be resumed from (a time-limited job): without checkpoints nothing of it is kept.
+  // Said once, as for a signal's stop (train/stop_agreement.cpp); silent before 2026-11-28.
+  if (o.dir.empty())
+    for (const char* key : {"checkpoint.every_steps", "checkpoint.keep_last", "checkpoint.allow_other_base"})
+      if (cfg.origin(key).kind != io::Origin::Default)
+        log::warn_once(std::string(key) + " is ignored: no checkpoint.dir is set, so no checkpoint is written");
+  const std::int64_t stop_at = cfg.get_int("train.stop_at_step");
+  if (stop_at > 0 && o.dir.empty())
+    log::warn_once("train.stop_at_step = " + std::to_string(stop_at) + " without checkpoint.dir: the run stops after "
+                   "step " + std::to_string(stop_at) + " and nothing of it is saved to resume from (set checkpoint.dir)");
+  return o;
+}
+
 template <class Options>
 void read_supervised_keys(const io::Config& cfg, const train::LossScaling& scaling, std::uint64_t seed, Options* o) {
   o->max_steps = cfg.get_int("train.max_steps");
@@ -219,12 +259,8 @@ void read_supervised_keys(const io::Config& cfg, const train::LossScaling& scali
   o->log_every = static_cast<int>(cfg.get_int("log.every_steps"));
   o->eval_every = static_cast<int>(cfg.get_int("eval.every_steps"));
   o->eval_batch = static_cast<int>(cfg.get_int("eval.batch_size"));
-  o->checkpoint_dir = cfg.get_string("checkpoint.dir");
-  o->checkpoint_every = static_cast<int>(cfg.get_int("checkpoint.every_steps"));
-  o->keep_last = static_cast<int>(cfg.get_int("checkpoint.keep_last"));
-  o->resume = cfg.get_string("checkpoint.resume");
+  o->checkpoint = checkpoint_options(cfg);
   o->log_dir = cfg.get_string("log.dir");
-  o->config_text = cfg.to_toml();
 }
 template void read_supervised_keys(const io::Config&, const train::LossScaling&, std::uint64_t, train::SftOptions*);
 template void read_supervised_keys(const io::Config&, const train::LossScaling&, std::uint64_t, train::DpoOptions*);
@@ -232,6 +268,11 @@ template void read_supervised_keys(const io::Config&, const train::LossScaling&,
 TrainingModel build_training_model(const Context& ctx, const io::ModelConfig& mc, bool full) {
   const auto& cfg = ctx.cfg;
   TrainingModel m;
+  // Until 2026-11-28 the adapter was dropped without a word: full fine-tuning trained the base alone.
+  if (full && !cfg.get_string("lora.adapter").empty())
+    throw UserError("key 'lora.adapter' does not apply with train.full_finetune = true, which trains the base "
+                    "weights: merge the adapter into the model first (PEFT's merge_and_unload) and set model.path to "
+                    "the merged model, or set train.full_finetune = false to go on training the adapter");
   m.ops = make_ops(ctx);
   m.scaling = loss_scaling(ctx, m.ops->storage());
   const model::ModelOptions mo = model_options(cfg, full);
@@ -246,6 +287,8 @@ TrainingModel build_training_model(const Context& ctx, const io::ModelConfig& mc
     log_base_memory(*m.net);
     if (!full) m.fresh_adapter = setup_trainable_lora(ctx, *m.net, m.seed);
   });
+  // Said once the model is built (a refusal of the combination, as NF4 with full fine-tuning, comes first).
+  if (full) warn_lora_keys_ignored(cfg, "train.full_finetune = true trains the base weights, without an adapter", true);
   return m;
 }
 
@@ -585,11 +628,21 @@ io::ModelConfig training_model_config(const io::Config& cfg, std::string* source
   return model_config(cfg, source);
 }
 
-void refuse_shape(const io::Config& cfg, const std::string& mode) {
-  for (const char* key : {"model.shape", "model.num_layers"})
+void warn_lora_keys_ignored(const io::Config& cfg, const std::string& why, bool dropout) {
+  for (const char* key : {"lora.r", "lora.alpha", "lora.targets", "lora.use_rslora", "lora.dropout"})
+    if ((dropout || std::string(key) != "lora.dropout") && cfg.origin(key).kind != io::Origin::Default)
+      log::warn_once(std::string(key) + " is ignored: " + why);
+}
+
+void check_inference_keys(const io::Config& cfg, const std::string& mode) {
+  // model.init and init_std were ignored by generate and score without a word until 2026-11-28.
+  for (const char* key : {"model.shape", "model.num_layers", "model.init", "model.init_std"})
     if (cfg.origin(key).kind != io::Origin::Default)
       throw UserError(std::string(key) + " is for sft, grpo, dpo, ppo (with model.init = \"random\") and plan; " + mode +
                       " loads the weights of model.path");
+  const std::string adapter = cfg.get_string("lora.adapter");
+  warn_lora_keys_ignored(cfg, adapter.empty() ? mode + " runs the model without an adapter (lora.adapter is empty)"
+                                              : "the adapter " + adapter + " sets it (adapter_config.json)", true);
 }
 
 rl::GenerationOptions::Merge merge_lora_option(const io::Config& cfg, const io::ModelConfig& mc, bool cuda) {

@@ -33,6 +33,11 @@ int run_dpo(Context& ctx) {
   std::unique_ptr<io::Tokenizer> tok;
   train::PairData train_data, eval_data;
   env.agree([&] {
+    // trl 1.16 smooths labels in the robust loss only (older trl's sigmoid "cDPO" smoothing is gone): a smoothing
+    // given with another loss was accepted and ignored until 2026-11-28.
+    if (cfg.get_float("dpo.label_smoothing") != 0.0 && cfg.get_string("dpo.loss_type") != "robust")
+      throw UserError("key 'dpo.label_smoothing' applies to dpo.loss_type = \"robust\" only (the label-smoothed DPO "
+                      "of trl 1.16), not to \"" + cfg.get_string("dpo.loss_type") + "\"");
     std::string model_src;
     mc = training_model_config(cfg, &model_src);
     check_model_fits(ctx, mc, model_src, full);
@@ -107,6 +112,7 @@ int run_dpo(Context& ctx) {
     trainer = std::make_unique<train::DpoTrainer>(env, ctx.comm, net, std::move(train_data.pairs),
                                                   std::move(eval_data.pairs), o);
   });
+  say_unused_keys(ctx);  // the configuration is read: what it did not read changes nothing
   trainer->run();
   return 0;
 }

@@ -62,7 +62,17 @@ const char* kLoraPrefix = "base_model.model.";
 const char* kStagePrefix = ".mgrl-export.tmp.";
 // The files an export may write into its output directory and into merged/.
 const char* const kExportFiles[] = {"adapter_model.safetensors", "adapter_config.json", "model.safetensors", "config.json",
-                                    "generation_config.json", "tokenizer.json", "tokenizer_config.json"};
+                                    "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+                                    "special_tokens_map.json", "chat_template.jinja"};
+
+// A full model's files beside its weights: the model's config from the base directory, the tokenizer's from the
+// run's tokenizer directory (model.tokenizer, else the base's; until 2026-11-28 always the base's, so that a run with
+// a tokenizer of its own exported none or the wrong one).
+void copy_model_files(const std::string& base_dir, const std::string& tok_dir, const std::string& to) {
+  for (const char* f : {"config.json", "generation_config.json"}) copy_file_if_exists(base_dir + "/" + f, to + "/" + f);
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"})
+    copy_file_if_exists(tok_dir + "/" + f, to + "/" + f);
+}
 
 // Removes the staging directories of exports into `out` whose process no longer runs on this host (killed while
 // writing), one line each, and the file temporaries of writers killed before staging existed.
@@ -163,9 +173,22 @@ int run_export(Context& ctx) {
       ck = train::read_checkpoint(path);
     }
     run_cfg = io::Config::from_string(io::mgrl_schema(), ck.config_text, path + ":/config");
+    // A run of a built-in shape (model.shape, random weights) has no model directory, hence no config.json to export
+    // beside the weights, and an adapter of it no base to apply to (an internal error, exit 1, until 2026-11-28).
+    const std::string shape = run_cfg.get_string("model.shape");
+    if (!shape.empty() && (!run_cfg.is_set("model.path") || run_cfg.get_string("model.path").empty()))
+      throw UserError(path + ": its run built the model from model.shape = \"" + shape +
+                      "\" (random weights, no model directory): there is no config.json to export beside its weights, "
+                      "nor a base model for an adapter; to export, train over a model directory (model.path, with "
+                      "model.init = \"random\" for random weights)");
   });
   const bool lora = !ck.tensors.empty() && ck.tensors.front().name.rfind(kLoraPrefix, 0) == 0;
   const std::string base_dir = run_cfg.get_string("model.path");
+  const std::string& run_tok = run_cfg.get_string("model.tokenizer");
+  const std::string tok_dir = run_tok.empty() ? base_dir : run_tok;
+  if (cfg.get_bool("export.merged") && !lora)
+    log::warn_once("export.merged is ignored: " + path + " is a full fine-tuning's checkpoint, exported whole as a "
+                   "model (there is no adapter to merge)");
   const bool merge = cfg.get_bool("export.merged") && lora;
   std::unique_ptr<io::SafetensorsModel> base_model;  // a merge's base, opened by rank 0's checks
   // Every file is first written into a staging directory inside the output (`dir`), then moved into place (below).
@@ -177,8 +200,7 @@ int run_export(Context& ctx) {
       model::write_peft_adapter(dir, lc, base_dir, tensors);
     } else {
       io::write_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
-      for (const char* f : {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"})
-        copy_file_if_exists(base_dir + "/" + f, dir + "/" + f);
+      copy_model_files(base_dir, tok_dir, dir);
     }
 
     if (merge) {
@@ -231,8 +253,7 @@ int run_export(Context& ctx) {
         full.push_back({name, DType::F32, shape, w.data()});
       }
       io::write_safetensors(merged + "/model.safetensors", full, {{"format", "pt"}});
-      for (const char* f : {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"})
-        copy_file_if_exists(base_dir + "/" + f, merged + "/" + f);
+      copy_model_files(base_dir, tok_dir, merged);
       {  // the merged weights are dense f32: a bitsandbytes base's quantization_config no longer applies
         nlohmann::json j = io::read_json_file(merged + "/config.json", "the model config");
         if (j.is_object() && j.contains("quantization_config")) {

@@ -67,7 +67,7 @@ int run_generate(Context& ctx) {
   std::optional<io::Tokenizer> tok;
   std::vector<Input> inputs;
   env.agree([&] {
-    refuse_shape(cfg, "generate");
+    check_inference_keys(cfg, "generate");
     tok_dir = tokenizer_dir(cfg);
     mc = io::parse_hf_config(model_dir + "/config.json");
     check_model_fits(ctx, mc, model_dir + "/config.json", false);
@@ -157,6 +157,7 @@ int run_generate(Context& ctx) {
   std::function<std::string(const std::vector<std::int32_t>&)> decode;
   if (tok) decode = [&](const std::vector<std::int32_t>& ids) { return tok->decode(ids, true); };
   rl::Generator gen(net, opts, decode);
+  say_unused_keys(ctx);  // the configuration is read: what it did not read changes nothing
   const auto completions = gen.generate(prompts);
 
   std::string lines;

@@ -69,9 +69,7 @@ int run_grpo(Context& ctx) {
   o.batch_prompts = static_cast<int>(cfg.get_int("train.batch_size"));
   o.grad_accum = static_cast<int>(cfg.get_int("train.grad_accum"));
   o.optim = optimizer_options(cfg, o.max_steps, scaling);
-  o.checkpoint = {cfg.get_string("checkpoint.dir"), static_cast<int>(cfg.get_int("checkpoint.every_steps")),
-                  static_cast<int>(cfg.get_int("checkpoint.keep_last")), cfg.get_string("checkpoint.resume"),
-                  cfg.to_toml()};
+  o.checkpoint = checkpoint_options(cfg);
   o.num_generations = static_cast<int>(cfg.get_int("grpo.num_generations"));
   o.max_completion_length = static_cast<int>(cfg.get_int("grpo.max_completion_length"));
   o.sampling.temperature = static_cast<float>(cfg.get_float("grpo.temperature"));
@@ -135,6 +133,7 @@ int run_grpo(Context& ctx) {
     trainer = std::make_unique<rl::GrpoTrainer>(env, ctx.comm, net, *tok, *rewards, std::move(train_data),
                                                 std::move(eval_data), o, fresh && !full);
   });
+  say_unused_keys(ctx);  // the configuration is read: what it did not read changes nothing
   trainer->run();
   return 0;
 }

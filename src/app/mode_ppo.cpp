@@ -67,9 +67,7 @@ int run_ppo(Context& ctx) {
   o.stop_at_step = cfg.get_int("train.stop_at_step");
   o.batch_prompts = static_cast<int>(cfg.get_int("train.batch_size"));
   o.optim = optimizer_options(cfg, o.max_steps, scaling);
-  o.checkpoint = {cfg.get_string("checkpoint.dir"), static_cast<int>(cfg.get_int("checkpoint.every_steps")),
-                  static_cast<int>(cfg.get_int("checkpoint.keep_last")), cfg.get_string("checkpoint.resume"),
-                  cfg.to_toml()};
+  o.checkpoint = checkpoint_options(cfg);
   o.ppo.gamma = cfg.get_float("ppo.gamma");
   o.ppo.lam = cfg.get_float("ppo.lam");
   o.ppo.cliprange = cfg.get_float("ppo.cliprange");
@@ -85,7 +83,6 @@ int run_ppo(Context& ctx) {
   o.num_ppo_epochs = static_cast<int>(cfg.get_int("ppo.num_ppo_epochs"));
   o.num_mini_batches = static_cast<int>(cfg.get_int("ppo.num_mini_batches"));
   o.value_lr = cfg.get_float("ppo.value_lr");
-  o.base_lr = cfg.get_float("train.lr");
   o.sampling.temperature = static_cast<float>(cfg.get_float("ppo.temperature"));
   o.max_sequences = static_cast<int>(cfg.get_int("generate.max_sequences"));
   o.max_prefill_tokens = static_cast<int>(cfg.get_int("generate.max_prefill_tokens"));
@@ -102,6 +99,12 @@ int run_ppo(Context& ctx) {
   o.eval_every = static_cast<int>(cfg.get_int("eval.every_steps"));
   o.eval_max_new_tokens = static_cast<int>(cfg.get_int("eval.max_new_tokens"));
   o.accuracy_reward = cfg.get_string("eval.accuracy_reward");
+  for (const char* key : {"eval.pass_k", "eval.num_samples"})  // accepted and ignored until 2026-11-28
+    if (cfg.origin(key).kind != io::Origin::Default)
+      env.agree([&] {
+        throw UserError(std::string("key '") + key + "' is grpo's: ppo evaluates one greedy completion per held-out "
+                        "prompt");
+      });
   {
     char adaptive[96] = "";
     if (o.kl_target > 0)
@@ -122,6 +125,7 @@ int run_ppo(Context& ctx) {
     trainer = std::make_unique<rl::PpoTrainer>(env, ctx.comm, net, *tok, *rewards, std::move(train_data),
                                                std::move(eval_data), o);
   });
+  say_unused_keys(ctx);  // the configuration is read: what it did not read changes nothing
   trainer->run();
   return 0;
 }

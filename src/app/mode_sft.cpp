@@ -89,6 +89,7 @@ int run_sft(Context& ctx) {
   env.agree([&] {  // batch sizes that do not divide are errors every rank meets
     trainer = std::make_unique<train::SftTrainer>(env, ctx.comm, net, *tok, std::move(train_data), std::move(eval_data), o);
   });
+  say_unused_keys(ctx);  // the configuration is read: what it did not read changes nothing
   trainer->run();
   return 0;
 }

@@ -15,6 +15,7 @@
 #include "io/tokenizer.h"
 #include "rl/generator.h"
 #include "rl/prompts.h"
+#include "train/checkpointer.h"
 #include "train/data.h"
 #include "train/optimizer.h"
 
@@ -113,9 +114,18 @@ struct TrainingModel {
   bool fresh_adapter = false;   // a fresh adapter (B = 0: the starting policy is the base model); false when full
 };
 TrainingModel build_training_model(const Context& ctx, const io::ModelConfig& mc, bool full);
+// The keys given for this run that it has not read (io::Config::unread_given): they change nothing in this mode (another
+// mode's key, one of a section this run has no use for). One warning on rank 0 naming each and where it was given
+// ("run.toml:12", "the command line"), once per key. Keys of the input file are said only when the file names this
+// mode (a file written for another mode, as `mgrl generate sft.toml`, holds that mode's keys by design); info and
+// plan never say it. Called before a mode's work starts (training, generation, scoring) and at the end of every run.
+void say_unused_keys(const Context& ctx);
+// The checkpoint keys of a training mode (checkpoint.dir, every_steps, keep_last, resume, allow_other_base) and the
+// configuration's text, which every checkpoint keeps.
+train::CheckpointOptions checkpoint_options(const io::Config& cfg);
 // The keys SFT and DPO read alike into their options (train::SftOptions, train::DpoOptions): train.max_steps,
 // max_nonfinite_steps, stop_at_step, batch_size, grad_accum, the optimizer's keys with `scaling`, the seed, log,
-// eval and checkpoint keys, and the configuration's text.
+// eval and checkpoint keys (checkpoint_options).
 template <class Options>
 void read_supervised_keys(const io::Config& cfg, const train::LossScaling& scaling, std::uint64_t seed, Options* o);
 // eval.accuracy of SFT and DPO: the share of held-out examples whose greedy completion (at most max_new_tokens,
@@ -195,8 +205,13 @@ io::ModelConfig model_config(const io::Config& cfg, std::string* source = nullpt
 // model_config for a training mode (sft, grpo, dpo, ppo), which also refuses a model.shape or model.num_layers without
 // model.init = "random" (there are no weights to load for them).
 io::ModelConfig training_model_config(const io::Config& cfg, std::string* source);
-// UserError when model.shape or model.num_layers is set in a mode that loads weights (generate, score).
-void refuse_shape(const io::Config& cfg, const std::string& mode);
+// The keys of a mode that runs a model of model.path (generate, score): a UserError when model.shape, num_layers,
+// init or init_std is set (there is no random model to make), and warn_lora_keys_ignored.
+void check_inference_keys(const io::Config& cfg, const std::string& mode);
+// A warning (once each, "KEY is ignored: <why>") for lora.r, alpha, targets and use_rslora (and lora.dropout with
+// `dropout`) set where they shape nothing: beside an adapter (lora.adapter: its adapter_config.json sets them), in
+// generate and score without one, in full fine-tuning.
+void warn_lora_keys_ignored(const io::Config& cfg, const std::string& why, bool dropout);
 // generate.merge_lora for the generations of generate, grpo and ppo: "off"; "on" (a UserError naming the key when
 // the base is NF4, by model.quantize = "nf4" or a bitsandbytes 4-bit directory, or sharded, model.shard_base);
 // "auto": IfMemory on the CUDA backend (cuda) with a dense, unsharded base, else off (also when the environment sets

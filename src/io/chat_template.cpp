@@ -79,6 +79,11 @@ ChatTemplate::ChatTemplate(const Tokenizer& tok, const ChatOptions& opts) {
     if (!opts.template_path.empty())
       throw UserError("chat.template (" + opts.template_path + ") is set, but " + opts.format_key + " names the built-in '" +
                       opts.format + "' format: set " + opts.format_key + " = \"auto\" to use the template");
+    // A built-in format has no variables to set: kwargs were accepted unread (not even parsed) until 2026-11-28.
+    if (!opts.template_kwargs.empty() && opts.template_kwargs != "{}")
+      throw UserError("chat.template_kwargs is set, but " + opts.format_key + " names the built-in '" + opts.format +
+                      "' format, which takes no template variables: set " + opts.format_key +
+                      " = \"auto\" to render with the model's template");
     impl->builtin = true;
     impl->format = chat_format_from_name(opts.format);
     impl_ = std::move(impl);

@@ -239,11 +239,13 @@ std::string check_value(const KeySpec& ks, const Value& v) {
     // TOML has nan and inf literals (the command line refuses them when parsing): no key takes them, and a NaN
     // passes every bound below (each comparison is false).
     if (!std::isfinite(d)) return "key '" + ks.name + "' must be a finite number (got " + to_toml_literal(v) + ")";
-    if ((ks.min && d < *ks.min) || (ks.max && d > *ks.max)) {
+    const bool below = ks.min && (ks.min_open ? d <= *ks.min : d < *ks.min);
+    const bool above = ks.max && (ks.max_open ? d >= *ks.max : d > *ks.max);
+    if (below || above) {
       std::string msg = "key '" + ks.name + "' must be";
-      if (ks.min) msg += " >= " + format_bound(ks, *ks.min);
+      if (ks.min) msg += (ks.min_open ? " > " : " >= ") + format_bound(ks, *ks.min);
       if (ks.min && ks.max) msg += " and";
-      if (ks.max) msg += " <= " + format_bound(ks, *ks.max);
+      if (ks.max) msg += (ks.max_open ? " < " : " <= ") + format_bound(ks, *ks.max);
       return msg + " (got " + to_toml_literal(v) + ")";
     }
   }
@@ -455,7 +457,15 @@ const KeySpec& Config::spec(const std::string& key, ValueType expected) const {
   MGRL_CHECK(ks->type == expected, "configuration key '" + key + "' read as " + value_type_name(expected) +
                                        " but declared as " + value_type_name(ks->type));
   MGRL_CHECK(values_.count(key) != 0, "configuration key '" + key + "' has no value");
+  read_.insert(key);
   return *ks;
+}
+
+std::vector<std::string> Config::unread_given() const {
+  std::vector<std::string> out;
+  for (const auto& [key, o] : origins_)
+    if (o.kind != Origin::Default && key != "mode" && !read_.count(key)) out.push_back(key);
+  return out;
 }
 
 const std::string& Config::get_string(const std::string& key) const {
@@ -478,7 +488,10 @@ const std::vector<std::string>& Config::get_strings(const std::string& key) cons
   spec(key, ValueType::StringList);
   return std::get<std::vector<std::string>>(values_.at(key));
 }
-bool Config::is_set(const std::string& key) const { return values_.count(key) != 0; }
+bool Config::is_set(const std::string& key) const {
+  read_.insert(key);
+  return values_.count(key) != 0;
+}
 
 const std::vector<TableItem>& Config::tables(const std::string& name) const {
   static const std::vector<TableItem> none;
@@ -509,6 +522,7 @@ std::string TableItem::where(const std::string& key) const {
   return file + ":" + std::to_string(it == lines.end() ? line : it->second) + ": ";
 }
 Origin Config::origin(const std::string& key) const {
+  read_.insert(key);
   auto it = origins_.find(key);
   return it == origins_.end() ? Origin{} : it->second;
 }
@@ -566,8 +580,8 @@ std::string help_config(const Schema& schema, const std::string& title) {
       out << "; one of";
       for (std::size_t i = 0; i < ks.choices.size(); ++i) out << (i ? ", " : " ") << ks.choices[i];
     }
-    if (ks.min) out << "; >= " << format_bound(ks, *ks.min);
-    if (ks.max) out << "; <= " << format_bound(ks, *ks.max);
+    if (ks.min) out << (ks.min_open ? "; > " : "; >= ") << format_bound(ks, *ks.min);
+    if (ks.max) out << (ks.max_open ? "; < " : "; <= ") << format_bound(ks, *ks.max);
     if (!ks.def) {
       out << "; required";
       if (ks.required_modes.size() > (waiver(ks).empty() ? 0u : 1u)) {

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <variant>
 #include <vector>
@@ -25,6 +26,8 @@ struct KeySpec {
   // Required only in these modes (empty + no def: always). An entry "unless KEY" waives the requirement when KEY
   // has a non-empty value (an alternative to this key).
   std::vector<std::string> required_modes;
+  // The bounds themselves excluded (> min, < max): a value at the bound is refused (adam_beta1 = 1 divides by zero).
+  bool min_open = false, max_open = false;
 };
 
 using Schema = std::vector<KeySpec>;
@@ -78,6 +81,9 @@ class Config {
 
   // The effective configuration as TOML (every key with a value), e.g. for checkpoints.
   std::string to_toml() const;
+  // The keys given (in the input file or on the command line; not `mode`) that nothing has read so far: a get_*,
+  // is_set or origin of a key counts as reading it (asking whether a key was given is a use of it).
+  std::vector<std::string> unread_given() const;
 
  private:
   const KeySpec& spec(const std::string& key, ValueType expected) const;
@@ -90,6 +96,7 @@ class Config {
   std::map<std::string, Value> values_;
   std::map<std::string, Origin> origins_;
   std::map<std::string, std::vector<TableItem>> tables_;
+  mutable std::set<std::string> read_;  // unread_given()
 };
 
 // `mgrl help-config`: every key with its type, default and doc, as a TOML file one can start from.

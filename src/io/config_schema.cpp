@@ -104,7 +104,7 @@ const Schema& mgrl_schema() {
          {}, {}, {}, {}});
     add({"lora.r", T::Int, Value(std::int64_t{8}), "LoRA rank", {}, 1.0, 4096.0, {}});
     add({"lora.alpha", T::Float, Value(16.0), "LoRA alpha: the adapter's output is scaled by alpha / r", {}, 0.0, {},
-         {}});
+         {}, true});
     add({"lora.dropout", T::Float, Value(0.0), "dropout on the adapter's input while training", {}, 0.0, 0.99, {}});
     add({"lora.use_rslora", T::Bool, Value(false), "scale by alpha / sqrt(r) (rank-stabilised LoRA)", {}, {}, {},
          {}});
@@ -156,9 +156,9 @@ const Schema& mgrl_schema() {
          0.0, {}, {}});
     add({"train.warmup_ratio", T::Float, Value(0.0), "warmup as a fraction of max_steps", {}, 0.0, 1.0, {}});
     add({"train.weight_decay", T::Float, Value(0.0), "AdamW decoupled weight decay", {}, 0.0, {}, {}});
-    add({"train.adam_beta1", T::Float, Value(0.9), "AdamW beta1", {}, 0.0, 1.0, {}});
-    add({"train.adam_beta2", T::Float, Value(0.999), "AdamW beta2", {}, 0.0, 1.0, {}});
-    add({"train.adam_eps", T::Float, Value(1e-8), "AdamW epsilon", {}, 0.0, {}, {}});
+    add({"train.adam_beta1", T::Float, Value(0.9), "AdamW beta1", {}, 0.0, 1.0, {}, false, true});
+    add({"train.adam_beta2", T::Float, Value(0.999), "AdamW beta2", {}, 0.0, 1.0, {}, false, true});
+    add({"train.adam_eps", T::Float, Value(1e-8), "AdamW epsilon", {}, 0.0, {}, {}, true});
     add({"train.max_grad_norm", T::Float, Value(1.0), "clip the global gradient norm to this; 0: no clipping", {},
          0.0, {}, {}});
     add({"train.seed", T::Int, Value(std::int64_t{0}), "seed of the data order, LoRA initialisation and dropout", {},
@@ -198,6 +198,9 @@ const Schema& mgrl_schema() {
     add({"checkpoint.resume", T::String, Value(std::string("auto")),
          "auto: continue from the newest complete checkpoint of checkpoint.dir if there is one; none; or a path",
          {}, {}, {}, {}});
+    add({"checkpoint.allow_other_base", T::Bool, Value(false),
+         "resume a checkpoint written over other base weights than this run's (model.path or model.init); false: "
+         "refused naming the first base tensor that differs", {}, {}, {}, {}});
     add({"export.checkpoint", T::String, Value(std::string("auto")),
          "checkpoint to export: a path, or auto (the newest of checkpoint.dir; when it is damaged, export stops and names "
          "the newest intact one)", {}, {}, {}, {}});
@@ -381,7 +384,8 @@ const Schema& mgrl_schema() {
          "learning rate of the value head (a linear layer on the policy's last hidden state, AdamW of its own); 0: "
          "train.lr", {}, 0.0, {}, {}});
     add({"rollouts.every_steps", T::Int, Value(std::int64_t{1}),
-         "write <log.dir>/rollouts/step_<8 digits>.h5 every N steps (and at the last); 0: never", {}, 0.0, {}, {}});
+         "write <log.dir>/rollouts/step_<8 digits>.h5 for the generation rounds whose steps reach a multiple of N (and "
+         "the first and the last); 0: never", {}, 0.0, {}, {}});
     // [[reward]] tables (docs/rewards.md): one reward function each; the total reward is their weighted sum.
     add({"reward[].kind", T::String, std::nullopt, "answer_match, regex, overlong, code_exec or command",
          {"answer_match", "regex", "overlong", "code_exec", "command"}, {}, {}, {}});

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/random.h"
+#include "io/checksum.h"
 #include "io/nf4_tensor.h"
 #include "io/safetensors.h"
 #include "kernels/cpu/nf4.h"
@@ -497,8 +498,25 @@ void ModelDef::upload_tensor(std::size_t index, const std::vector<float>& host) 
   if (master_) ops_.upload(master_ + t.offset, host.data(), host.size() * sizeof(float));
 }
 
+namespace {
+constexpr std::size_t kFingerprintSamples = 4096;
+
+// Up to kFingerprintSamples values of v spaced evenly (the first and the last among them), rounded to bf16.
+std::vector<std::uint16_t> fingerprint_sample(const std::vector<float>& v) {
+  const std::size_t n = v.size(), k = std::min(n, kFingerprintSamples);
+  std::vector<std::uint16_t> out(k);
+  for (std::size_t i = 0; i < k; ++i) out[i] = io::float_to_bf16(v[k > 1 ? i * (n - 1) / (k - 1) : 0]);
+  return out;
+}
+}  // namespace
+
+void ModelDef::add_to_fingerprint(const std::string& name, const void* sample, std::size_t bytes) {
+  fingerprint_ += name + " " + io::checksum_hex(sample, bytes) + "\n";
+}
+
 void ModelDef::load_weights(const std::string& dir) {
   io::SafetensorsModel model(dir);
+  fingerprint_.clear();
   std::vector<float> host;
   for (std::size_t i = 0; i < base_.size(); ++i) {
     const BaseTensor& t = base_[i];
@@ -517,11 +535,17 @@ void ModelDef::load_weights(const std::string& dir) {
       if (q.double_quant && std::memcmp(q.nested_code.data(), kernels::cpu::dynamic_code(), 256 * sizeof(float)) != 0)
         throw UserError(dir + ": tensor '" + t.name + ".nested_quant_map' is not bitsandbytes' dynamic 8-bit code");
       upload_nf4(s, q.codes, q.absmax, q.qabsmax, q.nested_absmax, q.offset);
+      std::vector<std::uint8_t> sample;
+      const std::size_t n = q.codes.size(), k = std::min(n, kFingerprintSamples);
+      for (std::size_t j = 0; j < k; ++j) sample.push_back(q.codes[k > 1 ? j * (n - 1) / (k - 1) : 0]);
+      add_to_fingerprint(t.name + " nf4", sample.data(), sample.size());
       continue;
     }
     const io::TensorInfo& info = model.get(t.name, t.shape);
     host.resize(static_cast<std::size_t>(info.numel()));
     io::copy_finite_to_f32(info, host.data());
+    const auto sample = fingerprint_sample(host);
+    add_to_fingerprint(t.name, sample.data(), sample.size() * sizeof(std::uint16_t));
     upload_tensor(i, host);
   }
   // Weights this config.json does not use (as transformers says of them): a num_hidden_layers lower than the
@@ -543,6 +567,7 @@ void ModelDef::load_weights(const std::string& dir) {
 void ModelDef::init_random(std::uint64_t seed, float std) {
   std::vector<float> host;
   std::uint64_t counter = 0;
+  fingerprint_.clear();
   auto uniform = [&] { return random_uniform(seed, counter++) + 0.5 / 9007199254740992.0; };  // in (0, 1)
   for (std::size_t i = 0; i < base_.size(); ++i) {
     const BaseTensor& t = base_[i];
@@ -553,6 +578,8 @@ void ModelDef::init_random(std::uint64_t seed, float std) {
       if (norm) x = cfg_.gemma ? 0.0f : 1.0f;  // Gemma norms scale by (1 + w)
       else if (!bias) x = static_cast<float>(std * std::sqrt(-2.0 * std::log(uniform())) * std::cos(6.283185307179586 * uniform()));
     }
+    const auto sample = fingerprint_sample(host);
+    add_to_fingerprint(t.name, sample.data(), sample.size() * sizeof(std::uint16_t));
     upload_tensor(i, host);
   }
 }

@@ -178,6 +178,11 @@ class ModelDef {
   // Rounds the master weights into the storage-dtype weights (no-op without a master copy).
   void master_weights_changed();
   std::vector<float> base_tensor_host(const std::string& name) const;
+  // What base weights this model holds, one line per base tensor "name checksum": a checksum of up to 4096 of its
+  // values spaced evenly over it, rounded to bf16 (the same weights saved as f32 or bf16 agree); a tensor stored
+  // as bitsandbytes NF4, of its codes. Set by load_weights and init_random. A checkpoint keeps it, and resuming
+  // compares it (train::Checkpointer): adapters trained over one base do not fit another (docs/checkpoint.md).
+  const std::string& base_fingerprint() const { return fingerprint_; }
 
  private:
   WeightHandle handle(const std::string& name) const;  // a FatalError for a name this architecture lacks
@@ -186,6 +191,7 @@ class ModelDef {
   std::size_t slot_of(int l) const;
   float* grad(const WeightHandle& h) const;
   void upload_tensor(std::size_t index, const std::vector<float>& host);
+  void add_to_fingerprint(const std::string& name, const void* sample, std::size_t bytes);
   struct Nf4Slot;
   void upload_nf4(Nf4Slot& s, const std::vector<std::uint8_t>& codes, const std::vector<float>& absmax,
                   const std::vector<std::uint8_t>& qabsmax, const std::vector<float>& nested, float offset);
@@ -251,6 +257,7 @@ class ModelDef {
   std::vector<std::size_t> ws_offset_;  // bytes into the workspace of each module's NF4 projection
   std::vector<bool> layer_nf4_;
   mutable int ws_layer_ = -1;
+  std::string fingerprint_;
 };
 
 }  // namespace mgrl::model

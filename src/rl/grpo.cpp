@@ -122,6 +122,11 @@ GrpoTrainer::GrpoTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Trans
     model_.ops().copy(initial_, tr_.params, tr_.n * sizeof(float));
   }
   accuracy_fn_ = rewards_.accuracy_index(opts_.accuracy_reward);  // the reward that decides correctness in evaluation
+  // Until 2026-11-28 pass@k was left out of the evaluation without a word.
+  if (opts_.pass_k > 0 && accuracy_fn_ < 0)
+    throw UserError("eval.pass_k (" + std::to_string(opts_.pass_k) + ") counts correct completions, but no reward "
+                    "decides correctness: add an answer_match or code_exec reward, or name the reward whose full credit "
+                    "(>= 1) counts as correct with eval.accuracy_reward");
 }
 
 GrpoTrainer::~GrpoTrainer() {
@@ -700,9 +705,13 @@ GrpoResult GrpoTrainer::run() {
     }
     Round& R = *round_;
     // The rollout buffer of this round (rank 0), before training on it.
+    // A round serves the steps [next, its last]: it is written when they hold a multiple of rollouts.every_steps, the
+    // first step or the last (until 2026-11-28 only a round that began on a multiple: with num_iterations 2 and
+    // every_steps 2, no round but the first was ever written).
     const std::int64_t next = state_.step + 1;
+    const std::int64_t round_last = std::min<std::int64_t>(end, state_.step + opts_.num_iterations);
     if (generated && env_.rank() == 0 && !opts_.log_dir.empty() && opts_.rollouts_every > 0 &&
-        (next % opts_.rollouts_every == 0 || next == end || next == 1)) {
+        (next == 1 || round_last == end || round_last / opts_.rollouts_every != state_.step / opts_.rollouts_every)) {
       RolloutFileInfo info{next, opts_.seed, opts_.config_text, names};
       write_rollouts_of_step(opts_.log_dir + "/rollouts", R.global, info);
     }
@@ -758,7 +767,10 @@ GrpoResult GrpoTrainer::run() {
     j["trained_tokens_per_second"] = train_s > 0 ? tokens_all / train_s : 0.0;
     j["skipped_steps"] = state_.skipped_steps;
     train::shard_record(j, model_.definition());
-    if (rlog.rank0() && (state_.step % std::max(1, opts_.log_every) == 0 || state_.step == end)) {
+    // One record every log.every_steps steps, to metrics.jsonl and TensorBoard as on stdout (as SFT and DPO; until
+    // 2026-11-28 every step was recorded whatever the key said).
+    const bool logged = state_.step % std::max(1, opts_.log_every) == 0 || state_.step == end;
+    if (rlog.rank0() && logged) {
       char line[320];
       int k = std::snprintf(line, sizeof(line),
                             "step %lld/%lld | reward %.3f (std %.3f) | loss %.4f | grad norm %.3f | lr %.2e | len %.1f | "
@@ -775,7 +787,7 @@ GrpoResult GrpoTrainer::run() {
       train::scaler_text(line + k, sizeof(line) - static_cast<std::size_t>(k), state_, opt_->scaling());
       rlog.line(line);
     }
-    rlog.emit(j, state_.step);
+    if (logged) rlog.emit(j, state_.step);
     rlog.progress(state_.step, first, opts_.max_steps, seconds_since(t0));
     const bool last = state_.step == end || train::stop_agreed(env_, state_.step, ckpt_->enabled());  // a stop signal: checkpoint, exit 3
     if (opts_.eval_every > 0 && state_.step % opts_.eval_every == 0 && !last) eval_line("at", evaluate());

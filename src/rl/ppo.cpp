@@ -220,7 +220,7 @@ void PpoTrainer::update(nlohmann::json* metrics) {
                              random_bits(opts_.seed ^ 0x70706f65706f6368ull, static_cast<std::uint64_t>(update_index)));
   const int MB = P / opts_.num_mini_batches;
   std::vector<PpoLoss> losses;
-  double last_norm = 0, last_loss = 0;
+  double last_norm = 0, last_loss = 0, last_lr = 0;
   const double max_norm = opts_.optim.max_grad_norm;
   for (int e = 0; e < opts_.num_ppo_epochs; ++e) {
     const auto perm = order.order(e);
@@ -258,11 +258,13 @@ void PpoTrainer::update(nlohmann::json* metrics) {
       const PpoLoss l = ppo_loss(o, t);
       losses.push_back(l);
       kernels::Ops::AdamW hp = opts_.optim.adamw;
-      const double lr = opt_->lr(state_);
-      hp.lr = static_cast<float>(opts_.value_lr > 0 ? opts_.value_lr * lr / opts_.base_lr : lr);
+      // value_lr follows the schedule by its multiplier: value_lr * lr / train.lr was 0/0 = NaN at train.lr = 0 (a
+      // value-head warm-up), every loss NaN and exit 0, until 2026-11-28.
+      hp.lr = static_cast<float>(opts_.value_lr > 0 ? opts_.value_lr * opt_->lr_factor(state_) : opt_->lr(state_));
       hp.step = state_.step + 1 - state_.skipped_steps;
       const double clip = max_norm > 0 && total > max_norm ? max_norm / total : 1.0;
       hp.grad_scale = static_cast<float>(clip / scale);
+      last_lr = opt_->lr(state_);  // this optimizer step's
       const train::StepOutcome out = opt_->step(state_, total, l.loss);
       if (out == train::StepOutcome::Updated) vh_->step(hp);
       guard_->after_step(out, state_.step, ckpt_->last_checkpoint());
@@ -278,7 +280,8 @@ void PpoTrainer::update(nlohmann::json* metrics) {
     kl_coef_ = ppo_adaptive_kl_coef(kl_coef_, rs.kl / rs.sequences, opts_.kl_target, opts_.kl_horizon, rs.sequences);
   (*metrics)["loss"] = last_loss;
   (*metrics)["grad_norm"] = last_norm;
-  (*metrics)["lr"] = opt_->lr(state_);
+  (*metrics)["lr"] = last_lr;  // of the update's last optimizer step (until 2026-11-28: the next update's)
+  (*metrics)["skipped_steps"] = state_.skipped_steps;
   double len = 0;
   for (const auto& s : local) len += static_cast<double>(s.response.size());
   (*metrics)["completions/mean_length"] = env_.allreduce_sum(len) / P;
@@ -293,9 +296,11 @@ void PpoTrainer::update(nlohmann::json* metrics) {
 void PpoTrainer::write_rollouts(const std::vector<PpoSample>& local, const std::vector<std::int64_t>& prompt_index,
                                 const std::vector<std::vector<double>>& rewards_fn,
                                 const std::vector<std::string>& finish, std::int64_t step) {
+  // The update trains steps [step, its last]: written when they hold a multiple of rollouts.every_steps, the first
+  // step or the last (until 2026-11-28 only an update that began on a multiple).
+  const std::int64_t last_of = step + steps_per_update() - 1;
   const bool due = !opts_.log_dir.empty() && opts_.rollouts_every > 0 &&
-                   (step % opts_.rollouts_every == 0 || step == 1 ||
-                    step + steps_per_update() - 1 >= opts_.max_steps);
+                   (step == 1 || last_of >= opts_.max_steps || last_of / opts_.rollouts_every != (step - 1) / opts_.rollouts_every);
   if (!due) return;
   nlohmann::json js = nlohmann::json::array();
   for (std::size_t i = 0; i < local.size(); ++i) {
@@ -349,7 +354,16 @@ std::int64_t PpoTrainer::run() {
   train::warn_if_nothing_to_train(resumed, state_.step, end);
   const auto t0 = train::Clock::now();
   stop::arm();
-  auto extra_state = [&]() { return nlohmann::json{{"value_head", vh_->state()}, {"kl_coef", kl_coef_}}.dump(); };
+  auto extra_state = [&]() {
+    // As the trainable weights (train::Checkpointer): a diverged value head is not written (it was, as JSON nulls that
+    // no resume could read, until 2026-11-28). The head is the same on every rank: all refuse alike.
+    if (!vh_->finite())
+      throw UserError(train::checkpoint_path(opts_.checkpoint.dir, state_.step) + ": not written: the value head holds "
+                      "non-finite values (the run diverged; lower ppo.value_lr?); " +
+                      (ckpt_->last_checkpoint().empty() ? std::string("no checkpoint was written before it")
+                                                        : "the last checkpoint before it: " + ckpt_->last_checkpoint()));
+    return nlohmann::json{{"value_head", vh_->state()}, {"kl_coef", kl_coef_}}.dump();
+  };
   auto eval_line = [&](const char* when) {
     const PpoEval e = evaluate();
     if (e.prompts == 0) return;
@@ -371,8 +385,12 @@ std::int64_t PpoTrainer::run() {
     const std::int64_t before = state_.step;
     update(&j);
     train::shard_record(j, model_.definition());
-    rlog.emit(j, state_.step);
-    if (rlog.rank0() && (state_.step % std::max(1, opts_.log_every) == 0 || state_.step == end)) {
+    // log.every_steps counts optimizer steps: the update that reaches a multiple is logged, to metrics.jsonl too
+    // (until 2026-11-28 every update was recorded and the line printed only when an update ended on a multiple).
+    const int every = std::max(1, opts_.log_every);
+    const bool logged = state_.step / every != before / every || state_.step >= end;
+    if (logged) rlog.emit(j, state_.step);
+    if (rlog.rank0() && logged) {
       char line[400];
       int k = std::snprintf(line, sizeof(line),
                             "step %lld/%lld | score %.3f | kl %.4f | policy loss %.4f | value loss %.4f | clipfrac %.3f | "
@@ -389,8 +407,8 @@ std::int64_t PpoTrainer::run() {
     const bool last = state_.step >= end || train::stop_agreed(env_, state_.step, ckpt_->enabled());
     if (opts_.eval_every > 0 && state_.step / opts_.eval_every != before / opts_.eval_every && !last) eval_line("at");
     // checkpoint.every_steps counts optimizer steps; a checkpoint falls at the end of the update that reaches one.
-    const int every = opts_.checkpoint.every;
-    const bool due = ckpt_->enabled() && every > 0 && state_.step / every != before / every;
+    const int ck_every = opts_.checkpoint.every;
+    const bool due = ckpt_->enabled() && ck_every > 0 && state_.step / ck_every != before / ck_every;
     if (due && !last && !guard_->diverging()) ckpt_->save(state_, extra_state());
     if (last && ckpt_->enabled()) ckpt_->save(state_, extra_state());
     if (last) break;

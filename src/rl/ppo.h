@@ -44,7 +44,6 @@ struct PpoTrainOptions {
   double kl_horizon = 10000;      // its horizon in responses
   int num_ppo_epochs = 4, num_mini_batches = 1;
   double value_lr = 0;            // 0: the policy's learning rate
-  double base_lr = 1e-4;          // train.lr (value_lr follows the same schedule)
   kernels::Ops::Sampling sampling;
   int max_sequences = 64, max_prefill_tokens = 2048, kv_block_size = 16;
   int sync_interval = 8;  // generate.sync_interval

@@ -2,6 +2,7 @@
 #include "rl/value_head.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.h"
 #include "kernels/cpu/optimizer.h"
@@ -49,7 +50,19 @@ double ValueHead::grad_norm_squared() const {
 
 void ValueHead::step(const kernels::Ops::AdamW& hp) {
   std::vector<float> g(grad_.begin(), grad_.end());
-  kernels::cpu::adamw(param_.data(), g.data(), m_.data(), v_.data(), param_.size(), hp);
+  // The weights take weight decay, the bias not (as train::decays; until 2026-11-28 the bias decayed too).
+  const std::size_t w = param_.size() - 1;
+  kernels::cpu::adamw(param_.data(), g.data(), m_.data(), v_.data(), w, hp);
+  kernels::Ops::AdamW no_decay = hp;
+  no_decay.weight_decay = 0.0f;
+  kernels::cpu::adamw(param_.data() + w, g.data() + w, m_.data() + w, v_.data() + w, 1, no_decay);
+}
+
+bool ValueHead::finite() const {
+  for (const std::vector<float>* x : {&param_, &m_, &v_})
+    for (const float f : *x)
+      if (!std::isfinite(f)) return false;
+  return true;
 }
 
 nlohmann::json ValueHead::state() const {

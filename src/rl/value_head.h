@@ -31,6 +31,7 @@ class ValueHead {
   void step(const kernels::Ops::AdamW& hp);
 
   const std::vector<float>& params() const { return param_; }  // weights, then the bias
+  bool finite() const;  // every parameter and moment finite
   nlohmann::json state() const;             // params and AdamW moments, exactly (floats as JSON numbers)
   void restore(const nlohmann::json& st);   // UserError when it does not fit this head
 

@@ -39,6 +39,7 @@ const std::string kExpAvgSq = "/optimizer/exp_avg_sq";
 const std::string kOrder = "/trainable_order";
 const std::string kConfig = "/config";
 const std::string kIdentity = "/model_identity";
+const std::string kBase = "/base_fingerprint";  // absent in files written before 2026-11-28
 const std::string kStep = "/state/step";
 const std::string kTokensSeen = "/state/tokens_seen";
 const std::string kSkippedSteps = "/state/skipped_steps";
@@ -267,6 +268,7 @@ Checkpoint read_file(const io::H5Reader& r, bool sealed, const std::string& expe
   ck.model_identity = read_text(r, version, kIdentity);
   if (!expected_identity.empty()) check_identity(path, ck.model_identity, expected_identity);
   ck.config_text = read_text(r, version, kConfig);
+  if (r.has(kBase)) ck.base_fingerprint = read_text(r, version, kBase);
 
   auto& s = ck.state;
   s.step = read_i64(r, version, kStep);
@@ -399,6 +401,7 @@ void write_checkpoint(const std::string& dir, const Checkpoint& ck) {
     put_string(kOrder, order);
     put_string(kConfig, ck.config_text);
     put_string(kIdentity, ck.model_identity);
+    if (!ck.base_fingerprint.empty()) put_string(kBase, ck.base_fingerprint);
 
     const auto& s = ck.state;
     put_i64(kStep, s.step);

@@ -54,6 +54,7 @@ struct Checkpoint {
   std::vector<float> params, adam_m, adam_v;  // flat f32, tensors' layout
   std::string config_text;                    // the run's effective configuration (TOML)
   std::string model_identity;                 // architecture + every trainable name and shape (model_identity())
+  std::string base_fingerprint;  // the base weights it was trained over (ModelDef::base_fingerprint); "" in older files
   std::string mgrl_version;
   std::string extra;  // the loop's own state (GRPO: the batch of a generation round in progress), JSON; may be ""
 };

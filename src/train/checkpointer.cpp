@@ -104,6 +104,36 @@ std::string changed_settings(const std::string& then_toml, const std::string& no
   return out;
 }
 
+// The first base tensor whose fingerprint line differs between two fingerprints (ModelDef::base_fingerprint: one
+// "name checksum" line a tensor); "" when they agree.
+std::string first_base_difference(const std::string& then, const std::string& now) {
+  std::size_t a = 0, b = 0;
+  while (a < then.size() || b < now.size()) {
+    const std::size_t ea = std::min(then.find('\n', a), then.size()), eb = std::min(now.find('\n', b), now.size());
+    const std::string la = then.substr(a, ea - a), lb = now.substr(b, eb - b);
+    if (la != lb) {
+      const std::string& l = lb.empty() ? la : lb;
+      return l.substr(0, l.rfind(' '));
+    }
+    a = ea + 1;
+    b = eb + 1;
+  }
+  return "";
+}
+
+// Where a run's base weights came from, by its configuration: model.path, or model.init = "random" with its seed.
+std::string base_source(const std::string& toml) {
+  const auto all = flatten_config(toml);
+  const auto get = [&all](const std::string& key) {
+    const auto it = all.find(key);
+    return it == all.end() ? std::string() : it->second;
+  };
+  if (get("model.init") == "\"random\"")
+    return "random weights (train.seed = " + get("train.seed") + ", model.init_std = " + get("model.init_std") + ")";
+  const std::string path = get("model.path");
+  return path.empty() ? std::string("unknown weights") : "model.path = " + path;
+}
+
 dist::MpiEnv::Patience file_patience(std::size_t trainable, const std::string& what) {
   const double bytes = 3.0 * 4.0 * static_cast<double>(trainable);
   char size[32];
@@ -176,6 +206,7 @@ void Checkpointer::write(const TrainState& st, const std::string& extra) {
                                        : "the last checkpoint before it: " + last_));
   ck.config_text = opts_.config_text;
   ck.model_identity = identity_;
+  ck.base_fingerprint = tr.base;
   ck.mgrl_version = build_info().version;
   ck.extra = extra;
   write_checkpoint(opts_.dir, ck);  // removes temporaries left by an interrupted earlier write first
@@ -199,6 +230,19 @@ Checkpoint Checkpointer::read_checked(const std::string& path) const {
     throw UserError(path + ": a checkpoint of mgrl " + then + ", resumed by mgrl " + now +
                     ": to start from its weights, export them (mgrl export) and set lora.adapter or model.path; or "
                     "use another checkpoint.dir");
+  // Adapters (or a full fine-tuning's moments) trained over other base weights than this run's: another model of
+  // the same shapes (an instruct version, a re-download of another revision, model.init's seed changed) at the same
+  // or another path; resumed silently before 2026-11-28. Files written before then have no fingerprint.
+  const std::string differs = first_base_difference(ck.base_fingerprint, tr.base);
+  if (!ck.base_fingerprint.empty() && !tr.base.empty() && !differs.empty()) {
+    const std::string what = path + ": trained over other base weights than this run's (tensor '" + differs +
+                             "' differs; its run: " + base_source(ck.config_text) + "; this run: " +
+                             base_source(opts_.config_text) + ")";
+    if (!opts_.allow_other_base)
+      throw UserError(what + ": adapters trained over one base do not fit another. Resume over the weights it was "
+                      "trained over, or set checkpoint.allow_other_base = true to go on over these");
+    log::warn_once(what + "; going on over this run's (checkpoint.allow_other_base)");
+  }
   if (ck.params.size() != tr.n)
     throw UserError(path + ": holds " + std::to_string(ck.params.size()) + " trainable values, this run has " +
                     std::to_string(tr.n));

@@ -21,6 +21,9 @@ struct CheckpointOptions {
   int keep_last = 0;       // 0: all
   std::string resume;      // "" / "none", "auto", or a path
   std::string config_text; // the run's effective configuration
+  // checkpoint.allow_other_base: resume a checkpoint written over other base weights than this run's (compared by
+  // their fingerprints, model::ModelDef::base_fingerprint); refused otherwise, naming the first tensor that differs.
+  bool allow_other_base = false;
 };
 
 // A run resumed at `step` from `resumed` ("" when it started afresh) whose last step `end` (train.max_steps, or
@@ -29,6 +32,8 @@ void warn_if_nothing_to_train(const std::string& resumed, std::int64_t step, std
 
 class Checkpointer {
  public:
+  // identity: model_identity() of the trainable tensors. Every checkpoint keeps the base weights' fingerprint of
+  // opt.trainable() (Trainable::base), and a resume compares it.
   Checkpointer(const dist::MpiEnv& env, kernels::Ops& ops, const Optimizer& opt, CheckpointOptions opts,
                std::string identity);
   bool enabled() const { return !opts_.dir.empty(); }

@@ -2,6 +2,7 @@
 #include "train/dpo.h"
 
 #include <algorithm>
+#include <array>
 #include <sstream>
 #include <cmath>
 #include <cstdio>
@@ -43,10 +44,24 @@ double chosen_tokens(const std::vector<const PreferencePair*>& pairs) {
   return n;
 }
 
+namespace {
+// Every sum of a DpoSums (const or not), in one order.
+template <class Sums>
+auto fields(Sums& s) {
+  return std::array<decltype(&s.pairs), 11>{&s.pairs,         &s.loss,          &s.reward_chosen, &s.reward_rejected,
+                                            &s.accuracy,      &s.margin,        &s.logp_chosen,   &s.logp_rejected,
+                                            &s.logp_accuracy, &s.sft_nll,       &s.chosen_tokens};
+}
+}  // namespace
+
 void DpoSums::allreduce(const dist::MpiEnv& env) {
-  for (double* x : {&pairs, &loss, &reward_chosen, &reward_rejected, &accuracy, &margin, &logp_chosen, &logp_rejected, &logp_accuracy, &sft_nll,
-                    &chosen_tokens})
-    *x = env.allreduce_sum(*x);
+  for (double* x : fields(*this)) *x = env.allreduce_sum(*x);
+}
+
+void DpoSums::merge(const DpoSums& o) {
+  const auto mine = fields(*this);
+  const auto theirs = fields(o);
+  for (std::size_t i = 0; i < mine.size(); ++i) *mine[i] += *theirs[i];
 }
 
 namespace {
@@ -87,7 +102,7 @@ DpoTrainer::DpoTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transfo
   sync_ = std::make_unique<GradSync>(comm_, model_, tr_);
   ckpt_ = std::make_unique<Checkpointer>(
       env_, model_.ops(), *opt_,
-      CheckpointOptions{opts_.checkpoint_dir, opts_.checkpoint_every, opts_.keep_last, opts_.resume, opts_.config_text},
+      opts_.checkpoint,
       model_identity(io::architecture_name(model_.config().arch), tr_.tensors));
   guard_ = std::make_unique<DivergenceGuard>(env_, opts_.max_nonfinite_steps, opts_.scaling.enabled);
   state_.rank_rng.assign(static_cast<std::size_t>(ranks), 0);
@@ -321,8 +336,11 @@ DpoResult DpoTrainer::run() {
   const bool rank0 = rlog.rank0();
   auto emit = [&](const nlohmann::json& j) { rlog.emit(j, state_.step); };
   const std::int64_t first = state_.step;
-  auto window = Clock::now();
+  // The log window (the steps since the last line): its steps' seconds (not the evaluations' and checkpoints' between
+  // them, which the wall clock counted until 2026-11-28), tokens and sums (the line showed its last step's).
+  double window_seconds = 0;
   std::int64_t window_tokens = 0;
+  DpoSums window_sums;
   double step_seconds = 0, run_tokens = 0;
   model_.ops().phase_reset();
   const std::int64_t end = opts_.stop_at_step > 0 ? std::min(opts_.stop_at_step, opts_.max_steps) : opts_.max_steps;
@@ -369,24 +387,28 @@ DpoResult DpoTrainer::run() {
     const auto step_t0 = Clock::now();
     DpoSums sums;
     const double loss = train_step(&sums);
-    step_seconds += seconds_since(step_t0);
+    const double dt_step = seconds_since(step_t0);
+    step_seconds += dt_step;
+    window_seconds += dt_step;
+    window_sums.merge(sums);
     window_tokens += last_tokens_;
     run_tokens += static_cast<double>(last_tokens_);
     res.final_loss = loss;
     const bool last = state_.step == end || stop_agreed(env_, state_.step, ckpt_->enabled());
     if (rank0 && (state_.step % std::max(1, opts_.log_every) == 0 || last)) {
-      const double dt = seconds_since(window);
+      const double dt = window_seconds;
       const double tps = dt > 0 ? static_cast<double>(window_tokens) / dt : 0;
-      const double n = std::max(1.0, sums.pairs);
+      const DpoSums& w = window_sums;
+      const double n = std::max(1.0, w.pairs);
       char line[320];
       int k = std::snprintf(line, sizeof(line),
                             "step %lld/%lld | loss %.4f | accuracy %.2f | margin %.4f | lr %.2e | grad norm %.3f | %.0f tok/s",
-                            static_cast<long long>(state_.step), static_cast<long long>(opts_.max_steps), loss,
-                            sums.accuracy / n, sums.margin / n, lr, last_norm_, tps);
+                            static_cast<long long>(state_.step), static_cast<long long>(opts_.max_steps),
+                            w.total_loss(opts_.loss.sft_weight), w.accuracy / n, w.margin / n, lr, last_norm_, tps);
       k += shard_text(line + k, sizeof(line) - static_cast<std::size_t>(k), model_.definition());
       scaler_text(line + k, sizeof(line) - static_cast<std::size_t>(k), state_, opt_->scaling());
       rlog.line(line);
-      nlohmann::json j = named(sums, "", opts_.loss.sft_weight);
+      nlohmann::json j = named(w, "", opts_.loss.sft_weight);
       j["step"] = state_.step;
       j["lr"] = lr;
       j["grad_norm"] = last_norm_;
@@ -395,8 +417,9 @@ DpoResult DpoTrainer::run() {
       shard_record(j, model_.definition());
       if (opt_->scaling()) scaler_record(j, state_, last_outcome_);
       emit(j);
-      window = Clock::now();
+      window_seconds = 0;
       window_tokens = 0;
+      window_sums = DpoSums();
     }
     rlog.progress(state_.step, first, opts_.max_steps, seconds_since(t0));
     if (opts_.eval_every > 0 && state_.step % opts_.eval_every == 0 && !last && !eval_.empty())

@@ -47,13 +47,9 @@ struct DpoOptions {
   int eval_batch = 16;  // pairs per scoring pass
   // Held-out greedy exact-match accuracy of the chosen completions (the app layer generates). Collective.
   std::function<double(const std::vector<Example>&)> accuracy;
-  std::string checkpoint_dir;
-  int checkpoint_every = 0;
-  int keep_last = 0;
+  CheckpointOptions checkpoint;
   int max_nonfinite_steps = 25;
-  std::string resume;
   std::string log_dir;
-  std::string config_text;
 };
 
 // The figures of a set of pairs, summed (divide by pairs for trl's means).
@@ -66,6 +62,7 @@ struct DpoSums {
   double total_loss(double sft_weight) const;
   void add(const DpoPairIn& in, const DpoPairOut& out);
   void allreduce(const dist::MpiEnv& env);
+  void merge(const DpoSums& o);  // adds o's sums (a log window of several steps)
 };
 
 // The pieces of a DPO micro-batch (the trainer's, and the fixture test's against trl):

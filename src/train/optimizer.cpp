@@ -4,8 +4,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <utility>
 
 #include "core/error.h"
+#include "io/safetensors.h"
 
 namespace mgrl::train {
 namespace {
@@ -44,6 +46,26 @@ Optimizer::Optimizer(kernels::Ops& ops, const Trainable& tr, OptimizerOptions op
     : ops_(ops), tr_(tr), opts_(std::move(opts)) {
   m_ = static_cast<float*>(ops_.alloc(tr_.n * sizeof(float)));
   v_ = static_cast<float*>(ops_.alloc(tr_.n * sizeof(float)));
+  // Until 2026-11-28 every trainable value decayed: in full fine-tuning the norm weights and biases too (transformers'
+  // Trainer leaves them out). Values no tensor names (none today) decay, as before.
+  std::vector<std::pair<std::size_t, std::size_t>> keep;  // [offset, end) of the tensors without decay
+  for (const auto& t : tr_.tensors)
+    if (!decays(t.name)) keep.push_back({t.offset, t.offset + static_cast<std::size_t>(io::shape_numel(t.shape))});
+  std::sort(keep.begin(), keep.end());
+  std::size_t at = 0;
+  const auto add = [this](std::size_t from, std::size_t to, bool decay) {
+    if (to <= from) return;
+    if (!ranges_.empty() && ranges_.back().decay == decay && ranges_.back().offset + ranges_.back().n == from)
+      ranges_.back().n += to - from;
+    else
+      ranges_.push_back({from, to - from, decay});
+  };
+  for (const auto& [from, to] : keep) {
+    add(at, from, true);
+    add(std::max(at, from), to, false);
+    at = std::max(at, to);
+  }
+  add(at, tr_.n, true);
 }
 
 Optimizer::~Optimizer() {
@@ -104,7 +126,15 @@ StepOutcome Optimizer::step(TrainState& st, double norm, double loss) {
   // by (exact: a power of two). The clip compares the unscaled norm.
   const double clip = opts_.max_grad_norm > 0 && norm > opts_.max_grad_norm ? opts_.max_grad_norm / norm : 1.0;
   hp.grad_scale = static_cast<float>(clip / scale);
-  ops_.adamw(tr_.params, tr_.grads, m_, v_, tr_.n, hp);
+  if (hp.weight_decay == 0.0f) {
+    ops_.adamw(tr_.params, tr_.grads, m_, v_, tr_.n, hp);
+  } else {
+    for (const Range& r : ranges_) {
+      kernels::Ops::AdamW h = hp;
+      if (!r.decay) h.weight_decay = 0.0f;
+      ops_.adamw(tr_.params + r.offset, tr_.grads + r.offset, m_ + r.offset, v_ + r.offset, r.n, h);
+    }
+  }
   tr_.params_changed();
   ++st.step;
   return StepOutcome::Updated;

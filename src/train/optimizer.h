@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kernels/ops.h"
 #include "train/checkpoint.h"
@@ -66,6 +67,7 @@ class Optimizer {
   // st.overflow_steps and the scaler. A skipped step leaves the weights and moments as they were.
   StepOutcome step(TrainState& st, double norm, double loss);
   double lr(const TrainState& st) const { return opts_.schedule.at(st.step); }
+  double lr_factor(const TrainState& st) const { return opts_.schedule.factor(st.step); }  // Schedule::factor
   float* exp_avg() const { return m_; }
   float* exp_avg_sq() const { return v_; }
   const Trainable& trainable() const { return tr_; }
@@ -76,6 +78,13 @@ class Optimizer {
   OptimizerOptions opts_;
   float* m_ = nullptr;
   float* v_ = nullptr;
+  // The trainable buffer as ranges that do or do not take weight decay (decays()): one range for LoRA; for full
+  // fine-tuning the norm weights and biases are ranges of their own. One AdamW call per range.
+  struct Range {
+    std::size_t offset, n;
+    bool decay;
+  };
+  std::vector<Range> ranges_;
 };
 
 }  // namespace mgrl::train

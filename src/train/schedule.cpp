@@ -12,15 +12,15 @@ std::int64_t Schedule::warmup_from_ratio(double ratio, std::int64_t total_steps)
   return static_cast<std::int64_t>(std::ceil(ratio * static_cast<double>(total_steps)));
 }
 
-double Schedule::at(std::int64_t step) const {
+double Schedule::factor(std::int64_t step) const {
   // transformers' schedules evaluate the multiplier at the step counter before the update (0-based), so
   // the first step of a warmup has lr 0; mgrl uses step + 1 in the warmup so that no step is wasted.
-  if (step < warmup_steps) return lr * static_cast<double>(step + 1) / static_cast<double>(warmup_steps);
+  if (step < warmup_steps) return static_cast<double>(step + 1) / static_cast<double>(warmup_steps);
   const double span = static_cast<double>(std::max<std::int64_t>(1, total_steps - warmup_steps));
   const double progress = std::min(1.0, static_cast<double>(step - warmup_steps) / span);
-  if (kind == "constant") return lr;
-  if (kind == "linear") return lr * (1.0 - progress);
-  if (kind == "cosine") return lr * 0.5 * (1.0 + std::cos(M_PI * progress));
+  if (kind == "constant") return 1.0;
+  if (kind == "linear") return 1.0 - progress;
+  if (kind == "cosine") return 0.5 * (1.0 + std::cos(M_PI * progress));
   throw UserError("unknown learning-rate schedule '" + kind + "' (constant, linear or cosine)");
 }
 

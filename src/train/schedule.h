@@ -15,7 +15,10 @@ struct Schedule {
   static std::int64_t warmup_from_ratio(double ratio, std::int64_t total_steps);
   // Learning rate of optimizer step `step` (0-based): warmup rises linearly from lr / warmup (at step 0)
   // to lr; after warmup: constant, or linear / cosine decay to 0 at total_steps.
-  double at(std::int64_t step) const;
+  double at(std::int64_t step) const { return lr * factor(step); }
+  // The schedule's multiplier of lr at that step, in [0, 1]: another learning rate following the same schedule (PPO's
+  // value head) is that rate times it, also when lr is 0.
+  double factor(std::int64_t step) const;
 };
 
 }  // namespace mgrl::train

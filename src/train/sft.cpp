@@ -82,7 +82,7 @@ SftTrainer::SftTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transfo
   sync_ = std::make_unique<GradSync>(comm_, model_, tr_);
   ckpt_ = std::make_unique<Checkpointer>(
       env_, model_.ops(), *opt_,
-      CheckpointOptions{opts_.checkpoint_dir, opts_.checkpoint_every, opts_.keep_last, opts_.resume, opts_.config_text},
+      opts_.checkpoint,
       model_identity(io::architecture_name(model_.config().arch), tr_.tensors));
   guard_ = std::make_unique<DivergenceGuard>(env_, opts_.max_nonfinite_steps, opts_.scaling.enabled);
   state_.rank_rng.assign(static_cast<std::size_t>(ranks), 0);
@@ -238,8 +238,10 @@ SftResult SftTrainer::run() {
   auto emit = [&](const nlohmann::json& j) { rlog.emit(j, state_.step); };
 
   const std::int64_t first = state_.step;
-  auto window = Clock::now();
-  std::int64_t window_tokens = 0, window_all = 0;
+  // The log window (the steps since the last line): its steps' seconds (not the evaluations' and checkpoints' between
+  // them, which the wall clock counted until 2026-11-28), tokens and losses.
+  double window_seconds = 0, window_loss = 0;
+  std::int64_t window_tokens = 0, window_all = 0, window_steps = 0;
   double step_seconds = 0, run_all = 0;  // run_all: every token of the batches of this run
   model_.ops().phase_reset();
   double loss = 0;
@@ -251,22 +253,28 @@ SftResult SftTrainer::run() {
     const double lr = opts_.schedule.at(state_.step);
     const auto step_t0 = Clock::now();
     loss = train_step();
-    step_seconds += seconds_since(step_t0);
+    const double dt_step = seconds_since(step_t0);
+    step_seconds += dt_step;
+    window_seconds += dt_step;
+    window_loss += loss;
+    ++window_steps;
     window_tokens += state_.tokens_seen - before;
     window_all += last_tokens_all_;
     run_all += static_cast<double>(last_tokens_all_);
     res.final_loss = loss;
     const bool last = state_.step == end || stop_agreed(env_, state_.step, ckpt_->enabled());  // a stop signal: checkpoint, exit 3
     if (rank0 && (state_.step % std::max(1, opts_.log_every) == 0 || last)) {
-      const double dt = seconds_since(window);
+      const double dt = window_seconds;
       // Every token of the batch (as llm.c and transformers count them), and the tokens in the loss beside it.
       const double tps = dt > 0 ? static_cast<double>(window_all) / dt : 0;
       const double trained_tps = dt > 0 ? static_cast<double>(window_tokens) / dt : 0;
+      // The mean loss of the window's steps (as transformers' Trainer logs it; until 2026-11-28 its last step's).
+      const double mean_loss = window_loss / static_cast<double>(window_steps);
       char line[320];
       int n = std::snprintf(line, sizeof(line),
                             "step %lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s (trained %.0f tok/s)",
-                            static_cast<long long>(state_.step), static_cast<long long>(opts_.max_steps), loss, lr,
-                            last_norm_, tps, trained_tps);
+                            static_cast<long long>(state_.step), static_cast<long long>(opts_.max_steps), mean_loss,
+                            lr, last_norm_, tps, trained_tps);
       if (opts_.gpu_peak_tflops > 0)
         n += std::snprintf(line + n, sizeof(line) - n, " | MFU %.1f%%",
                            100.0 * tps * flops_per_token / (opts_.gpu_peak_tflops * 1e12 * env_.size()));
@@ -279,16 +287,15 @@ SftResult SftTrainer::run() {
       n += shard_text(line + n, sizeof(line) - static_cast<std::size_t>(n), model_.definition());
       n += scaler_text(line + n, sizeof(line) - static_cast<std::size_t>(n), state_, opt_->scaling());
       rlog.line(line);
-      nlohmann::json rec = {{"step", state_.step}, {"loss", loss}, {"lr", lr}, {"grad_norm", last_norm_},
+      nlohmann::json rec = {{"step", state_.step}, {"loss", mean_loss}, {"lr", lr}, {"grad_norm", last_norm_},
                             {"tokens_per_second", tps}, {"trained_tokens_per_second", trained_tps},
                             {"skipped_steps", state_.skipped_steps}};
       if (peak_gpu_ > 0) rec["peak_gpu_gib"] = static_cast<double>(peak_gpu_) / (1 << 30);
       shard_record(rec, model_.definition());
       if (opt_->scaling()) scaler_record(rec, state_, last_outcome_);
       emit(rec);
-      window = Clock::now();
-      window_tokens = 0;
-      window_all = 0;
+      window_seconds = window_loss = 0;
+      window_tokens = window_all = window_steps = 0;
     }
     rlog.progress(state_.step, first, opts_.max_steps, seconds_since(t0));
     if (opts_.eval_every > 0 && state_.step % opts_.eval_every == 0 && !last) {
@@ -345,7 +352,9 @@ SftResult SftTrainer::run() {
   res.skipped = state_.skipped_steps;
   res.overflows = state_.overflow_steps;
   res.seconds = seconds_since(t0);
-  res.tokens_per_second = res.seconds > 0 ? static_cast<double>(state_.tokens_seen) / res.seconds : 0;
+  // This run's tokens (every token of its batches) per second of its training steps: until 2026-11-28 the loss tokens
+  // since step 0 (a resumed run's earlier steps included) over this process's wall time.
+  res.tokens_per_second = step_seconds > 0 ? run_all / step_seconds : 0;
   rlog.flush();
   if (rank0 && !opts_.log_dir.empty()) {
     std::ostringstream s;  // job_summary.txt, written whole (RunLog::write_summary)
@@ -354,12 +363,14 @@ SftResult SftTrainer::run() {
       << "wall time: " << human_time(res.seconds) << " (" << res.seconds << " s)\n"
       << "steps: " << res.steps << " (skipped: " << res.skipped << ")\n"
       << scaler_summary(state_, opt_->scaling())
-      << "tokens: " << state_.tokens_seen << " (" << res.tokens_per_second << " tokens/s over the run)\n"
+      << "tokens in the loss since step 0: " << state_.tokens_seen << "\n"
+      << "this run: " << run_all << " tokens in its batches, " << res.tokens_per_second
+      << " tokens/s over its training steps (" << step_seconds << " s)\n"
       << "final train loss: " << res.final_loss << "\n"
       << "final eval loss: " << (res.final_eval_loss >= 0 ? std::to_string(res.final_eval_loss) : "none") << "\n"
       << "best eval loss: " << (res.best_eval_loss >= 0 ? std::to_string(res.best_eval_loss) : "none") << "\n";
     if (acc >= 0) s << "held-out accuracy: " << acc << "\n";
-    s << "checkpoints written: " << res.checkpoints << (opts_.checkpoint_dir.empty() ? "" : " in " + opts_.checkpoint_dir) << "\n";
+    s << "checkpoints written: " << res.checkpoints << (opts_.checkpoint.dir.empty() ? "" : " in " + opts_.checkpoint.dir) << "\n";
     if (state_.step > first) s << "rank 0 " << phases;
     rlog.write_summary(s.str());
   }

@@ -15,6 +15,7 @@
 #include "dist/mpi_env.h"
 #include "io/tokenizer.h"
 #include "model/transformer.h"
+#include "train/checkpointer.h"
 #include "train/checkpoint.h"
 #include "train/checkpointer.h"
 #include "train/divergence.h"
@@ -42,13 +43,9 @@ struct SftOptions {
   // Held-out accuracy in [0, 1] of the given examples, computed by the caller (the app layer generates;
   // train sits below rl). Collective: called on every rank. Empty: no accuracy.
   std::function<double(const std::vector<Example>&)> accuracy;
-  std::string checkpoint_dir;
-  int checkpoint_every = 0;  // 0: only at the end
-  int keep_last = 0;
+  CheckpointOptions checkpoint;
   int max_nonfinite_steps = 25;  // consecutive steps with a non-finite loss or gradient norm that stop the run; 0 never
-  std::string resume;  // "" / "none", "auto", or a checkpoint path
   std::string log_dir;
-  std::string config_text;
   double gpu_peak_tflops = 0;  // for MFU; 0 unknown
 };
 

@@ -1,11 +1,24 @@
 // trainable.cpp: the flat trainable buffer of a model (LoRA or full fine-tuning).
 #include "train/trainable.h"
 
+#include <cctype>
 #include <cstdio>
 
 #include "core/error.h"
 
 namespace mgrl::train {
+
+bool decays(const std::string& name) {
+  const auto ends = [](const std::string& s, const std::string& tail) {
+    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  if (ends(name, ".bias") || name == "bias") return false;
+  const std::string module = ends(name, ".weight") ? name.substr(0, name.size() - 7) : name;
+  std::string lower = module;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return !(ends(lower, "norm") || lower.find("layernorm") != std::string::npos ||
+           lower.find("rmsnorm") != std::string::npos);
+}
 
 Trainable trainable_of(model::Transformer& m, bool full_finetune) {
   Trainable t;
@@ -23,6 +36,7 @@ Trainable trainable_of(model::Transformer& m, bool full_finetune) {
   t.params = lora->params();
   t.grads = lora->grads();
   t.n = lora->numel();
+  t.base = m.definition().base_fingerprint();
   for (const auto& s : lora->slots()) {
     t.tensors.push_back({model::LoraParams::peft_name(s, true), {lora->config().r, s.in}, s.a_offset});
     t.tensors.push_back({model::LoraParams::peft_name(s, false), {s.out, lora->config().r}, s.b_offset});

@@ -17,6 +17,9 @@ struct Trainable {
   float* grads = nullptr;
   std::size_t n = 0;
   std::vector<TensorEntry> tensors;
+  // The base weights these values were trained over (ModelDef::base_fingerprint): a LoRA adapter fits only them.
+  // "" for full fine-tuning, whose values are every weight of the model.
+  std::string base;
   // Whoever writes params (the optimizer, a checkpoint restore, GRPO's reference swap) calls this afterwards:
   // full fine-tuning with fp32 master weights rounds them into the storage-dtype weights the kernels read.
   // Empty when params are what the kernels read (LoRA; full fine-tuning on f32 storage).
@@ -25,6 +28,12 @@ struct Trainable {
     if (changed) changed();
   }
 };
+// Whether AdamW's weight decay applies to a trainable tensor of this name: not to biases and norm weights (a name
+// ending in ".bias", or whose module, the name without ".weight", ends in "norm" or contains "layernorm" or
+// "rmsnorm": input_layernorm, post_attention_layernorm, q_norm, model.norm, ...), as transformers' Trainer groups
+// its parameters; to everything else (projections, embeddings, the LM head, LoRA's A and B).
+bool decays(const std::string& name);
+
 // The LoRA parameters of the model, or (full fine-tuning) its base weights: f32 storage trains them in place,
 // other storage (the GPU) trains their fp32 master copy.
 Trainable trainable_of(model::Transformer& m, bool full_finetune);

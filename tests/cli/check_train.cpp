@@ -6,7 +6,9 @@
 //                                                       gradient scale changes them, not Adam's update)
 //   check_train state A.h5                                prints the step, skipped and overflowed steps, loss scale
 //                                                       and the scaler's clean-step count of a checkpoint
-//   check_train losses A.jsonl B.jsonl --after=N         the "loss" of every step > N is identical in both
+//   check_train losses A.jsonl B.jsonl --after=N         the "loss" of every record of A whose window (the steps
+//                                                       since A's record before it) lies after step N is identical
+//                                                       in B
 //                 [--until=M] [--key=K]                 (and <= M; K instead of "loss")
 //   check_train field A.jsonl KEY                         prints KEY of every record that has it, in step order
 //   check_train track A.jsonl B.jsonl --rtol=X            every step's loss of A within X (relative) of B's
@@ -301,8 +303,14 @@ int main(int argc, char** argv) {
       const std::string key = opt(argc, argv, "--key=") ? opt(argc, argv, "--key=") : "loss";
       const auto a = losses(argv[2], key), b = losses(argv[3], key);
       int compared = 0, differ = 0;
+      // A record is the mean over the steps since the one before it (log.every_steps): one whose window began at or
+      // before `after` (the step a run resumed at, the first record after it) averages steps that the resumed run did
+      // not take, and is not compared.
+      long previous = 0;
       for (const auto& [step, loss] : a) {
-        if (step <= after || (until >= 0 && step > until)) continue;
+        const long window_start = previous;
+        previous = step;
+        if (window_start < after || (until >= 0 && step > until)) continue;
         auto it = b.find(step);
         if (it == b.end()) continue;
         ++compared;

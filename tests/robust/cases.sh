@@ -73,6 +73,23 @@ c cli_dtype_on_cpu 1 'model\.dtype = "fp16" needs the CUDA backend; this run use
 c cli_batch_vs_accum 1 "train\.batch_size / ranks \(4\) must be divisible by train\.grad_accum \(3\)" '' $SFT --train.grad_accum=3
 c cli_batch_vs_ranks_np2 2 "train\.batch_size \(5\) must be divisible by the number of ranks \(2\)" '' $SFT --train.batch_size=5
 
+# Values at which a key's arithmetic breaks, and keys that do not apply where they are given: each was accepted until
+# 2026-11-28 (a config-key hunt): adam_beta1 = 1 gave 0/0 in AdamW's bias correction (NaN weights, exit 0);
+# lora.alpha = 0 trained nothing (every gradient 0, exit 0); a PEFT adapter with full fine-tuning was dropped without a
+# word; generate ignored model.init; DPO's label_smoothing with the sigmoid loss (trl 1.16 smooths robust only) and
+# chat.template_kwargs with a built-in chat format (not even parsed) did nothing.
+c cli_adam_beta1_one 1 "command line: key 'train\.adam_beta1' must be >= 0\.0 and < 1\.0 \(got 1\.0\)" '' $SFT --train.adam_beta1=1.0
+c toml_adam_beta2_one 1 "bad\.toml:2: key 'train\.adam_beta2' must be >= 0\.0 and < 1\.0 \(got 1\.0\)" 'printf "[train]\nadam_beta2 = 1.0\n" > bad.toml' $SFT bad.toml
+c cli_lora_alpha_zero 1 "command line: key 'lora\.alpha' must be > 0\.0 \(got 0\.0\)" '' $SFT --lora.alpha=0
+c cli_adam_eps_zero 1 "command line: key 'train\.adam_eps' must be > 0\.0 \(got 0\.0\)" '' $SFT --train.adam_eps=0
+c full_finetune_with_adapter 1 "key 'lora\.adapter' does not apply with train\.full_finetune = true, which trains the base weights: merge the adapter" '' $SFT --train.full_finetune=true --lora.adapter=model
+c gen_model_init 1 'model\.init is for sft, grpo, dpo, ppo .* generate loads the weights of model\.path' '' $GEN --model.init=random
+c score_model_init_std 1 'model\.init_std is for sft, grpo, dpo, ppo .* score loads the weights of model\.path' '' $SCORE --model.init_std=0.5
+c dpo_label_smoothing_sigmoid 1 "key 'dpo\.label_smoothing' applies to dpo\.loss_type = \"robust\" only \(the label-smoothed DPO of trl 1\.16\), not to \"sigmoid\"" 'cp "$src/tests/data/dpo_cli/train.jsonl" pairs.jsonl' dpo --runtime.backend=cpu --model.path=model --model.tokenizer=tok --data.input=pairs.jsonl --train.batch_size=4 --train.max_steps=1 --checkpoint.resume=none --dpo.label_smoothing=0.1
+c render_kwargs_builtin_format 1 "chat\.template_kwargs is set, but train\.chat_format names the built-in 'chatml' format, which takes no template variables" '' render --runtime.backend=cpu --model.path=model --model.tokenizer=tok --data.input=train.jsonl --train.chat_format=chatml '--chat.template_kwargs={"enable_thinking": false}'
+c grpo_pass_k_without_correctness 1 "eval\.pass_k \(2\) counts correct completions, but no reward decides correctness" 'printf "[[reward]]\nkind = \"regex\"\npattern = \"[0-9]\"\n" > regex.toml' grpo regex.toml --runtime.backend=cpu --model.path=model --model.tokenizer=tok --data.input=train.jsonl --train.max_steps=1 --train.batch_size=2 --grpo.num_generations=2 --grpo.max_prompt_length=12 --grpo.max_completion_length=5 --eval.input=heldout.jsonl --eval.pass_k=2
+c ppo_pass_k 1 "key 'eval\.pass_k' is grpo's: ppo evaluates one greedy completion per held-out prompt" '' ppo.toml --model.path=model --model.tokenizer=tok --data.input=train.jsonl --eval.pass_k=2
+
 # ---- config.json of the model ----
 c cfg_missing 1 'model/config\.json: cannot open' 'rm model/config.json' $SFT
 c cfg_invalid_json 1 'model/config\.json: invalid JSON: line [0-9]+, column [0-9]+' 'head -c 200 model/config.json > x && mv x model/config.json' $SFT
@@ -178,6 +195,11 @@ c ck_export_named_damaged 1 "ck/step_00000001\.h5: damaged checkpoint: its HDF5 
 # A checkpoint of another mode (an SFT run's, resumed by GRPO: the same adapter shapes) was resumed silently, with
 # another objective's step count, schedule and moments (until 2026-11-28).
 c ck_other_mode 1 "ck/step_00000002\.h5: a checkpoint of mgrl sft, resumed by mgrl grpo" '' $GRPO --lora.r=2 --checkpoint.dir=ck --checkpoint.resume=auto
+# The base weights changed under a run's adapters (another model of the same shapes at model.path: an instruct
+# version, another revision): the adapters trained over the old weights were resumed over the new ones (until
+# 2026-11-28, silently, exit 0). Here every value of one tensor of model/ changes sign.
+c ck_other_base 1 "ck/step_00000002\.h5: trained over other base weights than this run's \(tensor 'model\.layers\.0\.mlp\.up_proj\.weight' differs; its run: model\.path = \"[^\"]*/qwen2_bias_tied\"; this run: model\.path = \"model\"\): adapters trained over one base do not fit another\. .*checkpoint\.allow_other_base = true" 'T negate model/model.safetensors model.layers.0.mlp.up_proj.weight' $RESUME
+c ck_other_base_np2 2 "ck/step_00000002\.h5: trained over other base weights than this run's \(tensor 'model\.layers\.1\.self_attn\.q_proj\.bias' differs" 'T negate model/model.safetensors model.layers.1.self_attn.q_proj.bias' $RESUME
 
 # checkpoint.dir holding an earlier run's checkpoints and resume = "none" (or a path before the newest): the new run
 # replaced them one by one and pruning counted them among the newest (deleting its own), exit 0, until 2026-11-28.
@@ -227,6 +249,10 @@ c export_into_base_dir_np2 2 "key 'export\.output' = model: the directory of the
 c export_merged_into_base_dir 1 "key 'export\.output' = \.: \./merged is the directory of the base model \(model\.path of the run: merged\)" 'cp -r model merged && "$mgrl" sft --runtime.backend=cpu --model.path=merged --model.tokenizer=tok --data.input=train.jsonl --train.batch_size=4 --train.max_steps=1 --lora.r=2 --checkpoint.resume=none --checkpoint.dir=ck_lora > /dev/null 2>&1' export --checkpoint.dir=ck_lora --export.output=. --export.merged=true
 # A merge whose base model cannot be read (moved away since the run): refused before the adapter is written.
 c export_merged_base_gone 1 "^mgrl: error: gone: " 'cp -r model gone && "$mgrl" sft --runtime.backend=cpu --model.path=gone --model.tokenizer=tok --data.input=train.jsonl --train.batch_size=4 --train.max_steps=1 --lora.r=2 --checkpoint.resume=none --checkpoint.dir=ck_lora > /dev/null 2>&1 && rm -rf gone' bash -c '"$0" export --checkpoint.dir=ck_lora --export.output=exported --export.merged=true; rc=$?; [ ! -e exported ] || { echo "mgrl: exported/ was written"; exit 9; }; exit $rc' "$mgrl"
+
+# A run of a built-in shape (model.shape: random weights, no model directory) exported: an internal error (exit 1,
+# "configuration key 'model.path' has no value") until 2026-11-28.
+c export_model_shape_run 1 "shp/step_00000001\.h5: its run built the model from model\.shape = \"tiny-llama\" \(random weights, no model directory\)" '"$mgrl" sft --runtime.backend=cpu --model.shape=tiny-llama --model.init=random --model.tokenizer=tok --data.input=train.jsonl --train.batch_size=4 --train.max_steps=1 --lora.r=2 --checkpoint.dir=shp --checkpoint.resume=none --log.dir= > /dev/null 2>&1' export --checkpoint.dir=shp --export.output=exported
 
 # ---- inputs that are not regular files ----
 # A FIFO blocked the open for good (no timeout watches the start: a hang at 1 and 2 ranks); a directory read as an

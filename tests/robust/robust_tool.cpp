@@ -4,6 +4,7 @@
 //   robust_tool damage-seal FILE.h5 header|metadata   flips one byte of a sealed file's seal (in its user block) or
 //                                                     of its HDF5 metadata (the superblock after the user block)
 //   robust_tool nonfinite FILE.safetensors TENSOR nan|inf   sets element 0 of a tensor (F32/BF16/F16) in place
+//   robust_tool negate FILE.safetensors TENSOR        flips the sign of every value of a tensor in place
 //   robust_tool json-set FILE POINTER JSON            sets the value at a JSON pointer ("/a/b") of a JSON file
 //   robust_tool json-del FILE POINTER                 removes the value at a JSON pointer
 //   robust_tool shard MODEL_DIR OUT_DIR               model.safetensors split into two shards + the index
@@ -95,15 +96,23 @@ int damage_seal(const std::string& file, const std::string& where) {
   return 0;
 }
 
-int nonfinite(const std::string& file, const std::string& tensor, const std::string& kind) {
-  std::string bytes = slurp(file);
+// Where a tensor's values lie in the bytes of a safetensors file: [*begin, *end), and its dtype.
+std::string locate_tensor(const std::string& bytes, const std::string& file, const std::string& tensor,
+                          std::size_t* begin, std::size_t* end) {
   if (bytes.size() < 8) die(file + ": too short");
   std::uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= static_cast<std::uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
   const json h = json::parse(bytes.substr(8, n));
   if (!h.contains(tensor)) die(file + ": no tensor " + tensor);
-  const std::string dtype = h[tensor]["dtype"].get<std::string>();
-  const std::size_t at = 8 + n + h[tensor]["data_offsets"][0].get<std::size_t>();
+  *begin = 8 + n + h[tensor]["data_offsets"][0].get<std::size_t>();
+  *end = 8 + n + h[tensor]["data_offsets"][1].get<std::size_t>();
+  return h[tensor]["dtype"].get<std::string>();
+}
+
+int nonfinite(const std::string& file, const std::string& tensor, const std::string& kind) {
+  std::string bytes = slurp(file);
+  std::size_t at = 0, end = 0;
+  const std::string dtype = locate_tensor(bytes, file, tensor, &at, &end);
   const bool nan = kind == "nan";
   if (dtype == "F32") {
     const float v = nan ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
@@ -114,6 +123,18 @@ int nonfinite(const std::string& file, const std::string& tensor, const std::str
   } else {
     die("dtype " + dtype + " not handled");
   }
+  spill(file, bytes);
+  return 0;
+}
+
+// Flips the sign of every value of a float tensor in place (other weights of the same shapes).
+int negate(const std::string& file, const std::string& tensor) {
+  std::string bytes = slurp(file);
+  std::size_t begin = 0, end = 0;
+  const std::string dtype = locate_tensor(bytes, file, tensor, &begin, &end);
+  const std::size_t size = dtype == "F32" ? 4 : (dtype == "BF16" || dtype == "F16") ? 2 : 0;
+  if (size == 0) die("dtype " + dtype + " not handled");
+  for (std::size_t at = begin + size - 1; at < end; at += size) bytes[at] = static_cast<char>(bytes[at] ^ 0x80);
   spill(file, bytes);
   return 0;
 }
@@ -176,6 +197,7 @@ int main(int argc, char** argv) {
     if (cmd == "json-del" && argc == 4) return json_edit(argv[2], argv[3], nullptr);
     if (cmd == "shard" && argc == 4) return shard(argv[2], argv[3]);
     if (cmd == "drop-tensor" && argc == 5) return drop_tensor(argv[2], argv[3], argv[4]);
+    if (cmd == "negate" && argc == 4) return negate(argv[2], argv[3]);
     if (cmd == "checkpoint-nan" && argc == 4) return checkpoint_nan(argv[2], argv[3]);
   } catch (const std::exception& e) {
     die(e.what());

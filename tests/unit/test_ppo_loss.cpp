@@ -275,6 +275,20 @@ TEST(ValueHead, GradientsStepAndState) {
   EXPECT_EQ(back.state().dump(), st.dump());
   ValueHead other(H + 1);
   EXPECT_THROW(other.restore(st), UserError);
+  EXPECT_TRUE(vh.finite());
+
+  // Weight decay on the weights, not on the bias (transformers' grouping; the bias decayed until 2026-11-28): with
+  // zero gradients and moments AdamW's update is 0 and only the decay moves a value.
+  nlohmann::json fresh = st;
+  fresh["exp_avg"] = std::vector<float>(static_cast<std::size_t>(H + 1), 0.0f);
+  fresh["exp_avg_sq"] = fresh["exp_avg"];
+  ValueHead d(H);
+  d.restore(fresh);
+  const std::vector<float> before = d.params();
+  hp.weight_decay = 0.5f;
+  d.step(hp);
+  for (std::size_t i = 0; i < static_cast<std::size_t>(H); ++i) EXPECT_FLOAT_EQ(d.params()[i], before[i] * 0.95f) << i;
+  EXPECT_EQ(d.params()[static_cast<std::size_t>(H)], before[static_cast<std::size_t>(H)]) << "the bias";
 }
 
 // The adaptive KL coefficient against trl 0.11.4's AdaptiveKLController itself (tests/data/ppo/adaptive_kl.json,

@@ -41,6 +41,13 @@ TEST(Schedule, WarmupThenDecay) {
   EXPECT_NEAR(s.at(9), 0.5, 1e-12);
   EXPECT_NEAR(s.at(6), 0.5 * (1 + std::cos(M_PI * 0.2)), 1e-12);
   EXPECT_EQ(Schedule::warmup_from_ratio(0.1, 95), 10);  // rounded up
+  // The multiplier alone, also at lr 0 (PPO's value_lr follows it: value_lr x lr / lr was 0/0 at train.lr = 0).
+  s.kind = "linear";
+  s.lr = 0.0;
+  EXPECT_DOUBLE_EQ(s.at(9), 0.0);
+  EXPECT_DOUBLE_EQ(s.factor(9), 0.5);
+  EXPECT_DOUBLE_EQ(s.factor(0), 0.25);
+  s.lr = 1.0;
   s.kind = "nope";
   EXPECT_THROW(s.at(5), UserError);
 }
@@ -181,6 +188,43 @@ TEST(AdamW, MatchesTorchUpdateRule) {
   }(), 1e-12);
   g[5] = NAN;
   EXPECT_FALSE(std::isfinite(ops->sum_squares(g.data(), n)));
+}
+
+// Weight decay as transformers' Trainer groups parameters: not on biases and norm weights (full fine-tuning decayed
+// them until 2026-11-28), on everything else.
+TEST(AdamW, NoDecayOnBiasesAndNormWeights) {
+  for (const char* name : {"model.layers.0.input_layernorm.weight", "model.layers.3.post_attention_layernorm.weight",
+                           "model.norm.weight", "model.layers.0.self_attn.q_norm.weight",
+                           "model.layers.1.pre_feedforward_layernorm.weight", "model.layers.0.self_attn.q_proj.bias",
+                           "encoder.RMSNorm.weight"})
+    EXPECT_FALSE(decays(name)) << name;
+  for (const char* name : {"model.embed_tokens.weight", "lm_head.weight", "model.layers.0.mlp.down_proj.weight",
+                           "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight",
+                           "model.layers.0.self_attn.o_proj.weight", "model.normalizer_proj.weight"})
+    EXPECT_TRUE(decays(name)) << name;
+
+  // One step with zero gradients: AdamW's update is 0, so what changes is the decay alone: 1 - lr x wd on the
+  // decayed tensors, nothing on the others, wherever they lie in the buffer.
+  auto ops = kernels::make_cpu_ops();
+  std::vector<float> params(11, 1.0f), grads(11, 0.0f);
+  Trainable tr;
+  tr.params = params.data();
+  tr.grads = grads.data();
+  tr.n = params.size();
+  tr.tensors = {{"model.layers.0.input_layernorm.weight", {2}, 0}, {"model.layers.0.self_attn.q_proj.weight", {2, 2}, 2},
+                {"model.layers.0.self_attn.q_proj.bias", {2}, 6}, {"model.norm.weight", {1}, 8},
+                {"lm_head.weight", {2}, 9}};
+  OptimizerOptions o;
+  o.schedule.kind = "constant";
+  o.schedule.lr = 0.1;
+  o.adamw.weight_decay = 0.5f;
+  o.max_grad_norm = 0;
+  Optimizer opt(*ops, tr, o);
+  TrainState st;
+  opt.start(st);
+  ASSERT_EQ(opt.step(st, 0.0, 1.0), StepOutcome::Updated);
+  const std::vector<float> want = {1, 1, 0.95f, 0.95f, 0.95f, 0.95f, 1, 1, 1, 0.95f, 0.95f};
+  for (std::size_t i = 0; i < params.size(); ++i) EXPECT_FLOAT_EQ(params[i], want[i]) << i;
 }
 
 // An optimizer over n f32 values of CPU memory, its gradients set by hand.
