@@ -80,10 +80,14 @@ add_test(NAME cli.stop.sigint_singleton COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}
 # SIGUSR2 as SIGUSR1 (`sbatch --signal=USR2@300` users): it killed the run at once, no checkpoint, until 2026-11-28.
 add_test(NAME cli.stop.sigusr2_singleton COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/stop_resume.sh USR2
          ${CMAKE_CURRENT_BINARY_DIR}/stop/usr2 $<TARGET_FILE:check_train> -- $<TARGET_FILE:mgrl> ${STOP_ARGS})
+# SIGHUP as SIGTERM (an interactive run whose terminal or ssh session is gone): it killed the run at once until
+# 2026-11-28.
+add_test(NAME cli.stop.sighup_singleton COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/stop_resume.sh HUP
+         ${CMAKE_CURRENT_BINARY_DIR}/stop/hup $<TARGET_FILE:check_train> -- $<TARGET_FILE:mgrl> ${STOP_ARGS})
 add_test(NAME cli.stop.sigusr1_mpirun.np2 COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/stop_resume.sh USR1
          ${CMAKE_CURRENT_BINARY_DIR}/stop/usr1 $<TARGET_FILE:check_train> -- ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2
          ${MGRL_MPIEXEC_FLAGS} $<TARGET_FILE:mgrl> ${STOP_ARGS})
-set_tests_properties(cli.stop.sigint_singleton cli.stop.sigusr2_singleton cli.stop.sigusr1_mpirun.np2 PROPERTIES LABELS cli TIMEOUT 120
+set_tests_properties(cli.stop.sigint_singleton cli.stop.sigusr2_singleton cli.stop.sighup_singleton cli.stop.sigusr1_mpirun.np2 PROPERTIES LABELS cli TIMEOUT 120
                      PASS_REGULAR_EXPRESSION "the same weights" ENVIRONMENT "${MGRL_MPI_ENV}")
 set_tests_properties(cli.stop.sigusr1_mpirun.np2 PROPERTIES PROCESSORS 2)
 # A stop signal at the edges of a run (tests/cli/stop_edges.sh): SIGTERM without checkpoint.dir says that nothing is

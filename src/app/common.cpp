@@ -147,6 +147,11 @@ model::ModelOptions model_options(const io::Config& cfg, bool full_finetune) {
   o.quantize_double = cfg.get_bool("model.quantize_double");
   o.shard_base = cfg.get_bool("model.shard_base");
   o.shard_keep = cfg.get_bool("model.shard_base_keep");
+  // Keys that qualify another one, given without it (accepted in silence until 2026-11-28).
+  if (given_for_this_mode(cfg, "model.quantize_double") && o.quantize != model::Quantize::Nf4)
+    log::warn_once("model.quantize_double is ignored: it qualifies model.quantize = \"nf4\", which is not set");
+  if (given_for_this_mode(cfg, "model.shard_base_keep") && !o.shard_base)
+    log::warn_once("model.shard_base_keep is ignored: it qualifies model.shard_base = true, which is not set");
   return o;
 }
 
@@ -202,16 +207,22 @@ bool setup_trainable_lora(const Context& ctx, model::Transformer& net, std::uint
   return true;
 }
 
+bool given_for_this_mode(const io::Config& cfg, const std::string& key) {
+  const io::Origin o = cfg.origin(key);
+  if (o.kind == io::Origin::CommandLine) return true;
+  return o.kind == io::Origin::File &&
+         (cfg.mode_before_cli().empty() || cfg.mode_before_cli() == cfg.get_string("mode"));
+}
+
 void say_unused_keys(const Context& ctx) {
   const io::Config& cfg = ctx.cfg;
   static std::set<std::string> said;
   const std::string mode = cfg.get_string("mode");
   if (mode == "info" || mode == "plan") return;
-  const bool file_is_this_modes = cfg.mode_before_cli().empty() || cfg.mode_before_cli() == mode;
   std::string list;
   for (const std::string& key : cfg.unread_given()) {
     const io::Origin o = cfg.origin(key);
-    if (said.count(key) || (o.kind == io::Origin::File && !file_is_this_modes)) continue;
+    if (said.count(key) || !given_for_this_mode(cfg, key)) continue;
     said.insert(key);
     list += (list.empty() ? "" : ", ") + key + " (" +
             (o.kind == io::Origin::File ? cfg.file() + ":" + std::to_string(o.line) : std::string("the command line")) +
@@ -232,9 +243,9 @@ train::CheckpointOptions checkpoint_options(const io::Config& cfg) {
   o.allow_other_base = cfg.get_bool("checkpoint.allow_other_base");
   // A stop at a step is meant to be resumed from (a time-limited job): without checkpoints nothing of it is kept.
   // Said once, as for a signal's stop (train/stop_agreement.cpp); silent before 2026-11-28.
-  if (o.dir.empty())
-    for (const char* key : {"checkpoint.every_steps", "checkpoint.keep_last", "checkpoint.allow_other_base"})
-      if (cfg.origin(key).kind != io::Origin::Default)
+  if (o.dir.empty())  // (allow_other_base also acts on checkpoint.resume = <path> without a directory)
+    for (const char* key : {"checkpoint.every_steps", "checkpoint.keep_last"})
+      if (given_for_this_mode(cfg, key))
         log::warn_once(std::string(key) + " is ignored: no checkpoint.dir is set, so no checkpoint is written");
   const std::int64_t stop_at = cfg.get_int("train.stop_at_step");
   if (stop_at > 0 && o.dir.empty())
@@ -269,10 +280,12 @@ TrainingModel build_training_model(const Context& ctx, const io::ModelConfig& mc
   const auto& cfg = ctx.cfg;
   TrainingModel m;
   // Until 2026-11-28 the adapter was dropped without a word: full fine-tuning trained the base alone.
-  if (full && !cfg.get_string("lora.adapter").empty())
-    throw UserError("key 'lora.adapter' does not apply with train.full_finetune = true, which trains the base "
-                    "weights: merge the adapter into the model first (PEFT's merge_and_unload) and set model.path to "
-                    "the merged model, or set train.full_finetune = false to go on training the adapter");
+  ctx.env.agree([&] {
+    if (full && !cfg.get_string("lora.adapter").empty())
+      throw UserError("key 'lora.adapter' does not apply with train.full_finetune = true, which trains the base "
+                      "weights: merge the adapter into the model first (PEFT's merge_and_unload) and set model.path "
+                      "to the merged model, or set train.full_finetune = false to go on training the adapter");
+  });
   m.ops = make_ops(ctx);
   m.scaling = loss_scaling(ctx, m.ops->storage());
   const model::ModelOptions mo = model_options(cfg, full);
@@ -630,19 +643,28 @@ io::ModelConfig training_model_config(const io::Config& cfg, std::string* source
 
 void warn_lora_keys_ignored(const io::Config& cfg, const std::string& why, bool dropout) {
   for (const char* key : {"lora.r", "lora.alpha", "lora.targets", "lora.use_rslora", "lora.dropout"})
-    if ((dropout || std::string(key) != "lora.dropout") && cfg.origin(key).kind != io::Origin::Default)
+    if ((dropout || std::string(key) != "lora.dropout") && given_for_this_mode(cfg, key))
       log::warn_once(std::string(key) + " is ignored: " + why);
 }
 
 void check_inference_keys(const io::Config& cfg, const std::string& mode) {
-  // model.init and init_std were ignored by generate and score without a word until 2026-11-28.
-  for (const char* key : {"model.shape", "model.num_layers", "model.init", "model.init_std"})
+  for (const char* key : {"model.shape", "model.num_layers"})
     if (cfg.origin(key).kind != io::Origin::Default)
       throw UserError(std::string(key) + " is for sft, grpo, dpo, ppo (with model.init = \"random\") and plan; " + mode +
                       " loads the weights of model.path");
+  // model.init = "random" given for this run was ignored by generate and score without a word until 2026-11-28 (the
+  // key of a file written for a training mode is that mode's; model.init_std alone is said by say_unused_keys).
+  if (cfg.get_string("model.init") == "random" && given_for_this_mode(cfg, "model.init"))
+    throw UserError("model.init = \"random\" is for sft, grpo, dpo, ppo and plan; " + mode +
+                    " loads the weights of model.path");
   const std::string adapter = cfg.get_string("lora.adapter");
-  warn_lora_keys_ignored(cfg, adapter.empty() ? mode + " runs the model without an adapter (lora.adapter is empty)"
-                                              : "the adapter " + adapter + " sets it (adapter_config.json)", true);
+  if (adapter.empty()) {
+    warn_lora_keys_ignored(cfg, mode + " runs the model without an adapter (lora.adapter is empty)", true);
+  } else {
+    warn_lora_keys_ignored(cfg, "the adapter " + adapter + " sets it (adapter_config.json)", false);
+    if (given_for_this_mode(cfg, "lora.dropout"))
+      log::warn_once("lora.dropout is ignored: " + mode + " trains nothing (dropout acts in training only)");
+  }
 }
 
 rl::GenerationOptions::Merge merge_lora_option(const io::Config& cfg, const io::ModelConfig& mc, bool cuda) {

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <set>
 #include <sstream>
 
 #include "app/modes.h"
@@ -204,8 +205,20 @@ int run_export(Context& ctx) {
     }
 
     if (merge) {
-      // W' = W + scale * B @ A for every adapter, in f32, written as a Hugging Face directory.
+      // W' = W + scale * B @ A for every adapter, computed in f32, written as a Hugging Face directory in the dtype of
+      // export.merged_dtype: auto keeps each base tensor's (an NF4 projection's: bfloat16); until 2026-11-28 all f32,
+      // twice the size of a bf16 base's.
       const std::string merged = dir + "/merged";
+      const std::string want = cfg.get_string("export.merged_dtype");
+      const auto out_dtype = [&want](DType base, bool nf4) {
+        if (want == "float32") return DType::F32;
+        if (want == "bfloat16") return DType::BF16;
+        if (want == "float16") return DType::F16;
+        if (nf4) return DType::BF16;
+        return base == DType::BF16 || base == DType::F16 ? base : DType::F32;
+      };
+      std::vector<std::vector<std::uint16_t>> halves;  // the bf16 / f16 tensors' values
+      std::set<DType> written;
       make_dir(merged);
       const io::SafetensorsModel& base = *base_model;
       const model::LoraConfig lc = model::read_peft_config(dir + "/adapter_config.json");
@@ -217,11 +230,13 @@ int run_export(Context& ctx) {
       std::vector<io::TensorToWrite> full;
       const auto names = base.names();
       storage.reserve(names.size());
+      halves.reserve(names.size());
       for (const auto& name : names) {
         if (io::is_bnb_companion(name)) continue;  // a bitsandbytes 4-bit base: merged in f32, dense
         const io::TensorInfo& info = base.get(name);
         io::Shape shape = info.shape;
-        if (io::has_bnb_nf4(base, name)) {  // dequantized on the host (bit-equal to bitsandbytes), then merged
+        const bool nf4 = io::has_bnb_nf4(base, name);
+        if (nf4) {  // dequantized on the host (bit-equal to bitsandbytes), then merged
           const io::Nf4Tensor q = io::read_bnb_nf4(base, name);
           shape = {q.rows, q.cols};
           std::vector<float> absmax = q.absmax;
@@ -250,15 +265,34 @@ int run_export(Context& ctx) {
               w[static_cast<std::size_t>(o * inf + i)] += static_cast<float>(scale * s);
             }
         }
-        full.push_back({name, DType::F32, shape, w.data()});
+        const DType dt = out_dtype(info.dtype, nf4);
+        written.insert(dt);
+        if (dt == DType::F32) {
+          full.push_back({name, DType::F32, shape, w.data()});
+        } else {
+          halves.emplace_back(w.size());
+          for (std::size_t i = 0; i < w.size(); ++i)
+            halves.back()[i] = dt == DType::BF16 ? io::float_to_bf16(w[i]) : io::float_to_half(w[i]);
+          std::vector<float>().swap(w);  // the f32 copy is no longer needed
+          full.push_back({name, dt, shape, halves.back().data()});
+        }
       }
       io::write_safetensors(merged + "/model.safetensors", full, {{"format", "pt"}});
       copy_model_files(base_dir, tok_dir, merged);
-      {  // the merged weights are dense f32: a bitsandbytes base's quantization_config no longer applies
+      {  // the merged weights are dense: a bitsandbytes base's quantization_config no longer applies; torch_dtype
+         // names their dtype when they have one
         nlohmann::json j = io::read_json_file(merged + "/config.json", "the model config");
-        if (j.is_object() && j.contains("quantization_config")) {
-          j.erase("quantization_config");
-          io::write_file_atomically(merged + "/config.json", j.dump(2) + "\n");
+        if (j.is_object()) {
+          bool changed = j.erase("quantization_config") > 0;
+          if (written.size() == 1) {
+            const DType dt = *written.begin();
+            const char* name = dt == DType::BF16 ? "bfloat16" : dt == DType::F16 ? "float16" : "float32";
+            if (!j.contains("torch_dtype") || j["torch_dtype"] != name) {
+              j["torch_dtype"] = name;
+              changed = true;
+            }
+          }
+          if (changed) io::write_file_atomically(merged + "/config.json", j.dump(2) + "\n");
         }
       }
     }

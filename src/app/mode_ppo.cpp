@@ -100,7 +100,7 @@ int run_ppo(Context& ctx) {
   o.eval_max_new_tokens = static_cast<int>(cfg.get_int("eval.max_new_tokens"));
   o.accuracy_reward = cfg.get_string("eval.accuracy_reward");
   for (const char* key : {"eval.pass_k", "eval.num_samples"})  // accepted and ignored until 2026-11-28
-    if (cfg.origin(key).kind != io::Origin::Default)
+    if (cfg.get_int(key) > 0 && given_for_this_mode(cfg, key))
       env.agree([&] {
         throw UserError(std::string("key '") + key + "' is grpo's: ppo evaluates one greedy completion per held-out "
                         "prompt");

@@ -19,7 +19,13 @@ int run_render(Context& ctx) {
   const std::string input = cfg.get_string("data.input");
   std::vector<nlohmann::json> out;
   ctx.env.agree([&] {
-    const io::Tokenizer tok = io::Tokenizer::from_dir(tokenizer_dir(cfg));
+    // Only the tokenizer is needed: model.tokenizer, else model.path (required of render until 2026-11-28, and then
+    // named as not used when model.tokenizer was given).
+    const std::string dir = tokenizer_dir(cfg);
+    if (dir.empty())
+      throw UserError("missing required key 'model.tokenizer' for mode render: the directory of tokenizer.json (or set "
+                      "model.path)");
+    const io::Tokenizer tok = io::Tokenizer::from_dir(dir);
     const io::ChatTemplate chat = chat_template(cfg, "train.chat_format", tok);
     train::DataOptions d;
     d.max_seq_len = static_cast<int>(cfg.get_int("train.max_seq_len"));

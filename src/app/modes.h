@@ -116,10 +116,12 @@ struct TrainingModel {
 TrainingModel build_training_model(const Context& ctx, const io::ModelConfig& mc, bool full);
 // The keys given for this run that it has not read (io::Config::unread_given): they change nothing in this mode (another
 // mode's key, one of a section this run has no use for). One warning on rank 0 naming each and where it was given
-// ("run.toml:12", "the command line"), once per key. Keys of the input file are said only when the file names this
-// mode (a file written for another mode, as `mgrl generate sft.toml`, holds that mode's keys by design); info and
-// plan never say it. Called before a mode's work starts (training, generation, scoring) and at the end of every run.
+// ("run.toml:12", "the command line"), once per key; only keys given_for_this_mode; info and plan never say it. Called
+// before the work of the modes that have long work (training, generation, scoring) and at the end of every run.
 void say_unused_keys(const Context& ctx);
+// A key given for this run: on the command line, or in an input file that names this mode or none (a file written for
+// another mode, as `mgrl generate sft.toml`, holds that mode's keys by design).
+bool given_for_this_mode(const io::Config& cfg, const std::string& key);
 // The checkpoint keys of a training mode (checkpoint.dir, every_steps, keep_last, resume, allow_other_base) and the
 // configuration's text, which every checkpoint keeps.
 train::CheckpointOptions checkpoint_options(const io::Config& cfg);
@@ -205,8 +207,8 @@ io::ModelConfig model_config(const io::Config& cfg, std::string* source = nullpt
 // model_config for a training mode (sft, grpo, dpo, ppo), which also refuses a model.shape or model.num_layers without
 // model.init = "random" (there are no weights to load for them).
 io::ModelConfig training_model_config(const io::Config& cfg, std::string* source);
-// The keys of a mode that runs a model of model.path (generate, score): a UserError when model.shape, num_layers,
-// init or init_std is set (there is no random model to make), and warn_lora_keys_ignored.
+// The keys of a mode that runs a model of model.path (generate, score): a UserError when model.shape or num_layers is
+// set, or model.init = "random" is given for this mode (there is no random model to make); warn_lora_keys_ignored.
 void check_inference_keys(const io::Config& cfg, const std::string& mode);
 // A warning (once each, "KEY is ignored: <why>") for lora.r, alpha, targets and use_rslora (and lora.dropout with
 // `dropout`) set where they shape nothing: beside an adapter (lora.adapter: its adapter_config.json sets them), in

@@ -52,7 +52,7 @@ int run(dist::MpiEnv& env, int argc, char** argv) {
     // plan reads shapes and settings only: no device, no communicator (it plans for a GPU on any machine).
     if (mode == "plan") return run_plan(env, cfg);
 
-    // Training stops gracefully on SIGUSR1 / SIGTERM / SIGINT (checkpoint, exit kExitStopped); other modes keep
+    // Training stops gracefully on SIGUSR1 / SIGUSR2 / SIGTERM / SIGINT / SIGHUP (checkpoint, exit kExitStopped); others keep
     // the default actions.
     const bool training = mode == "sft" || mode == "grpo" || mode == "dpo" || mode == "ppo";
     if (training) stop::install_handlers();

@@ -23,7 +23,7 @@ void say(const char* s) {
 
 void on_stop_signal(int signo) {
   if (!g_armed || (g_signal != 0 && signo != SIGUSR1 && signo != SIGUSR2)) {
-    // Not yet in a training loop, or the second SIGINT / SIGTERM: stop now, with the signal's default action.
+    // Not yet in a training loop, or the second SIGINT / SIGTERM / SIGHUP: stop now, with the signal's default action.
     ::signal(signo, SIG_DFL);
     ::raise(signo);
     return;
@@ -42,9 +42,13 @@ void install_handlers() {
   if (g_installed) return;
   g_installed = true;
   g_tty = ::isatty(STDERR_FILENO) == 1;
-  for (int signo : {SIGUSR1, SIGUSR2, SIGTERM, SIGINT}) {
+  // SIGHUP (the terminal of an interactive run, or an ssh session, gone) as SIGTERM: until 2026-11-28 it ended a
+  // training run at once, its work since the last checkpoint lost. A SIGINT or SIGHUP ignored by whoever started mgrl
+  // (a background job, nohup) stays ignored.
+  for (int signo : {SIGUSR1, SIGUSR2, SIGTERM, SIGINT, SIGHUP}) {
     struct sigaction old {};
-    if (signo == SIGINT && ::sigaction(SIGINT, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+    if ((signo == SIGINT || signo == SIGHUP) && ::sigaction(signo, nullptr, &old) == 0 && old.sa_handler == SIG_IGN)
+      continue;
     struct sigaction sa {};
     sa.sa_handler = on_stop_signal;
     sigemptyset(&sa.sa_mask);
@@ -63,6 +67,7 @@ const char* pending_signal_name() {
     case SIGUSR2: return "SIGUSR2";
     case SIGTERM: return "SIGTERM";
     case SIGINT: return "SIGINT";
+    case SIGHUP: return "SIGHUP";
     case 0: return "";
     default: return "a signal";
   }

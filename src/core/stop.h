@@ -1,16 +1,16 @@
 // stop.h: graceful stop on a signal. SIGUSR1 or SIGUSR2 (SLURM's warning before the time limit, `sbatch
-// --signal=USR1@300`; either may be chosen), SIGTERM (preemption, scancel, mpirun forwarding) and SIGINT (Ctrl-C)
-// only raise a flag; the training loops read it at the end of
-// each optimizer step (the ranks agree on it), write a checkpoint and the process exits with kExitStopped.
-// A second SIGINT or SIGTERM ends the process at once, as if no handler were installed. Before a training loop has
+// --signal=USR1@300`; either may be chosen), SIGTERM (preemption, scancel, mpirun forwarding), SIGINT (Ctrl-C) and
+// SIGHUP (the terminal or ssh session of an interactive run gone) only raise a flag; the training loops read it at the
+// end of each optimizer step (the ranks agree on it), write a checkpoint and the process exits with kExitStopped.
+// A second SIGINT, SIGTERM or SIGHUP ends the process at once, as if no handler were installed. Before a training loop has
 // armed the handlers (set-up: loading, checks, or a job that mpirun aborts because another rank failed) a signal
 // has its default action: there is nothing to checkpoint yet, and a rank must not linger.
 #pragma once
 
 namespace mgrl::stop {
 
-// Installs the handlers (idempotent). A SIGINT ignored on entry (a background job of a non-interactive shell)
-// stays ignored.
+// Installs the handlers (idempotent). A SIGINT or SIGHUP ignored on entry (a background job of a non-interactive
+// shell, nohup) stays ignored.
 void install_handlers();
 // Called by a training loop as it starts: from now on a signal stops after the step.
 void arm();

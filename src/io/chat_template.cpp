@@ -80,7 +80,13 @@ ChatTemplate::ChatTemplate(const Tokenizer& tok, const ChatOptions& opts) {
       throw UserError("chat.template (" + opts.template_path + ") is set, but " + opts.format_key + " names the built-in '" +
                       opts.format + "' format: set " + opts.format_key + " = \"auto\" to use the template");
     // A built-in format has no variables to set: kwargs were accepted unread (not even parsed) until 2026-11-28.
-    if (!opts.template_kwargs.empty() && opts.template_kwargs != "{}")
+    nlohmann::json kwargs;
+    try {
+      kwargs = nlohmann::json::parse(opts.template_kwargs.empty() ? std::string("{}") : opts.template_kwargs);
+    } catch (const nlohmann::json::exception&) {
+      kwargs = nullptr;  // not even JSON: refused below all the same
+    }
+    if (!(kwargs.is_object() && kwargs.empty()))
       throw UserError("chat.template_kwargs is set, but " + opts.format_key + " names the built-in '" + opts.format +
                       "' format, which takes no template variables: set " + opts.format_key +
                       " = \"auto\" to render with the model's template");

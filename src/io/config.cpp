@@ -449,6 +449,7 @@ void Config::finish(const std::string& mode_from_cli) {
                     ": set it in the input file or pass --" + ks.name + "=VALUE" +
                     (waived_by.empty() ? "" : " (or set " + waived_by + ")"));
   }
+  read_.clear();  // the checks above are the configuration's own, not a use of the keys (unread_given)
 }
 
 const KeySpec& Config::spec(const std::string& key, ValueType expected) const {

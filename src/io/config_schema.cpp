@@ -42,7 +42,7 @@ const Schema& mgrl_schema() {
          {}, 0.0, 86400.0, {}});
     add({"model.path", T::String, std::nullopt,
          "Hugging Face model directory: config.json and model.safetensors (or a sharded index)", {}, {}, {},
-         {"score", "generate", "sft", "grpo", "dpo", "ppo", "render", "unless model.shape"}});
+         {"score", "generate", "sft", "grpo", "dpo", "ppo", "unless model.shape"}});
     add({"model.shape", T::String, Value(std::string("")),
          "a built-in model shape instead of model.path's config.json (sft, grpo, dpo, ppo with model.init = \"random\", "
          "and plan): tiny-llama, llama-3.2-1b, llama-3.2-3b, llama-3.1-8b, llama-3.1-70b, qwen2.5-0.5b, -1.5b, -3b, "
@@ -210,6 +210,9 @@ const Schema& mgrl_schema() {
     add({"export.merged", T::Bool, Value(false),
          "also write <export.output>/merged: a Hugging Face model directory with the adapter merged into the weights",
          {}, {}, {}, {}});
+    add({"export.merged_dtype", T::String, Value(std::string("auto")),
+         "dtype of the merged model's weights: auto keeps each base tensor's (f32, bf16 or f16; a bitsandbytes 4-bit "
+         "projection's: bfloat16), or one for all", {"auto", "float32", "bfloat16", "float16"}, {}, {}, {}});
     add({"score.output", T::String, std::nullopt,
          "output HDF5 file: tokens, lengths and logprobs (see docs/score.md)", {}, {}, {}, {"score"}});
     add({"score.batch_size", T::Int, Value(std::int64_t{8}), "sequences per forward pass on each rank", {}, 1.0,

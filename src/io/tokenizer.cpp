@@ -1301,6 +1301,11 @@ void Tokenizer::Impl::load_config(const std::string& dir) {
         chat_template = t["template"].get<std::string>();
         chat_template_origin = cfg_path + " (chat_template \"default\")";
       }
+  } else if (ct != cfg.end() && !ct->is_null()) {
+    // A number, object or boolean read as "no chat template" until 2026-11-28: every chat line then failed naming the
+    // data, not this file.
+    throw UserError(cfg_path + ": \"chat_template\" must be a string or a list of {\"name\", \"template\"} objects, "
+                    "not " + std::string(ct->type_name()));
   }
   if (chat_template_origin.empty() && file_exists(dir + "/chat_template.jinja")) {
     chat_template = read_text(dir + "/chat_template.jinja");

@@ -769,7 +769,8 @@ GrpoResult GrpoTrainer::run() {
     train::shard_record(j, model_.definition());
     // One record every log.every_steps steps, to metrics.jsonl and TensorBoard as on stdout (as SFT and DPO; until
     // 2026-11-28 every step was recorded whatever the key said).
-    const bool logged = state_.step % std::max(1, opts_.log_every) == 0 || state_.step == end;
+    const bool last = state_.step == end || train::stop_agreed(env_, state_.step, ckpt_->enabled());  // a stop signal: checkpoint, exit 3
+    const bool logged = state_.step % std::max(1, opts_.log_every) == 0 || last;
     if (rlog.rank0() && logged) {
       char line[320];
       int k = std::snprintf(line, sizeof(line),
@@ -789,7 +790,6 @@ GrpoResult GrpoTrainer::run() {
     }
     if (logged) rlog.emit(j, state_.step);
     rlog.progress(state_.step, first, opts_.max_steps, seconds_since(t0));
-    const bool last = state_.step == end || train::stop_agreed(env_, state_.step, ckpt_->enabled());  // a stop signal: checkpoint, exit 3
     if (opts_.eval_every > 0 && state_.step % opts_.eval_every == 0 && !last) eval_line("at", evaluate());
     auto round_state = [&]() -> std::string {
       if (!round_ || state_.step - round_->first_step >= opts_.num_iterations || env_.rank() != 0) return "";

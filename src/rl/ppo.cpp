@@ -354,15 +354,20 @@ std::int64_t PpoTrainer::run() {
   train::warn_if_nothing_to_train(resumed, state_.step, end);
   const auto t0 = train::Clock::now();
   stop::arm();
-  auto extra_state = [&]() {
-    // As the trainable weights (train::Checkpointer): a diverged value head is not written (it was, as JSON nulls that
-    // no resume could read, until 2026-11-28). The head is the same on every rank: all refuse alike.
+  auto head_state = [&]() {
     if (!vh_->finite())
       throw UserError(train::checkpoint_path(opts_.checkpoint.dir, state_.step) + ": not written: the value head holds "
                       "non-finite values (the run diverged; lower ppo.value_lr?); " +
                       (ckpt_->last_checkpoint().empty() ? std::string("no checkpoint was written before it")
                                                         : "the last checkpoint before it: " + ckpt_->last_checkpoint()));
     return nlohmann::json{{"value_head", vh_->state()}, {"kl_coef", kl_coef_}}.dump();
+  };
+  auto extra_state = [&]() {
+    // As the trainable weights (train::Checkpointer): a diverged value head is not written (it was, as JSON nulls that
+    // no resume could read, until 2026-11-28). The head is the same on every rank: all refuse alike, agreed.
+    std::string out;
+    env_.agree([&] { out = head_state(); });
+    return out;
   };
   auto eval_line = [&](const char* when) {
     const PpoEval e = evaluate();
@@ -387,8 +392,9 @@ std::int64_t PpoTrainer::run() {
     train::shard_record(j, model_.definition());
     // log.every_steps counts optimizer steps: the update that reaches a multiple is logged, to metrics.jsonl too
     // (until 2026-11-28 every update was recorded and the line printed only when an update ended on a multiple).
+    const bool last = state_.step >= end || train::stop_agreed(env_, state_.step, ckpt_->enabled());
     const int every = std::max(1, opts_.log_every);
-    const bool logged = state_.step / every != before / every || state_.step >= end;
+    const bool logged = state_.step / every != before / every || last;
     if (logged) rlog.emit(j, state_.step);
     if (rlog.rank0() && logged) {
       char line[400];
@@ -404,7 +410,6 @@ std::int64_t PpoTrainer::run() {
       rlog.line(line);
     }
     rlog.progress(state_.step, first, opts_.max_steps, train::seconds_since(t0));
-    const bool last = state_.step >= end || train::stop_agreed(env_, state_.step, ckpt_->enabled());
     if (opts_.eval_every > 0 && state_.step / opts_.eval_every != before / opts_.eval_every && !last) eval_line("at");
     // checkpoint.every_steps counts optimizer steps; a checkpoint falls at the end of the update that reaches one.
     const int ck_every = opts_.checkpoint.every;

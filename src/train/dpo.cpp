@@ -390,7 +390,7 @@ DpoResult DpoTrainer::run() {
     const double dt_step = seconds_since(step_t0);
     step_seconds += dt_step;
     window_seconds += dt_step;
-    window_sums.merge(sums);
+    if (std::isfinite(loss)) window_sums.merge(sums);  // a skipped step's non-finite figures are left out (as SFT)
     window_tokens += last_tokens_;
     run_tokens += static_cast<double>(last_tokens_);
     res.final_loss = loss;
@@ -398,7 +398,7 @@ DpoResult DpoTrainer::run() {
     if (rank0 && (state_.step % std::max(1, opts_.log_every) == 0 || last)) {
       const double dt = window_seconds;
       const double tps = dt > 0 ? static_cast<double>(window_tokens) / dt : 0;
-      const DpoSums& w = window_sums;
+      const DpoSums& w = window_sums.pairs > 0 ? window_sums : sums;  // none finite: the last step's
       const double n = std::max(1.0, w.pairs);
       char line[320];
       int k = std::snprintf(line, sizeof(line),

@@ -256,8 +256,10 @@ SftResult SftTrainer::run() {
     const double dt_step = seconds_since(step_t0);
     step_seconds += dt_step;
     window_seconds += dt_step;
-    window_loss += loss;
-    ++window_steps;
+    if (std::isfinite(loss)) {  // a skipped step's non-finite loss is left out, as transformers' nan/inf filter does
+      window_loss += loss;
+      ++window_steps;
+    }
     window_tokens += state_.tokens_seen - before;
     window_all += last_tokens_all_;
     run_all += static_cast<double>(last_tokens_all_);
@@ -268,8 +270,9 @@ SftResult SftTrainer::run() {
       // Every token of the batch (as llm.c and transformers count them), and the tokens in the loss beside it.
       const double tps = dt > 0 ? static_cast<double>(window_all) / dt : 0;
       const double trained_tps = dt > 0 ? static_cast<double>(window_tokens) / dt : 0;
-      // The mean loss of the window's steps (as transformers' Trainer logs it; until 2026-11-28 its last step's).
-      const double mean_loss = window_loss / static_cast<double>(window_steps);
+      // The mean loss of the window's steps (as transformers' Trainer logs it; until 2026-11-28 its last step's); the
+      // last step's when none had a finite loss.
+      const double mean_loss = window_steps > 0 ? window_loss / static_cast<double>(window_steps) : loss;
       char line[320];
       int n = std::snprintf(line, sizeof(line),
                             "step %lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s (trained %.0f tok/s)",

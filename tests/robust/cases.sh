@@ -83,8 +83,8 @@ c toml_adam_beta2_one 1 "bad\.toml:2: key 'train\.adam_beta2' must be >= 0\.0 an
 c cli_lora_alpha_zero 1 "command line: key 'lora\.alpha' must be > 0\.0 \(got 0\.0\)" '' $SFT --lora.alpha=0
 c cli_adam_eps_zero 1 "command line: key 'train\.adam_eps' must be > 0\.0 \(got 0\.0\)" '' $SFT --train.adam_eps=0
 c full_finetune_with_adapter 1 "key 'lora\.adapter' does not apply with train\.full_finetune = true, which trains the base weights: merge the adapter" '' $SFT --train.full_finetune=true --lora.adapter=model
-c gen_model_init 1 'model\.init is for sft, grpo, dpo, ppo .* generate loads the weights of model\.path' '' $GEN --model.init=random
-c score_model_init_std 1 'model\.init_std is for sft, grpo, dpo, ppo .* score loads the weights of model\.path' '' $SCORE --model.init_std=0.5
+c gen_model_init 1 'model\.init = "random" is for sft, grpo, dpo, ppo and plan; generate loads the weights of model\.path' '' $GEN --model.init=random
+c score_model_init 1 'model\.init = "random" is for sft, grpo, dpo, ppo and plan; score loads the weights of model\.path' 'printf "mode = \"score\"\n[model]\ninit = \"random\"\n" > s.toml' score s.toml --runtime.backend=cpu --model.path=model --data.input=tokens.jsonl --score.output=old_output.h5
 c dpo_label_smoothing_sigmoid 1 "key 'dpo\.label_smoothing' applies to dpo\.loss_type = \"robust\" only \(the label-smoothed DPO of trl 1\.16\), not to \"sigmoid\"" 'cp "$src/tests/data/dpo_cli/train.jsonl" pairs.jsonl' dpo --runtime.backend=cpu --model.path=model --model.tokenizer=tok --data.input=pairs.jsonl --train.batch_size=4 --train.max_steps=1 --checkpoint.resume=none --dpo.label_smoothing=0.1
 c render_kwargs_builtin_format 1 "chat\.template_kwargs is set, but train\.chat_format names the built-in 'chatml' format, which takes no template variables" '' render --runtime.backend=cpu --model.path=model --model.tokenizer=tok --data.input=train.jsonl --train.chat_format=chatml '--chat.template_kwargs={"enable_thinking": false}'
 c grpo_pass_k_without_correctness 1 "eval\.pass_k \(2\) counts correct completions, but no reward decides correctness" 'printf "[[reward]]\nkind = \"regex\"\npattern = \"[0-9]\"\n" > regex.toml' grpo regex.toml --runtime.backend=cpu --model.path=model --model.tokenizer=tok --data.input=train.jsonl --train.max_steps=1 --train.batch_size=2 --grpo.num_generations=2 --grpo.max_prompt_length=12 --grpo.max_completion_length=5 --eval.input=heldout.jsonl --eval.pass_k=2
@@ -142,6 +142,13 @@ c tok_missing 1 'tok.*tokenizer\.json' 'rm tok/tokenizer.json' $SFT
 c tok_invalid_json 1 'tok/tokenizer\.json: invalid JSON: line [0-9]+, column [0-9]+' 'head -c 500 tok/tokenizer.json > x && mv x tok/tokenizer.json' $SFT
 c tok_no_model 1 'tok/tokenizer\.json: .*model' 'T json-del tok/tokenizer.json /model' $SFT
 c tok_bad_model_type 1 "tok/tokenizer\.json: .*Unigram" 'T json-set tok/tokenizer.json /model/type "\"Unigram\""' $SFT
+
+# A chat_template list whose entry has a name of another type: passed over as a template without the name
+# "default" (a JSON library message with exit 1 until 2026-11-28).
+c tokenizer_chat_template_name_not_string 1 "c\.jsonl:1: tok/tokenizer\.json: the tokenizer has no chat template" 'T json-set tok/tokenizer_config.json /chat_template "[{\"name\": 5, \"template\": \"x\"}]" && printf "{\"messages\": [{\"role\": \"user\", \"content\": \"1+1=\"}, {\"role\": \"assistant\", \"content\": \"2\"}]}\n" > c.jsonl' $SFT --data.input=c.jsonl
+# A chat_template of another type (a number): read as "no chat template" until 2026-11-28, the error then naming the
+# data line instead of this file.
+c tokenizer_chat_template_number 1 "tok/tokenizer_config\.json: \"chat_template\" must be a string or a list of \{\"name\", \"template\"\} objects, not number" 'T json-set tok/tokenizer_config.json /chat_template 5 && printf "{\"messages\": [{\"role\": \"user\", \"content\": \"1+1=\"}, {\"role\": \"assistant\", \"content\": \"2\"}]}\n" > c.jsonl' $SFT --data.input=c.jsonl
 
 # ---- data JSONL, every mode ----
 c sft_bad_json 1 'train\.jsonl:3: invalid JSON at column [0-9]+' 'sed -i "3s/.*/{\"prompt\": \"1+1=\", completion: 2}/" train.jsonl' $SFT
@@ -265,9 +272,6 @@ c input_fifo_safetensors 1 "model/model\.safetensors: not a regular file" 'mv mo
 c input_fifo_checkpoint 1 "f\.h5: not a regular file" 'mkfifo f.h5' $SFT --train.max_steps=3 --checkpoint.dir=ck --checkpoint.resume=f.h5
 c input_dir_reward_data 1 "^mgrl: error: d\.jsonl: not a regular file \(the data is a directory\)$" 'mkdir d.jsonl' reward grpo.toml --data.input=d.jsonl
 c input_dir_chat_template 1 "^mgrl: error: t\.jinja: not a regular file \(the chat template \(chat\.template\) is a directory\)$" 'mkdir t.jinja && printf "{\"messages\": [{\"role\": \"user\", \"content\": \"1+1=\"}, {\"role\": \"assistant\", \"content\": \"2\"}]}\n" > c.jsonl' $SFT --data.input=c.jsonl --chat.template=t.jinja
-# A chat_template list whose entry has a name of another type: passed over as a template without the name
-# "default" (a JSON library message with exit 1 until 2026-11-28).
-c tokenizer_chat_template_name_not_string 1 "c\.jsonl:1: tok/tokenizer\.json: the tokenizer has no chat template" 'T json-set tok/tokenizer_config.json /chat_template "[{\"name\": 5, \"template\": \"x\"}]" && printf "{\"messages\": [{\"role\": \"user\", \"content\": \"1+1=\"}, {\"role\": \"assistant\", \"content\": \"2\"}]}\n" > c.jsonl' $SFT --data.input=c.jsonl
 c input_dir_tokenizer_config 1 "^mgrl: error: tok/tokenizer_config\.json: not a regular file" 'rm tok/tokenizer_config.json && mkdir tok/tokenizer_config.json' $SFT
 c input_dir_model_config 1 "^mgrl: error: model/config\.json: not a regular file" 'rm model/config.json && mkdir model/config.json' $SFT
 
