@@ -11,7 +11,7 @@ run info
 # Run directories: runs/ (or $MGRL_RUNS_DIR: the tests keep theirs in the build tree).
 runs=${MGRL_RUNS_DIR:-runs}
 rm -rf "$runs/quickstart" "$runs/quickstart_grpo"  # fresh runs (their checkpoints would otherwise be resumed)
-run inputs/quickstart_sft.toml --train.max_steps="${MGRL_QUICKSTART_SFT_STEPS:-600}" --eval.every_steps=0 \
+run inputs/quickstart_sft.toml --train.max_steps="${MGRL_QUICKSTART_SFT_STEPS:-500}" --eval.every_steps=0 \
     --log.dir="$runs/quickstart" --checkpoint.dir="$runs/quickstart/checkpoints"
 "${MGRL_BUILD_DIR:-$root/build}/mgrl" export inputs/quickstart_sft.toml --checkpoint.dir="$runs/quickstart/checkpoints" \
     --export.output="$runs/quickstart/sft_model"

@@ -187,3 +187,18 @@ mgrl_add_cli_test(grpo.resume_other_base 0 "other base: ok" - -
 # recorded until then).
 mgrl_add_cli_test(grpo.rollouts_and_log_every 0 "(?s)rollouts: step_00000001.h5 step_00000003.h5 step_00000007.h5\\nloss records per step: 0 1 0 1 0 1 0 1$" - 0 -- bash -c
   "rm -rf ${GRPO}/every && ${RUN1} ${GRPO_STR} --train.max_steps=8 --rollouts.every_steps=4 --log.every_steps=2 --checkpoint.dir= --log.dir=${GRPO}/every > /dev/null && echo rollouts: $(cd ${GRPO}/every/rollouts && echo step_*.h5) && python3 ${CMAKE_CURRENT_SOURCE_DIR}/cli/metrics_per_step.py ${GRPO}/every/metrics.jsonl 8")
+# Runs that cannot learn, said (each ran to exit 0 in silence until 2026-11-28, found by a hunt for them): a reward
+# that scores every completion alike (a regex every text matches) gives no advantage in any round: one warning after
+# 5 rounds naming the cause; prompts cut by grpo.max_prompt_length (their start lost) and held-out completions cut
+# shorter than the training ones (eval.max_new_tokens) are counted at the start. (Sampling that keeps one token,
+# grpo.top_k = 1: robust.grpo_top_k_one.)
+mgrl_add_cli_test(grpo.no_signal_said 0 "step 6/6 [^\\n]*grad norm 0.000"
+  "^mgrl: warning: no learning signal from the rewards in 5 generation rounds in a row \\(from step 1\\): every completion scored 1 " 1
+  -- ${RUN1} ${CMAKE_CURRENT_SOURCE_DIR}/data/grpo_cli/no_signal.toml ${GRPO_REST} --log.dir=)
+mgrl_add_cli_test(grpo.cut_prompts_and_eval_said 0 "step 1/1 "
+  "(?s)\\A(?=.*^mgrl: warning: [^\\n]*train.jsonl: 48 of 48 prompts are longer than grpo.max_prompt_length = 4 tokens and lose their first tokens \\(the longest has 9\\))(?=.*^mgrl: warning: eval.max_new_tokens \\(2\\) is shorter than grpo.max_completion_length \\(5\\))" 3
+  -- ${RUN1} ${GRPO_ARGS} --train.max_steps=1 --grpo.max_prompt_length=4 --eval.input=${CMAKE_CURRENT_SOURCE_DIR}/data/sft/heldout.jsonl --eval.max_new_tokens=2 --checkpoint.dir= --log.dir=)
+# Some lines whose reward column holds no number: counted, said once, the run goes on.
+mgrl_add_cli_test(grpo.reward_data_some_unusable_said 0 "step 1/1 "
+  "^mgrl: warning: [^\\n]*g3.jsonl: 3 of 48 lines can earn reward 'correct' \\(answer_match\\) nothing, whatever the completion \\(the first, [^\\n]*g3.jsonl:1: column 'completion' is 'so #### [0-9]+', no number" 1
+  -- bash -c "mkdir -p ${GRPO}/rdata && sed '1,3s/\"completion\": \"\\([0-9]*\\)\"/\"completion\": \"so #### \\1\"/' ${CMAKE_CURRENT_SOURCE_DIR}/data/sft/train.jsonl > ${GRPO}/rdata/g3.jsonl && ${RUN1} ${CMAKE_CURRENT_SOURCE_DIR}/data/grpo_cli/grpo.toml --model.path=${MODELS}/qwen2_bias_tied --model.tokenizer=${PROJECT_SOURCE_DIR}/inputs/quickstart --data.input=${GRPO}/rdata/g3.jsonl --train.max_steps=1 --checkpoint.dir= --log.dir=")

@@ -135,6 +135,15 @@ train::OptimizerOptions optimizer_options(const io::Config& cfg, std::int64_t ma
   o.schedule.warmup_steps = cfg.get_int("train.warmup_steps") > 0
                                 ? cfg.get_int("train.warmup_steps")
                                 : train::Schedule::warmup_from_ratio(cfg.get_float("train.warmup_ratio"), max_steps);
+  // A schedule that never reaches train.lr: the run trains at a fraction of the rate asked for (silent until
+  // 2026-11-28). (train.lr = 0 is said by the modes: PPO's value head may train alone at it.)
+  if (o.schedule.warmup_steps > max_steps && o.schedule.lr > 0) {
+    char peak[32];
+    std::snprintf(peak, sizeof peak, "%.3g", o.schedule.at(max_steps - 1));
+    log::warn_once("the warm-up (" + std::to_string(o.schedule.warmup_steps) + " steps, train.warmup_steps or "
+                   "train.warmup_ratio) is longer than the run (train.max_steps = " + std::to_string(max_steps) +
+                   "): the learning rate never reaches train.lr; it peaks at " + peak + " at the last step");
+  }
   return o;
 }
 
@@ -233,6 +242,11 @@ void say_unused_keys(const Context& ctx) {
                    " (keys of another mode, or of a part this run does not have)");
 }
 
+void warn_if_no_learning_rate(const io::Config& cfg) {
+  if (cfg.get_float("train.lr") == 0.0)
+    log::warn_once("train.lr = 0: the trainable weights do not change (the run computes its losses and changes nothing)");
+}
+
 train::CheckpointOptions checkpoint_options(const io::Config& cfg) {
   train::CheckpointOptions o;
   o.dir = cfg.get_string("checkpoint.dir");
@@ -271,6 +285,7 @@ void read_supervised_keys(const io::Config& cfg, const train::LossScaling& scali
   o->eval_every = static_cast<int>(cfg.get_int("eval.every_steps"));
   o->eval_batch = static_cast<int>(cfg.get_int("eval.batch_size"));
   o->checkpoint = checkpoint_options(cfg);
+  warn_if_no_learning_rate(cfg);
   o->log_dir = cfg.get_string("log.dir");
 }
 template void read_supervised_keys(const io::Config&, const train::LossScaling&, std::uint64_t, train::SftOptions*);
@@ -313,7 +328,7 @@ std::function<double(const std::vector<train::Example>&)> greedy_accuracy(const 
     rl::GenerationOptions g;
     g.max_new_tokens = max_new_tokens;
     g.sampling.temperature = 0;
-    if (tok.eos_id()) g.eos_ids = {*tok.eos_id()};
+    g.eos_ids = rl::stop_ids(net.config(), &tok);
     const bool sharded = net.definition().sharded();
     if (sharded) g.lockstep = rl::lockstep_over(env);
     const auto [lo, hi] = shard(env, eval.size());
@@ -594,6 +609,25 @@ RlInputs load_rl_inputs(const Context& ctx, bool full, const std::string& prompt
     throw UserError(prompt_key + " + " + completion_key + " (" + std::to_string(in.longest) +
                     ") exceeds the model's max_position_embeddings (" + std::to_string(mc.max_position_embeddings) +
                     "): lower them");
+  // Prompts that lose their start (a long system prompt, the instructions: until 2026-11-28 in silence), and held-out
+  // completions cut shorter than the training ones (an answer after eval.max_new_tokens tokens scores 0): said once.
+  for (const auto* rows : {&in.train, &in.eval}) {
+    std::size_t cut = 0, most = 0;
+    for (const auto& p : *rows)
+      if (p.cut > 0) {
+        ++cut;
+        most = std::max(most, p.cut + p.tokens.size());
+      }
+    if (cut > 0)
+      log::warn_once(cfg.get_string(rows == &in.train ? "data.input" : "eval.input") + ": " + std::to_string(cut) +
+                     " of " + std::to_string(rows->size()) + " prompts are longer than " + prompt_key + " = " +
+                     std::to_string(max_prompt) + " tokens and lose their first tokens (the longest has " +
+                     std::to_string(most) + "): raise " + prompt_key + " to keep them whole");
+  }
+  if (!in.eval.empty() && cfg.get_int("eval.max_new_tokens") < cfg.get_int(completion_key))
+    log::warn_once("eval.max_new_tokens (" + std::to_string(cfg.get_int("eval.max_new_tokens")) + ") is shorter than " +
+                   completion_key + " (" + std::to_string(cfg.get_int(completion_key)) + "): held-out completions are "
+                   "cut there, and an answer after it scores 0; raise eval.max_new_tokens to match");
   const rl::PromptRow* longest_eval = nullptr;
   for (const auto& p : in.eval)
     if (!longest_eval || p.tokens.size() > longest_eval->tokens.size()) longest_eval = &p;
@@ -601,6 +635,19 @@ RlInputs load_rl_inputs(const Context& ctx, bool full, const std::string& prompt
     check_eval_generation_fits(cfg, mc, longest_eval->tokens.size(),
                                cfg.get_string("eval.input") + ":" + std::to_string(longest_eval->index + 1));
   return in;
+}
+
+void check_reward_data(const rl::Rewards& rewards, const RlInputs& in, const io::Config& cfg) {
+  for (const auto* rows : {&in.train, &in.eval}) {
+    if (rows->empty()) continue;
+    std::vector<const nlohmann::json*> data;
+    std::vector<std::int64_t> lines;
+    for (const auto& p : *rows) {
+      data.push_back(&p.row);
+      lines.push_back(p.index + 1);
+    }
+    rewards.check_data(data, lines, cfg.get_string(rows == &in.train ? "data.input" : "eval.input"));
+  }
 }
 
 std::string tokenizer_dir(const io::Config& cfg) {

@@ -137,10 +137,7 @@ int run_generate(Context& ctx) {
       io::check_output_writable(output);        // fail early when the output cannot be written
     }
   });
-  for (auto id : mc.eos_token_ids) opts.eos_ids.push_back(static_cast<std::int32_t>(id));
-  if (tok && tok->eos_id() &&
-      std::find(opts.eos_ids.begin(), opts.eos_ids.end(), *tok->eos_id()) == opts.eos_ids.end())
-    opts.eos_ids.push_back(*tok->eos_id());
+  opts.eos_ids = rl::stop_ids(mc, tok ? &*tok : nullptr);
 
   auto ops = make_ops(ctx);
   const model::ModelOptions mo = model_options(cfg, false);

@@ -42,9 +42,20 @@ int run_grpo(Context& ctx) {
   env.agree([&] {
     inputs = load_rl_inputs(ctx, full, "grpo.max_prompt_length",
                             "grpo.max_completion_length");
+    check_reward_data(*rewards, inputs, cfg);
     if (!full) merge = merge_lora_option(cfg, inputs.model, ctx.device.backend == dist::Backend::Cuda);
     for (const auto& s : cfg.get_strings("grpo.stop"))
       if (s.empty()) throw UserError("key 'grpo.stop': an empty stop string would end every completion at once");
+    // Sampling that keeps the most likely token alone makes the completions of a prompt the same: their rewards are
+    // equal, their advantages 0, and nothing is learned (exit 0, every step, until 2026-11-28).
+    std::string narrow;
+    if (cfg.get_int("grpo.top_k") == 1) narrow = "grpo.top_k = 1";
+    else if (cfg.get_float("grpo.top_p") <= 0) narrow = "grpo.top_p = 0";
+    else if (cfg.get_float("grpo.min_p") >= 1) narrow = "grpo.min_p = 1";
+    if (!narrow.empty())
+      throw UserError(narrow + " samples the most likely token only: the " +
+                      std::to_string(cfg.get_int("grpo.num_generations")) + " completions of a prompt " +
+                      "(grpo.num_generations) would be the same, their advantages 0, and GRPO would learn nothing");
     const std::int64_t batch = cfg.get_int("train.batch_size"), group = cfg.get_int("grpo.num_generations");
     check_batch_fits(inputs.model, "train.batch_size", batch,
                      static_cast<double>(batch) * static_cast<double>(group) / env.size() /
@@ -70,6 +81,7 @@ int run_grpo(Context& ctx) {
   o.grad_accum = static_cast<int>(cfg.get_int("train.grad_accum"));
   o.optim = optimizer_options(cfg, o.max_steps, scaling);
   o.checkpoint = checkpoint_options(cfg);
+  warn_if_no_learning_rate(cfg);
   o.num_generations = static_cast<int>(cfg.get_int("grpo.num_generations"));
   o.max_completion_length = static_cast<int>(cfg.get_int("grpo.max_completion_length"));
   o.sampling.temperature = static_cast<float>(cfg.get_float("grpo.temperature"));

@@ -44,6 +44,7 @@ int run_ppo(Context& ctx) {
   rl::GenerationOptions::Merge merge = rl::GenerationOptions::Merge::Off;
   env.agree([&] {
     inputs = load_rl_inputs(ctx, full, "ppo.max_prompt_length", "ppo.response_length");
+    check_reward_data(*rewards, inputs, cfg);
     if (!full) merge = merge_lora_option(cfg, inputs.model, ctx.device.backend == dist::Backend::Cuda);
     const std::int64_t batch = cfg.get_int("train.batch_size");
     check_batch_fits(inputs.model, "train.batch_size", batch, static_cast<double>(batch) / env.size(),
@@ -68,6 +69,7 @@ int run_ppo(Context& ctx) {
   o.batch_prompts = static_cast<int>(cfg.get_int("train.batch_size"));
   o.optim = optimizer_options(cfg, o.max_steps, scaling);
   o.checkpoint = checkpoint_options(cfg);
+  if (cfg.get_float("ppo.value_lr") == 0.0) warn_if_no_learning_rate(cfg);  // value_lr > 0: the value head trains
   o.ppo.gamma = cfg.get_float("ppo.gamma");
   o.ppo.lam = cfg.get_float("ppo.lam");
   o.ppo.cliprange = cfg.get_float("ppo.cliprange");

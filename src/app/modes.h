@@ -125,6 +125,9 @@ bool given_for_this_mode(const io::Config& cfg, const std::string& key);
 // The checkpoint keys of a training mode (checkpoint.dir, every_steps, keep_last, resume, allow_other_base) and the
 // configuration's text, which every checkpoint keeps.
 train::CheckpointOptions checkpoint_options(const io::Config& cfg);
+// One warning when train.lr = 0 (the weights would not change; PPO's value head alone may train then: ppo says it
+// only without ppo.value_lr).
+void warn_if_no_learning_rate(const io::Config& cfg);
 // The keys SFT and DPO read alike into their options (train::SftOptions, train::DpoOptions): train.max_steps,
 // max_nonfinite_steps, stop_at_step, batch_size, grad_accum, the optimizer's keys with `scaling`, the seed, log,
 // eval and checkpoint keys (checkpoint_options).
@@ -196,6 +199,9 @@ struct RlInputs {
   std::vector<rl::PromptRow> train, eval;
   std::int64_t longest = 0;
 };
+// The prompt files of an RL run against its rewards (rl::Rewards::check_data): a reward no line of a file can earn
+// is an error naming the file, the line and the column; some such lines, a warning. Call inside env.agree.
+void check_reward_data(const rl::Rewards& rewards, const RlInputs& in, const io::Config& cfg);
 RlInputs load_rl_inputs(const Context& ctx, bool full, const std::string& prompt_key,
                         const std::string& completion_key);
 // model.tokenizer, or model.path when it is empty (a UserError naming model.tokenizer when both are: model.shape).

@@ -3,10 +3,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -439,21 +441,40 @@ ModelConfig parse_hf_config(const std::string& path) {
   }
 
   if (k.find("bos_token_id")) c.bos_token_id = k.get_int("bos_token_id");
-  if (const json* e = k.find("eos_token_id")) {
+  // eos_token_id: one id or a list (null: none), of config.json and of generation_config.json beside it, which
+  // transformers' generate reads (Qwen2.5-Instruct's lists <|im_end|> and <|endoftext|>; until 2026-11-28 only
+  // config.json's were read). Every completion mgrl samples ends at any of them or the tokenizer's EOS.
+  const auto read_eos = [&c](const Keys& keys) {
+    const json* e = keys.find("eos_token_id");
+    if (!e) return;
+    std::vector<std::int64_t> ids;
     if (e->is_array()) {
       for (const json& id : *e) {
-        if (!id.is_number_integer()) k.fail("eos_token_id", "must be an integer or a list of integers");
-        c.eos_token_ids.push_back(id.get<std::int64_t>());
+        if (!id.is_number_integer()) keys.fail("eos_token_id", "must be an integer or a list of integers");
+        ids.push_back(id.get<std::int64_t>());
       }
     } else {
-      if (!e->is_number_integer()) k.fail("eos_token_id", "must be an integer or a list of integers");
-      c.eos_token_ids.push_back(e->get<std::int64_t>());
+      if (!e->is_number_integer()) keys.fail("eos_token_id", "must be an integer or a list of integers");
+      ids.push_back(e->get<std::int64_t>());
     }
     // An id the model cannot produce would never end a completion (every one running to its length, silently).
-    for (const std::int64_t id : c.eos_token_ids)
+    for (const std::int64_t id : ids) {
       if (id < 0 || id >= c.vocab_size)
-        k.fail("eos_token_id", "holds " + std::to_string(id) + ", outside the vocabulary (vocab_size " +
-                                   std::to_string(c.vocab_size) + ")");
+        keys.fail("eos_token_id", "holds " + std::to_string(id) + ", outside the vocabulary (vocab_size " +
+                                      std::to_string(c.vocab_size) + ")");
+      if (std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), id) == c.eos_token_ids.end())
+        c.eos_token_ids.push_back(id);
+    }
+  };
+  read_eos(k);
+  const auto slash = path.find_last_of('/');
+  const std::string gen = (slash == std::string::npos ? std::string() : path.substr(0, slash + 1)) +
+                          "generation_config.json";
+  std::error_code ec;
+  if (std::filesystem::exists(gen, ec)) {
+    const json g = read_json_file(gen, "the generation config");
+    if (!g.is_object()) throw UserError(gen + ": not a JSON object");
+    read_eos(Keys(g, gen));
   }
   return c;
 }

@@ -16,6 +16,14 @@
 
 namespace mgrl::rl {
 
+std::vector<std::int32_t> stop_ids(const io::ModelConfig& mc, const io::Tokenizer* tok) {
+  std::vector<std::int32_t> ids;
+  for (const auto id : mc.eos_token_ids) ids.push_back(static_cast<std::int32_t>(id));
+  if (tok && tok->eos_id() && std::find(ids.begin(), ids.end(), *tok->eos_id()) == ids.end())
+    ids.push_back(*tok->eos_id());
+  return ids;
+}
+
 Generator::Generator(model::Transformer& model, GenerationOptions opts,
                      std::function<std::string(const std::vector<std::int32_t>&)> decode)
     : model_(model), opts_(std::move(opts)), decode_(std::move(decode)) {

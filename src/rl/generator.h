@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "io/hf_config.h"
+#include "io/tokenizer.h"
 #include "kernels/ops.h"
 #include "model/transformer.h"
 
@@ -19,6 +21,12 @@ class MpiEnv;
 }
 
 namespace mgrl::rl {
+
+// The ids that end a completion: the model's eos_token_id (config.json and generation_config.json, io::ModelConfig)
+// and the tokenizer's EOS (tok may be null), each once, the model's first. mgrl generate, GRPO, PPO and the greedy
+// held-out accuracies all stop at these (until 2026-11-28 GRPO, PPO and the accuracies at the tokenizer's alone, as
+// trl does: a chat model whose turns end in a token only the model's files name ran to its length there).
+std::vector<std::int32_t> stop_ids(const io::ModelConfig& mc, const io::Tokenizer* tok);
 
 struct GenerationOptions {
   int max_new_tokens = 256;

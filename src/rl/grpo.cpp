@@ -129,6 +129,47 @@ GrpoTrainer::GrpoTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Trans
                     "(>= 1) counts as correct with eval.accuracy_reward");
 }
 
+// A round none of whose completions has a nonzero advantage (and is not masked) teaches the policy nothing of the
+// rewards (with beta > 0 only the pull towards the reference is left). Five in a row, once a run, are said with their
+// likely cause: until 2026-11-28 such a run went on to exit 0 with grad norm 0 (or KL alone) on every step, the
+// console showing a reward that looked settled. Every rank computes the same figures (all is global).
+void GrpoTrainer::say_if_no_signal(const std::vector<Rollout>& all, std::int64_t first_step) {
+  constexpr int kRounds = 5;
+  bool signal = false, all_masked = true, all_truncated = true, one_reward = true;
+  for (const Rollout& r : all) {
+    signal = signal || (!r.masked && r.advantage != 0.0);
+    all_masked = all_masked && r.masked;
+    all_truncated = all_truncated && r.finish_reason == "length";
+    one_reward = one_reward && r.reward == all.front().reward;
+  }
+  if (signal) {
+    no_signal_rounds_ = 0;
+    return;
+  }
+  if (no_signal_rounds_++ == 0) no_signal_since_ = first_step;
+  if (no_signal_rounds_ < kRounds || no_signal_said_ || all.empty()) return;
+  no_signal_said_ = true;
+  char reward[32];
+  std::snprintf(reward, sizeof reward, "%.4g", all.front().reward);
+  std::string cause;
+  if (all_masked)
+    cause = "every completion was truncated at grpo.max_completion_length (" + std::to_string(opts_.max_completion_length) +
+            " tokens) and left out by grpo.mask_truncated_completions: raise grpo.max_completion_length";
+  else if (one_reward)
+    cause = std::string("every completion scored ") + reward +
+            (all_truncated ? " (and every one reached grpo.max_completion_length, " +
+                                 std::to_string(opts_.max_completion_length) +
+                                 " tokens, without ending: if the answer comes later, raise it)"
+                           : std::string()) +
+            ": the rewards tell no completion from another";
+  else
+    cause = "the completions of each prompt scored alike: the rewards differ between prompts only (too hard or too "
+            "easy for this model, or sampling too narrow: grpo.temperature, top_k, top_p, min_p)";
+  log::warn_once("no learning signal from the rewards in " + std::to_string(kRounds) + " generation rounds in a row " +
+                 "(from step " + std::to_string(no_signal_since_) + "): " + cause +
+                 "; GRPO learns from the differences between the rewards of a prompt's completions");
+}
+
 GrpoTrainer::~GrpoTrainer() {
   if (initial_) model_.ops().release(initial_);
   if (swap_) model_.ops().release(swap_);
@@ -311,7 +352,7 @@ void GrpoTrainer::new_round() {
     g.num_generations = G;
     g.sampling = opts_.sampling;
     g.seed = random_bits(opts_.seed ^ 0x6772706f726f6c6cull, static_cast<std::uint64_t>(state_.step));
-    if (auto eos = tok_.eos_id()) g.eos_ids = {*eos};
+    g.eos_ids = stop_ids(model_.config(), &tok_);
     g.stop_strings = opts_.stop;
     g.max_sequences = std::max(opts_.max_sequences, G);
     g.max_prefill_tokens = opts_.max_prefill_tokens;
@@ -391,6 +432,7 @@ void GrpoTrainer::new_round() {
   R.set_figures(all);
   const auto adv = group_advantages(R.rewards, G, opts_.scale_rewards, &R.group_std);
   for (std::size_t s = 0; s < all.size(); ++s) all[s].advantage = adv[s];
+  say_if_no_signal(all, state_.step + 1);
   // The lengths each prompt had, for the next generation splits.
   for (std::size_t j = 0; j < static_cast<std::size_t>(P); ++j) {
     double sum = 0;
@@ -609,7 +651,7 @@ EvalResult GrpoTrainer::evaluate() {
     g.num_generations = G;
     g.sampling = sampling;
     g.seed = random_bits(opts_.seed ^ 0x6576616c6576616cull, 0);
-    if (auto eos = tok_.eos_id()) g.eos_ids = {*eos};
+    g.eos_ids = stop_ids(model_.config(), &tok_);
     g.stop_strings = opts_.stop;
     g.max_sequences = std::max(opts_.max_sequences, G);
     g.max_prefill_tokens = opts_.max_prefill_tokens;

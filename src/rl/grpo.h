@@ -137,6 +137,11 @@ class GrpoTrainer {
   kernels::PhaseSeconds phases_seen_{};  // the backend's phase times at the end of the previous step
   double imbalance_sum_[2] = {0, 0};  // generation, training: sums over rounds of max / mean tokens
   int rounds_ = 0;
+  // Generation rounds in a row in which no completion had a learning signal (say_if_no_signal).
+  int no_signal_rounds_ = 0;
+  std::int64_t no_signal_since_ = 0;
+  bool no_signal_said_ = false;
+  void say_if_no_signal(const std::vector<Rollout>& all, std::int64_t first_step);
 };
 
 }  // namespace mgrl::rl

@@ -108,7 +108,7 @@ PpoEval PpoTrainer::evaluate() {
     GenerationOptions g;
     g.max_new_tokens = opts_.eval_max_new_tokens;
     g.sampling.temperature = 0;  // greedy
-    if (auto eos = tok_.eos_id()) g.eos_ids = {*eos};
+    g.eos_ids = stop_ids(model_.config(), &tok_);
     g.max_sequences = opts_.max_sequences;
     g.max_prefill_tokens = opts_.max_prefill_tokens;
     g.kv_block_size = opts_.kv_block_size;
@@ -157,7 +157,7 @@ void PpoTrainer::update(nlohmann::json* metrics) {
     g.num_generations = 1;
     g.sampling = opts_.sampling;
     g.seed = random_bits(opts_.seed ^ 0x70706f726f6c6c73ull, static_cast<std::uint64_t>(update_index));
-    if (auto eos = tok_.eos_id()) g.eos_ids = {*eos};
+    g.eos_ids = stop_ids(model_.config(), &tok_);
     g.max_sequences = opts_.max_sequences;
     g.max_prefill_tokens = opts_.max_prefill_tokens;
     g.kv_block_size = opts_.kv_block_size;

@@ -42,8 +42,10 @@ std::vector<PromptRow> load_prompts(const std::string& path, const io::Tokenizer
       io::jsonl_error(path, line, "needs a \"prompt\" (text) or \"messages\" (chat) field");
     }
     if (p.tokens.empty()) io::jsonl_error(path, line, "the prompt encodes to no tokens");
-    if (static_cast<int>(p.tokens.size()) > max_prompt_length)
+    if (static_cast<int>(p.tokens.size()) > max_prompt_length) {
+      p.cut = p.tokens.size() - static_cast<std::size_t>(max_prompt_length);
       p.tokens.erase(p.tokens.begin(), p.tokens.end() - max_prompt_length);
+    }
     p.row = j;
     rows.push_back(std::move(p));
   });

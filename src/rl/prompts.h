@@ -20,6 +20,7 @@ struct PromptRow {
   std::vector<std::int32_t> tokens;   // what the model sees
   std::string text;                   // the prompt as text (chat-formatted for messages), for the rewards
   nlohmann::json row;                 // the whole line
+  std::size_t cut = 0;                // tokens left out at its start (a prompt longer than the maximum keeps its end)
 };
 
 // What the reward functions see of one completion of prompt row p: the prompt text, the decoded completion, the

@@ -16,7 +16,10 @@ awk 'BEGIN { srand(1); for (i = 0; i < 64; i++) { p = ""; c = "";
        printf "{\"prompt\": \"%s=\", \"completion\": \"%s\"}\n", p, c } }' > sft.jsonl
 awk 'BEGIN { srand(2); for (i = 0; i < 64; i++) { a = 10000 + int(rand() * 90000); b = 10000 + int(rand() * 90000);
        printf "{\"prompt\": \"%d+%d=\", \"answer\": \"%d\"}\n", a, b, a + b } }' > grpo.jsonl
-# A tokenizer without an EOS token: every GRPO completion runs to grpo.max_completion_length (the plan's worst case).
+# A tokenizer without an EOS token, and a model config without one (a completion ends at either since 2026-11-28):
+# every GRPO completion runs to grpo.max_completion_length (the plan's worst case).
+mkdir m_noeos
+sed 's/"eos_token_id": *[0-9]*/"eos_token_id": null/' "$src/tests/data/plan/llama_50m/config.json" > m_noeos/config.json
 mkdir tok_noeos
 cp "$src/inputs/quickstart/tokenizer.json" tok_noeos/
 echo '{"bos_token": "<bos>", "pad_token": "<pad>", "unk_token": "<unk>"}' > tok_noeos/tokenizer_config.json
@@ -40,7 +43,7 @@ case $case in
             --train.batch_size=8 --train.max_seq_len=64) ;;
   sft_recompute) run=(sft "${common[@]}" "${model[@]}" --model.tokenizer="$src/inputs/quickstart"
                       --data.input=sft.jsonl --train.batch_size=8 --train.max_seq_len=64 --model.recompute=true) ;;
-  grpo) run=(grpo grpo.toml "${common[@]}" "${model[@]}" --model.tokenizer=tok_noeos --data.input=grpo.jsonl
+  grpo) run=(grpo grpo.toml "${common[@]}" --model.path=m_noeos --model.tokenizer=tok_noeos --data.input=grpo.jsonl
              --train.batch_size=2) ;;
   # A built-in shape (Qwen2.5-0.5B's 152k vocabulary, one layer): the peak is while the weights are drawn (the
   # embeddings' f32 staging beside the weights), which the plan says.

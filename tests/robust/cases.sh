@@ -88,6 +88,14 @@ c score_model_init 1 'model\.init = "random" is for sft, grpo, dpo, ppo and plan
 c dpo_label_smoothing_sigmoid 1 "key 'dpo\.label_smoothing' applies to dpo\.loss_type = \"robust\" only \(the label-smoothed DPO of trl 1\.16\), not to \"sigmoid\"" 'cp "$src/tests/data/dpo_cli/train.jsonl" pairs.jsonl' dpo --runtime.backend=cpu --model.path=model --model.tokenizer=tok --data.input=pairs.jsonl --train.batch_size=4 --train.max_steps=1 --checkpoint.resume=none --dpo.label_smoothing=0.1
 c render_kwargs_builtin_format 1 "chat\.template_kwargs is set, but train\.chat_format names the built-in 'chatml' format, which takes no template variables" '' render --runtime.backend=cpu --model.path=model --model.tokenizer=tok --data.input=train.jsonl --train.chat_format=chatml '--chat.template_kwargs={"enable_thinking": false}'
 c grpo_pass_k_without_correctness 1 "eval\.pass_k \(2\) counts correct completions, but no reward decides correctness" 'printf "[[reward]]\nkind = \"regex\"\npattern = \"[0-9]\"\n" > regex.toml' grpo regex.toml --runtime.backend=cpu --model.path=model --model.tokenizer=tok --data.input=train.jsonl --train.max_steps=1 --train.batch_size=2 --grpo.num_generations=2 --grpo.max_prompt_length=12 --grpo.max_completion_length=5 --eval.input=heldout.jsonl --eval.pass_k=2
+# Sampling that keeps the most likely token alone: the G completions of a prompt are the same, nothing is learned
+# (every step grad norm 0, exit 0, until 2026-11-28).
+c grpo_top_k_one 1 "grpo\.top_k = 1 samples the most likely token only: the 2 completions of a prompt \(grpo\.num_generations\) would be the same" '' $GRPO --grpo.top_k=1
+c grpo_top_p_zero 1 "grpo\.top_p = 0 samples the most likely token only" '' $GRPO --grpo.top_p=0
+# A reward no data line can earn, whatever the completion: GSM8K's answers ("... #### 72") compared as numbers, a
+# column absent everywhere (each scored 0 in silence until 2026-11-28).
+c grpo_reward_column_no_number 1 "g\.jsonl:1: column 'completion' is 'so #### [0-9]+', no number \(compare = \"number\": .*\): no line of g\.jsonl can earn reward 'correct' \(answer_match\) anything, whatever the completion" 'sed "s/\"completion\": \"\([0-9]*\)\"/\"completion\": \"so #### \1\"/" train.jsonl > g.jsonl' $GRPO --data.input=g.jsonl
+c ppo_reward_column_absent 1 "p\.jsonl:1: column 'completion' is absent: no line of p\.jsonl can earn reward" 'sed "s/\"completion\"/\"solution\"/" train.jsonl > p.jsonl' ppo.toml --model.path=model --model.tokenizer=tok --data.input=p.jsonl
 c ppo_pass_k 1 "key 'eval\.pass_k' is grpo's: ppo evaluates one greedy completion per held-out prompt" '' ppo.toml --model.path=model --model.tokenizer=tok --data.input=train.jsonl --eval.pass_k=2
 
 # ---- config.json of the model ----

@@ -76,8 +76,11 @@ case $case_ in
     grep -q "^rank 1/2 .*local rank 1/2" <<< "$out" || fail "mpirun in an allocation: no rank 1 of 2" ;;
 
   grpo_script)
-    # The 2xV100 script unchanged (the test node offers 2 GPUs of type volta to the scheduler), on the CPU.
-    job=$(submit "$src/slurm/grpo_2xV100.sh" "${GRPO_TINY[@]}" --rollouts.every_steps=1)
+    # The 2xV100 script unchanged (the test node offers 2 GPUs of type volta to the scheduler), on the CPU. Its input's
+    # reward (answer_match) reads the column "answer": the test data's completions under that name (without it the
+    # reward could earn nothing: it trained on 0 until 2026-11-28, refused since).
+    sed 's/"completion"/"answer"/' "$src/tests/data/sft/train.jsonl" > "$work/answers.jsonl"
+    job=$(submit "$src/slurm/grpo_2xV100.sh" "${GRPO_TINY[@]}" --data.input="$work/answers.jsonl" --rollouts.every_steps=1)
     expect_done "$job" "$work/runs/mgrl-grpo-$job" 3
     ls "$work/runs/mgrl-grpo-$job/rollouts/step_00000001.h5" >/dev/null || fail "no rollouts in the run directory"
     grep -q "LoRA on 2 ranks" "$work/runs/mgrl-grpo-$job/job.log" || fail "not 2 ranks" ;;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -769,6 +770,24 @@ TEST(HfConfig, SizesAreBoundedBeforeAnythingIsBuilt) {
   EXPECT_TRUE(msg.empty() || msg.find("more than this machine's memory") != std::string::npos) << msg;
   EXPECT_FALSE(msg.empty()) << "a model of 4e16 parameters was accepted";
   EXPECT_GT(host_memory_bytes(), 0u);
+}
+
+// generation_config.json beside config.json: its eos_token_id (transformers' generate reads it) ends completions too,
+// after config.json's, each id once; an id outside the vocabulary there is named by that file. (Read since
+// 2026-11-28: GRPO, PPO and the held-out accuracies stopped at the tokenizer's EOS alone.)
+TEST(HfConfig, GenerationConfigEosIds) {
+  const std::string dir = test::temp_path("generation_config_dir");
+  ::mkdir(dir.c_str(), 0755);
+  std::ofstream(dir + "/config.json", std::ios::trunc) << kQwen2;
+  std::ofstream(dir + "/generation_config.json", std::ios::trunc) << R"({"eos_token_id": [151645, 151643]})";
+  EXPECT_EQ(parse_hf_config(dir + "/config.json").eos_token_ids, (std::vector<std::int64_t>{151643, 151645}));
+  std::ofstream(dir + "/generation_config.json", std::ios::trunc) << R"({"eos_token_id": 999999})";
+  const std::string msg = test::error_of([&] { parse_hf_config(dir + "/config.json"); });
+  EXPECT_NE(msg.find("generation_config.json: key 'eos_token_id' holds 999999, outside the vocabulary"),
+            std::string::npos)
+      << msg;
+  std::remove((dir + "/generation_config.json").c_str());
+  EXPECT_EQ(parse_hf_config(dir + "/config.json").eos_token_ids, std::vector<std::int64_t>{151643});
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "rl/rewards/rewards.h"
 
 namespace mgrl::rl {
@@ -16,6 +18,9 @@ class RewardFunction {
   // The longest that score() may take for `samples` on `threads` threads before its own time limits end it (0: no
   // program runs, it takes no noticeable time).
   virtual double max_seconds(std::size_t /*samples*/, int /*threads*/) const { return 0; }
+  // Why a data line can earn nothing of this function whatever the completion ("column 'answer' is absent", "its
+  // answer '...#### 72' is no number"), or "" when it can (or the function reads nothing of the data).
+  virtual std::string unusable(const nlohmann::json& /*row*/) const { return ""; }
 };
 
 }  // namespace mgrl::rl

@@ -169,6 +169,17 @@ class AnswerMatch : public RewardFunction {
                         std::to_string(re_->groups()) + ")");
     }
   }
+  std::string unusable(const nlohmann::json& row) const override {
+    if (!row.is_object() || !row.contains(column_)) return "column '" + column_ + "' is absent";
+    const auto& col = row[column_];
+    const std::string want = col.is_string() ? col.get<std::string>() : col.dump();
+    double v = 0;
+    if (numbers_ && !parse_number(want, &v))
+      return "column '" + column_ + "' is '" + want.substr(0, 60) + (want.size() > 60 ? "...'" : "'") +
+             ", no number (compare = \"number\": extract the final answer into the column, or compare strings)";
+    if (!numbers_ && trim(want).empty()) return "column '" + column_ + "' is empty";
+    return "";
+  }
   std::vector<double> score(const std::vector<RewardSample>& ss, const std::string&, int) const override {
     std::vector<double> out;
     for (const auto& s : ss) {
@@ -285,6 +296,14 @@ class CodeExec : public RewardFunction {
   }
   // One fresh sandboxed child per test: the solution, then only the test's expression, whose value mgrl compares
   // with the expected value the child never sees. Every child of a completion shares its timeout_s.
+  std::string unusable(const nlohmann::json& row) const override {
+    if (!row.is_object() || !row.contains(tests_)) return "column '" + tests_ + "' (tests_column) is absent";
+    const auto& t = row[tests_];
+    if (!t.is_array()) return "column '" + tests_ + "' is not a list of tests";
+    for (const auto& x : t)
+      if (x.is_string()) return "";
+    return "column '" + tests_ + "' holds no test (strings)";
+  }
   double run_one(const RewardSample& s) const {
     bool found = false;
     const std::string code = code_block(s.completion, last_, &found);
@@ -541,6 +560,25 @@ int Rewards::accuracy_index(const std::string& named) const {
   for (std::size_t f = 0; f < kinds_.size(); ++f)
     if (kinds_[f] == "answer_match" || kinds_[f] == "code_exec") return static_cast<int>(f);
   return -1;
+}
+
+void Rewards::check_data(const std::vector<const nlohmann::json*>& rows, const std::vector<std::int64_t>& lines,
+                         const std::string& path) const {
+  for (std::size_t f = 0; f < fns_.size(); ++f) {
+    std::size_t bad = 0;
+    std::string first;
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const std::string why = fns_[f]->unusable(*rows[i]);
+      if (why.empty()) continue;
+      if (bad++ == 0) first = path + ":" + std::to_string(lines[i]) + ": " + why;
+    }
+    if (bad == 0) continue;
+    const std::string what = "reward '" + names_[f] + "' (" + kinds_[f] + ")";
+    if (bad == rows.size())
+      throw UserError(first + ": no line of " + path + " can earn " + what + " anything, whatever the completion");
+    log::warn_once(path + ": " + std::to_string(bad) + " of " + std::to_string(rows.size()) + " lines can earn " + what +
+                   " nothing, whatever the completion (the first, " + first + ")");
+  }
 }
 
 double Rewards::max_seconds(std::size_t samples, int threads) const {

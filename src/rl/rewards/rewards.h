@@ -46,6 +46,12 @@ class Rewards {
   // (reward[].timeout_s: a command's per batch, code_exec's per completion with its test planner's 60 s): how long
   // the ranks that finish scoring first may wait for the others (MpiEnv::Patience). 0 without command or code_exec.
   double max_seconds(std::size_t samples, int threads) const;
+  // The data lines against the functions that read them (answer_match's column, code_exec's tests): a UserError naming
+  // `path`, the function and the first line when no line can earn a function anything whatever the completion (a
+  // column that is absent everywhere, GSM8K's "...#### 72" where a number is compared); a warning with the count when
+  // some lines cannot. lines[i] is rows[i]'s 1-based line. Until 2026-11-28 such a reward scored 0 in silence.
+  void check_data(const std::vector<const nlohmann::json*>& rows, const std::vector<std::int64_t>& lines,
+                  const std::string& path) const;
   // The function whose value >= 1 counts a completion as correct in evaluation: the one named `named` (a UserError
   // naming eval.accuracy_reward when none is), else the first answer_match or code_exec; -1 when there is none.
   int accuracy_index(const std::string& named) const;
