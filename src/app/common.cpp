@@ -619,13 +619,13 @@ RlInputs load_rl_inputs(const Context& ctx, bool full, const std::string& prompt
         most = std::max(most, p.cut + p.tokens.size());
       }
     if (cut > 0)
-      log::warn_once(cfg.get_string(rows == &in.train ? "data.input" : "eval.input") + ": " + std::to_string(cut) +
+      in.notes.push_back(cfg.get_string(rows == &in.train ? "data.input" : "eval.input") + ": " + std::to_string(cut) +
                      " of " + std::to_string(rows->size()) + " prompts are longer than " + prompt_key + " = " +
                      std::to_string(max_prompt) + " tokens and lose their first tokens (the longest has " +
                      std::to_string(most) + "): raise " + prompt_key + " to keep them whole");
   }
   if (!in.eval.empty() && cfg.get_int("eval.max_new_tokens") < cfg.get_int(completion_key))
-    log::warn_once("eval.max_new_tokens (" + std::to_string(cfg.get_int("eval.max_new_tokens")) + ") is shorter than " +
+    in.notes.push_back("eval.max_new_tokens (" + std::to_string(cfg.get_int("eval.max_new_tokens")) + ") is shorter than " +
                    completion_key + " (" + std::to_string(cfg.get_int(completion_key)) + "): held-out completions are "
                    "cut there, and an answer after it scores 0; raise eval.max_new_tokens to match");
   const rl::PromptRow* longest_eval = nullptr;
@@ -637,7 +637,16 @@ RlInputs load_rl_inputs(const Context& ctx, bool full, const std::string& prompt
   return in;
 }
 
-void check_reward_data(const rl::Rewards& rewards, const RlInputs& in, const io::Config& cfg) {
+void say_rl_notes(const RlInputs& in) {
+  for (const auto& note : in.notes) log::warn_once(note);
+}
+
+void check_reward_data(const rl::Rewards& rewards, RlInputs& in, const io::Config& cfg) {
+  // Weights all 0: every completion's total reward is 0, no advantage, nothing learned (exit 0 until 2026-11-28).
+  const auto& w = rewards.weights();
+  if (!w.empty() && std::all_of(w.begin(), w.end(), [](double x) { return x == 0.0; }))
+    throw UserError(cfg.tables("reward").front().where("weight") + "every [[reward]] has weight 0: the total reward "
+                    "would be 0 for every completion, and nothing could be learned from it");
   for (const auto* rows : {&in.train, &in.eval}) {
     if (rows->empty()) continue;
     std::vector<const nlohmann::json*> data;
@@ -646,7 +655,8 @@ void check_reward_data(const rl::Rewards& rewards, const RlInputs& in, const io:
       data.push_back(&p.row);
       lines.push_back(p.index + 1);
     }
-    rewards.check_data(data, lines, cfg.get_string(rows == &in.train ? "data.input" : "eval.input"));
+    for (auto& note : rewards.check_data(data, lines, cfg.get_string(rows == &in.train ? "data.input" : "eval.input")))
+      in.notes.push_back(std::move(note));
   }
 }
 

@@ -145,6 +145,7 @@ int run_grpo(Context& ctx) {
     trainer = std::make_unique<rl::GrpoTrainer>(env, ctx.comm, net, *tok, *rewards, std::move(train_data),
                                                 std::move(eval_data), o, fresh && !full);
   });
+  say_rl_notes(inputs);
   say_unused_keys(ctx);  // the configuration is read: what it did not read changes nothing
   trainer->run();
   return 0;

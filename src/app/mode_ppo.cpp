@@ -127,6 +127,7 @@ int run_ppo(Context& ctx) {
     trainer = std::make_unique<rl::PpoTrainer>(env, ctx.comm, net, *tok, *rewards, std::move(train_data),
                                                std::move(eval_data), o);
   });
+  say_rl_notes(inputs);
   say_unused_keys(ctx);  // the configuration is read: what it did not read changes nothing
   trainer->run();
   return 0;

@@ -32,6 +32,7 @@ int run_sft(Context& ctx) {
   io::ModelConfig mc;
   std::unique_ptr<io::Tokenizer> tok;
   std::vector<train::Example> train_data, eval_data;
+  std::vector<std::string> data_notes;  // said when every start-up check has passed (one line for an error alone)
   env.agree([&] {
     std::string model_src;
     mc = training_model_config(cfg, &model_src);
@@ -47,6 +48,25 @@ int run_sft(Context& ctx) {
     d.chat = &chat;
     train_data = train::load_examples(cfg.get_string("data.input"), *tok, d);
     if (!cfg.get_string("eval.input").empty()) eval_data = train::load_examples(cfg.get_string("eval.input"), *tok, d);
+    // Examples whose end (the EOS first) falls past train.max_seq_len: the model never learns to stop on them, and
+    // the held-out loss is over the same cut examples (said since 2026-11-28; found by a hunt for runs that cannot
+    // learn). The limit is the model's positions when those are fewer.
+    for (const auto* set : {&train_data, &eval_data}) {
+      std::size_t cut = 0, most = 0;
+      for (const auto& e : *set)
+        if (e.cut > 0) {
+          ++cut;
+          most = std::max(most, e.tokens.size() + e.cut);
+        }
+      if (cut > 0)
+        data_notes.push_back(cfg.get_string(set == &train_data ? "data.input" : "eval.input") + ": " + std::to_string(cut) +
+                       " of " + std::to_string(set->size()) + " examples are longer than " +
+                       (d.max_seq_len < cfg.get_int("train.max_seq_len")
+                            ? "the model's max_position_embeddings (" + std::to_string(d.max_seq_len) + ")"
+                            : "train.max_seq_len = " + std::to_string(d.max_seq_len)) +
+                       " tokens and lose the end of their completion, EOS included (the longest has " +
+                       std::to_string(most) + "): raise train.max_seq_len to train them whole");
+    }
     if (cfg.get_bool("eval.accuracy") && !eval_data.empty()) {
       std::size_t longest_prompt = 0;
       for (const auto& e : eval_data) longest_prompt = std::max(longest_prompt, static_cast<std::size_t>(e.prompt_len));
@@ -89,6 +109,7 @@ int run_sft(Context& ctx) {
   env.agree([&] {  // batch sizes that do not divide are errors every rank meets
     trainer = std::make_unique<train::SftTrainer>(env, ctx.comm, net, *tok, std::move(train_data), std::move(eval_data), o);
   });
+  for (const auto& note : data_notes) log::warn_once(note);
   say_unused_keys(ctx);  // the configuration is read: what it did not read changes nothing
   trainer->run();
   return 0;

@@ -198,10 +198,15 @@ struct RlInputs {
   std::unique_ptr<io::Tokenizer> tokenizer;
   std::vector<rl::PromptRow> train, eval;
   std::int64_t longest = 0;
+  // Warnings about the data (prompts cut, held-out completions shorter than the training ones, lines that cannot
+  // earn a reward): said with say_rl_notes when every start-up check has passed, so that an error comes alone.
+  std::vector<std::string> notes;
 };
-// The prompt files of an RL run against its rewards (rl::Rewards::check_data): a reward no line of a file can earn
-// is an error naming the file, the line and the column; some such lines, a warning. Call inside env.agree.
-void check_reward_data(const rl::Rewards& rewards, const RlInputs& in, const io::Config& cfg);
+void say_rl_notes(const RlInputs& in);
+// The rewards of an RL run and its prompt files against them (rl::Rewards::check_data): weights all 0, or a reward no
+// line of a file can earn (naming the file, the line and the column), is an error; some such lines, a warning. Call
+// inside env.agree.
+void check_reward_data(const rl::Rewards& rewards, RlInputs& in, const io::Config& cfg);
 RlInputs load_rl_inputs(const Context& ctx, bool full, const std::string& prompt_key,
                         const std::string& completion_key);
 // model.tokenizer, or model.path when it is empty (a UserError naming model.tokenizer when both are: model.shape).

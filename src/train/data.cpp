@@ -36,8 +36,8 @@ Example chat_example(const nlohmann::json& messages, const io::Tokenizer& tok, c
     ex.prompt_len = static_cast<std::int32_t>(prompt.size());
     ex.tokens = std::move(prompt);
     for (auto t : completion) {
-      if (static_cast<int>(ex.tokens.size()) >= opts.max_seq_len) break;
-      ex.tokens.push_back(t);
+      if (static_cast<int>(ex.tokens.size()) >= opts.max_seq_len) ++ex.cut;
+      else ex.tokens.push_back(t);
     }
     return ex;
   }
@@ -54,6 +54,7 @@ Example chat_example(const nlohmann::json& messages, const io::Tokenizer& tok, c
   while (start > 0 && r.mask[start - 1]) --start;
   if (static_cast<int>(start) >= opts.max_seq_len) too_long(start);
   if (static_cast<int>(r.tokens.size()) > opts.max_seq_len) {
+    ex.cut = r.tokens.size() - static_cast<std::size_t>(opts.max_seq_len);
     r.tokens.resize(static_cast<std::size_t>(opts.max_seq_len));
     r.mask.resize(static_cast<std::size_t>(opts.max_seq_len));
   }
@@ -96,8 +97,8 @@ std::vector<Example> load_examples(const std::string& path, const io::Tokenizer&
     ex.prompt_len = static_cast<std::int32_t>(prompt.size());
     ex.tokens = std::move(prompt);
     for (auto t : completion) {
-      if (static_cast<int>(ex.tokens.size()) >= opts.max_seq_len) break;
-      ex.tokens.push_back(t);
+      if (static_cast<int>(ex.tokens.size()) >= opts.max_seq_len) ++ex.cut;
+      else ex.tokens.push_back(t);
     }
     out.push_back(std::move(ex));
   });

@@ -22,6 +22,7 @@ struct Example {
   // trained assistant turn) instead, and prompt_len is where the final assistant turn starts.
   std::vector<std::uint8_t> loss_mask;
   std::string completion;       // the expected completion text (for exact-match accuracy)
+  std::size_t cut = 0;          // tokens past train.max_seq_len, left out (the end of the completion, its EOS first)
   std::vector<std::int32_t> prompt_tokens() const { return {tokens.begin(), tokens.begin() + prompt_len}; }
 };
 

@@ -96,6 +96,7 @@ c grpo_top_p_zero 1 "grpo\.top_p = 0 samples the most likely token only" '' $GRP
 # column absent everywhere (each scored 0 in silence until 2026-11-28).
 c grpo_reward_column_no_number 1 "g\.jsonl:1: column 'completion' is 'so #### [0-9]+', no number \(compare = \"number\": .*\): no line of g\.jsonl can earn reward 'correct' \(answer_match\) anything, whatever the completion" 'sed "s/\"completion\": \"\([0-9]*\)\"/\"completion\": \"so #### \1\"/" train.jsonl > g.jsonl' $GRPO --data.input=g.jsonl
 c ppo_reward_column_absent 1 "p\.jsonl:1: column 'completion' is absent: no line of p\.jsonl can earn reward" 'sed "s/\"completion\"/\"solution\"/" train.jsonl > p.jsonl' ppo.toml --model.path=model --model.tokenizer=tok --data.input=p.jsonl
+c grpo_reward_weights_zero 1 "z\.toml:[0-9]+: every \[\[reward\]\] has weight 0: the total reward would be 0 for every completion" 'printf "mode = \"grpo\"\n[[reward]]\nkind = \"regex\"\npattern = \"[0-9]\"\nweight = 0.0\n" > z.toml' grpo z.toml --runtime.backend=cpu --model.path=model --model.tokenizer=tok --data.input=train.jsonl --train.max_steps=1 --train.batch_size=2 --grpo.num_generations=2 --grpo.max_prompt_length=12 --grpo.max_completion_length=5
 c ppo_pass_k 1 "key 'eval\.pass_k' is grpo's: ppo evaluates one greedy completion per held-out prompt" '' ppo.toml --model.path=model --model.tokenizer=tok --data.input=train.jsonl --eval.pass_k=2
 
 # ---- config.json of the model ----

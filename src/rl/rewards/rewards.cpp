@@ -562,8 +562,9 @@ int Rewards::accuracy_index(const std::string& named) const {
   return -1;
 }
 
-void Rewards::check_data(const std::vector<const nlohmann::json*>& rows, const std::vector<std::int64_t>& lines,
-                         const std::string& path) const {
+std::vector<std::string> Rewards::check_data(const std::vector<const nlohmann::json*>& rows,
+                                             const std::vector<std::int64_t>& lines, const std::string& path) const {
+  std::vector<std::string> notes;
   for (std::size_t f = 0; f < fns_.size(); ++f) {
     std::size_t bad = 0;
     std::string first;
@@ -576,9 +577,10 @@ void Rewards::check_data(const std::vector<const nlohmann::json*>& rows, const s
     const std::string what = "reward '" + names_[f] + "' (" + kinds_[f] + ")";
     if (bad == rows.size())
       throw UserError(first + ": no line of " + path + " can earn " + what + " anything, whatever the completion");
-    log::warn_once(path + ": " + std::to_string(bad) + " of " + std::to_string(rows.size()) + " lines can earn " + what +
-                   " nothing, whatever the completion (the first, " + first + ")");
+    notes.push_back(path + ": " + std::to_string(bad) + " of " + std::to_string(rows.size()) + " lines can earn " + what +
+                    " nothing, whatever the completion (the first, " + first + ")");
   }
+  return notes;
 }
 
 double Rewards::max_seconds(std::size_t samples, int threads) const {

@@ -50,8 +50,9 @@ class Rewards {
   // `path`, the function and the first line when no line can earn a function anything whatever the completion (a
   // column that is absent everywhere, GSM8K's "...#### 72" where a number is compared); a warning with the count when
   // some lines cannot. lines[i] is rows[i]'s 1-based line. Until 2026-11-28 such a reward scored 0 in silence.
-  void check_data(const std::vector<const nlohmann::json*>& rows, const std::vector<std::int64_t>& lines,
-                  const std::string& path) const;
+  // Returns the warnings (one line each) for the caller to say once the start-up checks have passed.
+  std::vector<std::string> check_data(const std::vector<const nlohmann::json*>& rows, const std::vector<std::int64_t>& lines,
+                         const std::string& path) const;
   // The function whose value >= 1 counts a completion as correct in evaluation: the one named `named` (a UserError
   // naming eval.accuracy_reward when none is), else the first answer_match or code_exec; -1 when there is none.
   int accuracy_index(const std::string& named) const;
