@@ -528,10 +528,10 @@ void refuse_output_over_inputs(const std::string& key, const std::string& output
   const fs::path parent = fs::path(output).has_parent_path() ? fs::path(output).parent_path() : fs::path(".");
   for (const auto& [in_key, path] : inputs) {
     if (path.empty()) continue;
-    if (fs::is_directory(path, ec) ? fs::equivalent(parent, path, ec)
-                                   : fs::exists(path, ec) && fs::equivalent(output, path, ec))
+    const bool dir = fs::is_directory(path, ec);
+    if (dir ? fs::equivalent(parent, path, ec) : fs::exists(path, ec) && fs::equivalent(output, path, ec))
       throw UserError("key '" + key + "' = " + output + ": " +
-                      (fs::is_directory(path, ec) ? "a file of " + in_key + " (" + path + "), an input of this run"
+                      (dir ? "a file of " + in_key + " (" + path + "), an input of this run"
                                                   : "it is " + in_key + " (" + path + "), the input of this run") +
                       "; writing there would replace it: choose another path");
   }
@@ -612,17 +612,10 @@ RlInputs load_rl_inputs(const Context& ctx, bool full, const std::string& prompt
   // Prompts that lose their start (a long system prompt, the instructions: until 2026-11-28 in silence), and held-out
   // completions cut shorter than the training ones (an answer after eval.max_new_tokens tokens scores 0): said once.
   for (const auto* rows : {&in.train, &in.eval}) {
-    std::size_t cut = 0, most = 0;
-    for (const auto& p : *rows)
-      if (p.cut > 0) {
-        ++cut;
-        most = std::max(most, p.cut + p.tokens.size());
-      }
-    if (cut > 0)
-      in.notes.push_back(cfg.get_string(rows == &in.train ? "data.input" : "eval.input") + ": " + std::to_string(cut) +
-                     " of " + std::to_string(rows->size()) + " prompts are longer than " + prompt_key + " = " +
-                     std::to_string(max_prompt) + " tokens and lose their first tokens (the longest has " +
-                     std::to_string(most) + "): raise " + prompt_key + " to keep them whole");
+    const std::string note = cut_rows_note(*rows, cfg.get_string(rows == &in.train ? "data.input" : "eval.input"),
+                                           "prompts", prompt_key + " = " + std::to_string(max_prompt),
+                                           "lose their first tokens", "raise " + prompt_key + " to keep them whole");
+    if (!note.empty()) in.notes.push_back(note);
   }
   if (!in.eval.empty() && cfg.get_int("eval.max_new_tokens") < cfg.get_int(completion_key))
     in.notes.push_back("eval.max_new_tokens (" + std::to_string(cfg.get_int("eval.max_new_tokens")) + ") is shorter than " +

@@ -51,21 +51,14 @@ int run_sft(Context& ctx) {
     // Examples whose end (the EOS first) falls past train.max_seq_len: the model never learns to stop on them, and
     // the held-out loss is over the same cut examples (said since 2026-11-28; found by a hunt for runs that cannot
     // learn). The limit is the model's positions when those are fewer.
+    const std::string limit = d.max_seq_len < cfg.get_int("train.max_seq_len")
+                                  ? "the model's max_position_embeddings (" + std::to_string(d.max_seq_len) + ")"
+                                  : "train.max_seq_len = " + std::to_string(d.max_seq_len);
     for (const auto* set : {&train_data, &eval_data}) {
-      std::size_t cut = 0, most = 0;
-      for (const auto& e : *set)
-        if (e.cut > 0) {
-          ++cut;
-          most = std::max(most, e.tokens.size() + e.cut);
-        }
-      if (cut > 0)
-        data_notes.push_back(cfg.get_string(set == &train_data ? "data.input" : "eval.input") + ": " + std::to_string(cut) +
-                       " of " + std::to_string(set->size()) + " examples are longer than " +
-                       (d.max_seq_len < cfg.get_int("train.max_seq_len")
-                            ? "the model's max_position_embeddings (" + std::to_string(d.max_seq_len) + ")"
-                            : "train.max_seq_len = " + std::to_string(d.max_seq_len)) +
-                       " tokens and lose the end of their completion, EOS included (the longest has " +
-                       std::to_string(most) + "): raise train.max_seq_len to train them whole");
+      const std::string note = cut_rows_note(*set, cfg.get_string(set == &train_data ? "data.input" : "eval.input"),
+                                             "examples", limit, "lose the end of their completion, EOS included",
+                                             "raise train.max_seq_len to train them whole");
+      if (!note.empty()) data_notes.push_back(note);
     }
     if (cfg.get_bool("eval.accuracy") && !eval_data.empty()) {
       std::size_t longest_prompt = 0;

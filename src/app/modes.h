@@ -1,5 +1,6 @@
 // modes.h: what a mode receives, and the modes.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -203,6 +204,22 @@ struct RlInputs {
   std::vector<std::string> notes;
 };
 void say_rl_notes(const RlInputs& in);
+// "FILE: N of M <what> are longer than <limit> tokens and <loss> (the longest has K): <advice>" for the rows of a data
+// file that lost tokens (each row's `cut` tokens left out, `tokens` kept: train::Example, rl::PromptRow); "" when
+// none did.
+template <class Rows>
+std::string cut_rows_note(const Rows& rows, const std::string& file, const std::string& what, const std::string& limit,
+                          const std::string& loss, const std::string& advice) {
+  std::size_t cut = 0, most = 0;
+  for (const auto& r : rows)
+    if (r.cut > 0) {
+      ++cut;
+      most = std::max(most, r.cut + r.tokens.size());
+    }
+  if (cut == 0) return "";
+  return file + ": " + std::to_string(cut) + " of " + std::to_string(rows.size()) + " " + what + " are longer than " +
+         limit + " tokens and " + loss + " (the longest has " + std::to_string(most) + "): " + advice;
+}
 // The rewards of an RL run and its prompt files against them (rl::Rewards::check_data): weights all 0, or a reward no
 // line of a file can earn (naming the file, the line and the column), is an error; some such lines, a warning. Call
 // inside env.agree.

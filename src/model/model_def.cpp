@@ -501,12 +501,17 @@ void ModelDef::upload_tensor(std::size_t index, const std::vector<float>& host) 
 namespace {
 constexpr std::size_t kFingerprintSamples = 4096;
 
-// Up to kFingerprintSamples values of v spaced evenly (the first and the last among them), rounded to bf16.
-std::vector<std::uint16_t> fingerprint_sample(const std::vector<float>& v) {
+// Up to kFingerprintSamples values of v spaced evenly (the first and the last among them), each through convert.
+template <class R, class T, class Convert>
+std::vector<R> fingerprint_sample(const std::vector<T>& v, Convert convert) {
   const std::size_t n = v.size(), k = std::min(n, kFingerprintSamples);
-  std::vector<std::uint16_t> out(k);
-  for (std::size_t i = 0; i < k; ++i) out[i] = io::float_to_bf16(v[k > 1 ? i * (n - 1) / (k - 1) : 0]);
+  std::vector<R> out(k);
+  for (std::size_t i = 0; i < k; ++i) out[i] = convert(v[k > 1 ? i * (n - 1) / (k - 1) : 0]);
   return out;
+}
+// Dense values: rounded to bf16 (the same weights stored as f32 or bf16 agree).
+std::vector<std::uint16_t> fingerprint_sample(const std::vector<float>& v) {
+  return fingerprint_sample<std::uint16_t>(v, [](float x) { return io::float_to_bf16(x); });
 }
 }  // namespace
 
@@ -535,9 +540,7 @@ void ModelDef::load_weights(const std::string& dir) {
       if (q.double_quant && std::memcmp(q.nested_code.data(), kernels::cpu::dynamic_code(), 256 * sizeof(float)) != 0)
         throw UserError(dir + ": tensor '" + t.name + ".nested_quant_map' is not bitsandbytes' dynamic 8-bit code");
       upload_nf4(s, q.codes, q.absmax, q.qabsmax, q.nested_absmax, q.offset);
-      std::vector<std::uint8_t> sample;
-      const std::size_t n = q.codes.size(), k = std::min(n, kFingerprintSamples);
-      for (std::size_t j = 0; j < k; ++j) sample.push_back(q.codes[k > 1 ? j * (n - 1) / (k - 1) : 0]);
+      const auto sample = fingerprint_sample<std::uint8_t>(q.codes, [](std::uint8_t c) { return c; });
       add_to_fingerprint(t.name + " nf4", sample.data(), sample.size());
       continue;
     }

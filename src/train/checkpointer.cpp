@@ -230,7 +230,7 @@ Checkpoint Checkpointer::read_checked(const std::string& path) const {
     throw UserError(path + ": a checkpoint of mgrl " + then + ", resumed by mgrl " + now +
                     ": to start from its weights, export them (mgrl export) and set lora.adapter or model.path; or "
                     "use another checkpoint.dir");
-  // Adapters (or a full fine-tuning's moments) trained over other base weights than this run's: another model of
+  // Adapters trained over other base weights than this run's: another model of
   // the same shapes (an instruct version, a re-download of another revision, model.init's seed changed) at the same
   // or another path; resumed silently before 2026-11-28. Files written before then have no fingerprint.
   const std::string differs = first_base_difference(ck.base_fingerprint, tr.base);
