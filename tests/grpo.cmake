@@ -195,6 +195,11 @@ mgrl_add_cli_test(grpo.rollouts_and_log_every 0 "(?s)rollouts: step_00000001.h5 
 mgrl_add_cli_test(grpo.no_signal_said 0 "step 6/6 [^\\n]*grad norm 0.000"
   "^mgrl: warning: no learning signal from the rewards in 5 generation rounds in a row \\(from step 1\\): every completion scored 1 " 1
   -- ${RUN1} ${CMAKE_CURRENT_SOURCE_DIR}/data/grpo_cli/no_signal.toml ${GRPO_REST} --log.dir=)
+# An overlong penalty that starts beyond the generation's limit (0 for every completion): said beside a reward that
+# teaches, refused alone (robust.grpo_overlong_beyond_limit). Silent until 2026-11-28.
+mgrl_add_cli_test(grpo.overlong_beyond_limit_said 0 "step 1/1 "
+  "^mgrl: warning: [^\\n]*overlong_beyond.toml:33: reward 'overlong' \\(overlong\\): the penalty starts after max_length - buffer_length = 8 tokens, and no completion is longer than grpo.max_completion_length = 5: it is 0 for every completion \\(set max_length to grpo.max_completion_length\\)$" 1
+  -- ${RUN1} ${CMAKE_CURRENT_SOURCE_DIR}/data/grpo_cli/overlong_beyond.toml ${GRPO_REST} --log.dir=)
 mgrl_add_cli_test(grpo.cut_prompts_and_eval_said 0 "step 1/1 "
   "(?s)\\A(?=.*^mgrl: warning: [^\\n]*train.jsonl: 48 of 48 prompts are longer than grpo.max_prompt_length = 4 tokens and lose their first tokens \\(the longest has 9\\))(?=.*^mgrl: warning: eval.max_new_tokens \\(2\\) is shorter than grpo.max_completion_length \\(5\\))" 3
   -- ${RUN1} ${GRPO_ARGS} --train.max_steps=1 --grpo.max_prompt_length=4 --eval.input=${CMAKE_CURRENT_SOURCE_DIR}/data/sft/heldout.jsonl --eval.max_new_tokens=2 --checkpoint.dir= --log.dir=)

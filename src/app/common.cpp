@@ -605,6 +605,8 @@ RlInputs load_rl_inputs(const Context& ctx, bool full, const std::string& prompt
   in.train = rl::load_prompts(cfg.get_string("data.input"), tok, chat, max_prompt);
   if (!cfg.get_string("eval.input").empty()) in.eval = rl::load_prompts(cfg.get_string("eval.input"), tok, chat, max_prompt);
   in.longest = max_prompt + cfg.get_int(completion_key);
+  in.max_completion = static_cast<int>(cfg.get_int(completion_key));
+  in.completion_key = completion_key;
   if (mc.max_position_embeddings > 0 && in.longest > mc.max_position_embeddings)
     throw UserError(prompt_key + " + " + completion_key + " (" + std::to_string(in.longest) +
                     ") exceeds the model's max_position_embeddings (" + std::to_string(mc.max_position_embeddings) +
@@ -640,6 +642,7 @@ void check_reward_data(const rl::Rewards& rewards, RlInputs& in, const io::Confi
   if (!w.empty() && std::all_of(w.begin(), w.end(), [](double x) { return x == 0.0; }))
     throw UserError(cfg.tables("reward").front().where("weight") + "every [[reward]] has weight 0: the total reward "
                     "would be 0 for every completion, and nothing could be learned from it");
+  for (auto& note : rewards.check_lengths(in.max_completion, in.completion_key)) in.notes.push_back(std::move(note));
   for (const auto* rows : {&in.train, &in.eval}) {
     if (rows->empty()) continue;
     std::vector<const nlohmann::json*> data;

@@ -199,6 +199,8 @@ struct RlInputs {
   std::unique_ptr<io::Tokenizer> tokenizer;
   std::vector<rl::PromptRow> train, eval;
   std::int64_t longest = 0;
+  int max_completion = 0;       // the completion key's value (grpo.max_completion_length, ppo.response_length)
+  std::string completion_key;
   // Warnings about the data (prompts cut, held-out completions shorter than the training ones, lines that cannot
   // earn a reward): said with say_rl_notes when every start-up check has passed, so that an error comes alone.
   std::vector<std::string> notes;

@@ -21,6 +21,9 @@ class RewardFunction {
   // Why a data line can earn nothing of this function whatever the completion ("column 'answer' is absent", "its
   // answer '...#### 72' is no number"), or "" when it can (or the function reads nothing of the data).
   virtual std::string unusable(const nlohmann::json& /*row*/) const { return ""; }
+  // Why this function gives every completion of at most `max_tokens` tokens the same value,
+  // or "" when completions of that length can differ in it.
+  virtual std::string inert(int /*max_tokens*/, const std::string& /*limit_key*/) const { return ""; }
 };
 
 }  // namespace mgrl::rl

@@ -239,6 +239,14 @@ class Overlong : public RewardFunction {
     for (const auto& s : ss) out.push_back(overlong_penalty(s.completion_tokens, max_, buffer_));
     return out;
   }
+  // The penalty starts after max_length - buffer_length tokens: a completion can never be that long when the
+  // generation stops before (DAPO sets L_max to the generation's limit).
+  std::string inert(int max_tokens, const std::string& limit_key) const override {
+    if (max_ - buffer_ < max_tokens) return "";
+    return "the penalty starts after max_length - buffer_length = " + std::to_string(max_ - buffer_) +
+           " tokens, and no completion is longer than " + limit_key + " = " + std::to_string(max_tokens) +
+           ": it is 0 for every completion (set max_length to " + limit_key + ")";
+  }
 
  private:
   int max_, buffer_;
@@ -534,6 +542,7 @@ Rewards Rewards::from_config(const io::Config& cfg) {
     r.names_.push_back(name);
     r.kinds_.push_back(kind);
     r.weights_.push_back(t.get_float("weight"));
+    r.wheres_.push_back(t.where(kind == "overlong" ? "max_length" : ""));
   }
   return r;
 }
@@ -580,6 +589,23 @@ std::vector<std::string> Rewards::check_data(const std::vector<const nlohmann::j
     notes.push_back(path + ": " + std::to_string(bad) + " of " + std::to_string(rows.size()) + " lines can earn " + what +
                     " nothing, whatever the completion (the first, " + first + ")");
   }
+  return notes;
+}
+
+std::vector<std::string> Rewards::check_lengths(int max_tokens, const std::string& limit_key) const {
+  std::vector<std::string> notes;
+  std::size_t live = 0;
+  for (std::size_t f = 0; f < fns_.size(); ++f) {
+    if (weights_[f] == 0.0) continue;
+    const std::string why = fns_[f]->inert(max_tokens, limit_key);
+    if (why.empty()) {
+      ++live;
+      continue;
+    }
+    notes.push_back(wheres_[f] + "reward '" + names_[f] + "' (" + kinds_[f] + "): " + why);
+  }
+  if (live == 0 && !notes.empty())
+    throw UserError(notes.front() + "; it is the only [[reward]] of weight != 0, so nothing could be learned");
   return notes;
 }
 

@@ -53,13 +53,17 @@ class Rewards {
   // Returns the warnings (one line each) for the caller to say once the start-up checks have passed.
   std::vector<std::string> check_data(const std::vector<const nlohmann::json*>& rows, const std::vector<std::int64_t>& lines,
                          const std::string& path) const;
+  // The functions against the generation's length limit (`max_tokens`, the key `limit_key`): a UserError when no
+  // function of weight != 0 can tell two completions apart (an overlong penalty that starts beyond the limit, alone),
+  // the warnings (one line each) when some cannot. Until 2026-11-28 such a reward was 0 in silence.
+  std::vector<std::string> check_lengths(int max_tokens, const std::string& limit_key) const;
   // The function whose value >= 1 counts a completion as correct in evaluation: the one named `named` (a UserError
   // naming eval.accuracy_reward when none is), else the first answer_match or code_exec; -1 when there is none.
   int accuracy_index(const std::string& named) const;
 
  private:
   std::vector<std::unique_ptr<RewardFunction>> fns_;
-  std::vector<std::string> names_, kinds_;
+  std::vector<std::string> names_, kinds_, wheres_;  // wheres_: "file:line: " of each table
   std::vector<double> weights_;
 };
 
