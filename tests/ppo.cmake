@@ -114,3 +114,9 @@ mgrl_add_cli_test(ppo.lr_logged_is_the_steps 0 "^lr: 4=0.003125 8=0.000625$" - 0
 mgrl_add_cli_test(ppo.log_and_rollouts_every 0
   "(?s)^step 8/16 .*^step 12/16 .*^step 16/16 .*rollouts: step_00000001.h5 step_00000005.h5 step_00000009.h5 step_00000013.h5\\nloss records per step: 0 0 0 0 0 0 0 1 0 0 0 1 0 0 0 1$" - 0 -- bash -c
   "rm -rf ${PPO}/every && ${RUN1} ${PPO_STR} --train.max_steps=16 --log.every_steps=6 --rollouts.every_steps=4 --checkpoint.dir= --log.dir=${PPO}/every | grep '^step' && echo rollouts: $(cd ${PPO}/every/rollouts && echo step_*.h5) && python3 ${CMAKE_CURRENT_SOURCE_DIR}/cli/metrics_per_step.py ${PPO}/every/metrics.jsonl 16")
+# A reward that scores every response alike (a regex every text matches, no missing-EOS penalty): the advantages come
+# from the KL penalty and the value head alone; one warning after 5 updates names the cause (as grpo.no_signal_said).
+# Ran to exit 0 in silence until 2026-11-28.
+mgrl_add_cli_test(ppo.no_signal_said 0 "step 20/20 "
+  "^mgrl: warning: no learning signal from the rewards in 5 updates in a row \\(from step 1\\): every response scored 1 \\(and every one reached ppo.response_length, 5 tokens, without ending" 1
+  -- ${RUN1} ${CMAKE_CURRENT_SOURCE_DIR}/data/ppo_cli/no_signal.toml ${PPO_REST} --log.dir=)

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "core/random.h"
 #include "core/stop.h"
 #include "io/hf_config.h"
@@ -205,6 +206,7 @@ void PpoTrainer::update(nlohmann::json* metrics) {
     });
     for (std::size_t i = 0; i < local.size(); ++i) local[i].seq = std::move(seqs[i]);
   }
+  say_if_no_signal(local, finish, first_step + 1);
   PpoRolloutSums rs;
   {
     std::vector<PpoSequence> seqs;
@@ -291,6 +293,40 @@ void PpoTrainer::update(nlohmann::json* metrics) {
     for (const auto& r : rewards_fn) sum += r[f];
     (*metrics)["rewards/" + names[f] + "/mean"] = env_.allreduce_sum(sum) / P;
   }
+}
+
+// An update whose responses all scored alike (the score after missing_eos_penalty, what the rewards add to the last
+// token) teaches the policy nothing about the task: its advantages come from the KL penalty and the value head's
+// errors alone. Five in a row, once a run, are said with the likely cause (as GRPO's say_if_no_signal): until
+// 2026-11-28 such a run went on to exit 0 with a steady score on every line. Every rank computes the same figures.
+void PpoTrainer::say_if_no_signal(const std::vector<PpoSample>& local, const std::vector<std::string>& finish,
+                                  std::int64_t first_step) {
+  constexpr int kUpdates = 5;
+  double hi = -std::numeric_limits<double>::infinity(), lo = std::numeric_limits<double>::infinity(), cut = 0;
+  for (std::size_t i = 0; i < local.size(); ++i) {
+    hi = std::max(hi, local[i].seq.penalised_score);
+    lo = std::min(lo, local[i].seq.penalised_score);
+    cut += finish[i] == "length" ? 1 : 0;
+  }
+  hi = env_.allreduce_max(hi);
+  lo = -env_.allreduce_max(-lo);
+  cut = env_.allreduce_sum(cut);
+  const double n = env_.allreduce_sum(static_cast<double>(local.size()));
+  if (!(hi > lo) && std::isfinite(hi)) {
+    if (no_signal_updates_++ == 0) no_signal_since_ = first_step;
+  } else {
+    no_signal_updates_ = 0;
+  }
+  if (no_signal_updates_ < kUpdates || no_signal_said_) return;
+  no_signal_said_ = true;
+  char score[32];
+  std::snprintf(score, sizeof score, "%.4g", hi);
+  log::warn_once("no learning signal from the rewards in " + std::to_string(kUpdates) + " updates in a row (from step " +
+                 std::to_string(no_signal_since_) + "): every response scored " + score +
+                 (cut == n ? " (and every one reached ppo.response_length, " + std::to_string(opts_.ppo.response_length) +
+                                 " tokens, without ending: if the answer comes later, raise it)"
+                           : std::string()) +
+                 ": the rewards tell no response from another, and PPO learns from their differences");
 }
 
 void PpoTrainer::write_rollouts(const std::vector<PpoSample>& local, const std::vector<std::int64_t>& prompt_index,

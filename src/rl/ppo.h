@@ -80,6 +80,9 @@ class PpoTrainer {
   void write_rollouts(const std::vector<PpoSample>& local, const std::vector<std::int64_t>& prompt_index,
                       const std::vector<std::vector<double>>& rewards_fn, const std::vector<std::string>& finish,
                       std::int64_t step);
+  // Warns once when 5 updates in a row had every response of the global batch score alike (no_signal_*).
+  void say_if_no_signal(const std::vector<PpoSample>& local, const std::vector<std::string>& finish,
+                        std::int64_t first_step);
 
   const dist::MpiEnv& env_;
   dist::Comm& comm_;
@@ -99,6 +102,9 @@ class PpoTrainer {
   train::TrainState state_;
   double kl_coef_ = 0;       // the KL coefficient of the next rollout batch (state: in the checkpoint's JSON)
   float* vh_buf_ = nullptr;  // backend memory for the value head's gradient allreduce
+  int no_signal_updates_ = 0;
+  std::int64_t no_signal_since_ = 0;
+  bool no_signal_said_ = false;
 };
 
 }  // namespace mgrl::rl
