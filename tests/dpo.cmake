@@ -74,3 +74,9 @@ mgrl_add_cli_test(dpo.resume_other_base 0 "other base: ok" - -
 # until 2026-11-28).
 mgrl_add_cli_test(dpo.log_window_mean_loss 0 "window means: equal \\(2 records\\)" - 0 -- bash -c
   "rm -rf ${DPO}/window && $<TARGET_FILE:mgrl> ${DPO_STR} --eval.input= --train.max_steps=4 --log.dir=${DPO}/window/a > /dev/null && $<TARGET_FILE:mgrl> ${DPO_STR} --eval.input= --train.max_steps=4 --log.every_steps=2 --log.dir=${DPO}/window/b > /dev/null && python3 ${CMAKE_CURRENT_SOURCE_DIR}/cli/log_window.py ${DPO}/window/a/metrics.jsonl ${DPO}/window/b/metrics.jsonl loss")
+# Pairs that teach nothing, counted at the start (silent until 2026-11-28): chosen = rejected as read (line 2), and
+# a pair that differs only after dpo.max_length (line 3: cut at 12 tokens, both sides are the same). Every pair so:
+# refused (robust.dpo_every_pair_same). The notes come once the start-up checks have passed.
+mgrl_add_cli_test(dpo.pairs_that_teach_nothing_said 0 "step 1/1 "
+  "(?s)\\A(?=.*^mgrl: warning: [^\\n]*/teach.jsonl: 1 pair has the same chosen and rejected tokens: the loss's gradient is 0 for them, they teach nothing \\(the first at line 2\\)$)(?=.*^mgrl: warning: [^\\n]*/teach.jsonl: 1 pair differs only after dpo.max_length \\(12\\) tokens: cut there, chosen and rejected are the same and teach nothing\\x3b raise dpo.max_length \\(the first at line 3\\)$)" 2
+  -- bash -c "mkdir -p ${DPO} && printf '%s\\n' '{\"prompt\": \"915+4=\", \"chosen\": \"919\", \"rejected\": \"619\"}' '{\"prompt\": \"2+2=\", \"chosen\": \"4\", \"rejected\": \"4\"}' '{\"prompt\": \"2+3=\", \"chosen\": \"5555555555\", \"rejected\": \"5555555556\"}' > ${DPO}/teach.jsonl && ${RUN1} ${DPO_STR} --data.input=${DPO}/teach.jsonl --eval.input= --train.batch_size=2 --train.max_steps=1 --dpo.max_length=12")

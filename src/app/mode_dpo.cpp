@@ -32,6 +32,7 @@ int run_dpo(Context& ctx) {
   io::ModelConfig mc;
   std::unique_ptr<io::Tokenizer> tok;
   train::PairData train_data, eval_data;
+  int max_length = 0;  // dpo.max_length within the model's positions
   env.agree([&] {
     // trl 1.16 smooths labels in the robust loss only (older trl's sigmoid "cDPO" smoothing is gone): a smoothing
     // given with another loss was accepted and ignored until 2026-11-28.
@@ -46,11 +47,23 @@ int run_dpo(Context& ctx) {
       throw UserError(tok->path() + ": the tokenizer has " + std::to_string(tok->vocab_size()) +
                       " tokens, more than the model's vocab_size (" + std::to_string(mc.vocab_size) + ")");
     train::PairOptions d;
-    d.max_length = static_cast<int>(std::min<std::int64_t>(
+    d.max_length = max_length = static_cast<int>(std::min<std::int64_t>(
         cfg.get_int("dpo.max_length"), mc.max_position_embeddings > 0 ? mc.max_position_embeddings : 1 << 30));
     const io::ChatTemplate chat = chat_template(cfg, "train.chat_format", *tok);
     d.chat = &chat;
     train_data = train::load_pairs(cfg.get_string("data.input"), *tok, d);
+    // No pair that teaches anything, and no SFT term on the chosen side: the run would end as it began.
+    if (train_data.same + train_data.cut_same == static_cast<int>(train_data.pairs.size()) &&
+        cfg.get_float("dpo.sft_weight") == 0.0)
+      throw UserError(cfg.get_string("data.input") + ": every pair has the same chosen and rejected tokens" +
+                      (train_data.cut_same > 0 ? " once cut to dpo.max_length (" + std::to_string(max_length) + ")"
+                                               : std::string()) +
+                      " (the first at line " +
+                      std::to_string(train_data.same == 0       ? train_data.first_cut_same_line
+                                     : train_data.cut_same == 0 ? train_data.first_same_line
+                                                                : std::min(train_data.first_same_line,
+                                                                           train_data.first_cut_same_line)) +
+                      "): the loss's gradient would be 0 for every pair, and nothing could be learned");
     if (!cfg.get_string("eval.input").empty()) eval_data = train::load_pairs(cfg.get_string("eval.input"), *tok, d);
     if (cfg.get_bool("eval.accuracy") && !eval_data.pairs.empty()) {
       std::size_t longest_prompt = 0;
@@ -68,12 +81,11 @@ int run_dpo(Context& ctx) {
                      2.0 * static_cast<double>(cfg.get_int("eval.batch_size")), static_cast<double>(longest),
                      "lower it");
   });
+  // Said once every start-up check has passed (an error comes alone).
+  std::vector<std::string> data_notes;
   for (const auto* set : {&train_data, &eval_data})
-    if (set->dropped > 0)
-      log::warn(std::to_string(set->dropped) + " pair" + (set->dropped == 1 ? "" : "s") + " left out (from line " +
-                std::to_string(set->first_dropped_line) + " of " +
-                (set == &train_data ? cfg.get_string("data.input") : cfg.get_string("eval.input")) +
-                "): the prompt alone has dpo.max_length tokens or more");
+    for (auto& note : set->notes(cfg.get_string(set == &train_data ? "data.input" : "eval.input"), max_length))
+      data_notes.push_back(std::move(note));
 
   TrainingModel tm = build_training_model(ctx, mc, full);
   model::Transformer& net = *tm.net;
@@ -112,6 +124,7 @@ int run_dpo(Context& ctx) {
     trainer = std::make_unique<train::DpoTrainer>(env, ctx.comm, net, std::move(train_data.pairs),
                                                   std::move(eval_data.pairs), o);
   });
+  for (const auto& note : data_notes) log::warn_once(note);
   say_unused_keys(ctx);  // the configuration is read: what it did not read changes nothing
   trainer->run();
   return 0;

@@ -91,8 +91,11 @@ PairData load_pairs(const std::string& path, const io::Tokenizer& tok, const Pai
       return;
     }
     pr.prompt_len = static_cast<std::int32_t>(plen);
+    if (with_chosen == with_rejected && out.same++ == 0) out.first_same_line = line;
+    const bool differed = with_chosen != with_rejected;
     with_chosen.resize(std::min<std::size_t>(with_chosen.size(), static_cast<std::size_t>(opts.max_length)));
     with_rejected.resize(std::min<std::size_t>(with_rejected.size(), static_cast<std::size_t>(opts.max_length)));
+    if (differed && with_chosen == with_rejected && out.cut_same++ == 0) out.first_cut_same_line = line;
     pr.chosen = std::move(with_chosen);
     pr.rejected = std::move(with_rejected);
     out.pairs.push_back(std::move(pr));
@@ -101,6 +104,24 @@ PairData load_pairs(const std::string& path, const io::Tokenizer& tok, const Pai
     throw UserError(path + (out.dropped > 0 ? ": no pairs left: every prompt has dpo.max_length (" +
                                                   std::to_string(opts.max_length) + ") tokens or more"
                                             : std::string(": no pairs")));
+  return out;
+}
+
+std::vector<std::string> PairData::notes(const std::string& path, int max_length) const {
+  std::vector<std::string> out;
+  auto add = [&](int n, int first, const std::string& what) {
+    if (n == 0) return;
+    out.push_back(path + ": " + std::to_string(n) + " pair" + (n == 1 ? " " : "s ") + what + " (the first at line " +
+           std::to_string(first) + ")");
+  };
+  add(dropped, first_dropped_line,
+      std::string(dropped == 1 ? "is" : "are") + " left out: the prompt alone has dpo.max_length (" +
+          std::to_string(max_length) + ") tokens or more");
+  add(same, first_same_line, std::string(same == 1 ? "has" : "have") +
+                                 " the same chosen and rejected tokens: the loss's gradient is 0 for them, they teach nothing");
+  add(cut_same, first_cut_same_line,
+      std::string(cut_same == 1 ? "differs" : "differ") + " only after dpo.max_length (" + std::to_string(max_length) +
+          ") tokens: cut there, chosen and rejected are the same and teach nothing; raise dpo.max_length");
   return out;
 }
 

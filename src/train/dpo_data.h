@@ -32,6 +32,12 @@ struct PairData {
   std::vector<PreferencePair> pairs;
   int dropped = 0;           // pairs whose prompt alone has max_length tokens or more (trl drops them too)
   int first_dropped_line = 0;
+  // Pairs whose chosen and rejected token sequences are the same as read (`same`), or once cut to max_length (`cut_same`:
+  // they differ after it): every DPO loss gives such a pair a gradient of 0 (the two sides cancel).
+  int same = 0, first_same_line = 0;
+  int cut_same = 0, first_cut_same_line = 0;
+  // The warnings about this file (one line each): pairs left out, pairs that teach nothing.
+  std::vector<std::string> notes(const std::string& path, int max_length) const;
 };
 
 // Reads and tokenizes a JSONL file of preference pairs. UserError "file:line: ..." for a broken line, and naming
