@@ -383,7 +383,7 @@ DpoResult DpoTrainer::run() {
     greedy("eval before");
   }
   while (state_.step < end) {
-    const double lr = opts_.schedule.at(state_.step);
+    const double lr = opt_->lr(state_);
     const auto step_t0 = Clock::now();
     DpoSums sums;
     const double loss = train_step(&sums);

@@ -120,7 +120,7 @@ StepOutcome Optimizer::step(TrainState& st, double norm, double loss) {
     st.scaler_good_steps = 0;
   }
   kernels::Ops::AdamW hp = opts_.adamw;
-  hp.lr = static_cast<float>(opts_.schedule.at(st.step));
+  hp.lr = static_cast<float>(lr(st));
   hp.step = st.step + 1 - st.skipped_steps;
   // The gradients are still multiplied by the loss scale: 1/scale is folded into the factor AdamW multiplies them
   // by (exact: a power of two). The clip compares the unscaled norm.

@@ -66,8 +66,12 @@ class Optimizer {
   // rank: agreed_norm), of a step whose reduced loss is `loss`. Advances st.step, st.skipped_steps and
   // st.overflow_steps and the scaler. A skipped step leaves the weights and moments as they were.
   StepOutcome step(TrainState& st, double norm, double loss);
-  double lr(const TrainState& st) const { return opts_.schedule.at(st.step); }
-  double lr_factor(const TrainState& st) const { return opts_.schedule.factor(st.step); }  // Schedule::factor
+  // The schedule advances with the updates made, not with the steps: a skipped step (an overflow, a non-finite
+  // loss) leaves it where it was, as transformers' Trainer steps its scheduler only when the optimizer ran (until
+  // 2026-11-28 each skipped step moved the schedule on: a warm-up of 10 steps with 3 fp16 overflows warmed up in 7).
+  std::int64_t schedule_step(const TrainState& st) const { return st.step - st.skipped_steps; }
+  double lr(const TrainState& st) const { return opts_.schedule.at(schedule_step(st)); }
+  double lr_factor(const TrainState& st) const { return opts_.schedule.factor(schedule_step(st)); }  // Schedule::factor
   float* exp_avg() const { return m_; }
   float* exp_avg_sq() const { return v_; }
   const Trainable& trainable() const { return tr_; }

@@ -250,7 +250,7 @@ SftResult SftTrainer::run() {
   stop::arm();  // from here a stop signal ends the run after its step, with a checkpoint
   while (state_.step < end) {
     const std::int64_t before = state_.tokens_seen;
-    const double lr = opts_.schedule.at(state_.step);
+    const double lr = opt_->lr(state_);
     const auto step_t0 = Clock::now();
     loss = train_step();
     const double dt_step = seconds_since(step_t0);

@@ -306,6 +306,35 @@ TEST(LossScaler, OverflowSkipsAndHalvesCleanStepsGrowIt) {
   EXPECT_EQ(s.st.skipped_steps, 5);
 }
 
+// A skipped step does not move the schedule on (transformers steps its scheduler only when the optimizer ran): with
+// a linear decay from 0.1 over 10 steps, the update after an overflow is made at the first step's rate, 0.1 (AdamW's
+// first bias-corrected update moves each weight by lr), not the second's, 0.09. Failed until 2026-11-28.
+TEST(LossScaler, SkippedStepLeavesTheScheduleWhereItWas) {
+  Scaled s(true);
+  OptimizerOptions o;
+  o.schedule.kind = "linear";
+  o.schedule.lr = 0.1;
+  o.schedule.total_steps = 10;
+  o.adamw.weight_decay = 0.0f;
+  o.scaling = loss_scaling_of("dynamic", DType::F32, 8, 2, 3);
+  Trainable tr;
+  tr.params = s.params.data();
+  tr.grads = s.grads.data();
+  tr.n = s.params.size();
+  s.opt = std::make_unique<Optimizer>(*s.ops, tr, o);
+  s.opt->start(s.st);
+  EXPECT_DOUBLE_EQ(s.opt->lr(s.st), 0.1);
+  EXPECT_EQ(s.step({kInf, 0.1f, 0.1f, 0.1f}), StepOutcome::Overflow);
+  EXPECT_EQ(s.st.step, 1);
+  EXPECT_DOUBLE_EQ(s.opt->lr(s.st), 0.1) << "the skipped step left the schedule at its first step";
+  const std::vector<float> before = s.params;
+  EXPECT_EQ(s.step({0.5f, -0.5f, 0.25f, 1.0f}), StepOutcome::Updated);
+  for (std::size_t i = 0; i < before.size(); ++i)
+    EXPECT_NEAR(std::fabs(s.params[i] - before[i]), 0.1, 1e-5) << "weight " << i;
+  EXPECT_DOUBLE_EQ(s.opt->lr(s.st), 0.09);
+  EXPECT_DOUBLE_EQ(s.opt->lr_factor(s.st), 0.9);
+}
+
 TEST(LossScaler, GrowthStopsAt2To24) {
   Scaled s(true, 1, 4194304, 1);
   for (int i = 0; i < 5; ++i) s.step({0.1f, 0.1f, 0.1f, 0.1f});
