@@ -51,6 +51,18 @@ if [ -n "${MPIRUN:-}" ]; then
     fail "2 ranks: the line does not name the directory and the first run"
   ! grep -q "did not complete within" "$work/second_np2.out" || fail "2 ranks: the watchdog ended the wait"
 fi
+# The first run's heartbeat: its lock, dated 10 minutes back (as a stale one would be), is refreshed within the
+# heartbeat's 30 s; without it a run holding a directory for more than 180 s would be taken over by the next.
+touch -d '10 minutes ago' "$d/.mgrl.lock"
+fresh=
+for _ in $(seq 70); do
+  age=$(( $(date +%s) - $(stat -c %Y "$d/.mgrl.lock") ))
+  [ "$age" -lt 60 ] && { fresh=$age; break; }
+  kill -0 "$pid" 2>/dev/null || fail "the first run ended before its lock was refreshed"
+  sleep 0.5
+done
+[ -n "$fresh" ] || fail "the first run did not refresh its lock within 35 s (its age: ${age} s)"
+echo "the first run's lock, dated 10 minutes back, was refreshed (age ${fresh} s)"
 # A lock whose holder has stopped refreshing it (a node that died holding it on a network file system): a run
 # there says so and goes on. Here another directory's lock, held by flock(1) and dated 10 minutes back.
 s=$work/stale
