@@ -503,6 +503,14 @@ void GrpoTrainer::resume_round(const std::string& extra) {
                     std::to_string(round_g) + "), but this run's train.batch_size x grpo.num_generations is " +
                     std::to_string(opts_.batch_prompts) + " x " + std::to_string(opts_.num_generations) +
                     ": resume with the round's, or from a checkpoint between rounds");
+  // The round was scored by its run's reward functions, one value each: another number of [[reward]] tables read
+  // past each completion's values (a reward added mid-round logged 1e232, found by a resume hunt, 2026-11-28).
+  for (const auto& r : all)
+    if (r.rewards.size() != rewards_.size())
+      throw UserError("the checkpoint holds a GRPO round scored by " + std::to_string(r.rewards.size()) +
+                      " reward function" + (r.rewards.size() == 1 ? "" : "s") + ", but this run has " +
+                      std::to_string(rewards_.size()) + " [[reward]] table" + (rewards_.size() == 1 ? "" : "s") +
+                      ": resume with the round's rewards, or from a checkpoint between rounds");
   for (std::size_t s = 0; s < N; ++s) all[s].slot = static_cast<std::int64_t>(s);  // stored in slot order
   R.set_figures(all);
   group_advantages(R.rewards, opts_.num_generations, opts_.scale_rewards, &R.group_std);

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <vector>
 
 #include "core/build_info.h"
@@ -98,6 +99,18 @@ std::string changed_settings(const std::string& then_toml, const std::string& no
   for (const auto& [key, value] : then)
     if (!expected(key) && key.find('[') != std::string::npos && !now.count(key))
       diffs.push_back(key + " removed (was " + value + ")");
+  // A table item this run has and the checkpoint's had not (a [[reward]] added: silent until 2026-11-28), once.
+  const auto item = [](const std::string& key) { return key.substr(0, key.find(']') + 1); };
+  std::set<std::string> items_then, added;
+  for (const auto& kv : then)
+    if (kv.first.find('[') != std::string::npos) items_then.insert(item(kv.first));
+  for (const auto& kv : now) {
+    if (expected(kv.first) || kv.first.find('[') == std::string::npos) continue;
+    const std::string it = item(kv.first);
+    if (items_then.count(it) || !added.insert(it).second) continue;
+    const auto kind = now.find(it + ".kind");
+    diffs.push_back(it + " added" + (kind != now.end() ? " (kind = " + kind->second + ")" : std::string()));
+  }
   std::string out;
   for (std::size_t i = 0; i < diffs.size() && i < 8; ++i) out += (i ? "; " : "") + diffs[i];
   if (diffs.size() > 8) out += "; and " + std::to_string(diffs.size() - 8) + " more";
