@@ -80,3 +80,7 @@ mgrl_add_cli_test(dpo.log_window_mean_loss 0 "window means: equal \\(2 records\\
 mgrl_add_cli_test(dpo.pairs_that_teach_nothing_said 0 "step 1/1 "
   "(?s)\\A(?=.*^mgrl: warning: [^\\n]*/teach.jsonl: 1 pair has the same chosen and rejected tokens: the loss's gradient is 0 for them, they teach nothing \\(the first at line 2\\)$)(?=.*^mgrl: warning: [^\\n]*/teach.jsonl: 1 pair differs only after dpo.max_length \\(12\\) tokens: cut there, chosen and rejected are the same and teach nothing\\x3b raise dpo.max_length \\(the first at line 3\\)$)" 2
   -- bash -c "mkdir -p ${DPO} && printf '%s\\n' '{\"prompt\": \"915+4=\", \"chosen\": \"919\", \"rejected\": \"619\"}' '{\"prompt\": \"2+2=\", \"chosen\": \"4\", \"rejected\": \"4\"}' '{\"prompt\": \"2+3=\", \"chosen\": \"5555555555\", \"rejected\": \"5555555556\"}' > ${DPO}/teach.jsonl && ${RUN1} ${DPO_STR} --data.input=${DPO}/teach.jsonl --eval.input= --train.batch_size=2 --train.max_steps=1 --dpo.max_length=12")
+# The checkpoints' best held-out loss: the least of the evaluations at steps 2 and 4, in the step-6 checkpoint (the
+# final evaluation comes after it). DPO's stayed inf until 2026-11-28.
+mgrl_add_cli_test(dpo.best_eval_loss_kept 0 "best_eval_loss ok: [0-9.]+" - 0 -- bash -c
+  "rm -rf ${DPO}/best && ${RUN1} ${DPO_STR} --train.max_steps=6 --eval.every_steps=2 --checkpoint.dir=${DPO}/best --log.dir=${DPO}/best > /dev/null && python3 ${CMAKE_CURRENT_SOURCE_DIR}/cli/best_eval_loss.py ${DPO}/best/metrics.jsonl ${DPO}/best/step_00000006.h5 2 4")

@@ -422,8 +422,13 @@ DpoResult DpoTrainer::run() {
       window_sums = DpoSums();
     }
     rlog.progress(state_.step, first, opts_.max_steps, seconds_since(t0));
-    if (opts_.eval_every > 0 && state_.step % opts_.eval_every == 0 && !last && !eval_.empty())
-      eval_line(evaluate(), "eval");
+    if (opts_.eval_every > 0 && state_.step % opts_.eval_every == 0 && !last && !eval_.empty()) {
+      const DpoSums e = evaluate();
+      eval_line(e, "eval");
+      // The checkpoints' best held-out loss so far (as SFT's; it stayed inf in DPO's until 2026-11-28).
+      const double el = e.total_loss(opts_.loss.sft_weight);
+      if (std::isfinite(el)) state_.best_eval_loss = std::min(state_.best_eval_loss, el);
+    }
     guard_->after_step(last_outcome_, state_.step, ckpt_->last_checkpoint());
     if (ckpt_->due(state_.step) && !last) {
       if (guard_->diverging())
