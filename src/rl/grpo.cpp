@@ -715,10 +715,13 @@ GrpoResult GrpoTrainer::run() {
   const std::string resumed = ckpt_->resume(state_, &extra, [&](const std::string& x) {
     if (!x.empty()) resume_round(x);  // a generation round in progress (UserError: another round's shape)
   });
+  const std::int64_t end = opts_.stop_at_step > 0 ? std::min(opts_.stop_at_step, opts_.max_steps) : opts_.max_steps;
+  if (train::nothing_to_train(resumed, state_.step, end)) {
+    res.steps = state_.step;
+    return res;
+  }
   train::RunLog rlog(env_, opts_.log_dir, resumed.empty() ? -1 : state_.step);
   const std::int64_t first = state_.step;
-  const std::int64_t end = opts_.stop_at_step > 0 ? std::min(opts_.stop_at_step, opts_.max_steps) : opts_.max_steps;
-  train::warn_if_nothing_to_train(resumed, state_.step, end);
   auto eval_line = [&](const char* when, const EvalResult& e) {
     if (e.prompts == 0) return;
     char line[256];

@@ -384,10 +384,10 @@ std::int64_t PpoTrainer::run() {
       throw UserError(std::string("the checkpoint's PPO state is unreadable: ") + e.what());
     }
   });
+  const std::int64_t end = opts_.stop_at_step > 0 ? std::min(opts_.stop_at_step, opts_.max_steps) : opts_.max_steps;
+  if (train::nothing_to_train(resumed, state_.step, end)) return state_.step;
   train::RunLog rlog(env_, opts_.log_dir, resumed.empty() ? -1 : state_.step);
   const std::int64_t first = state_.step;
-  const std::int64_t end = opts_.stop_at_step > 0 ? std::min(opts_.stop_at_step, opts_.max_steps) : opts_.max_steps;
-  train::warn_if_nothing_to_train(resumed, state_.step, end);
   const auto t0 = train::Clock::now();
   stop::arm();
   auto head_state = [&]() {

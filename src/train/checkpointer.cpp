@@ -280,11 +280,12 @@ void Checkpointer::apply(const Checkpoint& ck, const std::string& path, TrainSta
   if (extra) *extra = ck.extra;
 }
 
-void warn_if_nothing_to_train(const std::string& resumed, std::int64_t step, std::int64_t end) {
-  if (resumed.empty() || step < end) return;
+bool nothing_to_train(const std::string& resumed, std::int64_t step, std::int64_t end) {
+  if (resumed.empty() || step < end) return false;
   log::warn_once(resumed + ": resumed at step " + std::to_string(step) + ", and this run ends at step " +
-                 std::to_string(end) + " (train.max_steps, or train.stop_at_step): nothing to train; raise "
-                 "train.max_steps to go on");
+                 std::to_string(end) + " (train.max_steps, or train.stop_at_step): nothing to train, nothing "
+                 "evaluated, and the run's files are left as they are; raise train.max_steps to go on");
+  return true;
 }
 
 std::string Checkpointer::resume(TrainState& st, std::string* extra,

@@ -27,8 +27,10 @@ struct CheckpointOptions {
 };
 
 // A run resumed at `step` from `resumed` ("" when it started afresh) whose last step `end` (train.max_steps, or
-// train.stop_at_step) is not beyond it has nothing to train: one warning (rank 0) saying so and how to go on.
-void warn_if_nothing_to_train(const std::string& resumed, std::int64_t step, std::int64_t end);
+// train.stop_at_step) is not beyond it has nothing to train: one warning (rank 0) saying so and how to go on, and
+// true. The trainers then end at once, touching no file of the run (a requeued job that had finished rewrote
+// job_summary.txt with an empty run's and added the final evaluation again, until 2026-11-28).
+bool nothing_to_train(const std::string& resumed, std::int64_t step, std::int64_t end);
 
 class Checkpointer {
  public:

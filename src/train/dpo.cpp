@@ -332,6 +332,11 @@ DpoResult DpoTrainer::run() {
     precompute(eval_);
   }
   const std::string resumed = ckpt_->resume(state_, nullptr);
+  const std::int64_t end = opts_.stop_at_step > 0 ? std::min(opts_.stop_at_step, opts_.max_steps) : opts_.max_steps;
+  if (nothing_to_train(resumed, state_.step, end)) {
+    res.steps = state_.step;
+    return res;
+  }
   RunLog rlog(env_, opts_.log_dir, resumed.empty() ? -1 : state_.step);
   const bool rank0 = rlog.rank0();
   auto emit = [&](const nlohmann::json& j) { rlog.emit(j, state_.step); };
@@ -343,8 +348,6 @@ DpoResult DpoTrainer::run() {
   DpoSums window_sums;
   double step_seconds = 0, run_tokens = 0;
   model_.ops().phase_reset();
-  const std::int64_t end = opts_.stop_at_step > 0 ? std::min(opts_.stop_at_step, opts_.max_steps) : opts_.max_steps;
-  warn_if_nothing_to_train(resumed, state_.step, end);
   stop::arm();
   auto eval_line = [&](const DpoSums& s, const char* what) {
     const double n = std::max(1.0, s.pairs);

@@ -231,6 +231,11 @@ SftResult SftTrainer::run() {
   SftResult res;
   const auto t0 = Clock::now();
   const std::string resumed = ckpt_->resume(state_, nullptr);
+  const std::int64_t end = opts_.stop_at_step > 0 ? std::min(opts_.stop_at_step, opts_.max_steps) : opts_.max_steps;
+  if (nothing_to_train(resumed, state_.step, end)) {
+    res.steps = state_.step;
+    return res;
+  }
   RunLog rlog(env_, opts_.log_dir, resumed.empty() ? -1 : state_.step);
   const bool rank0 = rlog.rank0();
   const double flops_per_token =
@@ -245,8 +250,6 @@ SftResult SftTrainer::run() {
   double step_seconds = 0, run_all = 0;  // run_all: every token of the batches of this run
   model_.ops().phase_reset();
   double loss = 0;
-  const std::int64_t end = opts_.stop_at_step > 0 ? std::min(opts_.stop_at_step, opts_.max_steps) : opts_.max_steps;
-  warn_if_nothing_to_train(resumed, state_.step, end);
   stop::arm();  // from here a stop signal ends the run after its step, with a checkpoint
   while (state_.step < end) {
     const std::int64_t before = state_.tokens_seen;
