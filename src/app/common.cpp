@@ -24,6 +24,7 @@
 #include "core/log.h"
 #include "dist/mpi_env.h"
 #include "io/chat_template.h"
+#include "io/checksum.h"
 #include "io/config.h"
 #include "io/jsonl.h"
 #include "io/model_shapes.h"
@@ -36,6 +37,7 @@
 #include "model/memory_plan.h"
 #include "model/transformer.h"
 #include "dist/device.h"
+#include "kernels/cpu/blas_info.h"
 #include "kernels/ops.h"
 #if MGRL_WITH_CUDA
 #include "kernels/cuda/cuda_ops.h"
@@ -247,7 +249,32 @@ void warn_if_no_learning_rate(const io::Config& cfg) {
     log::warn_once("train.lr = 0: the trainable weights do not change (the run computes its losses and changes nothing)");
 }
 
-train::CheckpointOptions checkpoint_options(const io::Config& cfg) {
+// What the results of a step depend on beyond the configuration (checkpoint.h, Checkpoint::numerics): on the CPU the
+// thread count and the BLAS build and its kernels; on a GPU the device's name and compute capability.
+std::string numerics_of(const dist::Device& d) {
+  if (d.backend == dist::Backend::Cuda)
+    return "cuda, " + d.gpu.name + " (sm_" + std::to_string(d.gpu.cc_major) + std::to_string(d.gpu.cc_minor) + ")";
+  return "cpu, " + std::to_string(d.cpu_threads) + " thread" + (d.cpu_threads == 1 ? "" : "s") + ", " +
+         kernels::cpu::blas_info();
+}
+
+// The bytes of the training data file (data.input), as "N bytes, checksum X"; "" when it cannot be read (its
+// loading says why).
+std::string data_fingerprint(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "";
+  io::BlockChecksum sum;
+  std::vector<char> buf(io::BlockChecksum::kBlock);
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    if (in.gcount() > 0) sum.update(buf.data(), static_cast<std::size_t>(in.gcount()));
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(sum.digest()));
+  return std::to_string(sum.length()) + " bytes, checksum " + hex;
+}
+
+train::CheckpointOptions checkpoint_options(const io::Config& cfg, const dist::Device& device) {
   train::CheckpointOptions o;
   o.dir = cfg.get_string("checkpoint.dir");
   o.every = static_cast<int>(cfg.get_int("checkpoint.every_steps"));
@@ -255,6 +282,9 @@ train::CheckpointOptions checkpoint_options(const io::Config& cfg) {
   o.resume = cfg.get_string("checkpoint.resume");
   o.config_text = cfg.to_toml();
   o.allow_other_base = cfg.get_bool("checkpoint.allow_other_base");
+  o.numerics = numerics_of(device);
+  if (!o.dir.empty() || (o.resume != "none" && !o.resume.empty()))  // read only when a checkpoint may be written or read
+    o.data = data_fingerprint(cfg.get_string("data.input"));
   // A stop at a step is meant to be resumed from (a time-limited job): without checkpoints nothing of it is kept.
   // Said once, as for a signal's stop (train/stop_agreement.cpp); silent before 2026-11-28.
   if (o.dir.empty())  // (allow_other_base also acts on checkpoint.resume = <path> without a directory)
@@ -269,7 +299,8 @@ train::CheckpointOptions checkpoint_options(const io::Config& cfg) {
 }
 
 template <class Options>
-void read_supervised_keys(const io::Config& cfg, const train::LossScaling& scaling, std::uint64_t seed, Options* o) {
+void read_supervised_keys(const io::Config& cfg, const dist::Device& device, const train::LossScaling& scaling,
+                          std::uint64_t seed, Options* o) {
   o->max_steps = cfg.get_int("train.max_steps");
   o->max_nonfinite_steps = static_cast<int>(cfg.get_int("train.max_nonfinite_steps"));
   o->stop_at_step = cfg.get_int("train.stop_at_step");
@@ -284,12 +315,14 @@ void read_supervised_keys(const io::Config& cfg, const train::LossScaling& scali
   o->log_every = static_cast<int>(cfg.get_int("log.every_steps"));
   o->eval_every = static_cast<int>(cfg.get_int("eval.every_steps"));
   o->eval_batch = static_cast<int>(cfg.get_int("eval.batch_size"));
-  o->checkpoint = checkpoint_options(cfg);
+  o->checkpoint = checkpoint_options(cfg, device);
   warn_if_no_learning_rate(cfg);
   o->log_dir = cfg.get_string("log.dir");
 }
-template void read_supervised_keys(const io::Config&, const train::LossScaling&, std::uint64_t, train::SftOptions*);
-template void read_supervised_keys(const io::Config&, const train::LossScaling&, std::uint64_t, train::DpoOptions*);
+template void read_supervised_keys(const io::Config&, const dist::Device&, const train::LossScaling&, std::uint64_t,
+                                   train::SftOptions*);
+template void read_supervised_keys(const io::Config&, const dist::Device&, const train::LossScaling&, std::uint64_t,
+                                   train::DpoOptions*);
 
 TrainingModel build_training_model(const Context& ctx, const io::ModelConfig& mc, bool full) {
   const auto& cfg = ctx.cfg;

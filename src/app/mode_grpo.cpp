@@ -80,7 +80,7 @@ int run_grpo(Context& ctx) {
   o.batch_prompts = static_cast<int>(cfg.get_int("train.batch_size"));
   o.grad_accum = static_cast<int>(cfg.get_int("train.grad_accum"));
   o.optim = optimizer_options(cfg, o.max_steps, scaling);
-  o.checkpoint = checkpoint_options(cfg);
+  o.checkpoint = checkpoint_options(cfg, ctx.device);
   warn_if_no_learning_rate(cfg);
   o.num_generations = static_cast<int>(cfg.get_int("grpo.num_generations"));
   o.max_completion_length = static_cast<int>(cfg.get_int("grpo.max_completion_length"));

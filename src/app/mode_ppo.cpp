@@ -68,7 +68,7 @@ int run_ppo(Context& ctx) {
   o.stop_at_step = cfg.get_int("train.stop_at_step");
   o.batch_prompts = static_cast<int>(cfg.get_int("train.batch_size"));
   o.optim = optimizer_options(cfg, o.max_steps, scaling);
-  o.checkpoint = checkpoint_options(cfg);
+  o.checkpoint = checkpoint_options(cfg, ctx.device);
   if (cfg.get_float("ppo.value_lr") == 0.0) warn_if_no_learning_rate(cfg);  // value_lr > 0: the value head trains
   o.ppo.gamma = cfg.get_float("ppo.gamma");
   o.ppo.lam = cfg.get_float("ppo.lam");

@@ -81,7 +81,7 @@ int run_sft(Context& ctx) {
   const std::uint64_t seed = tm.seed;
 
   train::SftOptions o;
-  read_supervised_keys(cfg, scaling, seed, &o);
+  read_supervised_keys(cfg, ctx.device, scaling, seed, &o);
   o.gpu_peak_tflops = gpu_peak_tflops(ctx.device);
   if (cfg.get_bool("eval.accuracy") && !eval_data.empty())
     o.accuracy = greedy_accuracy(env, net, *tok, static_cast<int>(cfg.get_int("eval.max_new_tokens")));

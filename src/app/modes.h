@@ -123,9 +123,10 @@ void say_unused_keys(const Context& ctx);
 // A key given for this run: on the command line, or in an input file that names this mode or none (a file written for
 // another mode, as `mgrl generate sft.toml`, holds that mode's keys by design).
 bool given_for_this_mode(const io::Config& cfg, const std::string& key);
-// The checkpoint keys of a training mode (checkpoint.dir, every_steps, keep_last, resume, allow_other_base) and the
-// configuration's text, which every checkpoint keeps.
-train::CheckpointOptions checkpoint_options(const io::Config& cfg);
+// The checkpoint keys of a training mode (checkpoint.dir, every_steps, keep_last, resume, allow_other_base), and what
+// every checkpoint keeps to compare on resume: the configuration's text, the numeric setup of `device` (its thread
+// count and BLAS, or its GPU) and the training data's fingerprint.
+train::CheckpointOptions checkpoint_options(const io::Config& cfg, const dist::Device& device);
 // One warning when train.lr = 0 (the weights would not change; PPO's value head alone may train then: ppo says it
 // only without ppo.value_lr).
 void warn_if_no_learning_rate(const io::Config& cfg);
@@ -133,7 +134,8 @@ void warn_if_no_learning_rate(const io::Config& cfg);
 // max_nonfinite_steps, stop_at_step, batch_size, grad_accum, the optimizer's keys with `scaling`, the seed, log,
 // eval and checkpoint keys (checkpoint_options).
 template <class Options>
-void read_supervised_keys(const io::Config& cfg, const train::LossScaling& scaling, std::uint64_t seed, Options* o);
+void read_supervised_keys(const io::Config& cfg, const dist::Device& device, const train::LossScaling& scaling,
+                          std::uint64_t seed, Options* o);
 // eval.accuracy of SFT and DPO: the share of held-out examples whose greedy completion (at most max_new_tokens,
 // ending at the tokenizer's EOS) is the example's completion text. Each rank generates its contiguous share; on a
 // sharded base (model.shard_base) every generation step gathers the layers collectively, so the ranks step in

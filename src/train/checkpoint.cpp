@@ -40,6 +40,8 @@ const std::string kOrder = "/trainable_order";
 const std::string kConfig = "/config";
 const std::string kIdentity = "/model_identity";
 const std::string kBase = "/base_fingerprint";  // absent in files written before 2026-11-28
+const std::string kNumerics = "/numerics";       // absent in files written before 2026-11-28 (and their seal)
+const std::string kData = "/data_fingerprint";   // the same
 const std::string kStep = "/state/step";
 const std::string kTokensSeen = "/state/tokens_seen";
 const std::string kSkippedSteps = "/state/skipped_steps";
@@ -269,6 +271,8 @@ Checkpoint read_file(const io::H5Reader& r, bool sealed, const std::string& expe
   if (!expected_identity.empty()) check_identity(path, ck.model_identity, expected_identity);
   ck.config_text = read_text(r, version, kConfig);
   if (r.has(kBase)) ck.base_fingerprint = read_text(r, version, kBase);
+  if (r.has(kNumerics)) ck.numerics = read_text(r, version, kNumerics);
+  if (r.has(kData)) ck.data = read_text(r, version, kData);
 
   auto& s = ck.state;
   s.step = read_i64(r, version, kStep);
@@ -402,6 +406,8 @@ void write_checkpoint(const std::string& dir, const Checkpoint& ck) {
     put_string(kConfig, ck.config_text);
     put_string(kIdentity, ck.model_identity);
     if (!ck.base_fingerprint.empty()) put_string(kBase, ck.base_fingerprint);
+    if (!ck.numerics.empty()) put_string(kNumerics, ck.numerics);
+    if (!ck.data.empty()) put_string(kData, ck.data);
 
     const auto& s = ck.state;
     put_i64(kStep, s.step);

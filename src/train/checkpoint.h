@@ -56,6 +56,8 @@ struct Checkpoint {
   std::string model_identity;                 // architecture + every trainable name and shape (model_identity())
   std::string base_fingerprint;  // the base weights it was trained over (ModelDef::base_fingerprint); "" in older files
   std::string mgrl_version;
+  // CheckpointOptions::numerics and ::data of the run that wrote it; "" in files written before 2026-11-28.
+  std::string numerics, data;
   std::string extra;  // the loop's own state (GRPO: the batch of a generation round in progress), JSON; may be ""
 };
 

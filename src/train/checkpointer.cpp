@@ -220,6 +220,8 @@ void Checkpointer::write(const TrainState& st, const std::string& extra) {
   ck.config_text = opts_.config_text;
   ck.model_identity = identity_;
   ck.base_fingerprint = tr.base;
+  ck.numerics = opts_.numerics;
+  ck.data = opts_.data;
   ck.mgrl_version = build_info().version;
   ck.extra = extra;
   write_checkpoint(opts_.dir, ck);  // removes temporaries left by an interrupted earlier write first
@@ -272,6 +274,16 @@ void Checkpointer::apply(const Checkpoint& ck, const std::string& path, TrainSta
   ops_.upload(opt_.exp_avg(), ck.adam_m.data(), tr.n * 4);
   ops_.upload(opt_.exp_avg_sq(), ck.adam_v.data(), tr.n * 4);
   changed_ = changed_settings(ck.config_text, opts_.config_text);  // said once the resume is accepted
+  // Beyond the settings (silent until 2026-11-28, found by a resume hunt): the training data's bytes (the file edited
+  // in place, or another file under the same relative path), and the numeric setup (a requeue on a node with
+  // another core count: another thread count, other last bits).
+  if (!ck.data.empty() && !opts_.data.empty() && ck.data != opts_.data)
+    changed_ += std::string(changed_.empty() ? "" : "; ") + "data.input's contents: " + opts_.data + " (was " + ck.data +
+                ": the examples and their order from here on are not its run's)";
+  if (!ck.numerics.empty() && !opts_.numerics.empty() && ck.numerics != opts_.numerics)
+    numerics_ = path + ": resumed on another numeric setup than its run's (" + opts_.numerics + "; its run: " +
+                ck.numerics + "): the run goes on, but not bit for bit as an uninterrupted one (a bit-exact resume "
+                "needs the same backend, thread count (runtime.threads) and BLAS, or the same GPU model)";
   st = ck.state;
   st.rank_rng.assign(static_cast<std::size_t>(env_.size()), static_cast<std::uint64_t>(st.step));
   // The loss scaler of this run's settings (train.loss_scaling) taking over the checkpoint's scale.
@@ -306,6 +318,7 @@ std::string Checkpointer::resume(TrainState& st, std::string* extra,
   if (!changed_.empty())
     log::warn_once(path + ": resumed with settings that differ from its run's: " + changed_ +
                    " (this run's are used from here on)");
+  if (!numerics_.empty()) log::warn_once(numerics_);
   return path;
 }
 

@@ -24,6 +24,10 @@ struct CheckpointOptions {
   // checkpoint.allow_other_base: resume a checkpoint written over other base weights than this run's (compared by
   // their fingerprints, model::ModelDef::base_fingerprint); refused otherwise, naming the first tensor that differs.
   bool allow_other_base = false;
+  // What the checkpoint keeps beside the configuration, compared on resume (a warning each when they differ): the
+  // numeric setup (backend, CPU threads and BLAS, or GPU: app::numerics_of) and the training data's bytes
+  // (data.input: "N bytes, checksum X").
+  std::string numerics, data;
 };
 
 // A run resumed at `step` from `resumed` ("" when it started afresh) whose last step `end` (train.max_steps, or
@@ -71,6 +75,7 @@ class Checkpointer {
   std::string identity_;
   std::string last_;
   std::string changed_;  // the settings changed since the resumed checkpoint's run (changed_settings)
+  std::string numerics_;  // the warning about another numeric setup than the checkpoint's run's ("" when the same)
   KnownCheckpoints known_;  // rank 0: what pruning needs not read back (written, resumed from) or must not touch
 };
 
