@@ -363,6 +363,18 @@ class PhaseScope {
   Phase p_;
 };
 
+// Batch-invariant mode for a scope (Ops::set_batch_invariant): generation and scoring.
+class BatchInvariantScope {
+ public:
+  explicit BatchInvariantScope(Ops& ops) : ops_(ops) { ops_.set_batch_invariant(true); }
+  ~BatchInvariantScope() { ops_.set_batch_invariant(false); }
+  BatchInvariantScope(const BatchInvariantScope&) = delete;
+  BatchInvariantScope& operator=(const BatchInvariantScope&) = delete;
+
+ private:
+  Ops& ops_;
+};
+
 std::unique_ptr<Ops> make_cpu_ops();
 
 // The keep decision of inverted dropout for element i (shared by every backend's dropout).

@@ -120,3 +120,7 @@ mgrl_add_cli_test(ppo.log_and_rollouts_every 0
 mgrl_add_cli_test(ppo.no_signal_said 0 "step 20/20 "
   "^mgrl: warning: no learning signal from the rewards in 5 updates in a row \\(from step 1\\): every response scored 1 \\(and every one reached ppo.response_length, 5 tokens, without ending" 1
   -- ${RUN1} ${CMAKE_CURRENT_SOURCE_DIR}/data/ppo_cli/no_signal.toml ${PPO_REST} --log.dir=)
+# job_summary.txt, as SFT, DPO and GRPO write it (docs/cluster.md lists it in every run directory; PPO wrote none
+# until 2026-11-28): the version and mode, the steps, the held-out figures before and after.
+mgrl_add_cli_test(ppo.job_summary_written 0 "(?s)^mgrl [^\\n]* ppo\\nranks: 1\\n.*steps: 4 \\(skipped: 0\\), 1 rollout batches in this run\\n.*held-out before: mean reward [-0-9.e]+, accuracy [0-9.e-]+\\nheld-out after: mean reward" - 0 -- bash -c
+  "rm -rf ${PPO}/summary && ${RUN1} ${PPO_STR} --train.max_steps=4 --eval.input=${CMAKE_CURRENT_SOURCE_DIR}/data/sft/heldout.jsonl --checkpoint.dir= --log.dir=${PPO}/summary > /dev/null && cat ${PPO}/summary/job_summary.txt")

@@ -116,6 +116,11 @@ int run_score(Context& ctx) {
   say_unused_keys(ctx);  // the configuration is read: what it did not read changes nothing
   const auto t0 = std::chrono::steady_clock::now();
   std::size_t tokens = 0;
+  // A sequence's log-probs must not depend on the sequences it is batched with, nor on the ranks (one dot product a
+  // value, in a fixed order: kernels/cpu/gemm.h), so that the file is the same on any number of ranks and at any
+  // score.batch_size, as generation's. On the CPU backend until 2026-11-28 the last bits moved with them (BLAS rounds a
+  // row by where it sits); a GPU's kernels keep their own (batch-dependent) rounding.
+  const kernels::BatchInvariantScope invariant(*ops);
   for (std::size_t start = 0; start < order.size(); start += batch_size) {
     const std::size_t end = std::min(order.size(), start + static_cast<std::size_t>(batch_size));
     std::vector<std::vector<std::int32_t>> chunk;

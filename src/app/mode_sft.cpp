@@ -44,6 +44,7 @@ int run_sft(Context& ctx) {
     train::DataOptions d;
     d.max_seq_len = static_cast<int>(std::min<std::int64_t>(cfg.get_int("train.max_seq_len"),
                                                             mc.max_position_embeddings > 0 ? mc.max_position_embeddings : 1 << 30));
+    if (d.max_seq_len < cfg.get_int("train.max_seq_len")) d.max_seq_len_name = "the model's max_position_embeddings";
     const io::ChatTemplate chat = chat_template(cfg, "train.chat_format", *tok);
     d.chat = &chat;
     train_data = train::load_examples(cfg.get_string("data.input"), *tok, d);

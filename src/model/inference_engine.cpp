@@ -243,11 +243,7 @@ const float* InferenceEngine::run(int T, int R, KvCache& cache, bool use_lora) {
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
   Buffers& I = *buf_;
   // A sequence's logits must not depend on what it is batched with (generation on N ranks = on 1 rank).
-  struct Invariant {
-    kernels::Ops& ops;
-    explicit Invariant(kernels::Ops& o) : ops(o) { ops.set_batch_invariant(true); }
-    ~Invariant() { ops.set_batch_invariant(false); }
-  } invariant(ops_);
+  const kernels::BatchInvariantScope invariant(ops_);
   const bool lora = use_lora && def_.lora() != nullptr;
   // The adapted projections read the merged copy (merge_lora) and no adapter runs.
   const bool merged = lora && merged_;

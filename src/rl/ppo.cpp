@@ -6,7 +6,9 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <sstream>
 
+#include "core/build_info.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/random.h"
@@ -407,7 +409,7 @@ std::int64_t PpoTrainer::run() {
   };
   auto eval_line = [&](const char* when) {
     const PpoEval e = evaluate();
-    if (e.prompts == 0) return;
+    if (e.prompts == 0) return e;
     char line[256];
     int k = std::snprintf(line, sizeof(line), "eval %s step %lld | held-out mean reward %.4f", when,
                           static_cast<long long>(state_.step), e.mean_reward);
@@ -419,12 +421,18 @@ std::int64_t PpoTrainer::run() {
     nlohmann::json j = {{"step", state_.step}, {"eval_reward", e.mean_reward}};
     if (e.accuracy >= 0) j["eval_accuracy"] = e.accuracy;
     rlog.emit(j, state_.step);
+    return e;
   };
-  if (state_.step == 0 && first < end) eval_line("before");
+  PpoEval eval_before, eval_after;
+  double final_score = 0;
+  std::int64_t updates = 0;
+  if (state_.step == 0 && first < end) eval_before = eval_line("before");
   while (state_.step < end) {
     nlohmann::json j = {{"step", state_.step + steps_per_update()}};
     const std::int64_t before = state_.step;
     update(&j);
+    ++updates;
+    final_score = j["objective/scores"].get<double>();
     train::shard_record(j, model_.definition());
     // log.every_steps counts optimizer steps: the update that reaches a multiple is logged, to metrics.jsonl too
     // (until 2026-11-28 every update was recorded and the line printed only when an update ended on a multiple).
@@ -455,8 +463,29 @@ std::int64_t PpoTrainer::run() {
     if (last) break;
   }
   rlog.end_progress();
-  if (!stop::stopped_early()) eval_line("after");
+  if (!stop::stopped_early()) eval_after = eval_line("after");
   rlog.flush();
+  // job_summary.txt, as SFT, DPO and GRPO write it (PPO wrote none until 2026-11-28; docs/cluster.md promised it).
+  if (rlog.rank0() && !opts_.log_dir.empty()) {
+    const double seconds = train::seconds_since(t0);
+    std::ostringstream s;
+    s << "mgrl " << build_info().version << " ppo\n"
+      << "ranks: " << env_.size() << "\n"
+      << "wall time: " << train::human_time(seconds) << " (" << seconds << " s)\n"
+      << "steps: " << state_.step << " (skipped: " << state_.skipped_steps << "), " << updates
+      << " rollout batches in this run\n"
+      << train::scaler_summary(state_, opt_->scaling())
+      << "last rollout batch's mean score: " << final_score << "\n";
+    auto ev = [&](const char* name, const PpoEval& e) {
+      if (e.prompts == 0) return;
+      s << "held-out " << name << ": mean reward " << e.mean_reward;
+      if (e.accuracy >= 0) s << ", accuracy " << e.accuracy;
+      s << "\n";
+    };
+    ev("before", eval_before);
+    ev("after", eval_after);
+    rlog.write_summary(s.str());
+  }
   return state_.step;
 }
 

@@ -19,8 +19,8 @@ Example chat_example(const nlohmann::json& messages, const io::Tokenizer& tok, c
   Example ex;
   ex.completion = messages.back()["content"].get<std::string>();
   const auto too_long = [&](std::size_t prompt) {
-    throw UserError("the prompt alone has " + std::to_string(prompt) + " tokens, not less than train.max_seq_len (" +
-                    std::to_string(opts.max_seq_len) + ")");
+    throw UserError("the prompt alone has " + std::to_string(prompt) + " tokens, not less than " +
+                    opts.max_seq_len_name + " (" + std::to_string(opts.max_seq_len) + ")");
   };
   if (chat.builtin()) {
     if (opts.add_eos && !tok.eos_id())
@@ -93,7 +93,8 @@ std::vector<Example> load_examples(const std::string& path, const io::Tokenizer&
     if (completion.empty()) io::jsonl_error(path, line, "the completion has no tokens");
     if (static_cast<int>(prompt.size()) >= opts.max_seq_len)
       io::jsonl_error(path, line, "the prompt alone has " + std::to_string(prompt.size()) +
-                                      " tokens, not less than train.max_seq_len (" + std::to_string(opts.max_seq_len) + ")");
+                                      " tokens, not less than " + opts.max_seq_len_name + " (" +
+                                      std::to_string(opts.max_seq_len) + ")");
     ex.prompt_len = static_cast<std::int32_t>(prompt.size());
     ex.tokens = std::move(prompt);
     for (auto t : completion) {

@@ -28,6 +28,8 @@ struct Example {
 
 struct DataOptions {
   int max_seq_len = 2048;  // longer examples are cut (completion tokens dropped from the end)
+  // What max_seq_len is, for errors: "train.max_seq_len" or "the model's max_position_embeddings" (the fewer).
+  std::string max_seq_len_name = "train.max_seq_len";
   const io::ChatTemplate* chat = nullptr;  // how {"messages"} examples become tokens (required for them)
   bool add_eos = true;  // append the tokenizer's EOS to every completion (not to a template's conversation: it ends its turns)
 };

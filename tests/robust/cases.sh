@@ -169,6 +169,9 @@ c tokenizer_chat_template_number 1 "tok/tokenizer_config\.json: \"chat_template\
 c sft_bad_json 1 'train\.jsonl:3: invalid JSON at column [0-9]+' 'sed -i "3s/.*/{\"prompt\": \"1+1=\", completion: 2}/" train.jsonl' $SFT
 c sft_number_overflow 1 'train\.jsonl:3: invalid JSON: number overflow' 'sed -i "3s/.*/{\"prompt\": 1e999, \"completion\": \"2\"}/" train.jsonl' $SFT
 c sft_nul_byte 1 'train\.jsonl:2: a NUL byte at column [0-9]+' 'sed -i "2s/\$/\x00/" train.jsonl' $SFT
+# A prompt longer than the model's positions (128, below train.max_seq_len's 2048): the line names that limit (it named
+# train.max_seq_len with the model's number until 2026-11-28, a key the user never set to 128).
+c sft_prompt_beyond_positions 1 'train\.jsonl:2: the prompt alone has [0-9]+ tokens, not less than the model'"'"'s max_position_embeddings \(128\)' 'sed -i "2s/.*/{\"prompt\": \"$(head -c 200 /dev/zero | tr "\\0" 1)\", \"completion\": \"2\"}/" train.jsonl' $SFT
 c sft_not_object 1 'train\.jsonl:1: expected a JSON object' 'sed -i "1s/.*/[1, 2]/" train.jsonl' $SFT
 c sft_wrong_fields 1 'train\.jsonl:1: expected \{"prompt", "completion"\}' 'sed -i "1s/.*/{\"question\": \"x\"}/" train.jsonl' $SFT
 c sft_empty 1 'empty\.jsonl: no examples' ': > empty.jsonl' $SFT --data.input=empty.jsonl
