@@ -164,6 +164,15 @@ def main():
             mask = [0] * len(row["ids"]) if use == "prompt" else [0] + row["mask"][1:]
             out = {"index": index, "use": use, "text": row["text"], "tokens": row["ids"], "assistant_mask": mask}
             fexp.write(json.dumps(out, ensure_ascii=False, sort_keys=True, separators=(",", ":")) + "\n")
+    # `mgrl render` keeps the data line's key order (cli.render.keeps_the_data_key_order): tool_call.jinja prints a
+    # tool call's function with tojson over tool_call_input.jsonl; the expected text is transformers', json.dumps'd
+    with open(os.path.join(args.out, "tool_call_input.jsonl"), encoding="utf-8") as f:
+        messages = json.loads(f.readline())["messages"]
+    template = open(os.path.join(args.out, "tool_call.jinja"), encoding="utf-8").read()
+    hf = AutoTokenizer.from_pretrained(os.path.join(tok_root, "qwen2_bytelevel"))
+    with open(os.path.join(args.out, "tool_call_expected.txt"), "w", encoding="utf-8") as f:
+        f.write(json.dumps(hf.apply_chat_template(messages, chat_template=template, tokenize=False,
+                                                  add_generation_prompt=True)) + "\n")
     with open(os.path.join(args.out, "VERSIONS"), "w") as f:
         f.write(f"transformers {transformers.__version__}\njinja2 {jinja2.__version__}\n"
                 f"tokenizers {tokenizers.__version__}\npython {sys.version.split()[0]}\n")

@@ -80,7 +80,7 @@ int run_generate(Context& ctx) {
         io::jsonl_error(input, line, std::string(what) + " input needs a tokenizer, but " + tok_dir +
                                          " has no tokenizer.json (set model.tokenizer)");
     };
-    io::read_jsonl(input, [&](const nlohmann::json& j, int line) {
+    io::read_jsonl(input, [&](const nlohmann::ordered_json& j, int line) {
       Input in;
       if (j.contains("messages")) {
         need_tokenizer(line, "\"messages\"");

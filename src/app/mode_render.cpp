@@ -30,9 +30,9 @@ int run_render(Context& ctx) {
     train::DataOptions d;
     d.max_seq_len = static_cast<int>(cfg.get_int("train.max_seq_len"));
     d.chat = &chat;
-    io::read_jsonl(input, [&](const nlohmann::json& j, int line) {
+    io::read_jsonl(input, [&](const nlohmann::ordered_json& j, int line) {
       if (!j.contains("messages")) io::jsonl_error(input, line, "each line needs \"messages\" (a conversation)");
-      const nlohmann::json& m = j["messages"];
+      const nlohmann::ordered_json& m = j["messages"];
       nlohmann::json row = {{"index", line - 1}};
       try {
         io::ChatTemplate::check_messages(m);

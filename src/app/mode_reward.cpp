@@ -26,7 +26,7 @@ int run_reward(Context& ctx) {
     if (rewards.size() == 0)
       throw UserError((cfg.file().empty() ? std::string("configuration") : cfg.file()) +
                       ": no [[reward]] table: nothing to score (docs/rewards.md)");
-    io::read_jsonl(input, [&](const nlohmann::json& j, int line) {
+    io::read_jsonl(input, [&](const nlohmann::ordered_json& j, int line) {
       if (!j.is_object() || !j.contains("completion") || !j["completion"].is_string())
         io::jsonl_error(input, line, "each line needs a string \"completion\" (and usually \"prompt\")");
       if (j.contains("prompt") && !j["prompt"].is_string()) io::jsonl_error(input, line, "\"prompt\" must be a string");

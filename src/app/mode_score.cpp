@@ -52,7 +52,7 @@ int run_score(Context& ctx) {
     mc = io::parse_hf_config(model_dir + "/config.json");
     check_model_fits(ctx, mc, model_dir + "/config.json", false);
     const std::string tok_dir = tokenizer_dir(cfg);
-    io::read_jsonl(input, [&](const nlohmann::json& j, int line) {
+    io::read_jsonl(input, [&](const nlohmann::ordered_json& j, int line) {
       std::vector<std::int32_t> ids;
       const auto need_tokenizer = [&](const char* what) {
         if (tokenizer) return;

@@ -23,7 +23,7 @@ struct ChatTemplate::Impl {
 
   explicit Impl(Tokenizer t) : tok(std::move(t)) {}
 
-  std::vector<Message> plain(const nlohmann::json& messages) const {
+  std::vector<Message> plain(const nlohmann::ordered_json& messages) const {
     std::vector<Message> out;
     for (const auto& m : messages) out.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
     return out;
@@ -32,7 +32,7 @@ struct ChatTemplate::Impl {
   // What the template sees of the messages: keys whose value is null dropped, and a reasoning field copied
   // under "thinking" and "reasoning_content" (transformers 5's _normalize_chat_messages and
   // _alias_reasoning_fields).
-  static jinja::Value template_messages(const nlohmann::json& messages) {
+  static jinja::Value template_messages(const nlohmann::ordered_json& messages) {
     jinja::List out;
     for (const auto& m : messages) {
       jinja::Dict d;
@@ -61,7 +61,7 @@ struct ChatTemplate::Impl {
     return jinja::Value::make_list(std::move(out));
   }
 
-  jinja::Template::Output run(const nlohmann::json& messages, bool add_generation_prompt) const {
+  jinja::Template::Output run(const nlohmann::ordered_json& messages, bool add_generation_prompt) const {
     if (builtin) return {apply_chat(plain(messages), format, add_generation_prompt), {}};
     if (!tmpl) throw UserError(none_reason);
     jinja::Vars vars{{"messages", template_messages(messages)},
@@ -80,10 +80,10 @@ ChatTemplate::ChatTemplate(const Tokenizer& tok, const ChatOptions& opts) {
       throw UserError("chat.template (" + opts.template_path + ") is set, but " + opts.format_key + " names the built-in '" +
                       opts.format + "' format: set " + opts.format_key + " = \"auto\" to use the template");
     // A built-in format has no variables to set: kwargs were accepted unread (not even parsed) until 2026-11-28.
-    nlohmann::json kwargs;
+    nlohmann::ordered_json kwargs;
     try {
-      kwargs = nlohmann::json::parse(opts.template_kwargs.empty() ? std::string("{}") : opts.template_kwargs);
-    } catch (const nlohmann::json::exception&) {
+      kwargs = nlohmann::ordered_json::parse(opts.template_kwargs.empty() ? std::string("{}") : opts.template_kwargs);
+    } catch (const nlohmann::ordered_json::exception&) {
       kwargs = nullptr;  // not even JSON: refused below all the same
     }
     if (!(kwargs.is_object() && kwargs.empty()))
@@ -116,10 +116,10 @@ ChatTemplate::ChatTemplate(const Tokenizer& tok, const ChatOptions& opts) {
     impl->tmpl.emplace(source, impl->origin);
   }
   for (const auto& kv : tok.special_token_strings()) impl->base.emplace_back(kv.first, jinja::Value::string(kv.second));
-  nlohmann::json kwargs;
+  nlohmann::ordered_json kwargs;
   try {
-    kwargs = nlohmann::json::parse(opts.template_kwargs.empty() ? std::string("{}") : opts.template_kwargs);
-  } catch (const nlohmann::json::exception& e) {
+    kwargs = nlohmann::ordered_json::parse(opts.template_kwargs.empty() ? std::string("{}") : opts.template_kwargs);
+  } catch (const nlohmann::ordered_json::exception& e) {
     throw UserError(opts.kwargs_key + ": not valid JSON (" + std::string(e.what()) + ")");
   }
   if (!kwargs.is_object()) throw UserError(opts.kwargs_key + ": must be a JSON object such as {\"enable_thinking\": false}");
@@ -135,16 +135,16 @@ ChatTemplate::ChatTemplate(const Tokenizer& tok, const ChatOptions& opts) {
   impl_ = std::move(impl);
 }
 
-std::string ChatTemplate::text(const nlohmann::json& messages, bool add_generation_prompt) const {
+std::string ChatTemplate::text(const nlohmann::ordered_json& messages, bool add_generation_prompt) const {
   return impl_->run(messages, add_generation_prompt).text;
 }
 
-std::vector<std::int32_t> ChatTemplate::encode(const nlohmann::json& messages, bool add_generation_prompt) const {
+std::vector<std::int32_t> ChatTemplate::encode(const nlohmann::ordered_json& messages, bool add_generation_prompt) const {
   const bool specials = impl_->builtin && impl_->format == ChatFormat::None;
   return impl_->tok.encode(text(messages, add_generation_prompt), specials);
 }
 
-RenderedChat ChatTemplate::render(const nlohmann::json& messages, bool add_generation_prompt) const {
+RenderedChat ChatTemplate::render(const nlohmann::ordered_json& messages, bool add_generation_prompt) const {
   const Impl& im = *impl_;
   RenderedChat r;
   auto out = im.run(messages, add_generation_prompt);
@@ -154,8 +154,8 @@ RenderedChat ChatTemplate::render(const nlohmann::json& messages, bool add_gener
   } else {
     for (std::size_t i = 0; i < messages.size(); ++i) {
       if (messages[i].value("role", "") != "assistant") continue;
-      const nlohmann::json before(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(i));
-      const nlohmann::json upto(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+      const nlohmann::ordered_json before(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(i));
+      const nlohmann::ordered_json upto(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(i) + 1);
       std::string p, q;
       try {
         p = im.run(before, true).text;
@@ -204,7 +204,7 @@ std::string ChatTemplate::describe() const {
 bool ChatTemplate::has_template() const { return impl_->builtin || impl_->tmpl.has_value(); }
 bool ChatTemplate::builtin() const { return impl_->builtin; }
 
-void ChatTemplate::check_messages(const nlohmann::json& messages) {
+void ChatTemplate::check_messages(const nlohmann::ordered_json& messages) {
   if (!messages.is_array() || messages.empty()) throw UserError("\"messages\" must be a non-empty array");
   for (const auto& m : messages)
     if (!m.is_object() || !m.contains("role") || !m.contains("content") || !m["role"].is_string() ||

@@ -42,16 +42,16 @@ class ChatTemplate {
 
   // The conversation as text. messages: a JSON array of objects with a string "role" (any other fields, such as
   // "content" or "reasoning_content", reach the template as they are).
-  std::string text(const nlohmann::json& messages, bool add_generation_prompt) const;
+  std::string text(const nlohmann::ordered_json& messages, bool add_generation_prompt) const;
   // The text's token ids: encoded as transformers' apply_chat_template(tokenize=True) does (no special tokens
   // added: the template writes them); the built-in format "none" adds them as the tokenizer's post-processor says.
-  std::vector<std::int32_t> encode(const nlohmann::json& messages, bool add_generation_prompt) const;
+  std::vector<std::int32_t> encode(const nlohmann::ordered_json& messages, bool add_generation_prompt) const;
   // Text, ids and the assistant mask. When the template marks assistant text with {% generation %}, those
   // spans (transformers' return_assistant_tokens_mask); otherwise, for each assistant message i, the text that
   // rendering messages[:i+1] adds to messages[:i] with the generation prompt, when both renderings are prefixes
   // of the whole (a turn the template renders differently once later turns follow, such as Qwen3 dropping earlier
   // reasoning, is context, not trained). A token overlapping a span is 1, as in transformers.
-  RenderedChat render(const nlohmann::json& messages, bool add_generation_prompt) const;
+  RenderedChat render(const nlohmann::ordered_json& messages, bool add_generation_prompt) const;
 
   // "the chat template of <origin>", "chat.template <path>" or "the built-in <name> format", for messages.
   std::string describe() const;
@@ -62,7 +62,7 @@ class ChatTemplate {
 
   // A {"messages": [...]} value checked: a non-empty array of objects each with a string "role" and a string
   // "content" (UserError "what" otherwise: the caller adds file and line).
-  static void check_messages(const nlohmann::json& messages);
+  static void check_messages(const nlohmann::ordered_json& messages);
 
   struct Impl;
 

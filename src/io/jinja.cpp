@@ -1344,13 +1344,13 @@ const Value* Value::find(const std::string& key) const {
 }
 
 namespace {
-Value from_json_at(const nlohmann::json& j, std::uint32_t depth);
+Value from_json_at(const nlohmann::ordered_json& j, std::uint32_t depth);
 }
 
-Value from_json(const nlohmann::json& j) { return from_json_at(j, 0); }
+Value from_json(const nlohmann::ordered_json& j) { return from_json_at(j, 0); }
 
 namespace {
-Value from_json_at(const nlohmann::json& j, std::uint32_t depth) {
+Value from_json_at(const nlohmann::ordered_json& j, std::uint32_t depth) {
   if (depth > Value::kMaxNesting) throw UserError("a JSON value nested deeper than " + std::to_string(Value::kMaxNesting) + " levels");
   switch (j.type()) {
     case nlohmann::json::value_t::null: return Value::none();
@@ -2249,6 +2249,19 @@ class Renderer {
     }
     return out;
   }
+  // Jinja's |title filter (not Python's str.title, which the .title() method is): words begin after a run of
+  // whitespace, '-', '(', '{', '[' or '<' (its _word_beginning_split_re) and at the start; every other character is
+  // lowered. "<tool_response>r"|title is "<Tool_response>r" (str.title gives "<Tool_Response>R").
+  static std::string title_filter(const std::string& s) {
+    std::string out;
+    bool begins = true;
+    for (char32_t c : code_points(s)) {
+      const auto m = begins ? utf8proc_toupper(static_cast<utf8proc_int32_t>(c)) : utf8proc_tolower(static_cast<utf8proc_int32_t>(c));
+      uc::utf8_append(out, static_cast<char32_t>(m));
+      begins = uc::is_python_space(c) || c == U'-' || c == U'(' || c == U'{' || c == U'[' || c == U'<';
+    }
+    return out;
+  }
   static std::string capitalize(const std::string& s) {
     std::string out;
     bool first = true;
@@ -2335,7 +2348,7 @@ class Renderer {
     if (name == "string") return Value::string(to_str(v));
     if (name == "upper" || name == "lower") return Value::string(case_map(to_str(v), name == "upper"));
     if (name == "capitalize") return Value::string(capitalize(to_str(v)));
-    if (name == "title") return Value::string(title(to_str(v)));
+    if (name == "title") return Value::string(title_filter(to_str(v)));
     if (name == "default" || name == "d") {
       check_args(n, a, 2, {"default_value", "boolean"}, what);
       const Value* def = arg(a, 0, "default_value");
@@ -2418,18 +2431,31 @@ class Renderer {
       const Value dflt = def ? *def : Value::integer(0);
       if (v.kind == Kind::Int) return v;
       if (v.kind == Kind::Bool) return Value::integer(as_int(v));
+      // Python's int() is unbounded: a value beyond 64 bits is an error here, not the default (it gave 0 until
+      // 2026-11-28, where transformers prints the number).
+      const auto beyond = [&](const std::string& what) -> Value {
+        err(n, "filter 'int': " + what + " is beyond a 64-bit integer");
+      };
       if (v.kind == Kind::Float) {
-        if (!std::isfinite(v.f) || std::fabs(v.f) > 9e18) return dflt;
+        if (!std::isfinite(v.f)) return dflt;
+        if (std::fabs(v.f) >= 9.2233720368547758e18) beyond(float_repr(v.f));
         return Value::integer(static_cast<std::int64_t>(v.f));
       }
       if (v.kind == Kind::String) {
         const std::string t = py_strip(n, v.s, nullptr, true, true);
+        // Python's int(s, 10) and float(s) read decimal only: "0x1f" is the default (strtod reads hex: 31 until
+        // 2026-11-28).
+        if (t.empty() || t.find_first_of("xX") != std::string::npos) return dflt;
         char* end = nullptr;
         errno = 0;
         const long long x = std::strtoll(t.c_str(), &end, 10);
-        if (!t.empty() && end && *end == 0 && errno == 0) return Value::integer(x);
+        if (end && *end == 0 && errno == 0) return Value::integer(x);
+        if (end && *end == 0 && errno == ERANGE) beyond(t);
         const double d = std::strtod(t.c_str(), &end);
-        if (!t.empty() && end && *end == 0 && std::isfinite(d) && std::fabs(d) < 9e18) return Value::integer(static_cast<std::int64_t>(d));
+        if (end && *end == 0 && std::isfinite(d)) {
+          if (std::fabs(d) >= 9.2233720368547758e18) beyond(t);
+          return Value::integer(static_cast<std::int64_t>(d));
+        }
       }
       return dflt;
     }
@@ -2439,7 +2465,7 @@ class Renderer {
       if (v.kind == Kind::String) {
         const std::string t = py_strip(n, v.s, nullptr, true, true);
         char* end = nullptr;
-        const double d = std::strtod(t.c_str(), &end);
+        const double d = t.find_first_of("xX") != std::string::npos ? 0.0 : std::strtod(t.c_str(), &end);
         if (!t.empty() && end && *end == 0) return Value::number(d);
       }
       return def ? *def : Value::number(0.0);
@@ -2458,10 +2484,28 @@ class Renderer {
       const Value* pr = arg(a, 0, "precision");
       const Value* method_v = arg(a, 1, "method");
       const std::string method_s = method_v ? to_str(*method_v) : "common";
+      if (method_s != "common" && method_s != "floor" && method_s != "ceil")
+        err(n, "filter 'round': method must be 'common', 'ceil' or 'floor'");
       const std::int64_t p = pr ? as_int(*pr) : 0;
+      if (method_s == "common") {  // Python's round(): an int stays an int; halves go to the even neighbour of the
+                                   // exact binary value (2.5 -> 2.0, 2.675 -> 2.67); until 2026-11-28 half away from 0
+        if (v.kind == Kind::Int && p >= 0) return v;
+        const double x = as_double(v);
+        if (!std::isfinite(x)) return Value::number(x);
+        if (p >= 0 && p <= 340) {
+          const int len = std::snprintf(nullptr, 0, "%.*f", static_cast<int>(p), x);  // glibc: exact, ties to even
+          std::string buf(static_cast<std::size_t>(len) + 1, '\0');
+          std::snprintf(buf.data(), buf.size(), "%.*f", static_cast<int>(p), x);
+          return Value::number(std::strtod(buf.c_str(), nullptr));
+        }
+        const double scale = std::pow(10.0, static_cast<double>(-std::max<std::int64_t>(-340, std::min<std::int64_t>(p, 340))));
+        const double r = std::nearbyint(x / scale) * scale;  // the default rounding mode: ties to even
+        if (v.kind == Kind::Int && std::fabs(r) < 9.2e18) return Value::integer(static_cast<std::int64_t>(r));
+        return Value::number(r);
+      }
       const double scale = std::pow(10.0, static_cast<double>(p));
       const double x = as_double(v) * scale;
-      const double r = method_s == "floor" ? std::floor(x) : method_s == "ceil" ? std::ceil(x) : std::round(x);
+      const double r = method_s == "floor" ? std::floor(x) : std::ceil(x);
       return Value::number(r / scale);
     }
     if (name == "replace") {

@@ -65,8 +65,9 @@ struct Value {
   const Value* find(const std::string& key) const;
 };
 
-// A JSON value as the template sees it (objects keep the order nlohmann gives them).
-Value from_json(const nlohmann::json& j);
+// A JSON value as the template sees it (objects keep their order: the order of the input file, as Python's json gives
+// transformers; a nlohmann::json passed here arrives sorted by key).
+Value from_json(const nlohmann::ordered_json& j);
 // Python's str() of a value, as {{ }} prints it.
 std::string to_str(const Value& v);
 

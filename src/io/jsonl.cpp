@@ -54,7 +54,7 @@ nlohmann::json read_json_file(const std::string& path, const std::string& what) 
   }
 }
 
-void read_jsonl(const std::string& path, const std::function<void(const nlohmann::json&, int)>& fn) {
+void read_jsonl(const std::string& path, const std::function<void(const nlohmann::ordered_json&, int)>& fn) {
   check_regular_input(path, "the data");
   std::ifstream in(path);
   if (!in) throw UserError(path + ": cannot open (" + std::strerror(errno) + ")");
@@ -67,9 +67,9 @@ void read_jsonl(const std::string& path, const std::function<void(const nlohmann
     const auto nul = text.find('\0');
     if (nul != std::string::npos)
       jsonl_error(path, line, "a NUL byte at column " + std::to_string(nul + 1) + " (not a text file, or a damaged one?)");
-    nlohmann::json j;
+    nlohmann::ordered_json j;
     try {
-      j = nlohmann::json::parse(text);
+      j = nlohmann::ordered_json::parse(text);
     } catch (const nlohmann::json::parse_error& e) {
       std::string why = json_error_text(e);
       if (why.rfind("line 1, column ", 0) == 0) why = why.substr(8);  // the line is the file's, named already

@@ -13,8 +13,10 @@ namespace mgrl::io {
 void check_regular_input(const std::string& path, const std::string& what = "");
 
 // Calls fn(object, line_number) for every non-empty line of path (1-based line numbers). A line that
-// is not a JSON object is a UserError "path:line: ...". fn may throw UserError via jsonl_error().
-void read_jsonl(const std::string& path, const std::function<void(const nlohmann::json&, int)>& fn);
+// is not a JSON object is a UserError "path:line: ...". fn may throw UserError via jsonl_error(). The objects keep
+// the keys in the file's order (as Python's json does): a chat template that prints a dict or its tojson (a tool
+// call's arguments) renders what transformers renders. (Until 2026-11-28 they arrived sorted by key.)
+void read_jsonl(const std::string& path, const std::function<void(const nlohmann::ordered_json&, int)>& fn);
 
 // A whole JSON file; UserError "path: cannot open (...)" or "path: invalid JSON: ..." (what: e.g. "the model config").
 nlohmann::json read_json_file(const std::string& path, const std::string& what = "");

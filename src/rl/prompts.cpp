@@ -22,7 +22,7 @@ RewardSample reward_sample(const PromptRow& p, std::string completion, int compl
 std::vector<PromptRow> load_prompts(const std::string& path, const io::Tokenizer& tok, const io::ChatTemplate& chat,
                                     int max_prompt_length) {
   std::vector<PromptRow> rows;
-  io::read_jsonl(path, [&](const nlohmann::json& j, int line) {
+  io::read_jsonl(path, [&](const nlohmann::ordered_json& j, int line) {
     PromptRow p;
     p.index = line - 1;
     if (!j.is_object()) io::jsonl_error(path, line, "each line must be a JSON object");

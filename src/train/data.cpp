@@ -9,7 +9,7 @@
 
 namespace mgrl::train {
 
-Example chat_example(const nlohmann::json& messages, const io::Tokenizer& tok, const DataOptions& opts,
+Example chat_example(const nlohmann::ordered_json& messages, const io::Tokenizer& tok, const DataOptions& opts,
                      std::string* text) {
   io::ChatTemplate::check_messages(messages);
   if (messages.back()["role"] != "assistant")
@@ -25,7 +25,7 @@ Example chat_example(const nlohmann::json& messages, const io::Tokenizer& tok, c
   if (chat.builtin()) {
     if (opts.add_eos && !tok.eos_id())
       throw UserError(tok.path() + ": the tokenizer has no EOS token (tokenizer_config.json eos_token)");
-    const nlohmann::json earlier(messages.begin(), messages.end() - 1);
+    const nlohmann::ordered_json earlier(messages.begin(), messages.end() - 1);
     std::vector<std::int32_t> prompt = chat.encode(earlier, true);
     std::vector<std::int32_t> completion = tok.encode(ex.completion, false);
     if (opts.add_eos) completion.push_back(*tok.eos_id());
@@ -69,7 +69,7 @@ std::vector<Example> load_examples(const std::string& path, const io::Tokenizer&
   std::vector<Example> out;
   const auto eos = tok.eos_id();
   if (opts.add_eos && !eos) throw UserError(tok.path() + ": the tokenizer has no EOS token (tokenizer_config.json eos_token)");
-  io::read_jsonl(path, [&](const nlohmann::json& j, int line) {
+  io::read_jsonl(path, [&](const nlohmann::ordered_json& j, int line) {
     Example ex;
     std::vector<std::int32_t> prompt, completion;
     if (j.contains("messages")) {

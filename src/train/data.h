@@ -39,7 +39,7 @@ struct DataOptions {
 // template's marks or prefixes show (io::ChatTemplate::render); with a built-in format: the earlier messages with
 // the generation prompt, then the final message's content and EOS, the loss on those. The text is returned in
 // *text when given. UserError (the caller adds file and line) for a conversation that cannot be trained.
-Example chat_example(const nlohmann::json& messages, const io::Tokenizer& tok, const DataOptions& opts,
+Example chat_example(const nlohmann::ordered_json& messages, const io::Tokenizer& tok, const DataOptions& opts,
                      std::string* text = nullptr);
 
 // Reads and tokenizes a JSONL file. UserError "file:line: ..." for a broken line.

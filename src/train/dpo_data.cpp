@@ -10,7 +10,7 @@ namespace mgrl::train {
 
 std::vector<std::int32_t> render_conversation(const io::ChatTemplate& chat, const std::vector<io::Message>& messages,
                                               bool add_generation_prompt) {
-  nlohmann::json j = nlohmann::json::array();
+  nlohmann::ordered_json j = nlohmann::ordered_json::array();  // role first, as a dataset's messages are
   for (const auto& m : messages) j.push_back({{"role", m.role}, {"content", m.content}});
   return chat.encode(j, add_generation_prompt);
 }
@@ -41,7 +41,7 @@ std::vector<io::Message> messages_of(const nlohmann::json& v, const std::string&
 PairData load_pairs(const std::string& path, const io::Tokenizer& tok, const PairOptions& opts) {
   PairData out;
   const auto eos = tok.eos_id();
-  io::read_jsonl(path, [&](const nlohmann::json& j, int line) {
+  io::read_jsonl(path, [&](const nlohmann::ordered_json& j, int line) {
     for (const char* k : {"prompt", "chosen", "rejected"})
       if (!j.contains(k)) io::jsonl_error(path, line, std::string("expected {\"prompt\", \"chosen\", \"rejected\"}: no \"") + k + "\"");
     const auto& p = j["prompt"];

@@ -198,6 +198,20 @@ TEST(Jinja, FiltersTestsAndMethods) {
             "True True True True False");
   EXPECT_EQ(render("{{ 'abc'.startswith(('x', 'a')) }} {{ 'abc'.find('c') }} {{ 'a b'.title() }} {{ 'ÉA'.lower() }}"),
             "True 2 A B éa");
+  // Python's round(): an int stays an int, halves to the even neighbour of the exact binary value; int()/float() of
+  // a string read decimal only. Expected strings from jinja2 3.1.6 (until 2026-11-28: 7.0|3.0|...|2.68, and 31).
+  EXPECT_EQ(render("{{ 7|round }}|{{ 2.5|round }}|{{ 3.5|round }}|{{ 2.675|round(2) }}|{{ -0.5|round }}|"
+                   "{{ 1234.5|round(-2) }}|{{ 15|round(-1) }}|{{ 2.5|round(0, 'floor') }}"),
+            "7|2.0|4.0|2.67|-0.0|1200.0|20|2.0");
+  EXPECT_EQ(render("{{ '0x1f'|int }}|{{ '0x1f'|float }}|{{ ' 42 '|int }}|{{ '4.7'|int }}|{{ 4.7|int }}|{{ 'abc'|int(5) }}"),
+            "0|0.0|42|4|4|5");
+  EXPECT_NE(render_error("{{ 1e20|int }}").find("filter 'int': 1e+20 is beyond a 64-bit integer"), std::string::npos);
+  EXPECT_NE(render_error("{{ 2.5|round(0, 'up') }}").find("method must be 'common', 'ceil' or 'floor'"), std::string::npos);
+  // Jinja's |title splits words at whitespace, '-', '(', '{', '[', '<' only; the .title() method is Python's str.title
+  // (until 2026-11-28 the filter was str.title too: "<Tool_Response>R"). Expected strings from jinja2 3.1.6.
+  EXPECT_EQ(render("{{ '<tool_response>r'|title }}|{{ 'hello-world foo(bar)baz x_y'|title }}|{{ \"o'neil mc-donald\"|title }}"),
+            "<Tool_response>r|Hello-World Foo(Bar)baz X_y|O'neil Mc-Donald");
+  EXPECT_EQ(render("{{ 'hello-world foo(bar)baz x_y'.title() }}"), "Hello-World Foo(Bar)Baz X_Y");
   EXPECT_EQ(render("{{ {'z': [1, 'é\"'], 'a': none} | tojson }}"), "{\"z\": [1, \"é\\\"\"], \"a\": null}");
   EXPECT_EQ(render("{{ {'z': 1, 'a': 2} | tojson(sort_keys=true) }}"), "{\"a\": 2, \"z\": 1}");
   EXPECT_EQ(render("{{ '\\x01\\x7f\\n' | tojson }} {{ ['\\x7f'] }}"), "\"\\u0001\x7f\\n\" ['\\x7f']");  // as json.dumps, repr
