@@ -173,6 +173,17 @@ def main():
     with open(os.path.join(args.out, "tool_call_expected.txt"), "w", encoding="utf-8") as f:
         f.write(json.dumps(hf.apply_chat_template(messages, chat_template=template, tokenize=False,
                                                   add_generation_prompt=True)) + "\n")
+    # transformers' assistant mask where a token straddles a span's end under trim_offsets (gpt2's ByteLevel
+    # post-processor): cli.render.mask_with_trimmed_offsets
+    template = open(os.path.join(args.out, "generation_trim.jinja"), encoding="utf-8").read()
+    hf = AutoTokenizer.from_pretrained(os.path.join(tok_root, "gpt2_bytelevel"))
+    with open(os.path.join(args.out, "generation_trim_input.jsonl"), encoding="utf-8") as fin, \
+            open(os.path.join(args.out, "generation_trim_expected.jsonl"), "w", encoding="utf-8") as fexp:
+        for line in fin:
+            out = hf.apply_chat_template(json.loads(line)["messages"], chat_template=template, tokenize=True,
+                                         return_dict=True, return_assistant_tokens_mask=True)
+            fexp.write(json.dumps({"tokens": list(out["input_ids"]), "assistant_mask": list(out["assistant_masks"])}) +
+                       "\n")
     with open(os.path.join(args.out, "VERSIONS"), "w") as f:
         f.write(f"transformers {transformers.__version__}\njinja2 {jinja2.__version__}\n"
                 f"tokenizers {tokenizers.__version__}\npython {sys.version.split()[0]}\n")

@@ -1180,6 +1180,9 @@ struct Tokenizer::Impl {
   std::vector<std::pair<std::string, std::string>> special_strings;  // bos_token, eos_token, ... as written
   std::string chat_template, chat_template_origin;
   bool byte_level = false;  // model tokens are byte-level strings (a ByteLevel pre-tokenizer or decoder)
+  // A ByteLevel or RobertaProcessing post-processor with trim_offsets (the tokenizers library's default): a token's
+  // offsets leave out its leading and trailing spaces (Ġ), except the one add_prefix_space put before the first.
+  bool trim_offsets = false, trim_prefix_space = false;
   int32_t vocab_size = 0;
 
   void load(const std::string& json_path);
@@ -1230,6 +1233,19 @@ void Tokenizer::Impl::load(const std::string& json_path) {
   normalizer = make_normalizer(j.value("normalizer", json()), ctx);
   pre_tokenizer = make_pre_tokenizer(j.value("pre_tokenizer", json()), ctx);
   post_processor = make_post_processor(j.value("post_processor", json()), ctx);
+  {
+    const std::function<void(const json&)> scan = [&](const json& pp) {
+      if (!pp.is_object()) return;
+      const std::string type = pp.value("type", std::string());
+      if (type == "Sequence" && pp.contains("processors") && pp["processors"].is_array())
+        for (const auto& part : pp["processors"]) scan(part);
+      if ((type == "ByteLevel" || type == "RobertaProcessing") && pp.value("trim_offsets", true)) {
+        trim_offsets = true;
+        trim_prefix_space = pp.value("add_prefix_space", true);
+      }
+    };
+    scan(j.value("post_processor", json()));
+  }
   decoder = make_decoder(j.value("decoder", json()), ctx);
 
   vocab_size = model.max_id() + 1;
@@ -1534,6 +1550,22 @@ std::vector<std::pair<size_t, size_t>> Tokenizer::token_offsets(const std::vecto
       continue;
     }
     fail(k);
+  }
+  // trim_offsets (tokenizers' ByteLevel::process_offsets): the spaces a byte-level token begins or ends with are not
+  // part of its offsets, so a token " <" next to an assistant span's end does not overlap it (transformers' mask).
+  if (im.trim_offsets && im.byte_level) {
+    static const std::string kSpace = "\xC4\xA0";  // Ġ, the byte-level form of ' '
+    for (size_t k = 0; k < ids.size(); ++k) {
+      if (im.added_by_id.count(ids[k])) continue;
+      const std::string* t = im.model.id_to_token(ids[k]);
+      if (!t) continue;
+      size_t lead = 0, trail = 0;
+      while ((lead + 1) * 2 <= t->size() && t->compare(lead * 2, 2, kSpace) == 0) ++lead;
+      while ((trail + 1) * 2 <= t->size() && t->compare(t->size() - (trail + 1) * 2, 2, kSpace) == 0) ++trail;
+      auto& [b, e] = out[k];
+      if (lead > 0 && !((k == 0 || b == 0) && im.trim_prefix_space && lead == 1)) b = std::min(b + lead, e);
+      if (trail > 0 && e >= trail) e = std::max(e - trail, b);
+    }
   }
   return out;
 }
