@@ -720,7 +720,8 @@ GrpoResult GrpoTrainer::run() {
     res.steps = state_.step;
     return res;
   }
-  train::RunLog rlog(env_, opts_.log_dir, resumed.empty() ? -1 : state_.step);
+  train::RunLog rlog(env_, opts_.log_dir, resumed.empty() ? -1 : state_.step, ckpt_->log_position_to_trim());
+  const auto log_attached = ckpt_->attach_log([&rlog] { return rlog.position(); });
   const std::int64_t first = state_.step;
   auto eval_line = [&](const char* when, const EvalResult& e) {
     if (e.prompts == 0) return;

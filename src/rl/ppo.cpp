@@ -388,7 +388,8 @@ std::int64_t PpoTrainer::run() {
   });
   const std::int64_t end = opts_.stop_at_step > 0 ? std::min(opts_.stop_at_step, opts_.max_steps) : opts_.max_steps;
   if (train::nothing_to_train(resumed, state_.step, end)) return state_.step;
-  train::RunLog rlog(env_, opts_.log_dir, resumed.empty() ? -1 : state_.step);
+  train::RunLog rlog(env_, opts_.log_dir, resumed.empty() ? -1 : state_.step, ckpt_->log_position_to_trim());
+  const auto log_attached = ckpt_->attach_log([&rlog] { return rlog.position(); });
   const std::int64_t first = state_.step;
   const auto t0 = train::Clock::now();
   stop::arm();

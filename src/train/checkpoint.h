@@ -58,6 +58,9 @@ struct Checkpoint {
   std::string mgrl_version;
   // CheckpointOptions::numerics and ::data of the run that wrote it; "" in files written before 2026-11-28.
   std::string numerics, data;
+  // Where rank 0's metrics.jsonl ended when it was written, "<bytes> <absolute path>" (RunLog::position); a resume
+  // moves what later runs appended after it (their lost steps) aside. "" when unknown (no log.dir, older files).
+  std::string log_position;
   std::string extra;  // the loop's own state (GRPO: the batch of a generation round in progress), JSON; may be ""
 };
 

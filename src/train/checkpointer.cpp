@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "core/error.h"
 #include "core/fault.h"
 #include "core/log.h"
+#include "io/atomic_file.h"
 
 namespace mgrl::train {
 namespace {
@@ -222,6 +224,7 @@ void Checkpointer::write(const TrainState& st, const std::string& extra) {
   ck.base_fingerprint = tr.base;
   ck.numerics = opts_.numerics;
   ck.data = opts_.data;
+  if (log_position_) ck.log_position = log_position_();
   ck.mgrl_version = build_info().version;
   ck.extra = extra;
   write_checkpoint(opts_.dir, ck);  // removes temporaries left by an interrupted earlier write first
@@ -274,6 +277,8 @@ void Checkpointer::apply(const Checkpoint& ck, const std::string& path, TrainSta
   ops_.upload(opt_.exp_avg(), ck.adam_m.data(), tr.n * 4);
   ops_.upload(opt_.exp_avg_sq(), ck.adam_v.data(), tr.n * 4);
   changed_ = changed_settings(ck.config_text, opts_.config_text);  // said once the resume is accepted
+  resumed_log_position_ = ck.log_position;
+  resumed_ = true;
   // Beyond the settings (silent until 2026-11-28, found by a resume hunt): the training data's bytes (the file edited
   // in place, or another file under the same relative path), and the numeric setup (a requeue on a node with
   // another core count: another thread count, other last bits).
@@ -290,6 +295,32 @@ void Checkpointer::apply(const Checkpoint& ck, const std::string& path, TrainSta
   const std::string scaler = opt_.resumed(st);
   if (!scaler.empty()) log::warn_once(path + ": " + scaler);
   if (extra) *extra = ck.extra;
+}
+
+namespace {
+std::string log_start_file(const std::string& dir) { return dir + "/.mgrl.log_start"; }
+}  // namespace
+
+std::string Checkpointer::log_position_to_trim() const {
+  if (env_.rank() != 0) return "";
+  if (resumed_) return resumed_log_position_;
+  if (!enabled()) return "";
+  std::ifstream in(log_start_file(opts_.dir));
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+Checkpointer::LogAttachment Checkpointer::attach_log(std::function<std::string()> position) {
+  log_position_ = std::move(position);
+  const std::string at = env_.rank() == 0 && !resumed_ && enabled() && log_position_ ? log_position_() : "";
+  try {
+    if (!at.empty()) io::write_file_atomically(log_start_file(opts_.dir), at + "\n");
+  } catch (const UserError& e) {
+    log::warn(std::string(e.what()) + ": where this run's metrics begin is not recorded (a restart before the first "
+              "checkpoint would keep this attempt's records beside its own)");
+  }
+  return LogAttachment(this);
 }
 
 bool nothing_to_train(const std::string& resumed, std::int64_t step, std::int64_t end) {

@@ -56,6 +56,24 @@ class Checkpointer {
                      const std::function<void(const std::string& extra)>& accept = {});
   // Collective: the hash check, then rank 0 writes.
   void save(const TrainState& st, const std::string& extra = "");
+  // The run's metrics log (RunLog::position, "<bytes> <path>" of rank 0's metrics.jsonl), for the trainers:
+  // log_position_to_trim() is where this run's log continues the run it carries on: the resumed checkpoint's
+  // position, or for a fresh start in a checkpoint.dir the position where an earlier attempt of this run began
+  // (<dir>/.mgrl.log_start: one killed before its first checkpoint); "" when none. attach_log(position) gives every
+  // later checkpoint its position, and a fresh start records where its log begins. Rank 0's view; "" elsewhere.
+  std::string log_position_to_trim() const;
+  // Attached while the returned object lives (the run's RunLog must outlive it).
+  class LogAttachment {
+   public:
+    explicit LogAttachment(Checkpointer* c) : c_(c) {}
+    ~LogAttachment() { c_->log_position_ = nullptr; }
+    LogAttachment(const LogAttachment&) = delete;
+    LogAttachment& operator=(const LogAttachment&) = delete;
+
+   private:
+    Checkpointer* c_;
+  };
+  [[nodiscard]] LogAttachment attach_log(std::function<std::string()> position);
   // FNV-1a of this rank's trainable weights, hex.
   std::string params_hash() const;
   // The newest checkpoint of this run: the last one written, else the one resumed from; "" when none.
@@ -76,6 +94,9 @@ class Checkpointer {
   std::string last_;
   std::string changed_;  // the settings changed since the resumed checkpoint's run (changed_settings)
   std::string numerics_;  // the warning about another numeric setup than the checkpoint's run's ("" when the same)
+  std::string resumed_log_position_;  // the resumed checkpoint's Checkpoint::log_position
+  bool resumed_ = false;
+  std::function<std::string()> log_position_;
   KnownCheckpoints known_;  // rank 0: what pruning needs not read back (written, resumed from) or must not touch
 };
 

@@ -337,7 +337,8 @@ DpoResult DpoTrainer::run() {
     res.steps = state_.step;
     return res;
   }
-  RunLog rlog(env_, opts_.log_dir, resumed.empty() ? -1 : state_.step);
+  RunLog rlog(env_, opts_.log_dir, resumed.empty() ? -1 : state_.step, ckpt_->log_position_to_trim());
+  const auto log_attached = ckpt_->attach_log([&rlog] { return rlog.position(); });
   const bool rank0 = rlog.rank0();
   auto emit = [&](const nlohmann::json& j) { rlog.emit(j, state_.step); };
   const std::int64_t first = state_.step;

@@ -11,6 +11,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -120,15 +123,72 @@ std::int64_t drop_records_after(const std::string& metrics, std::int64_t step) {
   io::write_file_atomically(metrics, kept);
   return static_cast<std::int64_t>(lines.size() - keep);
 }
+// Moves what follows byte `at` of metrics.jsonl to <metrics>.dropped, when trim_at ("<bytes> <path>") names this file
+// and a line ends there; returns the records moved, or -1 when the position does not apply (another file, the file
+// shorter, or rewritten: no line ends there).
+std::int64_t drop_records_from(const std::string& metrics, const std::string& trim_at) {
+  namespace fs = std::filesystem;
+  const std::size_t space = trim_at.find(' ');
+  if (space == std::string::npos) return -1;
+  char* end = nullptr;
+  const unsigned long long at = std::strtoull(trim_at.c_str(), &end, 10);
+  if (end != trim_at.c_str() + space) return -1;
+  std::error_code ec;
+  const fs::path here = fs::weakly_canonical(fs::absolute(metrics, ec), ec);
+  if (ec || here.string() != trim_at.substr(space + 1)) return -1;
+  std::ifstream in(metrics, std::ios::binary);
+  if (!in) return -1;
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (text.size() < at || (at > 0 && text[at - 1] != '\n')) return -1;
+  if (text.size() == at) return 0;
+  const std::string dropped = text.substr(at);
+  std::int64_t records = 0;
+  for (const char c : dropped) records += c == '\n' ? 1 : 0;
+  if (dropped.back() != '\n') ++records;  // a line cut short
+  {
+    std::ofstream side(metrics + ".dropped", std::ios::app | std::ios::binary);
+    side << dropped << (dropped.back() == '\n' ? "" : "\n") << std::flush;
+    if (!side) throw UserError(metrics + ".dropped: cannot be written");
+  }
+  io::write_file_atomically(metrics, text.substr(0, at));
+  return records;
+}
 }  // namespace
 
-RunLog::RunLog(const dist::MpiEnv& env, const std::string& log_dir, std::int64_t resumed_step)
+std::string RunLog::position() const {
+  if (!rank0_ || dir_.empty()) return "";
+  namespace fs = std::filesystem;
+  const std::string metrics = dir_ + "/metrics.jsonl";
+  std::error_code ec;
+  const auto size = fs::file_size(metrics, ec);
+  if (ec) return "";
+  const fs::path abs = fs::weakly_canonical(fs::absolute(metrics, ec), ec);
+  if (ec) return "";
+  return std::to_string(size) + " " + abs.string();
+}
+
+RunLog::RunLog(const dist::MpiEnv& env, const std::string& log_dir, std::int64_t resumed_step,
+               const std::string& trim_at)
     : rank0_(env.rank() == 0), dir_(log_dir) {
   if (rank0_ && !dir_.empty()) {
     mkdir_p(dir_);
     const std::string metrics = dir_ + "/metrics.jsonl";
-    std::int64_t dropped = 0;  // > 0: metrics.jsonl rewritten, every line ended
-    if (resumed_step >= 0) {
+    std::int64_t dropped = -1;  // > 0: metrics.jsonl rewritten, every line ended; -1: not trimmed by position
+    if (!trim_at.empty()) {
+      try {
+        dropped = drop_records_from(metrics, trim_at);
+        if (dropped > 0)
+          log::info(metrics + ": moved its last " + std::to_string(dropped) + " records, " +
+                    (resumed_step >= 0 ? "of the steps after " + std::to_string(resumed_step) + " where this run resumes"
+                                       : std::string("of an earlier attempt of this run that ended before its first "
+                                                     "checkpoint")) +
+                    " (their work was lost with its end), to metrics.jsonl.dropped");
+      } catch (const UserError& e) {
+        log::warn(std::string(e.what()) + ": the records of the lost steps stay (this run's follow them)");
+        dropped = 0;
+      }
+    }
+    if (dropped < 0 && resumed_step >= 0) {
       try {
         dropped = drop_records_after(metrics, resumed_step);
         if (dropped > 0)
@@ -140,6 +200,7 @@ RunLog::RunLog(const dist::MpiEnv& env, const std::string& log_dir, std::int64_t
                   " stay (this run's follow them)");
       }
     }
+    if (dropped < 0) dropped = 0;
     // An earlier run's last line cut short (its disk was full, it was killed mid-write): this run's lines start on
     // a line of their own, so that the file stays one JSON document a line from here on.
     bool cut = false;

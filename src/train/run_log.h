@@ -84,8 +84,13 @@ class RunLog {
   // resumed_step >= 0: the run resumes at that step (from a checkpoint). The records of later steps at the end of
   // metrics.jsonl, an earlier run's whose work was lost with its end (killed after its last checkpoint), are moved
   // to metrics.jsonl.dropped (said once), so that each step has the records of the run that kept it (the event
-  // files are not rewritten).
-  RunLog(const dist::MpiEnv& env, const std::string& log_dir, std::int64_t resumed_step = -1);
+  // files are not rewritten). `trim_at` ("<bytes> <path>", Checkpointer::log_position_to_trim) names where the run
+  // this one continues had its metrics.jsonl end: what follows there (the lost steps of a killed attempt, whatever
+  // other records came before them) is what is moved, when it is this file and still ends a line there; else the
+  // records are picked by step, as before 2026-11-28 (which moved another mode's records in a shared log.dir when
+  // the killed attempt had written none after them).
+  RunLog(const dist::MpiEnv& env, const std::string& log_dir, std::int64_t resumed_step = -1,
+         const std::string& trim_at = "");
   ~RunLog();
   // One record at `step`: a line of metrics.jsonl, and every number (but "step") as a TensorBoard scalar.
   void emit(const nlohmann::json& record, std::int64_t step);
@@ -100,6 +105,9 @@ class RunLog {
   void write_summary(const std::string& text);
   bool rank0() const { return rank0_; }
   const std::string& dir() const { return dir_; }
+  // Rank 0: "<bytes> <absolute path>" of metrics.jsonl as it stands (every record is flushed); "" without log.dir
+  // or elsewhere.
+  std::string position() const;
 
  private:
   // A write of the TensorBoard events failed (a full disk): said once, and no more events are written; the run

@@ -236,7 +236,8 @@ SftResult SftTrainer::run() {
     res.steps = state_.step;
     return res;
   }
-  RunLog rlog(env_, opts_.log_dir, resumed.empty() ? -1 : state_.step);
+  RunLog rlog(env_, opts_.log_dir, resumed.empty() ? -1 : state_.step, ckpt_->log_position_to_trim());
+  const auto log_attached = ckpt_->attach_log([&rlog] { return rlog.position(); });
   const bool rank0 = rlog.rank0();
   const double flops_per_token =
       (model_.base_grads() ? 6.0 : 4.0) * static_cast<double>(model_.base_numel());  // full FT: 6N; LoRA: ~4N

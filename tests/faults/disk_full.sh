@@ -58,8 +58,9 @@ want="mgrl: error: $work/disk/ck/step_0000000$bad.h5: cannot write the checkpoin
 # Every process of the job has ended (mpirun reaps its ranks; allow it a moment).
 for _ in $(seq 40); do [ -z "$(ours)" ] && break; sleep 0.1; done
 [ -z "$(ours)" ] || fail "processes left behind: $(ours | tr '\n' ' ')"
-# No temporary: only the checkpoints that fitted (and the lock file of the run-directory lock).
-left=$(ls -A "$work/disk/ck" | grep -v '^\.mgrl\.lock$' | tr '\n' ' ' | sed 's/ $//')  # the run's lock file stays
+# No temporary: only the checkpoints that fitted (and the lock file of the run-directory lock, and .mgrl.log_start,
+# where the run's metrics began: docs/checkpoint.md).
+left=$(ls -A "$work/disk/ck" | grep -Ev '^\.mgrl\.(lock|log_start)$' | tr '\n' ' ' | sed 's/ $//')
 [ "$left" = "$kept" ] || fail "the checkpoint directory holds '$left', expected '$kept'"
 if [ -n "$kept" ]; then
   "$check" read "$work/disk/ck/$kept" || fail "$kept does not read back"
