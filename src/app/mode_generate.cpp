@@ -87,7 +87,7 @@ int run_generate(Context& ctx) {
         in.prompt = j["messages"];
         try {
           io::ChatTemplate::check_messages(j["messages"]);
-          in.tokens = chat->encode(j["messages"], true);
+          in.tokens = chat->encode(j["messages"], true, io::ChatExtras::of(j));
         } catch (const UserError& e) {
           io::jsonl_error(input, line, e.what());
         }

@@ -1,6 +1,7 @@
-// mode_render.cpp: `mgrl render`: what each {"messages"} line of a JSONL file becomes for the model (the text, the
-// token ids and the assistant mask), one JSON line per input line on standard output (rank 0), made by the same
-// functions SFT (train::chat_example), GRPO and generate (io::ChatTemplate::encode) use.
+// mode_render.cpp: `mgrl render`: what each line of a JSONL file becomes for the model (the text, the token ids and
+// the loss mask, "assistant_mask"), one JSON line per input line on standard output (rank 0), made by the same
+// functions SFT (train::example_of: every SFT form, {"messages"} ending with an assistant turn, prompt-completion,
+// {"text"}), GRPO and generate (io::ChatTemplate::encode: {"messages"} ending before the assistant) use.
 #include <iostream>
 
 #include "app/modes.h"
@@ -29,16 +30,16 @@ int run_render(Context& ctx) {
     const io::ChatTemplate chat = chat_template(cfg, "train.chat_format", tok);
     train::DataOptions d;
     d.max_seq_len = static_cast<int>(cfg.get_int("train.max_seq_len"));
+    d.completion_only = cfg.get_bool("train.completion_only_loss");
     d.chat = &chat;
     io::read_jsonl(input, [&](const nlohmann::ordered_json& j, int line) {
-      if (!j.contains("messages")) io::jsonl_error(input, line, "each line needs \"messages\" (a conversation)");
-      const nlohmann::ordered_json& m = j["messages"];
       nlohmann::json row = {{"index", line - 1}};
       try {
-        io::ChatTemplate::check_messages(m);
-        if (m.back()["role"] == "assistant") {  // an SFT example: the tokens and loss mask SFT trains on
+        const bool chat_prompt = j.contains("messages") && (io::ChatTemplate::check_messages(j["messages"]),
+                                                            j["messages"].back()["role"] != "assistant");
+        if (!chat_prompt) {  // an SFT example in any of its forms: the tokens and loss mask SFT trains on
           std::string text;
-          const train::Example ex = train::chat_example(m, tok, d, &text);
+          const train::Example ex = train::example_of(j, tok, d, &text);
           std::vector<int> mask(ex.tokens.size(), 0);
           for (std::size_t t = 0; t < mask.size(); ++t)
             mask[t] = ex.loss_mask.empty() ? (static_cast<std::int32_t>(t) >= ex.prompt_len) : ex.loss_mask[t];
@@ -47,9 +48,10 @@ int run_render(Context& ctx) {
           row["tokens"] = ex.tokens;
           row["assistant_mask"] = mask;
         } else {  // a prompt: what GRPO and generate give the model, the generation prompt added
+          const nlohmann::ordered_json& m = j["messages"];
           row["use"] = "prompt";
-          row["text"] = chat.text(m, true);
-          const auto tokens = chat.encode(m, true);
+          row["text"] = chat.text(m, true, io::ChatExtras::of(j));
+          const auto tokens = chat.encode(m, true, io::ChatExtras::of(j));
           row["tokens"] = tokens;
           row["assistant_mask"] = std::vector<int>(tokens.size(), 0);
         }

@@ -45,6 +45,7 @@ int run_sft(Context& ctx) {
     d.max_seq_len = static_cast<int>(std::min<std::int64_t>(cfg.get_int("train.max_seq_len"),
                                                             mc.max_position_embeddings > 0 ? mc.max_position_embeddings : 1 << 30));
     if (d.max_seq_len < cfg.get_int("train.max_seq_len")) d.max_seq_len_name = "the model's max_position_embeddings";
+    d.completion_only = cfg.get_bool("train.completion_only_loss");
     const io::ChatTemplate chat = chat_template(cfg, "train.chat_format", *tok);
     d.chat = &chat;
     train_data = train::load_examples(cfg.get_string("data.input"), *tok, d);
@@ -60,6 +61,18 @@ int run_sft(Context& ctx) {
                                              "examples", limit, "lose the end of their completion, EOS included",
                                              "raise train.max_seq_len to train them whole");
       if (!note.empty()) data_notes.push_back(note);
+      // Prompts whose last tokens merge with the completion's first: trained on the tokens of the whole (as trl),
+      // which differ from the prompt's own at its end (trl warns once too).
+      std::size_t merged = 0, first = 0;
+      for (std::size_t i = 0; i < set->size(); ++i)
+        if ((*set)[i].merged && merged++ == 0) first = static_cast<std::size_t>((*set)[i].line);
+      if (merged > 0)
+        data_notes.push_back(cfg.get_string(set == &train_data ? "data.input" : "eval.input") + ": " +
+                             std::to_string(merged) + " of " + std::to_string(set->size()) +
+                             " examples have a prompt whose last tokens merge with the completion's first (the first at "
+                             "line " + std::to_string(first) + "): tokenized whole, as trl does, their prompt "
+                             "ends on other tokens than the prompt alone (what the model is given at inference); end "
+                             "the prompts on a token boundary (a prompt ending in a space before a word merges)");
     }
     if (cfg.get_bool("eval.accuracy") && !eval_data.empty()) {
       std::size_t longest_prompt = 0;

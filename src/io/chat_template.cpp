@@ -25,7 +25,12 @@ struct ChatTemplate::Impl {
 
   std::vector<Message> plain(const nlohmann::ordered_json& messages) const {
     std::vector<Message> out;
-    for (const auto& m : messages) out.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+    for (const auto& m : messages) {
+      if (m.contains("tool_calls"))
+        throw UserError("the built-in " + std::string(chat_format_name(format)) + " format has no tool calls: render "
+                        "tool-calling data with the model's chat template (chat_format = \"auto\")");
+      out.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+    }
     return out;
   }
 
@@ -61,14 +66,28 @@ struct ChatTemplate::Impl {
     return jinja::Value::make_list(std::move(out));
   }
 
-  jinja::Template::Output run(const nlohmann::ordered_json& messages, bool add_generation_prompt) const {
-    if (builtin) return {apply_chat(plain(messages), format, add_generation_prompt), {}};
+  jinja::Template::Output run(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                              const ChatExtras& extras) const {
+    if (builtin) {
+      if (!extras.tools.is_null() || !extras.kwargs.is_null())
+        throw UserError("the built-in " + std::string(chat_format_name(format)) + " format takes no \"tools\" and no "
+                        "\"chat_template_kwargs\": render this line with the model's chat template (chat_format = "
+                        "\"auto\")");
+      return {apply_chat(plain(messages), format, add_generation_prompt), {}};
+    }
     if (!tmpl) throw UserError(none_reason);
     jinja::Vars vars{{"messages", template_messages(messages)},
-                     {"tools", jinja::Value::none()},
+                     {"tools", extras.tools.is_null() ? jinja::Value::none() : jinja::from_json(extras.tools)},
                      {"documents", jinja::Value::none()},
                      {"add_generation_prompt", jinja::Value::boolean(add_generation_prompt)}};
-    vars.insert(vars.end(), base.begin(), base.end());
+    // The line's own keyword arguments first: they override chat.template_kwargs and the special tokens.
+    if (extras.kwargs.is_object())
+      for (auto it = extras.kwargs.begin(); it != extras.kwargs.end(); ++it) vars.emplace_back(it.key(), jinja::from_json(it.value()));
+    for (const auto& b : base) {
+      bool given = false;
+      for (const auto& v : vars) given = given || v.first == b.first;
+      if (!given) vars.push_back(b);
+    }
     return tmpl->render(vars);
   }
 };
@@ -135,19 +154,45 @@ ChatTemplate::ChatTemplate(const Tokenizer& tok, const ChatOptions& opts) {
   impl_ = std::move(impl);
 }
 
-std::string ChatTemplate::text(const nlohmann::ordered_json& messages, bool add_generation_prompt) const {
-  return impl_->run(messages, add_generation_prompt).text;
+ChatExtras ChatExtras::of(const nlohmann::ordered_json& row) {
+  ChatExtras e;
+  if (row.contains("tools") && !row["tools"].is_null()) {
+    e.tools = row["tools"];
+    if (e.tools.is_string()) {  // trl reads a JSON string too
+      try {
+        e.tools = nlohmann::ordered_json::parse(row["tools"].get<std::string>());
+      } catch (const nlohmann::ordered_json::exception&) {
+        throw UserError("\"tools\" is a string that is not JSON");
+      }
+    }
+    if (!e.tools.is_array()) throw UserError("\"tools\" must be a list of tool definitions");
+  }
+  if (row.contains("chat_template_kwargs") && !row["chat_template_kwargs"].is_null()) {
+    e.kwargs = row["chat_template_kwargs"];
+    if (!e.kwargs.is_object()) throw UserError("\"chat_template_kwargs\" must be an object");
+    for (const char* k : {"messages", "add_generation_prompt", "tools", "documents"})
+      if (e.kwargs.contains(k))
+        throw UserError(std::string("\"chat_template_kwargs\": '") + k + "' is set by mgrl, not a template keyword");
+  }
+  return e;
 }
 
-std::vector<std::int32_t> ChatTemplate::encode(const nlohmann::ordered_json& messages, bool add_generation_prompt) const {
+std::string ChatTemplate::text(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                               const ChatExtras& extras) const {
+  return impl_->run(messages, add_generation_prompt, extras).text;
+}
+
+std::vector<std::int32_t> ChatTemplate::encode(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                                               const ChatExtras& extras) const {
   const bool specials = impl_->builtin && impl_->format == ChatFormat::None;
-  return impl_->tok.encode(text(messages, add_generation_prompt), specials);
+  return impl_->tok.encode(text(messages, add_generation_prompt, extras), specials);
 }
 
-RenderedChat ChatTemplate::render(const nlohmann::ordered_json& messages, bool add_generation_prompt) const {
+RenderedChat ChatTemplate::render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                                  const ChatExtras& extras) const {
   const Impl& im = *impl_;
   RenderedChat r;
-  auto out = im.run(messages, add_generation_prompt);
+  auto out = im.run(messages, add_generation_prompt, extras);
   r.text = std::move(out.text);
   if (!im.builtin && im.tmpl->marks_generation()) {
     r.spans = std::move(out.generation);
@@ -158,8 +203,8 @@ RenderedChat ChatTemplate::render(const nlohmann::ordered_json& messages, bool a
       const nlohmann::ordered_json upto(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(i) + 1);
       std::string p, q;
       try {
-        p = im.run(before, true).text;
-        q = im.run(upto, false).text;
+        p = im.run(before, true, extras).text;
+        q = im.run(upto, false, extras).text;
       } catch (const UserError& e) {
         throw UserError("finding assistant message " + std::to_string(i + 1) + " by rendering the messages before it: " +
                         e.what() + " (a template that marks assistant text with {% generation %} needs no such rendering)");
@@ -206,10 +251,14 @@ bool ChatTemplate::builtin() const { return impl_->builtin; }
 
 void ChatTemplate::check_messages(const nlohmann::ordered_json& messages) {
   if (!messages.is_array() || messages.empty()) throw UserError("\"messages\" must be a non-empty array");
-  for (const auto& m : messages)
-    if (!m.is_object() || !m.contains("role") || !m.contains("content") || !m["role"].is_string() ||
-        !m["content"].is_string())
+  for (const auto& m : messages) {
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
       throw UserError("each message needs string \"role\" and \"content\"");
+    const bool content = m.contains("content") && m["content"].is_string();
+    const bool tool_call = m["role"] == "assistant" && m.contains("tool_calls") &&
+                           (!m.contains("content") || m["content"].is_null() || m["content"].is_string());
+    if (!content && !tool_call) throw UserError("each message needs string \"role\" and \"content\"");
+  }
 }
 
 }  // namespace mgrl::io

@@ -33,6 +33,15 @@ struct RenderedChat {
   std::vector<std::pair<std::size_t, std::size_t>> spans;
 };
 
+// What a data line may give its conversation beside the messages, as trl's columns do: "tools" (a list of tool
+// definitions, or that list as a JSON string: the template's `tools`) and "chat_template_kwargs" (an object of
+// template variables for this line, over chat.template_kwargs). Null when the line has none.
+struct ChatExtras {
+  nlohmann::ordered_json tools, kwargs;
+  // Read from a data line (UserError "what" for a malformed column: the caller adds file and line).
+  static ChatExtras of(const nlohmann::ordered_json& row);
+};
+
 class ChatTemplate {
  public:
   // Reads the template (UserError naming the file and line for a template mgrl cannot interpret, or naming
@@ -42,16 +51,19 @@ class ChatTemplate {
 
   // The conversation as text. messages: a JSON array of objects with a string "role" (any other fields, such as
   // "content" or "reasoning_content", reach the template as they are).
-  std::string text(const nlohmann::ordered_json& messages, bool add_generation_prompt) const;
+  std::string text(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                   const ChatExtras& extras = {}) const;
   // The text's token ids: encoded as transformers' apply_chat_template(tokenize=True) does (no special tokens
   // added: the template writes them); the built-in format "none" adds them as the tokenizer's post-processor says.
-  std::vector<std::int32_t> encode(const nlohmann::ordered_json& messages, bool add_generation_prompt) const;
+  std::vector<std::int32_t> encode(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                                   const ChatExtras& extras = {}) const;
   // Text, ids and the assistant mask. When the template marks assistant text with {% generation %}, those
   // spans (transformers' return_assistant_tokens_mask); otherwise, for each assistant message i, the text that
   // rendering messages[:i+1] adds to messages[:i] with the generation prompt, when both renderings are prefixes
   // of the whole (a turn the template renders differently once later turns follow, such as Qwen3 dropping earlier
   // reasoning, is context, not trained). A token overlapping a span is 1, as in transformers.
-  RenderedChat render(const nlohmann::ordered_json& messages, bool add_generation_prompt) const;
+  RenderedChat render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                      const ChatExtras& extras = {}) const;
 
   // "the chat template of <origin>", "chat.template <path>" or "the built-in <name> format", for messages.
   std::string describe() const;
@@ -61,7 +73,8 @@ class ChatTemplate {
   bool builtin() const;
 
   // A {"messages": [...]} value checked: a non-empty array of objects each with a string "role" and a string
-  // "content" (UserError "what" otherwise: the caller adds file and line).
+  // "content" (null or absent in an assistant message with "tool_calls", as trl's tool-calling data has it)
+  // (UserError "what" otherwise: the caller adds file and line).
   static void check_messages(const nlohmann::ordered_json& messages);
 
   struct Impl;

@@ -169,6 +169,11 @@ const Schema& mgrl_schema() {
          "how {\"messages\"} examples become text: auto (the model's own chat template, or chat.template), or a "
          "built-in format for models without one: chatml, llama3 or none",
          {"auto", "chatml", "llama3", "none"}, {}, {}, {}});
+    add({"train.completion_only_loss", T::Bool, Value(true),
+         "SFT: the loss covers the completion ({\"prompt\", \"completion\"}) or the assistant turns ({\"messages\"}) "
+         "only; false: every token but the first, the prompt too (trl's completion_only_loss = False, and trl's default "
+         "for {\"messages\"}, whose assistant_only_loss is off). {\"text\"} examples are trained whole either way",
+         {}, {}, {}, {}});
     add({"eval.input", T::String, Value(std::string("")), "held-out JSONL (same format as data.input); empty: none",
          {}, {}, {}, {}});
     add({"eval.every_steps", T::Int, Value(std::int64_t{0}), "held-out loss every N steps; 0: only at the end", {},

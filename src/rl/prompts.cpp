@@ -29,7 +29,7 @@ std::vector<PromptRow> load_prompts(const std::string& path, const io::Tokenizer
     if (j.contains("messages")) {
       try {
         io::ChatTemplate::check_messages(j["messages"]);
-        p.tokens = chat.encode(j["messages"], true);
+        p.tokens = chat.encode(j["messages"], true, io::ChatExtras::of(j));
       } catch (const UserError& e) {
         io::jsonl_error(path, line, e.what());
       }

@@ -23,6 +23,11 @@ struct Example {
   std::vector<std::uint8_t> loss_mask;
   std::string completion;       // the expected completion text (for exact-match accuracy)
   std::size_t cut = 0;          // tokens past train.max_seq_len, left out (the end of the completion, its EOS first)
+  // {"prompt", "completion"} strings whose tokens merge across the boundary: tokenized together (as trl does), the
+  // completion starts where the prompt's own tokens and the whole's diverge, so the prompt's last tokens differ
+  // from the prompt's alone (what the model sees at inference).
+  bool merged = false;
+  int line = 0;  // of its JSONL file (1-based; 0 when not from a file)
   std::vector<std::int32_t> prompt_tokens() const { return {tokens.begin(), tokens.begin() + prompt_len}; }
 };
 
@@ -32,6 +37,10 @@ struct DataOptions {
   std::string max_seq_len_name = "train.max_seq_len";
   const io::ChatTemplate* chat = nullptr;  // how {"messages"} examples become tokens (required for them)
   bool add_eos = true;  // append the tokenizer's EOS to every completion (not to a template's conversation: it ends its turns)
+  // train.completion_only_loss: the loss covers the completion (the assistant turns of a conversation) only; false:
+  // every token but the first, the prompt too (trl's default for {"messages"} without assistant_only_loss, and its
+  // completion_only_loss = False). {"text"} examples are trained whole either way.
+  bool completion_only = true;
 };
 
 // One {"messages": [...]} example as SFT trains on it (what `mgrl render` shows): the messages end with an
@@ -40,7 +49,12 @@ struct DataOptions {
 // the generation prompt, then the final message's content and EOS, the loss on those. The text is returned in
 // *text when given. UserError (the caller adds file and line) for a conversation that cannot be trained.
 Example chat_example(const nlohmann::ordered_json& messages, const io::Tokenizer& tok, const DataOptions& opts,
-                     std::string* text = nullptr);
+                     std::string* text = nullptr, const io::ChatExtras& extras = {});
+
+// One data line as SFT trains on it ({"prompt", "completion"} strings or message lists, {"text"}, {"messages"}: see
+// docs/sft.md "Data"); its text in *text when given. UserError (the caller adds file and line) for a broken line.
+Example example_of(const nlohmann::ordered_json& line, const io::Tokenizer& tok, const DataOptions& opts,
+                   std::string* text = nullptr);
 
 // Reads and tokenizes a JSONL file. UserError "file:line: ..." for a broken line.
 std::vector<Example> load_examples(const std::string& path, const io::Tokenizer& tok, const DataOptions& opts);

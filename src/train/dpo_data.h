@@ -1,7 +1,9 @@
 // dpo_data.h: preference pairs for DPO: JSONL lines {"prompt", "chosen", "rejected"} as strings, or with the prompt
 // as a list of chat messages and chosen / rejected as assistant message lists (or strings), rendered through the
-// model's chat template; tokenized as trl's DPOTrainer does (the completion starts where the tokenized prompt and
-// prompt + completion diverge), cut to max_length keeping the start, pairs whose prompt fills max_length left out.
+// model's chat template with the line's "tools" and "chat_template_kwargs" (every field of a message reaches it:
+// tool_calls, reasoning_content); or {"chosen", "rejected"} alone, whose shared start is the prompt (trl's
+// extract_prompt). Tokenized as trl's DPOTrainer does (the completion starts where the tokenized prompt and prompt +
+// completion diverge), cut to max_length keeping the start, pairs whose prompt fills max_length left out.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -46,7 +48,7 @@ PairData load_pairs(const std::string& path, const io::Tokenizer& tok, const Pai
 
 // The token ids of a conversation through the chat template (io/chat_template.h, the path SFT, GRPO and
 // `mgrl render` use): the one place DPO renders messages.
-std::vector<std::int32_t> render_conversation(const io::ChatTemplate& chat, const std::vector<io::Message>& messages,
-                                              bool add_generation_prompt);
+std::vector<std::int32_t> render_conversation(const io::ChatTemplate& chat, const nlohmann::ordered_json& messages,
+                                              bool add_generation_prompt, const io::ChatExtras& extras = {});
 
 }  // namespace mgrl::train

@@ -232,6 +232,37 @@ TEST(DpoPairs, ChatMessagesGoThroughTheTemplate) {
   EXPECT_EQ(d.pairs[0].chosen_text, "Hi!");
 }
 
+// trl's DPOTrainer on the same lines (tests/data/sft_trl/dpo_*.jsonl, tools/make_sft_trl_fixtures.py, trl 1.16): a
+// tool-call chosen with a tools column (every message field reaches the template), an implicit prompt of messages,
+// a line's chat_template_kwargs, an implicit prompt of texts. Until 2026-11-28 the tool call trained as an empty
+// answer, the tools and kwargs were ignored and the implicit forms refused (found by a TRL parity hunt).
+TEST(DpoPairs, TrlFormsAsTrl) {
+  const auto tok = io::Tokenizer::from_dir(kData + "/tokenizers/qwen2_bytelevel");
+  io::ChatOptions co;
+  co.template_path = kData + "/sft_trl/tools.jinja";
+  const io::ChatTemplate chat(tok, co);
+  PairOptions o;
+  o.chat = &chat;
+  const PairData d = load_pairs(kData + "/sft_trl/dpo_input.jsonl", tok, o);
+  std::ifstream f(kData + "/sft_trl/dpo_expected.jsonl");
+  std::string line;
+  std::size_t i = 0;
+  for (; std::getline(f, line); ++i) {
+    ASSERT_LT(i, d.pairs.size());
+    const auto e = nlohmann::json::parse(line);
+    auto whole = [&](const char* side) {
+      auto ids = e["prompt_ids"].get<std::vector<std::int32_t>>();
+      for (const auto t : e[side].get<std::vector<std::int32_t>>()) ids.push_back(t);
+      return ids;
+    };
+    EXPECT_EQ(d.pairs[i].chosen, whole("chosen_ids")) << "line " << i + 1;
+    EXPECT_EQ(d.pairs[i].rejected, whole("rejected_ids")) << "line " << i + 1;
+    EXPECT_EQ(d.pairs[i].prompt_len, static_cast<std::int32_t>(e["prompt_ids"].size())) << "line " << i + 1;
+  }
+  EXPECT_EQ(i, d.pairs.size());
+  EXPECT_EQ(i, 4u);
+}
+
 TEST(DpoPairs, BrokenLinesNameFileAndLine) {
   const auto tok = io::Tokenizer::from_dir(kSource + "/inputs/quickstart");
   const std::vector<std::pair<std::string, std::string>> cases{
