@@ -283,6 +283,7 @@ train::CheckpointOptions checkpoint_options(const io::Config& cfg, const dist::D
   o.config_text = cfg.to_toml();
   o.allow_other_base = cfg.get_bool("checkpoint.allow_other_base");
   o.numerics = numerics_of(device);
+  if (!cfg.get_bool("train.full_finetune")) o.lora_config = model::peft_config_json(lora_config(cfg));
   if (!o.dir.empty() || (o.resume != "none" && !o.resume.empty()))  // read only when a checkpoint may be written or read
     o.data = data_fingerprint(cfg.get_string("data.input"));
   // A stop at a step is meant to be resumed from (a time-limited job): without checkpoints nothing of it is kept.

@@ -17,6 +17,7 @@
 #include <memory>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "app/modes.h"
 #include "core/error.h"
@@ -32,6 +33,7 @@
 #include "io/safetensors.h"
 #include "kernels/cpu/nf4.h"
 #include "model/lora.h"
+#include "model/model_def.h"
 #include "train/checkpoint.h"
 
 namespace mgrl::app {
@@ -59,6 +61,22 @@ void make_dir(const std::string& d) {
 
 const char* kLoraPrefix = "base_model.model.";
 
+// A config.json's dtype, for the weights written beside it: transformers 5 reads "dtype" (and loads in it by default),
+// older versions "torch_dtype"; both are set (until 2026-11-28 only torch_dtype, so a float32 export of a bf16 base
+// loaded in bf16 and an exported full fine-tuning in its base's dtype).
+void set_config_dtype(const std::string& config, DType dt) {
+  nlohmann::json j = io::read_json_file(config, "the model config");
+  if (!j.is_object()) return;
+  const char* name = dt == DType::BF16 ? "bfloat16" : dt == DType::F16 ? "float16" : "float32";
+  bool changed = false;
+  for (const char* key : {"dtype", "torch_dtype"})
+    if (!j.contains(key) || j[key] != name) {
+      j[key] = name;
+      changed = true;
+    }
+  if (changed) io::write_file_atomically(config, j.dump(2) + "\n");
+}
+
 // An export's staging directory inside its output: ".mgrl-export.tmp.<pid>".
 const char* kStagePrefix = ".mgrl-export.tmp.";
 // The files an export may write into its output directory and into merged/.
@@ -69,10 +87,37 @@ const char* const kExportFiles[] = {"adapter_model.safetensors", "adapter_config
 // A full model's files beside its weights: the model's config from the base directory, the tokenizer's from the
 // run's tokenizer directory (model.tokenizer, else the base's; until 2026-11-28 always the base's, so that a run with
 // a tokenizer of its own exported none or the wrong one).
-void copy_model_files(const std::string& base_dir, const std::string& tok_dir, const std::string& to) {
+// config.json and tokenizer.json must be there (a full model without them loads nowhere: until 2026-11-28 an export
+// from another working directory than the run's, its relative model.path unresolved, wrote the weights alone). A
+// chat template the run was given (chat.template) is the model's from here on: written as chat_template.jinja, and
+// as tokenizer_config.json's chat_template when that has one (until then the tokenizer's own was exported).
+void copy_model_files(const std::string& base_dir, const std::string& tok_dir, const std::string& chat_template,
+                      const std::string& to) {
+  for (const auto& [dir, file, what] : {std::tuple<std::string, const char*, const char*>{base_dir, "config.json", "model.path"},
+                                        {tok_dir, "tokenizer.json", "model.tokenizer (or model.path)"}}) {
+    struct stat st {};
+    if (::stat((dir + "/" + file).c_str(), &st) != 0)
+      throw UserError(dir + "/" + file + ": not found (" + what + " of the run, as its configuration names it: run the "
+                      "export from the run's working directory, or give the run absolute paths); a model without it "
+                      "cannot be loaded");
+  }
   for (const char* f : {"config.json", "generation_config.json"}) copy_file_if_exists(base_dir + "/" + f, to + "/" + f);
   for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"})
     copy_file_if_exists(tok_dir + "/" + f, to + "/" + f);
+  if (chat_template.empty()) return;
+  std::ifstream in(chat_template, std::ios::binary);
+  if (!in) throw UserError(chat_template + ": cannot read the run's chat template (chat.template) to export it");
+  std::ostringstream text;
+  text << in.rdbuf();
+  io::write_file_atomically(to + "/chat_template.jinja", text.str());
+  struct stat st {};
+  if (::stat((to + "/tokenizer_config.json").c_str(), &st) == 0) {
+    nlohmann::json j = io::read_json_file(to + "/tokenizer_config.json", "the tokenizer config");
+    if (j.is_object() && j.contains("chat_template")) {
+      j["chat_template"] = text.str();
+      io::write_file_atomically(to + "/tokenizer_config.json", j.dump(2) + "\n");
+    }
+  }
 }
 
 // Removes the staging directories of exports into `out` whose process no longer runs on this host (killed while
@@ -125,11 +170,42 @@ void publish(const std::string& stage, const std::string& out) {
         throw UserError(to + "/" + n + ": cannot move the export into place (" + std::strerror(errno) + ")");
     io::sync_directory(to);
   };
+  // The files of an earlier export of another kind go (a full model's model.safetensors and config.json beside a new
+  // adapter, an adapter_config.json beside a new full model, which transformers then loads instead; a merged/ of an
+  // earlier export beside an unmerged one): kept until 2026-11-28, they made the directory load the wrong model.
+  const auto new_files = [](const std::string& stage_dir) {  // before they are moved
+    std::set<std::string> names;
+    for (const char* f : kExportFiles) {
+      std::error_code ec;
+      if (fs::exists(stage_dir + "/" + f, ec)) names.insert(f);
+    }
+    return names;
+  };
+  const auto remove_stale = [](const std::set<std::string>& written, const std::string& out_dir) {
+    std::vector<std::string> gone;
+    for (const char* f : kExportFiles) {
+      std::error_code ec;
+      if (!written.count(f) && fs::exists(out_dir + "/" + f, ec) && fs::remove(out_dir + "/" + f, ec)) gone.push_back(f);
+    }
+    if (!gone.empty()) {
+      std::string list;
+      for (const auto& g : gone) list += (list.empty() ? "" : ", ") + g;
+      log::info(out_dir + ": removed " + list + " of an earlier export (this export writes none of them)");
+    }
+  };
+  const std::set<std::string> top = new_files(stage);
   if (fs::is_directory(stage + "/merged")) {
+    const std::set<std::string> merged = new_files(stage + "/merged");
     make_dir(out + "/merged");
     move_files(stage + "/merged", out + "/merged");
+    remove_stale(merged, out + "/merged");
+  } else if (fs::is_directory(out + "/merged")) {
+    remove_stale({}, out + "/merged");
+    std::error_code ec;
+    if (fs::is_empty(out + "/merged", ec)) fs::remove(out + "/merged", ec);
   }
   move_files(stage, out);
+  remove_stale(top, out);
 }
 
 // What to export instead of a damaged newest checkpoint of dir: "the newest intact checkpoint is <path> (step N):
@@ -184,6 +260,12 @@ int run_export(Context& ctx) {
                       "model.init = \"random\" for random weights)");
   });
   const bool lora = !ck.tensors.empty() && ck.tensors.front().name.rfind(kLoraPrefix, 0) == 0;
+  // An adapter trained over random weights (model.init = "random") fits no saved model: its export named the model
+  // directory's pretrained weights as its base, and merged into them, until 2026-11-28.
+  if (lora && run_cfg.get_string("model.init") == "random")
+    throw UserError(path + ": its run trained the adapter over random weights (model.init = \"random\"), which are "
+                    "not saved anywhere: the adapter fits no model to export it for; train it over a model's weights");
+  const std::string chat_file = run_cfg.get_string("chat.template");
   const std::string base_dir = run_cfg.get_string("model.path");
   const std::string& run_tok = run_cfg.get_string("model.tokenizer");
   const std::string tok_dir = run_tok.empty() ? base_dir : run_tok;
@@ -197,11 +279,17 @@ int run_export(Context& ctx) {
     std::vector<io::TensorToWrite> tensors;
     for (const auto& t : ck.tensors) tensors.push_back({t.name, DType::F32, t.shape, ck.params.data() + t.offset});
     if (lora) {
-      const model::LoraConfig lc = lora_config(run_cfg);  // the adapter the run started from, when it had one
+      // As trained (the checkpoint keeps it); older checkpoints: from the run's configuration (its lora.adapter's
+      // adapter_config.json as that directory holds it now).
+      const model::LoraConfig lc = ck.lora_config.empty()
+                                       ? lora_config(run_cfg)
+                                       : model::peft_config_from_json(nlohmann::json::parse(ck.lora_config),
+                                                                      path + ":/lora_config");
       model::write_peft_adapter(dir, lc, base_dir, tensors);
     } else {
       io::write_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
-      copy_model_files(base_dir, tok_dir, dir);
+      copy_model_files(base_dir, tok_dir, chat_file, dir);
+      set_config_dtype(dir + "/config.json", DType::F32);  // the weights are f32
     }
 
     if (merge) {
@@ -226,6 +314,19 @@ int run_export(Context& ctx) {
       const float scale = lc.scale();
       std::map<std::string, const train::TensorEntry*> by_name;
       for (const auto& t : ck.tensors) by_name[t.name] = &t;
+      std::map<std::string, std::string> trained_over;  // "<name>[ nf4]" -> its line of the checkpoint's fingerprint
+      for (std::size_t at = 0; at < ck.base_fingerprint.size();) {
+        const std::size_t nl = std::min(ck.base_fingerprint.find('\n', at), ck.base_fingerprint.size());
+        const std::string l = ck.base_fingerprint.substr(at, nl - at);
+        if (l.rfind(' ') != std::string::npos) trained_over[l.substr(0, l.rfind(' '))] = l;
+        at = nl + 1;
+      }
+      std::string mismatch;
+      const auto check_fingerprint = [&](const std::string& line) {
+        const std::string key = line.substr(0, line.rfind(' '));
+        const auto it = trained_over.find(key);
+        if (mismatch.empty() && it != trained_over.end() && it->second != line) mismatch = key;
+      };
       std::vector<std::vector<float>> storage;
       std::vector<io::TensorToWrite> full;
       const auto names = base.names();
@@ -247,8 +348,10 @@ int run_export(Context& ctx) {
           }
           storage.emplace_back(static_cast<std::size_t>(q.numel()));
           kernels::cpu::nf4_dequantize(q.codes.data(), absmax.data(), q.code.data(), q.numel(), storage.back().data());
+          check_fingerprint(model::fingerprint_line_nf4(name, q.codes));
         } else {
           storage.push_back(io::to_f32(info));
+          check_fingerprint(model::fingerprint_line(name, storage.back()));
         }
         auto& w = storage.back();
         const std::string stem = name.size() > 7 ? name.substr(0, name.size() - 7) : name;  // drop ".weight"
@@ -278,22 +381,22 @@ int run_export(Context& ctx) {
         }
       }
       io::write_safetensors(merged + "/model.safetensors", full, {{"format", "pt"}});
-      copy_model_files(base_dir, tok_dir, merged);
-      {  // the merged weights are dense: a bitsandbytes base's quantization_config no longer applies; torch_dtype
-         // names their dtype when they have one
+      copy_model_files(base_dir, tok_dir, chat_file, merged);
+      {  // the merged weights are dense: a bitsandbytes base's quantization_config no longer applies
         nlohmann::json j = io::read_json_file(merged + "/config.json", "the model config");
-        if (j.is_object()) {
-          bool changed = j.erase("quantization_config") > 0;
-          if (written.size() == 1) {
-            const DType dt = *written.begin();
-            const char* name = dt == DType::BF16 ? "bfloat16" : dt == DType::F16 ? "float16" : "float32";
-            if (!j.contains("torch_dtype") || j["torch_dtype"] != name) {
-              j["torch_dtype"] = name;
-              changed = true;
-            }
-          }
-          if (changed) io::write_file_atomically(merged + "/config.json", j.dump(2) + "\n");
-        }
+        if (j.is_object() && j.erase("quantization_config") > 0)
+          io::write_file_atomically(merged + "/config.json", j.dump(2) + "\n");
+      }
+      if (written.size() == 1) set_config_dtype(merged + "/config.json", *written.begin());
+      // The base the adapter was trained over (its fingerprint in the checkpoint) must be the one merged into: a base
+      // replaced since went into merged/ with the adapter in silence until 2026-11-28 (a resume refused it).
+      if (!mismatch.empty()) {
+        const std::string what = path + ": trained over other base weights than " + base_dir + " holds now (tensor '" +
+                                 mismatch + "' differs)";
+        if (!cfg.get_bool("checkpoint.allow_other_base"))
+          throw UserError(what + ": its merge would not be the trained model. Export over the weights it was trained "
+                          "over, or set checkpoint.allow_other_base = true to merge into these");
+        log::warn_once(what + "; merging into these (checkpoint.allow_other_base)");
       }
     }
   };

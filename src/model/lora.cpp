@@ -67,8 +67,17 @@ float LoraConfig::scale() const {
 }
 
 LoraConfig read_peft_config(const std::string& path) {
-  using io::read_json_file;
-  const nlohmann::json j = read_json_file(path, "the adapter configuration");
+  return peft_config_from_json(io::read_json_file(path, "the adapter configuration"), path);
+}
+
+std::string peft_config_json(const LoraConfig& c) {
+  return nlohmann::json{{"peft_type", "LORA"},      {"r", c.r},
+                        {"lora_alpha", c.alpha},    {"lora_dropout", c.dropout},
+                        {"use_rslora", c.use_rslora}, {"target_modules", c.targets}}
+      .dump();
+}
+
+LoraConfig peft_config_from_json(const nlohmann::json& j, const std::string& path) {
   auto fail = [&](const std::string& what) -> void { throw UserError(path + ": " + what); };
   if (!j.is_object()) fail("not a JSON object");
   const auto pt = j.find("peft_type");

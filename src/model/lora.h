@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "io/hf_config.h"
 #include "io/safetensors.h"
 #include "kernels/ops.h"
@@ -40,6 +42,10 @@ struct LoraConfig {
 // Reads a PEFT adapter_config.json (LoRA only). Throws UserError naming the file for features mgrl
 // does not implement (DoRA, rank or alpha patterns, layers_to_transform, biases, fan_in_fan_out).
 LoraConfig read_peft_config(const std::string& adapter_config_json);
+// The same from a parsed adapter_config.json (`where` names it in errors); and the fields it reads, as JSON (what a
+// LoRA run's checkpoints keep: train::Checkpoint::lora_config).
+LoraConfig peft_config_from_json(const nlohmann::json& j, const std::string& where);
+std::string peft_config_json(const LoraConfig& c);
 
 // Writes a PEFT adapter directory (created if needed): adapter_model.safetensors holding `tensors` (PEFT
 // names, f32) and adapter_config.json describing cfg; both written under temporary names and renamed.

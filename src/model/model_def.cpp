@@ -519,6 +519,16 @@ void ModelDef::add_to_fingerprint(const std::string& name, const void* sample, s
   fingerprint_ += name + " " + io::checksum_hex(sample, bytes) + "\n";
 }
 
+std::string fingerprint_line(const std::string& name, const std::vector<float>& values) {
+  const auto sample = fingerprint_sample(values);
+  return name + " " + io::checksum_hex(sample.data(), sample.size() * sizeof(std::uint16_t));
+}
+
+std::string fingerprint_line_nf4(const std::string& name, const std::vector<std::uint8_t>& codes) {
+  const auto sample = fingerprint_sample<std::uint8_t>(codes, [](std::uint8_t c) { return c; });
+  return name + " nf4 " + io::checksum_hex(sample.data(), sample.size());
+}
+
 void ModelDef::load_weights(const std::string& dir) {
   io::SafetensorsModel model(dir);
   fingerprint_.clear();

@@ -82,6 +82,11 @@ struct LayerGrads {
   float* bias[kNumModules] = {};
 };
 
+// One line of ModelDef::base_fingerprint ("<name> <checksum>", "<name> nf4 <checksum>") for a dense tensor's values
+// or an NF4 tensor's stored codes: what `mgrl export` compares a merge's base with.
+std::string fingerprint_line(const std::string& name, const std::vector<float>& values);
+std::string fingerprint_line_nf4(const std::string& name, const std::vector<std::uint8_t>& codes);
+
 class ModelDef {
  public:
   // gatherer: the ranks a shard_base model is sharded over (null: one part, this process).

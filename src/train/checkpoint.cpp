@@ -43,6 +43,7 @@ const std::string kBase = "/base_fingerprint";  // absent in files written befor
 const std::string kNumerics = "/numerics";       // absent in files written before 2026-11-28 (and their seal)
 const std::string kData = "/data_fingerprint";   // the same
 const std::string kLogPosition = "/log_position";  // the same
+const std::string kLoraConfig = "/lora_config";    // the same
 const std::string kStep = "/state/step";
 const std::string kTokensSeen = "/state/tokens_seen";
 const std::string kSkippedSteps = "/state/skipped_steps";
@@ -275,6 +276,7 @@ Checkpoint read_file(const io::H5Reader& r, bool sealed, const std::string& expe
   if (r.has(kNumerics)) ck.numerics = read_text(r, version, kNumerics);
   if (r.has(kData)) ck.data = read_text(r, version, kData);
   if (r.has(kLogPosition)) ck.log_position = read_text(r, version, kLogPosition);
+  if (r.has(kLoraConfig)) ck.lora_config = read_text(r, version, kLoraConfig);
 
   auto& s = ck.state;
   s.step = read_i64(r, version, kStep);
@@ -411,6 +413,7 @@ void write_checkpoint(const std::string& dir, const Checkpoint& ck) {
     if (!ck.numerics.empty()) put_string(kNumerics, ck.numerics);
     if (!ck.data.empty()) put_string(kData, ck.data);
     if (!ck.log_position.empty()) put_string(kLogPosition, ck.log_position);
+    if (!ck.lora_config.empty()) put_string(kLoraConfig, ck.lora_config);
 
     const auto& s = ck.state;
     put_i64(kStep, s.step);

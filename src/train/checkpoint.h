@@ -61,6 +61,10 @@ struct Checkpoint {
   // Where rank 0's metrics.jsonl ended when it was written, "<bytes> <absolute path>" (RunLog::position); a resume
   // moves what later runs appended after it (their lost steps) aside. "" when unknown (no log.dir, older files).
   std::string log_position;
+  // LoRA runs: the adapter's configuration as trained (model::peft_config_json: r, alpha, rsLoRA, targets, dropout),
+  // which an export writes (until 2026-11-28 it read the configuration of the run's lora.adapter directory again,
+  // whatever that held by then). "" for full fine-tuning and older files.
+  std::string lora_config;
   std::string extra;  // the loop's own state (GRPO: the batch of a generation round in progress), JSON; may be ""
 };
 

@@ -224,6 +224,7 @@ void Checkpointer::write(const TrainState& st, const std::string& extra) {
   ck.base_fingerprint = tr.base;
   ck.numerics = opts_.numerics;
   ck.data = opts_.data;
+  ck.lora_config = opts_.lora_config;
   if (log_position_) ck.log_position = log_position_();
   ck.mgrl_version = build_info().version;
   ck.extra = extra;

@@ -28,6 +28,7 @@ struct CheckpointOptions {
   // numeric setup (backend, CPU threads and BLAS, or GPU: app::numerics_of) and the training data's bytes
   // (data.input: "N bytes, checksum X").
   std::string numerics, data;
+  std::string lora_config;  // LoRA runs: model::peft_config_json of the adapter trained (Checkpoint::lora_config)
 };
 
 // A run resumed at `step` from `resumed` ("" when it started afresh) whose last step `end` (train.max_steps, or
