@@ -284,7 +284,9 @@ train::CheckpointOptions checkpoint_options(const io::Config& cfg, const dist::D
   o.allow_other_base = cfg.get_bool("checkpoint.allow_other_base");
   o.numerics = numerics_of(device);
   if (!cfg.get_bool("train.full_finetune")) o.lora_config = model::peft_config_json(lora_config(cfg));
-  if (!o.dir.empty() || (o.resume != "none" && !o.resume.empty()))  // read only when a checkpoint may be written or read
+  // Read (the whole file, a second time) only when a checkpoint may be written or read: a checkpoint.dir, or
+  // checkpoint.resume naming a file (its default "auto" reads nothing without a checkpoint.dir).
+  if (!o.dir.empty() || (o.resume != "none" && o.resume != "auto" && !o.resume.empty()))
     o.data = data_fingerprint(cfg.get_string("data.input"));
   // A stop at a step is meant to be resumed from (a time-limited job): without checkpoints nothing of it is kept.
   // Said once, as for a signal's stop (train/stop_agreement.cpp); silent before 2026-11-28.

@@ -50,8 +50,9 @@ int run_render(Context& ctx) {
         } else {  // a prompt: what GRPO and generate give the model, the generation prompt added
           const nlohmann::ordered_json& m = j["messages"];
           row["use"] = "prompt";
-          row["text"] = chat.text(m, true, io::ChatExtras::of(j));
-          const auto tokens = chat.encode(m, true, io::ChatExtras::of(j));
+          const io::ChatExtras extras = io::ChatExtras::of(j);
+          row["text"] = chat.text(m, true, extras);
+          const auto tokens = chat.encode(m, true, extras);
           row["tokens"] = tokens;
           row["assistant_mask"] = std::vector<int>(tokens.size(), 0);
         }

@@ -2238,29 +2238,30 @@ class Renderer {
     return s.substr(o[b], o[e] - o[b]);
   }
 
-  static std::string title(const std::string& s) {
-    std::string out;
-    bool prev_cased = false;
-    for (char32_t c : code_points(s)) {
-      const bool cased = is_cased_lower(c) || is_cased_upper(c);
-      const auto m = prev_cased ? utf8proc_tolower(static_cast<utf8proc_int32_t>(c)) : utf8proc_toupper(static_cast<utf8proc_int32_t>(c));
-      uc::utf8_append(out, static_cast<char32_t>(m));
-      prev_cased = cased;
-    }
-    return out;
-  }
-  // Jinja's |title filter (not Python's str.title, which the .title() method is): words begin after a run of
-  // whitespace, '-', '(', '{', '[' or '<' (its _word_beginning_split_re) and at the start; every other character is
-  // lowered. "<tool_response>r"|title is "<Tool_response>r" (str.title gives "<Tool_Response>R").
-  static std::string title_filter(const std::string& s) {
+  // Upper-cases the first character of each word and lower-cases the rest; a word begins at the start and after a
+  // character c for which ends_word(c).
+  template <class EndsWord>
+  static std::string title_case(const std::string& s, EndsWord ends_word) {
     std::string out;
     bool begins = true;
     for (char32_t c : code_points(s)) {
       const auto m = begins ? utf8proc_toupper(static_cast<utf8proc_int32_t>(c)) : utf8proc_tolower(static_cast<utf8proc_int32_t>(c));
       uc::utf8_append(out, static_cast<char32_t>(m));
-      begins = uc::is_python_space(c) || c == U'-' || c == U'(' || c == U'{' || c == U'[' || c == U'<';
+      begins = ends_word(c);
     }
     return out;
+  }
+  // Python's str.title (the .title() method): a word is a run of cased characters.
+  static std::string title(const std::string& s) {
+    return title_case(s, [](char32_t c) { return !(is_cased_lower(c) || is_cased_upper(c)); });
+  }
+  // Jinja's |title filter: words begin after a run of whitespace, '-', '(', '{', '[' or '<' (its
+  // _word_beginning_split_re) and at the start; every other character is lowered. "<tool_response>r"|title is
+  // "<Tool_response>r" (str.title gives "<Tool_Response>R").
+  static std::string title_filter(const std::string& s) {
+    return title_case(s, [](char32_t c) {
+      return uc::is_python_space(c) || c == U'-' || c == U'(' || c == U'{' || c == U'[' || c == U'<';
+    });
   }
   static std::string capitalize(const std::string& s) {
     std::string out;
