@@ -143,9 +143,12 @@ class Ops {
   // into the storage dtype. Sampling with the adapter merged into its weight (generate.merge_lora).
   virtual void lora_merge(void* Wm, const void* W, const float* A, const float* B, float scale, int out, int in,
                           int r) = 0;
-  // Inverted dropout with a counter-based mask: out[i] = x[i] * keep(seed, i) / (1 - p). The mask of
-  // element i depends only on (seed, i), so every backend draws the same one.
-  virtual void dropout(void* out, const void* x, std::int64_t n, float p, std::uint64_t seed) = 0;
+  // Inverted dropout with a counter-based mask over x [rows, cols]: out[t, j] = x[t, j] * keep(row_seed, j) / (1 - p)
+  // with row_seed = random_bits(seed, row_keys[t]) (row_keys: u64 [rows], backend memory). The mask of an element
+  // depends only on (seed, its row's key, j), so every backend draws the same one, and a row keeps its mask wherever
+  // it sits in a batch (the training executor keys a token by its sequence's place in the step and its position).
+  virtual void dropout(void* out, const void* x, int rows, int cols, float p, std::uint64_t seed,
+                       const std::uint64_t* row_keys) = 0;
   // rope.h (inv_freq: f32 [head_dim / 2])
   virtual void rope_forward(void* x, const std::int32_t* pos, const float* inv_freq, int T, int n_heads,
                             int head_dim) = 0;

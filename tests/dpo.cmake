@@ -18,6 +18,11 @@ string(JOIN " " DPO_STR ${DPO_ARGS})
 mgrl_add_cli_test(dpo.same_weights_on_1_2_4_ranks 0 "(?s)relative differences.*relative differences" - 0 -- bash -c
   "rm -rf ${DPO}/dp && ${RUN1} ${DPO_STR} --train.max_steps=4 --checkpoint.dir=${DPO}/dp/np1 && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${DPO_STR} --train.max_steps=4 --checkpoint.dir=${DPO}/dp/np2 && ${RUNN} 4 ${MPIEXEC_FLAGS_STR} ${RUN1} ${DPO_STR} --train.max_steps=4 --train.grad_accum=2 --checkpoint.dir=${DPO}/dp/np4 && ${CHECK} weights ${DPO}/dp/np2/step_00000004.h5 ${DPO}/dp/np1/step_00000004.h5 --rtol=1e-5 --moments && ${CHECK} weights ${DPO}/dp/np4/step_00000004.h5 ${DPO}/dp/np1/step_00000004.h5 --rtol=1e-5 --moments")
 set_tests_properties(cli.dpo.same_weights_on_1_2_4_ranks PROPERTIES TIMEOUT 120)
+# LoRA dropout: the same weights on 1 and 2 ranks and with grad_accum (masks by a sequence's slot in the step, the
+# chosen and rejected of a pair told apart); and the dropout acts.
+mgrl_add_cli_test(dpo.dropout_same_weights_on_1_2_ranks_and_accum 0 "(?s)relative differences.*relative differences.*dropout acts" - 0 -- bash -c
+  "rm -rf ${DPO}/dpdrop && ${RUN1} ${DPO_STR} --train.max_steps=3 --lora.dropout=0.2 --checkpoint.dir=${DPO}/dpdrop/np1 && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${DPO_STR} --train.max_steps=3 --lora.dropout=0.2 --checkpoint.dir=${DPO}/dpdrop/np2 && ${RUN1} ${DPO_STR} --train.max_steps=3 --lora.dropout=0.2 --train.grad_accum=4 --checkpoint.dir=${DPO}/dpdrop/acc4 && ${RUN1} ${DPO_STR} --train.max_steps=3 --checkpoint.dir=${DPO}/dpdrop/none && ${CHECK} weights ${DPO}/dpdrop/np2/step_00000003.h5 ${DPO}/dpdrop/np1/step_00000003.h5 --rtol=1e-5 && ${CHECK} weights ${DPO}/dpdrop/acc4/step_00000003.h5 ${DPO}/dpdrop/np1/step_00000003.h5 --rtol=1e-5 && ! ${CHECK} weights ${DPO}/dpdrop/none/step_00000003.h5 ${DPO}/dpdrop/np1/step_00000003.h5 --rtol=1e-3 && echo dropout acts")
+set_tests_properties(cli.dpo.dropout_same_weights_on_1_2_ranks_and_accum PROPERTIES TIMEOUT 120 PROCESSORS 2)
 # DPO on a sharded base (model.shard_base): LoRA weights, moments, training and held-out losses equal the unsharded
 # run's on 1, 2 (reference log-probs precomputed) and 4 ranks (recompute); 13 held-out pairs in batches of 3 give
 # the ranks unequal numbers of passes, evened out with one-token passes.

@@ -59,6 +59,11 @@ mgrl_add_cli_test(grpo.eval_generation_too_long_refused_at_start 2 - "^mgrl: err
   -- ${MPIRUN} 2 ${MGRL_MPIEXEC_FLAGS} ${RUN1} ${GRPO_ARGS} --eval.input=${CMAKE_CURRENT_SOURCE_DIR}/data/sft/heldout.jsonl --eval.max_new_tokens=125 --checkpoint.dir= --log.dir=${GRPO}/evfit)
 mgrl_add_cli_test(grpo.same_weights_on_1_and_2_ranks 0 "relative differences" - 0 -- bash -c
   "rm -rf ${GRPO}/dp && ${RUN1} ${GRPO_STR} --checkpoint.dir=${GRPO}/dp/np1 && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${GRPO_STR} --checkpoint.dir=${GRPO}/dp/np2 && ${CHECK} weights ${GRPO}/dp/np2/step_00000004.h5 ${GRPO}/dp/np1/step_00000004.h5 --rtol=1e-5")
+# LoRA dropout: a completion's masks follow its slot (prompt x G + generation), so 1 and 2 ranks and grad_accum 2
+# train the same weights; and the dropout acts.
+mgrl_add_cli_test(grpo.dropout_same_weights_on_1_2_ranks_and_accum 0 "(?s)relative differences.*relative differences.*dropout acts" - 0 -- bash -c
+  "rm -rf ${GRPO}/dpdrop && ${RUN1} ${GRPO_STR} --train.max_steps=2 --lora.dropout=0.2 --checkpoint.dir=${GRPO}/dpdrop/np1 && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${GRPO_STR} --train.max_steps=2 --lora.dropout=0.2 --checkpoint.dir=${GRPO}/dpdrop/np2 && ${RUN1} ${GRPO_STR} --train.max_steps=2 --lora.dropout=0.2 --train.grad_accum=2 --checkpoint.dir=${GRPO}/dpdrop/acc2 && ${RUN1} ${GRPO_STR} --train.max_steps=2 --checkpoint.dir=${GRPO}/dpdrop/none && ${CHECK} weights ${GRPO}/dpdrop/np2/step_00000002.h5 ${GRPO}/dpdrop/np1/step_00000002.h5 --rtol=1e-5 && ${CHECK} weights ${GRPO}/dpdrop/acc2/step_00000002.h5 ${GRPO}/dpdrop/np1/step_00000002.h5 --rtol=1e-5 && ! ${CHECK} weights ${GRPO}/dpdrop/none/step_00000002.h5 ${GRPO}/dpdrop/np1/step_00000002.h5 --rtol=1e-3 && echo dropout acts")
+set_tests_properties(cli.grpo.dropout_same_weights_on_1_2_ranks_and_accum PROPERTIES TIMEOUT 150 PROCESSORS 2)
 # The LM head on the completions' rows alone (Batch::scored_from) against every row (MGRL_SCORED_ROWS=0, which must
 # reach mgrl: its log line): the same training up to f32 rounding (weights within 1e-5, the rollout files' samples,
 # old and reference log-probs within 1e-5, every step's loss within 1e-5 relative: a GRPO loss is a difference of

@@ -124,10 +124,15 @@ class CpuOps final : public Ops {
                            float* scratch) override {
     cpu::lora_group_backward(F(dx), g, n, F(x), T, in, r, scratch);
   }
-  void dropout(void* out, const void* x, std::int64_t n, float p, std::uint64_t seed) override {
+  void dropout(void* out, const void* x, int rows, int cols, float p, std::uint64_t seed,
+               const std::uint64_t* row_keys) override {
     const float keep_scale = 1.0f / (1.0f - p);
-    for (std::int64_t i = 0; i < n; ++i)
-      F(out)[i] = dropout_keep(seed, static_cast<std::uint64_t>(i), p) ? F(x)[i] * keep_scale : 0.0f;
+    for (int t = 0; t < rows; ++t) {
+      const std::uint64_t row_seed = random_bits(seed, row_keys[t]);
+      const std::size_t r0 = static_cast<std::size_t>(t) * static_cast<std::size_t>(cols);
+      for (int j = 0; j < cols; ++j)
+        F(out)[r0 + j] = dropout_keep(row_seed, static_cast<std::uint64_t>(j), p) ? F(x)[r0 + j] * keep_scale : 0.0f;
+    }
   }
   void rope_forward(void* x, const std::int32_t* pos, const float* inv_freq, int T, int n_heads,
                     int head_dim) override {

@@ -240,8 +240,9 @@ class CudaOps final : public Ops {
                            float*) override {
     cuda::lora_group_backward(ctx(), dx, g, n, x, T, in, r);
   }
-  void dropout(void* out, const void* x, std::int64_t n, float p, std::uint64_t seed) override {
-    cuda::dropout(ctx(), out, x, n, p, seed);
+  void dropout(void* out, const void* x, int rows, int cols, float p, std::uint64_t seed,
+               const std::uint64_t* row_keys) override {
+    cuda::dropout(ctx(), out, x, rows, cols, p, seed, row_keys);
   }
   void rope_forward(void* x, const std::int32_t* pos, const float* inv_freq, int T, int n_heads,
                     int head_dim) override {

@@ -6,8 +6,10 @@
 
 namespace mgrl::kernels::cuda {
 
-// out[i] = dropout_keep(seed, i, p) ? x[i] * (1 / (1 - p)) : 0 for i < n (storage dtype; out may alias x).
-// The mask is kernels::dropout_keep itself (ops.h, host and device via core/random.h), so it is the CPU's mask.
-void dropout(const Ctx& c, void* out, const void* x, std::int64_t n, float p, std::uint64_t seed);
+// x, out [rows, cols] (storage dtype; out may alias x): out[t, j] = dropout_keep(random_bits(seed, row_keys[t]), j, p)
+// ? x[t, j] * (1 / (1 - p)) : 0, row_keys u64 [rows] in device memory. The mask is kernels::dropout_keep itself
+// (ops.h, host and device via core/random.h), so it is the CPU's mask.
+void dropout(const Ctx& c, void* out, const void* x, int rows, int cols, float p, std::uint64_t seed,
+             const std::uint64_t* row_keys);
 
 }  // namespace mgrl::kernels::cuda

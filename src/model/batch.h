@@ -14,6 +14,11 @@ struct Batch {
   // completion); the executor then runs the LM head on the rows that predict them alone, and the other positions'
   // log-probs come back 0 (a loss weight there is refused). Empty: every position (from 1) is scored.
   std::vector<std::int32_t> scored_from;
+  // Optional, [B]: a key naming sequence b by its place in the training step (its slot in the global batch), not in
+  // this batch. LoRA dropout draws token t of sequence b's mask from (the step's seed, seq_keys[b], t), so a sequence
+  // gets the same mask whichever rank or micro-batch it lands in (1, 2 or 4 ranks and any grad_accum train alike).
+  // Empty: b.
+  std::vector<std::uint64_t> seq_keys;
   int B() const { return static_cast<int>(offsets.size()) - 1; }
   int T() const { return offsets.back(); }
   int length(int b) const { return offsets[b + 1] - offsets[b]; }

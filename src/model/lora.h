@@ -39,6 +39,12 @@ struct LoraConfig {
   float scale() const;
 };
 
+// The seed of a training step's LoRA dropout masks (Transformer::forward's dropout_seed), from the run's seed and
+// the step: the same on every rank and for every micro-batch, the masks told apart by Batch::seq_keys.
+inline std::uint64_t dropout_seed(std::uint64_t run_seed, std::int64_t step) {
+  return random_bits(run_seed ^ 0x6c6f726164726f70ull, static_cast<std::uint64_t>(step));  // "loradrop"
+}
+
 // Reads a PEFT adapter_config.json (LoRA only). Throws UserError naming the file for features mgrl
 // does not implement (DoRA, rank or alpha patterns, layers_to_transform, biases, fan_in_fan_out).
 LoraConfig read_peft_config(const std::string& adapter_config_json);

@@ -37,11 +37,13 @@ struct TrainExecutor::PassBuffers {
   void *tmp, *xf, *recompute_out;
   float *rstd_f, *lse_head, *lp, *wrow, *lora_scratch;
   std::int32_t *ids, *targets, *pos, *cu_seqlens;
+  std::uint64_t* row_keys;  // LoRA dropout: each token's key (Batch::seq_keys and its position; training arena only)
   std::int32_t* sel;  // the LM head's rows when it runs on the scored rows only (Batch::scored_from)
   void* head_scratch;
   void *dx, *dh, *dq, *dk, *dv, *dq2, *dk2, *dattn, *dgate, *dup, *dact, *dxf, *dlora;
   void* dpost;  // Gemma: the gradient of a post-norm's input (else null)
   std::vector<std::int32_t> host_ids, host_offsets;  // of the last forward
+  std::vector<std::uint64_t> host_keys;              // its row keys (kept: uploads are async)
   std::vector<std::int32_t> host_sel;                // its LM head's rows (compact passes)
   std::vector<float> host_wrow;                      // its loss weights by LM-head row (kept: uploads are async)
   std::vector<float> host_wgrad;                     // forward_with_loss: those times the gradient scale
@@ -241,7 +243,9 @@ void TrainExecutor::layout(const ArenaSpec& sp, int T, Arena& arena, const std::
   W.cu_seqlens = i32(t + 1);  // B <= T
   W.sel = i32(t);
   W.head_scratch = raw(sp.head_scratch_bytes);
+  W.row_keys = nullptr;
   if (!grads) return;  // a scoring arena: no backward
+  if (dropout) W.row_keys = static_cast<std::uint64_t*>(raw(t * sizeof(std::uint64_t)));
   W.dx = st(t * D);
   W.dh = st(t * D);
   W.dq = st(t * Q);
@@ -270,7 +274,7 @@ void TrainExecutor::linear_with_lora(int l, Module m, void* y, const void* x, co
   const void* xin = x;
   const float p = static_cast<float>(lora->config().dropout);
   if (train && p > 0) {
-    ops_.dropout(a.xd[mi], x, static_cast<std::int64_t>(T) * in, p, mix_seed(seed, l, mi));
+    ops_.dropout(a.xd[mi], x, T, in, p, mix_seed(seed, l, mi), cur_->work->row_keys);
     xin = a.xd[mi];
   }
   lora_add(def_, l, m, y, xin, T, a.xa[mi]);
@@ -293,7 +297,7 @@ void TrainExecutor::linear_with_lora_backward(int l, Module m, void* dx, const v
     ops_.zero(cur_->work->dlora, n * ops_.storage_size());
     ops_.lora_backward(cur_->work->dlora, lora->dA(*s), lora->dB(*s), dy, a.xd[mi], a.xa[mi], lora->A(*s),
                        lora->B(*s), c.scale(), T, in, c.r, out, cur_->work->lora_scratch);
-    ops_.dropout(cur_->work->dlora, cur_->work->dlora, static_cast<std::int64_t>(n), p, mix_seed(cur_->seed, l, mi));
+    ops_.dropout(cur_->work->dlora, cur_->work->dlora, T, in, p, mix_seed(cur_->seed, l, mi), cur_->work->row_keys);
     ops_.residual_forward(dx, cur_->work->dlora, static_cast<std::int64_t>(n));
   } else {
     ops_.lora_backward(dx, lora->dA(*s), lora->dB(*s), dy, x, a.xa[mi], lora->A(*s), lora->B(*s), c.scale(), T,
@@ -541,6 +545,17 @@ void TrainExecutor::forward_pass(const Batch& batch, float* logprobs, bool use_l
   ops_.upload(W.targets, targets.data(), static_cast<std::size_t>(T) * 4);
   ops_.upload(W.pos, pos.data(), static_cast<std::size_t>(T) * 4);
   ops_.upload(W.cu_seqlens, batch.offsets.data(), static_cast<std::size_t>(B + 1) * 4);
+  if (train && cur_->lora && def_.lora()->config().dropout > 0) {
+    MGRL_CHECK(W.row_keys != nullptr, "LoRA dropout without its row keys");
+    MGRL_CHECK(batch.seq_keys.empty() || batch.seq_keys.size() == static_cast<std::size_t>(B), "malformed seq_keys");
+    W.host_keys.resize(static_cast<std::size_t>(T));
+    for (int b = 0; b < B; ++b) {
+      const std::uint64_t key = batch.seq_keys.empty() ? static_cast<std::uint64_t>(b) : batch.seq_keys[b];
+      for (int t = 0; t < batch.length(b); ++t)
+        W.host_keys[static_cast<std::size_t>(batch.offsets[b] + t)] = random_bits(key, static_cast<std::uint64_t>(t));
+    }
+    ops_.upload(W.row_keys, W.host_keys.data(), W.host_keys.size() * sizeof(std::uint64_t));
+  }
 
   ops_.embedding_forward(W.xs[0], W.ids, def_.embed(), T, V, D, def_.embed_scale());
   for (int l = 0; l < cfg_.num_hidden_layers; ++l)

@@ -196,6 +196,7 @@ model::Batch GrpoTrainer::batch_of(const std::vector<std::size_t>& idx, std::vec
     prompt_lens->push_back(static_cast<int>(r.prompt.size()));
   }
   model::Batch b = model::Batch::from_sequences(seqs);
+  for (std::size_t i : idx) b.seq_keys.push_back(static_cast<std::uint64_t>(round_->local[i].slot));  // LoRA dropout
   b.scored_from.assign(prompt_lens->begin(), prompt_lens->end());  // the completions' log-probs alone are read
   return b;
 }
@@ -563,9 +564,7 @@ double GrpoTrainer::train_step(nlohmann::json* metrics) {
     const model::Batch b = batch_of(idx, &plen);
     lp.assign(b.tokens.size(), 0.0f);
     w.assign(b.tokens.size(), 0.0f);
-    const std::uint64_t seed = random_bits(random_bits(opts_.seed, static_cast<std::uint64_t>(state_.step)),
-                                           static_cast<std::uint64_t>(rank * accum + a));
-    model_.forward(b, lp.data(), true, true, seed, logit_scale);
+    model_.forward(b, lp.data(), true, true, model::dropout_seed(opts_.seed, state_.step), logit_scale);
     for (std::size_t k = 0; k < idx.size(); ++k) {
       const Rollout& r = R.local[idx[k]];
       const int nt = static_cast<int>(r.completion.size());

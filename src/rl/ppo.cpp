@@ -177,6 +177,7 @@ void PpoTrainer::update(nlohmann::json* metrics) {
       const PromptRow& p = train_[indices[static_cast<std::size_t>(c.prompt_index)]];
       MGRL_CHECK(!c.tokens.empty(), "ppo: an empty response");
       PpoSample s;
+      s.slot = c.prompt_index;  // its position in the global batch
       s.prompt = p.tokens;
       s.response = std::move(c.tokens);
       s.seq.has_eos = c.finish_reason == "eos";
@@ -242,8 +243,7 @@ void PpoTrainer::update(nlohmann::json* metrics) {
       const double scale = opt_->loss_scale(state_);
       sync_->zero();
       vh_->zero_grad();
-      const std::uint64_t seed = random_bits(random_bits(opts_.seed, static_cast<std::uint64_t>(state_.step)),
-                                             static_cast<std::uint64_t>(rank));
+      const std::uint64_t seed = model::dropout_seed(opts_.seed, state_.step);
       PpoTerms t = ppo_minibatch(model_, *vh_, o, temperature, local, idx, counts[0], counts[1], scale, true, seed,
                                  sync_->hook(true));
       const double norm = train::agreed_norm(env_, sync_->finish(scale));

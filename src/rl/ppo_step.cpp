@@ -23,7 +23,10 @@ model::Batch ppo_batch(const std::vector<PpoSample>& s, const std::vector<std::s
   }
   model::Batch b = model::Batch::from_sequences(seqs);
   // The responses' log-probs alone are read.
-  for (std::size_t i : idx) b.scored_from.push_back(static_cast<std::int32_t>(s[i].prompt.size()));
+  for (std::size_t i : idx) {
+    b.scored_from.push_back(static_cast<std::int32_t>(s[i].prompt.size()));
+    b.seq_keys.push_back(static_cast<std::uint64_t>(s[i].slot));  // LoRA dropout
+  }
   return b;
 }
 

@@ -17,6 +17,7 @@ namespace mgrl::rl {
 
 // One rollout: prompt and response tokens (the response with its EOS when it stopped), and its per-token arrays.
 struct PpoSample {
+  std::int64_t slot = 0;  // position in the global batch (LoRA dropout draws its masks by it: Batch::seq_keys)
   std::vector<std::int32_t> prompt, response;
   PpoSequence seq;
 };

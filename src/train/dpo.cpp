@@ -274,12 +274,13 @@ double DpoTrainer::train_step(DpoSums* sums) {
     std::vector<const PreferencePair*> mb;
     for (int i = 0; i < micro; ++i)
       mb.push_back(&train_[global[static_cast<std::size_t>(rank * local_n + a * micro + i)]]);
-    const model::Batch b = dpo_batch(mb, opts_.ld_alpha, &tw);
+    model::Batch b = dpo_batch(mb, opts_.ld_alpha, &tw);
     reference(mb, b, tw, &ref);  // before the policy's pass, which backward() then needs untouched
     lp.assign(b.tokens.size(), 0.0f);
-    const std::uint64_t seed = random_bits(random_bits(opts_.seed, static_cast<std::uint64_t>(state_.step)),
-                                           static_cast<std::uint64_t>(rank * opts_.grad_accum + a));
-    model_.forward(b, lp.data(), true, true, seed);
+    b.seq_keys.clear();  // chosen and rejected of the pair in slot g of the global batch: keys 2g and 2g + 1
+    for (int k = 0; k < 2 * micro; ++k)
+      b.seq_keys.push_back(static_cast<std::uint64_t>(2 * (rank * local_n + a * micro) + k));
+    model_.forward(b, lp.data(), true, true, model::dropout_seed(opts_.seed, state_.step));
     pol = dpo_sequence_logps(b, tw, lp.data());
     dpo_loss_weights(opts_.loss, mb, b, tw, lp.data(), pol, ref, inv * scale, sft_inv * scale, &w, sums);
     model_.backward(w.data(), sync_->hook(a + 1 == opts_.grad_accum));

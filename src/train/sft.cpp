@@ -34,9 +34,13 @@ namespace mgrl::train {
 namespace {
 
 // The packed batch of some examples, and the loss weights (1 / n_tokens at completion positions).
-model::Batch make_batch(const std::vector<const Example*>& ex, double inv_tokens, std::vector<float>* weights) {
+model::Batch make_batch(const std::vector<const Example*>& ex, double inv_tokens, std::vector<float>* weights,
+                        std::uint64_t first_slot = 0) {
   model::Batch b;
-  for (const auto* e : ex) b.add(e->tokens);
+  for (const auto* e : ex) {
+    b.add(e->tokens);
+    b.seq_keys.push_back(first_slot + b.seq_keys.size());  // its slot in the step's global batch (LoRA dropout)
+  }
   weights->assign(b.tokens.size(), 0.0f);
   b.scored_from.assign(static_cast<std::size_t>(b.B()), 0);
   for (int i = 0; i < b.B(); ++i) {
@@ -160,14 +164,13 @@ double SftTrainer::train_step() {
   kernels::Ops& ops = model_.ops();
   ops.zero(loss_acc_, sizeof(double));
   std::vector<float> w;
+  const std::uint64_t seed = model::dropout_seed(opts_.seed, state_.step);
   // The micro-batches are queued without waiting for the device: the loss is summed there (add_loss) and read
   // once, after the gradient norm's synchronisation; the host prepares the next micro-batch while the device
   // computes this one.
   for (int a = 0; a < opts_.grad_accum; ++a) {
     std::vector<const Example*> mb(local.begin() + a * micro, local.begin() + (a + 1) * micro);
-    const model::Batch b = make_batch(mb, inv, &w);
-    const std::uint64_t seed = random_bits(random_bits(opts_.seed, static_cast<std::uint64_t>(state_.step)),
-                                           static_cast<std::uint64_t>(rank * opts_.grad_accum + a));
+    const model::Batch b = make_batch(mb, inv, &w, static_cast<std::uint64_t>(rank * local_n + a * micro));
     // LoRA: in the last micro-batch, each layer's gradients are reduced over ranks as soon as the backward
     // has finished them (asynchronously on the GPU, overlapping the layers still to come).
     const auto hook = sync_->hook(a + 1 == opts_.grad_accum);

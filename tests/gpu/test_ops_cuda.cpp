@@ -638,26 +638,41 @@ TEST_P(OpsCuda, LoraMerge) {
 }
 
 TEST_P(OpsCuda, Dropout) {
-  const std::int64_t n = 1001;
+  const int rows = 13, cols = 77;
+  const std::int64_t n = static_cast<std::int64_t>(rows) * cols;
   const float p = 0.3f;
   const std::uint64_t seed = 0x1234abcdull;
+  // Row keys as the training executor makes them (random_bits of a sequence's key and a position), two rows alike.
+  std::vector<std::uint64_t> keys;
+  for (int t = 0; t < rows; ++t)
+    keys.push_back(random_bits(static_cast<std::uint64_t>(t % 5), static_cast<std::uint64_t>(t / 5)));
+  keys[7] = keys[2];
+  Pair k;
+  k.c = own(*cpu_, keys.size() * 8);
+  k.g = own(*gpu_, keys.size() * 8);
+  cpu_->upload(k.c, keys.data(), keys.size() * 8);
+  gpu_->upload(k.g, keys.data(), keys.size() * 8);
+  const auto* kc = static_cast<const std::uint64_t*>(k.c);
+  const auto* kg = static_cast<const std::uint64_t*>(k.g);
   Pair x = storage(randu(sz(n), 40, 0.5f, 1.5f));  // no zeros: a zero output means dropped
   Pair out = storage(Vec(sz(n), 0.0f));
-  cpu_->dropout(out.c, x.c, n, p, seed);
-  gpu_->dropout(out.g, x.g, n, p, seed);
+  cpu_->dropout(out.c, x.c, rows, cols, p, seed, kc);
+  gpu_->dropout(out.g, x.g, rows, cols, p, seed, kg);
   const Vec c = cpu_values(out), g = gpu_values(out);
-  int mismatched = 0, dropped = 0;
+  int mismatched = 0, dropped = 0, same_rows = 0;
   for (std::size_t i = 0; i < c.size(); ++i) {
     mismatched += (c[i] == 0.0f) != (g[i] == 0.0f);
     dropped += c[i] == 0.0f;
   }
+  for (int j = 0; j < cols; ++j) same_rows += (c[sz(2 * cols + j)] == 0.0f) == (c[sz(7 * cols + j)] == 0.0f);
   EXPECT_EQ(mismatched, 0) << "dropout masks differ";
+  EXPECT_EQ(same_rows, cols) << "rows of one key share a mask";
   EXPECT_GT(dropped, 200);
   EXPECT_LT(dropped, 400);
   expect_close("dropout out", out, tol());
   // In place.
-  cpu_->dropout(x.c, x.c, n, p, seed + 1);
-  gpu_->dropout(x.g, x.g, n, p, seed + 1);
+  cpu_->dropout(x.c, x.c, rows, cols, p, seed + 1, kc);
+  gpu_->dropout(x.g, x.g, rows, cols, p, seed + 1, kg);
   expect_close("dropout in place", x, tol());
 }
 

@@ -122,9 +122,10 @@ class CountingOps final : public kernels::Ops {
     ++calls["lora_group_backward"];
     in->lora_group_backward(dx, g, n, x, T, i, r, scratch);
   }
-  void dropout(void* out, const void* x, std::int64_t n, float p, std::uint64_t seed) override {
+  void dropout(void* out, const void* x, int rows, int cols, float p, std::uint64_t seed,
+               const std::uint64_t* row_keys) override {
     ++calls["dropout"];
-    in->dropout(out, x, n, p, seed);
+    in->dropout(out, x, rows, cols, p, seed, row_keys);
   }
   void rope_forward(void* x, const std::int32_t* pos, const float* f, int T, int h, int d) override {
     ++calls["rope_forward"];
