@@ -31,6 +31,7 @@
 #include "io/jsonl.h"
 #include "io/nf4_tensor.h"
 #include "io/safetensors.h"
+#include "io/tokenizer.h"
 #include "kernels/cpu/nf4.h"
 #include "model/lora.h"
 #include "model/model_def.h"
@@ -84,13 +85,30 @@ const char* const kExportFiles[] = {"adapter_model.safetensors", "adapter_config
                                     "generation_config.json", "tokenizer.json", "tokenizer_config.json",
                                     "special_tokens_map.json", "chat_template.jinja"};
 
-// A full model's files beside its weights: the model's config from the base directory, the tokenizer's from the
-// run's tokenizer directory (model.tokenizer, else the base's; until 2026-11-28 always the base's, so that a run with
-// a tokenizer of its own exported none or the wrong one).
-// config.json and tokenizer.json must be there (a full model without them loads nowhere: until 2026-11-28 an export
-// from another working directory than the run's, its relative model.path unresolved, wrote the weights alone). A
-// chat template the run was given (chat.template) is the model's from here on: written as chat_template.jinja, and
-// as tokenizer_config.json's chat_template when that has one (until then the tokenizer's own was exported).
+// The tokenizer's files of the run (model.tokenizer, else the base's) and its chat template: `chat_template` (the run's
+// chat.template file, or the built-in format it trained with as a Jinja template; "" when it used the tokenizer's own)
+// is the model's from here on: written as chat_template.jinja, and as tokenizer_config.json's chat_template when that
+// has one. Beside a full model (until 2026-11-28 the tokenizer's own template was exported whatever the run used) and
+// beside an adapter, as trl's trainers save the tokenizer with it (until 2026-11-28 an adapter went without).
+void copy_tokenizer_files(const std::string& tok_dir, const std::string& chat_template, const std::string& to) {
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"})
+    copy_file_if_exists(tok_dir + "/" + f, to + "/" + f);
+  if (chat_template.empty()) return;
+  io::write_file_atomically(to + "/chat_template.jinja", chat_template);
+  struct stat st {};
+  if (::stat((to + "/tokenizer_config.json").c_str(), &st) == 0) {
+    nlohmann::json j = io::read_json_file(to + "/tokenizer_config.json", "the tokenizer config");
+    if (j.is_object() && j.contains("chat_template")) {
+      j["chat_template"] = chat_template;
+      io::write_file_atomically(to + "/tokenizer_config.json", j.dump(2) + "\n");
+    }
+  }
+}
+
+// A full model's files beside its weights: the model's config from the base directory, the tokenizer's
+// (copy_tokenizer_files). config.json and tokenizer.json must be there (a full model without them loads nowhere:
+// until 2026-11-28 an export from another working directory than the run's, its relative model.path unresolved,
+// wrote the weights alone).
 void copy_model_files(const std::string& base_dir, const std::string& tok_dir, const std::string& chat_template,
                       const std::string& to) {
   for (const auto& [dir, file, what] : {std::tuple<std::string, const char*, const char*>{base_dir, "config.json", "model.path"},
@@ -102,22 +120,28 @@ void copy_model_files(const std::string& base_dir, const std::string& tok_dir, c
                       "cannot be loaded");
   }
   for (const char* f : {"config.json", "generation_config.json"}) copy_file_if_exists(base_dir + "/" + f, to + "/" + f);
-  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"})
-    copy_file_if_exists(tok_dir + "/" + f, to + "/" + f);
-  if (chat_template.empty()) return;
-  std::ifstream in(chat_template, std::ios::binary);
-  if (!in) throw UserError(chat_template + ": cannot read the run's chat template (chat.template) to export it");
+  copy_tokenizer_files(tok_dir, chat_template, to);
+}
+
+// The chat template a run trained with, when it is not the tokenizer's own: its chat.template file's text, or the
+// built-in format of train.chat_format as a Jinja template (io::builtin_chat_template); "" otherwise. The built-in
+// "none" format has no template (said).
+std::string run_chat_template(const io::Config& run_cfg) {
+  const std::string file = run_cfg.get_string("chat.template");
+  const std::string& format = run_cfg.get_string("train.chat_format");
+  if (format != "auto") {
+    const std::string t = io::builtin_chat_template(io::chat_format_from_name(format));
+    if (t.empty())
+      log::info("the run formatted conversations with the built-in 'none' format (the contents back to back), which "
+                "no chat template writes: the export carries the tokenizer's own template, if it has one");
+    return t;
+  }
+  if (file.empty()) return "";
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw UserError(file + ": cannot read the run's chat template (chat.template) to export it");
   std::ostringstream text;
   text << in.rdbuf();
-  io::write_file_atomically(to + "/chat_template.jinja", text.str());
-  struct stat st {};
-  if (::stat((to + "/tokenizer_config.json").c_str(), &st) == 0) {
-    nlohmann::json j = io::read_json_file(to + "/tokenizer_config.json", "the tokenizer config");
-    if (j.is_object() && j.contains("chat_template")) {
-      j["chat_template"] = text.str();
-      io::write_file_atomically(to + "/tokenizer_config.json", j.dump(2) + "\n");
-    }
-  }
+  return text.str();
 }
 
 // Removes the staging directories of exports into `out` whose process no longer runs on this host (killed while
@@ -265,7 +289,7 @@ int run_export(Context& ctx) {
   if (lora && run_cfg.get_string("model.init") == "random")
     throw UserError(path + ": its run trained the adapter over random weights (model.init = \"random\"), which are "
                     "not saved anywhere: the adapter fits no model to export it for; train it over a model's weights");
-  const std::string chat_file = run_cfg.get_string("chat.template");
+  const std::string chat_template = run_chat_template(run_cfg);
   const std::string base_dir = run_cfg.get_string("model.path");
   const std::string& run_tok = run_cfg.get_string("model.tokenizer");
   const std::string tok_dir = run_tok.empty() ? base_dir : run_tok;
@@ -286,9 +310,10 @@ int run_export(Context& ctx) {
                                        : model::peft_config_from_json(nlohmann::json::parse(ck.lora_config),
                                                                       path + ":/lora_config");
       model::write_peft_adapter(dir, lc, base_dir, tensors);
+      copy_tokenizer_files(tok_dir, chat_template, dir);
     } else {
       io::write_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
-      copy_model_files(base_dir, tok_dir, chat_file, dir);
+      copy_model_files(base_dir, tok_dir, chat_template, dir);
       set_config_dtype(dir + "/config.json", DType::F32);  // the weights are f32
     }
 
@@ -381,7 +406,7 @@ int run_export(Context& ctx) {
         }
       }
       io::write_safetensors(merged + "/model.safetensors", full, {{"format", "pt"}});
-      copy_model_files(base_dir, tok_dir, chat_file, merged);
+      copy_model_files(base_dir, tok_dir, chat_template, merged);
       {  // the merged weights are dense: a bitsandbytes base's quantization_config no longer applies
         nlohmann::json j = io::read_json_file(merged + "/config.json", "the model config");
         if (j.is_object() && j.erase("quantization_config") > 0)

@@ -1594,6 +1594,30 @@ const char* chat_format_name(ChatFormat fmt) {
   return "?";
 }
 
+std::string builtin_chat_template(ChatFormat fmt) {
+  switch (fmt) {
+    case ChatFormat::None:
+      return "";
+    case ChatFormat::ChatML:
+      return "{%- for message in messages %}\n"
+             "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}\n"
+             "{%- endfor %}\n"
+             "{%- if add_generation_prompt %}\n"
+             "{{- '<|im_start|>assistant\\n' }}\n"
+             "{%- endif %}\n";
+    case ChatFormat::Llama3:
+      return "{%- if messages | length > 0 %}{{- '<|begin_of_text|>' }}{%- endif %}\n"
+             "{%- for message in messages %}\n"
+             "{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim + "
+             "'<|eot_id|>' }}\n"
+             "{%- endfor %}\n"
+             "{%- if add_generation_prompt %}\n"
+             "{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}\n"
+             "{%- endif %}\n";
+  }
+  return "";
+}
+
 std::string apply_chat(const std::vector<Message>& messages, ChatFormat fmt, bool add_generation_prompt) {
   std::string out;
   switch (fmt) {

@@ -49,6 +49,11 @@ const char* chat_format_name(ChatFormat fmt);
 // with add_special_tokens = false (Tokenizer::encode_chat does).
 std::string apply_chat(const std::vector<Message>& messages, ChatFormat fmt, bool add_generation_prompt);
 
+// A Jinja chat template that renders as apply_chat does (ChatML, Llama3: what `mgrl export` writes as the model's
+// chat_template.jinja when a run trained with a built-in format, so that transformers' apply_chat_template gives the
+// trained format); "" for None, whose text depends on the tokenizer's post-processor, which no template adds.
+std::string builtin_chat_template(ChatFormat fmt);
+
 class Tokenizer {
  public:
   // dir/tokenizer.json, with dir/tokenizer_config.json (and dir/chat_template.jinja) when present.

@@ -11,6 +11,9 @@
 #  paths    a full fine-tuning exported from another working directory than its run's relative paths: exit 2
 #           naming config.json (only model.safetensors was written)
 #  chat     a run with chat.template: its template is exported as chat_template.jinja
+#  builtin  a LoRA run with train.chat_format = chatml: the adapter's directory gets the tokenizer's files and the
+#           format as chat_template.jinja, which renders prompts exactly as the run formatted them (an adapter went
+#           without a tokenizer, and a built-in format's run exported no template or the tokenizer's other one)
 set -uo pipefail
 work=$1 mgrl=$2 src=$3
 rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
@@ -79,4 +82,19 @@ q "${sft[@]}" --model.path="$m" --train.full_finetune=true --data.input="$src/te
 q "$mgrl" export --checkpoint.dir=chat --export.output=chat_out || fail "chat export"
 cmp -s chat_out/chat_template.jinja "$src/tests/data/sft/chat_template.jinja" || fail "chat: no chat_template.jinja"
 echo "chat: ok"
+# builtin
+for i in 1 2 3 4 5 6 7 8; do
+  echo "{\"messages\": [{\"role\": \"system\", \"content\": \"Add.\"}, {\"role\": \"user\", \"content\": \"$i+$i=\"}, {\"role\": \"assistant\", \"content\": \"$((i + i))\"}]}"
+done > convs.jsonl
+sed 's/, {"role": "assistant", "content": "[0-9]*"}]}/]}/' convs.jsonl > prompts.jsonl
+q "${sft[@]}" --model.path="$m" --data.input=convs.jsonl --train.chat_format=chatml --checkpoint.dir=builtin ||
+  fail "builtin run: $(cat err.txt)"
+q "$mgrl" export --checkpoint.dir=builtin --export.output=builtin_out || fail "builtin export: $(cat err.txt)"
+[ -e builtin_out/tokenizer.json ] && [ -e builtin_out/adapter_model.safetensors ] || fail "builtin: $(ls builtin_out | tr '\n' ' ')"
+render=("$mgrl" render --model.path="$m" --model.tokenizer="$src/inputs/quickstart" --data.input=prompts.jsonl)
+"${render[@]}" --train.chat_format=chatml > as_run.jsonl 2> err.txt || fail "builtin: render: $(cat err.txt)"
+"${render[@]}" --chat.template=builtin_out/chat_template.jinja > as_export.jsonl 2> err.txt || fail "builtin: render: $(cat err.txt)"
+[ "$(wc -l < as_run.jsonl)" = 8 ] && grep -q '"use":"prompt"' as_run.jsonl && cmp -s as_run.jsonl as_export.jsonl ||
+  fail "builtin: the exported template renders otherwise: $(diff as_run.jsonl as_export.jsonl | head -c 600)"
+echo "builtin: ok"
 echo "PASS: export cases"

@@ -124,6 +124,32 @@ TEST(ChatTemplate, BuiltinFormatMaskCoversTheAssistantTurns) {
   EXPECT_EQ(trained, "Hello there<|im_end|>\n");
 }
 
+// What `mgrl export` writes as the model's template for a run that trained with a built-in format: rendered as a
+// Jinja template (as transformers renders it), it gives the built-in format's text and token ids, with and without
+// the generation prompt, whitespace around contents included (llama3 trims it).
+TEST(ChatTemplate, BuiltinFormatsAsJinjaTemplatesRenderTheSame) {
+  const Tokenizer tok = Tokenizer::from_dir(kData + "/tokenizers/qwen2_bytelevel");
+  const auto convs = json::parse(R"([
+    [{"role":"user","content":"Hi"}],
+    [{"role":"system","content":"  Be brief.\n"},{"role":"user","content":"2+2?"},{"role":"assistant","content":" 4 \n\n"}],
+    [{"role":"user","content":""},{"role":"assistant","content":"caf\u00e9 \u00a0"},{"role":"tool","content":"{\"a\": 1}"}]
+  ])");
+  for (const char* name : {"chatml", "llama3"}) {
+    const std::string jinja_text = builtin_chat_template(chat_format_from_name(name));
+    ASSERT_FALSE(jinja_text.empty()) << name;
+    ChatOptions builtin, as_jinja;
+    builtin.format = name;
+    as_jinja.template_path = write_temp(std::string(name) + ".jinja", jinja_text);
+    const ChatTemplate a(tok, builtin), b(tok, as_jinja);
+    for (const auto& msgs : convs)
+      for (const bool gen : {false, true}) {
+        EXPECT_EQ(b.text(msgs, gen), a.text(msgs, gen)) << name << " " << msgs.dump() << " gen=" << gen;
+        EXPECT_EQ(b.encode(msgs, gen), a.encode(msgs, gen)) << name << " " << msgs.dump() << " gen=" << gen;
+      }
+  }
+  EXPECT_EQ(builtin_chat_template(ChatFormat::None), "");
+}
+
 TEST(ChatTemplate, KwargsAreCheckedAndOverrideSpecialTokens) {
   const Tokenizer tok = Tokenizer::from_dir(kData + "/tokenizers/llama3_bytelevel");
   ChatOptions o;
