@@ -35,8 +35,18 @@ fi
 
 set -euo pipefail
 # sbatch runs a copy of this file: the job record names the original, beside which common.sh sits.
-self=$(scontrol show job "${SLURM_JOB_ID:-none}" 2>/dev/null | sed -n 's/^ *Command=\([^ ]*\).*/\1/p' | head -n 1)
+# Asked again while slurmctld is too busy to answer (right after a requeue); a failed `scontrol` ended the job with
+# exit 1 under `set -e` and nothing logged, until 2026-11-28.
+self=
+for _ in 1 2 3 4 5 6; do
+  { [ -z "${MGRL_SLURM_DIR:-}" ] && [ -n "${SLURM_JOB_ID:-}" ] && command -v scontrol > /dev/null; } || break
+  self=$(scontrol show job "$SLURM_JOB_ID" 2>/dev/null | sed -n 's/^ *Command=\([^ ]*\).*/\1/p' | head -n 1) || self=
+  [ -z "$self" ] || break
+  sleep 5
+done
 MGRL_SLURM_DIR=${MGRL_SLURM_DIR:-$(cd "$(dirname "${self:-$0}")" && pwd)}
+[ -f "$MGRL_SLURM_DIR/common.sh" ] || { echo "mgrl-job: error: $MGRL_SLURM_DIR/common.sh not found (scontrol named" \
+  "no script for job ${SLURM_JOB_ID:-none}): set MGRL_SLURM_DIR to mgrl's slurm directory" >&2; exit 2; }
 # shellcheck source=slurm/common.sh
 source "$MGRL_SLURM_DIR/common.sh"
 

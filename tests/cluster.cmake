@@ -35,6 +35,10 @@ foreach(case srun_info grpo_script multinode_script sft_script_installed scaling
                        TIMEOUT 240 PROCESSORS 2 ENVIRONMENT "${SLURM_ENV}")
 endforeach()
 set_tests_properties(slurm.sft_script_installed PROPERTIES FIXTURES_REQUIRED "slurm_cluster;mgrl_installed")
+# The batch scripts find common.sh when `scontrol show job` fails once (stubs for scontrol and srun; no SLURM needed).
+add_test(NAME slurm.script_lookup_retries_scontrol COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/slurm/script_lookup.sh
+         ${PROJECT_SOURCE_DIR} ${CLUSTER}/script_lookup)
+set_tests_properties(slurm.script_lookup_retries_scontrol PROPERTIES LABELS slurm TIMEOUT 90)
 
 # ---- slurm.multinode: 3 hosts in network namespaces (tests/slurm/multinode_cluster.sh) ----
 set(MN_STATE "${CLUSTER}/multinode_state")
