@@ -33,6 +33,8 @@ int run_sft(Context& ctx) {
   std::unique_ptr<io::Tokenizer> tok;
   std::vector<train::Example> train_data, eval_data;
   std::vector<std::string> data_notes;  // said when every start-up check has passed (one line for an error alone)
+  int max_seq_len = 0;                  // train.max_seq_len, or the model's positions when fewer
+  const bool packing = cfg.get_bool("train.packing");
   env.agree([&] {
     std::string model_src;
     mc = training_model_config(cfg, &model_src);
@@ -45,6 +47,7 @@ int run_sft(Context& ctx) {
     d.max_seq_len = static_cast<int>(std::min<std::int64_t>(cfg.get_int("train.max_seq_len"),
                                                             mc.max_position_embeddings > 0 ? mc.max_position_embeddings : 1 << 30));
     if (d.max_seq_len < cfg.get_int("train.max_seq_len")) d.max_seq_len_name = "the model's max_position_embeddings";
+    max_seq_len = d.max_seq_len;
     d.completion_only = cfg.get_bool("train.completion_only_loss");
     const io::ChatTemplate chat = chat_template(cfg, "train.chat_format", *tok);
     d.chat = &chat;
@@ -79,9 +82,10 @@ int run_sft(Context& ctx) {
       for (const auto& e : eval_data) longest_prompt = std::max(longest_prompt, static_cast<std::size_t>(e.prompt_len));
       check_eval_generation_fits(cfg, mc, longest_prompt, "the longest held-out prompt of " + cfg.get_string("eval.input"));
     }
-    std::size_t longest = 1;
+    std::size_t longest = 1;  // tokens of a row: an example's, or with train.packing up to max_seq_len
     for (const auto* set : {&train_data, &eval_data})
       for (const auto& e : *set) longest = std::max(longest, e.tokens.size());
+    if (packing) longest = std::max(longest, static_cast<std::size_t>(max_seq_len));
     const std::int64_t batch = cfg.get_int("train.batch_size"), accum = cfg.get_int("train.grad_accum");
     check_batch_fits(mc, "train.batch_size", batch, static_cast<double>(batch) / env.size() / static_cast<double>(accum),
                      static_cast<double>(longest), "lower it, or raise train.grad_accum");
@@ -97,25 +101,31 @@ int run_sft(Context& ctx) {
   train::SftOptions o;
   read_supervised_keys(cfg, ctx.device, scaling, seed, &o);
   o.gpu_peak_tflops = gpu_peak_tflops(ctx.device);
+  o.pack_capacity = packing ? max_seq_len : 0;
   if (cfg.get_bool("eval.accuracy") && !eval_data.empty())
     o.accuracy = greedy_accuracy(env, net, *tok, static_cast<int>(cfg.get_int("eval.max_new_tokens")));
-  {
-    // The planned passes over the data, so that a typo in train.max_steps or train.batch_size shows at once.
-    const double epochs = static_cast<double>(o.max_steps) * static_cast<double>(o.global_batch) /
-                          static_cast<double>(std::max<std::size_t>(1, train_data.size()));
-    char line[320];
-    std::snprintf(line, sizeof(line),
-                  "sft: %s %s, %zu training examples, %zu held-out, %s on %d rank%s; %lld steps x %d sequences = %.3g "
-                  "epochs",
-                  random_init ? "random-init" : "pretrained", io::architecture_name(mc.arch), train_data.size(),
-                  eval_data.size(), full ? "full fine-tuning" : "LoRA", env.size(), env.size() == 1 ? "" : "s",
-                  static_cast<long long>(o.max_steps), o.global_batch, epochs);
-    log::info(line);
-  }
+  const std::size_t n_train = train_data.size(), n_eval = eval_data.size();
   std::unique_ptr<train::SftTrainer> trainer;
   env.agree([&] {  // batch sizes that do not divide are errors every rank meets
     trainer = std::make_unique<train::SftTrainer>(env, ctx.comm, net, *tok, std::move(train_data), std::move(eval_data), o);
   });
+  {
+    // The planned passes over the data, so that a typo in train.max_steps or train.batch_size shows at once.
+    const double epochs = static_cast<double>(o.max_steps) * static_cast<double>(o.global_batch) /
+                          static_cast<double>(std::max<std::size_t>(1, trainer->rows()));
+    char packed[96] = "";
+    if (packing)
+      std::snprintf(packed, sizeof(packed), " packed into %zu rows of up to %d tokens (train.packing)", trainer->rows(),
+                    max_seq_len);
+    char line[420];
+    std::snprintf(line, sizeof(line),
+                  "sft: %s %s, %zu training examples%s, %zu held-out, %s on %d rank%s; %lld steps x %d %s = %.3g "
+                  "epochs",
+                  random_init ? "random-init" : "pretrained", io::architecture_name(mc.arch), n_train, packed, n_eval,
+                  full ? "full fine-tuning" : "LoRA", env.size(), env.size() == 1 ? "" : "s",
+                  static_cast<long long>(o.max_steps), o.global_batch, packing ? "rows" : "sequences", epochs);
+    log::info(line);
+  }
   for (const auto& note : data_notes) log::warn_once(note);
   say_unused_keys(ctx);  // the configuration is read: what it did not read changes nothing
   trainer->run();

@@ -174,6 +174,11 @@ const Schema& mgrl_schema() {
          "only; false: every token but the first, the prompt too (trl's completion_only_loss = False, and trl's default "
          "for {\"messages\"}, whose assistant_only_loss is off). {\"text\"} examples are trained whole either way",
          {}, {}, {}, {}});
+    add({"train.packing", T::Bool, Value(false),
+         "SFT: pack the examples into rows of up to train.max_seq_len tokens by best fit decreasing, as trl's "
+         "packing = True (packing_strategy = \"bfd\"); train.batch_size then counts rows. Each example keeps its own "
+         "attention and positions, as in trl's padding-free packing",
+         {}, {}, {}, {}});
     add({"eval.input", T::String, Value(std::string("")), "held-out JSONL (same format as data.input); empty: none",
          {}, {}, {}, {}});
     add({"eval.every_steps", T::Int, Value(std::int64_t{0}), "held-out loss every N steps; 0: only at the end", {},

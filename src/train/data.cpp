@@ -1,6 +1,9 @@
 // data.cpp: SFT examples and the epoch sampler.
 #include "train/data.h"
 
+#include <algorithm>
+#include <deque>
+#include <map>
 #include <numeric>
 
 #include "core/error.h"
@@ -183,6 +186,37 @@ std::vector<Example> load_examples(const std::string& path, const io::Tokenizer&
   });
   if (out.empty()) throw UserError(path + ": no examples");
   return out;
+}
+
+std::vector<std::vector<std::size_t>> pack_bfd(const std::vector<std::size_t>& lengths, std::size_t capacity,
+                                               std::size_t chunk) {
+  std::vector<std::vector<std::size_t>> rows;
+  for (std::size_t begin = 0; begin < lengths.size(); begin += chunk) {
+    const std::size_t end = std::min(lengths.size(), begin + chunk);
+    std::vector<std::size_t> by_length(end - begin);
+    std::iota(by_length.begin(), by_length.end(), begin);
+    std::stable_sort(by_length.begin(), by_length.end(),
+                     [&](std::size_t a, std::size_t b) { return lengths[a] > lengths[b]; });
+    // Free space -> the rows (indices into `rows`) with that much free, first reached first; a full row has 0.
+    std::map<std::size_t, std::deque<std::size_t>> open;
+    for (const std::size_t i : by_length) {
+      const std::size_t len = lengths[i];
+      MGRL_CHECK(len > 0 && len <= capacity, "pack_bfd: an example longer than a row");
+      std::size_t row = rows.size(), space = capacity;
+      const auto fit = open.lower_bound(len);
+      if (fit != open.end() && fit->first > 0) {
+        space = fit->first;
+        row = fit->second.front();
+        fit->second.pop_front();
+        if (fit->second.empty()) open.erase(fit);
+      } else {
+        rows.emplace_back();
+      }
+      rows[row].push_back(i);
+      if (space - len > 0) open[space - len].push_back(row);
+    }
+  }
+  return rows;
 }
 
 std::vector<std::size_t> Sampler::order(std::int64_t epoch) const {

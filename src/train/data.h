@@ -59,6 +59,15 @@ Example example_of(const nlohmann::ordered_json& line, const io::Tokenizer& tok,
 // Reads and tokenizes a JSONL file. UserError "file:line: ..." for a broken line.
 std::vector<Example> load_examples(const std::string& path, const io::Tokenizer& tok, const DataOptions& opts);
 
+// train.packing: rows of up to `capacity` tokens, each a list of example indices (lengths[i]: example i's tokens,
+// 0 < lengths[i] <= capacity), packed by best fit decreasing as trl's pack_dataset(strategy = "bfd") packs them
+// under datasets' batched map: within each run of `chunk` consecutive examples, the examples by length, longest
+// first (ties in data order), each into the open row whose free space is the smallest that fits it (the row that
+// reached that space first among equals), else into a new row. Rows in the order opened, each listing its examples
+// in the order put in.
+std::vector<std::vector<std::size_t>> pack_bfd(const std::vector<std::size_t>& lengths, std::size_t capacity,
+                                               std::size_t chunk = 1000);
+
 // Which examples form a step's batch, identical on every rank.
 class Sampler {
  public:

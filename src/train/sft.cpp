@@ -62,6 +62,17 @@ bool fused_lm_head() {
   return on;
 }
 
+std::vector<std::vector<std::size_t>> rows_of(const std::vector<Example>& examples, int pack_capacity) {
+  if (pack_capacity > 0) {
+    std::vector<std::size_t> lengths;
+    for (const auto& e : examples) lengths.push_back(e.tokens.size());
+    return pack_bfd(lengths, static_cast<std::size_t>(pack_capacity));
+  }
+  std::vector<std::vector<std::size_t>> rows(examples.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = {i};
+  return rows;
+}
+
 std::int64_t loss_tokens(const Example& e) {
   if (!e.loss_mask.empty()) return std::count(e.loss_mask.begin(), e.loss_mask.end(), std::uint8_t{1});
   return static_cast<std::int64_t>(e.tokens.size()) - e.prompt_len;
@@ -72,7 +83,7 @@ std::int64_t loss_tokens(const Example& e) {
 SftTrainer::SftTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transformer& model, const io::Tokenizer& tok,
                        std::vector<Example> train, std::vector<Example> eval, SftOptions opts)
     : env_(env), comm_(comm), model_(model), tok_(tok), train_(std::move(train)), eval_(std::move(eval)),
-      opts_(std::move(opts)), sampler_(train_.size(), opts_.seed) {
+      opts_(std::move(opts)), rows_(rows_of(train_, opts_.pack_capacity)), sampler_(rows_.size(), opts_.seed) {
   const int ranks = env_.size();
   if (opts_.global_batch % ranks != 0)
     throw UserError("train.batch_size (" + std::to_string(opts_.global_batch) + ") must be divisible by the number of ranks (" +
@@ -91,10 +102,14 @@ SftTrainer::SftTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transfo
   guard_ = std::make_unique<DivergenceGuard>(env_, opts_.max_nonfinite_steps, opts_.scaling.enabled);
   state_.rank_rng.assign(static_cast<std::size_t>(ranks), 0);
   loss_acc_ = static_cast<double*>(model_.ops().alloc(sizeof(double)));
-  // Activation memory planned once: a micro-batch holds at most the `micro` longest examples.
+  // Activation memory planned once: a micro-batch holds at most the `micro` longest rows.
   const int micro = opts_.global_batch / ranks / opts_.grad_accum;
   std::vector<int> lens;
-  for (const auto& e : train_) lens.push_back(static_cast<int>(e.tokens.size()));
+  for (const auto& row : rows_) {
+    int n = 0;
+    for (std::size_t i : row) n += static_cast<int>(train_[i].tokens.size());
+    lens.push_back(n);
+  }
   const auto top = std::min<std::size_t>(lens.size(), static_cast<std::size_t>(micro));
   std::partial_sort(lens.begin(), lens.begin() + static_cast<std::ptrdiff_t>(top), lens.end(), std::greater<int>());
   std::vector<long long> upto(top + 1, 0);  // upto[m]: tokens of the m longest examples
@@ -115,13 +130,14 @@ SftTrainer::SftTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transfo
           else hi = mid - 1;
         }
         const bool rc = model_.options().recompute;
+        const std::string seqs = opts_.pack_capacity > 0 ? " packed rows" : " sequences";
         throw UserError("train.batch_size = " + std::to_string(opts_.global_batch) + " (" + std::to_string(micro) +
-                        " sequences per rank and micro-batch with train.grad_accum = " +
+                        seqs + " per rank and micro-batch with train.grad_accum = " +
                         std::to_string(opts_.grad_accum) + ", up to " + std::to_string(most) +
-                        " tokens at once, the longest examples within train.max_seq_len) needs " + why +
-                        (rc ? "" : " (model.recompute = false)") + "; " +
-                        (lo > 0 ? "about " + std::to_string(lo) + " sequences per micro-batch fit"
-                                : std::string("not one sequence fits")) +
+                        " tokens at once, the longest" + (opts_.pack_capacity > 0 ? " rows" : " examples") +
+                        " within train.max_seq_len) needs " + why + (rc ? "" : " (model.recompute = false)") + "; " +
+                        (lo > 0 ? "about " + std::to_string(lo) + seqs + " per micro-batch fit"
+                                : std::string("not one") + (opts_.pack_capacity > 0 ? " row" : " sequence") + " fits") +
                         ": lower train.batch_size or train.max_seq_len, raise train.grad_accum" +
                         (rc ? std::string() : ", or set model.recompute = true"));
       };
@@ -143,16 +159,27 @@ SftTrainer::~SftTrainer() { model_.ops().release(loss_acc_); }
 
 double SftTrainer::train_step() {
   const int ranks = env_.size(), rank = env_.rank();
-  const auto global = sampler_.next(state_.cursor, opts_.global_batch);
+  const auto global = sampler_.next(state_.cursor, opts_.global_batch);  // rows (an example each, or packed)
   const int local_n = opts_.global_batch / ranks, micro = local_n / opts_.grad_accum;
-  std::vector<const Example*> local;
-  for (int i = 0; i < local_n; ++i) local.push_back(&train_[global[static_cast<std::size_t>(rank * local_n + i)]]);
+  // first[r]: the slot in the step's examples (over all ranks) of global row r's first example.
+  std::vector<std::size_t> first(global.size() + 1, 0);
   std::int64_t n_tokens = 0;
   last_tokens_all_ = 0;
-  for (std::size_t i : global) {  // every rank knows the global batch
-    n_tokens += loss_tokens(train_[i]);
-    last_tokens_all_ += static_cast<std::int64_t>(train_[i].tokens.size());
+  for (std::size_t r = 0; r < global.size(); ++r) {  // every rank knows the global batch
+    first[r + 1] = first[r] + rows_[global[r]].size();
+    for (std::size_t i : rows_[global[r]]) {
+      n_tokens += loss_tokens(train_[i]);
+      last_tokens_all_ += static_cast<std::int64_t>(train_[i].tokens.size());
+    }
   }
+  // Micro-batch a of this rank: the examples of its rows [rank local_n + a micro, + micro).
+  const auto micro_batch = [&](int a) {
+    std::vector<const Example*> mb;
+    for (int k = 0; k < micro; ++k)
+      for (std::size_t i : rows_[global[static_cast<std::size_t>(rank * local_n + a * micro + k)]])
+        mb.push_back(&train_[i]);
+    return mb;
+  };
   const double inv = 1.0 / static_cast<double>(std::max<std::int64_t>(1, n_tokens));
 
   // Dynamic loss scaling (fp16 storage, or train.loss_scaling = dynamic): the loss weights of the backward are
@@ -169,8 +196,8 @@ double SftTrainer::train_step() {
   // once, after the gradient norm's synchronisation; the host prepares the next micro-batch while the device
   // computes this one.
   for (int a = 0; a < opts_.grad_accum; ++a) {
-    std::vector<const Example*> mb(local.begin() + a * micro, local.begin() + (a + 1) * micro);
-    const model::Batch b = make_batch(mb, inv, &w, static_cast<std::uint64_t>(rank * local_n + a * micro));
+    const std::vector<const Example*> mb = micro_batch(a);
+    const model::Batch b = make_batch(mb, inv, &w, first[static_cast<std::size_t>(rank * local_n + a * micro)]);
     // LoRA: in the last micro-batch, each layer's gradients are reduced over ranks as soon as the backward
     // has finished them (asynchronously on the GPU, overlapping the layers still to come).
     const auto hook = sync_->hook(a + 1 == opts_.grad_accum);

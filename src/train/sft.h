@@ -47,6 +47,9 @@ struct SftOptions {
   int max_nonfinite_steps = 25;  // consecutive steps with a non-finite loss or gradient norm that stop the run; 0 never
   std::string log_dir;
   double gpu_peak_tflops = 0;  // for MFU; 0 unknown
+  // train.packing: the examples packed into rows of up to this many tokens (train.max_seq_len, or the model's
+  // positions when fewer), train.batch_size rows a step, as trl's packing = True; 0: a row per example.
+  int pack_capacity = 0;
 };
 
 struct SftResult {
@@ -64,6 +67,7 @@ class SftTrainer {
   // Held-out loss (mean over completion tokens, all ranks) and, optionally, the accuracy callback's value.
   std::pair<double, double> evaluate(bool accuracy);
   const TrainState& state() const { return state_; }
+  std::size_t rows() const { return rows_.size(); }  // rows of the training data (examples, or packed rows)
 
  private:
   double train_step();
@@ -74,6 +78,9 @@ class SftTrainer {
   const io::Tokenizer& tok_;
   std::vector<Example> train_, eval_;
   SftOptions opts_;
+  // The rows a batch is made of (train.batch_size counts them): one example each, or with train.packing the
+  // examples packed into rows of up to opts_.pack_capacity tokens (pack_bfd).
+  std::vector<std::vector<std::size_t>> rows_;
   Sampler sampler_;
   Trainable tr_;
   std::unique_ptr<Optimizer> opt_;

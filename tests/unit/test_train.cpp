@@ -6,8 +6,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <set>
+
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "io/chat_template.h"
@@ -69,6 +72,34 @@ TEST(Sampler, EpochsArePermutationsAndTheCursorResumes) {
   const auto next1 = s.next(c, 5);
   Sampler again(10, 7);
   EXPECT_EQ(again.next(saved, 5), next1);
+}
+
+// train.packing: the rows of trl's pack_dataset(strategy = "bfd") (tests/data/sft/packing_bfd.json, from
+// tools/make_packing_fixtures.py): ties in length, 300 examples in rows of 64, 2500 short ones (across datasets'
+// 1000-example map batches, within which trl packs).
+TEST(Packing, RowsAreTrlsBestFitDecreasing) {
+  std::ifstream in(MGRL_SOURCE_DIR "/tests/data/sft/packing_bfd.json");
+  ASSERT_TRUE(in) << "missing fixture";
+  const auto j = nlohmann::json::parse(in);
+  int cases = 0;
+  for (const auto& c : j["cases"]) {
+    const auto lengths = c["lengths"].get<std::vector<std::size_t>>();
+    const auto capacity = c["capacity"].get<std::size_t>();
+    const auto rows = pack_bfd(lengths, capacity);
+    EXPECT_EQ(rows, (c["rows"].get<std::vector<std::vector<std::size_t>>>())) << c["name"];
+    std::vector<int> seen(lengths.size(), 0);
+    for (const auto& row : rows) {
+      std::size_t n = 0;
+      for (std::size_t i : row) n += lengths[i], ++seen[i];
+      EXPECT_LE(n, capacity);
+    }
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), static_cast<std::ptrdiff_t>(lengths.size())) << c["name"];
+    ++cases;
+  }
+  EXPECT_EQ(cases, 3);
+  // One row per example when none fit together; an example of the full capacity alone.
+  EXPECT_EQ(pack_bfd({5, 5, 5}, 8), (std::vector<std::vector<std::size_t>>{{0}, {1}, {2}}));
+  EXPECT_EQ(pack_bfd({8, 1}, 8), (std::vector<std::vector<std::size_t>>{{0}, {1}}));
 }
 
 io::Tokenizer quickstart_tokenizer() { return io::Tokenizer::from_dir(MGRL_SOURCE_DIR "/inputs/quickstart"); }
