@@ -51,6 +51,17 @@ CASES = [
          importance_sampling_level="sequence"),
     dict(name="bnpo_none_klcorr_mu2", model="qwen3_qknorm", loss_type="bnpo", beta=0.1, num_iterations=2,
          use_bias_correction_kl=True, scale_rewards="none", mask_truncated_completions=True),
+    # trl's newer objectives (added 2026-11-28): CISPO (ratio weight capped at epsilon_high, detached), SAPO (soft
+    # gate), LUSPO (per-sequence token sums), two-sided clipping (delta) and GDPO's normalize_then_sum.
+    dict(name="cispo_beta_mu2", model="llama_gqa", loss_type="cispo", beta=0.04, num_iterations=2, epsilon_high=1.1),
+    dict(name="cispo_sequence_klcorr_mu2", model="qwen2_bias_tied", loss_type="cispo", beta=0.1, num_iterations=2,
+         epsilon_high=1.02, importance_sampling_level="sequence", use_bias_correction_kl=True),
+    dict(name="sapo_beta_temp_mu2", model="qwen2_bias_tied", loss_type="sapo", beta=0.04, num_iterations=2,
+         temperature=0.8, sapo_temperature_pos=1.5, sapo_temperature_neg=2.0),
+    dict(name="dapo_delta_mu2", model="qwen3_qknorm", loss_type="dapo", beta=0.0, num_iterations=2, epsilon_high=0.28,
+         delta=1.3),
+    dict(name="luspo_gdpo_sequence_mu1", model="llama_gqa", loss_type="luspo", beta=0.02, num_iterations=1,
+         importance_sampling_level="sequence", multi_objective_aggregation="normalize_then_sum"),
 ]
 P, G, LP, LMAX = 3, 4, 5, 6  # prompts, generations, prompt length (equal: no left padding), max completion
 
@@ -112,6 +123,9 @@ def make_case(spec, out_root, tokenizer_file):
         scale_rewards=spec.get("scale_rewards", "group"), temperature=spec.get("temperature", 1.0),
         mask_truncated_completions=spec.get("mask_truncated_completions", False),
         use_bias_correction_kl=spec.get("use_bias_correction_kl", False), reward_weights=[1.0, 0.5],
+        delta=spec.get("delta"), sapo_temperature_pos=spec.get("sapo_temperature_pos", 1.0),
+        sapo_temperature_neg=spec.get("sapo_temperature_neg", 1.05),
+        multi_objective_aggregation=spec.get("multi_objective_aggregation", "sum_then_normalize"),
         logging_steps=1, seed=0, gradient_checkpointing=False,
     )
     ds = Dataset.from_dict({"prompt": ["p"] * P})
@@ -174,7 +188,9 @@ def make_case(spec, out_root, tokenizer_file):
                    "importance_sampling_level": cfg.importance_sampling_level, "scale_rewards": cfg.scale_rewards,
                    "temperature": cfg.temperature, "mask_truncated_completions": cfg.mask_truncated_completions,
                    "use_bias_correction_kl": cfg.use_bias_correction_kl, "max_completion_length": LMAX,
-                   "num_generations": G, "reward_weights": [1.0, 0.5]},
+                   "num_generations": G, "reward_weights": [1.0, 0.5], "delta": cfg.delta,
+                   "sapo_temperature_pos": cfg.sapo_temperature_pos, "sapo_temperature_neg": cfg.sapo_temperature_neg,
+                   "multi_objective_aggregation": cfg.multi_objective_aggregation},
         "eos_token_id": EOS, "prompts": prompts, "completions": completions, "truncated": trunc,
         "rewards_per_func": rewards_pf.tolist(),
         "rewards": (rewards_pf * torch.tensor([1.0, 0.5], dtype=torch.float64)).sum(1).tolist(),
@@ -197,6 +213,9 @@ def make_case(spec, out_root, tokenizer_file):
                 lo += r < 1 - eps_lo
                 hi += r > 1 + eps_hi
         ratio = (lo, hi)
+        if spec.get("delta"):
+            ratio += (sum(torch.exp(torch.tensor(a - b)).item() > spec["delta"] for i in range(P * G)
+                          for a, b in zip(case["policy_logps"][i], case["old_logps"][i])),)
     print("%-26s %-16s loss %+.10e  truncated %d  ratios outside [low, high]: %s" %
           (spec["name"], spec["model"], case["loss"], sum(trunc), ratio))
 

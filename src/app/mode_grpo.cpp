@@ -99,6 +99,12 @@ int run_grpo(Context& ctx) {
   o.loss.beta = cfg.get_float("grpo.beta");
   o.loss.epsilon = cfg.get_float("grpo.epsilon");
   o.loss.epsilon_high = cfg.get_float("grpo.epsilon_high") > 0 ? cfg.get_float("grpo.epsilon_high") : o.loss.epsilon;
+  if (o.loss.loss_type != "cispo" && o.loss.loss_type != "sapo") o.loss.delta = cfg.get_float("grpo.delta");  // clipped losses
+  if (o.loss.loss_type == "sapo") {
+    o.loss.sapo_temperature_pos = cfg.get_float("grpo.sapo_temperature_pos");
+    o.loss.sapo_temperature_neg = cfg.get_float("grpo.sapo_temperature_neg");
+  }
+  o.multi_objective_aggregation = cfg.get_string("grpo.multi_objective_aggregation");
   o.loss.sequence_level = cfg.get_string("grpo.importance_sampling_level") == "sequence";
   o.loss.kl_bias_correction = cfg.get_bool("grpo.kl_bias_correction");
   o.loss.max_completion_length = o.max_completion_length;

@@ -308,15 +308,31 @@ const Schema& mgrl_schema() {
     add({"grpo.epsilon", T::Float, Value(0.2), "lower clipping range: ratios below 1 - epsilon are clipped", {}, 0.0,
          1.0, {}});
     add({"grpo.epsilon_high", T::Float, Value(0.0),
-         "upper clipping range (ratios above 1 + epsilon_high are clipped; DAPO's clip-higher); 0: epsilon", {},
+         "upper clipping range (ratios above 1 + epsilon_high are clipped; DAPO's clip-higher); with loss_type = "
+         "cispo the cap of the ratio's weight itself (CISPO's epsilon_max, e.g. 5.0); 0: epsilon", {},
          0.0, {}, {}});
+    add({"grpo.delta", T::Float, Value(0.0),
+         "two-sided clipping (INTELLECT-2; trl's delta): the unclipped ratio is capped at delta too, which bounds the "
+         "loss of negative advantages; > 1 + epsilon_high recommended; 0: off", {}, 0.0, {}, {}});
     add({"grpo.loss_type", T::String, Value(std::string("dapo")),
-         "loss normalisation: grpo (per-sequence token mean, then mean over sequences), bnpo (tokens of each "
-         "micro-batch), dr_grpo (sequences x max_completion_length) or dapo (tokens of the whole batch)",
-         {"grpo", "bnpo", "dr_grpo", "dapo"}, {}, {}, {}});
+         "the objective and its normalisation (as trl): grpo (per-sequence token mean, then mean over sequences), "
+         "bnpo (tokens of each micro-batch), dr_grpo (sequences x max_completion_length), dapo (tokens of the whole "
+         "batch), luspo (per-sequence token sum, mean over sequences); cispo (the ratio's weight capped at "
+         "epsilon_high and detached, times the log-prob; normalised as dapo); sapo (a sigmoid gate of temperature "
+         "sapo_temperature_pos / _neg instead of the clip; normalised as grpo)",
+         {"grpo", "bnpo", "dr_grpo", "dapo", "luspo", "cispo", "sapo"}, {}, {}, {}});
+    add({"grpo.sapo_temperature_pos", T::Float, Value(1.0), "sapo: the gate's temperature for positive advantages",
+         {}, 0.0, {}, {}, true});
+    add({"grpo.sapo_temperature_neg", T::Float, Value(1.05),
+         "sapo: the gate's temperature for zero or negative advantages", {}, 0.0, {}, {}, true});
     add({"grpo.scale_rewards", T::String, Value(std::string("group")),
          "advantages = reward - group mean, divided by the std of the group, of the batch, or by nothing (none)",
          {"group", "batch", "none"}, {}, {}, {}});
+    add({"grpo.multi_objective_aggregation", T::String, Value(std::string("sum_then_normalize")),
+         "several rewards: sum_then_normalize (the advantages of their weighted sum, per scale_rewards) or "
+         "normalize_then_sum (GDPO: each reward normalised within its group, the weighted sum then normalised over "
+         "the batch; scale_rewards not used)",
+         {"sum_then_normalize", "normalize_then_sum"}, {}, {}, {}});
     add({"grpo.num_iterations", T::Int, Value(std::int64_t{1}),
          "optimizer steps per generated batch (mu); old log-probs are computed once per batch", {}, 1.0, {}, {}});
     add({"grpo.mask_truncated_completions", T::Bool, Value(false),

@@ -40,6 +40,21 @@ double std_of(const std::vector<double>& v) {  // unbiased, as TRL logs it
   return std::sqrt(ss / static_cast<double>(v.size() - 1));
 }
 
+// The advantages of a round (rewards: the weighted sums; per_func: each function's values) as
+// grpo.multi_objective_aggregation says; group_std gets each group's std of the sums (frac_reward_zero_std), or with
+// normalize_then_sum the batch std of the normalised sums for every group (what TRL counts there).
+std::vector<double> round_advantages(const std::vector<double>& rewards, const std::vector<std::vector<double>>& per_func,
+                                     const std::vector<double>& weights, int G, const GrpoOptions& o,
+                                     std::vector<double>* group_std) {
+  std::vector<double> adv = group_advantages(rewards, G, o.scale_rewards, group_std);
+  if (o.multi_objective_aggregation == "normalize_then_sum") {
+    std::vector<double> sums;
+    adv = normalize_then_sum_advantages(per_func, weights, G, &sums);
+    group_std->assign(group_std->size(), std_of(sums));
+  }
+  return adv;
+}
+
 }  // namespace
 
 // One generation round: the batch that num_iterations optimizer steps train on.
@@ -431,7 +446,7 @@ void GrpoTrainer::new_round() {
   }
   // 4. Group-relative advantages, identical on every rank; lengths and loss tokens for normalisers and metrics.
   R.set_figures(all);
-  const auto adv = group_advantages(R.rewards, G, opts_.scale_rewards, &R.group_std);
+  const auto adv = round_advantages(R.rewards, R.rewards_fn, rewards_.weights(), G, opts_, &R.group_std);
   for (std::size_t s = 0; s < all.size(); ++s) all[s].advantage = adv[s];
   say_if_no_signal(all, state_.step + 1);
   // The lengths each prompt had, for the next generation splits.
@@ -514,7 +529,7 @@ void GrpoTrainer::resume_round(const std::string& extra) {
                       ": resume with the round's rewards, or from a checkpoint between rounds");
   for (std::size_t s = 0; s < N; ++s) all[s].slot = static_cast<std::int64_t>(s);  // stored in slot order
   R.set_figures(all);
-  group_advantages(R.rewards, opts_.num_generations, opts_.scale_rewards, &R.group_std);
+  round_advantages(R.rewards, R.rewards_fn, rewards_.weights(), opts_.num_generations, opts_, &R.group_std);
   const auto split = training_split(all, nullptr);
   for (std::size_t s : split[static_cast<std::size_t>(env_.rank())]) R.local.push_back(all[s]);
   if (env_.rank() == 0) R.global = std::move(all);
@@ -637,9 +652,14 @@ double GrpoTrainer::train_step(nlohmann::json* metrics) {
   (*metrics)["lr"] = lr;
   if (opt_->scaling()) train::scaler_record(*metrics, state_, last_outcome_);
   if (opts_.loss.beta > 0) (*metrics)["kl"] = kl * inv;
-  (*metrics)["clip_ratio/low_mean"] = low * inv;
-  (*metrics)["clip_ratio/high_mean"] = high * inv;
-  (*metrics)["clip_ratio/region_mean"] = (low + high) * inv;
+  // The clip counts of the clipped losses (TRL's names); cispo's capped ratios; sapo clips nothing.
+  if (opts_.loss.loss_type == "cispo") {
+    (*metrics)["cispo_clip_ratio"] = high * inv;
+  } else if (opts_.loss.loss_type != "sapo") {
+    (*metrics)["clip_ratio/low_mean"] = low * inv;
+    (*metrics)["clip_ratio/high_mean"] = high * inv;
+    (*metrics)["clip_ratio/region_mean"] = (low + high) * inv;
+  }
   (*metrics)["ratio_mean"] = ratio / std::max(1.0, ratio_tokens);
   return loss;
 }
@@ -827,12 +847,13 @@ GrpoResult GrpoTrainer::run() {
     if (rlog.rank0() && logged) {
       char line[320];
       int k = std::snprintf(line, sizeof(line),
-                            "step %lld/%lld | reward %.3f (std %.3f) | loss %.4f | grad norm %.3f | lr %.2e | len %.1f | "
-                            "clip %.3f",
+                            "step %lld/%lld | reward %.3f (std %.3f) | loss %.4f | grad norm %.3f | lr %.2e | len %.1f",
                             static_cast<long long>(state_.step), static_cast<long long>(opts_.max_steps),
                             j["reward"].get<double>(), j["reward_std"].get<double>(), j["loss"].get<double>(),
-                            last_norm_, j["lr"].get<double>(), j["completions/mean_length"].get<double>(),
-                            j["clip_ratio/region_mean"].get<double>());
+                            last_norm_, j["lr"].get<double>(), j["completions/mean_length"].get<double>());
+      for (const char* clip : {"clip_ratio/region_mean", "cispo_clip_ratio"})
+        if (j.contains(clip))
+          k += std::snprintf(line + k, sizeof(line) - static_cast<std::size_t>(k), " | clip %.3f", j[clip].get<double>());
       if (j.contains("kl"))
         k += std::snprintf(line + k, sizeof(line) - static_cast<std::size_t>(k), " | kl %.4f", j["kl"].get<double>());
       k += std::snprintf(line + k, sizeof(line) - static_cast<std::size_t>(k), " | %.1fs (gen %.0f%%)", step_seconds,

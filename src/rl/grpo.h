@@ -50,6 +50,9 @@ struct GrpoOptions {
   GenerationOptions::Merge merge_lora = GenerationOptions::Merge::Off;  // generate.merge_lora (resolved)
   GrpoLossOptions loss;
   std::string scale_rewards = "group";
+  // sum_then_normalize: the advantages of the weighted sum of the rewards (scale_rewards); normalize_then_sum: each
+  // reward normalised in its group first (GDPO, normalize_then_sum_advantages).
+  std::string multi_objective_aggregation = "sum_then_normalize";
   int num_iterations = 1;
   bool mask_truncated = false;
   std::string reference = "initial";  // initial | base

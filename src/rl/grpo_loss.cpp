@@ -47,9 +47,52 @@ std::vector<double> group_advantages(const std::vector<double>& rewards, int G, 
   return adv;
 }
 
+std::vector<double> normalize_then_sum_advantages(const std::vector<std::vector<double>>& per_func,
+                                                  const std::vector<double>& weights, int G, std::vector<double>* sums) {
+  const std::size_t N = per_func.size(), K = weights.size();
+  MGRL_CHECK(G >= 1 && N % static_cast<std::size_t>(G) == 0, "rewards do not form whole groups");
+  // Mean and unbiased std of the values that are there (NaN left out), as torch.nanmean and TRL's nanstd.
+  const auto stats = [](const std::vector<double>& x, double* mean, double* sd) {
+    double s = 0, n = 0;
+    for (double v : x)
+      if (!std::isnan(v)) s += v, n += 1;
+    *mean = n > 0 ? s / n : std::nan("");
+    double ss = 0;
+    for (double v : x)
+      if (!std::isnan(v)) ss += (v - *mean) * (v - *mean);
+    *sd = n > 1 ? std::sqrt(ss / (n - 1)) : std::nan("");
+  };
+  std::vector<double> sum(N, 0.0);
+  std::vector<bool> any(N, false);
+  for (std::size_t g = 0; g < N / static_cast<std::size_t>(G); ++g)
+    for (std::size_t k = 0; k < K; ++k) {
+      std::vector<double> x;
+      for (int j = 0; j < G; ++j) x.push_back(per_func[g * static_cast<std::size_t>(G) + static_cast<std::size_t>(j)][k]);
+      double mean = 0, sd = 0;
+      stats(x, &mean, &sd);
+      if (G == 1) sd = 0;  // TRL: zeros for a single generation
+      for (int j = 0; j < G; ++j) {
+        const std::size_t i = g * static_cast<std::size_t>(G) + static_cast<std::size_t>(j);
+        if (std::isnan(x[static_cast<std::size_t>(j)])) continue;  // nansum: a missing value adds nothing
+        sum[i] += (x[static_cast<std::size_t>(j)] - mean) / (sd + 1e-4) * weights[k];
+        any[i] = true;
+      }
+    }
+  for (std::size_t i = 0; i < N; ++i)
+    if (!any[i]) sum[i] = std::nan("");
+  double mean = 0, sd = 0;
+  stats(sum, &mean, &sd);
+  if (N < 2) sd = 0;
+  std::vector<double> adv(N, 0.0);
+  for (std::size_t i = 0; i < N; ++i) adv[i] = std::isnan(sum[i]) ? 0.0 : (sum[i] - mean) / (sd + 1e-4);
+  if (sums) *sums = sum;
+  return adv;
+}
+
 SequenceTerms sequence_loss(const GrpoLossOptions& o, const SequenceIn& s, double* grad) {
   SequenceTerms out;
   const double A = s.advantage, lo = 1.0 - o.epsilon, hi = 1.0 + o.epsilon_high;
+  const bool cispo = o.loss_type == "cispo", sapo = o.loss_type == "sapo";
   for (int t = 0; t < s.n; ++t) out.tokens += s.mask[t];
   // The importance weight: exp(log-ratio) per token, or exp of the masked mean log-ratio of the sequence.
   double seq_ratio = 1.0;
@@ -62,13 +105,32 @@ SequenceTerms sequence_loss(const GrpoLossOptions& o, const SequenceIn& s, doubl
   for (int t = 0; t < s.n; ++t) {
     const double m = s.mask[t];
     const double c1 = o.sequence_level ? seq_ratio : (s.old ? std::exp(static_cast<double>(s.logp[t]) - s.old[t]) : 1.0);
-    const double c2 = std::min(std::max(c1, lo), hi);
-    // -min(c1 A, c2 A): the gradient flows through c1 unless the clipped branch is the smaller one.
-    const bool clipped_branch = c1 * A > c2 * A;
-    double loss = -std::min(c1 * A, c2 * A);
-    const double d_c1_policy = clipped_branch ? 0.0 : -A;  // d(-min(...)) / d c1
-    double d_c1 = d_c1_policy;                            // plus the KL's, below
-    double d_lp = 0;                                      // direct dependence on logp_t (KL)
+    double loss = 0, d_c1 = 0, d_lp = 0;  // the policy term, d/d c1, d/d logp_t directly (plus the KL's, below)
+    if (cispo) {
+      // -sg(min(c1, epsilon_high)) A logp_t: a REINFORCE term weighted by the capped, detached ratio.
+      const double w = std::min(c1, o.epsilon_high);
+      loss = -w * A * s.logp[t];
+      d_lp = -w * A;
+      if (c1 > o.epsilon_high && A > 0) out.clipped_high += m;
+    } else if (sapo) {
+      // -sigmoid(tau (c1 - 1)) 4 / tau A: a soft gate in place of the clip.
+      const double tau = A > 0 ? o.sapo_temperature_pos : o.sapo_temperature_neg;
+      const double sg = 1.0 / (1.0 + std::exp(-tau * (c1 - 1.0)));
+      loss = -sg * 4.0 / tau * A;
+      d_c1 = -4.0 * A * sg * (1.0 - sg);
+    } else {
+      const double c2 = std::min(std::max(c1, lo), hi);
+      // Two-sided clipping: the unclipped branch's ratio capped at delta (no gradient beyond it).
+      const bool capped = o.delta > 0 && c1 > o.delta;
+      const double c1d = capped ? o.delta : c1;
+      // -min(c1d A, c2 A): the gradient flows through the smaller branch's ratio where it is not clipped (c1d: below
+      // delta; c2: inside [lo, hi]; with delta the c2 branch can be the smaller one unclipped).
+      const bool second = c1d * A > c2 * A;
+      loss = -std::min(c1d * A, c2 * A);
+      d_c1 = (second ? c2 != c1 : capped) ? 0.0 : -A;  // d(-min(...)) / d c1
+      if (c1d < lo && A < 0) out.clipped_low += m;
+      if (c1d > hi && A > 0) out.clipped_high += m;
+    }
     if (o.beta != 0.0) {
       const double delta = static_cast<double>(s.ref[t]) - s.logp[t];
       double kl = std::exp(delta) - delta - 1.0;
@@ -84,8 +146,6 @@ SequenceTerms sequence_loss(const GrpoLossOptions& o, const SequenceIn& s, doubl
     }
     out.sum += m * loss;
     out.ratio_sum += m * c1;
-    if (c1 < lo && A < 0) out.clipped_low += m;
-    if (c1 > hi && A > 0) out.clipped_high += m;
     if (o.sequence_level) {
       d_seq += m * d_c1 * c1;  // d c1 / d(sequence log-ratio) = c1
       grad[t] = m * d_lp;
@@ -104,11 +164,13 @@ SequenceTerms sequence_loss(const GrpoLossOptions& o, const SequenceIn& s, doubl
 
 double sequence_weight(const GrpoLossOptions& o, double tokens_i, std::int64_t n_completions, double micro_tokens,
                        double batch_tokens, int accum) {
-  if (o.loss_type == "grpo") return 1.0 / (static_cast<double>(n_completions) * std::max(1.0, tokens_i));
+  if (o.loss_type == "grpo" || o.loss_type == "sapo")
+    return 1.0 / (static_cast<double>(n_completions) * std::max(1.0, tokens_i));
+  if (o.loss_type == "luspo") return 1.0 / static_cast<double>(n_completions);
   if (o.loss_type == "bnpo") return 1.0 / (static_cast<double>(accum) * std::max(1.0, micro_tokens));
   if (o.loss_type == "dr_grpo")
     return 1.0 / (static_cast<double>(n_completions) * static_cast<double>(o.max_completion_length));
-  if (o.loss_type == "dapo") return 1.0 / std::max(1.0, batch_tokens);
+  if (o.loss_type == "dapo" || o.loss_type == "cispo") return 1.0 / std::max(1.0, batch_tokens);
   throw FatalError("unknown grpo.loss_type '" + o.loss_type + "'");
 }
 

@@ -1,7 +1,8 @@
 // grpo_loss.h: the GRPO objective on the host, as TRL's GRPOTrainer (1.16) defines it: group-relative
 // advantages (scale_rewards group | batch | none), the clipped importance-ratio loss per token or per sequence
-// (GSPO), the k3 KL estimator against a reference (optionally multiplied by the ratio), and the normalisations
-// of the loss types grpo | bnpo | dr_grpo | dapo. The loss is a function of each completion token's log-prob, so
+// (GSPO), the k3 KL estimator against a reference (optionally multiplied by the ratio), and the loss types grpo |
+// bnpo | dr_grpo | dapo | luspo (clipped, optionally two-sided: delta) and cispo | sapo, each with its
+// normalisation. The loss is a function of each completion token's log-prob, so
 // its gradient is computed here per token and handed to the model's backward as per-token weights. Formulas:
 // docs/grpo.md.
 #pragma once
@@ -16,11 +17,22 @@ namespace mgrl::rl {
 // group (group) or of the whole batch (batch); none: not divided. group_std (optional) gets each group's std.
 std::vector<double> group_advantages(const std::vector<double>& rewards, int G, const std::string& scale_rewards,
                                      std::vector<double>* group_std = nullptr);
+// multi_objective_aggregation = normalize_then_sum (GDPO; TRL's): each reward function's values normalised within
+// their group, (r_k - mean) / (std + 1e-4), summed with the weights, then the sums normalised over the whole batch
+// the same way (scale_rewards is not used). per_func [N][K] (NaN: the function gave no value, left out of the means,
+// stds and sums); *sums gets the weighted sums (NaN where every function gave none, advantage 0 there).
+std::vector<double> normalize_then_sum_advantages(const std::vector<std::vector<double>>& per_func,
+                                                  const std::vector<double>& weights, int G,
+                                                  std::vector<double>* sums = nullptr);
 
 struct GrpoLossOptions {
-  std::string loss_type = "dapo";  // grpo | bnpo | dr_grpo | dapo
+  std::string loss_type = "dapo";  // grpo | bnpo | dr_grpo | dapo | luspo | cispo | sapo
   double beta = 0.0;
+  // Clipped losses: the ratio clipped to [1 - epsilon, 1 + epsilon_high]; cispo: the ratio's weight capped at
+  // epsilon_high itself (CISPO's epsilon_max, as TRL).
   double epsilon = 0.2, epsilon_high = 0.2;
+  double delta = 0;  // > 0: two-sided clipping of the clipped losses (INTELLECT-2): the unclipped ratio capped at delta
+  double sapo_temperature_pos = 1.0, sapo_temperature_neg = 1.05;  // sapo's soft gate, advantage > 0 / <= 0
   bool sequence_level = false;  // importance_sampling_level = sequence (GSPO)
   bool kl_bias_correction = false;
   int max_completion_length = 256;
@@ -43,8 +55,8 @@ struct SequenceTerms {
   double sum = 0;             // S
   double tokens = 0;          // sum of the mask
   double kl_sum = 0;          // sum_t mask_t * kl_t (the estimator as it enters the loss)
-  double clipped_low = 0;     // mask tokens with ratio < 1 - epsilon and advantage < 0
-  double clipped_high = 0;    // mask tokens with ratio > 1 + epsilon_high and advantage > 0
+  double clipped_low = 0;     // mask tokens with ratio < 1 - epsilon and advantage < 0 (clipped losses)
+  double clipped_high = 0;    // mask tokens with ratio > 1 + epsilon_high (cispo: epsilon_high) and advantage > 0
   double ratio_sum = 0;       // sum_t mask_t * ratio_t
 };
 SequenceTerms sequence_loss(const GrpoLossOptions& o, const SequenceIn& s, double* grad);
@@ -55,7 +67,9 @@ SequenceTerms sequence_loss(const GrpoLossOptions& o, const SequenceIn& s, doubl
 //   grpo:    1 / (N * max(1, tokens_i))            (mean over completions of their token mean)
 //   bnpo:    1 / (accum * max(1, tokens of its micro-batch))
 //   dr_grpo: 1 / (N * max_completion_length)
-//   dapo:    1 / max(1, tokens of the whole batch)
+//   dapo, cispo: 1 / max(1, tokens of the whole batch)
+//   sapo:    as grpo
+//   luspo:   1 / N                                    (mean over completions of their token sum)
 double sequence_weight(const GrpoLossOptions& o, double tokens_i, std::int64_t n_completions, double micro_tokens,
                        double batch_tokens, int accum);
 

@@ -56,11 +56,14 @@ TEST(GrpoPassAtK, UnbiasedEstimator) {
   EXPECT_DOUBLE_EQ(pass_at_k(4, 2, 3), 1.0);  // fewer than k wrong samples: always passes
 }
 
-// The per-token gradient of S = sum_t mask_t loss_t against central differences, for every option.
+// The per-token gradient of S = sum_t mask_t loss_t against central differences, for every option and the
+// differentiable objectives: clipped, clipped two-sided (delta), sapo. (cispo's ratio weight is detached: its gradient
+// is not the loss's derivative; the trl fixtures check it.)
 TEST(GrpoSequenceLoss, GradientMatchesFiniteDifferences) {
   std::mt19937 rng(7);
   std::normal_distribution<double> nd(0.0, 1.0);
   int checked = 0;
+  for (const char* variant : {"clip", "delta", "sapo"})
   for (int seq = 0; seq < 2; ++seq)
     for (int beta = 0; beta < 2; ++beta)
       for (int corr = 0; corr < 2; ++corr)
@@ -72,6 +75,8 @@ TEST(GrpoSequenceLoss, GradientMatchesFiniteDifferences) {
             o.kl_bias_correction = corr;
             o.epsilon = 0.2;
             o.epsilon_high = 0.28;
+            if (std::string(variant) == "delta") o.delta = 1.15;  // below 1 + epsilon_high: both caps act
+            if (std::string(variant) == "sapo") o.loss_type = "sapo", o.sapo_temperature_neg = 1.7;
             const int n = 7;
             std::vector<double> lp(n), old(n), ref(n);
             std::vector<float> mask(n, 1.0f);
@@ -105,8 +110,9 @@ TEST(GrpoSequenceLoss, GradientMatchesFiniteDifferences) {
               xp[t] += h;
               xm[t] -= h;
               const double fd = (eval(xp, nullptr) - eval(xm, nullptr)) / (2 * h);
-              EXPECT_NEAR(g[t], fd, 2e-3 * std::max(1.0, std::fabs(fd)))
-                  << "seq " << seq << " beta " << beta << " corr " << corr << " adv " << adv << " t " << t;
+              EXPECT_NEAR(g[t], fd, 2e-3 * std::max(1.0, std::fabs(fd))) << variant << " seq " << seq << " beta "
+                                                                           << beta << " corr " << corr << " adv " << adv
+                                                                           << " t " << t;
               ++checked;
             }
             if (!with_old) {
@@ -117,7 +123,7 @@ TEST(GrpoSequenceLoss, GradientMatchesFiniteDifferences) {
                 }
             }
           }
-  EXPECT_GT(checked, 100);
+  EXPECT_GT(checked, 300);
 }
 
 // The premise of leaving completions out of the training pass (GrpoTrainer::trained_in): with advantage 0 and
@@ -126,9 +132,12 @@ TEST(GrpoSequenceLoss, GradientMatchesFiniteDifferences) {
 TEST(GrpoSequenceLoss, ZeroAdvantageOrMaskedContributesNothing) {
   std::mt19937 rng(11);
   std::normal_distribution<double> nd(0.0, 1.0);
+  for (const char* loss_type : {"dapo", "cispo", "sapo"})
   for (int seq = 0; seq < 2; ++seq)
     for (int masked = 0; masked < 2; ++masked) {
       GrpoLossOptions o;
+      o.loss_type = loss_type;
+      o.delta = 1.25;
       o.sequence_level = seq;
       o.epsilon = 0.2;
       o.epsilon_high = 0.28;
@@ -168,6 +177,12 @@ TEST(GrpoSequenceWeight, Normalisers) {
   EXPECT_DOUBLE_EQ(sequence_weight(o, 4, 8, 30, 60, 2), 1.0 / 60);
   o.loss_type = "grpo";
   EXPECT_DOUBLE_EQ(sequence_weight(o, 0, 8, 30, 60, 2), 1.0 / 8);  // a fully masked completion: clamp(min 1)
+  o.loss_type = "cispo";  // as dapo
+  EXPECT_DOUBLE_EQ(sequence_weight(o, 4, 8, 30, 60, 2), 1.0 / 60);
+  o.loss_type = "sapo";  // as grpo
+  EXPECT_DOUBLE_EQ(sequence_weight(o, 4, 8, 30, 60, 2), 1.0 / 32);
+  o.loss_type = "luspo";  // token sums, mean over completions
+  EXPECT_DOUBLE_EQ(sequence_weight(o, 4, 8, 30, 60, 2), 1.0 / 8);
 }
 
 // ---- against trl ----
@@ -181,7 +196,7 @@ std::vector<std::string> trl_cases() {
   return out;
 }
 
-TEST(GrpoTrl, FixturesPresent) { EXPECT_GE(trl_cases().size(), 8u) << "tests/data/grpo holds too few cases"; }
+TEST(GrpoTrl, FixturesPresent) { EXPECT_GE(trl_cases().size(), 13u) << "tests/data/grpo holds too few cases"; }
 
 class GrpoTrlCase : public ::testing::TestWithParam<std::string> {};
 
@@ -217,7 +232,9 @@ TEST_P(GrpoTrlCase, LossGradientsAndAdvantagesMatchTrl) {
   for (std::size_t i = 0; i < N; ++i)
     for (std::size_t f = 0; f < weights.size(); ++f) rewards[i] += weights[f] * rpf[i][f];
   EXPECT_LT(max_rel(rewards, c["rewards"].get<std::vector<double>>(), 1e-6), 1e-9);
-  const auto adv = group_advantages(rewards, G, k["scale_rewards"].get<std::string>());
+  const bool gdpo = k.value("multi_objective_aggregation", std::string("sum_then_normalize")) == "normalize_then_sum";
+  const auto adv = gdpo ? normalize_then_sum_advantages(rpf, weights, G)
+                        : group_advantages(rewards, G, k["scale_rewards"].get<std::string>());
   EXPECT_LT(max_rel(adv, c["advantages"].get<std::vector<double>>(), 1e-3), 1e-6) << "advantages";
 
   // The batch: prompt + completion, the policy's log-probs at the temperature.
@@ -248,6 +265,9 @@ TEST_P(GrpoTrlCase, LossGradientsAndAdvantagesMatchTrl) {
   o.epsilon_high = k["epsilon_high"].is_null() ? o.epsilon : k["epsilon_high"].get<double>();
   o.sequence_level = k["importance_sampling_level"].get<std::string>() == "sequence";
   o.kl_bias_correction = k["use_bias_correction_kl"].get<bool>();
+  o.delta = k.contains("delta") && !k["delta"].is_null() ? k["delta"].get<double>() : 0.0;
+  o.sapo_temperature_pos = k.value("sapo_temperature_pos", 1.0);
+  o.sapo_temperature_neg = k.value("sapo_temperature_neg", 1.05);
   o.max_completion_length = k["max_completion_length"].get<int>();
   const bool mask_trunc = k["mask_truncated_completions"].get<bool>();
   const bool has_old = !c["old_logps"].is_null();
@@ -288,7 +308,7 @@ TEST_P(GrpoTrlCase, LossGradientsAndAdvantagesMatchTrl) {
     EXPECT_LT(max_rel(got_ref, exp_ref, 1.0), 2e-5) << "reference log-probs";
   }
 
-  double loss = 0;
+  double loss = 0, magnitude = 0;
   std::vector<float> w(b.tokens.size(), 0.0f);
   for (std::size_t i = 0; i < N; ++i) {
     const std::size_t n = completions[i].size(), row = static_cast<std::size_t>(b.offsets[i]) + prompts[i / G].size();
@@ -303,10 +323,16 @@ TEST_P(GrpoTrlCase, LossGradientsAndAdvantagesMatchTrl) {
     const SequenceTerms st = sequence_loss(o, s, g.data());
     const double cw = sequence_weight(o, st.tokens, static_cast<std::int64_t>(N), batch_tokens, batch_tokens, 1);
     loss += cw * st.sum;
-    for (std::size_t t = 0; t < n; ++t) w[row + t] = static_cast<float>(-cw * g[t]);
+    for (std::size_t t = 0; t < n; ++t) {
+      w[row + t] = static_cast<float>(-cw * g[t]);
+      magnitude += cw * masks[i][t] * std::fabs(adv[i] * lp[row + t]);
+    }
   }
   const double want_loss = c["loss"].get<double>();
-  EXPECT_LE(std::fabs(loss - want_loss), 1e-5 * std::max(1e-3, std::fabs(want_loss))) << "loss " << loss << " vs " << want_loss;
+  // cispo's loss sums -w A logp over tokens whose advantages cancel within each group, so the float32 log-probs'
+  // error (checked above to 2e-5) enters it in proportion to the summands' magnitude, not the sum's.
+  const double size = o.loss_type == "cispo" ? std::max(std::fabs(want_loss), magnitude) : std::fabs(want_loss);
+  EXPECT_LE(std::fabs(loss - want_loss), 1e-5 * std::max(1e-3, size)) << "loss " << loss << " vs " << want_loss;
 
   net.backward(w.data());
   io::SafetensorsFile grads(dir + "/grads.safetensors");
