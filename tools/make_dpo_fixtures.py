@@ -56,6 +56,16 @@ CASES = [
          ld_alpha=0.5),
     dict(name="sigmoid_sft_truncated", model="llama_gqa", loss_type="sigmoid", beta=0.1, reference="base",
          sft_weight=0.5, max_length=8),
+    # trl's other pair losses (added 2026-11-28).
+    dict(name="exo_pair_initial", model="qwen2_bias_tied", loss_type="exo_pair", beta=0.5, label_smoothing=1e-3,
+         reference="initial"),
+    dict(name="nca_pair_initial", model="qwen3_qknorm", loss_type="nca_pair", beta=0.3, reference="initial"),
+    dict(name="bco_pair_base", model="llama_gqa", loss_type="bco_pair", beta=0.2, reference="base"),
+    dict(name="sppo_hard_initial", model="llama_gqa", loss_type="sppo_hard", beta=0.5, reference="initial"),
+    dict(name="apo_zero_initial", model="qwen2_bias_tied", loss_type="apo_zero", beta=0.4, reference="initial"),
+    dict(name="apo_down_initial", model="qwen3_qknorm", loss_type="apo_down", beta=0.6, reference="initial"),
+    dict(name="discopop_initial", model="llama_gqa", loss_type="discopop", beta=0.8, reference="initial",
+         discopop_tau=0.2),
 ]
 NPAIRS = 4
 
@@ -107,6 +117,7 @@ def make_case(spec, out_root, tokenizer_file):
         loss_weights=[1.0, spec["sft_weight"]] if spec.get("sft_weight") else None,
         beta=spec["beta"], label_smoothing=spec.get("label_smoothing", 0.0), ld_alpha=spec.get("ld_alpha"),
         max_length=spec.get("max_length", 1024), logging_steps=1, seed=0, gradient_checkpointing=False,
+        discopop_tau=spec.get("discopop_tau", 0.05),
     )
     # The dataset only satisfies the constructor (the quickstart tokenizer's text); the pairs below are token ids.
     ds = Dataset.from_dict({"prompt": ["1+1="], "chosen": ["2"], "rejected": ["3"]})
@@ -152,7 +163,7 @@ def make_case(spec, out_root, tokenizer_file):
         "config": {"loss_type": spec["loss_type"], "beta": spec["beta"],
                    "label_smoothing": spec.get("label_smoothing", 0.0), "ld_alpha": spec.get("ld_alpha"),
                    "max_length": cfg.max_length, "reference": spec["reference"],
-                   "sft_weight": spec.get("sft_weight", 0.0)},
+                   "sft_weight": spec.get("sft_weight", 0.0), "discopop_tau": cfg.discopop_tau},
         "pairs": pairs,
         "loss": float(loss.detach()),
         "metrics": metrics,

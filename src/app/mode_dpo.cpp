@@ -34,11 +34,16 @@ int run_dpo(Context& ctx) {
   train::PairData train_data, eval_data;
   int max_length = 0;  // dpo.max_length within the model's positions
   env.agree([&] {
-    // trl 1.16 smooths labels in the robust loss only (older trl's sigmoid "cDPO" smoothing is gone): a smoothing
-    // given with another loss was accepted and ignored until 2026-11-28.
-    if (cfg.get_float("dpo.label_smoothing") != 0.0 && cfg.get_string("dpo.loss_type") != "robust")
-      throw UserError("key 'dpo.label_smoothing' applies to dpo.loss_type = \"robust\" only (the label-smoothed DPO "
-                      "of trl 1.16), not to \"" + cfg.get_string("dpo.loss_type") + "\"");
+    // trl 1.16 smooths labels in the robust and exo_pair losses only (older trl's sigmoid "cDPO" smoothing is gone):
+    // a smoothing given with another loss was accepted and ignored until 2026-11-28. exo_pair needs one (its
+    // log(epsilon) is -inf at 0: trl's loss is inf there).
+    const std::string loss = cfg.get_string("dpo.loss_type");
+    if (cfg.get_float("dpo.label_smoothing") != 0.0 && loss != "robust" && loss != "exo_pair")
+      throw UserError("key 'dpo.label_smoothing' applies to dpo.loss_type = \"robust\" and \"exo_pair\" only (as in "
+                      "trl 1.16), not to \"" + loss + "\"");
+    if (loss == "exo_pair" && cfg.get_float("dpo.label_smoothing") == 0.0)
+      throw UserError("key 'dpo.label_smoothing' = 0: dpo.loss_type = \"exo_pair\" needs its epsilon > 0 (the EXO "
+                      "paper recommends 1e-3; at 0 the loss is infinite)");
     std::string model_src;
     mc = training_model_config(cfg, &model_src);
     check_model_fits(ctx, mc, model_src, full);
@@ -53,7 +58,8 @@ int run_dpo(Context& ctx) {
     d.chat = &chat;
     train_data = train::load_pairs(cfg.get_string("data.input"), *tok, d);
     // No pair that teaches anything, and no SFT term on the chosen side: the run would end as it began.
-    if (train_data.same + train_data.cut_same == static_cast<int>(train_data.pairs.size()) &&
+    const bool cancels = train::dpo_loss_of_difference(train::dpo_loss_type(loss));
+    if (cancels && train_data.same + train_data.cut_same == static_cast<int>(train_data.pairs.size()) &&
         cfg.get_float("dpo.sft_weight") == 0.0)
       throw UserError(cfg.get_string("data.input") + ": every pair has the same chosen and rejected tokens" +
                       (train_data.cut_same > 0 ? " once cut to dpo.max_length (" + std::to_string(max_length) + ")"
@@ -84,7 +90,8 @@ int run_dpo(Context& ctx) {
   // Said once every start-up check has passed (an error comes alone).
   std::vector<std::string> data_notes;
   for (const auto* set : {&train_data, &eval_data})
-    for (auto& note : set->notes(cfg.get_string(set == &train_data ? "data.input" : "eval.input"), max_length))
+    for (auto& note : set->notes(cfg.get_string(set == &train_data ? "data.input" : "eval.input"), max_length,
+                                 train::dpo_loss_of_difference(train::dpo_loss_type(cfg.get_string("dpo.loss_type")))))
       data_notes.push_back(std::move(note));
 
   TrainingModel tm = build_training_model(ctx, mc, full);
@@ -98,6 +105,7 @@ int run_dpo(Context& ctx) {
   o.loss.beta = cfg.get_float("dpo.beta");
   o.loss.label_smoothing = cfg.get_float("dpo.label_smoothing");
   o.loss.sft_weight = cfg.get_float("dpo.sft_weight");
+  if (o.loss.type == train::DpoLossType::DiscoPop) o.loss.discopop_tau = cfg.get_float("dpo.discopop_tau");
   o.ld_alpha = cfg.get_float("dpo.ld_alpha");
   // The reference is the starting policy (as trl): a fresh adapter switched off is the base model; full fine-tuning
   // and a starting adapter have no such switch, so their reference is scored once, before training.

@@ -347,13 +347,19 @@ const Schema& mgrl_schema() {
          {"token", "sequence"}, {}, {}, {}});
     add({"dpo.loss_type", T::String, Value(std::string("sigmoid")),
          "DPO loss per pair, as trl names it: sigmoid (DPO), hinge (SLiC), ipo, robust (label_smoothing as the flip "
-         "probability) or sigmoid_norm (sigmoid on the per-token log-ratios)",
-         {"sigmoid", "hinge", "ipo", "robust", "sigmoid_norm"}, {}, {}, {}});
+         "probability), sigmoid_norm (sigmoid on the per-token log-ratios), exo_pair (EXO; label_smoothing as its "
+         "epsilon, e.g. 1e-3), nca_pair, bco_pair, sppo_hard, apo_zero, apo_down (APO) or discopop (discopop_tau)",
+         {"sigmoid", "hinge", "ipo", "robust", "sigmoid_norm", "exo_pair", "nca_pair", "bco_pair", "sppo_hard",
+          "apo_zero", "apo_down", "discopop"},
+         {}, {}, {}});
+    add({"dpo.discopop_tau", T::Float, Value(0.05),
+         "discopop: the temperature of the log-ratio modulation (the paper's 0.05)", {}, 0.0, {}, {}, true});
     add({"dpo.beta", T::Float, Value(0.1),
          "how far the policy may move from the reference (higher: less); ipo: the regulariser tau", {}, 1e-12, {},
          {}});
     add({"dpo.label_smoothing", T::Float, Value(0.0),
-         "robust: the probability that a pair's preference is flipped, in [0, 0.5)", {}, 0.0, 0.5, {}});
+         "robust: the probability that a pair's preference is flipped, in [0, 0.5); exo_pair: its epsilon (> 0)", {},
+         0.0, 0.5, {}});
     add({"dpo.sft_weight", T::Float, Value(0.0),
          "weight of trl's sft loss added to the pair loss (RPO): the mean negative log-prob of the chosen completions' "
          "tokens over the batch (trl: loss_type = [type, \"sft\"], loss_weights = [1, w]); 0: none", {}, 0.0, {}, {}});

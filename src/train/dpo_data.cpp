@@ -146,7 +146,7 @@ PairData load_pairs(const std::string& path, const io::Tokenizer& tok, const Pai
   return out;
 }
 
-std::vector<std::string> PairData::notes(const std::string& path, int max_length) const {
+std::vector<std::string> PairData::notes(const std::string& path, int max_length, bool cancels) const {
   std::vector<std::string> out;
   auto add = [&](int n, int first, const std::string& what) {
     if (n == 0) return;
@@ -156,11 +156,13 @@ std::vector<std::string> PairData::notes(const std::string& path, int max_length
   add(dropped, first_dropped_line,
       std::string(dropped == 1 ? "is" : "are") + " left out: the prompt alone has dpo.max_length (" +
           std::to_string(max_length) + ") tokens or more");
-  add(same, first_same_line, std::string(same == 1 ? "has" : "have") +
-                                 " the same chosen and rejected tokens: the loss's gradient is 0 for them, they teach nothing");
+  add(same, first_same_line, std::string(same == 1 ? "has" : "have") + " the same chosen and rejected tokens: " +
+                                 (cancels ? "the loss's gradient is 0 for them, they teach nothing"
+                                          : "the loss pulls the same completion up as chosen and down as rejected"));
   add(cut_same, first_cut_same_line,
       std::string(cut_same == 1 ? "differs" : "differ") + " only after dpo.max_length (" + std::to_string(max_length) +
-          ") tokens: cut there, chosen and rejected are the same and teach nothing; raise dpo.max_length");
+          ") tokens: cut there, chosen and rejected are the same and " +
+          (cancels ? "teach nothing" : "pulled both ways") + "; raise dpo.max_length");
   return out;
 }
 

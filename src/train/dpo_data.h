@@ -39,7 +39,9 @@ struct PairData {
   int same = 0, first_same_line = 0;
   int cut_same = 0, first_cut_same_line = 0;
   // The warnings about this file (one line each): pairs left out, pairs that teach nothing.
-  std::vector<std::string> notes(const std::string& path, int max_length) const;
+  // cancels: the loss is a function of the log-ratios' difference (a pair of equal sides has gradient 0); false for
+  // the losses of each side on its own (nca_pair, bco_pair, sppo_hard, apo_*), which pull such a pair both ways.
+  std::vector<std::string> notes(const std::string& path, int max_length, bool cancels = true) const;
 };
 
 // Reads and tokenizes a JSONL file of preference pairs. UserError "file:line: ..." for a broken line, and naming

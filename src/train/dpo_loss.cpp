@@ -25,7 +25,15 @@ DpoLossType dpo_loss_type(const std::string& name) {
   if (name == "ipo") return DpoLossType::Ipo;
   if (name == "robust") return DpoLossType::Robust;
   if (name == "sigmoid_norm") return DpoLossType::SigmoidNorm;
-  throw UserError("dpo.loss_type: unknown loss '" + name + "' (sigmoid, hinge, ipo, robust or sigmoid_norm)");
+  if (name == "exo_pair") return DpoLossType::ExoPair;
+  if (name == "nca_pair") return DpoLossType::NcaPair;
+  if (name == "bco_pair") return DpoLossType::BcoPair;
+  if (name == "sppo_hard") return DpoLossType::SppoHard;
+  if (name == "apo_zero") return DpoLossType::ApoZero;
+  if (name == "apo_down") return DpoLossType::ApoDown;
+  if (name == "discopop") return DpoLossType::DiscoPop;
+  throw UserError("dpo.loss_type: unknown loss '" + name + "' (sigmoid, hinge, ipo, robust, sigmoid_norm, exo_pair, "
+                  "nca_pair, bco_pair, sppo_hard, apo_zero, apo_down or discopop)");
 }
 
 const char* dpo_loss_name(DpoLossType t) {
@@ -35,8 +43,20 @@ const char* dpo_loss_name(DpoLossType t) {
     case DpoLossType::Ipo: return "ipo";
     case DpoLossType::Robust: return "robust";
     case DpoLossType::SigmoidNorm: return "sigmoid_norm";
+    case DpoLossType::ExoPair: return "exo_pair";
+    case DpoLossType::NcaPair: return "nca_pair";
+    case DpoLossType::BcoPair: return "bco_pair";
+    case DpoLossType::SppoHard: return "sppo_hard";
+    case DpoLossType::ApoZero: return "apo_zero";
+    case DpoLossType::ApoDown: return "apo_down";
+    case DpoLossType::DiscoPop: return "discopop";
   }
   return "?";
+}
+
+bool dpo_loss_of_difference(DpoLossType t) {
+  return !(t == DpoLossType::NcaPair || t == DpoLossType::BcoPair || t == DpoLossType::SppoHard ||
+           t == DpoLossType::ApoZero || t == DpoLossType::ApoDown);
 }
 
 DpoPairOut dpo_pair_loss(const DpoLossOptions& o, const DpoPairIn& p) {
@@ -61,6 +81,53 @@ DpoPairOut dpo_pair_loss(const DpoLossOptions& o, const DpoPairIn& p) {
       r.loss = (-(1 - e) * log_sigmoid(b * d) + e * log_sigmoid(-b * d)) / (1 - 2 * e);
       dd = (-(1 - e) * b * sigmoid(-b * d) - e * b * sigmoid(b * d)) / (1 - 2 * e);
       break;
+    }
+    case DpoLossType::ExoPair: {
+      // EXO (pairwise): KL(softmax over {chosen, rejected} of beta * log-ratios || [1 - e, e]).
+      const double e = o.label_smoothing, x = b * d;
+      const double qw = sigmoid(x), ql = sigmoid(-x), lqw = log_sigmoid(x), lql = log_sigmoid(-x);
+      const double gap = (lqw - std::log1p(-e)) - (lql - std::log(e));
+      r.loss = qw * (lqw - std::log1p(-e)) + ql * (lql - std::log(e));
+      dd = b * qw * ql * gap;
+      break;
+    }
+    case DpoLossType::DiscoPop: {
+      // DiscoPOP: the logistic and exponential losses of x = beta * delta blended by sigmoid(x / tau).
+      const double x = b * d, tau = o.discopop_tau, m = sigmoid(x / tau), dm = m * (1 - m) / tau;
+      r.loss = -log_sigmoid(x) * (1 - m) + std::exp(-x) * m;
+      dd = b * (-sigmoid(-x) * (1 - m) + log_sigmoid(x) * dm - std::exp(-x) * m + std::exp(-x) * dm);
+      break;
+    }
+    case DpoLossType::NcaPair:
+    case DpoLossType::BcoPair:
+    case DpoLossType::SppoHard:
+    case DpoLossType::ApoZero:
+    case DpoLossType::ApoDown: {
+      // Losses of the two log-ratios on their own (not of their difference alone).
+      const double cr = b * lc, rr = b * lr;
+      if (o.type == DpoLossType::NcaPair) {
+        r.loss = -log_sigmoid(cr) - 0.5 * log_sigmoid(-cr) - 0.5 * log_sigmoid(-rr);
+        r.d_chosen = b * (-sigmoid(-cr) + 0.5 * sigmoid(cr));
+        r.d_rejected = b * 0.5 * sigmoid(rr);
+      } else if (o.type == DpoLossType::BcoPair) {
+        r.loss = -log_sigmoid(cr) - log_sigmoid(-rr);
+        r.d_chosen = -b * sigmoid(-cr);
+        r.d_rejected = b * sigmoid(rr);
+      } else if (o.type == DpoLossType::SppoHard) {  // the hard-probability SPPO: squared margins of +-1 / (2 beta)
+        r.loss = (lc - 0.5 / b) * (lc - 0.5 / b) + (lr + 0.5 / b) * (lr + 0.5 / b);
+        r.d_chosen = 2 * (lc - 0.5 / b);
+        r.d_rejected = 2 * (lr + 0.5 / b);
+      } else if (o.type == DpoLossType::ApoZero) {  // APO-zero: chosen up, rejected down
+        r.loss = 1 - sigmoid(cr) + sigmoid(rr);
+        r.d_chosen = -b * sigmoid(cr) * sigmoid(-cr);
+        r.d_rejected = b * sigmoid(rr) * sigmoid(-rr);
+      } else {  // APO-down: chosen down, rejected down more
+        const double x = b * d;
+        r.loss = sigmoid(cr) + 1 - sigmoid(x);
+        r.d_chosen = b * sigmoid(cr) * sigmoid(-cr) - b * sigmoid(x) * sigmoid(-x);
+        r.d_rejected = b * sigmoid(x) * sigmoid(-x);
+      }
+      return r;
     }
     case DpoLossType::Ipo:
     case DpoLossType::SigmoidNorm: {

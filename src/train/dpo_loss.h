@@ -1,21 +1,24 @@
 // dpo_loss.h: the per-pair losses of direct preference optimisation as trl's DPOTrainer (1.16) defines them
-// (sigmoid, hinge, ipo, robust, sigmoid_norm), with their derivatives with respect to the policy's sequence
+// (sigmoid, hinge, ipo, robust, sigmoid_norm, exo_pair, nca_pair, bco_pair, sppo_hard, apo_zero, apo_down,
+// discopop), with their derivatives with respect to the policy's sequence
 // log-probs, and the reward figures trl logs (rewards/chosen, rewards/rejected, rewards/accuracies, rewards/margins).
 #pragma once
 #include <string>
 
 namespace mgrl::train {
 
-enum class DpoLossType { Sigmoid, Hinge, Ipo, Robust, SigmoidNorm };
+enum class DpoLossType { Sigmoid, Hinge, Ipo, Robust, SigmoidNorm, ExoPair, NcaPair, BcoPair, SppoHard, ApoZero, ApoDown,
+                         DiscoPop };
 
-// "sigmoid", "hinge", "ipo", "robust", "sigmoid_norm" (UserError naming dpo.loss_type otherwise).
+// trl's names ("sigmoid", "hinge", ..., "discopop"; UserError naming dpo.loss_type otherwise).
 DpoLossType dpo_loss_type(const std::string& name);
 const char* dpo_loss_name(DpoLossType t);
 
 struct DpoLossOptions {
   DpoLossType type = DpoLossType::Sigmoid;
   double beta = 0.1;             // trl's beta (ipo: the regulariser tau)
-  double label_smoothing = 0.0;  // robust: the probability that a label is flipped, in [0, 0.5)
+  double label_smoothing = 0.0;  // robust: the probability that a label is flipped, in [0, 0.5); exo_pair: its epsilon
+  double discopop_tau = 0.05;    // discopop: the temperature of the log-ratio modulation
   // Weight of trl's "sft" loss added to the pair loss (RPO): the mean negative log-prob of the chosen completions'
   // tokens (trl: loss_type = [type, "sft"], loss_weights = [1, sft_weight]); 0: none. Not a per-pair term: the
   // trainer adds it over the batch's chosen tokens.
@@ -37,5 +40,9 @@ struct DpoPairOut {
 };
 
 DpoPairOut dpo_pair_loss(const DpoLossOptions& o, const DpoPairIn& p);
+
+// Whether the loss depends on the chosen and rejected log-ratios through their difference only (sigmoid, hinge, ipo,
+// robust, sigmoid_norm, exo_pair, discopop): a pair whose two sides are the same has gradient 0 under it.
+bool dpo_loss_of_difference(DpoLossType t);
 
 }  // namespace mgrl::train

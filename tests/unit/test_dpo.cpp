@@ -36,7 +36,8 @@ const std::string kSource = MGRL_SOURCE_DIR;
 TEST(DpoPairLoss, DerivativesMatchFiniteDifferences) {
   int checked = 0;
   for (auto type : {DpoLossType::Sigmoid, DpoLossType::Hinge, DpoLossType::Ipo, DpoLossType::Robust,
-                    DpoLossType::SigmoidNorm})
+                    DpoLossType::SigmoidNorm, DpoLossType::ExoPair, DpoLossType::NcaPair, DpoLossType::BcoPair,
+                    DpoLossType::SppoHard, DpoLossType::ApoZero, DpoLossType::ApoDown, DpoLossType::DiscoPop})
     for (double margin : {-3.0, 0.4, 25.0}) {
       DpoLossOptions o;
       o.type = type;
@@ -58,7 +59,7 @@ TEST(DpoPairLoss, DerivativesMatchFiniteDifferences) {
       EXPECT_TRUE(std::isfinite(out.loss));
       ++checked;
     }
-  EXPECT_EQ(checked, 15);
+  EXPECT_EQ(checked, 36);
   // The sigmoid loss at equal log-ratios is log 2; with a huge margin it stays finite (no exp overflow).
   EXPECT_NEAR(dpo_pair_loss({}, {-5, -7, -5, -7, 1, 1}).loss, std::log(2.0), 1e-15);
   const auto far = dpo_pair_loss({DpoLossType::Sigmoid, 1.0, 0}, {0, -5000, 0, 0, 1, 1});
@@ -79,7 +80,7 @@ std::vector<std::string> trl_cases() {
   return out;
 }
 
-TEST(DpoTrl, FixturesPresent) { EXPECT_GE(trl_cases().size(), 7u) << "tests/data/dpo holds too few cases"; }
+TEST(DpoTrl, FixturesPresent) { EXPECT_GE(trl_cases().size(), 14u) << "tests/data/dpo holds too few cases"; }
 
 class DpoTrlCase : public ::testing::TestWithParam<std::string> {};
 
@@ -135,6 +136,7 @@ TEST_P(DpoTrlCase, LossMetricsAndGradientsMatchTrl) {
   o.beta = k["beta"].get<double>();
   o.label_smoothing = k["label_smoothing"].get<double>();
   o.sft_weight = k.value("sft_weight", 0.0);
+  o.discopop_tau = k.value("discopop_tau", 0.05);
   const double N = static_cast<double>(pairs.size());
   DpoSums sums;
   dpo_loss_weights(o, mb, b, tw, lp.data(), pol, ref, 1.0 / N, o.sft_weight / chosen_tokens(mb), &w, &sums);
