@@ -66,6 +66,13 @@ CASES = [
     dict(name="apo_down_initial", model="qwen3_qknorm", loss_type="apo_down", beta=0.6, reference="initial"),
     dict(name="discopop_initial", model="llama_gqa", loss_type="discopop", beta=0.8, reference="initial",
          discopop_tau=0.2),
+    # f-DPO (trl's f_divergence_type; its alpha_divergence indexes a float32/16 table and fails in float64).
+    dict(name="sigmoid_forward_kl_initial", model="qwen2_bias_tied", loss_type="sigmoid", beta=0.3,
+         reference="initial", f_divergence_type="forward_kl"),
+    dict(name="ipo_js_initial", model="qwen3_qknorm", loss_type="ipo", beta=0.2, reference="initial",
+         f_divergence_type="js_divergence"),
+    dict(name="robust_forward_kl_initial", model="llama_gqa", loss_type="robust", beta=0.5, label_smoothing=0.2,
+         reference="initial", f_divergence_type="forward_kl"),
 ]
 NPAIRS = 4
 
@@ -117,7 +124,7 @@ def make_case(spec, out_root, tokenizer_file):
         loss_weights=[1.0, spec["sft_weight"]] if spec.get("sft_weight") else None,
         beta=spec["beta"], label_smoothing=spec.get("label_smoothing", 0.0), ld_alpha=spec.get("ld_alpha"),
         max_length=spec.get("max_length", 1024), logging_steps=1, seed=0, gradient_checkpointing=False,
-        discopop_tau=spec.get("discopop_tau", 0.05),
+        discopop_tau=spec.get("discopop_tau", 0.05), f_divergence_type=spec.get("f_divergence_type", "reverse_kl"),
     )
     # The dataset only satisfies the constructor (the quickstart tokenizer's text); the pairs below are token ids.
     ds = Dataset.from_dict({"prompt": ["1+1="], "chosen": ["2"], "rejected": ["3"]})
@@ -163,7 +170,8 @@ def make_case(spec, out_root, tokenizer_file):
         "config": {"loss_type": spec["loss_type"], "beta": spec["beta"],
                    "label_smoothing": spec.get("label_smoothing", 0.0), "ld_alpha": spec.get("ld_alpha"),
                    "max_length": cfg.max_length, "reference": spec["reference"],
-                   "sft_weight": spec.get("sft_weight", 0.0), "discopop_tau": cfg.discopop_tau},
+                   "sft_weight": spec.get("sft_weight", 0.0), "discopop_tau": cfg.discopop_tau,
+                   "f_divergence_type": cfg.f_divergence_type},
         "pairs": pairs,
         "loss": float(loss.detach()),
         "metrics": metrics,

@@ -41,6 +41,10 @@ int run_dpo(Context& ctx) {
     if (cfg.get_float("dpo.label_smoothing") != 0.0 && loss != "robust" && loss != "exo_pair")
       throw UserError("key 'dpo.label_smoothing' applies to dpo.loss_type = \"robust\" and \"exo_pair\" only (as in "
                       "trl 1.16), not to \"" + loss + "\"");
+    if (cfg.get_string("dpo.f_divergence_type") != "reverse_kl" &&
+        !train::dpo_loss_of_difference(train::dpo_loss_type(loss)))
+      throw UserError("key 'dpo.f_divergence_type' = \"" + cfg.get_string("dpo.f_divergence_type") + "\" applies to the "
+                      "losses of the log-ratios' difference (as in trl 1.16), not to dpo.loss_type = \"" + loss + "\"");
     if (loss == "exo_pair" && cfg.get_float("dpo.label_smoothing") == 0.0)
       throw UserError("key 'dpo.label_smoothing' = 0: dpo.loss_type = \"exo_pair\" needs its epsilon > 0 (the EXO "
                       "paper recommends 1e-3; at 0 the loss is infinite)");
@@ -106,6 +110,8 @@ int run_dpo(Context& ctx) {
   o.loss.label_smoothing = cfg.get_float("dpo.label_smoothing");
   o.loss.sft_weight = cfg.get_float("dpo.sft_weight");
   if (o.loss.type == train::DpoLossType::DiscoPop) o.loss.discopop_tau = cfg.get_float("dpo.discopop_tau");
+  o.loss.f_divergence = cfg.get_string("dpo.f_divergence_type");
+  if (o.loss.f_divergence == "alpha_divergence") o.loss.f_alpha = cfg.get_float("dpo.f_alpha_divergence_coef");
   o.ld_alpha = cfg.get_float("dpo.ld_alpha");
   // The reference is the starting policy (as trl): a fresh adapter switched off is the base model; full fine-tuning
   // and a starting adapter have no such switch, so their reference is scored once, before training.

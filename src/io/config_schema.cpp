@@ -352,6 +352,12 @@ const Schema& mgrl_schema() {
          {"sigmoid", "hinge", "ipo", "robust", "sigmoid_norm", "exo_pair", "nca_pair", "bco_pair", "sppo_hard",
           "apo_zero", "apo_down", "discopop"},
          {}, {}, {}});
+    add({"dpo.f_divergence_type", T::String, Value(std::string("reverse_kl")),
+         "f-DPO's divergence (trl's f_divergence_type): reverse_kl (DPO), forward_kl, js_divergence or "
+         "alpha_divergence (f_alpha_divergence_coef); not with the losses of each side (nca_pair, bco_pair, sppo_hard, "
+         "apo_zero, apo_down)",
+         {"reverse_kl", "forward_kl", "js_divergence", "alpha_divergence"}, {}, {}, {}});
+    add({"dpo.f_alpha_divergence_coef", T::Float, Value(0.5), "alpha_divergence: its alpha", {}, {}, {}, {}});
     add({"dpo.discopop_tau", T::Float, Value(0.05),
          "discopop: the temperature of the log-ratio modulation (the paper's 0.05)", {}, 0.0, {}, {}, true});
     add({"dpo.beta", T::Float, Value(0.1),

@@ -65,7 +65,25 @@ DpoPairOut dpo_pair_loss(const DpoLossOptions& o, const DpoPairIn& p) {
   const double lc = p.chosen - p.ref_chosen, lr = p.rejected - p.ref_rejected;  // the log-ratios
   r.reward_chosen = b * lc;
   r.reward_rejected = b * lr;
-  const double d = lc - lr;  // trl's delta_score (reverse KL)
+  // The scores of the f-divergence and their derivatives (reverse KL: the log-ratios themselves).
+  double sc = lc, sr = lr, fc = 1, fr = 1;
+  if (o.f_divergence == "forward_kl") {
+    fc = std::exp(-lc), fr = std::exp(-lr);
+    sc = 1 - fc, sr = 1 - fr;
+  } else if (o.f_divergence == "js_divergence") {
+    sc = std::log(2.0) + log_sigmoid(lc), sr = std::log(2.0) + log_sigmoid(lr);
+    fc = sigmoid(-lc), fr = sigmoid(-lr);
+  } else if (o.f_divergence == "alpha_divergence" && std::fabs(o.f_alpha - 1.0) >= 1e-6) {
+    const double a1 = o.f_alpha - 1.0;
+    const auto f = [a1](double h, double* df) {
+      const double t = a1 * h;
+      *df = t > 80.0 ? 0.0 : std::exp(t);
+      return (std::exp(std::min(t, 80.0)) - 1.0) / a1;
+    };
+    sc = f(lc, &fc), sr = f(lr, &fr);
+  }
+  MGRL_CHECK(o.f_divergence == "reverse_kl" || dpo_loss_of_difference(o.type), "dpo: f_divergence with a loss of each side");
+  const double d = sc - sr;  // trl's delta_score
   double dd = 0;             // d loss / d delta
   switch (o.type) {
     case DpoLossType::Sigmoid:
@@ -133,7 +151,7 @@ DpoPairOut dpo_pair_loss(const DpoLossOptions& o, const DpoPairIn& p) {
     case DpoLossType::SigmoidNorm: {
       // The log-ratios per completion token: delta = lc / n_c - lr / n_r.
       const double nc = std::max(1, p.chosen_tokens), nr = std::max(1, p.rejected_tokens);
-      const double delta = lc / nc - lr / nr;
+      const double delta = sc / nc - sr / nr;
       double dl = 0;  // d loss / d delta
       if (o.type == DpoLossType::Ipo) {
         const double u = delta - 1.0 / (2.0 * b);
@@ -143,13 +161,13 @@ DpoPairOut dpo_pair_loss(const DpoLossOptions& o, const DpoPairIn& p) {
         r.loss = -log_sigmoid(b * delta);
         dl = -b * sigmoid(-b * delta);
       }
-      r.d_chosen = dl / nc;
-      r.d_rejected = -dl / nr;
+      r.d_chosen = dl * fc / nc;
+      r.d_rejected = -dl * fr / nr;
       return r;
     }
   }
-  r.d_chosen = dd;
-  r.d_rejected = -dd;
+  r.d_chosen = dd * fc;
+  r.d_rejected = -dd * fr;
   return r;
 }
 

@@ -19,6 +19,11 @@ struct DpoLossOptions {
   double beta = 0.1;             // trl's beta (ipo: the regulariser tau)
   double label_smoothing = 0.0;  // robust: the probability that a label is flipped, in [0, 0.5); exo_pair: its epsilon
   double discopop_tau = 0.05;    // discopop: the temperature of the log-ratio modulation
+  // f-DPO (Wang et al. 2023; trl's f_divergence_type): the losses of the log-ratios' difference take the difference
+  // of f'(exp(h)) instead: reverse_kl (h itself, DPO), forward_kl (1 - e^-h), js_divergence (log 2 + log sigmoid(h))
+  // or alpha_divergence ((e^((a-1) h) - 1) / (a - 1), a = f_alpha; (a-1) h capped at 80 as trl does in float32).
+  std::string f_divergence = "reverse_kl";
+  double f_alpha = 0.5;
   // Weight of trl's "sft" loss added to the pair loss (RPO): the mean negative log-prob of the chosen completions'
   // tokens (trl: loss_type = [type, "sft"], loss_weights = [1, sft_weight]); 0: none. Not a per-pair term: the
   // trainer adds it over the batch's chosen tokens.

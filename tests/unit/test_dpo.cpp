@@ -38,9 +38,13 @@ TEST(DpoPairLoss, DerivativesMatchFiniteDifferences) {
   for (auto type : {DpoLossType::Sigmoid, DpoLossType::Hinge, DpoLossType::Ipo, DpoLossType::Robust,
                     DpoLossType::SigmoidNorm, DpoLossType::ExoPair, DpoLossType::NcaPair, DpoLossType::BcoPair,
                     DpoLossType::SppoHard, DpoLossType::ApoZero, DpoLossType::ApoDown, DpoLossType::DiscoPop})
+    for (const char* f : {"reverse_kl", "forward_kl", "js_divergence", "alpha_divergence"})
     for (double margin : {-3.0, 0.4, 25.0}) {
+      if (std::string(f) != "reverse_kl" && !dpo_loss_of_difference(type)) continue;  // refused at start-up
       DpoLossOptions o;
       o.type = type;
+      o.f_divergence = f;
+      o.f_alpha = 0.3;
       o.beta = 0.2;
       o.label_smoothing = 0.15;
       DpoPairIn p{-10.0 + margin, -10.0, -11.0, -10.5, 4, 7};
@@ -53,13 +57,13 @@ TEST(DpoPairLoss, DerivativesMatchFiniteDifferences) {
         return dpo_pair_loss(o, q).loss;
       };
       const double fc = (at(h, 0) - at(-h, 0)) / (2 * h), fr = (at(0, h) - at(0, -h)) / (2 * h);
-      EXPECT_NEAR(out.d_chosen, fc, 1e-6 * std::max(1.0, std::fabs(fc))) << dpo_loss_name(type) << " " << margin;
-      EXPECT_NEAR(out.d_rejected, fr, 1e-6 * std::max(1.0, std::fabs(fr))) << dpo_loss_name(type) << " " << margin;
+      EXPECT_NEAR(out.d_chosen, fc, 1e-6 * std::max(1.0, std::fabs(fc))) << dpo_loss_name(type) << " " << f << " " << margin;
+      EXPECT_NEAR(out.d_rejected, fr, 1e-6 * std::max(1.0, std::fabs(fr))) << dpo_loss_name(type) << " " << f << " " << margin;
       EXPECT_NEAR(out.reward_chosen, 0.2 * (p.chosen - p.ref_chosen), 1e-12);
       EXPECT_TRUE(std::isfinite(out.loss));
       ++checked;
     }
-  EXPECT_EQ(checked, 36);
+  EXPECT_EQ(checked, 99);
   // The sigmoid loss at equal log-ratios is log 2; with a huge margin it stays finite (no exp overflow).
   EXPECT_NEAR(dpo_pair_loss({}, {-5, -7, -5, -7, 1, 1}).loss, std::log(2.0), 1e-15);
   const auto far = dpo_pair_loss({DpoLossType::Sigmoid, 1.0, 0}, {0, -5000, 0, 0, 1, 1});
@@ -80,7 +84,7 @@ std::vector<std::string> trl_cases() {
   return out;
 }
 
-TEST(DpoTrl, FixturesPresent) { EXPECT_GE(trl_cases().size(), 14u) << "tests/data/dpo holds too few cases"; }
+TEST(DpoTrl, FixturesPresent) { EXPECT_GE(trl_cases().size(), 17u) << "tests/data/dpo holds too few cases"; }
 
 class DpoTrlCase : public ::testing::TestWithParam<std::string> {};
 
@@ -137,6 +141,7 @@ TEST_P(DpoTrlCase, LossMetricsAndGradientsMatchTrl) {
   o.label_smoothing = k["label_smoothing"].get<double>();
   o.sft_weight = k.value("sft_weight", 0.0);
   o.discopop_tau = k.value("discopop_tau", 0.05);
+  o.f_divergence = k.value("f_divergence_type", std::string("reverse_kl"));
   const double N = static_cast<double>(pairs.size());
   DpoSums sums;
   dpo_loss_weights(o, mb, b, tw, lp.data(), pol, ref, 1.0 / N, o.sft_weight / chosen_tokens(mb), &w, &sums);
