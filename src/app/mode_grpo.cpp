@@ -106,7 +106,7 @@ int run_grpo(Context& ctx) {
   }
   o.multi_objective_aggregation = cfg.get_string("grpo.multi_objective_aggregation");
   o.loss.sequence_level = cfg.get_string("grpo.importance_sampling_level") == "sequence";
-  o.loss.kl_bias_correction = cfg.get_bool("grpo.kl_bias_correction");
+  if (o.loss.beta > 0) o.loss.kl_bias_correction = cfg.get_bool("grpo.kl_bias_correction");  // a KL term only
   o.loss.max_completion_length = o.max_completion_length;
   o.scale_rewards = cfg.get_string("grpo.scale_rewards");
   o.num_iterations = static_cast<int>(cfg.get_int("grpo.num_iterations"));

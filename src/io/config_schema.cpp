@@ -299,8 +299,9 @@ const Schema& mgrl_schema() {
     add({"grpo.beta", T::Float, Value(0.0),
          "weight of the KL penalty (k3 estimator) against grpo.reference; 0: no reference pass at all", {}, 0.0,
          {}, {}});
-    add({"grpo.kl_bias_correction", T::Bool, Value(false),
-         "multiply the per-token KL by the importance ratio (TRL's use_bias_correction_kl)", {}, {}, {}, {}});
+    add({"grpo.kl_bias_correction", T::Bool, Value(true),
+         "multiply the per-token KL by the importance ratio (TRL's use_bias_correction_kl, whose default is true in "
+         "trl 1.16; mgrl's was false until 2026-11-28); only with beta > 0", {}, {}, {}, {}});
     add({"grpo.reference", T::String, Value(std::string("initial")),
          "reference policy of the KL term: initial (the policy at the start of the run: base model + starting "
          "adapter, kept as a frozen copy of the adapter only) or base (the adapter switched off)",
