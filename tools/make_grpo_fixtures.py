@@ -62,6 +62,8 @@ CASES = [
          delta=1.3),
     dict(name="luspo_gdpo_sequence_mu1", model="llama_gqa", loss_type="luspo", beta=0.02, num_iterations=1,
          importance_sampling_level="sequence", multi_objective_aggregation="normalize_then_sum"),
+    dict(name="dapo_opsm_beta_mu2", model="qwen2_bias_tied", loss_type="dapo", beta=0.04, num_iterations=2,
+         off_policy_mask_threshold=0.1),
 ]
 P, G, LP, LMAX = 3, 4, 5, 6  # prompts, generations, prompt length (equal: no left padding), max completion
 
@@ -126,6 +128,7 @@ def make_case(spec, out_root, tokenizer_file):
         delta=spec.get("delta"), sapo_temperature_pos=spec.get("sapo_temperature_pos", 1.0),
         sapo_temperature_neg=spec.get("sapo_temperature_neg", 1.05),
         multi_objective_aggregation=spec.get("multi_objective_aggregation", "sum_then_normalize"),
+        off_policy_mask_threshold=spec.get("off_policy_mask_threshold"),
         logging_steps=1, seed=0, gradient_checkpointing=False,
     )
     ds = Dataset.from_dict({"prompt": ["p"] * P})
@@ -190,7 +193,8 @@ def make_case(spec, out_root, tokenizer_file):
                    "use_bias_correction_kl": cfg.use_bias_correction_kl, "max_completion_length": LMAX,
                    "num_generations": G, "reward_weights": [1.0, 0.5], "delta": cfg.delta,
                    "sapo_temperature_pos": cfg.sapo_temperature_pos, "sapo_temperature_neg": cfg.sapo_temperature_neg,
-                   "multi_objective_aggregation": cfg.multi_objective_aggregation},
+                   "multi_objective_aggregation": cfg.multi_objective_aggregation,
+                   "off_policy_mask_threshold": cfg.off_policy_mask_threshold},
         "eos_token_id": EOS, "prompts": prompts, "completions": completions, "truncated": trunc,
         "rewards_per_func": rewards_pf.tolist(),
         "rewards": (rewards_pf * torch.tensor([1.0, 0.5], dtype=torch.float64)).sum(1).tolist(),
@@ -213,6 +217,12 @@ def make_case(spec, out_root, tokenizer_file):
                 lo += r < 1 - eps_lo
                 hi += r > 1 + eps_hi
         ratio = (lo, hi)
+        if spec.get("off_policy_mask_threshold"):
+            masked = 0
+            for i in range(P * G):
+                kl = [b - a for a, b in zip(case["policy_logps"][i], case["old_logps"][i])]
+                masked += case["advantages"][i] < 0 and sum(kl) / len(kl) > spec["off_policy_mask_threshold"]
+            ratio += ("off-policy masked %d" % masked,)
         if spec.get("delta"):
             ratio += (sum(torch.exp(torch.tensor(a - b)).item() > spec["delta"] for i in range(P * G)
                           for a, b in zip(case["policy_logps"][i], case["old_logps"][i])),)

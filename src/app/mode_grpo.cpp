@@ -105,6 +105,7 @@ int run_grpo(Context& ctx) {
     o.loss.sapo_temperature_neg = cfg.get_float("grpo.sapo_temperature_neg");
   }
   o.multi_objective_aggregation = cfg.get_string("grpo.multi_objective_aggregation");
+  o.loss.off_policy_threshold = cfg.get_float("grpo.off_policy_mask_threshold");
   o.loss.sequence_level = cfg.get_string("grpo.importance_sampling_level") == "sequence";
   if (o.loss.beta > 0) o.loss.kl_bias_correction = cfg.get_bool("grpo.kl_bias_correction");  // a KL term only
   o.loss.max_completion_length = o.max_completion_length;

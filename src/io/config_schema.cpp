@@ -315,6 +315,11 @@ const Schema& mgrl_schema() {
     add({"grpo.delta", T::Float, Value(0.0),
          "two-sided clipping (INTELLECT-2; trl's delta): the unclipped ratio is capped at delta too, which bounds the "
          "loss of negative advantages; > 1 + epsilon_high recommended; 0: off", {}, 0.0, {}, {}});
+    add({"grpo.off_policy_mask_threshold", T::Float, Value(0.0),
+         "off-policy sequence masking (DeepSeek-V3.2; trl's off_policy_mask_threshold, e.g. 0.5): a completion with a "
+         "negative advantage whose mean log-prob drop from the old policy to the current one exceeds this gets no "
+         "policy loss (its KL term stays); acts from the second step of a batch (num_iterations > 1); 0: off",
+         {}, 0.0, {}, {}});
     add({"grpo.loss_type", T::String, Value(std::string("dapo")),
          "the objective and its normalisation (as trl): grpo (per-sequence token mean, then mean over sequences), "
          "bnpo (tokens of each micro-batch), dr_grpo (sequences x max_completion_length), dapo (tokens of the whole "

@@ -101,6 +101,13 @@ SequenceTerms sequence_loss(const GrpoLossOptions& o, const SequenceIn& s, doubl
     for (int t = 0; t < s.n; ++t) lr += s.mask[t] * (s.old ? static_cast<double>(s.logp[t]) - s.old[t] : 0.0);
     seq_ratio = std::exp(lr / std::max(1.0, out.tokens));
   }
+  // Off-policy sequence masking: the mean forward KL of the old policy against the current one, over the tokens.
+  if (o.off_policy_threshold > 0 && s.old && A < 0) {
+    double kl = 0;
+    for (int t = 0; t < s.n; ++t) kl += s.mask[t] * (static_cast<double>(s.old[t]) - s.logp[t]);
+    out.off_policy_masked = kl / std::max(1.0, out.tokens) > o.off_policy_threshold;
+  }
+  const double keep = out.off_policy_masked ? 0.0 : 1.0;
   double d_seq = 0;  // dS / d(sequence log-ratio), sequence level
   for (int t = 0; t < s.n; ++t) {
     const double m = s.mask[t];
@@ -131,6 +138,7 @@ SequenceTerms sequence_loss(const GrpoLossOptions& o, const SequenceIn& s, doubl
       if (c1d < lo && A < 0) out.clipped_low += m;
       if (c1d > hi && A > 0) out.clipped_high += m;
     }
+    loss *= keep, d_c1 *= keep, d_lp *= keep;  // the policy term only: the KL below stays
     if (o.beta != 0.0) {
       const double delta = static_cast<double>(s.ref[t]) - s.logp[t];
       double kl = std::exp(delta) - delta - 1.0;

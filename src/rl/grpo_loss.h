@@ -33,6 +33,9 @@ struct GrpoLossOptions {
   double epsilon = 0.2, epsilon_high = 0.2;
   double delta = 0;  // > 0: two-sided clipping of the clipped losses (INTELLECT-2): the unclipped ratio capped at delta
   double sapo_temperature_pos = 1.0, sapo_temperature_neg = 1.05;  // sapo's soft gate, advantage > 0 / <= 0
+  // > 0: off-policy sequence masking (DeepSeek-V3.2; trl's off_policy_mask_threshold): a completion with a negative
+  // advantage whose mean (old - current) log-prob over its tokens exceeds this gets no policy loss (its KL stays).
+  double off_policy_threshold = 0;
   bool sequence_level = false;  // importance_sampling_level = sequence (GSPO)
   bool kl_bias_correction = false;
   int max_completion_length = 256;
@@ -58,6 +61,7 @@ struct SequenceTerms {
   double clipped_low = 0;     // mask tokens with ratio < 1 - epsilon and advantage < 0 (clipped losses)
   double clipped_high = 0;    // mask tokens with ratio > 1 + epsilon_high (cispo: epsilon_high) and advantage > 0
   double ratio_sum = 0;       // sum_t mask_t * ratio_t
+  bool off_policy_masked = false;  // the policy term dropped (off_policy_threshold)
 };
 SequenceTerms sequence_loss(const GrpoLossOptions& o, const SequenceIn& s, double* grad);
 

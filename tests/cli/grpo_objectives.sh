@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # grpo_objectives.sh WORK CHECK -- MGRL ARGS...: each of trl's newer GRPO objectives and options reaches the run
 # (the math itself: unit.grpo_loss against trl's fixtures): 2 steps of `mgrl grpo` (num_iterations 2, so the second
-# step's ratios differ from 1) with grpo.delta, loss_type cispo / sapo / luspo and multi_objective_aggregation =
-# normalize_then_sum each train other weights than the default objective, and log their clip metrics by trl's names
+# step's ratios differ from 1) with grpo.delta, loss_type cispo / sapo / luspo, multi_objective_aggregation =
+# normalize_then_sum and off_policy_mask_threshold each train other weights than the default objective, and log their clip metrics by trl's names
 # (cispo_clip_ratio; sapo none; the clipped losses clip_ratio/*).
 set -uo pipefail
 work=$1 check=$2
@@ -21,7 +21,8 @@ run cispo "$@" --grpo.loss_type=cispo --grpo.epsilon_high=1.05
 run sapo "$@" --grpo.loss_type=sapo --grpo.sapo_temperature_neg=3
 run luspo "$@" --grpo.loss_type=luspo
 run gdpo "$@" --grpo.multi_objective_aggregation=normalize_then_sum
-for v in delta cispo sapo luspo gdpo; do
+run opsm "$@" --grpo.off_policy_mask_threshold=0.001
+for v in delta cispo sapo luspo gdpo opsm; do
   "$check" weights "$work/default/step_00000002.h5" "$work/$v/step_00000002.h5" --rtol=1e-6 > /dev/null 2>&1 &&
     fail "$v trained the default objective's weights"
   echo "$v: other weights than the default"

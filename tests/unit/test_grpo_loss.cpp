@@ -196,7 +196,7 @@ std::vector<std::string> trl_cases() {
   return out;
 }
 
-TEST(GrpoTrl, FixturesPresent) { EXPECT_GE(trl_cases().size(), 13u) << "tests/data/grpo holds too few cases"; }
+TEST(GrpoTrl, FixturesPresent) { EXPECT_GE(trl_cases().size(), 14u) << "tests/data/grpo holds too few cases"; }
 
 class GrpoTrlCase : public ::testing::TestWithParam<std::string> {};
 
@@ -268,6 +268,8 @@ TEST_P(GrpoTrlCase, LossGradientsAndAdvantagesMatchTrl) {
   o.delta = k.contains("delta") && !k["delta"].is_null() ? k["delta"].get<double>() : 0.0;
   o.sapo_temperature_pos = k.value("sapo_temperature_pos", 1.0);
   o.sapo_temperature_neg = k.value("sapo_temperature_neg", 1.05);
+  o.off_policy_threshold =
+      k.contains("off_policy_mask_threshold") && !k["off_policy_mask_threshold"].is_null() ? k["off_policy_mask_threshold"].get<double>() : 0.0;
   o.max_completion_length = k["max_completion_length"].get<int>();
   const bool mask_trunc = k["mask_truncated_completions"].get<bool>();
   const bool has_old = !c["old_logps"].is_null();
