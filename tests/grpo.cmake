@@ -63,6 +63,12 @@ mgrl_add_cli_test(grpo.same_weights_on_1_and_2_ranks 0 "relative differences" - 
 # the default objective, trl's metric names (the math: unit.grpo_loss against trl's fixtures).
 mgrl_add_cli_test(grpo.objectives_reach_the_run 0 "(?s)delta: other.*cispo: other.*sapo: other.*luspo: other.*gdpo: other.*opsm: other.*PASS: grpo objectives" - 0
   -- bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/grpo_objectives.sh ${GRPO}/objectives ${CHECK} -- ${RUN1} ${GRPO_ARGS})
+# trl's conversational prompts ({"prompt": [messages]}) read as {"messages"} does; rewards see a completion's text cut
+# at grpo.stop in training as in evaluation.
+mgrl_add_cli_test(grpo.trl_conversational_prompts 0 "(?s)bitwise equal: yes.*PASS: trl's conversational prompts" - 0
+  -- bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/grpo_chat_prompts.sh ${GRPO}/chat_prompts ${CHECK} -- ${RUN1} ${GRPO_ARGS})
+mgrl_add_cli_test(grpo.rewards_see_text_cut_at_stop 0 "completions stopped at .1.. the reward for .1. was 0 for every completion" - 0
+  -- bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/grpo_stop_reward.sh ${GRPO}/stop_reward -- ${RUN1} ${GRPO_ARGS})
 # LoRA dropout: a completion's masks follow its slot (prompt x G + generation), so 1 and 2 ranks and grad_accum 2
 # train the same weights; and the dropout acts.
 mgrl_add_cli_test(grpo.dropout_same_weights_on_1_2_ranks_and_accum 0 "(?s)relative differences.*relative differences.*dropout acts" - 0 -- bash -c

@@ -281,7 +281,8 @@ const Schema& mgrl_schema() {
     add({"grpo.num_generations", T::Int, Value(std::int64_t{8}),
          "completions sampled per prompt (the group G); they share one prefill of the prompt", {}, 2.0, {}, {}});
     add({"grpo.max_prompt_length", T::Int, Value(std::int64_t{512}),
-         "longest prompt in tokens; longer prompts keep their last tokens (as TRL truncates from the left)", {},
+         "longest prompt in tokens; longer prompts keep their last tokens (mgrl's limit: trl 1.16's GRPOTrainer "
+         "keeps whole prompts)", {},
          1.0, {}, {}});
     add({"grpo.max_completion_length", T::Int, Value(std::int64_t{256}),
          "most tokens generated per completion; a completion that reaches it without EOS is truncated", {}, 1.0,

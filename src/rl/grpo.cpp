@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <sstream>
 #include <cmath>
+#include <limits>
 #include <cstdio>
 #include <fstream>
 
@@ -41,12 +42,14 @@ double std_of(const std::vector<double>& v) {  // unbiased, as TRL logs it
 }
 
 // The advantages of a round (rewards: the weighted sums; per_func: each function's values) as
-// grpo.multi_objective_aggregation says; group_std gets each group's std of the sums (frac_reward_zero_std), or with
-// normalize_then_sum the batch std of the normalised sums for every group (what TRL counts there).
+// grpo.multi_objective_aggregation says; group_std gets, for frac_reward_zero_std, the std each group's advantages
+// were divided by, as TRL counts it: the group's std of the sums (scale_rewards group or none), the batch std
+// (batch; until 2026-11-28 the groups' here too), or with normalize_then_sum the batch std of the normalised sums.
 std::vector<double> round_advantages(const std::vector<double>& rewards, const std::vector<std::vector<double>>& per_func,
                                      const std::vector<double>& weights, int G, const GrpoOptions& o,
                                      std::vector<double>* group_std) {
   std::vector<double> adv = group_advantages(rewards, G, o.scale_rewards, group_std);
+  if (o.scale_rewards == "batch") group_std->assign(group_std->size(), std_of(rewards));
   if (o.multi_objective_aggregation == "normalize_then_sum") {
     std::vector<double> sums;
     adv = normalize_then_sum_advantages(per_func, weights, G, &sums);
@@ -194,7 +197,9 @@ std::vector<RewardSample> GrpoTrainer::samples_of(const std::vector<Rollout>& rs
   std::vector<RewardSample> out;
   out.reserve(rs.size());
   for (const auto& r : rs) {
-    out.push_back(reward_sample(train_[static_cast<std::size_t>(r.prompt_index)], tok_.decode(r.completion, true),
+    // The generator's text, cut at a stop string (until 2026-11-28 the tokens were decoded again here, so a
+    // completion stopped by grpo.stop was scored with the text past the stop string; held-out evaluation was not).
+    out.push_back(reward_sample(train_[static_cast<std::size_t>(r.prompt_index)], r.text,
                                 static_cast<int>(r.completion.size()), r.finish_reason));
   }
   return out;
@@ -391,6 +396,7 @@ void GrpoTrainer::new_round() {
       r.prompt = p.tokens;
       r.completion = std::move(c.tokens);
       r.finish_reason = c.finish_reason;
+      r.text = std::move(c.text);
       r.sample_logps = std::move(c.logprobs);
       r.masked = opts_.mask_truncated && r.finish_reason == "length";
       R.generated += static_cast<std::int64_t>(r.completion.size());
@@ -557,6 +563,14 @@ double GrpoTrainer::train_step(nlohmann::json* metrics) {
   if (fault::fires("grad_overflow", rank, state_.step + 1)) sync_->inject_overflow(true);  // tests (core/fault.h)
   else sync_->inject_overflow(fault::fires("grad_overflow_local", rank, state_.step + 1), true);
   double loss = 0, kl = 0, low = 0, high = 0, ratio = 0, ratio_tokens = 0, tokens = 0;
+  // TRL's clip_ratio/low_min and /high_max: the least and the most clipped completion (its share of clipped tokens,
+  // or at the sequence level 1 or 0), over the completions with tokens in the loss (every one at the sequence level).
+  const bool seq_level = opts_.loss.sequence_level;
+  double low_min = std::numeric_limits<double>::infinity(), high_max = -low_min;
+  const auto clip_shares = [&](double lo_share, double hi_share) {
+    low_min = std::min(low_min, lo_share);
+    high_max = std::max(high_max, hi_share);
+  };
   std::vector<int> plen;
   std::vector<float> lp, w, mask;
   std::vector<double> grad;
@@ -569,6 +583,7 @@ double GrpoTrainer::train_step(nlohmann::json* metrics) {
     for (std::size_t i : idx) in[i - begin] = true;
     for (std::size_t i = begin; i < end; ++i) {
       const Rollout& r = R.local[i];
+      if (!in[i - begin] && (seq_level || (!r.masked && !r.completion.empty()))) clip_shares(0, 0);  // left out: none
       if (in[i - begin] || r.masked) continue;
       tokens += static_cast<double>(r.completion.size());
       if (opts_.num_iterations == 1 || first_iteration) {
@@ -602,6 +617,8 @@ double GrpoTrainer::train_step(nlohmann::json* metrics) {
       kl += st.kl_sum;
       low += st.clipped_low;
       high += st.clipped_high;
+      if (seq_level) clip_shares(st.clipped_low, st.clipped_high);
+      else if (st.tokens > 0) clip_shares(st.clipped_low / st.tokens, st.clipped_high / st.tokens);
       ratio += st.ratio_sum;
       ratio_tokens += st.tokens;
       tokens += st.tokens;
@@ -617,6 +634,8 @@ double GrpoTrainer::train_step(nlohmann::json* metrics) {
     kl = env_.allreduce_sum(kl);
     low = env_.allreduce_sum(low);
     high = env_.allreduce_sum(high);
+    low_min = -env_.allreduce_max(-low_min);
+    high_max = env_.allreduce_max(high_max);
     ratio = env_.allreduce_sum(ratio);
     tokens = env_.allreduce_sum(tokens);
     ratio_tokens = env_.allreduce_sum(ratio_tokens);
@@ -652,13 +671,17 @@ double GrpoTrainer::train_step(nlohmann::json* metrics) {
   (*metrics)["lr"] = lr;
   if (opt_->scaling()) train::scaler_record(*metrics, state_, last_outcome_);
   if (opts_.loss.beta > 0) (*metrics)["kl"] = kl * inv;
-  // The clip counts of the clipped losses (TRL's names); cispo's capped ratios; sapo clips nothing.
+  // The clip counts of the clipped losses (TRL's names and definitions: over the tokens in the loss, or at the
+  // sequence level over every completion of the batch); cispo's capped ratios; sapo clips nothing.
+  const double inv_clip = seq_level ? 1.0 / static_cast<double>(std::max<std::size_t>(1, R.tokens.size())) : inv;
   if (opts_.loss.loss_type == "cispo") {
-    (*metrics)["cispo_clip_ratio"] = high * inv;
+    (*metrics)["cispo_clip_ratio"] = high * inv_clip;
   } else if (opts_.loss.loss_type != "sapo") {
-    (*metrics)["clip_ratio/low_mean"] = low * inv;
-    (*metrics)["clip_ratio/high_mean"] = high * inv;
-    (*metrics)["clip_ratio/region_mean"] = (low + high) * inv;
+    (*metrics)["clip_ratio/low_mean"] = low * inv_clip;
+    (*metrics)["clip_ratio/high_mean"] = high * inv_clip;
+    (*metrics)["clip_ratio/region_mean"] = (low + high) * inv_clip;
+    if (std::isfinite(low_min)) (*metrics)["clip_ratio/low_min"] = low_min;
+    if (std::isfinite(high_max)) (*metrics)["clip_ratio/high_max"] = high_max;
   }
   (*metrics)["ratio_mean"] = ratio / std::max(1.0, ratio_tokens);
   return loss;
@@ -809,8 +832,15 @@ GrpoResult GrpoTrainer::run() {
     j["completions/min_length"] = *std::min_element(lens.begin(), lens.end());
     j["completions/max_length"] = *std::max_element(lens.begin(), lens.end());
     double trunc = 0;
-    for (char c : R.truncated) trunc += c;
+    std::vector<double> ended;  // the lengths of the completions that ended (EOS or a stop string): TRL's "terminated"
+    for (std::size_t i = 0; i < R.truncated.size(); ++i) {
+      trunc += R.truncated[i];
+      if (!R.truncated[i]) ended.push_back(lens[i]);
+    }
     j["completions/clipped_ratio"] = trunc / static_cast<double>(R.truncated.size());
+    j["completions/mean_terminated_length"] = mean_of(ended);  // 0 when none ended, as TRL
+    j["completions/min_terminated_length"] = ended.empty() ? 0.0 : *std::min_element(ended.begin(), ended.end());
+    j["completions/max_terminated_length"] = ended.empty() ? 0.0 : *std::max_element(ended.begin(), ended.end());
     // Time split (seconds of this step on rank 0) and throughputs over all ranks.
     for (const char* p : {"generation", "rewards", "reference", "training", "communication"}) {
       j[std::string("time/") + p] = phases_.get(p);

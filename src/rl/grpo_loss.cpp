@@ -166,6 +166,8 @@ SequenceTerms sequence_loss(const GrpoLossOptions& o, const SequenceIn& s, doubl
   if (o.sequence_level) {
     const double inv = 1.0 / std::max(1.0, out.tokens);
     for (int t = 0; t < s.n; ++t) grad[t] += d_seq * s.mask[t] * inv;
+    out.clipped_low = out.clipped_low > 0 ? 1.0 : 0.0;  // one ratio for the whole completion
+    out.clipped_high = out.clipped_high > 0 ? 1.0 : 0.0;
   }
   return out;
 }

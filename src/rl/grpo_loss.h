@@ -58,8 +58,10 @@ struct SequenceTerms {
   double sum = 0;             // S
   double tokens = 0;          // sum of the mask
   double kl_sum = 0;          // sum_t mask_t * kl_t (the estimator as it enters the loss)
-  double clipped_low = 0;     // mask tokens with ratio < 1 - epsilon and advantage < 0 (clipped losses)
-  double clipped_high = 0;    // mask tokens with ratio > 1 + epsilon_high (cispo: epsilon_high) and advantage > 0
+  // Mask tokens with ratio < 1 - epsilon and advantage < 0 (clipped losses), and with ratio > 1 + epsilon_high (cispo:
+  // epsilon_high) and advantage > 0; at the sequence level 1 or 0 for the completion (TRL counts sequences there).
+  double clipped_low = 0;
+  double clipped_high = 0;
   double ratio_sum = 0;       // sum_t mask_t * ratio_t
   bool off_policy_masked = false;  // the policy term dropped (off_policy_threshold)
 };

@@ -26,20 +26,24 @@ std::vector<PromptRow> load_prompts(const std::string& path, const io::Tokenizer
     PromptRow p;
     p.index = line - 1;
     if (!j.is_object()) io::jsonl_error(path, line, "each line must be a JSON object");
-    if (j.contains("messages")) {
+    // {"messages": [...]}, or trl's conversational form {"prompt": [...]} (a list of messages): through the chat
+    // template with the generation prompt.
+    const char* chat_key = j.contains("messages") ? "messages" : j.contains("prompt") && j["prompt"].is_array() ? "prompt" : nullptr;
+    if (chat_key) {
       try {
-        io::ChatTemplate::check_messages(j["messages"]);
-        p.tokens = chat.encode(j["messages"], true, io::ChatExtras::of(j));
+        io::ChatTemplate::check_messages(j[chat_key]);
+        p.tokens = chat.encode(j[chat_key], true, io::ChatExtras::of(j));
       } catch (const UserError& e) {
         io::jsonl_error(path, line, e.what());
       }
       p.text = tok.decode(p.tokens, false);
     } else if (j.contains("prompt")) {
-      if (!j["prompt"].is_string()) io::jsonl_error(path, line, "\"prompt\" must be a string");
+      if (!j["prompt"].is_string())
+        io::jsonl_error(path, line, "\"prompt\" must be a string (text) or a list of messages (chat)");
       p.text = j["prompt"].get<std::string>();
       p.tokens = tok.encode(p.text);
     } else {
-      io::jsonl_error(path, line, "needs a \"prompt\" (text) or \"messages\" (chat) field");
+      io::jsonl_error(path, line, "needs a \"prompt\" (text, or a list of messages) or \"messages\" (chat) field");
     }
     if (p.tokens.empty()) io::jsonl_error(path, line, "the prompt encodes to no tokens");
     if (static_cast<int>(p.tokens.size()) > max_prompt_length) {

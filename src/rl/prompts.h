@@ -1,6 +1,6 @@
 // prompts.h: GRPO prompt data: JSONL lines with a `prompt` text or chat `messages` and any other columns
 // (answer, tests, ...) which the rewards read; tokenized once; prompts longer than max_prompt_length keep their
-// last tokens (as TRL truncates them from the left).
+// last tokens (mgrl's limit, grpo.max_prompt_length; trl 1.16's GRPOTrainer keeps whole prompts).
 #pragma once
 #include <cstdint>
 #include <string>

@@ -16,6 +16,9 @@ struct Rollout {
   int generation = 0;             // 0..G-1
   std::vector<std::int32_t> prompt, completion;
   std::string finish_reason;      // eos | length | stop
+  // The completion's text as the rewards see it: decoded, cut at a stop string (the generator's); not sent between
+  // ranks nor kept in checkpoints (rewards are scored where the completion was generated).
+  std::string text;
   std::vector<double> rewards;    // one per reward function
   double reward = 0, advantage = 0;
   std::vector<float> sample_logps;  // log-probs at sampling time (temperature 1, unfiltered), one per token
