@@ -42,6 +42,11 @@ void install_handlers() {
   if (g_installed) return;
   g_installed = true;
   g_tty = ::isatty(STDERR_FILENO) == 1;
+  // A training run whose standard output was a pipe whose reader went away (`mgrl ... | tee log` and the ssh session
+  // ended) was killed by SIGPIPE at its next line, with no message and its work since the last checkpoint lost
+  // (until 2026-11-28). Ignored, the lines that cannot be written are lost and the run goes on (metrics.jsonl and
+  // the checkpoints are files). Programs mgrl starts get the default back (rewards.cpp, sandbox.cpp).
+  ::signal(SIGPIPE, SIG_IGN);
   // SIGHUP (the terminal of an interactive run, or an ssh session, gone) as SIGTERM: until 2026-11-28 it ended a
   // training run at once, its work since the last checkpoint lost. A SIGINT or SIGHUP ignored by whoever started mgrl
   // (a background job, nohup) stays ignored.

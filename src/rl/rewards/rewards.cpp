@@ -405,6 +405,7 @@ class Command : public RewardFunction {
     cargv.push_back(nullptr);
     const pid_t pid = ::fork();
     if (pid == 0) {
+      ::signal(SIGPIPE, SIG_DFL);  // mgrl ignores it; the program gets the usual behaviour
       if (!run_dir.empty() && ::chdir(run_dir.c_str()) != 0) ::_exit(126);
       ::dup2(in[0], 0);
       ::dup2(out[1], 1);
