@@ -492,6 +492,11 @@ const Schema& mgrl_schema() {
     add({"log.every_steps", T::Int, Value(std::int64_t{1}), "one metrics line every N steps", {}, 1.0, {}, {}});
     add({"log.level", T::String, Value(std::string("info")), "least severe messages printed: debug, info, warn or error",
          {"debug", "info", "warn", "error"}, {}, {}, {}});
+    // Counts, lengths and sizes are C ints inside mgrl: a value past 2^31 - 1 wrapped there until 2026-11-28
+    // (checkpoint.keep_last = 4294967297 kept 1 checkpoint and deleted the rest; a max_prompt_length of 2^31 crashed;
+    // ppo.num_ppo_epochs = 2^32 divided by zero). Every integer key but the seeds is bounded by it.
+    for (auto& k : s)
+      if (k.type == T::Int && !k.max && k.name != "train.seed" && k.name != "generate.seed") k.max = 2147483647.0;
     return s;
   }();
   return schema;

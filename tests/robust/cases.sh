@@ -78,6 +78,8 @@ c cli_batch_vs_ranks_np2 2 "train\.batch_size \(5\) must be divisible by the num
 # lora.alpha = 0 trained nothing (every gradient 0, exit 0); a PEFT adapter with full fine-tuning was dropped without a
 # word; generate ignored model.init; DPO's label_smoothing with the sigmoid loss (trl 1.16 smooths robust only) and
 # chat.template_kwargs with a built-in chat format (not even parsed) did nothing.
+# Integers past 2^31 - 1 wrapped inside mgrl until 2026-11-28 (keep_last = 2^32 + 1 kept one checkpoint): refused.
+c cli_keep_last_wraps 1 "command line: key 'checkpoint\.keep_last' must be >= 0 and <= 2147483647 \(got 4294967297\)" '' $SFT --checkpoint.keep_last=4294967297
 c cli_adam_beta1_one 1 "command line: key 'train\.adam_beta1' must be >= 0\.0 and < 1\.0 \(got 1\.0\)" '' $SFT --train.adam_beta1=1.0
 c toml_adam_beta2_one 1 "bad\.toml:2: key 'train\.adam_beta2' must be >= 0\.0 and < 1\.0 \(got 1\.0\)" 'printf "[train]\nadam_beta2 = 1.0\n" > bad.toml' $SFT bad.toml
 c cli_lora_alpha_zero 1 "command line: key 'lora\.alpha' must be > 0\.0 \(got 0\.0\)" '' $SFT --lora.alpha=0
