@@ -5,6 +5,8 @@
 
 #include <iostream>
 #include <memory>
+#include <sstream>
+#include <string>
 
 #include "app/cli.h"
 #include "app/modes.h"
@@ -20,6 +22,28 @@
 #include "kernels/cpu/blas_info.h"
 
 namespace mgrl::app {
+namespace {
+
+// The first key whose value differs between two effective configurations (Config::to_toml: [section] headers, then
+// `key = value` lines), as one message.
+std::string first_difference(const std::string& mine, const std::string& root) {
+  std::istringstream a(mine), b(root);
+  std::string la, lb, section;
+  for (;;) {
+    const bool more_a = static_cast<bool>(std::getline(a, la)), more_b = static_cast<bool>(std::getline(b, lb));
+    if (!more_a && !more_b) break;
+    if (more_a && !la.empty() && la.front() == '[') section = la.substr(1, la.find(']') - 1);
+    if (more_a && more_b && la == lb) continue;
+    const auto qualified = [&](bool more, const std::string& l) {
+      return more ? "'" + (section.empty() || l.front() == '[' ? "" : section + ".") + l + "'" : std::string("nothing");
+    };
+    return "the configuration differs from rank 0's: " + qualified(more_a, la) + " here, " + qualified(more_b, lb) +
+           " on rank 0 (every rank must be given the same input file and command line)";
+  }
+  return "the configuration differs from rank 0's";
+}
+
+}  // namespace
 
 int run(dist::MpiEnv& env, int argc, char** argv) {
   return dist::run_guarded(env, [&]() -> int {
@@ -41,6 +65,14 @@ int run(dist::MpiEnv& env, int argc, char** argv) {
       if (env.rank() == 0) std::cout << "mgrl " << build_info().version << " (" << build_info().git_sha << ")\n";
       return 0;
     }
+    // Every rank runs one configuration: ranks given other arguments (an MPMD launch, another working directory's
+    // input file) corrupted the heap in the first gradient allreduce (another lora.r: other buffer sizes) or trained
+    // apart in silence until 2026-11-28. The first key that differs from rank 0's is named.
+    if (env.size() > 1 && cli.mode != "help-config")
+      env.agree([&] {
+        const std::string mine = cfg.to_toml(), root = env.broadcast(mine, 0);
+        if (mine != root) throw UserError(first_difference(mine, root));
+      });
     const std::string mode = cli.mode == "help-config" ? cli.mode : cfg.get_string("mode");
     if (mode == "help-config") {
       if (env.rank() == 0)

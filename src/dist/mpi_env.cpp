@@ -245,8 +245,13 @@ void MpiEnv::agree(const std::function<void()>& fn, const Patience& patience) co
   const int speaker = allreduce_min(code == worst ? rank_ : size_);
   const std::string text = broadcast(msg, speaker);
   if (rank_ == 0) {
-    const bool rank_specific = size_ > 1 && worst == kExitFatal;
-    log::error((rank_specific ? "rank " + std::to_string(speaker) + ": " : std::string()) + text);
+    // An error of another rank than the one printing names it (a file missing on rank 1's node alone read as a
+    // plain "cannot open" where the user sees the file, until 2026-11-28).
+    const std::string who = size_ == 1                ? std::string()
+                            : worst == kExitFatal     ? "rank " + std::to_string(speaker) + ": "
+                            : speaker != 0            ? "[rank " + std::to_string(speaker) + "] "
+                                                      : std::string();
+    log::error(who + text);
   }
   throw JobFailed{worst};
 }
