@@ -2,7 +2,11 @@
 // checkpoints `<dir>/step_<8 digits>.h5`; the layout is documented in docs/checkpoint.md.
 #include "train/checkpoint.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -458,6 +462,18 @@ std::vector<std::string> checkpoints_newest_first(const std::string& dir) {
 }
 
 Checkpoint read_checkpoint(const std::string& path, const std::string& expected_identity) {
+  {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);  // O_NONBLOCK: a FIFO does not block here
+    if (fd < 0) {
+      const int e = errno;
+      throw CheckpointUnreadable(
+          path + ": cannot open (" + std::strerror(e) + ")" +
+          (e == ENOENT ? ": it is not there for this process (every rank must see one checkpoint.dir: a shared "
+                         "file system, not a node-local directory; or it was deleted while being read)"
+                       : ": not read, so not known to be damaged; left as it is"));
+    }
+    ::close(fd);
+  }
   try {
     // Every byte is verified against the seal before libhdf5 parses the file (it reads out of bounds on some
     // damaged files). A file without a seal that starts with the HDF5 signature was written before seals: it is

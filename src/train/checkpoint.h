@@ -14,7 +14,15 @@
 
 namespace mgrl::train {
 
-// A checkpoint file that is damaged or not a usable checkpoint (unreadable, truncated, not HDF5, a dataset
+// A checkpoint file this process cannot open (not there, no permission, an I/O error): not known to be damaged, so
+// never set aside or passed over (an intact file that rank 1 could not see, or that the run's user may not read,
+// was renamed .damaged and the run rolled back to an older checkpoint until 2026-11-28): an error (exit 2).
+class CheckpointUnreadable : public UserError {
+ public:
+  explicit CheckpointUnreadable(const std::string& what) : UserError(what) {}
+};
+
+// A checkpoint file that is damaged or not a usable checkpoint (truncated, not HDF5, a dataset
 // missing or failing its checksum, non-finite values, a name that disagrees with its step): resume = auto
 // passes over it to an older one. Other UserErrors of read_checkpoint (another model, a newer format) are not
 // of this kind: they would hold for every checkpoint of the directory.
