@@ -445,7 +445,8 @@ void start_lock_heartbeat() {
 }
 
 // Rank 0: the lock of one run directory (modes.h, prepare_run_dirs), `me` naming this run in its file.
-void lock_dir(const std::string& key, const std::string& dir, const std::string& me, double wait_s) {
+void lock_dir(const std::string& key, const std::string& dir, const std::string& me, const std::string& host,
+              double wait_s) {
   const std::string path = dir + "/.mgrl.lock";
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) throw UserError(path + ": cannot create the lock file (" + std::strerror(errno) + "; " + key + ")");
@@ -468,7 +469,11 @@ void lock_dir(const std::string& key, const std::string& dir, const std::string&
     }
     struct stat st {};
     const double age = ::fstat(fd, &st) == 0 ? std::difftime(std::time(nullptr), st.st_mtime) : 0.0;
-    if (age > kLockStaleS) {  // held, but its holder has stopped refreshing it: a dead node's
+    // Held, but its holder has stopped refreshing it: a dead node's. Not when the holder is on this host: a lock this
+    // host's kernel says is held belongs to a live process (its locks go with it), only stopped or suspended (taken
+    // over until 2026-11-28 after a SIGSTOP or `scontrol suspend` of more than kLockStaleS: two runs in one directory).
+    const bool here = holder().find(" on host " + host + ",") != std::string::npos;
+    if (age > kLockStaleS && !here) {
       // This run takes it over: it names itself in the file and refreshes it, so that a third run waits for it.
       log::warn(dir + " (" + key + ") is locked by " + holder() + ", but the lock has not been refreshed for " +
                 std::to_string(static_cast<long long>(age)) + " s (its node died?): this run takes it over");
@@ -549,7 +554,7 @@ void prepare_run_dirs(const Context& ctx, bool rollouts) {
     std::strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", std::localtime(&now));
     const std::string me = "pid " + std::to_string(::getpid()) + " on host " + ctx.env.host() + ", mgrl " +
                            ctx.cfg.get_string("mode") + " started " + when;
-    for (const auto& [key, dir] : dirs) lock_dir(key, dir, me, wait_s);
+    for (const auto& [key, dir] : dirs) lock_dir(key, dir, me, ctx.env.host(), wait_s);
   }, patience);
 }
 

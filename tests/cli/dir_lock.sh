@@ -79,6 +79,24 @@ grep '^mgrl' "$work/stale.out"
 [ "$rc" = 0 ] || fail "the run beside a stale lock: exit code $rc, expected 0"
 grep -q "^mgrl: warning: $s (checkpoint\.dir) is locked by .*, but the lock has not been refreshed for [0-9]* s (its node died?): this run takes it over" "$work/stale.out" ||
   fail "no warning about the stale lock"
+# The same, but the lock names a process on this host (a run stopped or suspended here longer than the heartbeat's
+# limit): this host's kernel says it is alive, so the lock is not taken over (it was until 2026-11-28).
+h=$work/here
+mkdir -p "$h"
+host=$(grep -o 'on host [^,]*,' "$d/.mgrl.lock" | head -n 1)
+[ -n "$host" ] || fail "the first run's lock does not name its host: $(cat "$d/.mgrl.lock")"
+printf 'pid 1 %s mgrl (a stopped run)\n' "$host" > "$h/.mgrl.lock"
+flock -x "$h/.mgrl.lock" sleep 30 < /dev/null > /dev/null 2>&1 &
+holder=$!
+for _ in $(seq 100); do flock -n "$h/.mgrl.lock" true 2>/dev/null || break; sleep 0.05; done
+touch -d '10 minutes ago' "$h/.mgrl.lock"
+rc=0
+"$@" --train.max_steps=2 --checkpoint.dir="$h" --log.dir= --runtime.dir_lock_wait_s=1 > "$work/here.out" 2>&1 || rc=$?
+pkill -P "$holder" 2>/dev/null
+kill "$holder" 2>/dev/null
+[ "$rc" = 2 ] && grep -q "is in use by another mgrl run (pid 1 $host" "$work/here.out" ||
+  fail "a stale-dated lock of this host was taken over (exit $rc): $(grep '^mgrl' "$work/here.out")"
+echo "a lock of this host dated 10 minutes back was not taken over"
 # The first run stopped (SIGTERM: a checkpoint, exit 3): its lock goes with it; a third run resumes there at once.
 kill -TERM "$pid"
 wait "$pid"
