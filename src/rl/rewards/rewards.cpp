@@ -406,7 +406,11 @@ class Command : public RewardFunction {
     const pid_t pid = ::fork();
     if (pid == 0) {
       ::signal(SIGPIPE, SIG_DFL);  // mgrl ignores it; the program gets the usual behaviour
-      if (!run_dir.empty() && ::chdir(run_dir.c_str()) != 0) ::_exit(126);
+      if (!run_dir.empty() && ::chdir(run_dir.c_str()) != 0) {
+        const int e = -errno;  // negative: the working directory, not the program (an "exit status 126" until 2026-11-28)
+        (void)!::write(err[1], &e, sizeof e);
+        ::_exit(126);
+      }
       ::dup2(in[0], 0);
       ::dup2(out[1], 1);
       ::dup2(err[1], 3);  // the exec-failure channel, closed on a successful exec
@@ -426,6 +430,9 @@ class Command : public RewardFunction {
       ::close(in[1]);
       ::close(out[0]);
       ::waitpid(pid, nullptr, 0);
+      if (exec_errno < 0)
+        throw UserError(who() + ": cannot enter its working directory " + run_dir + " (" + std::strerror(-exec_errno) +
+                        "): log.dir must exist on every rank's node (a shared file system), or leave it empty");
       throw UserError(who() + ": cannot run it: " + std::strerror(exec_errno));
     }
     ::close(err[0]);
