@@ -260,15 +260,28 @@ int run_export(Context& ctx) {
     if (path == "auto") {
       const std::string dir = cfg.get_string("checkpoint.dir");
       if (dir.empty()) throw UserError("export.checkpoint = \"auto\" needs checkpoint.dir");
-      const auto newest = train::newest_checkpoint(dir);
-      if (!newest) throw UserError(dir + ": no checkpoint to export");
-      path = *newest;
-      try {
-        ck = train::read_checkpoint(path);
-      } catch (const train::CorruptCheckpoint& e) {
-        // Unlike resume (which reaches the same weights again from an older checkpoint), an export of an older
-        // step would be another result than the one asked for: stop, and name the newest intact checkpoint.
-        throw UserError(std::string(e.what()) + "; " + newest_intact_hint(dir));
+      // A running training prunes: the newest file may be deleted between the listing and the read (a newer one has
+      // been written then). Listed again, a few times, instead of calling it damaged (until 2026-11-28).
+      const auto gone = [&] {
+        struct stat st {};
+        return ::stat(path.c_str(), &st) != 0 && errno == ENOENT;
+      };
+      for (int attempt = 0;; ++attempt) {
+        const auto newest = train::newest_checkpoint(dir);
+        if (!newest) throw UserError(dir + ": no checkpoint to export");
+        path = *newest;
+        try {
+          ck = train::read_checkpoint(path);
+          break;
+        } catch (const train::CheckpointUnreadable&) {
+          if (attempt < 4 && gone()) continue;
+          throw;
+        } catch (const train::CorruptCheckpoint& e) {
+          if (attempt < 4 && gone()) continue;
+          // Unlike resume (which reaches the same weights again from an older checkpoint), an export of an older
+          // step would be another result than the one asked for: stop, and name the newest intact checkpoint.
+          throw UserError(std::string(e.what()) + "; " + newest_intact_hint(dir));
+        }
       }
     } else {
       ck = train::read_checkpoint(path);
