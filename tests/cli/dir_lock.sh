@@ -65,16 +65,23 @@ done
 echo "the first run's lock, dated 10 minutes back, was refreshed (age ${fresh} s)"
 # A lock whose holder has stopped refreshing it (a node that died holding it on a network file system): a run
 # there says so and goes on. Here another directory's lock, held by flock(1) and dated 10 minutes back.
+# run_beside_stale_lock DIR WAIT OUT ARGS...: DIR's lock held by flock(1) and dated 10 minutes back while a run
+# (ARGS, checkpoint.dir = DIR, runtime.dir_lock_wait_s = WAIT) starts there; its exit code in $rc.
+run_beside_stale_lock() {
+  local dir=$1 wait=$2 out=$3 holder
+  shift 3
+  flock -x "$dir/.mgrl.lock" sleep 30 < /dev/null > /dev/null 2>&1 &
+  holder=$!
+  for _ in $(seq 100); do flock -n "$dir/.mgrl.lock" true 2>/dev/null || break; sleep 0.05; done
+  touch -d '10 minutes ago' "$dir/.mgrl.lock"
+  rc=0
+  "$@" --train.max_steps=2 --checkpoint.dir="$dir" --log.dir= --runtime.dir_lock_wait_s="$wait" > "$out" 2>&1 || rc=$?
+  pkill -P "$holder" 2>/dev/null  # its sleep, which holds the lock
+  kill "$holder" 2>/dev/null
+}
 s=$work/stale
 mkdir -p "$s"
-flock -x "$s/.mgrl.lock" sleep 30 < /dev/null > /dev/null 2>&1 &
-holder=$!
-for _ in $(seq 100); do flock -n "$s/.mgrl.lock" true 2>/dev/null || break; sleep 0.05; done
-touch -d '10 minutes ago' "$s/.mgrl.lock"
-rc=0
-"$@" --train.max_steps=2 --checkpoint.dir="$s" --log.dir= --runtime.dir_lock_wait_s=5 > "$work/stale.out" 2>&1 || rc=$?
-pkill -P "$holder" 2>/dev/null  # its sleep, which holds the lock
-kill "$holder" 2>/dev/null
+run_beside_stale_lock "$s" 5 "$work/stale.out" "$@"
 grep '^mgrl' "$work/stale.out"
 [ "$rc" = 0 ] || fail "the run beside a stale lock: exit code $rc, expected 0"
 grep -q "^mgrl: warning: $s (checkpoint\.dir) is locked by .*, but the lock has not been refreshed for [0-9]* s (its node died?): this run takes it over" "$work/stale.out" ||
@@ -86,14 +93,7 @@ mkdir -p "$h"
 host=$(grep -o 'on host [^,]*,' "$d/.mgrl.lock" | head -n 1)
 [ -n "$host" ] || fail "the first run's lock does not name its host: $(cat "$d/.mgrl.lock")"
 printf 'pid 1 %s mgrl (a stopped run)\n' "$host" > "$h/.mgrl.lock"
-flock -x "$h/.mgrl.lock" sleep 30 < /dev/null > /dev/null 2>&1 &
-holder=$!
-for _ in $(seq 100); do flock -n "$h/.mgrl.lock" true 2>/dev/null || break; sleep 0.05; done
-touch -d '10 minutes ago' "$h/.mgrl.lock"
-rc=0
-"$@" --train.max_steps=2 --checkpoint.dir="$h" --log.dir= --runtime.dir_lock_wait_s=1 > "$work/here.out" 2>&1 || rc=$?
-pkill -P "$holder" 2>/dev/null
-kill "$holder" 2>/dev/null
+run_beside_stale_lock "$h" 1 "$work/here.out" "$@"
 [ "$rc" = 2 ] && grep -q "is in use by another mgrl run (pid 1 $host" "$work/here.out" ||
   fail "a stale-dated lock of this host was taken over (exit $rc): $(grep '^mgrl' "$work/here.out")"
 echo "a lock of this host dated 10 minutes back was not taken over"
