@@ -28,7 +28,7 @@ for v in delta cispo sapo luspo gdpo opsm; do
   echo "$v: other weights than the default"
 done
 last() { grep '"loss"' "$work/$1/metrics.jsonl" | tail -n 1; }
-last cispo | grep -q '"cispo_clip_ratio"' && ! last cispo | grep -q 'clip_ratio/' || fail "cispo metrics: $(last cispo)"
+{ last cispo | grep -q '"cispo_clip_ratio"' && ! last cispo | grep -q 'clip_ratio/'; } || fail "cispo metrics: $(last cispo)"
 ! last sapo | grep -q 'clip_ratio' || fail "sapo metrics: $(last sapo)"
 last delta | grep -q '"clip_ratio/region_mean"' || fail "delta metrics: $(last delta)"
 echo "PASS: grpo objectives"
