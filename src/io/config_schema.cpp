@@ -494,9 +494,12 @@ const Schema& mgrl_schema() {
          {"debug", "info", "warn", "error"}, {}, {}, {}});
     // Counts, lengths and sizes are C ints inside mgrl: a value past 2^31 - 1 wrapped there until 2026-11-28
     // (checkpoint.keep_last = 4294967297 kept 1 checkpoint and deleted the rest; a max_prompt_length of 2^31 crashed;
-    // ppo.num_ppo_epochs = 2^32 divided by zero). Every integer key but the seeds is bounded by it.
+    // ppo.num_ppo_epochs = 2^32 divided by zero). Every integer key is bounded by it but the seeds and the step
+    // counts, which are 64-bit throughout (train.max_steps = 10^12 with a stop_at_step plans a schedule).
     for (auto& k : s)
-      if (k.type == T::Int && !k.max && k.name != "train.seed" && k.name != "generate.seed") k.max = 2147483647.0;
+      if (k.type == T::Int && !k.max && k.name != "train.seed" && k.name != "generate.seed" &&
+          k.name != "train.max_steps" && k.name != "train.stop_at_step")
+        k.max = 2147483647.0;
     return s;
   }();
   return schema;
