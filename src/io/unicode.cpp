@@ -7,6 +7,8 @@
 
 #include <cctype>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <stdexcept>
 
 #include "core/error.h"
@@ -162,54 +164,369 @@ struct Regex::Code {
 
 namespace {
 
+// ---- Oniguruma (Ruby syntax, as the tokenizers library compiles tokenizer.json patterns) to PCRE2 ----
+//
+// PCRE2 (UTF + UCP) reads most of Oniguruma's syntax alike. What differs, and is rewritten here:
+//   \s \w \h \b \B  Oniguruma's Unicode classes (\s = White_Space; \w = Alphabetic, M, Nd, Pc; \h = hex digit; \b
+//                   at changes of that \w), as explicit classes and lookarounds;
+//   ^ $             always at line starts and ends (Ruby): (?m:^) (?m:$);
+//   (?m) (?-m)      Ruby's m is "dot matches newline": PCRE2's s;
+//   \p{Script}      Oniguruma's script property is Script, PCRE2's is Script_Extensions: \p{sc:Script};
+//   \uHHHH          \x{HHHH};
+//   classes         nested classes [a[bc]], intersections [a-z&&[^aeiou]], negated shorthands in classes [^\S\n]
+//                   and POSIX brackets [[:alpha:]] (Oniguruma's Unicode definitions).
+// Classes PCRE2 can hold as they are become one PCRE2 class; the others become lookahead groups that match one
+// character: A && B -> (?:(?=A)B), a negated set X -> (?:(?!X)(?s:.)).
+
 // Unicode White_Space, as a PCRE2 class body.
 constexpr const char* kSpaceClass =
     "\\x{9}-\\x{D}\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}"
     "\\x{202F}\\x{205F}\\x{3000}";
+// Oniguruma's word characters; outside a class its \w (and \p{Word}) also has six Latin-1 number forms (\W leaves
+// them out: their complement), inside a class not.
 constexpr const char* kWordClass = "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}";
+constexpr const char* kWordEscapeExtra = "\\x{B2}\\x{B3}\\x{B9}\\x{BC}-\\x{BE}";
+constexpr const char* kHexClass = "0-9A-Fa-f";
 
-// Rewrites \s, \S, \w, \W so that PCRE2 matches what Oniguruma matches. Inside a character class a
-// negated shorthand (\S, \W) is left to PCRE2.
-std::string onig_to_pcre2(const std::string& p) {
-  std::string out;
-  bool in_class = false;
-  for (size_t i = 0; i < p.size(); ++i) {
-    const char c = p[i];
-    if (c == '\\' && i + 1 < p.size()) {
-      const char e = p[i + 1];
-      ++i;
-      if (e == 's' || e == 'w') {
-        const char* body = e == 's' ? kSpaceClass : kWordClass;
-        out += in_class ? std::string(body) : "[" + std::string(body) + "]";
-      } else if ((e == 'S' || e == 'W') && !in_class) {
-        out += "[^" + std::string(e == 'S' ? kSpaceClass : kWordClass) + "]";
+bool is_script_name(const std::string& name) {
+  static std::mutex mu;
+  static std::map<std::string, bool> known;
+  const std::lock_guard<std::mutex> lock(mu);
+  const auto it = known.find(name);
+  if (it != known.end()) return it->second;
+  const std::string probe = "\\p{sc:" + name + "}";
+  int err = 0;
+  PCRE2_SIZE off = 0;
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(probe.data()), probe.size(), PCRE2_UTF | PCRE2_UCP,
+                                   &err, &off, nullptr);
+  pcre2_code_free(code);
+  return known[name] = code != nullptr;
+}
+
+// One set expression of a bracket class: the intersection of operands, each a union of plain PCRE2 class text
+// and nested sets; the whole possibly negated.
+struct ClassSet {
+  struct Union {
+    std::string plain;            // PCRE2 class body text (ranges, escapes, properties)
+    std::vector<ClassSet> nested;  // nested sets, negated ones included
+  };
+  bool negated = false;
+  std::vector<Union> operands;  // intersected (one when there is no &&)
+};
+
+class OnigTranslator {
+ public:
+  explicit OnigTranslator(const std::string& p) : p_(p) {}
+
+  std::string run() {
+    std::string out;
+    while (i_ < p_.size()) {
+      const char c = p_[i_];
+      if (c == '\\' && i_ + 1 < p_.size()) {
+        out += escape_outside();
+      } else if (c == '[') {
+        ++i_;
+        out += emit(parse_class());
+      } else if (c == '^') {
+        ++i_;
+        out += "(?m:^)";
+      } else if (c == '$') {
+        ++i_;
+        out += "(?m:$)";
+      } else if (c == '(' && i_ + 1 < p_.size() && p_[i_ + 1] == '?') {
+        out += option_group();
       } else {
         out += c;
-        out += e;
-      }
-      continue;
-    }
-    if (!in_class && c == '[') {
-      in_class = true;
-      out += c;
-      // a ']' right after '[' or '[^' is a literal
-      if (i + 1 < p.size() && p[i + 1] == '^') out += p[++i];
-      if (i + 1 < p.size() && p[i + 1] == ']') out += p[++i];
-      continue;
-    }
-    if (in_class && c == '[' && i + 1 < p.size() && p[i + 1] == ':') {  // POSIX [:name:]
-      const size_t end = p.find(":]", i + 2);
-      if (end != std::string::npos) {
-        out.append(p, i, end + 2 - i);
-        i = end + 1;
-        continue;
+        ++i_;
       }
     }
-    if (in_class && c == ']') in_class = false;
-    out += c;
+    return out;
   }
-  return out;
-}
+
+ private:
+  [[noreturn]] void fail(const std::string& what) const {
+    throw std::invalid_argument(what + " at offset " + std::to_string(i_));
+  }
+
+  // \p{Name}, \P{Name}, \p{^Name} at i_ (the backslash): the PCRE2 form; *negate receives whether it is negated.
+  std::string property(bool in_class) {
+    const bool upper = p_[i_ + 1] == 'P';
+    i_ += 2;
+    if (i_ >= p_.size() || p_[i_] != '{') return upper ? "\\P" : "\\p";  // PCRE2 reports the error
+    const size_t close = p_.find('}', i_);
+    if (close == std::string::npos) fail("unterminated \\p{");
+    std::string name = p_.substr(i_ + 1, close - i_ - 1);
+    i_ = close + 1;
+    bool negate = upper;
+    if (!name.empty() && name[0] == '^') {
+      negate = !negate;
+      name.erase(0, 1);
+    }
+    std::string lower;
+    for (const char ch : name) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    std::string body;
+    if (lower == "word") {
+      body = std::string(kWordClass) + (in_class ? "" : kWordEscapeExtra);
+      return negate ? "[^" + body + "]" : "[" + body + "]";
+    }
+    if (lower == "alpha") name = "Alphabetic";
+    const std::string pcre_name = is_script_name(name) ? "sc:" + name : name;
+    return std::string(negate ? "\\P{" : "\\p{") + pcre_name + "}";
+  }
+
+  // \uHHHH at i_: \x{HHHH}
+  std::string unicode_escape() {
+    if (i_ + 6 > p_.size()) fail("\\u needs four hex digits");
+    const std::string hex = p_.substr(i_ + 2, 4);
+    for (const char ch : hex)
+      if (!std::isxdigit(static_cast<unsigned char>(ch))) fail("\\u needs four hex digits");
+    i_ += 6;
+    return "\\x{" + hex + "}";
+  }
+
+  std::string escape_outside() {
+    const char e = p_[i_ + 1];
+    const std::string word = std::string(kWordClass) + kWordEscapeExtra;
+    switch (e) {
+      case 's':
+      case 'S':
+        i_ += 2;
+        return std::string(e == 's' ? "[" : "[^") + kSpaceClass + "]";
+      case 'w':
+      case 'W':
+        i_ += 2;
+        return std::string(e == 'w' ? "[" : "[^") + word + "]";
+      case 'h':
+      case 'H':
+        i_ += 2;
+        return std::string(e == 'h' ? "[" : "[^") + kHexClass + "]";
+      case 'b':
+      case 'B': {
+        i_ += 2;
+        const std::string w = "[" + word + "]";
+        return e == 'b' ? "(?:(?<=" + w + ")(?!" + w + ")|(?<!" + w + ")(?=" + w + "))"
+                        : "(?:(?<=" + w + ")(?=" + w + ")|(?<!" + w + ")(?!" + w + "))";
+      }
+      case 'p':
+      case 'P':
+        return property(false);
+      case 'u':
+        return unicode_escape();
+      default:
+        i_ += 2;
+        return std::string{'\\', e};
+    }
+  }
+
+  // (?imx-imx) or (?imx-imx: at i_: Ruby's m becomes PCRE2's s; other groups are copied.
+  std::string option_group() {
+    size_t k = i_ + 2;
+    std::string flags;
+    while (k < p_.size() && (p_[k] == 'i' || p_[k] == 'm' || p_[k] == 'x' || p_[k] == '-')) flags += p_[k++];
+    if (flags.empty() || k >= p_.size() || (p_[k] != ')' && p_[k] != ':')) {
+      i_ += 2;
+      return "(?";
+    }
+    for (char& f : flags)
+      if (f == 'm') f = 's';
+    const std::string out = "(?" + flags + p_[k];
+    i_ = k + 1;
+    return out;
+  }
+
+  // A bracket class; i_ is just past its '['. Leaves i_ past the closing ']'.
+  ClassSet parse_class() {
+    ClassSet set;
+    set.operands.emplace_back();
+    if (i_ < p_.size() && p_[i_] == '^') {
+      set.negated = true;
+      ++i_;
+    }
+    bool first = true;
+    for (;;) {
+      if (i_ >= p_.size()) fail("unterminated character class");
+      const char c = p_[i_];
+      ClassSet::Union& u = set.operands.back();
+      if (c == ']' && !first) {
+        ++i_;
+        break;
+      }
+      first = false;
+      if (c == '[' && i_ + 1 < p_.size() && p_[i_ + 1] == ':') {
+        posix_bracket(u);
+      } else if (c == '[') {
+        ++i_;
+        u.nested.push_back(parse_class());
+      } else if (c == '&' && i_ + 1 < p_.size() && p_[i_ + 1] == '&') {
+        i_ += 2;
+        set.operands.emplace_back();
+      } else if (c == '\\' && i_ + 1 < p_.size()) {
+        escape_in_class(u);
+      } else {
+        if (c == ']') u.plain += '\\';  // a literal ']' first in the class: escaped, as it may be merged into another
+        u.plain += c;
+        ++i_;
+      }
+    }
+    return set;
+  }
+
+  static ClassSet negated_plain(const std::string& body) {
+    ClassSet s;
+    s.negated = true;
+    s.operands.emplace_back();
+    s.operands.back().plain = body;
+    return s;
+  }
+
+  void escape_in_class(ClassSet::Union& u) {
+    const char e = p_[i_ + 1];
+    switch (e) {
+      case 's':
+        u.plain += kSpaceClass;
+        i_ += 2;
+        return;
+      case 'w':
+        u.plain += kWordClass;
+        i_ += 2;
+        return;
+      case 'h':
+        u.plain += kHexClass;
+        i_ += 2;
+        return;
+      case 'S':
+        u.nested.push_back(negated_plain(kSpaceClass));
+        i_ += 2;
+        return;
+      case 'W':
+        u.nested.push_back(negated_plain(kWordClass));
+        i_ += 2;
+        return;
+      case 'H':
+        u.nested.push_back(negated_plain(kHexClass));
+        i_ += 2;
+        return;
+      case 'p':
+      case 'P': {
+        const std::string prop = property(true);
+        if (prop[0] == '[') {  // \p{Word}: a class of its own
+          const bool neg = prop[1] == '^';
+          ClassSet s;
+          s.negated = neg;
+          s.operands.emplace_back();
+          s.operands.back().plain = prop.substr(neg ? 2 : 1, prop.size() - (neg ? 3 : 2));
+          u.nested.push_back(std::move(s));
+        } else {
+          u.plain += prop;
+        }
+        return;
+      }
+      case 'u':
+        u.plain += unicode_escape();
+        return;
+      default:
+        u.plain += '\\';
+        u.plain += e;
+        i_ += 2;
+        return;
+    }
+  }
+
+  // [:name:] or [:^name:] at i_, with Oniguruma's Unicode definitions.
+  void posix_bracket(ClassSet::Union& u) {
+    const size_t end = p_.find(":]", i_ + 2);
+    if (end == std::string::npos) {  // not a POSIX bracket: a nested class starting with ':'
+      ++i_;
+      u.nested.push_back(parse_class());
+      return;
+    }
+    std::string name = p_.substr(i_ + 2, end - i_ - 2);
+    i_ = end + 2;
+    bool negate = false;
+    if (!name.empty() && name[0] == '^') {
+      negate = true;
+      name.erase(0, 1);
+    }
+    std::string body;
+    if (name == "alpha") {
+      body = "\\p{Alphabetic}";
+    } else if (name == "alnum") {
+      body = "\\p{Alphabetic}\\p{Nd}";
+    } else if (name == "word") {
+      body = kWordClass;
+    } else if (name == "space") {
+      body = kSpaceClass;
+    } else if (name == "digit") {
+      body = "\\p{Nd}";
+    } else if (name == "xdigit") {
+      body = kHexClass;
+    } else if (name == "upper") {
+      body = "\\p{Uppercase}";
+    } else if (name == "lower") {
+      body = "\\p{Lowercase}";
+    } else if (name == "punct") {
+      body = "\\p{P}\\p{S}";
+    } else {  // blank, cntrl, graph, print, ascii: PCRE2's own
+      u.plain += "[:" + std::string(negate ? "^" : "") + name + ":]";
+      return;
+    }
+    if (negate)
+      u.nested.push_back(negated_plain(body));
+    else
+      u.plain += body;
+  }
+
+  // The set's PCRE2 class body when one PCRE2 class can hold it (no intersection, no negated nested set).
+  static bool flat_body(const ClassSet& s, std::string* body) {
+    if (s.operands.size() != 1) return false;
+    std::string b = s.operands[0].plain;
+    for (const ClassSet& n : s.operands[0].nested) {
+      std::string nb;
+      if (n.negated || !flat_body(n, &nb)) return false;
+      b += nb;
+    }
+    *body = b;
+    return true;
+  }
+
+  // A PCRE2 atom matching one character of the set.
+  static std::string emit(const ClassSet& s) {
+    std::string body;
+    if (flat_body(s, &body)) return std::string(s.negated ? "[^" : "[") + body + "]";
+    std::string positive;
+    for (size_t k = 0; k < s.operands.size(); ++k) {
+      const ClassSet::Union& u = s.operands[k];
+      std::vector<std::string> alts;
+      std::string plain = u.plain;
+      for (const ClassSet& n : u.nested) {
+        std::string nb;
+        if (!n.negated && flat_body(n, &nb))
+          plain += nb;
+        else
+          alts.push_back(emit(n));
+      }
+      if (!plain.empty()) alts.insert(alts.begin(), "[" + plain + "]");
+      std::string atom;
+      if (alts.empty()) {
+        atom = "(?!)";  // an empty set matches nothing
+      } else if (alts.size() == 1) {
+        atom = alts[0];
+      } else {
+        atom = "(?:" + alts[0];
+        for (size_t a = 1; a < alts.size(); ++a) atom += "|" + alts[a];
+        atom += ")";
+      }
+      positive += k + 1 < s.operands.size() ? "(?=" + atom + ")" : atom;
+    }
+    if (s.operands.size() > 1) positive = "(?:" + positive + ")";
+    return s.negated ? "(?:(?!" + positive + ")(?s:.))" : positive;
+  }
+
+  const std::string& p_;
+  size_t i_ = 0;
+};
+
+std::string onig_to_pcre2(const std::string& p) { return OnigTranslator(p).run(); }
 
 std::shared_ptr<const Regex::Code> compile(const std::string& pattern) {
   int err = 0;

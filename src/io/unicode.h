@@ -29,9 +29,10 @@ bool is_python_space(char32_t c);  // Python str.isspace (what Jinja's `trim` st
 bool is_numeric(char32_t c);       // general category Nd, Nl or No (Rust char::is_numeric)
 bool is_word_char(char32_t c);     // regex-crate \w: Alphabetic, M, Nd, Pc, Join_Control
 
-// A compiled regular expression (PCRE2, UTF + UCP). Patterns are read as Oniguruma reads them in
-// the Hugging Face tokenizers library: \s is Unicode White_Space and \w is [\p{Alphabetic}\p{M}\p{Nd}\p{Pc}]
-// (PCRE2's own classes differ at the edges, e.g. U+180E). Thread-safe to use from many threads.
+// A compiled regular expression (PCRE2, UTF + UCP). Patterns are read as Oniguruma (Ruby syntax) reads them in
+// the Hugging Face tokenizers library: its \s, \w, \h, \b, POSIX brackets, script properties (Script, not
+// Script_Extensions), line anchors, (?m), nested classes and class intersections (&&) are translated
+// (unicode.cpp); tests/data/tokenizers/regex_onig.json holds the library's own matches. Thread-safe.
 class Regex {
  public:
   // Throws std::invalid_argument with PCRE2's message and the offset when the pattern is bad.

@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "core/error.h"
@@ -191,6 +193,94 @@ TEST(Unicode, RegexSpaceIsUnicodeWhiteSpace) {
             0u);  // U+180E is not (PCRE2 alone says it is)
   EXPECT_EQ(unicode::Regex(R"([^\s\p{L}]+)").find_all("\xE1\xA0\x8E").size(), 1u);
   EXPECT_EQ(unicode::Regex::literal("a.b\\s(").find_all("xa.b\\s(y a_b").size(), 1u);
+}
+
+// ---- Oniguruma patterns as the tokenizers library matches them (tests/data/tokenizers/regex_onig.json, written
+// by tools/make_regex_fixtures.py with the library itself) ----
+
+json regex_fixture() {
+  std::ifstream in(kDataDir + "/regex_onig.json");
+  EXPECT_TRUE(in.good()) << "missing " << kDataDir << "/regex_onig.json";
+  return json::parse(in);
+}
+
+TEST(Unicode, RegexClassesMatchOnigurumaOverEveryCodePoint) {
+  const json fx = regex_fixture();
+  // Compared: every code point of the sweep that PCRE2's Unicode tables (14 in Debian 12's 10.42) know, less the few
+  // whose properties Unicode changed since (the library's Oniguruma has Unicode 16).
+  const unicode::Regex unassigned(R"(\p{Cn})");
+  std::set<char32_t> skip;
+  for (const auto& c : fx["not_compared"]) skip.insert(c.get<char32_t>());
+  std::vector<char32_t> points;
+  for (const auto& r : fx["sweep"]) {
+    for (char32_t c = r[0].get<char32_t>(); c <= r[1].get<char32_t>(); ++c) {
+      if ((c >= 0xD800 && c <= 0xDFFF) || skip.count(c)) continue;
+      std::string one;
+      unicode::utf8_append(one, c);
+      if (unassigned.find_all(one).empty()) points.push_back(c);
+    }
+  }
+  ASSERT_GT(points.size(), 150000u);
+  std::string text;
+  std::vector<size_t> starts;  // byte offset of each point
+  for (const char32_t c : points) {
+    starts.push_back(text.size());
+    unicode::utf8_append(text, c);
+  }
+  ASSERT_GE(fx["classes"].size(), 50u);
+  for (const auto& cls : fx["classes"]) {
+    const std::string pattern = cls["pattern"].get<std::string>();
+    std::vector<std::pair<char32_t, char32_t>> want;
+    for (const auto& r : cls["ranges"])
+      for (char32_t c = r[0].get<char32_t>(); c <= r[1].get<char32_t>(); ++c)
+        if (std::binary_search(points.begin(), points.end(), c)) {
+          if (!want.empty() && want.back().second + 1 == c)
+            want.back().second = c;
+          else
+            want.emplace_back(c, c);
+        }
+    std::vector<std::pair<char32_t, char32_t>> got;
+    for (const auto& [b, e] : unicode::Regex(pattern).find_all(text)) {
+      if (e == b) continue;
+      size_t k = static_cast<size_t>(std::lower_bound(starts.begin(), starts.end(), b) - starts.begin());
+      for (; k < starts.size() && starts[k] < e; ++k) {
+        const char32_t c = points[k];
+        if (!got.empty() && got.back().second + 1 == c)
+          got.back().second = c;
+        else
+          got.emplace_back(c, c);
+      }
+    }
+    if (got == want) continue;
+    // name the first code point on which they differ
+    const auto in = [](const std::vector<std::pair<char32_t, char32_t>>& rs, char32_t c) {
+      for (const auto& r : rs)
+        if (r.first <= c && c <= r.second) return true;
+      return false;
+    };
+    for (const char32_t c : points) {
+      if (in(got, c) != in(want, c)) {
+        ADD_FAILURE() << "/" << pattern << "/ on U+" << std::hex << static_cast<uint32_t>(c) << ": mgrl "
+                      << (in(got, c) ? "matches" : "does not match") << ", the tokenizers library "
+                      << (in(want, c) ? "matches" : "does not");
+        break;
+      }
+    }
+  }
+}
+
+TEST(Unicode, RegexPatternsMatchOnigurumaOnTexts) {
+  const json fx = regex_fixture();
+  ASSERT_GE(fx["spans"].size(), 400u);
+  for (const auto& sc : fx["spans"]) {
+    const std::string pattern = sc["pattern"].get<std::string>(), text = sc["text"].get<std::string>();
+    std::vector<std::pair<size_t, size_t>> got;
+    for (const auto& m : unicode::Regex(pattern).find_all(text))
+      if (m.second > m.first) got.push_back(m);
+    std::vector<std::pair<size_t, size_t>> want;
+    for (const auto& s : sc["spans"]) want.emplace_back(s[0].get<size_t>(), s[1].get<size_t>());
+    EXPECT_EQ(got, want) << "/" << pattern << "/ on " << json(text).dump();
+  }
 }
 
 // ---- chat formats: the documented templates, written out by hand ----
