@@ -198,7 +198,11 @@ def ids_of(tok, text, add_special):
 def write_fixture(out_dir, name, tok, config, cases):
     d = os.path.join(out_dir, name)
     os.makedirs(d, exist_ok=True)
-    tok.save(os.path.join(d, "tokenizer.json"), pretty=False)
+    if isinstance(tok, str):  # a tokenizer.json as written (the library would rewrite it on save)
+        with open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8") as f:
+            f.write(tok)
+    else:
+        tok.save(os.path.join(d, "tokenizer.json"), pretty=False)
     # reload from the written file: the cases are computed from exactly what the C++ side reads
     tok = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
     with open(os.path.join(d, "tokenizer_config.json"), "w", encoding="utf-8") as f:
@@ -394,6 +398,44 @@ def metaspace_from(llama2, prepend_scheme, split):
     return tok, config
 
 
+def metaspace_strip_from(llama2):
+    """Metaspace "first" after normalizers that remove leading characters: the library prepends the replacement only
+    where the normalized text still starts at original offset 0 (Strip, a Replace by nothing, a Replace of several
+    characters by one take that away)."""
+    def layout(j):
+        j["normalizer"] = {"type": "Sequence", "normalizers": [
+            {"type": "Strip", "strip_left": True, "strip_right": True},
+            {"type": "Replace", "pattern": {"Regex": "^#+"}, "content": ""},
+            {"type": "Replace", "pattern": {"Regex": "^%%+"}, "content": "x"},
+            {"type": "Replace", "pattern": {"Regex": "^&"}, "content": "y"}]}
+        j["pre_tokenizer"] = {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": False}
+        j["decoder"] = {"type": "Sequence", "decoders": [
+            {"type": "ByteFallback"}, {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first",
+                                       "split": False}]}
+    tok = edited(llama2, layout)
+    config = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "legacy": False}
+    return tok, config, ["x", " x", "\tx", "  Hello world", "#x", "## y", "#", "%%z", "%z", "&z", " &z", "<extra> x",
+                         " <extra> x", "#<extra>", "x <extra>"]
+
+
+def added_ids_from(gpt2):
+    """added_tokens whose ids in the file are not the ids the library gives them when it reads the file (a content
+    the vocab has, a gap, out of order, a content listed twice with other properties). Written as is."""
+    j = json.loads(gpt2.to_str())
+    vocab_word = "Hello"
+    assert vocab_word in j["model"]["vocab"]
+
+    def tok(content, id_, **kw):
+        t = {"id": id_, "content": content, "single_word": False, "lstrip": False, "rstrip": False,
+             "normalized": False, "special": False}
+        t.update(kw)
+        return t
+    j["added_tokens"] += [tok(vocab_word, 1250), tok("<tool>", 1300), tok("<b>", 1302), tok("<a>", 1301),
+                          tok("<tool>", 1300, lstrip=True, special=True), tok("<c>", 5)]
+    return json.dumps(j, ensure_ascii=False), {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"}, [
+        "Hello", "Hello world", "<tool>", "x <tool> y", "<a><b><c>", "<b> and <a>", "<tool>Hello<c>"]
+
+
 def unk_from(llama2):
     def layout(j):  # no byte fallback: characters outside the vocab become <unk>, runs of them one <unk>
         j["model"]["byte_fallback"] = False
@@ -419,9 +461,11 @@ def main():
         "metaspace_first": metaspace_from(llama2, "first", False),
         "metaspace_split": metaspace_from(llama2, "always", True),
         "sentencepiece_unk": unk_from(llama2),
+        "metaspace_strip": metaspace_strip_from(llama2),
+        "added_ids": added_ids_from(gpt2),
     }
-    for name, (tok, config) in fixtures.items():
-        write_fixture(args.out, name, tok, config, CASES)
+    for name, (tok, config, *extra) in fixtures.items():
+        write_fixture(args.out, name, tok, config, CASES + (extra[0] if extra else []))
     import transformers
     with open(os.path.join(args.out, "VERSIONS"), "w") as f:
         f.write(f"tokenizers {tokenizers.__version__}\ntransformers {transformers.__version__}\n"

@@ -257,6 +257,11 @@ class Normalizer {
  public:
   virtual ~Normalizer() = default;
   virtual std::string normalize(std::string s) const = 0;
+  // normalize(s), and *at_origin cleared when the result's first character no longer starts at the first character
+  // of s (the library's alignments; Metaspace's prepend_scheme "first" asks for original offset 0): when leading
+  // characters are stripped, removed, or several replaced by one (the library aligns a replacement with the last
+  // character it replaces).
+  virtual std::string normalize_at(std::string s, bool* /*at_origin*/) const { return normalize(std::move(s)); }
 };
 
 class SequenceNormalizer : public Normalizer {
@@ -264,6 +269,10 @@ class SequenceNormalizer : public Normalizer {
   explicit SequenceNormalizer(std::vector<std::unique_ptr<Normalizer>> parts) : parts_(std::move(parts)) {}
   std::string normalize(std::string s) const override {
     for (const auto& p : parts_) s = p->normalize(std::move(s));
+    return s;
+  }
+  std::string normalize_at(std::string s, bool* at_origin) const override {
+    for (const auto& p : parts_) s = p->normalize_at(std::move(s), at_origin);
     return s;
   }
 
@@ -294,6 +303,15 @@ class ReplaceNormalizer : public Normalizer {
   ReplaceNormalizer(uc::Regex pattern, std::string content)
       : pattern_(std::move(pattern)), content_(std::move(content)) {}
   std::string normalize(std::string s) const override { return replace_all(s, pattern_, content_); }
+  std::string normalize_at(std::string s, bool* at_origin) const override {
+    const auto matches = pattern_.find_all(s);
+    if (!matches.empty() && matches[0].first == 0 && matches[0].second > 0) {
+      const std::string_view m = std::string_view(s).substr(0, matches[0].second);
+      const bool one_char = uc::utf8_len(static_cast<unsigned char>(m[0])) == m.size();
+      if (content_.empty() ? matches[0].second < s.size() : !one_char) *at_origin = false;
+    }
+    return replace_all(s, pattern_, content_);
+  }
 
  private:
   uc::Regex pattern_;
@@ -322,6 +340,11 @@ class StripNormalizer : public Normalizer {
       }
     }
     return s.substr(b, e - b);
+  }
+  std::string normalize_at(std::string s, bool* at_origin) const override {
+    std::string out = normalize(s);
+    if (left_ && !out.empty() && out.size() < s.size() && s.compare(0, out.size(), out) != 0) *at_origin = false;
+    return out;
   }
 
  private:
@@ -529,6 +552,7 @@ class Bpe {
     return &by_id_[id];
   }
   int32_t max_id() const { return static_cast<int32_t>(by_id_.size()) - 1; }
+  size_t size() const { return vocab_.size(); }  // entries of the vocab (the library's get_vocab_size)
   std::optional<int32_t> unk_id() const { return unk_id_; }
 
  private:
@@ -1248,7 +1272,11 @@ void Tokenizer::Impl::load(const std::string& json_path) {
   }
   decoder = make_decoder(j.value("decoder", json()), ctx);
 
+  // Ids as the tokenizers library gives them when it reads the file (it warns when they differ from the file's): a
+  // content the model's vocab has keeps the vocab's id; the others get the ids after the vocab's entries, in the
+  // order of the list. A content listed twice keeps its first id and takes the later properties.
   vocab_size = model.max_id() + 1;
+  auto next_id = static_cast<int32_t>(model.size());
   const json at = j.value("added_tokens", json::array());
   if (!at.is_array()) ctx.fail("\"added_tokens\" must be a list");
   for (const auto& t : at) {
@@ -1258,11 +1286,18 @@ void Tokenizer::Impl::load(const std::string& json_path) {
                  get_bool(t, "rstrip", false, ctx, what),      get_bool(t, "normalized", true, ctx, what),
                  get_bool(t, "special", false, ctx, what),     ""};
     if (a.content.empty()) continue;
-    if (added_by_content.count(a.content)) ctx.fail(what + ": the content appears twice in \"added_tokens\"");
     a.decode_form = a.normalized && normalizer ? normalizer->normalize(a.content) : a.content;
+    if (a.special) special_contents.insert(a.content);
+    const auto known = added_by_content.find(a.content);
+    if (known != added_by_content.end()) {
+      a.id = known->second;
+      added[added_by_id.at(a.id)] = std::move(a);
+      continue;
+    }
+    const auto in_vocab = model.token_to_id(a.content);
+    a.id = in_vocab ? *in_vocab : next_id++;
     added_by_content[a.content] = a.id;
     added_by_id[a.id] = added.size();
-    if (a.special) special_contents.insert(a.content);
     vocab_size = std::max(vocab_size, a.id + 1);
     added.push_back(std::move(a));
   }
@@ -1338,9 +1373,11 @@ std::vector<Split> Tokenizer::Impl::extract(std::vector<Split> splits, const Tok
       out.push_back(std::move(sp));
       continue;
     }
-    const std::string s = normalize && normalizer ? normalizer->normalize(std::move(sp.text)) : std::move(sp.text);
+    bool at_origin = sp.at_origin;
+    const std::string s =
+        normalize && normalizer ? normalizer->normalize_at(std::move(sp.text), &at_origin) : std::move(sp.text);
     const auto push = [&](size_t b, size_t e, int32_t id) {
-      if (e > b) out.push_back({s.substr(b, e - b), sp.at_origin && b == 0, id});
+      if (e > b) out.push_back({s.substr(b, e - b), at_origin && b == 0, id});
     };
     size_t start_offset = 0, from = 0;
     while (!trie.empty()) {

@@ -23,7 +23,8 @@ const std::string kDataDir = std::string(MGRL_TEST_DATA_DIR) + "/tokenizers";
 
 const std::vector<std::string> kFixtures = {"llama3_bytelevel",  "qwen2_bytelevel",  "gpt2_bytelevel",
                                             "roberta_bytelevel", "splits_bytelevel", "llama2_sentencepiece",
-                                            "metaspace_first",   "metaspace_split",  "sentencepiece_unk"};
+                                            "metaspace_first",   "metaspace_split",  "sentencepiece_unk",
+                                            "metaspace_strip",   "added_ids"};
 
 std::string show(const std::string& s) { return json(s).dump(); }
 
