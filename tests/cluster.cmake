@@ -97,7 +97,7 @@ set_tests_properties(cli.stop.sigusr1_mpirun.np2 PROPERTIES PROCESSORS 2)
 # A stop signal at the edges of a run (tests/cli/stop_edges.sh): SIGTERM without checkpoint.dir says that nothing is
 # saved (it claimed a checkpoint); SIGKILL during the final evaluation finds the final checkpoint written (it came
 # after the evaluation). Each failed on the code of before 2026-11-28.
-foreach(case no_checkpoint_dir final_eval)
+foreach(case no_checkpoint_dir final_eval during_setup)
   add_test(NAME cli.stop.${case} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/stop_edges.sh ${case}
            ${CMAKE_CURRENT_BINARY_DIR}/stop/${case} -- $<TARGET_FILE:mgrl> ${STOP_ARGS})
   set_tests_properties(cli.stop.${case} PROPERTIES LABELS cli TIMEOUT 120 PASS_REGULAR_EXPRESSION "PASS: ")

@@ -13,6 +13,7 @@
 #include "core/build_info.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/fault.h"
 #include "core/stop.h"
 #include "dist/comm.h"
 #include "dist/device.h"
@@ -87,7 +88,10 @@ int run(dist::MpiEnv& env, int argc, char** argv) {
     // Training stops gracefully on SIGUSR1 / SIGUSR2 / SIGTERM / SIGINT / SIGHUP (checkpoint, exit kExitStopped); others keep
     // the default actions.
     const bool training = mode == "sft" || mode == "grpo" || mode == "dpo" || mode == "ppo";
-    if (training) stop::install_handlers();
+    if (training) {
+      stop::install_handlers(env.rank() == 0);
+      fault::point("training_setup", env.rank(), 0);  // tests: a long set-up that a stop signal interrupts
+    }
     const auto exit_code = [](int rc) { return rc == 0 && stop::stopped_early() ? kExitStopped : rc; };
 
     dist::Device device;

@@ -44,7 +44,7 @@ Spec parse(const char* text) {
     if (first) {
       if (field != "checkpoint_write" && field != "output_write" && field != "grad_overflow" &&
           field != "grad_overflow_local" && field != "startup_stall" && field != "startup" &&
-          field != "generate_step")
+          field != "generate_step" && field != "training_setup")
         throw bad("unknown point '" + field + "'");
       s.point = field;
       first = false;

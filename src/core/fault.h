@@ -7,7 +7,8 @@
 // other ranks: while rank 0 writes); output_write (rank=0:step=0: `mgrl generate` half way through its output
 // file, `mgrl score` after its datasets, before the file is moved into place); generate_step (step = the steps of one
 // generation call, prefill or decode, counted from 0 in each call; with action=sleep and a count, a rank whose
-// generation is slow: dist/progress.h). One point corrupts a value instead
+// generation is slow: dist/progress.h); training_setup (rank=R:step=0: a training mode's set-up, after the stop handlers
+// are installed and before the model loads; with action=sleep, a long load that a stop signal interrupts). One point corrupts a value instead
 // of failing: grad_overflow[:count=K] (rank R writes +inf into one gradient element before the allreduce of
 // training steps N to N+K-1, K = 1 by default, as an fp16 overflow would; train/grad_sync.h), and
 // grad_overflow_local[:count=K] the same after the allreduce, on rank R's copy only (as a fault of that rank's memory

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <initializer_list>
 
+#include "core/error.h"
+
 namespace mgrl::stop {
 namespace {
 
@@ -15,15 +17,46 @@ volatile sig_atomic_t g_armed = 0;
 bool g_tty = false;  // stderr is a terminal: SIGINT is acknowledged at once
 bool g_installed = false;
 bool g_stopped_early = false;
+bool g_speak = true;  // this process writes the set-up stop line (rank 0)
 
 void say(const char* s) {
   const ssize_t r = ::write(STDERR_FILENO, s, std::strlen(s));
   (void)r;
 }
 
+const char* name_of(int signo) {
+  switch (signo) {
+    case SIGUSR1: return "SIGUSR1";
+    case SIGUSR2: return "SIGUSR2";
+    case SIGTERM: return "SIGTERM";
+    case SIGINT: return "SIGINT";
+    case SIGHUP: return "SIGHUP";
+    case 0: return "";
+    default: return "a signal";
+  }
+}
+
 void on_stop_signal(int signo) {
-  if (!g_armed || (g_signal != 0 && signo != SIGUSR1 && signo != SIGUSR2)) {
-    // Not yet in a training loop, or the second SIGINT / SIGTERM / SIGHUP: stop now, with the signal's default action.
+  if (!g_armed) {
+    // Set-up (loading, checks): nothing to checkpoint yet. SLURM's warning before the time limit (SIGUSR1/2, which no
+    // launcher sends when it aborts a job) ends the run as stopped with work left, so that the job scripts requeue
+    // it: until 2026-11-29 it killed the process (exit 138, no line) and the job ended as failed, not requeued. The
+    // others keep their default action, silently: mpirun's or srun's SIGTERM to the ranks of a job they abort
+    // because another rank failed must neither read as a stop nor add lines to that rank's error.
+    if (signo == SIGUSR1 || signo == SIGUSR2) {
+      if (g_speak) {
+        say("mgrl: ");
+        say(name_of(signo));
+        say(" before the first training step: stopped with nothing new to save (exit 3: run it again to go on)\n");
+      }
+      ::_exit(kExitStopped);
+    }
+    ::signal(signo, SIG_DFL);
+    ::raise(signo);
+    return;
+  }
+  if (g_signal != 0 && signo != SIGUSR1 && signo != SIGUSR2) {
+    // The second SIGINT / SIGTERM / SIGHUP: stop now, with the signal's default action.
     ::signal(signo, SIG_DFL);
     ::raise(signo);
     return;
@@ -38,9 +71,10 @@ void on_stop_signal(int signo) {
 
 }  // namespace
 
-void install_handlers() {
+void install_handlers(bool speak) {
   if (g_installed) return;
   g_installed = true;
+  g_speak = speak;
   g_tty = ::isatty(STDERR_FILENO) == 1;
   // A training run whose standard output was a pipe whose reader went away (`mgrl ... | tee log` and the ssh session
   // ended) was killed by SIGPIPE at its next line, with no message and its work since the last checkpoint lost
@@ -66,17 +100,7 @@ void arm() { g_armed = 1; }
 
 int pending_signal() { return g_signal; }
 
-const char* pending_signal_name() {
-  switch (g_signal) {
-    case SIGUSR1: return "SIGUSR1";
-    case SIGUSR2: return "SIGUSR2";
-    case SIGTERM: return "SIGTERM";
-    case SIGINT: return "SIGINT";
-    case SIGHUP: return "SIGHUP";
-    case 0: return "";
-    default: return "a signal";
-  }
-}
+const char* pending_signal_name() { return name_of(g_signal); }
 
 void request(int signo) {
   if (g_signal == 0) g_signal = signo;

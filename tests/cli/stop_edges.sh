@@ -6,6 +6,10 @@
 #   final_eval          SIGKILL during the final evaluation (a preemption's SIGTERM then, KillWait later, SIGKILL):
 #                       the final checkpoint is already written (it came after the evaluation: all the run's steps
 #                       since its last periodic checkpoint were lost, until 2026-11-28)
+#   during_setup        SIGUSR1 during a long set-up (MGRL_FAULT_INJECT=training_setup sleeps), after a first run
+#                       left a checkpoint: exit 3 at once with one line, the checkpoint untouched, and a run again
+#                       resumes from it; SIGTERM there: its default action (143), no line. (SIGUSR1 killed the
+#                       process with 138 and no line until 2026-11-29: SLURM's job scripts then did not requeue.)
 set -uo pipefail
 case_=$1 work=$2
 shift 2
@@ -51,5 +55,34 @@ case $case_ in
     [ "$alive" = 1 ] && ! grep -q "held-out loss" "$work/out" || fail "the evaluation had ended before the check: it proves nothing"
     [ -f "$work/ck/step_00000003.h5" ] || fail "killed during the final evaluation, and no final checkpoint (step 3)"
     echo "PASS: killed during the final evaluation: the final checkpoint (step 3) was already written" ;;
+  during_setup)
+    "$@" --train.max_steps=2 --log.dir="$work/log" --checkpoint.dir="$work/ck" > "$work/out" 2>&1 ||
+      fail "the first run failed"
+    [ -f "$work/ck/step_00000002.h5" ] || fail "the first run left no checkpoint"
+    before=$(cksum < "$work/ck/step_00000002.h5")
+    for sig in USR1 TERM; do
+      MGRL_FAULT_INJECT=training_setup:rank=0:step=0:action=sleep:secs=60 \
+        "$@" --train.max_steps=4 --log.dir="$work/log" --checkpoint.dir="$work/ck" --checkpoint.resume=auto \
+        > "$work/out" 2>&1 &
+      pid=$!
+      sleep 1.5
+      kill -0 "$pid" 2>/dev/null || fail "the run ended before SIG$sig"
+      start=$SECONDS
+      kill "-$sig" "$pid"
+      rc=0
+      wait "$pid" || rc=$?
+      [ $((SECONDS - start)) -le 5 ] || fail "SIG$sig during set-up: the run went on for $((SECONDS - start)) s"
+      want=3 lines=1
+      [ "$sig" = TERM ] && want=143 lines=0
+      [ "$rc" = "$want" ] || fail "SIG$sig during set-up: exit code $rc, expected $want"
+      [ "$(grep -c "^mgrl: SIG$sig before the first training step: stopped with nothing new to save (exit 3" \
+           "$work/out")" = "$lines" ] || fail "SIG$sig during set-up: not $lines line(s) saying it stopped"
+      [ "$(cksum < "$work/ck/step_00000002.h5")" = "$before" ] || fail "the checkpoint changed"
+      [ ! -e "$work/ck/step_00000004.h5" ] || fail "a step was trained"
+    done
+    "$@" --train.max_steps=4 --log.dir="$work/log" --checkpoint.dir="$work/ck" --checkpoint.resume=auto > "$work/out" 2>&1 ||
+      fail "the run again failed"
+    grep -q "resumed from .*step_00000002\.h5" "$work/out" || fail "the run again did not resume from step 2"
+    echo "PASS: SIGUSR1 during set-up: exit 3 and its line, SIGTERM: 143 and no line; checkpoint untouched, resumed" ;;
   *) fail "unknown case $case_" ;;
 esac
