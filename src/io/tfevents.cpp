@@ -159,8 +159,15 @@ TfEventsWriter::TfEventsWriter(const std::string& dir) {
   for (int n = 1; fs::exists(path_, ec); ++n) path_ = base + "." + std::to_string(n);
   out_.open(path_, std::ios::binary | std::ios::trunc);
   if (!out_) throw UserError(path_ + ": cannot open for writing (" + std::strerror(errno) + ")");
-  write_record(tfevents_detail::file_version_event(t, "brain.Event:2"));
-  flush();  // the file is complete and readable from the start
+  try {
+    write_record(tfevents_detail::file_version_event(t, "brain.Event:2"));
+    flush();  // the file is complete and readable from the start
+  } catch (const UserError&) {
+    // Its disk full: no file at all rather than an empty or cut one (left behind as 0 bytes until 2026-11-29).
+    abandon();
+    fs::remove(path_, ec);
+    throw;
+  }
 }
 
 TfEventsWriter::~TfEventsWriter() {

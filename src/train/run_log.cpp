@@ -96,6 +96,40 @@ void mkdir_p(const std::string& dir) {
 }
 
 namespace {
+// Appends `records` to <metrics>.dropped, then rewrites metrics.jsonl as `kept`; when either cannot be written (its
+// disk full), .dropped is put back as it was (removed if this made it) and a UserError says which: the records then
+// stay in metrics.jsonl only, once (a failed rewrite left them in both until 2026-11-29, and a later resume appended
+// them to .dropped again; a full disk left an empty .dropped).
+void move_to_dropped(const std::string& metrics, const std::string& records, const std::string& kept) {
+  namespace fs = std::filesystem;
+  const std::string side_path = metrics + ".dropped";
+  std::error_code ec;
+  const bool existed = fs::exists(side_path, ec);
+  const auto size_before = existed ? fs::file_size(side_path, ec) : 0;
+  const auto put_back = [&] {
+    std::error_code e;
+    if (existed)
+      fs::resize_file(side_path, size_before, e);
+    else
+      fs::remove(side_path, e);
+  };
+  {
+    std::ofstream side(side_path, std::ios::app | std::ios::binary);
+    side << records << std::flush;
+    if (!side) {
+      side.close();
+      put_back();
+      throw UserError(side_path + ": cannot be written");
+    }
+  }
+  try {
+    io::write_file_atomically(metrics, kept);
+  } catch (const UserError&) {
+    put_back();
+    throw;
+  }
+}
+
 // Moves the records of steps after `step` at the end of a metrics.jsonl (the trailing run of them: records of
 // another mode's earlier run in the same log.dir, before them, stay) to <metrics>.dropped (appended), rewriting the
 // file whole; returns how many. Every kept line ends with a newline.
@@ -115,18 +149,15 @@ std::int64_t drop_records_after(const std::string& metrics, std::int64_t step) {
   if (keep == lines.size()) return 0;
   std::string kept, dropped;
   for (std::size_t i = 0; i < lines.size(); ++i) (i < keep ? kept : dropped) += lines[i] + "\n";
-  {
-    std::ofstream side(metrics + ".dropped", std::ios::app | std::ios::binary);
-    side << dropped << std::flush;
-    if (!side) throw UserError(metrics + ".dropped: cannot be written");
-  }
-  io::write_file_atomically(metrics, kept);
+  move_to_dropped(metrics, dropped, kept);
   return static_cast<std::int64_t>(lines.size() - keep);
 }
 // Moves what follows byte `at` of metrics.jsonl to <metrics>.dropped, when trim_at ("<bytes> <path>") names this file
 // and a line ends there; returns the records moved, or -1 when the position does not apply (another file, the file
-// shorter, or rewritten: no line ends there).
-std::int64_t drop_records_from(const std::string& metrics, const std::string& trim_at) {
+// shorter, or rewritten: no line ends there). The records right after the position that are of the resumed step
+// itself stay: a finished run's final evaluation, written after its final checkpoint, is of those weights (it was
+// moved as "lost work" when the run was extended, until 2026-11-29).
+std::int64_t drop_records_from(const std::string& metrics, const std::string& trim_at, std::int64_t resumed_step) {
   namespace fs = std::filesystem;
   const std::size_t space = trim_at.find(' ');
   if (space == std::string::npos) return -1;
@@ -140,17 +171,22 @@ std::int64_t drop_records_from(const std::string& metrics, const std::string& tr
   if (!in) return -1;
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (text.size() < at || (at > 0 && text[at - 1] != '\n')) return -1;
-  if (text.size() == at) return 0;
-  const std::string dropped = text.substr(at);
+  std::size_t from = at;  // past the resumed step's own records
+  while (resumed_step >= 0 && from < text.size()) {
+    const std::size_t nl = text.find('\n', from);
+    if (nl == std::string::npos) break;
+    const auto j = nlohmann::json::parse(text.substr(from, nl - from), nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("step") || !j["step"].is_number_integer() ||
+        j["step"].get<std::int64_t>() != resumed_step)
+      break;
+    from = nl + 1;
+  }
+  if (text.size() == from) return 0;
+  const std::string dropped = text.substr(from);
   std::int64_t records = 0;
   for (const char c : dropped) records += c == '\n' ? 1 : 0;
   if (dropped.back() != '\n') ++records;  // a line cut short
-  {
-    std::ofstream side(metrics + ".dropped", std::ios::app | std::ios::binary);
-    side << dropped << (dropped.back() == '\n' ? "" : "\n") << std::flush;
-    if (!side) throw UserError(metrics + ".dropped: cannot be written");
-  }
-  io::write_file_atomically(metrics, text.substr(0, at));
+  move_to_dropped(metrics, dropped + (dropped.back() == '\n' ? "" : "\n"), text.substr(0, from));
   return records;
 }
 }  // namespace
@@ -176,7 +212,7 @@ RunLog::RunLog(const dist::MpiEnv& env, const std::string& log_dir, std::int64_t
     std::int64_t dropped = -1;  // > 0: metrics.jsonl rewritten, every line ended; -1: not trimmed by position
     if (!trim_at.empty()) {
       try {
-        dropped = drop_records_from(metrics, trim_at);
+        dropped = drop_records_from(metrics, trim_at, resumed_step);
         if (dropped > 0)
           log::info(metrics + ": moved its last " + std::to_string(dropped) + " records, " +
                     (resumed_step >= 0 ? "of the steps after " + std::to_string(resumed_step) + " where this run resumes"
@@ -218,7 +254,13 @@ RunLog::RunLog(const dist::MpiEnv& env, const std::string& log_dir, std::int64_t
       log::warn(metrics + ": its last line was cut short (an earlier run's disk full or killed while writing it); "
                 "this run's lines follow on a line of their own");
     }
-    tb_ = std::make_unique<io::TfEventsWriter>(dir_);
+    // Its disk full at the start (a resumed run's log.dir): the run goes on without events, as it does when the disk
+    // fills mid-run (it ended with exit 2 until 2026-11-29).
+    try {
+      tb_ = std::make_unique<io::TfEventsWriter>(dir_);
+    } catch (const UserError& e) {
+      log::warn(std::string(e.what()) + ": the TensorBoard events of this run are not written (the run goes on)");
+    }
   }
   // Open MPI gives ranks a pseudo-terminal even when its own output goes to a file: no progress line there.
   tty_ = rank0_ && ::isatty(STDOUT_FILENO) && !std::getenv("OMPI_COMM_WORLD_SIZE") && !std::getenv("SLURM_JOB_ID");

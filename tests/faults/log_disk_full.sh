@@ -5,7 +5,8 @@
 # that could not be written (metrics.jsonl, the TensorBoard events) and no error. Until 2026-11-28 the events
 # writer's error ended the run (exit 2, the steps since the last checkpoint lost). Then, with room again, a run that
 # appends to the same log.dir finds metrics.jsonl's last line cut short: it says so and starts its lines on a line of
-# their own, so that every line but the cut one is valid JSON (they were glued onto the cut line before).
+# their own, so that every line but the cut one is valid JSON (they were glued onto the cut line before). Last, a
+# resume with log.dir full from its start (below).
 #   log_disk_full.sh WORK CHECK_TRAIN -- LAUNCH...     (LAUNCH: [mpirun ...] mgrl sft ..., as disk_full.sh's)
 set -uo pipefail
 # shellcheck source=mount_ns.sh
@@ -67,4 +68,29 @@ for line in open(sys.argv[1]):
 print(bad)' "$m")
 [ "$bad" = 1 ] || fail "$bad lines of metrics.jsonl are not JSON, expected 1 (the cut one)"
 grep -q '"step":42[,}]' "$m" || fail "the second run's step 42 is not in metrics.jsonl"
-echo "PASS: the run ended as an uninterrupted one with its log's disk full; the next run's lines start on their own"
+
+# A resume whose log.dir is full from its start: an earlier attempt (4 steps, checkpoints every 2) lost its step-4
+# checkpoint, so the records of steps 3 and 4 are to move to metrics.jsonl.dropped, but nothing can be written. The
+# run goes on to its end (exit 0; it ended with exit 2 on the events file until 2026-11-29), says so once per file,
+# leaves no empty file (an empty .dropped and events file were left) and metrics.jsonl's records where they were.
+l=$work/disk/log3
+"$@" --train.max_steps=4 --checkpoint.every_steps=2 --checkpoint.dir="$work/ck3" --log.dir="$l" > /dev/null 2>&1 ||
+  fail "the run before the full-disk resume failed"
+rm "$work/ck3/step_00000004.h5"
+cp "$l/metrics.jsonl" "$work/metrics.before"
+dd if=/dev/zero of="$work/disk/fill" bs=4k > /dev/null 2>&1
+"$@" --train.max_steps=4 --checkpoint.every_steps=2 --checkpoint.dir="$work/ck3" --log.dir="$l" --checkpoint.resume=auto \
+  > "$work/out3" 2> "$work/err" || fail "the resume with log.dir full failed (exit $?)"
+cat "$work/err"
+grep -q 'step 4/4' "$work/out3" || fail "the resume did not reach step 4"
+! grep -q '^mgrl: error' "$work/err" || fail "an error line"
+[ "$(grep -c 'metrics\.jsonl\.dropped: cannot be written' "$work/err")" = 1 ] || fail "not one warning for metrics.jsonl.dropped"
+[ "$(grep -c 'events\.out\.tfevents.*the TensorBoard events of this run are not written' "$work/err")" = 1 ] ||
+  fail "not one warning for the TensorBoard events"
+[ -f "$work/ck3/step_00000004.h5" ] || fail "no final checkpoint"
+[ ! -e "$l/metrics.jsonl.dropped" ] || fail "metrics.jsonl.dropped left behind ($(stat -c %s "$l/metrics.jsonl.dropped") bytes)"
+[ -z "$(find "$l" -type f -size 0)" ] || fail "empty files left in log.dir: $(find "$l" -type f -size 0)"
+[ "$(head -c "$(stat -c %s "$work/metrics.before")" "$l/metrics.jsonl" | cksum)" = "$(cksum < "$work/metrics.before")" ] ||
+  fail "metrics.jsonl's earlier records changed"
+echo "PASS: the run ended as an uninterrupted one with its log's disk full; the next run's lines start on their own;" \
+     "a resume with log.dir full from its start went on, its log as it was"
