@@ -172,6 +172,11 @@ case $case_ in
     show_log "$dir/job.log"
     if [ "$(field "$job" JobState)" != COMPLETED ]; then  # seen once (2026-11-27): the second start never logged
       scontrol show job "$job" | sed 's/^/    scontrol: /'
+      # what SLURM itself said about the job's second start (the cause was never seen: the logs were gone)
+      grep -E "JobId=$job([^0-9]|$)|job_id[=:] *$job([^0-9]|$)" "$MGRL_TEST_STATE"/slurmctld.log "$MGRL_TEST_STATE"/slurmd.log \
+        2>/dev/null | tail -n 40 | sed 's/^/    slurm log: /'
+      tail -n 20 "$MGRL_TEST_STATE"/slurmd.log 2>/dev/null | sed 's/^/    slurmd.log: /'
+      cat "$work/pre-$job.out" 2>/dev/null | sed 's/^/    batch output: /'
       fail "the resumed job did not complete ($(field "$job" JobState), reason $(field "$job" Reason), exit $(field "$job" ExitCode))"
     fi
     [ "$(field "$job" Restarts)" = 1 ] || fail "restarts $(field "$job" Restarts), expected 1"
