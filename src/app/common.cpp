@@ -13,6 +13,7 @@
 #include <ctime>
 #include <mutex>
 #include <set>
+#include <sstream>
 #include <thread>
 #include <cstdio>
 #include <filesystem>
@@ -95,6 +96,90 @@ void log_base_memory(model::Transformer& net) {
   log::info(line);
 }
 
+namespace {
+
+// A file's size and the checksum of a sample of its bytes (all of them up to 4 MiB, else 64 blocks of 64 KiB spread
+// evenly, the first and the last among them): enough to tell two copies of a file apart, read in milliseconds.
+std::string sampled_file_fingerprint(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return "not readable";
+  const auto size = static_cast<std::uint64_t>(in.tellg());
+  constexpr std::uint64_t kWhole = 4u << 20, kBlock = 64u << 10, kBlocks = 64;
+  std::string bytes;
+  if (size <= kWhole) {
+    bytes.resize(size);
+    in.seekg(0);
+    in.read(bytes.data(), static_cast<std::streamsize>(size));
+  } else {
+    std::string block(kBlock, '\0');
+    for (std::uint64_t k = 0; k < kBlocks; ++k) {
+      in.seekg(static_cast<std::streamoff>(k * (size - kBlock) / (kBlocks - 1)));
+      in.read(block.data(), static_cast<std::streamsize>(kBlock));
+      bytes += block;
+    }
+  }
+  if (!in) return "not readable";
+  return std::to_string(size) + " bytes, sample checksum " + io::checksum_hex(bytes.data(), bytes.size());
+}
+
+std::string host_name() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0 || buf[0] == '\0') return "?";
+  return buf;
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> input_files(const io::Config& cfg, const std::string& adapter,
+                                                            bool training) {
+  std::string tok_dir;
+  try {
+    tok_dir = tokenizer_dir(cfg);
+  } catch (const UserError&) {  // no tokenizer: the mode says so where it loads one
+  }
+  std::vector<std::pair<std::string, std::string>> files{
+      {"data.input", cfg.get_string("data.input")},
+      {"chat.template", cfg.get_string("chat.template")},
+      {"tokenizer.json", tok_dir.empty() ? "" : tok_dir + "/tokenizer.json"},
+      {"tokenizer_config.json", tok_dir.empty() ? "" : tok_dir + "/tokenizer_config.json"},
+      {"the adapter", adapter.empty() ? "" : adapter + "/adapter_model.safetensors"}};
+  if (training) files.emplace_back("eval.input", cfg.get_string("eval.input"));
+  return files;
+}
+
+void agree_on_inputs(const Context& ctx, const model::Transformer& net,
+                     const std::vector<std::pair<std::string, std::string>>& files) {
+  if (ctx.env.size() == 1) return;
+  std::string mine;
+  for (const auto& [what, path] : files)
+    if (!path.empty()) mine += "file " + what + " (" + path + "): " + sampled_file_fingerprint(path) + "\n";
+  for (std::size_t at = 0; at < net.definition().base_fingerprint().size();) {  // "<tensor> <checksum>" lines
+    const std::string& fp = net.definition().base_fingerprint();
+    const std::size_t nl = std::min(fp.find('\n', at), fp.size());
+    mine += "base " + fp.substr(at, nl - at) + "\n";
+    at = nl + 1;
+  }
+  ctx.env.agree([&] {
+    const std::string root = ctx.env.broadcast(mine, 0);
+    if (mine == root) return;
+    std::istringstream a(mine), b(root);
+    std::string la, lb;
+    while (std::getline(a, la) && std::getline(b, lb) && la == lb) {
+    }
+    const std::string where = " (this rank's host: " + host_name() + ")";
+    if (la.rfind("file ", 0) == 0) {
+      const std::size_t colon = la.find("): ");
+      throw UserError(la.substr(5, colon + 1 - 5) + " is not rank 0's copy: " + la.substr(colon + 3) + " here, " +
+                      lb.substr(lb.find("): ") + 3) + " on rank 0" + where +
+                      "; every rank must read the same files (a node's own copy that is stale or partial?)");
+    }
+    const std::string tensor = la.substr(5, la.rfind(' ') - 5);
+    throw UserError("the base weights are not rank 0's: tensor '" + tensor + "' differs" + where +
+                    "; every rank must load the same model (a node's own copy of model.path that is stale or "
+                    "partial?)");
+  });
+}
+
 void load_model(const Context& ctx, model::Transformer& net, const std::string& model_dir, const std::string& adapter) {
   ctx.env.agree([&] {
     net.load_weights(model_dir);
@@ -102,6 +187,7 @@ void load_model(const Context& ctx, model::Transformer& net, const std::string& 
     if (!adapter.empty())
       net.add_lora(model::read_peft_config(adapter + "/adapter_config.json"), 0).load_peft(adapter);
   });
+  agree_on_inputs(ctx, net, input_files(ctx.cfg, adapter, false));
 }
 
 double gpu_peak_tflops(const dist::Device& d) {
@@ -353,6 +439,7 @@ TrainingModel build_training_model(const Context& ctx, const io::ModelConfig& mc
   });
   // Said once the model is built (a refusal of the combination, as NF4 with full fine-tuning, comes first).
   if (full) warn_lora_keys_ignored(cfg, "train.full_finetune = true trains the base weights, without an adapter", true);
+  agree_on_inputs(ctx, *m.net, input_files(cfg, cfg.get_string("lora.adapter"), true));
   return m;
 }
 

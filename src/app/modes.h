@@ -83,7 +83,20 @@ std::unique_ptr<kernels::Ops> make_ops(const Context& ctx);
 // one-line error agreed on by all ranks.
 train::LossScaling loss_scaling(const Context& ctx, DType storage);
 // Base weights from model_dir and, when adapter is not empty, that PEFT adapter; errors agreed on by all ranks.
+// Then agree_on_inputs over input_files(ctx.cfg, adapter, false).
 void load_model(const Context& ctx, model::Transformer& net, const std::string& model_dir, const std::string& adapter);
+// The files a run reads besides the base weights, as ("what", path) (path "" when not used): data.input,
+// chat.template, the tokenizer's tokenizer.json and tokenizer_config.json, the adapter's weights, and for training
+// eval.input.
+std::vector<std::pair<std::string, std::string>> input_files(const io::Config& cfg, const std::string& adapter,
+                                                            bool training);
+// Every rank loaded the same base weights and reads the same files: each rank's base-weight fingerprint
+// (ModelDef::base_fingerprint) and a sampled fingerprint (size, checksum of up to 4 MiB of it) of each of `files`
+// are compared with rank 0's; the first that differs is an agreed one-line error naming it and the rank's host.
+// (A multi-node job whose nodes read their own copies trained apart in silence on a stale one until 2026-11-29.)
+// Nothing to do on one rank.
+void agree_on_inputs(const Context& ctx, const model::Transformer& net,
+                     const std::vector<std::pair<std::string, std::string>>& files);
 // One line on rank 0 when the base projections are NF4 (QLoRA): their bytes, the workspace's, the dense rest's.
 void log_base_memory(model::Transformer& net);
 // Peak dense bf16/fp16 tensor throughput (TFLOP/s) of GPUs whose name we recognise (for MFU); 0 when unknown.
