@@ -19,6 +19,12 @@ mgrl_add_cli_test(grpo.slow_reward_on_one_rank.np2 0 "(?s)eval before step 0 .*s
   -- ${MPIRUN} 2 ${MGRL_MPIEXEC_FLAGS} ${RUN1} ${GRPO_REST} --train.max_steps=2 --runtime.comm_timeout_s=4
   --eval.input=${CMAKE_CURRENT_SOURCE_DIR}/data/sft/heldout.jsonl --checkpoint.dir= --log.dir=${GRPO}/slow_reward/log)
 set_tests_properties(cli.grpo.slow_reward_on_one_rank.np2 PROPERTIES TIMEOUT 150 PROCESSORS 2)
+# A command reward printing null (trl's None) for every other completion: grpo trains on the others with one warning
+# and nan-aware statistics, ppo refuses, inf stays refused (tests/cli/null_rewards.sh).
+mgrl_add_cli_test(grpo.null_rewards 0 "PASS: null rewards" - 0
+  -- bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/null_rewards.sh ${GRPO}/null_rewards ${CMAKE_CURRENT_SOURCE_DIR}/data/grpo_cli/grpo.toml
+  ${CMAKE_CURRENT_SOURCE_DIR}/data/ppo_cli/ppo.toml -- ${RUN1} --model.path=${MODELS}/qwen2_bias_tied
+  --model.tokenizer=${PROJECT_SOURCE_DIR}/inputs/quickstart --data.input=${CMAKE_CURRENT_SOURCE_DIR}/data/sft/train.jsonl)
 # One rank's generation far slower than the other's (MGRL_FAULT_INJECT=generate_step, 1.5 s a step, ~9 s a round) at
 # runtime.comm_timeout_s = 4: the rank that finished waits while the slow one makes progress (dist/progress.h), with
 # one line saying so. Until 2026-11-28 the job ended at the timeout (exit 1), as a long-thinking completion on a slow

@@ -64,6 +64,14 @@ CASES = [
          importance_sampling_level="sequence", multi_objective_aggregation="normalize_then_sum"),
     dict(name="dapo_opsm_beta_mu2", model="qwen2_bias_tied", loss_type="dapo", beta=0.04, num_iterations=2,
          off_policy_mask_threshold=0.1),
+    # Reward functions that return None (NaN; added 2026-11-29): completion 0 unscorable (both NaN), group 1's first
+    # function with one value left, scattered missing values: nan-aware means and stds, advantage 0 where NaN.
+    dict(name="grpo_none_rewards_mu2", model="llama_gqa", loss_type="grpo", beta=0.04, num_iterations=2,
+         nan=[(0, 0), (0, 1), (4, 0), (5, 0), (6, 0), (9, 1), (11, 0)]),
+    dict(name="dapo_none_rewards_batch_mu1", model="qwen2_bias_tied", loss_type="dapo", beta=0.0, num_iterations=1,
+         scale_rewards="batch", nan=[(2, 0), (2, 1), (3, 1), (8, 0), (8, 1), (10, 0)]),
+    dict(name="gdpo_none_rewards_mu1", model="qwen3_qknorm", loss_type="grpo", beta=0.0, num_iterations=1,
+         multi_objective_aggregation="normalize_then_sum", nan=[(0, 0), (0, 1), (4, 0), (5, 0), (6, 0), (9, 1)]),
 ]
 P, G, LP, LMAX = 3, 4, 5, 6  # prompts, generations, prompt length (equal: no left padding), max completion
 
@@ -114,6 +122,8 @@ def make_case(spec, out_root, tokenizer_file):
     model = base_model(spec["model"])
     vocab = model.config.vocab_size
     prompts, completions, rewards_pf = batch_for(len(spec["name"]), vocab)
+    for i, f in spec.get("nan", []):
+        rewards_pf[i, f] = float("nan")
     tok = PreTrainedTokenizerFast(tokenizer_file=tokenizer_file, eos_token="<eos>", pad_token="<pad>")
     tok.eos_token_id  # noqa
     cfg = GRPOConfig(
@@ -196,8 +206,10 @@ def make_case(spec, out_root, tokenizer_file):
                    "multi_objective_aggregation": cfg.multi_objective_aggregation,
                    "off_policy_mask_threshold": cfg.off_policy_mask_threshold},
         "eos_token_id": EOS, "prompts": prompts, "completions": completions, "truncated": trunc,
-        "rewards_per_func": rewards_pf.tolist(),
-        "rewards": (rewards_pf * torch.tensor([1.0, 0.5], dtype=torch.float64)).sum(1).tolist(),
+        # None for NaN (a reward function's None); rewards: trl's nansum, None where every function gave None
+        "rewards_per_func": [[None if x != x else x for x in row] for row in rewards_pf.tolist()],
+        "rewards": [None if all(x != x for x in row) else s for row, s in zip(
+            rewards_pf.tolist(), (rewards_pf * torch.tensor([1.0, 0.5], dtype=torch.float64)).nansum(1).tolist())],
         "advantages": [float(x) for x in out["advantages"]],
         "completion_mask": [[int(x) for x in cm[i, :len(completions[i])]] for i in range(P * G)],
         "policy_logps": rows(logps.detach()),

@@ -27,18 +27,24 @@ namespace {
 using train::Clock;
 using train::seconds_since;
 
+// The mean and the unbiased std (as trl logs them) of the values that are not NaN (unscorable completions, a
+// function's missing values: torch.nanmean, trl's nanstd); 0 for none (std: for fewer than two) when there is no
+// NaN at all, NaN otherwise (as trl's).
 double mean_of(const std::vector<double>& v) {
-  double s = 0;
-  for (double x : v) s += x;
-  return v.empty() ? 0 : s / static_cast<double>(v.size());
+  double s = 0, n = 0;
+  for (double x : v)
+    if (!std::isnan(x)) s += x, n += 1;
+  if (n == 0) return v.empty() ? 0 : std::nan("");
+  return s / n;
 }
 
-double std_of(const std::vector<double>& v) {  // unbiased, as TRL logs it
-  if (v.size() < 2) return 0;
+double std_of(const std::vector<double>& v) {
   const double m = mean_of(v);
-  double ss = 0;
-  for (double x : v) ss += (x - m) * (x - m);
-  return std::sqrt(ss / static_cast<double>(v.size() - 1));
+  double ss = 0, n = 0;
+  for (double x : v)
+    if (!std::isnan(x)) ss += (x - m) * (x - m), n += 1;
+  if (n < 2) return n == static_cast<double>(v.size()) ? 0 : std::nan("");
+  return std::sqrt(ss / (n - 1));
 }
 
 // The advantages of a round (rewards: the weighted sums; per_func: each function's values) as
@@ -145,6 +151,20 @@ GrpoTrainer::GrpoTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Trans
     throw UserError("eval.pass_k (" + std::to_string(opts_.pass_k) + ") counts correct completions, but no reward "
                     "decides correctness: add an answer_match or code_exec reward, or name the reward whose full credit "
                     "(>= 1) counts as correct with eval.accuracy_reward");
+}
+
+// Completions that no reward function gave a value (every one printed null: trl's reward functions returning None)
+// get advantage 0 and stay out of the reward statistics, as in trl; said on the first round that has them, with the
+// count, once a run (trl warns on each such batch).
+void GrpoTrainer::say_if_unscorable(const std::vector<Rollout>& all, std::int64_t first_step) {
+  if (unscorable_said_ || env_.rank() != 0) return;
+  std::size_t n = 0;
+  for (const Rollout& r : all) n += std::isnan(r.reward) ? 1 : 0;
+  if (n == 0) return;
+  unscorable_said_ = true;
+  log::warn(std::to_string(n) + " of the " + std::to_string(all.size()) + " completions of step " +
+            std::to_string(first_step) + " got no value from any [[reward]] (null): advantage 0, left out of the "
+            "reward statistics (said once; the rollout files keep each function's values)");
 }
 
 // A round none of whose completions has a nonzero advantage (and is not masked) teaches the policy nothing of the
@@ -454,6 +474,7 @@ void GrpoTrainer::new_round() {
   R.set_figures(all);
   const auto adv = round_advantages(R.rewards, R.rewards_fn, rewards_.weights(), G, opts_, &R.group_std);
   for (std::size_t s = 0; s < all.size(); ++s) all[s].advantage = adv[s];
+  say_if_unscorable(all, state_.step + 1);
   say_if_no_signal(all, state_.step + 1);
   // The lengths each prompt had, for the next generation splits.
   for (std::size_t j = 0; j < static_cast<std::size_t>(P); ++j) {
@@ -727,13 +748,16 @@ EvalResult GrpoTrainer::evaluate() {
   const std::size_t per_rank = (N + static_cast<std::size_t>(env_.size()) - 1) / static_cast<std::size_t>(env_.size());
   run(1, greedy, opts_.eval_max_new_tokens, &values);
   wait_for_rewards(env_, rewards_, per_rank, opts_.threads);
-  double reward = 0;
+  double reward = 0, scored = 0;  // the mean over the scorable completions (trl's nanmean)
   long long right = 0;
   for (const auto& v : values) {
-    reward += rewards_.total(v);
+    const double t = rewards_.total(v);
+    if (!std::isnan(t)) reward += t, scored += 1;
     right += correct(v) ? 1 : 0;
   }
-  res.mean_reward = env_.allreduce_sum(reward) / static_cast<double>(N);
+  scored = env_.allreduce_sum(scored);
+  reward = env_.allreduce_sum(reward);
+  res.mean_reward = scored > 0 ? reward / scored : std::nan("");
   if (accuracy_fn_ >= 0) res.accuracy = static_cast<double>(env_.allreduce_sum(right)) / static_cast<double>(N);
   if (opts_.pass_k > 0 && accuracy_fn_ >= 0) {
     const int n = std::max(opts_.pass_k, opts_.num_samples);

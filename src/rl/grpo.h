@@ -144,7 +144,9 @@ class GrpoTrainer {
   int no_signal_rounds_ = 0;
   std::int64_t no_signal_since_ = 0;
   bool no_signal_said_ = false;
+  bool unscorable_said_ = false;  // say_if_unscorable
   void say_if_no_signal(const std::vector<Rollout>& all, std::int64_t first_step);
+  void say_if_unscorable(const std::vector<Rollout>& all, std::int64_t first_step);
 };
 
 }  // namespace mgrl::rl

@@ -21,27 +21,46 @@ double std_unbiased(const double* x, std::size_t n) {
   return std::sqrt(ss / static_cast<double>(n - 1));
 }
 
+// torch.nanmean: the mean of the values that are not NaN (NaN when there are none).
+double nan_mean(const double* x, std::size_t n) {
+  double s = 0, k = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    if (!std::isnan(x[i])) s += x[i], k += 1;
+  return k > 0 ? s / k : std::nan("");
+}
+
+// trl's nanstd: the unbiased std of the values that are not NaN (NaN for fewer than two).
+double nan_std(const double* x, std::size_t n) {
+  const double m = nan_mean(x, n);
+  double ss = 0, k = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    if (!std::isnan(x[i])) ss += (x[i] - m) * (x[i] - m), k += 1;
+  return k > 1 ? std::sqrt(ss / (k - 1)) : std::nan("");
+}
+
 }  // namespace
 
 std::vector<double> group_advantages(const std::vector<double>& rewards, int G, const std::string& scale,
                                      std::vector<double>* group_std) {
   MGRL_CHECK(G >= 1 && rewards.size() % static_cast<std::size_t>(G) == 0, "rewards do not form whole groups");
   const std::size_t N = rewards.size(), groups = N / static_cast<std::size_t>(G);
+  bool unscorable = false;
+  for (const double r : rewards) unscorable = unscorable || std::isnan(r);
   std::vector<double> adv(N);
-  const double batch_std = std_unbiased(rewards.data(), N);
+  // Without NaN: the unbiased std, 0 for fewer than two values (G = 1); with NaN, trl's nanstd over the values there.
+  const auto sd_of = [&](const double* x, std::size_t n) { return unscorable ? nan_std(x, n) : std_unbiased(x, n); };
+  const double batch_std = sd_of(rewards.data(), N);
   if (group_std) group_std->assign(groups, 0.0);
   for (std::size_t g = 0; g < groups; ++g) {
     const double* r = rewards.data() + g * static_cast<std::size_t>(G);
-    double mean = 0;
-    for (int j = 0; j < G; ++j) mean += r[j];
-    mean /= G;
-    const double gs = std_unbiased(r, static_cast<std::size_t>(G));
+    const double mean = nan_mean(r, static_cast<std::size_t>(G));
+    const double gs = sd_of(r, static_cast<std::size_t>(G));
     if (group_std) (*group_std)[g] = gs;
     const double sd = scale == "group" ? gs : batch_std;
     for (int j = 0; j < G; ++j) {
       double a = r[j] - mean;
       if (scale != "none") a /= sd + 1e-4;
-      adv[g * static_cast<std::size_t>(G) + static_cast<std::size_t>(j)] = a;
+      adv[g * static_cast<std::size_t>(G) + static_cast<std::size_t>(j)] = std::isnan(a) ? 0.0 : a;
     }
   }
   return adv;
@@ -53,14 +72,8 @@ std::vector<double> normalize_then_sum_advantages(const std::vector<std::vector<
   MGRL_CHECK(G >= 1 && N % static_cast<std::size_t>(G) == 0, "rewards do not form whole groups");
   // Mean and unbiased std of the values that are there (NaN left out), as torch.nanmean and TRL's nanstd.
   const auto stats = [](const std::vector<double>& x, double* mean, double* sd) {
-    double s = 0, n = 0;
-    for (double v : x)
-      if (!std::isnan(v)) s += v, n += 1;
-    *mean = n > 0 ? s / n : std::nan("");
-    double ss = 0;
-    for (double v : x)
-      if (!std::isnan(v)) ss += (v - *mean) * (v - *mean);
-    *sd = n > 1 ? std::sqrt(ss / (n - 1)) : std::nan("");
+    *mean = nan_mean(x.data(), x.size());
+    *sd = nan_std(x.data(), x.size());
   };
   std::vector<double> sum(N, 0.0);
   std::vector<bool> any(N, false);
@@ -73,9 +86,10 @@ std::vector<double> normalize_then_sum_advantages(const std::vector<std::vector<
       if (G == 1) sd = 0;  // TRL: zeros for a single generation
       for (int j = 0; j < G; ++j) {
         const std::size_t i = g * static_cast<std::size_t>(G) + static_cast<std::size_t>(j);
-        if (std::isnan(x[static_cast<std::size_t>(j)])) continue;  // nansum: a missing value adds nothing
-        sum[i] += (x[static_cast<std::size_t>(j)] - mean) / (sd + 1e-4) * weights[k];
+        if (std::isnan(x[static_cast<std::size_t>(j)])) continue;  // a missing value: not scorable by this function
         any[i] = true;
+        const double term = (x[static_cast<std::size_t>(j)] - mean) / (sd + 1e-4) * weights[k];
+        if (!std::isnan(term)) sum[i] += term;  // nansum: a term of a group with one value (its std NaN) adds nothing
       }
     }
   for (std::size_t i = 0; i < N; ++i)

@@ -15,6 +15,9 @@ namespace mgrl::rl {
 // Advantages of N = groups * G rewards laid out group by group (completion i belongs to group i / G):
 // A_i = r_i - mean(group), divided by (std + 1e-4) where std is the unbiased (n - 1) standard deviation of the
 // group (group) or of the whole batch (batch); none: not divided. group_std (optional) gets each group's std.
+// A NaN reward (an unscorable completion: Rewards::total) is left out of the means and stds (torch.nanmean, trl's
+// nanstd: NaN for fewer than two values) and gets advantage 0, as does any advantage that comes out NaN (trl's
+// nan_to_num).
 std::vector<double> group_advantages(const std::vector<double>& rewards, int G, const std::string& scale_rewards,
                                      std::vector<double>* group_std = nullptr);
 // multi_objective_aggregation = normalize_then_sum (GDPO; TRL's): each reward function's values normalised within

@@ -124,7 +124,11 @@ PpoEval PpoTrainer::evaluate() {
       samples.push_back(reward_sample(eval_[static_cast<std::size_t>(c.prompt_index)], c.text,
                                       static_cast<int>(c.tokens.size()), c.finish_reason));
     for (const auto& v : rewards_.score(samples, opts_.log_dir.empty() ? "." : opts_.log_dir, opts_.threads)) {
-      reward += rewards_.total(v);
+      const double t = rewards_.total(v);
+      if (std::isnan(t))
+        throw UserError("no [[reward]] gave a value (each printed null) for a held-out completion: ppo needs a score "
+                        "for every completion");
+      reward += t;
       right += accuracy_fn_ >= 0 && v[static_cast<std::size_t>(accuracy_fn_)] >= 1.0 - 1e-9 ? 1 : 0;
     }
   }
@@ -196,7 +200,12 @@ void PpoTrainer::update(nlohmann::json* metrics) {
       samples.push_back(reward_sample(train_[indices[lo + i]], tok_.decode(local[i].response, true),
                                       static_cast<int>(local[i].response.size()), finish[i]));
     rewards_fn = rewards_.score(samples, opts_.log_dir.empty() ? "." : opts_.log_dir, opts_.threads);
-    for (std::size_t i = 0; i < local.size(); ++i) local[i].seq.score = rewards_.total(rewards_fn[i]);
+    for (std::size_t i = 0; i < local.size(); ++i) {
+      local[i].seq.score = rewards_.total(rewards_fn[i]);
+      if (std::isnan(local[i].seq.score))  // PPO's GAE needs a score at every response's end (GRPO gives advantage 0)
+        throw UserError("no [[reward]] gave a value (each printed null) for a completion of prompt " +
+                        std::to_string(indices[lo + i]) + ": ppo needs a score for every completion");
+    }
   }
   wait_for_rewards(env_, rewards_, static_cast<std::size_t>(per), opts_.threads);
   // 3. The rollout's log-probs (policy, reference) and values; rewards, GAE and whitening over the global batch.

@@ -196,7 +196,7 @@ std::vector<std::string> trl_cases() {
   return out;
 }
 
-TEST(GrpoTrl, FixturesPresent) { EXPECT_GE(trl_cases().size(), 14u) << "tests/data/grpo holds too few cases"; }
+TEST(GrpoTrl, FixturesPresent) { EXPECT_GE(trl_cases().size(), 17u) << "tests/data/grpo holds too few cases"; }
 
 class GrpoTrlCase : public ::testing::TestWithParam<std::string> {};
 
@@ -225,13 +225,32 @@ TEST_P(GrpoTrlCase, LossGradientsAndAdvantagesMatchTrl) {
   const std::size_t N = completions.size();
   ASSERT_EQ(N, prompts.size() * static_cast<std::size_t>(G));
 
-  // Advantages from the weighted rewards.
-  const auto rpf = c["rewards_per_func"].get<std::vector<std::vector<double>>>();
+  // Advantages from the weighted rewards (null: a reward function's None, NaN; the sum is trl's nansum, NaN where
+  // every function gave None: rl::Rewards::total).
+  const auto nullable = [](const nlohmann::json& x) { return x.is_null() ? std::nan("") : x.get<double>(); };
+  std::vector<std::vector<double>> rpf;
+  for (const auto& row : c["rewards_per_func"]) {
+    rpf.emplace_back();
+    for (const auto& x : row) rpf.back().push_back(nullable(x));
+  }
   const auto weights = k["reward_weights"].get<std::vector<double>>();
-  std::vector<double> rewards(N);
-  for (std::size_t i = 0; i < N; ++i)
-    for (std::size_t f = 0; f < weights.size(); ++f) rewards[i] += weights[f] * rpf[i][f];
-  EXPECT_LT(max_rel(rewards, c["rewards"].get<std::vector<double>>(), 1e-6), 1e-9);
+  std::vector<double> rewards(N), want_rewards;
+  for (std::size_t i = 0; i < N; ++i) {
+    bool any = false;
+    for (std::size_t f = 0; f < weights.size(); ++f) {
+      if (std::isnan(rpf[i][f])) continue;
+      rewards[i] += weights[f] * rpf[i][f];
+      any = true;
+    }
+    if (!any) rewards[i] = std::nan("");
+  }
+  for (const auto& x : c["rewards"]) want_rewards.push_back(nullable(x));
+  for (std::size_t i = 0; i < N; ++i) {
+    EXPECT_EQ(std::isnan(rewards[i]), std::isnan(want_rewards[i])) << "reward " << i;
+    if (!std::isnan(rewards[i])) {
+      EXPECT_NEAR(rewards[i], want_rewards[i], 1e-9) << "reward " << i;
+    }
+  }
   const bool gdpo = k.value("multi_objective_aggregation", std::string("sum_then_normalize")) == "normalize_then_sum";
   const auto adv = gdpo ? normalize_then_sum_advantages(rpf, weights, G)
                         : group_advantages(rewards, G, k["scale_rewards"].get<std::string>());

@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -489,10 +490,18 @@ class Command : public RewardFunction {
       ++line;
       pos = nl + 1;
       if (text.empty()) continue;
+      // No value for this completion (trl's reward function returning None): null, None or nan.
+      std::string lower;
+      for (const char ch : text) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      if (lower == "null" || lower == "none" || lower == "nan") {
+        values.push_back(std::numeric_limits<double>::quiet_NaN());
+        continue;
+      }
       char* end = nullptr;
       const double v = std::strtod(text.c_str(), &end);
       if (*end != '\0' || !std::isfinite(v))
-        throw UserError(who() + ": output line " + std::to_string(line) + " is not a number: '" + text.substr(0, 60) + "'");
+        throw UserError(who() + ": output line " + std::to_string(line) + " is not a number (nor null for no value): '" +
+                        text.substr(0, 60) + "'");
       values.push_back(v);
     }
     if (values.size() != ss.size())
@@ -625,8 +634,13 @@ double Rewards::max_seconds(std::size_t samples, int threads) const {
 
 double Rewards::total(const std::vector<double>& values) const {
   double s = 0;
-  for (std::size_t f = 0; f < values.size() && f < weights_.size(); ++f) s += weights_[f] * values[f];
-  return s;
+  bool any = false;
+  for (std::size_t f = 0; f < values.size() && f < weights_.size(); ++f) {
+    if (std::isnan(values[f])) continue;  // no value from this function: nansum, as trl
+    s += weights_[f] * values[f];
+    any = true;
+  }
+  return any || values.empty() ? s : std::numeric_limits<double>::quiet_NaN();
 }
 
 }  // namespace mgrl::rl

@@ -41,6 +41,8 @@ class Rewards {
   // code_exec runs.
   std::vector<std::vector<double>> score(const std::vector<RewardSample>& samples, const std::string& run_dir,
                                          int threads) const;
+  // The weighted sum of a sample's values; a function's NaN (a command's null: no value for it) adds nothing (trl's
+  // nansum); NaN when no function gave a value (unscorable: advantage 0, left out of the reward statistics).
   double total(const std::vector<double>& values) const;
   // The longest that score() may take for `samples` on `threads` threads before the rewards' own time limits end it
   // (reward[].timeout_s: a command's per batch, code_exec's per completion with its test planner's 60 s): how long
