@@ -191,8 +191,9 @@ class CpuOps final : public Ops {
     return static_cast<std::size_t>(cpu::lm_head_scratch_floats(V)) * sizeof(float);
   }
   void lm_head_logprob_forward(float* logprob, float* lse, const void* h, const void* W, const std::int32_t* targets,
-                               int T, int D, int V, float logit_scale, void* scratch, float softcap = 0.0f) override {
-    cpu::lm_head_logprob_forward(logprob, lse, F(h), F(W), targets, T, D, V, logit_scale, F(scratch), softcap);
+                               int T, int D, int V, float logit_scale, void* scratch, float softcap = 0.0f,
+                               float* stats = nullptr) override {
+    cpu::lm_head_logprob_forward(logprob, lse, F(h), F(W), targets, T, D, V, logit_scale, F(scratch), softcap, stats);
   }
   void lm_head_logprob_backward(void* dh, float* dW, const float* weights, const void* h, const void* W,
                                 const std::int32_t* targets, const float* lse, int T, int D, int V, float logit_scale,
@@ -202,9 +203,10 @@ class CpuOps final : public Ops {
   }
   void lm_head_logprob_forward_backward(float* logprob, float* lse, void* dh, float* dW, const float* weights,
                                         const void* h, const void* W, const std::int32_t* targets, int T, int D, int V,
-                                        float logit_scale, void* scratch, float softcap = 0.0f) override {
+                                        float logit_scale, void* scratch, float softcap = 0.0f,
+                                        float* stats = nullptr) override {
     cpu::lm_head_logprob_forward_backward(logprob, lse, F(dh), dW, weights, F(h), F(W), targets, T, D, V, logit_scale,
-                                          F(scratch), softcap);
+                                          F(scratch), softcap, stats);
   }
   void lm_head_logits(float* logits, const void* h, const void* W, int T, int D, int V, float logit_scale,
                       float softcap = 0.0f) override {

@@ -33,19 +33,30 @@ void chunk_logits(float* logits, const float* h, const float* W, int n, int D, i
   for (int64_t i = 0; i < count; ++i) logits[i] = outer * std::tanh(logits[i] * inner);
 }
 
-// The chunk's rows t0 .. t0 + n - 1 from their logits l [n, V]: lse and logprob.
-void chunk_lse(float* logprob, float* lse, const float* logits, const int32_t* targets, int t0, int n, int V) {
+// The chunk's rows t0 .. t0 + n - 1 from their logits l [n, V]: lse and logprob; with entropy (and top1) non-null,
+// also the entropy of each row's distribution, lse - sum_v p_v l_v, and 1 where the target is its first most likely
+// token (0 for ignored rows).
+void chunk_lse(float* logprob, float* lse, float* entropy, float* top1, const float* logits, const int32_t* targets,
+               int t0, int n, int V) {
   for (int r = 0; r < n; ++r) {
     const int t = t0 + r;
     const float* l = logits + static_cast<int64_t>(r) * V;
     float m = -INFINITY;
-    for (int v = 0; v < V; ++v) m = std::max(m, l[v]);
+    int argmax = 0;
+    for (int v = 0; v < V; ++v)
+      if (l[v] > m) m = l[v], argmax = v;
     double sum = 0.0;
     for (int v = 0; v < V; ++v) sum += std::exp(static_cast<double>(l[v] - m));
     lse[t] = m + static_cast<float>(std::log(sum));
     const int32_t target = targets[t];
     check_target(target, V);
     logprob[t] = target < 0 ? 0.0f : l[target] - lse[t];
+    if (entropy) {
+      double pz = 0.0;
+      for (int v = 0; v < V; ++v) pz += std::exp(static_cast<double>(l[v] - m)) * l[v];
+      entropy[t] = target < 0 ? 0.0f : lse[t] - static_cast<float>(pz / sum);
+      top1[t] = target >= 0 && target == argmax ? 1.0f : 0.0f;
+    }
   }
 }
 
@@ -98,7 +109,7 @@ namespace {
 // logprob is non-null and its backward part (dlogits, dh, dW) when dh is non-null.
 void head_pass(float* logprob, float* lse, float* dh, float* dW, const float* weights, const float* h, const float* W,
                const int32_t* targets, const float* lse_in, int T, int D, int V, float logit_scale, float* scratch,
-               float softcap) {
+               float softcap, float* stats) {
   std::vector<float> own;
   if (!scratch) {
     own.resize(static_cast<size_t>(lm_head_scratch_floats(V)));
@@ -108,7 +119,7 @@ void head_pass(float* logprob, float* lse, float* dh, float* dW, const float* we
     const int n = std::min(kLmHeadChunkRows, T - t0);
     const float* hc = h + static_cast<int64_t>(t0) * D;
     chunk_logits(scratch, hc, W, n, D, V, logit_scale, softcap);
-    if (logprob) chunk_lse(logprob, lse, scratch, targets, t0, n, V);
+    if (logprob) chunk_lse(logprob, lse, stats, stats ? stats + T : nullptr, scratch, targets, t0, n, V);
     if (dh) chunk_backward(dh, dW, scratch, weights, hc, W, targets, lse_in, t0, n, D, V, logit_scale, softcap);
   }
 }
@@ -116,21 +127,22 @@ void head_pass(float* logprob, float* lse, float* dh, float* dW, const float* we
 }  // namespace
 
 void lm_head_logprob_forward(float* logprob, float* lse, const float* h, const float* W, const int32_t* targets, int T,
-                             int D, int V, float logit_scale, float* scratch, float softcap) {
-  head_pass(logprob, lse, nullptr, nullptr, nullptr, h, W, targets, nullptr, T, D, V, logit_scale, scratch, softcap);
+                             int D, int V, float logit_scale, float* scratch, float softcap, float* stats) {
+  head_pass(logprob, lse, nullptr, nullptr, nullptr, h, W, targets, nullptr, T, D, V, logit_scale, scratch, softcap,
+            stats);
 }
 
 void lm_head_logprob_backward(float* dh, float* dW, const float* weights, const float* h, const float* W,
                               const int32_t* targets, const float* lse, int T, int D, int V, float logit_scale,
                               float* scratch, float softcap) {
-  head_pass(nullptr, nullptr, dh, dW, weights, h, W, targets, lse, T, D, V, logit_scale, scratch, softcap);
+  head_pass(nullptr, nullptr, dh, dW, weights, h, W, targets, lse, T, D, V, logit_scale, scratch, softcap, nullptr);
 }
 
 void lm_head_logprob_forward_backward(float* logprob, float* lse, float* dh, float* dW, const float* weights,
                                       const float* h, const float* W, const int32_t* targets, int T, int D, int V,
-                                      float logit_scale, float* scratch, float softcap) {
+                                      float logit_scale, float* scratch, float softcap, float* stats) {
   // The chunk's logits once: its backward part reuses them (lse from its forward part).
-  head_pass(logprob, lse, dh, dW, weights, h, W, targets, lse, T, D, V, logit_scale, scratch, softcap);
+  head_pass(logprob, lse, dh, dW, weights, h, W, targets, lse, T, D, V, logit_scale, scratch, softcap, stats);
 }
 
 }  // namespace mgrl::kernels::cpu

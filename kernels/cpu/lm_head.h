@@ -17,8 +17,12 @@ inline int64_t lm_head_scratch_floats(int V) { return static_cast<int64_t>(kLmHe
 //   logit_scale * softcap * tanh((h @ W^T) / softcap)    (the cap first, then TRL's temperature)
 // here and in the two ops below.
 // scratch: lm_head_scratch_floats(V) floats, or null to let the op allocate it.
+// stats [2T] (optional, trl's SFT metrics): stats[t] = the entropy of row t's distribution, lse - sum_v p_v logits_v,
+// and stats[T + t] = 1 where targets[t] is the row's most likely token (the first of equal maxima, as torch.argmax),
+// else 0; both 0 where targets[t] < 0.
 void lm_head_logprob_forward(float* logprob, float* lse, const float* h, const float* W, const int32_t* targets, int T,
-                             int D, int V, float logit_scale, float* scratch, float softcap = 0.0f);
+                             int D, int V, float logit_scale, float* scratch, float softcap = 0.0f,
+                             float* stats = nullptr);
 
 // Backward of loss = -sum_t weights[t] * logprob[t] (any loss: pass weights[t] = -dloss/dlogprob[t]).
 // Recomputes each chunk's logits and uses the forward's lse:
@@ -38,7 +42,8 @@ void lm_head_logprob_backward(float* dh, float* dW, const float* weights, const 
 // scratch: lm_head_scratch_floats(V) floats (the same as either op), or null to let the op allocate it.
 void lm_head_logprob_forward_backward(float* logprob, float* lse, float* dh, float* dW, const float* weights,
                                       const float* h, const float* W, const int32_t* targets, int T, int D, int V,
-                                      float logit_scale, float* scratch, float softcap = 0.0f);
+                                      float logit_scale, float* scratch, float softcap = 0.0f,
+                                      float* stats = nullptr);
 
 // Full logits[T, V] = logit_scale * h @ W^T, for a few rows (tests, debugging, sampling).
 void lm_head_logits(float* logits, const float* h, const float* W, int T, int D, int V, float logit_scale,

@@ -287,8 +287,9 @@ class CudaOps final : public Ops {
   }
   std::size_t lm_head_scratch_bytes(int V) const override { return cuda::lm_head_scratch_bytes(st_, V); }
   void lm_head_logprob_forward(float* logprob, float* lse, const void* h, const void* W, const std::int32_t* targets,
-                               int T, int D, int V, float logit_scale, void* scratch, float softcap = 0.0f) override {
-    cuda::lm_head_logprob_forward(ctx(), logprob, lse, h, W, targets, T, D, V, logit_scale, scratch, softcap);
+                               int T, int D, int V, float logit_scale, void* scratch, float softcap = 0.0f,
+                               float* stats = nullptr) override {
+    cuda::lm_head_logprob_forward(ctx(), logprob, lse, h, W, targets, T, D, V, logit_scale, scratch, softcap, stats);
   }
   void lm_head_logprob_backward(void* dh, float* dW, const float* weights, const void* h, const void* W,
                                 const std::int32_t* targets, const float* lse, int T, int D, int V, float logit_scale,
@@ -298,9 +299,10 @@ class CudaOps final : public Ops {
   }
   void lm_head_logprob_forward_backward(float* logprob, float* lse, void* dh, float* dW, const float* weights,
                                         const void* h, const void* W, const std::int32_t* targets, int T, int D, int V,
-                                        float logit_scale, void* scratch, float softcap = 0.0f) override {
+                                        float logit_scale, void* scratch, float softcap = 0.0f,
+                                        float* stats = nullptr) override {
     cuda::lm_head_logprob_forward_backward(ctx(), logprob, lse, dh, dW, weights, h, W, targets, T, D, V, logit_scale,
-                                           scratch, softcap);
+                                           scratch, softcap, stats);
   }
   void lm_head_logits(float* logits, const void* h, const void* W, int T, int D, int V, float logit_scale,
                       float softcap = 0.0f) override {

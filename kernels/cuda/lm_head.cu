@@ -35,13 +35,77 @@ __device__ __forceinline__ void lse_add(float& m, float& s, float x) {
   }
 }
 
+// (m, s, z, i) of an online pass with statistics: besides lse's (m, s), z = sum of exp(l - m) * l and i the index
+// of the first maximum.
+struct RowStats {
+  float m = -INFINITY, s = 0.0f, z = 0.0f;
+  int i = 0x7fffffff;
+};
+__device__ __forceinline__ void stats_add(RowStats& a, float x, int v) {
+  if (x > a.m) {
+    const float r = a.m == -INFINITY ? 0.0f : expf(a.m - x);
+    a.s = a.s * r + 1.0f;
+    a.z = a.z * r + x;
+    a.m = x;
+    a.i = v;
+  } else {
+    const float e = expf(x - a.m);
+    a.s += e;
+    a.z += e * x;
+    if (x == a.m && v < a.i) a.i = v;
+  }
+}
+__device__ __forceinline__ void stats_merge(RowStats& a, const RowStats& b) {
+  if (b.m == -INFINITY) return;
+  if (a.m == -INFINITY) {
+    a = b;
+    return;
+  }
+  const float mx = fmaxf(a.m, b.m), ra = expf(a.m - mx), rb = expf(b.m - mx);
+  a.s = a.s * ra + b.s * rb;
+  a.z = a.z * ra + b.z * rb;
+  a.i = a.m > b.m ? a.i : (b.m > a.m ? b.i : min(a.i, b.i));
+  a.m = mx;
+}
+
 // One block per row of the chunk, one pass over the row (online max and sum of exp(l - max), fp32; 16-byte loads
 // when V is a multiple of 4), then a block reduction of the (max, sum) pairs: lse = max + log(sum),
 // logprob = l[target] - lse (0 for ignored rows). Pointers are already offset to the chunk's first row.
+// Stats: also the entropy lse - z / s and the top-1 hit (target == the first maximum's index) into entropy[row] and
+// top1[row] (0 for ignored rows); a separate instantiation, so that the plain pass keeps its two accumulators.
+template <bool Stats>
 __global__ void lm_head_lse_kernel(float* logprob, float* lse, const float* logits, const std::int32_t* targets,
-                                   int V, int* err) {
+                                   int V, int* err, float* entropy, float* top1) {
   const std::int64_t row = blockIdx.x;
   const float* l = logits + row * V;
+  if constexpr (Stats) {
+    RowStats a;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) stats_add(a, l[v], v);
+    for (int o = 16; o > 0; o >>= 1) {
+      RowStats b;
+      b.m = __shfl_xor_sync(0xffffffffu, a.m, o);
+      b.s = __shfl_xor_sync(0xffffffffu, a.s, o);
+      b.z = __shfl_xor_sync(0xffffffffu, a.z, o);
+      b.i = __shfl_xor_sync(0xffffffffu, a.i, o);
+      stats_merge(a, b);
+    }
+    __shared__ RowStats sh[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    if (lane == 0) sh[warp] = a;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int w = 1; w < nw; ++w) stats_merge(a, sh[w]);
+      const float ls = a.m + logf(a.s);
+      lse[row] = ls;
+      const std::int32_t tg = targets[row];
+      if (tg >= V) atomicOr(err, kErrTargetId);
+      const bool ignored = tg < 0 || tg >= V;
+      logprob[row] = ignored ? 0.0f : l[tg] - ls;
+      entropy[row] = ignored ? 0.0f : ls - a.z / a.s;
+      top1[row] = !ignored && tg == a.i ? 1.0f : 0.0f;
+    }
+    return;
+  }
   float m = -INFINITY, s = 0.0f;
   if ((V & 3) == 0) {
     const float4* l4 = reinterpret_cast<const float4*>(l);
@@ -152,8 +216,13 @@ void check_sizes(int T, int D, int V) {
 
 // The chunk's rows [t0, t0 + n) from their fp32 logits: lse and logprob.
 void chunk_lse(const Ctx& c, float* logprob, float* lse, const float* logits, const std::int32_t* targets, int t0,
-               int n, int V) {
-  lm_head_lse_kernel<<<n, kRowThreads, 0, c.stream>>>(logprob + t0, lse + t0, logits, targets + t0, V, c.err);
+               int n, int V, float* stats, int T) {
+  if (stats)
+    lm_head_lse_kernel<true><<<n, kRowThreads, 0, c.stream>>>(logprob + t0, lse + t0, logits, targets + t0, V, c.err,
+                                                               stats + t0, stats + T + t0);
+  else
+    lm_head_lse_kernel<false><<<n, kRowThreads, 0, c.stream>>>(logprob + t0, lse + t0, logits, targets + t0, V, c.err,
+                                                                nullptr, nullptr);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -202,7 +271,7 @@ namespace {
 // logprob is non-null and its backward part (dlogits, dh, dW) when dh is non-null.
 void head_pass(const Ctx& c, float* logprob, float* lse, void* dh, float* dW, const float* weights, const void* h,
                const void* W, const std::int32_t* targets, const float* lse_in, int T, int D, int V,
-               float logit_scale, void* scratch, float softcap) {
+               float logit_scale, void* scratch, float softcap, float* stats) {
   check_sizes(T, D, V);
   if (T == 0) return;
   void* buf = scratch ? scratch : scratch_alloc(lm_head_scratch_bytes(c.st, V), c.stream);
@@ -213,7 +282,7 @@ void head_pass(const Ctx& c, float* logprob, float* lse, void* dh, float* dW, co
     const int n = std::min(chunk, T - t0);
     const void* hc = row_ptr(h, t0, D, c.st);
     chunk_logits(c, logits, hc, W, n, D, V, logit_scale, softcap);
-    if (logprob) chunk_lse(c, logprob, lse, logits, targets, t0, n, V);
+    if (logprob) chunk_lse(c, logprob, lse, logits, targets, t0, n, V, stats, T);
     if (dh) chunk_backward(c, dh, dW, dl, logits, weights, hc, W, targets, lse_in, t0, n, D, V, logit_scale, softcap);
   }
   if (!scratch) scratch_free(buf, c.stream);
@@ -223,21 +292,23 @@ void head_pass(const Ctx& c, float* logprob, float* lse, void* dh, float* dW, co
 
 void lm_head_logprob_forward(const Ctx& c, float* logprob, float* lse, const void* h, const void* W,
                              const std::int32_t* targets, int T, int D, int V, float logit_scale, void* scratch,
-                             float softcap) {
-  head_pass(c, logprob, lse, nullptr, nullptr, nullptr, h, W, targets, nullptr, T, D, V, logit_scale, scratch, softcap);
+                             float softcap, float* stats) {
+  head_pass(c, logprob, lse, nullptr, nullptr, nullptr, h, W, targets, nullptr, T, D, V, logit_scale, scratch, softcap,
+            stats);
 }
 
 void lm_head_logprob_backward(const Ctx& c, void* dh, float* dW, const float* weights, const void* h, const void* W,
                               const std::int32_t* targets, const float* lse, int T, int D, int V, float logit_scale,
                               void* scratch, float softcap) {
-  head_pass(c, nullptr, nullptr, dh, dW, weights, h, W, targets, lse, T, D, V, logit_scale, scratch, softcap);
+  head_pass(c, nullptr, nullptr, dh, dW, weights, h, W, targets, lse, T, D, V, logit_scale, scratch, softcap, nullptr);
 }
 
 void lm_head_logprob_forward_backward(const Ctx& c, float* logprob, float* lse, void* dh, float* dW,
                                       const float* weights, const void* h, const void* W, const std::int32_t* targets,
-                                      int T, int D, int V, float logit_scale, void* scratch, float softcap) {
+                                      int T, int D, int V, float logit_scale, void* scratch, float softcap,
+                                      float* stats) {
   // The chunk's logits once: its backward part reuses them (lse from its forward part).
-  head_pass(c, logprob, lse, dh, dW, weights, h, W, targets, lse, T, D, V, logit_scale, scratch, softcap);
+  head_pass(c, logprob, lse, dh, dW, weights, h, W, targets, lse, T, D, V, logit_scale, scratch, softcap, stats);
 }
 
 void lm_head_logits(const Ctx& c, float* logits, const void* h, const void* W, int T, int D, int V,

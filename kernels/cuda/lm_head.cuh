@@ -19,9 +19,11 @@ std::size_t lm_head_scratch_bytes(DType st, int V);
 // [V, D] f32; dh [T, D] storage. scratch: lm_head_scratch_bytes(st, V) bytes of device memory, or null (then the
 // op takes stream-ordered scratch itself). A target >= V is treated as ignored and sets kErrTargetId in *c.err.
 // softcap > 0: logits = logit_scale * softcap * tanh(h W^T / softcap) (Gemma 2), applied in fp32 to the chunk.
+// stats [2T] f32 (optional): the rows' entropies, then their top-1 hits (kernels/cpu/lm_head.h), from the same
+// online pass over each row (a running sum of exp(l - max) * l and the first maximum's index beside lse's).
 void lm_head_logprob_forward(const Ctx& c, float* logprob, float* lse, const void* h, const void* W,
                              const std::int32_t* targets, int T, int D, int V, float logit_scale, void* scratch,
-                             float softcap = 0.0f);
+                             float softcap = 0.0f, float* stats = nullptr);
 void lm_head_logprob_backward(const Ctx& c, void* dh, float* dW, const float* weights, const void* h, const void* W,
                               const std::int32_t* targets, const float* lse, int T, int D, int V, float logit_scale,
                               void* scratch, float softcap = 0.0f);
@@ -31,7 +33,8 @@ void lm_head_logprob_backward(const Ctx& c, void* dh, float* dW, const float* we
 // theirs. Same scratch as either op.
 void lm_head_logprob_forward_backward(const Ctx& c, float* logprob, float* lse, void* dh, float* dW,
                                       const float* weights, const void* h, const void* W, const std::int32_t* targets,
-                                      int T, int D, int V, float logit_scale, void* scratch, float softcap = 0.0f);
+                                      int T, int D, int V, float logit_scale, void* scratch, float softcap = 0.0f,
+                                      float* stats = nullptr);
 // logits [T, V] f32 = logit_scale * h @ W^T, in one GEMM (then the soft-cap, when there is one).
 void lm_head_logits(const Ctx& c, float* logits, const void* h, const void* W, int T, int D, int V,
                     float logit_scale, float softcap = 0.0f);

@@ -36,6 +36,7 @@ struct TrainExecutor::PassBuffers {
   std::vector<void*> xs;  // residual stream at the input of each layer, and after the last
   void *tmp, *xf, *recompute_out;
   float *rstd_f, *lse_head, *lp, *wrow, *lora_scratch;
+  float* stats;  // the LM head's per-row entropy and top-1 hit [2T] (training arena only; set_token_stats)
   std::int32_t *ids, *targets, *pos, *cu_seqlens;
   std::uint64_t* row_keys;  // LoRA dropout: each token's key (Batch::seq_keys and its position; training arena only)
   std::int32_t* sel;  // the LM head's rows when it runs on the scored rows only (Batch::scored_from)
@@ -64,6 +65,7 @@ struct TrainExecutor::Arena {
   bool train = false, lora = false;
   bool weights_ready = false;  // add_loss uploaded this forward's loss weights
   bool head_done = false;      // forward_with_loss: the LM head's backward ran in the forward (dxf holds its dh)
+  bool stats_done = false;     // the LM head's pass wrote the rows' entropy and top-1 stats (W.stats)
   std::uint64_t seed = 0;
   float logit_scale = 1.0f;
 };
@@ -244,7 +246,9 @@ void TrainExecutor::layout(const ArenaSpec& sp, int T, Arena& arena, const std::
   W.sel = i32(t);
   W.head_scratch = raw(sp.head_scratch_bytes);
   W.row_keys = nullptr;
+  W.stats = nullptr;
   if (!grads) return;  // a scoring arena: no backward
+  W.stats = f32(2 * t);
   if (dropout) W.row_keys = static_cast<std::uint64_t*>(raw(t * sizeof(std::uint64_t)));
   W.dx = st(t * D);
   W.dh = st(t * D);
@@ -477,10 +481,10 @@ void TrainExecutor::forward(const Batch& batch, float* logprobs, bool use_lora, 
 }
 
 void TrainExecutor::forward_with_loss(const Batch& batch, const float* weights, double grad_scale, double* loss_acc,
-                                      std::uint64_t dropout_seed) {
+                                      std::uint64_t dropout_seed, double* stats_acc) {
   MGRL_CHECK(weights && loss_acc, "forward_with_loss() needs the loss weights and the loss accumulator");
   cur_ = train_arena_.get();
-  const FusedLoss fused{weights, grad_scale, loss_acc};
+  const FusedLoss fused{weights, grad_scale, loss_acc, stats_acc};
   forward_pass(batch, nullptr, true, true, dropout_seed, 1.0f, &fused);
 }
 
@@ -570,6 +574,7 @@ void TrainExecutor::forward_pass(const Batch& batch, float* logprobs, bool use_l
   const std::size_t row_bytes = static_cast<std::size_t>(D) * ops_.storage_size();
   // The head's input: the final norm's output, or its scored rows gathered into tmp (free after the last layer).
   const void* hx = W.xf;
+  float* stats = train && (token_stats_ || (fused && fused->stats_acc)) ? W.stats : nullptr;
   if (cur_->compact) {
     ops_.gather_rows(W.tmp, W.xf, W.sel, R, D);
     hx = W.tmp;
@@ -589,19 +594,21 @@ void TrainExecutor::forward_pass(const Batch& batch, float* logprobs, bool use_l
     // Compact: the scored rows' dh into W.dh (free until the backward), then scattered into a zeroed dxf.
     ops_.lm_head_logprob_forward_backward(W.lp, W.lse_head, cur_->compact ? W.dh : W.dxf, def_.head_grad(), W.wrow,
                                           hx, def_.head(), W.targets, R, D, V, logit_scale, W.head_scratch,
-                                          def_.final_softcap());
+                                          def_.final_softcap(), stats);
     if (cur_->compact) {
       ops_.zero(W.dxf, static_cast<std::size_t>(T) * row_bytes);
       ops_.scatter_rows(W.dxf, W.dh, W.sel, R, D);
     }
     if (scaled) ops_.upload(W.wrow, W.host_wrow.data(), W.host_wrow.size() * sizeof(float));
     ops_.weighted_sum_accumulate(fused->loss_acc, W.lp, W.wrow, static_cast<std::size_t>(R), -1.0);
+    if (fused->stats_acc) add_stats(fused->stats_acc);
     cur_->weights_ready = true;
     cur_->head_done = true;
   } else {
     ops_.lm_head_logprob_forward(W.lp, W.lse_head, hx, def_.head(), W.targets, R, D, V, logit_scale,
-                                 W.head_scratch, def_.final_softcap());
+                                 W.head_scratch, def_.final_softcap(), stats);
   }
+  cur_->stats_done = stats != nullptr;
   if (!logprobs) return;
 
   // Row t predicts token t + 1 (compact: row j is row host_sel[j]; the positions not scored get 0).
@@ -663,12 +670,25 @@ void TrainExecutor::upload_loss_weights(const float* weights) {
   cur_->weights_ready = true;
 }
 
-void TrainExecutor::add_loss(const float* weights, double* loss_acc) {
+void TrainExecutor::add_loss(const float* weights, double* loss_acc, double* stats_acc) {
   cur_ = train_arena_.get();
   MGRL_CHECK(cur_->work && cur_->train, "add_loss() needs a forward(train = true) first");
   MGRL_CHECK(!cur_->head_done, "add_loss() after forward_with_loss(), which added the loss itself");
   upload_loss_weights(weights);
   ops_.weighted_sum_accumulate(loss_acc, cur_->work->lp, cur_->work->wrow, static_cast<std::size_t>(cur_->R), -1.0);
+  if (stats_acc) {
+    MGRL_CHECK(cur_->stats_done, "add_loss(stats_acc) needs a training forward with set_token_stats(true)");
+    add_stats(stats_acc);
+  }
+}
+
+// stats_acc[0] += sum_i w_i entropy_i, stats_acc[1] += sum_i w_i top1_i over the LM head's rows (W.wrow: the loss
+// weights by row, uploaded).
+void TrainExecutor::add_stats(double* stats_acc) {
+  PassBuffers& W = *cur_->work;
+  const auto R = static_cast<std::size_t>(cur_->R);
+  ops_.weighted_sum_accumulate(stats_acc, W.stats, W.wrow, R, 1.0);
+  ops_.weighted_sum_accumulate(stats_acc + 1, W.stats + R, W.wrow, R, 1.0);
 }
 
 void TrainExecutor::backward(const float* weights, const std::function<void(int)>& layer_done, const float* dhidden) {

@@ -35,7 +35,7 @@ class TrainExecutor {
   // everything is bitwise what forward + add_loss + backward(weights * grad_scale, rounded to f32) give.
   // GRPO, DPO, PPO and scoring keep forward/add_loss/backward: their weights depend on this forward's log-probs.
   void forward_with_loss(const Batch& batch, const float* weights, double grad_scale, double* loss_acc,
-                         std::uint64_t dropout_seed = 0);
+                         std::uint64_t dropout_seed = 0, double* stats_acc = nullptr);
   // Allocates the activations for batches of up to max_tokens tokens now (training arena; scoring arena too when
   // `scoring`), so that no later forward allocates: memory is planned once, from the run's maxima.
   void plan(int max_tokens, bool scoring = false);
@@ -44,8 +44,12 @@ class TrainExecutor {
   void score(const Batch& batch, float* logprobs, bool use_lora = true, float logit_scale = 1.0f);
   // For the last training forward: uploads the loss weights (host, packed [T]) and adds -sum_i weights[i] *
   // logprobs[i] to *loss_acc (one double in backend memory) without a synchronisation; backward(nullptr) then uses
-  // these weights.
-  void add_loss(const float* weights, double* loss_acc);
+  // these weights. stats_acc (two doubles in backend memory, optional; forward_with_loss takes it too): adds
+  // sum_i weights[i] * entropy[i] and sum_i weights[i] * top1[i], the LM head's per-row entropy and top-1 hit
+  // (Ops::lm_head_logprob_forward's stats: trl's SFT metrics; with weights 1 / loss tokens, their means), which a
+  // training forward computes while set_token_stats(true).
+  void add_loss(const float* weights, double* loss_acc, double* stats_acc = nullptr);
+  void set_token_stats(bool on) { token_stats_ = on; }
   // Backward of loss = -sum_i weights[i] * logprobs[i] (weights host, packed [T]; null: those of add_loss) for the
   // last forward(train = true); after forward_with_loss, weights must be null (that call took them). Gradients
   // accumulate into the LoRA gradients (and the base gradients when full FT).
@@ -84,7 +88,10 @@ class TrainExecutor {
     const float* weights;
     double grad_scale;
     double* loss_acc;
+    double* stats_acc;
   };
+  bool token_stats_ = false;  // training forwards compute the LM head's entropy and top-1 stats (add_loss)
+  void add_stats(double* stats_acc);
   // fused non-null: forward_with_loss (the LM head's backward in the forward)
   void forward_pass(const Batch& batch, float* logprobs, bool use_lora, bool train, std::uint64_t dropout_seed,
                     float logit_scale, const FusedLoss* fused = nullptr);

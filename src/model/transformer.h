@@ -63,10 +63,13 @@ class Transformer {
   void score(const Batch& batch, float* logprobs, bool use_lora = true, float logit_scale = 1.0f) {
     train_->score(batch, logprobs, use_lora, logit_scale);
   }
-  void add_loss(const float* weights, double* loss_acc) { train_->add_loss(weights, loss_acc); }
+  void add_loss(const float* weights, double* loss_acc, double* stats_acc = nullptr) {
+    train_->add_loss(weights, loss_acc, stats_acc);
+  }
+  void set_token_stats(bool on) { train_->set_token_stats(on); }
   void forward_with_loss(const Batch& batch, const float* weights, double grad_scale, double* loss_acc,
-                         std::uint64_t dropout_seed = 0) {
-    train_->forward_with_loss(batch, weights, grad_scale, loss_acc, dropout_seed);
+                         std::uint64_t dropout_seed = 0, double* stats_acc = nullptr) {
+    train_->forward_with_loss(batch, weights, grad_scale, loss_acc, dropout_seed, stats_acc);
   }
   void backward(const float* weights, const std::function<void(int)>& layer_done = {},
                 const float* dhidden = nullptr) {

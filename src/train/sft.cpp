@@ -101,7 +101,9 @@ SftTrainer::SftTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transfo
       model_identity(io::architecture_name(model_.config().arch), tr_.tensors));
   guard_ = std::make_unique<DivergenceGuard>(env_, opts_.max_nonfinite_steps, opts_.scaling.enabled);
   state_.rank_rng.assign(static_cast<std::size_t>(ranks), 0);
-  loss_acc_ = static_cast<double*>(model_.ops().alloc(sizeof(double)));
+  // The loss, then trl's token metrics (the mean entropy and top-1 accuracy over the loss tokens), summed on the device.
+  loss_acc_ = static_cast<double*>(model_.ops().alloc(3 * sizeof(double)));
+  model_.set_token_stats(true);
   // Activation memory planned once: a micro-batch holds at most the `micro` longest rows.
   const int micro = opts_.global_batch / ranks / opts_.grad_accum;
   std::vector<int> lens;
@@ -189,7 +191,7 @@ double SftTrainer::train_step() {
   if (fault::fires("grad_overflow", rank, state_.step + 1)) sync_->inject_overflow(true);  // tests (core/fault.h)
   else sync_->inject_overflow(fault::fires("grad_overflow_local", rank, state_.step + 1), true);
   kernels::Ops& ops = model_.ops();
-  ops.zero(loss_acc_, sizeof(double));
+  ops.zero(loss_acc_, 3 * sizeof(double));
   std::vector<float> w;
   const std::uint64_t seed = model::dropout_seed(opts_.seed, state_.step);
   // The micro-batches are queued without waiting for the device: the loss is summed there (add_loss) and read
@@ -204,20 +206,23 @@ double SftTrainer::train_step() {
     if (fused_lm_head()) {
       // The weights are known before the forward: the LM head's backward runs in the forward, on each chunk of
       // logits while it is computed (not again in the backward), bitwise as the three calls below.
-      model_.forward_with_loss(b, w.data(), scale, loss_acc_, seed);
+      model_.forward_with_loss(b, w.data(), scale, loss_acc_, seed, loss_acc_ + 1);
       model_.backward(nullptr, hook);
       continue;
     }
     model_.forward(b, nullptr, true, true, seed);
-    model_.add_loss(w.data(), loss_acc_);
+    model_.add_loss(w.data(), loss_acc_, loss_acc_ + 1);
     if (scale != 1.0)
       for (auto& x : w) x = static_cast<float>(x * scale);
     model_.backward(scale != 1.0 ? w.data() : nullptr, hook);
   }
   const double norm = agreed_norm(env_, sync_->finish(scale));  // identical on every rank; synchronises
-  double loss_local = 0;
-  ops.download(&loss_local, loss_acc_, sizeof(double));  // the device is idle: no wait
-  const double loss = env_.allreduce_sum(loss_local);
+  double local[3] = {0, 0, 0};
+  ops.download(local, loss_acc_, sizeof local);  // the device is idle: no wait
+  // Three collectives: one statement each, so that every rank runs them in the same written order.
+  const double loss = env_.allreduce_sum(local[0]);
+  last_entropy_ = env_.allreduce_sum(local[1]);
+  last_accuracy_ = env_.allreduce_sum(local[2]);
   state_.tokens_seen += n_tokens;
   model_.ops().phase_begin(kernels::Phase::Optimizer);
   last_outcome_ = opt_->step(state_, norm, loss);  // a non-finite step is skipped on every rank together
@@ -276,7 +281,7 @@ SftResult SftTrainer::run() {
   const std::int64_t first = state_.step;
   // The log window (the steps since the last line): its steps' seconds (not the evaluations' and checkpoints' between
   // them, which the wall clock counted until 2026-11-28), tokens and losses.
-  double window_seconds = 0, window_loss = 0;
+  double window_seconds = 0, window_loss = 0, window_entropy = 0, window_accuracy = 0;
   std::int64_t window_tokens = 0, window_all = 0, window_steps = 0;
   double step_seconds = 0, run_all = 0;  // run_all: every token of the batches of this run
   model_.ops().phase_reset();
@@ -292,6 +297,8 @@ SftResult SftTrainer::run() {
     window_seconds += dt_step;
     if (std::isfinite(loss)) {  // a skipped step's non-finite loss is left out, as transformers' nan/inf filter does
       window_loss += loss;
+      window_entropy += last_entropy_;
+      window_accuracy += last_accuracy_;
       ++window_steps;
     }
     window_tokens += state_.tokens_seen - before;
@@ -327,11 +334,17 @@ SftResult SftTrainer::run() {
       nlohmann::json rec = {{"step", state_.step}, {"loss", mean_loss}, {"lr", lr}, {"grad_norm", last_norm_},
                             {"tokens_per_second", tps}, {"trained_tokens_per_second", trained_tps},
                             {"skipped_steps", state_.skipped_steps}};
+      // trl's SFTTrainer metrics: the window's mean of each step's mean over its loss tokens (trl: of each
+      // micro-batch's; the same with grad_accum 1).
+      if (window_steps > 0) {
+        rec["entropy"] = window_entropy / static_cast<double>(window_steps);
+        rec["mean_token_accuracy"] = window_accuracy / static_cast<double>(window_steps);
+      }
       if (peak_gpu_ > 0) rec["peak_gpu_gib"] = static_cast<double>(peak_gpu_) / (1 << 30);
       shard_record(rec, model_.definition());
       if (opt_->scaling()) scaler_record(rec, state_, last_outcome_);
       emit(rec);
-      window_seconds = window_loss = 0;
+      window_seconds = window_loss = window_entropy = window_accuracy = 0;
       window_tokens = window_all = window_steps = 0;
     }
     rlog.progress(state_.step, first, opts_.max_steps, seconds_since(t0));

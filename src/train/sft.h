@@ -90,8 +90,11 @@ class SftTrainer {
   StepOutcome last_outcome_ = StepOutcome::Updated;  // of the last step
   TrainState state_;
   double last_norm_ = 0;
-  std::int64_t last_tokens_all_ = 0;
-  double* loss_acc_ = nullptr;  // the step's loss, summed on the device (backend memory)  // every token of the last step's global batch
+  // trl's token metrics of the last step: the mean entropy of the model's distribution and the share of tokens it
+  // predicts as its most likely one, over the step's loss tokens (every rank's).
+  double last_entropy_ = 0, last_accuracy_ = 0;
+  std::int64_t last_tokens_all_ = 0;  // every token of the last step's global batch
+  double* loss_acc_ = nullptr;  // the step's loss, entropy and accuracy sums, on the device (backend memory)
   std::size_t peak_gpu_ = 0;
 };
 

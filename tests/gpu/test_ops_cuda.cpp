@@ -1125,6 +1125,74 @@ TEST_P(OpsCuda, LmHeadSoftcap) {
   }
 }
 
+// trl's SFT metrics from the head's row pass (entropy, top-1 hit), fused forward-backward included, against the CPU:
+// entropies within the GEMM tolerance, top-1 hits equal except on rows whose two best logits are closer than the
+// GEMMs' rounding can tell apart; lp and lse as without them.
+TEST_P(OpsCuda, LmHeadStats) {
+  for (const int V : {1012, 1024}) {
+    const int T = 300, D = 67;
+    Pair h = storage(randu(sz(T, D), 91));
+    Pair W = storage(randu(sz(V, D), 92, -1.0f, 1.0f));
+    // Targets: the CPU's argmax on even rows (hits), random elsewhere, some ignored.
+    Pair full = f32(Vec(sz(T, V), 0.0f));
+    cpu_->lm_head_logits(static_cast<float*>(full.c), h.c, W.c, T, D, V, 1.0f);
+    const Vec logits = cpu_values(full);
+    Ids tg;
+    std::mt19937 gen(93);
+    std::vector<float> gap(static_cast<std::size_t>(T));
+    for (int t = 0; t < T; ++t) {
+      const float* l = logits.data() + sz(t, V);
+      int best = 0;
+      for (int v = 1; v < V; ++v)
+        if (l[v] > l[best]) best = v;
+      float second = -INFINITY;
+      for (int v = 0; v < V; ++v)
+        if (v != best) second = std::max(second, l[v]);
+      gap[static_cast<std::size_t>(t)] = l[best] - second;
+      tg.push_back(t % 9 == 4 ? -1 : (t % 2 == 0 ? best : static_cast<std::int32_t>(gen() % V)));
+    }
+    Pair targets = i32(tg);
+    for (const bool fused : {false, true}) {
+      Pair lp = f32(Vec(sz(T), 9.0f)), lse = f32(Vec(sz(T), 9.0f)), stats = f32(Vec(sz(2, T), 9.0f));
+      Pair weights = f32(randu(sz(T), 94));
+      Pair dh = storage(Vec(sz(T, D), 0.0f));
+      if (fused) {
+        cpu_->lm_head_logprob_forward_backward(static_cast<float*>(lp.c), static_cast<float*>(lse.c), dh.c, nullptr,
+                                               static_cast<const float*>(weights.c), h.c, W.c,
+                                               static_cast<const std::int32_t*>(targets.c), T, D, V, 1.0f, nullptr,
+                                               0.0f, static_cast<float*>(stats.c));
+        gpu_->lm_head_logprob_forward_backward(static_cast<float*>(lp.g), static_cast<float*>(lse.g), dh.g, nullptr,
+                                               static_cast<const float*>(weights.g), h.g, W.g,
+                                               static_cast<const std::int32_t*>(targets.g), T, D, V, 1.0f, nullptr,
+                                               0.0f, static_cast<float*>(stats.g));
+      } else {
+        cpu_->lm_head_logprob_forward(static_cast<float*>(lp.c), static_cast<float*>(lse.c), h.c, W.c,
+                                      static_cast<const std::int32_t*>(targets.c), T, D, V, 1.0f, nullptr, 0.0f,
+                                      static_cast<float*>(stats.c));
+        gpu_->lm_head_logprob_forward(static_cast<float*>(lp.g), static_cast<float*>(lse.g), h.g, W.g,
+                                      static_cast<const std::int32_t*>(targets.g), T, D, V, 1.0f, nullptr, 0.0f,
+                                      static_cast<float*>(stats.g));
+      }
+      expect_close("lm_head logprob with stats", lp, kGemmF32Tol);
+      expect_close("lm_head lse with stats", lse, kF32Tol);
+      const Vec sc = cpu_values(stats), sg = gpu_values(stats);
+      int hits = 0;
+      for (int t = 0; t < T; ++t) {
+        EXPECT_NEAR(sg[sz(t)], sc[sz(t)], 1e-3 + 1e-3 * std::fabs(sc[sz(t)])) << "entropy of row " << t << " V " << V;
+        const float hc = sc[sz(T) + sz(t)], hg = sg[sz(T) + sz(t)];
+        if (gap[static_cast<std::size_t>(t)] > 1e-2f) {
+          EXPECT_EQ(hg, hc) << "top-1 of row " << t << " V " << V;
+        }
+        hits += hc > 0.5f ? 1 : 0;
+        if (tg[static_cast<std::size_t>(t)] < 0) {
+          EXPECT_EQ(sg[sz(t)], 0.0f) << t;
+        }
+      }
+      EXPECT_GT(hits, T / 3) << "too few hits: the test checks little";
+    }
+  }
+}
+
 // Cached attention with a window and soft-capping: long caches (decode split over the KV length, splits before the
 // window empty) and short ones, against the CPU; with a window the blocks before it may be absent (-1).
 TEST_P(OpsCuda, KvCacheWindowSoftcap) {

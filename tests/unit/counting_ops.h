@@ -176,9 +176,9 @@ class CountingOps final : public kernels::Ops {
   }
   std::size_t lm_head_scratch_bytes(int V) const override { return in->lm_head_scratch_bytes(V); }
   void lm_head_logprob_forward(float* lp, float* lse, const void* h, const void* W, const std::int32_t* t, int T,
-                               int D, int V, float ls, void* scratch, float cap) override {
+                               int D, int V, float ls, void* scratch, float cap, float* stats) override {
     ++calls["lm_head_logprob_forward"];
-    in->lm_head_logprob_forward(lp, lse, h, W, t, T, D, V, ls, scratch, cap);
+    in->lm_head_logprob_forward(lp, lse, h, W, t, T, D, V, ls, scratch, cap, stats);
   }
   void lm_head_logprob_backward(void* dh, float* dW, const float* wt, const void* h, const void* W,
                                 const std::int32_t* t, const float* lse, int T, int D, int V, float ls, void* scratch,
@@ -188,9 +188,9 @@ class CountingOps final : public kernels::Ops {
   }
   void lm_head_logprob_forward_backward(float* lp, float* lse, void* dh, float* dW, const float* wt, const void* h,
                                         const void* W, const std::int32_t* t, int T, int D, int V, float ls,
-                                        void* scratch, float cap) override {
+                                        void* scratch, float cap, float* stats) override {
     ++calls["lm_head_logprob_forward_backward"];
-    in->lm_head_logprob_forward_backward(lp, lse, dh, dW, wt, h, W, t, T, D, V, ls, scratch, cap);
+    in->lm_head_logprob_forward_backward(lp, lse, dh, dW, wt, h, W, t, T, D, V, ls, scratch, cap, stats);
   }
   void lm_head_logits(float* logits, const void* h, const void* W, int T, int D, int V, float ls,
                       float cap) override {

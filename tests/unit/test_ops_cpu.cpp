@@ -846,6 +846,59 @@ TEST(OpsCpu, LmHeadChunkedMatchesFullLogSoftmax) {
       FatalError);
 }
 
+// trl's SFT metrics from the head's pass: each row's entropy and whether its target is the most likely token, against
+// the full log-softmax in double; the same from the fused forward-backward; lp and lse unchanged by asking for them.
+TEST(OpsCpu, LmHeadStatsAreEntropyAndTop1) {
+  LmHeadCase c(650);
+  for (float scale : {1.0f, 1.0f / 0.7f}) {
+    std::vector<double> lw = naive_linear(c.h, c.W, nullptr, c.T, c.D, c.V);
+    for (auto& x : lw) x *= scale;
+    // Half of the targets made the argmax, so that both outcomes are checked.
+    std::vector<int32_t> targets = c.targets;
+    for (int t = 1; t < c.T; t += 2) {
+      if (targets[t] < 0) continue;
+      int best = 0;
+      for (int v = 1; v < c.V; ++v)
+        if (lw[static_cast<size_t>(t) * c.V + v] > lw[static_cast<size_t>(t) * c.V + best]) best = v;
+      targets[t] = best;
+    }
+    Vec lp(c.T), lse(c.T), stats(2 * static_cast<size_t>(c.T), 9.0f), lp0(c.T), lse0(c.T);
+    lm_head_logprob_forward(lp.data(), lse.data(), c.h.data(), c.W.data(), targets.data(), c.T, c.D, c.V, scale,
+                            nullptr, 0.0f, stats.data());
+    lm_head_logprob_forward(lp0.data(), lse0.data(), c.h.data(), c.W.data(), targets.data(), c.T, c.D, c.V, scale,
+                            nullptr);
+    EXPECT_EQ(lp, lp0);
+    EXPECT_EQ(lse, lse0);
+    int hits = 0, misses = 0;
+    for (int t = 0; t < c.T; ++t) {
+      const double* l = lw.data() + static_cast<size_t>(t) * c.V;
+      double m = -INFINITY;
+      int best = 0;
+      for (int v = 0; v < c.V; ++v)
+        if (l[v] > m) m = l[v], best = v;
+      double z = 0, pz = 0;
+      for (int v = 0; v < c.V; ++v) z += std::exp(l[v] - m);
+      for (int v = 0; v < c.V; ++v) pz += std::exp(l[v] - m) / z * l[v];
+      const double entropy = m + std::log(z) - pz;
+      if (targets[t] < 0) {
+        EXPECT_EQ(stats[t], 0.0f) << t;
+        EXPECT_EQ(stats[c.T + t], 0.0f) << t;
+        continue;
+      }
+      EXPECT_NEAR(stats[t], entropy, 5e-6) << "entropy of row " << t;
+      EXPECT_GT(stats[t], 0.0f);
+      EXPECT_EQ(stats[c.T + t], targets[t] == best ? 1.0f : 0.0f) << "top-1 of row " << t;
+      (targets[t] == best ? hits : misses) += 1;
+    }
+    EXPECT_GT(hits, 10);
+    EXPECT_GT(misses, 5);
+    Vec lp2(c.T), lse2(c.T), stats2(stats.size(), 7.0f), dh(c.h.size()), dW(c.W.size(), 0.0f);
+    lm_head_logprob_forward_backward(lp2.data(), lse2.data(), dh.data(), dW.data(), c.weights.data(), c.h.data(),
+                                     c.W.data(), targets.data(), c.T, c.D, c.V, scale, nullptr, 0.0f, stats2.data());
+    EXPECT_EQ(stats2, stats);
+  }
+}
+
 TEST(OpsCpu, LmHeadBackwardMatchesFiniteDifferences) {
   LmHeadCase c(700);
   const float scale = 1.0f / 0.9f;

@@ -1,0 +1,61 @@
+#!/usr/bin/env python3
+"""make_sft_metrics_fixtures.py: the metrics trl's SFTTrainer logs for its first step, for cli.sft.token_metrics_as_trl:
+the Qwen2 test model (tests/data/models/qwen2_bias_tied) with a LoRA adapter that trl first trains for 12 steps on
+the data (so that the model predicts some of the tokens: a random model's accuracy is 0), the quickstart tokenizer,
+tests/data/sft_trl/metrics_input.jsonl (8 prompt-completion lines: one batch of all of them, so the order trl
+shuffles them in does not matter), float32 on the CPU. Then a fresh trainer from that adapter: its first step's
+metrics are of the model before its update: loss, entropy (the mean entropy of the predicted distribution over the
+completion tokens) and mean_token_accuracy (the share of completion tokens the model predicts as its most likely
+one). Writes tests/data/sft_trl/metrics.json and the adapter to tests/data/sft_trl/metrics_adapter/.
+    /work/venv-fixtures/bin/python tools/make_sft_metrics_fixtures.py     (trl 1.16.0, transformers 5.24.0, peft)"""
+import json
+import os
+import tempfile
+
+import peft
+import torch
+import transformers
+import trl
+from datasets import Dataset
+from peft import PeftModel
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+model_dir = os.path.join(root, "tests", "data", "models", "qwen2_bias_tied")
+data = os.path.join(root, "tests", "data", "sft_trl")
+torch.manual_seed(0)
+tok = AutoTokenizer.from_pretrained(os.path.join(root, "inputs", "quickstart"))
+model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+model = PeftModel.from_pretrained(model, model_dir, is_trainable=True)
+rows = [json.loads(line) for line in open(os.path.join(data, "metrics_input.jsonl"), encoding="utf-8")]
+adapter = os.path.join(data, "metrics_adapter")
+
+
+def run(model, steps, lr):
+    with tempfile.TemporaryDirectory() as tmp:
+        args = trl.SFTConfig(output_dir=tmp, report_to=[], max_length=128, use_cpu=True, bf16=False,
+                             per_device_train_batch_size=len(rows), max_steps=steps, logging_steps=1,
+                             learning_rate=lr, save_strategy="no", seed=0, lr_scheduler_type="constant")
+        trainer = trl.SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok)
+        trainer.train()
+    return trainer
+
+
+run(model, 12, 2e-2)
+model.save_pretrained(adapter)
+readme = os.path.join(adapter, "README.md")
+if os.path.exists(readme):
+    os.remove(readme)
+cfg_path = os.path.join(adapter, "adapter_config.json")  # no machine-specific path in the fixture
+cfg = json.load(open(cfg_path))
+cfg["base_model_name_or_path"] = None
+json.dump(cfg, open(cfg_path, "w"), indent=2, sort_keys=True)
+model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+model = PeftModel.from_pretrained(model, adapter, is_trainable=True)
+log = run(model, 1, 1e-3).state.log_history[0]
+out = {k: log[k] for k in ("loss", "entropy", "mean_token_accuracy")}
+out["versions"] = {"trl": trl.__version__, "transformers": transformers.__version__, "peft": peft.__version__}
+with open(os.path.join(data, "metrics.json"), "w") as f:
+    json.dump(out, f, indent=1)
+    f.write("\n")
+print(out)
