@@ -45,15 +45,21 @@ void chunk_lse(float* logprob, float* lse, float* entropy, float* top1, const fl
     int argmax = 0;
     for (int v = 0; v < V; ++v)
       if (l[v] > m) m = l[v], argmax = v;
-    double sum = 0.0;
-    for (int v = 0; v < V; ++v) sum += std::exp(static_cast<double>(l[v] - m));
+    double sum = 0.0, pz = 0.0;  // pz: sum of exp(l - m) * l, in the same loop (entropy asked for)
+    if (entropy) {
+      for (int v = 0; v < V; ++v) {
+        const double e = std::exp(static_cast<double>(l[v] - m));
+        sum += e;
+        pz += e * l[v];
+      }
+    } else {
+      for (int v = 0; v < V; ++v) sum += std::exp(static_cast<double>(l[v] - m));
+    }
     lse[t] = m + static_cast<float>(std::log(sum));
     const int32_t target = targets[t];
     check_target(target, V);
     logprob[t] = target < 0 ? 0.0f : l[target] - lse[t];
     if (entropy) {
-      double pz = 0.0;
-      for (int v = 0; v < V; ++v) pz += std::exp(static_cast<double>(l[v] - m)) * l[v];
       entropy[t] = target < 0 ? 0.0f : lse[t] - static_cast<float>(pz / sum);
       top1[t] = target >= 0 && target == argmax ? 1.0f : 0.0f;
     }
