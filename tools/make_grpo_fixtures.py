@@ -216,6 +216,8 @@ def make_case(spec, out_root, tokenizer_file):
         "old_logps": rows(out.get("old_per_token_logps")),
         "ref_logps": rows(out.get("ref_per_token_logps")),
         "loss": float(loss.detach()),
+        # trl's "entropy" metric of this _compute_loss: the masked mean entropy of the tempered distributions
+        "entropy": float(trainer._metrics["train"]["entropy"][-1]),
     }
     with open(os.path.join(d, "case.json"), "w") as f:
         json.dump(case, f, indent=1)

@@ -750,6 +750,25 @@ std::vector<float> TrainExecutor::input_embedding_grad() const {
   return out;
 }
 
+std::vector<float> TrainExecutor::token_entropy() const {
+  MGRL_CHECK(train_arena_ && train_arena_->work != nullptr && train_arena_->stats_done,
+             "token_entropy() needs a training forward with set_token_stats(true)");
+  const Arena& a = *train_arena_;
+  const PassBuffers& W = *a.work;
+  std::vector<float> rows(static_cast<std::size_t>(a.R));
+  ops_.download(rows.data(), W.stats, rows.size() * sizeof(float));
+  // Row t predicts token t + 1 (compact: row j is row host_sel[j]), as the log-probs.
+  std::vector<float> out(static_cast<std::size_t>(a.T), 0.0f);
+  if (a.compact) {
+    for (std::size_t j = 0; j < rows.size(); ++j) out[static_cast<std::size_t>(W.host_sel[j]) + 1] = rows[j];
+    return out;
+  }
+  for (std::size_t b = 0; b + 1 < W.host_offsets.size(); ++b)
+    for (int i = W.host_offsets[b]; i + 1 < W.host_offsets[b + 1]; ++i)
+      out[static_cast<std::size_t>(i) + 1] = rows[static_cast<std::size_t>(i)];
+  return out;
+}
+
 std::vector<float> TrainExecutor::final_hidden() const {
   MGRL_CHECK(train_arena_ && train_arena_->work != nullptr, "final_hidden() needs a forward() first");
   const Arena& a = *train_arena_;

@@ -50,6 +50,10 @@ class TrainExecutor {
   // training forward computes while set_token_stats(true).
   void add_loss(const float* weights, double* loss_acc, double* stats_acc = nullptr);
   void set_token_stats(bool on) { token_stats_ = on; }
+  // The entropy of the model's predicted distribution at each position of the last training forward (set_token_stats),
+  // host [T] in packed rows as its log-probs (position i: the distribution that predicted token i; 0 at each
+  // sequence's first position, at positions not scored and where the target was ignored).
+  std::vector<float> token_entropy() const;
   // Backward of loss = -sum_i weights[i] * logprobs[i] (weights host, packed [T]; null: those of add_loss) for the
   // last forward(train = true); after forward_with_loss, weights must be null (that call took them). Gradients
   // accumulate into the LoRA gradients (and the base gradients when full FT).

@@ -112,6 +112,7 @@ GrpoTrainer::GrpoTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Trans
                     std::to_string(opts_.grad_accum) + ")");
   if (rewards_.size() == 0) throw UserError("grpo needs at least one [[reward]] table");
   tr_ = train::trainable_of(model_, model_.base_grads() != nullptr);
+  model_.set_token_stats(true);  // the training forward's per-token entropies (trl's "entropy" metric)
   opt_ = std::make_unique<train::Optimizer>(model_.ops(), tr_, opts_.optim);
   sync_ = std::make_unique<train::GradSync>(comm_, model_, tr_);
   ckpt_ = std::make_unique<train::Checkpointer>(env_, model_.ops(), *opt_, opts_.checkpoint,
@@ -584,6 +585,7 @@ double GrpoTrainer::train_step(nlohmann::json* metrics) {
   if (fault::fires("grad_overflow", rank, state_.step + 1)) sync_->inject_overflow(true);  // tests (core/fault.h)
   else sync_->inject_overflow(fault::fires("grad_overflow_local", rank, state_.step + 1), true);
   double loss = 0, kl = 0, low = 0, high = 0, ratio = 0, ratio_tokens = 0, tokens = 0;
+  double entropy = 0, entropy_tokens = 0;  // trl's "entropy": over the completion tokens of the training forward
   // TRL's clip_ratio/low_min and /high_max: the least and the most clipped completion (its share of clipped tokens,
   // or at the sequence level 1 or 0), over the completions with tokens in the loss (every one at the sequence level).
   const bool seq_level = opts_.loss.sequence_level;
@@ -616,10 +618,13 @@ double GrpoTrainer::train_step(nlohmann::json* metrics) {
     lp.assign(b.tokens.size(), 0.0f);
     w.assign(b.tokens.size(), 0.0f);
     model_.forward(b, lp.data(), true, true, model::dropout_seed(opts_.seed, state_.step), logit_scale);
+    const std::vector<float> ent = model_.token_entropy();
     for (std::size_t k = 0; k < idx.size(); ++k) {
       const Rollout& r = R.local[idx[k]];
       const int nt = static_cast<int>(r.completion.size());
       const std::size_t row = static_cast<std::size_t>(b.offsets[k] + plen[k]);
+      if (!r.masked)
+        for (int t = 0; t < nt; ++t) entropy += ent[row + static_cast<std::size_t>(t)], entropy_tokens += 1;
       mask.assign(static_cast<std::size_t>(nt), r.masked ? 0.0f : 1.0f);
       SequenceIn s;
       s.n = nt;
@@ -660,6 +665,8 @@ double GrpoTrainer::train_step(nlohmann::json* metrics) {
     ratio = env_.allreduce_sum(ratio);
     tokens = env_.allreduce_sum(tokens);
     ratio_tokens = env_.allreduce_sum(ratio_tokens);
+    entropy = env_.allreduce_sum(entropy);
+    entropy_tokens = env_.allreduce_sum(entropy_tokens);
   }
   // Straggler wait in training: every rank's forward + backward time since the previous step (this step's, and the
   // round's scoring passes; the backends keep blocking communication out of these phases) against the slowest
@@ -692,6 +699,7 @@ double GrpoTrainer::train_step(nlohmann::json* metrics) {
   (*metrics)["lr"] = lr;
   if (opt_->scaling()) train::scaler_record(*metrics, state_, last_outcome_);
   if (opts_.loss.beta > 0) (*metrics)["kl"] = kl * inv;
+  if (entropy_tokens > 0) (*metrics)["entropy"] = entropy / entropy_tokens;
   // The clip counts of the clipped losses (TRL's names and definitions: over the tokens in the loss, or at the
   // sequence level over every completion of the batch); cispo's capped ratios; sapo clips nothing.
   const double inv_clip = seq_level ? 1.0 / static_cast<double>(std::max<std::size_t>(1, R.tokens.size())) : inv;

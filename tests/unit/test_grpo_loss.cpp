@@ -266,7 +266,22 @@ TEST_P(GrpoTrlCase, LossGradientsAndAdvantagesMatchTrl) {
   const model::Batch b = model::Batch::from_sequences(seqs);
   const float scale = static_cast<float>(1.0 / k["temperature"].get<double>());
   std::vector<float> lp(b.tokens.size()), ref(b.tokens.size());
+  net.set_token_stats(true);
   net.forward(b, lp.data(), true, true, 0, scale);
+  // trl's "entropy" metric: the masked mean over the completion tokens of the tempered distributions' entropies.
+  if (c.contains("entropy")) {
+    const std::vector<float> ent = net.token_entropy();
+    const auto cmask = c["completion_mask"].get<std::vector<std::vector<double>>>();
+    double sum = 0, n = 0;
+    for (std::size_t i = 0; i < N; ++i) {
+      const std::size_t row = static_cast<std::size_t>(b.offsets[i]) + prompts[i / static_cast<std::size_t>(G)].size();
+      for (std::size_t t = 0; t < completions[i].size(); ++t) {
+        sum += cmask[i][t] * ent[row + t];
+        n += cmask[i][t];
+      }
+    }
+    EXPECT_NEAR(sum / n, c["entropy"].get<double>(), 1e-5 * std::max(1.0, c["entropy"].get<double>())) << "entropy";
+  }
   const bool beta = k["beta"].get<double>() != 0.0;
   if (beta) {
     // trl's reference with PEFT and beta > 0: a frozen copy of the starting adapter (mgrl: grpo.reference =
