@@ -150,7 +150,8 @@ def make_case(spec, out_root, tokenizer_file):
         loss = trainer._compute_loss(pm, inputs, False)
         loss.backward()
     metrics = {k: v[-1] for k, v in trainer._metrics["train"].items()
-               if k.startswith("rewards/") or k.startswith("logps/")}
+               if k.startswith("rewards/") or k.startswith("logps/") or k.startswith("logits/")
+               or k in ("entropy", "mean_token_accuracy")}
 
     d = os.path.join(out_root, spec["name"])
     shutil.rmtree(d, ignore_errors=True)

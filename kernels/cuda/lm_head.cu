@@ -38,10 +38,11 @@ __device__ __forceinline__ void lse_add(float& m, float& s, float x) {
 // (m, s, z, i) of an online pass with statistics: besides lse's (m, s), z = sum of exp(l - m) * l and i the index
 // of the first maximum.
 struct RowStats {
-  float m = -INFINITY, s = 0.0f, z = 0.0f;
+  float m = -INFINITY, s = 0.0f, z = 0.0f, x = 0.0f;  // x: the plain sum of the logits (their mean)
   int i = 0x7fffffff;
 };
 __device__ __forceinline__ void stats_add(RowStats& a, float x, int v) {
+  a.x += x;
   if (x > a.m) {
     const float r = a.m == -INFINITY ? 0.0f : expf(a.m - x);
     a.s = a.s * r + 1.0f;
@@ -61,6 +62,7 @@ __device__ __forceinline__ void stats_merge(RowStats& a, const RowStats& b) {
     a = b;
     return;
   }
+  a.x += b.x;
   const float mx = fmaxf(a.m, b.m), ra = expf(a.m - mx), rb = expf(b.m - mx);
   a.s = a.s * ra + b.s * rb;
   a.z = a.z * ra + b.z * rb;
@@ -71,11 +73,12 @@ __device__ __forceinline__ void stats_merge(RowStats& a, const RowStats& b) {
 // One block per row of the chunk, one pass over the row (online max and sum of exp(l - max), fp32; 16-byte loads
 // when V is a multiple of 4), then a block reduction of the (max, sum) pairs: lse = max + log(sum),
 // logprob = l[target] - lse (0 for ignored rows). Pointers are already offset to the chunk's first row.
-// Stats: also the entropy lse - z / s and the top-1 hit (target == the first maximum's index) into entropy[row] and
-// top1[row] (0 for ignored rows); a separate instantiation, so that the plain pass keeps its two accumulators.
+// Stats: also the entropy lse - z / s, the top-1 hit (target == the first maximum's index) and the mean logit into
+// entropy[row], top1[row] and mean[row] (0 for ignored rows); a separate instantiation, so that the plain pass keeps
+// its two accumulators.
 template <bool Stats>
 __global__ void lm_head_lse_kernel(float* logprob, float* lse, const float* logits, const std::int32_t* targets,
-                                   int V, int* err, float* entropy, float* top1) {
+                                   int V, int* err, float* entropy, float* top1, float* mean) {
   const std::int64_t row = blockIdx.x;
   const float* l = logits + row * V;
   if constexpr (Stats) {
@@ -87,6 +90,7 @@ __global__ void lm_head_lse_kernel(float* logprob, float* lse, const float* logi
       b.s = __shfl_xor_sync(0xffffffffu, a.s, o);
       b.z = __shfl_xor_sync(0xffffffffu, a.z, o);
       b.i = __shfl_xor_sync(0xffffffffu, a.i, o);
+      b.x = __shfl_xor_sync(0xffffffffu, a.x, o);
       stats_merge(a, b);
     }
     __shared__ RowStats sh[32];
@@ -103,6 +107,7 @@ __global__ void lm_head_lse_kernel(float* logprob, float* lse, const float* logi
       logprob[row] = ignored ? 0.0f : l[tg] - ls;
       entropy[row] = ignored ? 0.0f : ls - a.z / a.s;
       top1[row] = !ignored && tg == a.i ? 1.0f : 0.0f;
+      mean[row] = ignored ? 0.0f : a.x / static_cast<float>(V);
     }
     return;
   }
@@ -219,10 +224,11 @@ void chunk_lse(const Ctx& c, float* logprob, float* lse, const float* logits, co
                int n, int V, float* stats, int T) {
   if (stats)
     lm_head_lse_kernel<true><<<n, kRowThreads, 0, c.stream>>>(logprob + t0, lse + t0, logits, targets + t0, V, c.err,
-                                                               stats + t0, stats + T + t0);
+                                                               stats + t0, stats + T + t0,
+                                                               stats + 2 * static_cast<std::int64_t>(T) + t0);
   else
     lm_head_lse_kernel<false><<<n, kRowThreads, 0, c.stream>>>(logprob + t0, lse + t0, logits, targets + t0, V, c.err,
-                                                                nullptr, nullptr);
+                                                                nullptr, nullptr, nullptr);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -36,7 +36,7 @@ struct TrainExecutor::PassBuffers {
   std::vector<void*> xs;  // residual stream at the input of each layer, and after the last
   void *tmp, *xf, *recompute_out;
   float *rstd_f, *lse_head, *lp, *wrow, *lora_scratch;
-  float* stats;  // the LM head's per-row entropy and top-1 hit [2T] (training arena only; set_token_stats)
+  float* stats;  // the LM head's per-row entropy, top-1 hit and mean logit [3T] (training arena; set_token_stats)
   std::int32_t *ids, *targets, *pos, *cu_seqlens;
   std::uint64_t* row_keys;  // LoRA dropout: each token's key (Batch::seq_keys and its position; training arena only)
   std::int32_t* sel;  // the LM head's rows when it runs on the scored rows only (Batch::scored_from)
@@ -248,7 +248,7 @@ void TrainExecutor::layout(const ArenaSpec& sp, int T, Arena& arena, const std::
   W.row_keys = nullptr;
   W.stats = nullptr;
   if (!grads) return;  // a scoring arena: no backward
-  W.stats = f32(2 * t);
+  W.stats = f32(3 * t);
   if (dropout) W.row_keys = static_cast<std::uint64_t*>(raw(t * sizeof(std::uint64_t)));
   W.dx = st(t * D);
   W.dh = st(t * D);
@@ -750,22 +750,29 @@ std::vector<float> TrainExecutor::input_embedding_grad() const {
   return out;
 }
 
-std::vector<float> TrainExecutor::token_entropy() const {
+TokenStats TrainExecutor::token_stats() const {
   MGRL_CHECK(train_arena_ && train_arena_->work != nullptr && train_arena_->stats_done,
-             "token_entropy() needs a training forward with set_token_stats(true)");
+             "token_stats() needs a training forward with set_token_stats(true)");
   const Arena& a = *train_arena_;
   const PassBuffers& W = *a.work;
-  std::vector<float> rows(static_cast<std::size_t>(a.R));
+  const auto R = static_cast<std::size_t>(a.R);
+  std::vector<float> rows(3 * R);
   ops_.download(rows.data(), W.stats, rows.size() * sizeof(float));
   // Row t predicts token t + 1 (compact: row j is row host_sel[j]), as the log-probs.
-  std::vector<float> out(static_cast<std::size_t>(a.T), 0.0f);
+  TokenStats out;
+  for (auto* v : {&out.entropy, &out.top1, &out.mean_logit}) v->assign(static_cast<std::size_t>(a.T), 0.0f);
+  const auto put = [&](std::size_t row, std::size_t pos) {
+    out.entropy[pos] = rows[row];
+    out.top1[pos] = rows[R + row];
+    out.mean_logit[pos] = rows[2 * R + row];
+  };
   if (a.compact) {
-    for (std::size_t j = 0; j < rows.size(); ++j) out[static_cast<std::size_t>(W.host_sel[j]) + 1] = rows[j];
+    for (std::size_t j = 0; j < R; ++j) put(j, static_cast<std::size_t>(W.host_sel[j]) + 1);
     return out;
   }
   for (std::size_t b = 0; b + 1 < W.host_offsets.size(); ++b)
     for (int i = W.host_offsets[b]; i + 1 < W.host_offsets[b + 1]; ++i)
-      out[static_cast<std::size_t>(i) + 1] = rows[static_cast<std::size_t>(i)];
+      put(static_cast<std::size_t>(i), static_cast<std::size_t>(i) + 1);
   return out;
 }
 

@@ -13,6 +13,12 @@
 
 namespace mgrl::model {
 
+// What TrainExecutor::token_stats gives per position: the entropy of the predicted distribution, 1 where the token
+// is its most likely one (else 0), and the mean of its logits (trl's "entropy", "mean_token_accuracy", "logits/...").
+struct TokenStats {
+  std::vector<float> entropy, top1, mean_logit;
+};
+
 class TrainExecutor {
  public:
   explicit TrainExecutor(ModelDef& def);
@@ -50,10 +56,10 @@ class TrainExecutor {
   // training forward computes while set_token_stats(true).
   void add_loss(const float* weights, double* loss_acc, double* stats_acc = nullptr);
   void set_token_stats(bool on) { token_stats_ = on; }
-  // The entropy of the model's predicted distribution at each position of the last training forward (set_token_stats),
-  // host [T] in packed rows as its log-probs (position i: the distribution that predicted token i; 0 at each
-  // sequence's first position, at positions not scored and where the target was ignored).
-  std::vector<float> token_entropy() const;
+  // The LM head's per-token statistics of the last training forward (set_token_stats), host [T] each in packed rows as
+  // its log-probs (position i: the distribution that predicted token i; 0 at each sequence's first position, at
+  // positions not scored and where the target was ignored).
+  TokenStats token_stats() const;
   // Backward of loss = -sum_i weights[i] * logprobs[i] (weights host, packed [T]; null: those of add_loss) for the
   // last forward(train = true); after forward_with_loss, weights must be null (that call took them). Gradients
   // accumulate into the LoRA gradients (and the base gradients when full FT).

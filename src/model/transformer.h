@@ -67,7 +67,7 @@ class Transformer {
     train_->add_loss(weights, loss_acc, stats_acc);
   }
   void set_token_stats(bool on) { train_->set_token_stats(on); }
-  std::vector<float> token_entropy() const { return train_->token_entropy(); }
+  TokenStats token_stats() const { return train_->token_stats(); }
   void forward_with_loss(const Batch& batch, const float* weights, double grad_scale, double* loss_acc,
                          std::uint64_t dropout_seed = 0, double* stats_acc = nullptr) {
     train_->forward_with_loss(batch, weights, grad_scale, loss_acc, dropout_seed, stats_acc);

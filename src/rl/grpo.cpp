@@ -618,7 +618,7 @@ double GrpoTrainer::train_step(nlohmann::json* metrics) {
     lp.assign(b.tokens.size(), 0.0f);
     w.assign(b.tokens.size(), 0.0f);
     model_.forward(b, lp.data(), true, true, model::dropout_seed(opts_.seed, state_.step), logit_scale);
-    const std::vector<float> ent = model_.token_entropy();
+    const std::vector<float> ent = model_.token_stats().entropy;
     for (std::size_t k = 0; k < idx.size(); ++k) {
       const Rollout& r = R.local[idx[k]];
       const int nt = static_cast<int>(r.completion.size());

@@ -48,9 +48,11 @@ namespace {
 // Every sum of a DpoSums (const or not), in one order.
 template <class Sums>
 auto fields(Sums& s) {
-  return std::array<decltype(&s.pairs), 11>{&s.pairs,         &s.loss,          &s.reward_chosen, &s.reward_rejected,
+  return std::array<decltype(&s.pairs), 18>{&s.pairs,         &s.loss,          &s.reward_chosen, &s.reward_rejected,
                                             &s.accuracy,      &s.margin,        &s.logp_chosen,   &s.logp_rejected,
-                                            &s.logp_accuracy, &s.sft_nll,       &s.chosen_tokens};
+                                            &s.logp_accuracy, &s.sft_nll,       &s.chosen_tokens, &s.entropy,
+                                            &s.completion_tokens, &s.top1_chosen, &s.logits_chosen,
+                                            &s.logits_rejected, &s.chosen_count, &s.rejected_count};
 }
 }  // namespace
 
@@ -69,14 +71,21 @@ namespace {
 // trl's metric names (a prefix: "" in training, "eval_" for the held-out set), means over the pairs.
 nlohmann::json named(const DpoSums& s, const std::string& prefix, double sft_weight) {
   const double n = std::max(1.0, s.pairs);
-  return {{prefix + "loss", s.total_loss(sft_weight)},
-          {prefix + "rewards/chosen", s.reward_chosen / n},
-          {prefix + "rewards/rejected", s.reward_rejected / n},
-          {prefix + "rewards/accuracies", s.accuracy / n},
-          {prefix + "rewards/margins", s.margin / n},
-          {prefix + "logps/chosen", s.logp_chosen / n},
-          {prefix + "logps/rejected", s.logp_rejected / n},
-          {prefix + "logps/accuracies", s.logp_accuracy / n}};
+  nlohmann::json j = {{prefix + "loss", s.total_loss(sft_weight)},
+                      {prefix + "rewards/chosen", s.reward_chosen / n},
+                      {prefix + "rewards/rejected", s.reward_rejected / n},
+                      {prefix + "rewards/accuracies", s.accuracy / n},
+                      {prefix + "rewards/margins", s.margin / n},
+                      {prefix + "logps/chosen", s.logp_chosen / n},
+                      {prefix + "logps/rejected", s.logp_rejected / n},
+                      {prefix + "logps/accuracies", s.logp_accuracy / n}};
+  if (s.completion_tokens > 0) {  // trl's token metrics, over the tokens (training forwards only)
+    j[prefix + "entropy"] = s.entropy / s.completion_tokens;
+    j[prefix + "mean_token_accuracy"] = s.top1_chosen / std::max(1.0, s.chosen_count);
+    j[prefix + "logits/chosen"] = s.logits_chosen / std::max(1.0, s.chosen_count);
+    j[prefix + "logits/rejected"] = s.logits_rejected / std::max(1.0, s.rejected_count);
+  }
+  return j;
 }
 
 }  // namespace
@@ -97,6 +106,7 @@ DpoTrainer::DpoTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transfo
                     std::to_string(opts_.loss.label_smoothing) + ")");
   if (!(opts_.loss.beta > 0)) throw UserError("dpo.beta must be above 0");
   tr_ = trainable_of(model_, model_.base_grads() != nullptr);
+  model_.set_token_stats(true);  // trl's entropy, mean_token_accuracy and logits/* of the training forwards
   opt_ = std::make_unique<Optimizer>(model_.ops(), tr_,
                                      OptimizerOptions{opts_.adamw, opts_.schedule, opts_.max_grad_norm, opts_.scaling});
   sync_ = std::make_unique<GradSync>(comm_, model_, tr_);
@@ -155,6 +165,28 @@ model::Batch dpo_batch(const std::vector<const PreferencePair*>& mb, double ld_a
     }
   }
   return b;
+}
+
+void dpo_token_metrics(const std::vector<const PreferencePair*>& mb, const model::Batch& b, const model::TokenStats& ts,
+                       DpoSums* sums) {
+  for (std::size_t k = 0; k < mb.size(); ++k) {
+    for (int side = 0; side < 2; ++side) {  // chosen, rejected
+      const int seq = static_cast<int>(2 * k) + side;
+      for (int t = mb[k]->prompt_len; t < b.length(seq); ++t) {
+        const auto i = static_cast<std::size_t>(b.offsets[seq] + t);
+        sums->entropy += ts.entropy[i];
+        sums->completion_tokens += 1;
+        if (side == 0) {
+          sums->top1_chosen += ts.top1[i];
+          sums->logits_chosen += ts.mean_logit[i];
+          sums->chosen_count += 1;
+        } else {
+          sums->logits_rejected += ts.mean_logit[i];
+          sums->rejected_count += 1;
+        }
+      }
+    }
+  }
 }
 
 std::vector<double> dpo_sequence_logps(const model::Batch& b, const std::vector<float>& tw, const float* lp) {
@@ -281,6 +313,7 @@ double DpoTrainer::train_step(DpoSums* sums) {
     for (int k = 0; k < 2 * micro; ++k)
       b.seq_keys.push_back(static_cast<std::uint64_t>(2 * (rank * local_n + a * micro) + k));
     model_.forward(b, lp.data(), true, true, model::dropout_seed(opts_.seed, state_.step));
+    dpo_token_metrics(mb, b, model_.token_stats(), sums);
     pol = dpo_sequence_logps(b, tw, lp.data());
     dpo_loss_weights(opts_.loss, mb, b, tw, lp.data(), pol, ref, inv * scale, sft_inv * scale, &w, sums);
     model_.backward(w.data(), sync_->hook(a + 1 == opts_.grad_accum));

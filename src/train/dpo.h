@@ -58,6 +58,10 @@ struct DpoSums {
          logp_rejected = 0;
   double logp_accuracy = 0;  // mgrl's addition: the policy's own preference, chosen log-prob > rejected log-prob
   double sft_nll = 0, chosen_tokens = 0;  // -sum of the chosen completions' token log-probs, and their count
+  // trl's token metrics (training forwards only: dpo_token_metrics): entropy sums over the completion tokens of both
+  // sequences, the chosen tokens predicted as the most likely one, the mean logits' sums of each side, and the counts.
+  double entropy = 0, completion_tokens = 0, top1_chosen = 0, logits_chosen = 0, logits_rejected = 0,
+         chosen_count = 0, rejected_count = 0;
   // The loss: the mean pair loss, plus sft_weight x the chosen tokens' mean negative log-prob.
   double total_loss(double sft_weight) const;
   void add(const DpoPairIn& in, const DpoPairOut& out);
@@ -78,6 +82,9 @@ void dpo_loss_weights(const DpoLossOptions& o, const std::vector<const Preferenc
                       const std::vector<float>& token_weight, const float* lp, const std::vector<double>& pol,
                       const std::vector<double>& ref, double pair_factor, double sft_factor, std::vector<float>* w,
                       DpoSums* sums);
+// Adds trl's token metrics of a training forward of dpo_batch(mb) (its TokenStats) to sums.
+void dpo_token_metrics(const std::vector<const PreferencePair*>& mb, const model::Batch& b, const model::TokenStats& ts,
+                       DpoSums* sums);
 // Completion tokens of the chosen sequences of some pairs.
 double chosen_tokens(const std::vector<const PreferencePair*>& pairs);
 

@@ -1125,7 +1125,7 @@ TEST_P(OpsCuda, LmHeadSoftcap) {
   }
 }
 
-// trl's SFT metrics from the head's row pass (entropy, top-1 hit), fused forward-backward included, against the CPU:
+// trl's metrics from the head's row pass (entropy, top-1 hit, mean logit), fused forward-backward included, against the CPU:
 // entropies within the GEMM tolerance, top-1 hits equal except on rows whose two best logits are closer than the
 // GEMMs' rounding can tell apart; lp and lse as without them.
 TEST_P(OpsCuda, LmHeadStats) {
@@ -1153,7 +1153,7 @@ TEST_P(OpsCuda, LmHeadStats) {
     }
     Pair targets = i32(tg);
     for (const bool fused : {false, true}) {
-      Pair lp = f32(Vec(sz(T), 9.0f)), lse = f32(Vec(sz(T), 9.0f)), stats = f32(Vec(sz(2, T), 9.0f));
+      Pair lp = f32(Vec(sz(T), 9.0f)), lse = f32(Vec(sz(T), 9.0f)), stats = f32(Vec(sz(3, T), 9.0f));
       Pair weights = f32(randu(sz(T), 94));
       Pair dh = storage(Vec(sz(T, D), 0.0f));
       if (fused) {
@@ -1179,6 +1179,7 @@ TEST_P(OpsCuda, LmHeadStats) {
       int hits = 0;
       for (int t = 0; t < T; ++t) {
         EXPECT_NEAR(sg[sz(t)], sc[sz(t)], 1e-3 + 1e-3 * std::fabs(sc[sz(t)])) << "entropy of row " << t << " V " << V;
+        EXPECT_NEAR(sg[sz(2 * T + t)], sc[sz(2 * T + t)], 1e-3) << "mean logit of row " << t << " V " << V;
         const float hc = sc[sz(T) + sz(t)], hg = sg[sz(T) + sz(t)];
         if (gap[static_cast<std::size_t>(t)] > 1e-2f) {
           EXPECT_EQ(hg, hc) << "top-1 of row " << t << " V " << V;

@@ -132,6 +132,7 @@ TEST_P(DpoTrlCase, LossMetricsAndGradientsMatchTrl) {
   }
   ref = dpo_sequence_logps(b, tw, lp.data());
   lp.assign(b.tokens.size(), 0.0f);
+  net.set_token_stats(true);
   net.forward(b, lp.data(), true, true, 0);
   const auto pol = dpo_sequence_logps(b, tw, lp.data());
 
@@ -144,6 +145,7 @@ TEST_P(DpoTrlCase, LossMetricsAndGradientsMatchTrl) {
   o.f_divergence = k.value("f_divergence_type", std::string("reverse_kl"));
   const double N = static_cast<double>(pairs.size());
   DpoSums sums;
+  dpo_token_metrics(mb, b, net.token_stats(), &sums);
   dpo_loss_weights(o, mb, b, tw, lp.data(), pol, ref, 1.0 / N, o.sft_weight / chosen_tokens(mb), &w, &sums);
   const double loss = sums.total_loss(o.sft_weight), want = c["loss"].get<double>();
   EXPECT_LE(std::fabs(loss - want), 1e-5 * std::max(1e-3, std::fabs(want))) << "loss " << loss << " vs " << want;
@@ -160,6 +162,20 @@ TEST_P(DpoTrlCase, LossMetricsAndGradientsMatchTrl) {
     const double x = m[name].get<double>();
     const double floor = std::string(name).rfind("rewards/", 0) == 0 ? scale : 0.0;
     EXPECT_LE(std::fabs(v - x), 1e-5 * std::max(std::fabs(x), floor)) << name << ": " << v << " vs " << x;
+  }
+  // trl's token metrics (in fixtures written since 2026-11-29): entropy over both completions, the chosen tokens'
+  // top-1 accuracy, the mean logits of each side.
+  if (m.contains("entropy")) {
+    const std::vector<std::pair<const char*, double>> tok{
+        {"entropy", sums.entropy / sums.completion_tokens},
+        {"mean_token_accuracy", sums.top1_chosen / sums.chosen_count},
+        {"logits/chosen", sums.logits_chosen / sums.chosen_count},
+        {"logits/rejected", sums.logits_rejected / sums.rejected_count}};
+    for (const auto& [name, v] : tok) {
+      ASSERT_TRUE(m.contains(name)) << name;
+      const double x = m[name].get<double>();
+      EXPECT_LE(std::fabs(v - x), 1e-5 * std::max(1.0, std::fabs(x))) << name << ": " << v << " vs " << x;
+    }
   }
 
   net.backward(w.data());

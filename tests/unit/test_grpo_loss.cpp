@@ -270,7 +270,7 @@ TEST_P(GrpoTrlCase, LossGradientsAndAdvantagesMatchTrl) {
   net.forward(b, lp.data(), true, true, 0, scale);
   // trl's "entropy" metric: the masked mean over the completion tokens of the tempered distributions' entropies.
   if (c.contains("entropy")) {
-    const std::vector<float> ent = net.token_entropy();
+    const std::vector<float> ent = net.token_stats().entropy;
     const auto cmask = c["completion_mask"].get<std::vector<std::vector<double>>>();
     double sum = 0, n = 0;
     for (std::size_t i = 0; i < N; ++i) {

@@ -846,7 +846,8 @@ TEST(OpsCpu, LmHeadChunkedMatchesFullLogSoftmax) {
       FatalError);
 }
 
-// trl's SFT metrics from the head's pass: each row's entropy and whether its target is the most likely token, against
+// trl's metrics from the head's pass: each row's entropy, whether its target is the most likely token and its mean logit,
+// against
 // the full log-softmax in double; the same from the fused forward-backward; lp and lse unchanged by asking for them.
 TEST(OpsCpu, LmHeadStatsAreEntropyAndTop1) {
   LmHeadCase c(650);
@@ -862,7 +863,7 @@ TEST(OpsCpu, LmHeadStatsAreEntropyAndTop1) {
         if (lw[static_cast<size_t>(t) * c.V + v] > lw[static_cast<size_t>(t) * c.V + best]) best = v;
       targets[t] = best;
     }
-    Vec lp(c.T), lse(c.T), stats(2 * static_cast<size_t>(c.T), 9.0f), lp0(c.T), lse0(c.T);
+    Vec lp(c.T), lse(c.T), stats(3 * static_cast<size_t>(c.T), 9.0f), lp0(c.T), lse0(c.T);
     lm_head_logprob_forward(lp.data(), lse.data(), c.h.data(), c.W.data(), targets.data(), c.T, c.D, c.V, scale,
                             nullptr, 0.0f, stats.data());
     lm_head_logprob_forward(lp0.data(), lse0.data(), c.h.data(), c.W.data(), targets.data(), c.T, c.D, c.V, scale,
@@ -880,11 +881,15 @@ TEST(OpsCpu, LmHeadStatsAreEntropyAndTop1) {
       for (int v = 0; v < c.V; ++v) z += std::exp(l[v] - m);
       for (int v = 0; v < c.V; ++v) pz += std::exp(l[v] - m) / z * l[v];
       const double entropy = m + std::log(z) - pz;
+      double mean = 0;
+      for (int v = 0; v < c.V; ++v) mean += l[v] / c.V;
       if (targets[t] < 0) {
         EXPECT_EQ(stats[t], 0.0f) << t;
         EXPECT_EQ(stats[c.T + t], 0.0f) << t;
+        EXPECT_EQ(stats[2 * c.T + t], 0.0f) << t;
         continue;
       }
+      EXPECT_NEAR(stats[2 * c.T + t], mean, 2e-6) << "mean logit of row " << t;
       EXPECT_NEAR(stats[t], entropy, 5e-6) << "entropy of row " << t;
       EXPECT_GT(stats[t], 0.0f);
       EXPECT_EQ(stats[c.T + t], targets[t] == best ? 1.0f : 0.0f) << "top-1 of row " << t;

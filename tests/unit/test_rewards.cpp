@@ -409,8 +409,24 @@ TEST(Rewards, CommandProtocolAndFailures) {
   EXPECT_NE(err("\"/no/such/judge\"").find("reward 'j' (command [\"/no/such/judge\"]): cannot run it"), std::string::npos);
   EXPECT_NE(err("[\"python3\", \"-c\", \"import sys; sys.exit(3)\"]").find("exited with status 3"), std::string::npos);
   EXPECT_NE(err("[\"python3\", \"-c\", \"print(1)\"]").find("printed 1 numbers for 2 completions"), std::string::npos);
-  EXPECT_NE(err("[\"python3\", \"-c\", \"print('x'); print(2)\"]").find("output line 1 is not a number: 'x'"),
+  EXPECT_NE(err("[\"python3\", \"-c\", \"print('x'); print(2)\"]")
+                .find("output line 1 is not a number (nor null for no value): 'x'"),
             std::string::npos);
+  EXPECT_NE(err("[\"python3\", \"-c\", \"print('inf'); print(2)\"]").find("output line 1 is not a number"),
+            std::string::npos);
+  // null (None, nan): no value for that completion (trl's reward function returning None); the total is the
+  // nansum of the weighted values, NaN where no function gave one.
+  const Rewards nul = make("[[reward]]\nkind = \"command\"\nname = \"j\"\ncommand = [\"python3\", \"-c\", "
+                           "\"print('null'); print(' None ')\"]\n[[reward]]\nkind = \"command\"\nname = \"k\"\n"
+                           "weight = 2.0\ncommand = [\"python3\", \"-c\", \"print('NaN'); print(0.25)\"]\n");
+  std::vector<RewardSample> ss(2);
+  for (auto& x : ss) x.row = &row, x.completion = "a", x.completion_tokens = 1, x.finish_reason = "eos";
+  const auto v = nul.score(ss, ".", 1);
+  ASSERT_EQ(v.size(), 2u);
+  EXPECT_TRUE(std::isnan(v[0][0]) && std::isnan(v[0][1]) && std::isnan(v[1][0]));
+  EXPECT_EQ(v[1][1], 0.25);
+  EXPECT_TRUE(std::isnan(nul.total(v[0])));
+  EXPECT_EQ(nul.total(v[1]), 0.5);
   EXPECT_NE(err("[\"sleep\", \"30\"]", "timeout_s = 1.0\n").find("did not finish within 1 s"), std::string::npos);
 }
 
