@@ -6,7 +6,9 @@ tests/data/sft_trl/metrics_input.jsonl (8 prompt-completion lines: one batch of 
 shuffles them in does not matter), float32 on the CPU. Then a fresh trainer from that adapter: its first step's
 metrics are of the model before its update: loss, entropy (the mean entropy of the predicted distribution over the
 completion tokens) and mean_token_accuracy (the share of completion tokens the model predicts as its most likely
-one). Writes tests/data/sft_trl/metrics.json and the adapter to tests/data/sft_trl/metrics_adapter/.
+one). Then, with that adapter, trl's evaluate() on tests/data/sft_trl/metrics_heldout.jsonl (8 lines: one eval batch):
+eval_loss, eval_entropy, eval_mean_token_accuracy. Writes tests/data/sft_trl/metrics.json and the adapter to
+tests/data/sft_trl/metrics_adapter/.
     /work/venv-fixtures/bin/python tools/make_sft_metrics_fixtures.py     (trl 1.16.0, transformers 5.24.0, peft)"""
 import json
 import os
@@ -49,11 +51,22 @@ if os.path.exists(readme):
 cfg_path = os.path.join(adapter, "adapter_config.json")  # no machine-specific path in the fixture
 cfg = json.load(open(cfg_path))
 cfg["base_model_name_or_path"] = None
+cfg["target_modules"] = sorted(cfg["target_modules"])  # a set: its order varies from run to run
 json.dump(cfg, open(cfg_path, "w"), indent=2, sort_keys=True)
 model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
 model = PeftModel.from_pretrained(model, adapter, is_trainable=True)
 log = run(model, 1, 1e-3).state.log_history[0]
 out = {k: log[k] for k in ("loss", "entropy", "mean_token_accuracy")}
+model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+model = PeftModel.from_pretrained(model, adapter, is_trainable=True)
+heldout = [json.loads(line) for line in open(os.path.join(data, "metrics_heldout.jsonl"), encoding="utf-8")]
+with tempfile.TemporaryDirectory() as tmp:
+    args = trl.SFTConfig(output_dir=tmp, report_to=[], max_length=128, use_cpu=True, bf16=False,
+                         per_device_eval_batch_size=len(heldout), save_strategy="no", seed=0)
+    trainer = trl.SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows),
+                             eval_dataset=Dataset.from_list(heldout), processing_class=tok)
+    ev = trainer.evaluate()
+out.update({k: ev[k] for k in ("eval_loss", "eval_entropy", "eval_mean_token_accuracy")})
 out["versions"] = {"trl": trl.__version__, "transformers": transformers.__version__, "peft": peft.__version__}
 with open(os.path.join(data, "metrics.json"), "w") as f:
     json.dump(out, f, indent=1)

@@ -36,7 +36,7 @@ struct TrainExecutor::PassBuffers {
   std::vector<void*> xs;  // residual stream at the input of each layer, and after the last
   void *tmp, *xf, *recompute_out;
   float *rstd_f, *lse_head, *lp, *wrow, *lora_scratch;
-  float* stats;  // the LM head's per-row entropy, top-1 hit and mean logit [3T] (training arena; set_token_stats)
+  float* stats;  // the LM head's per-row entropy, top-1 hit and mean logit [3T] (set_token_stats, set_score_stats)
   std::int32_t *ids, *targets, *pos, *cu_seqlens;
   std::uint64_t* row_keys;  // LoRA dropout: each token's key (Batch::seq_keys and its position; training arena only)
   std::int32_t* sel;  // the LM head's rows when it runs on the scored rows only (Batch::scored_from)
@@ -246,9 +246,8 @@ void TrainExecutor::layout(const ArenaSpec& sp, int T, Arena& arena, const std::
   W.sel = i32(t);
   W.head_scratch = raw(sp.head_scratch_bytes);
   W.row_keys = nullptr;
-  W.stats = nullptr;
-  if (!grads) return;  // a scoring arena: no backward
   W.stats = f32(3 * t);
+  if (!grads) return;  // a scoring arena: no backward
   if (dropout) W.row_keys = static_cast<std::uint64_t*>(raw(t * sizeof(std::uint64_t)));
   W.dx = st(t * D);
   W.dh = st(t * D);
@@ -574,7 +573,7 @@ void TrainExecutor::forward_pass(const Batch& batch, float* logprobs, bool use_l
   const std::size_t row_bytes = static_cast<std::size_t>(D) * ops_.storage_size();
   // The head's input: the final norm's output, or its scored rows gathered into tmp (free after the last layer).
   const void* hx = W.xf;
-  float* stats = train && (token_stats_ || (fused && fused->stats_acc)) ? W.stats : nullptr;
+  float* stats = (train ? token_stats_ || (fused && fused->stats_acc) : score_stats_) ? W.stats : nullptr;
   if (cur_->compact) {
     ops_.gather_rows(W.tmp, W.xf, W.sel, R, D);
     hx = W.tmp;
@@ -750,10 +749,11 @@ std::vector<float> TrainExecutor::input_embedding_grad() const {
   return out;
 }
 
-TokenStats TrainExecutor::token_stats() const {
-  MGRL_CHECK(train_arena_ && train_arena_->work != nullptr && train_arena_->stats_done,
-             "token_stats() needs a training forward with set_token_stats(true)");
-  const Arena& a = *train_arena_;
+TokenStats TrainExecutor::token_stats(bool scoring) const {
+  const Arena* arena = scoring ? score_arena_.get() : train_arena_.get();
+  MGRL_CHECK(arena && arena->work != nullptr && arena->stats_done,
+             "token_stats() needs a forward with set_token_stats(true) (a score() pass: set_score_stats(true))");
+  const Arena& a = *arena;
   const PassBuffers& W = *a.work;
   const auto R = static_cast<std::size_t>(a.R);
   std::vector<float> rows(3 * R);

@@ -56,10 +56,12 @@ class TrainExecutor {
   // training forward computes while set_token_stats(true).
   void add_loss(const float* weights, double* loss_acc, double* stats_acc = nullptr);
   void set_token_stats(bool on) { token_stats_ = on; }
+  void set_score_stats(bool on) { score_stats_ = on; }  // the same for score() passes (token_stats(true))
   // The LM head's per-token statistics of the last training forward (set_token_stats), host [T] each in packed rows as
   // its log-probs (position i: the distribution that predicted token i; 0 at each sequence's first position, at
   // positions not scored and where the target was ignored).
-  TokenStats token_stats() const;
+  // scoring: of the last score() pass instead.
+  TokenStats token_stats(bool scoring = false) const;
   // Backward of loss = -sum_i weights[i] * logprobs[i] (weights host, packed [T]; null: those of add_loss) for the
   // last forward(train = true); after forward_with_loss, weights must be null (that call took them). Gradients
   // accumulate into the LoRA gradients (and the base gradients when full FT).
@@ -101,6 +103,7 @@ class TrainExecutor {
     double* stats_acc;
   };
   bool token_stats_ = false;  // training forwards compute the LM head's entropy and top-1 stats (add_loss)
+  bool score_stats_ = false;  // score() passes do
   void add_stats(double* stats_acc);
   // fused non-null: forward_with_loss (the LM head's backward in the forward)
   void forward_pass(const Batch& batch, float* logprobs, bool use_lora, bool train, std::uint64_t dropout_seed,

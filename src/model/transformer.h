@@ -67,7 +67,8 @@ class Transformer {
     train_->add_loss(weights, loss_acc, stats_acc);
   }
   void set_token_stats(bool on) { train_->set_token_stats(on); }
-  TokenStats token_stats() const { return train_->token_stats(); }
+  TokenStats token_stats(bool scoring = false) const { return train_->token_stats(scoring); }
+  void set_score_stats(bool on) { train_->set_score_stats(on); }
   void forward_with_loss(const Batch& batch, const float* weights, double grad_scale, double* loss_acc,
                          std::uint64_t dropout_seed = 0, double* stats_acc = nullptr) {
     train_->forward_with_loss(batch, weights, grad_scale, loss_acc, dropout_seed, stats_acc);

@@ -104,6 +104,7 @@ SftTrainer::SftTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transfo
   // The loss, then trl's token metrics (the mean entropy and top-1 accuracy over the loss tokens), summed on the device.
   loss_acc_ = static_cast<double*>(model_.ops().alloc(3 * sizeof(double)));
   model_.set_token_stats(true);
+  model_.set_score_stats(true);  // and of the held-out passes (eval_entropy, eval_mean_token_accuracy)
   // Activation memory planned once: a micro-batch holds at most the `micro` longest rows.
   const int micro = opts_.global_batch / ranks / opts_.grad_accum;
   std::vector<int> lens;
@@ -236,7 +237,7 @@ std::pair<double, double> SftTrainer::evaluate(bool accuracy) {
   const PhasesPaused paused(model_.ops());  // evaluation is not part of a step
   const std::size_t N = eval_.size();
   const std::size_t lo = N * env_.rank() / env_.size(), hi = N * (env_.rank() + 1) / env_.size();
-  double loss = 0;
+  double loss = 0, entropy = 0, top1 = 0;
   long long tokens = 0;
   std::vector<float> w, lp;
   for (std::size_t s = lo; s < hi; s += static_cast<std::size_t>(opts_.eval_batch)) {
@@ -245,7 +246,12 @@ std::pair<double, double> SftTrainer::evaluate(bool accuracy) {
     const model::Batch b = make_batch(mb, 1.0, &w);
     lp.assign(b.tokens.size(), 0.0f);
     model_.score(b, lp.data(), true);  // its own activations: the training arena keeps its planned size
-    for (std::size_t i = 0; i < lp.size(); ++i) loss -= static_cast<double>(w[i]) * lp[i];
+    const model::TokenStats ts = model_.token_stats(true);
+    for (std::size_t i = 0; i < lp.size(); ++i) {
+      loss -= static_cast<double>(w[i]) * lp[i];
+      entropy += static_cast<double>(w[i]) * ts.entropy[i];
+      top1 += static_cast<double>(w[i]) * ts.top1[i];
+    }
     for (const auto* e : mb) tokens += loss_tokens(*e);
   }
   if (model_.definition().sharded()) {
@@ -257,7 +263,11 @@ std::pair<double, double> SftTrainer::evaluate(bool accuracy) {
   // Two collectives: one statement each, so that every rank runs them in the same written order.
   const double loss_sum = env_.allreduce_sum(loss);
   const long long token_sum = env_.allreduce_sum(tokens);
+  const double entropy_sum = env_.allreduce_sum(entropy);
+  const double top1_sum = env_.allreduce_sum(top1);
   const double mean = loss_sum / static_cast<double>(std::max(1LL, token_sum));
+  eval_entropy_ = entropy_sum / static_cast<double>(std::max(1LL, token_sum));
+  eval_token_accuracy_ = top1_sum / static_cast<double>(std::max(1LL, token_sum));
   const double acc = accuracy && opts_.accuracy ? opts_.accuracy(eval_) : -1;
   return {mean, acc};
 }
@@ -355,7 +365,8 @@ SftResult SftTrainer::run() {
         char line[128];
         std::snprintf(line, sizeof(line), "eval step %lld | loss %.4f", static_cast<long long>(state_.step), el);
         rlog.line(line);
-        emit({{"step", state_.step}, {"eval_loss", el}});
+        emit({{"step", state_.step}, {"eval_loss", el}, {"eval_entropy", eval_entropy_},
+              {"eval_mean_token_accuracy", eval_token_accuracy_}});
       }
     }
     guard_->after_step(last_outcome_, state_.step, ckpt_->last_checkpoint());
@@ -393,7 +404,8 @@ SftResult SftTrainer::run() {
     if (acc >= 0) std::snprintf(line + n, sizeof(line) - n, " | held-out accuracy %.1f%% (%lld/%zu exact)", 100.0 * acc,
                                 static_cast<long long>(std::llround(acc * static_cast<double>(eval_.size()))), eval_.size());
     log::info(line);
-    nlohmann::json j = {{"step", state_.step}, {"eval_loss", el}};
+    nlohmann::json j = {{"step", state_.step}, {"eval_loss", el}, {"eval_entropy", eval_entropy_},
+                        {"eval_mean_token_accuracy", eval_token_accuracy_}};
     if (acc >= 0) j["eval_accuracy"] = acc;
     emit(j);
   }

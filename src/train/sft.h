@@ -93,6 +93,7 @@ class SftTrainer {
   // trl's token metrics of the last step: the mean entropy of the model's distribution and the share of tokens it
   // predicts as its most likely one, over the step's loss tokens (every rank's).
   double last_entropy_ = 0, last_accuracy_ = 0;
+  double eval_entropy_ = 0, eval_token_accuracy_ = 0;  // the same over the held-out set's loss tokens (evaluate)
   std::int64_t last_tokens_all_ = 0;  // every token of the last step's global batch
   double* loss_acc_ = nullptr;  // the step's loss, entropy and accuracy sums, on the device (backend memory)
   std::size_t peak_gpu_ = 0;

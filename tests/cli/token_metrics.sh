@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # token_metrics.sh WORK EXPECTED MPIRUN... -- MGRL ARGS...: trl's SFT token metrics (entropy, mean_token_accuracy)
 # of the first step against trl's own (EXPECTED: tests/data/sft_trl/metrics.json, tools/make_sft_metrics_fixtures.py),
-# with the LM head's fused pass, without it (MGRL_FUSED_LM_HEAD=0) and on 2 ranks; the loss as well.
+# with the LM head's fused pass, without it (MGRL_FUSED_LM_HEAD=0) and on 2 ranks; the loss as well; and the held-out
+# eval_loss, eval_entropy and eval_mean_token_accuracy at the end (ARGS give train.lr = 0: the model of trl's evaluate).
 set -uo pipefail
 work=$1 expected=$2
 shift 2
@@ -13,13 +14,18 @@ fail() { echo "FAIL: $*"; exit 1; }
 check() {  # NAME METRICS
   python3 - "$2" "$expected" "$1" <<'PY' || fail "$1"
 import json, sys
-got = json.loads(open(sys.argv[1]).readline())
+recs = [json.loads(l) for l in open(sys.argv[1])]
+got = recs[0]
+got.update([r for r in recs if "eval_loss" in r][-1])  # the held-out figures at the end (train.lr = 0: of the same model)
 want = json.load(open(sys.argv[2]))
-for k, tol in (("loss", 2e-6), ("entropy", 2e-6), ("mean_token_accuracy", 0.0)):
-    assert k in got, "no %s in the step's metrics" % k
+for k, tol in (("loss", 2e-6), ("entropy", 2e-6), ("mean_token_accuracy", 0.0), ("eval_loss", 2e-6),
+               ("eval_entropy", 2e-6), ("eval_mean_token_accuracy", 1e-7)):
+    assert k in got, "no %s in the metrics" % k
     assert abs(got[k] - want[k]) <= tol * max(1.0, abs(want[k])), "%s: %r, trl %r" % (k, got[k], want[k])
-print("%s: entropy %.6f (trl %.6f), mean_token_accuracy %.4f (trl %.4f)" % (
-    sys.argv[3], got["entropy"], want["entropy"], got["mean_token_accuracy"], want["mean_token_accuracy"]))
+print("%s: entropy %.6f (trl %.6f), mean_token_accuracy %.4f (trl %.4f), eval_entropy %.6f (trl %.6f), "
+      "eval_mean_token_accuracy %.4f (trl %.4f)" % (
+    sys.argv[3], got["entropy"], want["entropy"], got["mean_token_accuracy"], want["mean_token_accuracy"],
+    got["eval_entropy"], want["eval_entropy"], got["eval_mean_token_accuracy"], want["eval_mean_token_accuracy"]))
 PY
 }
 "$@" --log.dir="$work/fused" > /dev/null 2>&1 || fail "fused: exit $?"
