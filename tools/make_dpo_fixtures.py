@@ -73,6 +73,10 @@ CASES = [
          f_divergence_type="js_divergence"),
     dict(name="robust_forward_kl_initial", model="llama_gqa", loss_type="robust", beta=0.5, label_smoothing=0.2,
          reference="initial", f_divergence_type="forward_kl"),
+    # AOT over the batch's sorted log-ratios (added 2026-11-29).
+    dict(name="aot_initial", model="qwen2_bias_tied", loss_type="aot", beta=0.4, reference="initial"),
+    dict(name="aot_unpaired_smoothed_base", model="qwen3_qknorm", loss_type="aot_unpaired", beta=0.3,
+         label_smoothing=0.1, reference="base"),
 ]
 NPAIRS = 4
 

@@ -38,11 +38,13 @@ int run_dpo(Context& ctx) {
     // a smoothing given with another loss was accepted and ignored until 2026-11-28. exo_pair needs one (its
     // log(epsilon) is -inf at 0: trl's loss is inf there).
     const std::string loss = cfg.get_string("dpo.loss_type");
-    if (cfg.get_float("dpo.label_smoothing") != 0.0 && loss != "robust" && loss != "exo_pair")
-      throw UserError("key 'dpo.label_smoothing' applies to dpo.loss_type = \"robust\" and \"exo_pair\" only (as in "
-                      "trl 1.16), not to \"" + loss + "\"");
+    if (cfg.get_float("dpo.label_smoothing") != 0.0 && loss != "robust" && loss != "exo_pair" && loss != "aot" &&
+        loss != "aot_unpaired")
+      throw UserError("key 'dpo.label_smoothing' applies to dpo.loss_type = \"robust\", \"exo_pair\", \"aot\" and "
+                      "\"aot_unpaired\" only (as in trl 1.16), not to \"" + loss + "\"");
     if (cfg.get_string("dpo.f_divergence_type") != "reverse_kl" &&
-        !train::dpo_loss_of_difference(train::dpo_loss_type(loss)))
+        (!train::dpo_loss_of_difference(train::dpo_loss_type(loss)) ||
+         train::dpo_loss_is_batch(train::dpo_loss_type(loss))))
       throw UserError("key 'dpo.f_divergence_type' = \"" + cfg.get_string("dpo.f_divergence_type") + "\" applies to the "
                       "losses of the log-ratios' difference (as in trl 1.16), not to dpo.loss_type = \"" + loss + "\"");
     if (loss == "exo_pair" && cfg.get_float("dpo.label_smoothing") == 0.0)

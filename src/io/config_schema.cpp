@@ -355,9 +355,11 @@ const Schema& mgrl_schema() {
     add({"dpo.loss_type", T::String, Value(std::string("sigmoid")),
          "DPO loss per pair, as trl names it: sigmoid (DPO), hinge (SLiC), ipo, robust (label_smoothing as the flip "
          "probability), sigmoid_norm (sigmoid on the per-token log-ratios), exo_pair (EXO; label_smoothing as its "
-         "epsilon, e.g. 1e-3), nca_pair, bco_pair, sppo_hard, apo_zero, apo_down (APO) or discopop (discopop_tau)",
+         "epsilon, e.g. 1e-3), nca_pair, bco_pair, sppo_hard, apo_zero, apo_down (APO), discopop (discopop_tau), "
+         "aot or aot_unpaired (AOT: sorted log-ratios over each rank's micro-batch, as trl's over each device's, so "
+         "the loss depends on the batch's split; label_smoothing applies)",
          {"sigmoid", "hinge", "ipo", "robust", "sigmoid_norm", "exo_pair", "nca_pair", "bco_pair", "sppo_hard",
-          "apo_zero", "apo_down", "discopop"},
+          "apo_zero", "apo_down", "discopop", "aot", "aot_unpaired"},
          {}, {}, {}});
     add({"dpo.f_divergence_type", T::String, Value(std::string("reverse_kl")),
          "f-DPO's divergence (trl's f_divergence_type): reverse_kl (DPO), forward_kl, js_divergence or "

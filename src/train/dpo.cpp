@@ -202,15 +202,22 @@ void dpo_loss_weights(const DpoLossOptions& o, const std::vector<const Preferenc
                       const std::vector<double>& ref, double pair_factor, double sft_factor, std::vector<float>* w,
                       DpoSums* sums) {
   w->assign(b.tokens.size(), 0.0f);
+  std::vector<DpoPairIn> ins(mb.size());
   for (std::size_t k = 0; k < mb.size(); ++k) {
-    DpoPairIn in;
+    DpoPairIn& in = ins[k];
     in.chosen = pol[2 * k];
     in.rejected = pol[2 * k + 1];
     in.ref_chosen = ref[2 * k];
     in.ref_rejected = ref[2 * k + 1];
     in.chosen_tokens = mb[k]->chosen_tokens();
     in.rejected_tokens = mb[k]->rejected_tokens();
-    const DpoPairOut out = dpo_pair_loss(o, in);
+  }
+  // AOT's loss couples the micro-batch's pairs (trl: each device's micro-batch); the others are per pair.
+  std::vector<DpoPairOut> outs;
+  if (dpo_loss_is_batch(o.type)) outs = dpo_batch_loss(o, ins);
+  for (std::size_t k = 0; k < mb.size(); ++k) {
+    const DpoPairIn& in = ins[k];
+    const DpoPairOut out = outs.empty() ? dpo_pair_loss(o, in) : outs[k];
     if (sums) sums->add(in, out);
     // d loss / d logp_i = (d loss / d sequence log-prob) x the token's weight in it; w_i is its negative. The sft
     // term adds sft_factor on every completion token of the chosen sequence (LD-DPO's weights do not apply to it).

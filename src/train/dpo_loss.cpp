@@ -32,8 +32,10 @@ DpoLossType dpo_loss_type(const std::string& name) {
   if (name == "apo_zero") return DpoLossType::ApoZero;
   if (name == "apo_down") return DpoLossType::ApoDown;
   if (name == "discopop") return DpoLossType::DiscoPop;
+  if (name == "aot") return DpoLossType::Aot;
+  if (name == "aot_unpaired") return DpoLossType::AotUnpaired;
   throw UserError("dpo.loss_type: unknown loss '" + name + "' (sigmoid, hinge, ipo, robust, sigmoid_norm, exo_pair, "
-                  "nca_pair, bco_pair, sppo_hard, apo_zero, apo_down or discopop)");
+                  "nca_pair, bco_pair, sppo_hard, apo_zero, apo_down, discopop, aot or aot_unpaired)");
 }
 
 const char* dpo_loss_name(DpoLossType t) {
@@ -50,6 +52,8 @@ const char* dpo_loss_name(DpoLossType t) {
     case DpoLossType::ApoZero: return "apo_zero";
     case DpoLossType::ApoDown: return "apo_down";
     case DpoLossType::DiscoPop: return "discopop";
+    case DpoLossType::Aot: return "aot";
+    case DpoLossType::AotUnpaired: return "aot_unpaired";
   }
   return "?";
 }
@@ -57,6 +61,44 @@ const char* dpo_loss_name(DpoLossType t) {
 bool dpo_loss_of_difference(DpoLossType t) {
   return !(t == DpoLossType::NcaPair || t == DpoLossType::BcoPair || t == DpoLossType::SppoHard ||
            t == DpoLossType::ApoZero || t == DpoLossType::ApoDown);
+}
+
+bool dpo_loss_is_batch(DpoLossType t) { return t == DpoLossType::Aot || t == DpoLossType::AotUnpaired; }
+
+std::vector<DpoPairOut> dpo_batch_loss(const DpoLossOptions& o, const std::vector<DpoPairIn>& pairs) {
+  MGRL_CHECK(dpo_loss_is_batch(o.type), "dpo_batch_loss: not a batch loss");
+  const std::size_t n = pairs.size();
+  const bool unpaired = o.type == DpoLossType::AotUnpaired;
+  // aot: a = policy chosen - rejected, b = the reference's; aot_unpaired: a = chosen log-ratio, b = rejected log-ratio.
+  std::vector<double> a(n), bv(n);
+  for (std::size_t k = 0; k < n; ++k) {
+    const DpoPairIn& p = pairs[k];
+    a[k] = unpaired ? p.chosen - p.ref_chosen : p.chosen - p.rejected;
+    bv[k] = unpaired ? p.rejected - p.ref_rejected : p.ref_chosen - p.ref_rejected;
+  }
+  std::vector<std::size_t> ia(n), ib(n);  // ascending orders (ties: by index, as a stable sort)
+  for (std::size_t k = 0; k < n; ++k) ia[k] = ib[k] = k;
+  std::stable_sort(ia.begin(), ia.end(), [&](std::size_t x, std::size_t y) { return a[x] < a[y]; });
+  std::stable_sort(ib.begin(), ib.end(), [&](std::size_t x, std::size_t y) { return bv[x] < bv[y]; });
+  std::vector<DpoPairOut> out(n);
+  const double beta = o.beta, e = o.label_smoothing;
+  for (std::size_t k = 0; k < n; ++k) {
+    out[k].reward_chosen = beta * (pairs[k].chosen - pairs[k].ref_chosen);
+    out[k].reward_rejected = beta * (pairs[k].rejected - pairs[k].ref_rejected);
+  }
+  for (std::size_t j = 0; j < n; ++j) {
+    const double x = beta * (a[ia[j]] - bv[ib[j]]);
+    out[j].loss = -log_sigmoid(x) * (1 - e) - log_sigmoid(-x) * e;
+    const double dd = beta * (-sigmoid(-x) * (1 - e) + sigmoid(x) * e);  // d loss_j / d delta_j
+    // delta_j's own terms: aot, +chosen -rejected of the pair at a's position j (b is the reference's); aot_unpaired,
+    // +chosen of the pair at a's position j, -rejected of the pair at b's position j.
+    out[ia[j]].d_chosen += dd;
+    if (unpaired)
+      out[ib[j]].d_rejected -= dd;
+    else
+      out[ia[j]].d_rejected -= dd;
+  }
+  return out;
 }
 
 DpoPairOut dpo_pair_loss(const DpoLossOptions& o, const DpoPairIn& p) {
@@ -109,6 +151,10 @@ DpoPairOut dpo_pair_loss(const DpoLossOptions& o, const DpoPairIn& p) {
       dd = b * qw * ql * gap;
       break;
     }
+    case DpoLossType::Aot:
+    case DpoLossType::AotUnpaired:
+      MGRL_CHECK(false, "dpo: AOT is a loss over the batch (dpo_batch_loss), not of one pair");
+      break;
     case DpoLossType::DiscoPop: {
       // DiscoPOP: the logistic and exponential losses of x = beta * delta blended by sigmoid(x / tau).
       const double x = b * d, tau = o.discopop_tau, m = sigmoid(x / tau), dm = m * (1 - m) / tau;

@@ -1,14 +1,15 @@
 // dpo_loss.h: the per-pair losses of direct preference optimisation as trl's DPOTrainer (1.16) defines them
 // (sigmoid, hinge, ipo, robust, sigmoid_norm, exo_pair, nca_pair, bco_pair, sppo_hard, apo_zero, apo_down,
-// discopop), with their derivatives with respect to the policy's sequence
+// discopop; aot, aot_unpaired over a batch), with their derivatives with respect to the policy's sequence
 // log-probs, and the reward figures trl logs (rewards/chosen, rewards/rejected, rewards/accuracies, rewards/margins).
 #pragma once
 #include <string>
+#include <vector>
 
 namespace mgrl::train {
 
 enum class DpoLossType { Sigmoid, Hinge, Ipo, Robust, SigmoidNorm, ExoPair, NcaPair, BcoPair, SppoHard, ApoZero, ApoDown,
-                         DiscoPop };
+                         DiscoPop, Aot, AotUnpaired };
 
 // trl's names ("sigmoid", "hinge", ..., "discopop"; UserError naming dpo.loss_type otherwise).
 DpoLossType dpo_loss_type(const std::string& name);
@@ -45,6 +46,15 @@ struct DpoPairOut {
 };
 
 DpoPairOut dpo_pair_loss(const DpoLossOptions& o, const DpoPairIn& p);
+
+// AOT (alignment via optimal transport; trl's "aot" and "aot_unpaired"): not a per-pair loss but one over the pairs of
+// a batch (trl: of each device's micro-batch): aot sorts the policy's log-prob differences (chosen - rejected) and the
+// reference's, aot_unpaired the chosen log-ratios and the rejected ones, and takes the label-smoothed logistic loss
+// of each sorted difference, delta_j = a_(j) - b_(j). out[k] gets pair k's rewards (as dpo_pair_loss), the loss of
+// sorted position k (their sum is the batch's) and the derivatives of the batch's loss with respect to pair k's
+// chosen and rejected sequence log-probs.
+bool dpo_loss_is_batch(DpoLossType t);
+std::vector<DpoPairOut> dpo_batch_loss(const DpoLossOptions& o, const std::vector<DpoPairIn>& pairs);
 
 // Whether the loss depends on the chosen and rejected log-ratios through their difference only (sigmoid, hinge, ipo,
 // robust, sigmoid_norm, exo_pair, discopop): a pair whose two sides are the same has gradient 0 under it.

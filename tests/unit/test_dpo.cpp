@@ -84,7 +84,7 @@ std::vector<std::string> trl_cases() {
   return out;
 }
 
-TEST(DpoTrl, FixturesPresent) { EXPECT_GE(trl_cases().size(), 17u) << "tests/data/dpo holds too few cases"; }
+TEST(DpoTrl, FixturesPresent) { EXPECT_GE(trl_cases().size(), 19u) << "tests/data/dpo holds too few cases"; }
 
 class DpoTrlCase : public ::testing::TestWithParam<std::string> {};
 
