@@ -72,6 +72,11 @@ CASES = [
          scale_rewards="batch", nan=[(2, 0), (2, 1), (3, 1), (8, 0), (8, 1), (10, 0)]),
     dict(name="gdpo_none_rewards_mu1", model="qwen3_qknorm", loss_type="grpo", beta=0.0, num_iterations=1,
          multi_objective_aggregation="normalize_then_sum", nan=[(0, 0), (0, 1), (4, 0), (5, 0), (6, 0), (9, 1)]),
+    # top_entropy_quantile: the policy loss on the highest-entropy tokens only (added 2026-11-29).
+    dict(name="dapo_top_entropy_beta_mu2", model="llama_gqa", loss_type="dapo", beta=0.04, num_iterations=2,
+         top_entropy_quantile=0.3),
+    dict(name="grpo_top_entropy_sequence_mu1", model="qwen2_bias_tied", loss_type="grpo", beta=0.0, num_iterations=1,
+         importance_sampling_level="sequence", top_entropy_quantile=0.6, temperature=0.8),
 ]
 P, G, LP, LMAX = 3, 4, 5, 6  # prompts, generations, prompt length (equal: no left padding), max completion
 
@@ -139,6 +144,7 @@ def make_case(spec, out_root, tokenizer_file):
         sapo_temperature_neg=spec.get("sapo_temperature_neg", 1.05),
         multi_objective_aggregation=spec.get("multi_objective_aggregation", "sum_then_normalize"),
         off_policy_mask_threshold=spec.get("off_policy_mask_threshold"),
+        top_entropy_quantile=spec.get("top_entropy_quantile", 1.0),
         logging_steps=1, seed=0, gradient_checkpointing=False,
     )
     ds = Dataset.from_dict({"prompt": ["p"] * P})
@@ -204,7 +210,8 @@ def make_case(spec, out_root, tokenizer_file):
                    "num_generations": G, "reward_weights": [1.0, 0.5], "delta": cfg.delta,
                    "sapo_temperature_pos": cfg.sapo_temperature_pos, "sapo_temperature_neg": cfg.sapo_temperature_neg,
                    "multi_objective_aggregation": cfg.multi_objective_aggregation,
-                   "off_policy_mask_threshold": cfg.off_policy_mask_threshold},
+                   "off_policy_mask_threshold": cfg.off_policy_mask_threshold,
+                   "top_entropy_quantile": cfg.top_entropy_quantile},
         "eos_token_id": EOS, "prompts": prompts, "completions": completions, "truncated": trunc,
         # None for NaN (a reward function's None); rewards: trl's nansum, None where every function gave None
         "rewards_per_func": [[None if x != x else x for x in row] for row in rewards_pf.tolist()],

@@ -106,6 +106,7 @@ int run_grpo(Context& ctx) {
   }
   o.multi_objective_aggregation = cfg.get_string("grpo.multi_objective_aggregation");
   o.loss.off_policy_threshold = cfg.get_float("grpo.off_policy_mask_threshold");
+  o.top_entropy_quantile = cfg.get_float("grpo.top_entropy_quantile");
   o.loss.sequence_level = cfg.get_string("grpo.importance_sampling_level") == "sequence";
   if (o.loss.beta > 0) o.loss.kl_bias_correction = cfg.get_bool("grpo.kl_bias_correction");  // a KL term only
   o.loss.max_completion_length = o.max_completion_length;

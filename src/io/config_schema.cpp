@@ -321,6 +321,11 @@ const Schema& mgrl_schema() {
          "negative advantage whose mean log-prob drop from the old policy to the current one exceeds this gets no "
          "policy loss (its KL term stays); acts from the second step of a batch (num_iterations > 1); 0: off",
          {}, 0.0, {}, {}});
+    add({"grpo.top_entropy_quantile", T::Float, Value(1.0),
+         "trl's top_entropy_quantile (\"Beyond the 80/20 rule\", Wang et al. 2025): only the tokens whose entropy reaches "
+         "this quantile from the top (0.2: the 20% most uncertain) of each micro-batch (every rank's) get the policy "
+         "loss; the KL term and the normalisers are unchanged; 1: every token",
+         {}, 1e-6, 1.0, {}});
     add({"grpo.loss_type", T::String, Value(std::string("dapo")),
          "the objective and its normalisation (as trl): grpo (per-sequence token mean, then mean over sequences), "
          "bnpo (tokens of each micro-batch), dr_grpo (sequences x max_completion_length), dapo (tokens of the whole "

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <sstream>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <cstdio>
 #include <fstream>
@@ -250,7 +251,8 @@ std::vector<std::size_t> GrpoTrainer::trained_in(std::size_t begin, std::size_t 
   std::vector<std::size_t> idx;
   for (std::size_t i = begin; i < end; ++i) {
     const Rollout& r = round_->local[i];
-    if (!r.masked && (opts_.loss.beta > 0 || r.advantage != 0.0)) idx.push_back(i);
+    // With top_entropy_quantile < 1 every completion's tokens enter the entropy quantile (trl's), so all are forwarded.
+    if (!r.masked && (opts_.loss.beta > 0 || r.advantage != 0.0 || opts_.top_entropy_quantile < 1.0)) idx.push_back(i);
   }
   if (idx.empty() && begin < end) idx.push_back(begin);  // its loss weights are all 0
   return idx;
@@ -619,6 +621,38 @@ double GrpoTrainer::train_step(nlohmann::json* metrics) {
     w.assign(b.tokens.size(), 0.0f);
     model_.forward(b, lp.data(), true, true, model::dropout_seed(opts_.seed, state_.step), logit_scale);
     const std::vector<float> ent = model_.token_stats().entropy;
+    // trl's top_entropy_quantile: the threshold is the quantile of the entropies of the micro-batch's completion tokens
+    // on every rank (trl: gathered over the devices' micro-batches), the same on each rank.
+    std::vector<float> emask;
+    if (opts_.top_entropy_quantile < 1.0) {
+      std::string mine;
+      for (std::size_t k = 0; k < idx.size(); ++k) {
+        const Rollout& r = R.local[idx[k]];
+        if (r.masked) continue;
+        const auto row = static_cast<std::size_t>(b.offsets[k] + plen[k]);
+        mine.append(reinterpret_cast<const char*>(ent.data() + row), r.completion.size() * sizeof(float));
+      }
+      std::string thr;
+      const auto parts = env_.gather_to_root(mine);
+      if (rank == 0) {
+        std::vector<double> all;
+        for (const auto& part : parts)
+          for (std::size_t at = 0; at + sizeof(float) <= part.size(); at += sizeof(float)) {
+            float x = 0;
+            std::memcpy(&x, part.data() + at, sizeof x);
+            all.push_back(x);
+          }
+        const double q = all.empty() ? std::numeric_limits<double>::infinity()
+                                     : quantile_linear(all, 1.0 - opts_.top_entropy_quantile);
+        thr.assign(reinterpret_cast<const char*>(&q), sizeof q);
+      }
+      thr = env_.broadcast(thr, 0);
+      double q = 0;
+      std::memcpy(&q, thr.data(), sizeof q);
+      const auto threshold = static_cast<float>(q);
+      emask.assign(ent.size(), 0.0f);
+      for (std::size_t i = 0; i < ent.size(); ++i) emask[i] = ent[i] >= threshold ? 1.0f : 0.0f;
+    }
     for (std::size_t k = 0; k < idx.size(); ++k) {
       const Rollout& r = R.local[idx[k]];
       const int nt = static_cast<int>(r.completion.size());
@@ -635,6 +669,7 @@ double GrpoTrainer::train_step(nlohmann::json* metrics) {
       if (opts_.num_iterations > 1 && !first_iteration) MGRL_CHECK(r.old_logps.size() == r.completion.size(), "old log-probs missing");
       s.ref = opts_.loss.beta > 0 ? r.ref_logps.data() : nullptr;
       s.mask = mask.data();
+      s.entropy_mask = emask.empty() ? nullptr : emask.data() + row;
       s.advantage = r.advantage;
       grad.assign(static_cast<std::size_t>(nt), 0.0);
       const SequenceTerms st = sequence_loss(opts_.loss, s, grad.data());

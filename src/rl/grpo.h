@@ -32,6 +32,7 @@
 namespace mgrl::rl {
 
 struct GrpoOptions {
+  double top_entropy_quantile = 1.0;  // trl's: < 1 keeps the policy loss on the highest-entropy tokens only
   train::OptimizerOptions optim;
   train::CheckpointOptions checkpoint;
   int max_nonfinite_steps = 25;  // consecutive steps with a non-finite loss or gradient norm that stop the run; 0 never

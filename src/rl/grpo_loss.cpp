@@ -152,7 +152,9 @@ SequenceTerms sequence_loss(const GrpoLossOptions& o, const SequenceIn& s, doubl
       if (c1d < lo && A < 0) out.clipped_low += m;
       if (c1d > hi && A > 0) out.clipped_high += m;
     }
-    loss *= keep, d_c1 *= keep, d_lp *= keep;  // the policy term only: the KL below stays
+    // The policy term only (off-policy masking, the entropy mask): the KL below stays.
+    const double k = keep * (s.entropy_mask ? static_cast<double>(s.entropy_mask[t]) : 1.0);
+    loss *= k, d_c1 *= k, d_lp *= k;
     if (o.beta != 0.0) {
       const double delta = static_cast<double>(s.ref[t]) - s.logp[t];
       double kl = std::exp(delta) - delta - 1.0;
@@ -184,6 +186,15 @@ SequenceTerms sequence_loss(const GrpoLossOptions& o, const SequenceIn& s, doubl
     out.clipped_high = out.clipped_high > 0 ? 1.0 : 0.0;
   }
   return out;
+}
+
+double quantile_linear(std::vector<double> values, double q) {
+  MGRL_CHECK(!values.empty(), "quantile of no values");
+  std::sort(values.begin(), values.end());
+  const double pos = q * static_cast<double>(values.size() - 1);
+  const auto lo = static_cast<std::size_t>(std::floor(pos));
+  const std::size_t hi = std::min(lo + 1, values.size() - 1);
+  return values[lo] + (pos - static_cast<double>(lo)) * (values[hi] - values[lo]);
 }
 
 double sequence_weight(const GrpoLossOptions& o, double tokens_i, std::int64_t n_completions, double micro_tokens,

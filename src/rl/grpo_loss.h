@@ -53,8 +53,14 @@ struct SequenceIn {
   const float* old = nullptr;
   const float* ref = nullptr;
   const float* mask = nullptr;
+  // trl's top_entropy_quantile (optional): 1 on the tokens whose entropy reaches the batch's quantile, 0 elsewhere; it
+  // multiplies the policy term of each token (not its KL term, nor the normaliser's token count).
+  const float* entropy_mask = nullptr;
   double advantage = 0;
 };
+
+// torch.quantile(values, q) (linear interpolation between the sorted values); values not empty.
+double quantile_linear(std::vector<double> values, double q);
 
 // S = sum_t mask_t * loss_t of one completion, dS/dlogp_t, and what the step metrics count.
 struct SequenceTerms {

@@ -196,7 +196,7 @@ std::vector<std::string> trl_cases() {
   return out;
 }
 
-TEST(GrpoTrl, FixturesPresent) { EXPECT_GE(trl_cases().size(), 17u) << "tests/data/grpo holds too few cases"; }
+TEST(GrpoTrl, FixturesPresent) { EXPECT_GE(trl_cases().size(), 19u) << "tests/data/grpo holds too few cases"; }
 
 class GrpoTrlCase : public ::testing::TestWithParam<std::string> {};
 
@@ -268,9 +268,29 @@ TEST_P(GrpoTrlCase, LossGradientsAndAdvantagesMatchTrl) {
   std::vector<float> lp(b.tokens.size()), ref(b.tokens.size());
   net.set_token_stats(true);
   net.forward(b, lp.data(), true, true, 0, scale);
+  const std::vector<float> ent = net.token_stats().entropy;
+  // trl's top_entropy_quantile: the policy loss on the tokens whose entropy reaches the quantile of the batch's
+  // completion tokens only.
+  const double teq = k.value("top_entropy_quantile", 1.0);
+  std::vector<float> emask;
+  if (teq < 1.0) {
+    const auto cmask = c["completion_mask"].get<std::vector<std::vector<double>>>();
+    std::vector<double> valid;
+    for (std::size_t i = 0; i < N; ++i) {
+      const std::size_t row = static_cast<std::size_t>(b.offsets[i]) + prompts[i / static_cast<std::size_t>(G)].size();
+      for (std::size_t t = 0; t < completions[i].size(); ++t)
+        if (cmask[i][t] > 0) valid.push_back(ent[row + t]);
+    }
+    const auto threshold = static_cast<float>(quantile_linear(valid, 1.0 - teq));
+    emask.assign(ent.size(), 0.0f);
+    for (std::size_t i = 0; i < ent.size(); ++i) emask[i] = ent[i] >= threshold ? 1.0f : 0.0f;
+    std::size_t kept = 0;
+    for (const double e : valid) kept += static_cast<float>(e) >= threshold ? 1 : 0;
+    EXPECT_GT(kept, 0u);
+    EXPECT_LT(kept, valid.size()) << "the entropy mask keeps every token: it checks nothing";
+  }
   // trl's "entropy" metric: the masked mean over the completion tokens of the tempered distributions' entropies.
   if (c.contains("entropy")) {
-    const std::vector<float> ent = net.token_stats().entropy;
     const auto cmask = c["completion_mask"].get<std::vector<std::vector<double>>>();
     double sum = 0, n = 0;
     for (std::size_t i = 0; i < N; ++i) {
@@ -354,6 +374,7 @@ TEST_P(GrpoTrlCase, LossGradientsAndAdvantagesMatchTrl) {
     s.old = has_old ? old[i].data() : nullptr;
     s.ref = beta ? refs[i].data() : nullptr;
     s.mask = masks[i].data();
+    s.entropy_mask = emask.empty() ? nullptr : emask.data() + row;
     s.advantage = adv[i];
     std::vector<double> g(n);
     const SequenceTerms st = sequence_loss(o, s, g.data());
