@@ -225,11 +225,12 @@ train::OptimizerOptions optimizer_options(const io::Config& cfg, std::int64_t ma
                                 : train::Schedule::warmup_from_ratio(cfg.get_float("train.warmup_ratio"), max_steps);
   // A schedule that never reaches train.lr: the run trains at a fraction of the rate asked for (silent until
   // 2026-11-28). (train.lr = 0 is said by the modes: PPO's value head may train alone at it.)
-  if (o.schedule.warmup_steps > max_steps && o.schedule.lr > 0) {
+  if (o.schedule.warmup_steps >= max_steps && o.schedule.lr > 0) {  // the last step has (max_steps - 1) / warmup
     char peak[32];
     std::snprintf(peak, sizeof peak, "%.3g", o.schedule.at(max_steps - 1));
     log::warn_once("the warm-up (" + std::to_string(o.schedule.warmup_steps) + " steps, train.warmup_steps or "
-                   "train.warmup_ratio) is longer than the run (train.max_steps = " + std::to_string(max_steps) +
+                   "train.warmup_ratio) is " + (o.schedule.warmup_steps > max_steps ? "longer than" : "as long as") +
+                   " the run (train.max_steps = " + std::to_string(max_steps) +
                    "): the learning rate never reaches train.lr; it peaks at " + peak + " at the last step");
   }
   return o;
@@ -263,7 +264,11 @@ model::LoraConfig lora_config(const io::Config& cfg) {
     lc.use_rslora = cfg.get_bool("lora.use_rslora");
     lc.targets = cfg.get_strings("lora.targets");
   }
-  lc.dropout = cfg.get_float("lora.dropout");
+  // Training on from an adapter keeps its lora_dropout unless lora.dropout is given (as PEFT trains a loaded adapter;
+  // the adapter's was ignored until 2026-11-29) -- except in DPO, whose trl default (disable_dropout = True) turns
+  // every dropout off: there lora.dropout (0 by default) holds.
+  const bool keep_adapters = !adapter.empty() && cfg.get_string("mode") != "dpo" && !given_for_this_mode(cfg, "lora.dropout");
+  if (!keep_adapters) lc.dropout = cfg.get_float("lora.dropout");
   return lc;
 }
 

@@ -59,10 +59,14 @@ int run_sft(Context& ctx) {
     const std::string limit = d.max_seq_len < cfg.get_int("train.max_seq_len")
                                   ? "the model's max_position_embeddings (" + std::to_string(d.max_seq_len) + ")"
                                   : "train.max_seq_len = " + std::to_string(d.max_seq_len);
+    // At the model's positions raising train.max_seq_len cannot help (it told the user to until 2026-11-29).
+    const std::string remedy = d.max_seq_len < cfg.get_int("train.max_seq_len")
+                                   ? "shorten them, or use a model with more positions, to train them whole"
+                                   : "raise train.max_seq_len to train them whole";
     for (const auto* set : {&train_data, &eval_data}) {
       const std::string note = cut_rows_note(*set, cfg.get_string(set == &train_data ? "data.input" : "eval.input"),
                                              "examples", limit, "lose the end of their completion, EOS included",
-                                             "raise train.max_seq_len to train them whole");
+                                             remedy);
       if (!note.empty()) data_notes.push_back(note);
       // Prompts whose last tokens merge with the completion's first: trained on the tokens of the whole (as trl),
       // which differ from the prompt's own at its end (trl warns once too).

@@ -13,9 +13,10 @@ std::int64_t Schedule::warmup_from_ratio(double ratio, std::int64_t total_steps)
 }
 
 double Schedule::factor(std::int64_t step) const {
-  // transformers' schedules evaluate the multiplier at the step counter before the update (0-based), so
-  // the first step of a warmup has lr 0; mgrl uses step + 1 in the warmup so that no step is wasted.
-  if (step < warmup_steps) return static_cast<double>(step + 1) / static_cast<double>(warmup_steps);
+  // As transformers' schedules (trl's): the multiplier at the step counter before the update (0-based), so the first
+  // step of a warmup has lr 0. (mgrl used step + 1 in the warmup until 2026-11-29: its learning rates ran one step
+  // ahead of trl's through the warmup, and the runs apart from the first step on.)
+  if (step < warmup_steps) return static_cast<double>(step) / static_cast<double>(warmup_steps);
   const double span = static_cast<double>(std::max<std::int64_t>(1, total_steps - warmup_steps));
   const double progress = std::min(1.0, static_cast<double>(step - warmup_steps) / span);
   if (kind == "constant") return 1.0;
