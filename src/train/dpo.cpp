@@ -27,11 +27,19 @@ void DpoSums::add(const DpoPairIn& in, const DpoPairOut& out) {
   loss += out.loss;
   reward_chosen += out.reward_chosen;
   reward_rejected += out.reward_rejected;
-  accuracy += out.reward_chosen > out.reward_rejected ? 1.0 : 0.0;  // trl: strictly greater
+  // trl counts a pair strictly greater. A difference within the f32 rounding of the sequence log-probs is a tie:
+  // where trl's values are equal (the reference the policy itself, identical sequences once cut to max_length) mgrl's
+  // separate passes (a precomputed reference, another packing) can differ in the last bits, and counted those as wins
+  // (rewards/accuracies 0.625 where trl said 0; found by a DPO-vs-trl hunt, 2026-11-29).
+  constexpr double kUlps = 4 * 1.1920929e-7;
+  const double lc = in.chosen - in.ref_chosen, lr = in.rejected - in.ref_rejected;
+  const double tol_r = kUlps * (std::fabs(in.chosen) + std::fabs(in.rejected) + std::fabs(in.ref_chosen) +
+                                std::fabs(in.ref_rejected));
+  accuracy += out.reward_chosen > out.reward_rejected && lc - lr > tol_r ? 1.0 : 0.0;
   margin += out.reward_chosen - out.reward_rejected;
   logp_chosen += in.chosen;
   logp_rejected += in.rejected;
-  logp_accuracy += in.chosen > in.rejected ? 1.0 : 0.0;
+  logp_accuracy += in.chosen - in.rejected > kUlps * (std::fabs(in.chosen) + std::fabs(in.rejected)) ? 1.0 : 0.0;
 }
 
 double DpoSums::total_loss(double sft_weight) const {

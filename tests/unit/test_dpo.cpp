@@ -84,6 +84,26 @@ std::vector<std::string> trl_cases() {
   return out;
 }
 
+// rewards/accuracies and logps/accuracies: a difference within the f32 rounding of the sequence log-probs is a tie
+// (trl's equal values: a reference that is the policy, identical sequences), a real one a win.
+TEST(DpoSums, RoundingNoiseIsATieNotAWin) {
+  DpoLossOptions o;
+  DpoSums s;
+  DpoPairIn noise;  // the policy = the reference, chosen = rejected, up to the last bits of separate passes
+  noise.chosen = -20.000001;
+  noise.rejected = -20.000002;
+  noise.ref_chosen = -20.000002;
+  noise.ref_rejected = -20.000001;
+  s.add(noise, dpo_pair_loss(o, noise));
+  EXPECT_EQ(s.accuracy, 0.0);
+  EXPECT_EQ(s.logp_accuracy, 0.0);
+  DpoPairIn real = noise;
+  real.chosen = -19.9;  // a preference of 0.1 nats
+  s.add(real, dpo_pair_loss(o, real));
+  EXPECT_EQ(s.accuracy, 1.0);
+  EXPECT_EQ(s.logp_accuracy, 1.0);
+}
+
 TEST(DpoTrl, FixturesPresent) { EXPECT_GE(trl_cases().size(), 19u) << "tests/data/dpo holds too few cases"; }
 
 class DpoTrlCase : public ::testing::TestWithParam<std::string> {};
