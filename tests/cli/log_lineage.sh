@@ -26,5 +26,5 @@ rm ckC/step_*.h5
 python3 "$here/metrics_per_step.py" L2/metrics.jsonl 6
 "$@" --train.max_steps=2 --checkpoint.dir=ckD --log.dir=L3 > /dev/null
 "$@" --train.max_steps=4 --checkpoint.dir=ckD --log.dir=L3 --checkpoint.resume=auto > /dev/null
-echo "extended: $(grep -c '"eval_loss":[^,]*,"step":2}' L3/metrics.jsonl) step-2 evaluation(s) kept," \
+echo "extended: $(grep -c '"eval_loss":.*"step":2}' L3/metrics.jsonl) step-2 evaluation(s) kept," \
      "$(cat L3/metrics.jsonl.dropped 2>/dev/null | grep -c . || true) record(s) moved"
