@@ -259,6 +259,9 @@ void parse_gemma_and_windows(ModelConfig& c, const json& j, const Keys& k) {
     c.query_pre_attn_scalar = optional_number(j, k, "query_pre_attn_scalar", 256);
     if (c.query_pre_attn_scalar == 0) k.fail("query_pre_attn_scalar", "must be a positive number");
     c.attn_logit_softcapping = optional_number(j, k, "attn_logit_softcapping", gemma2 ? 50.0 : 0.0);
+    // transformers' Gemma 3 attention never applies it (Gemma3Attention passes no softcap): a value there changes
+    // nothing in transformers, and nothing here (it soft-capped mgrl's attention scores until 2026-11-29).
+    if (gemma3) c.attn_logit_softcapping = 0.0;
     c.final_logit_softcapping = optional_number(j, k, "final_logit_softcapping", gemma2 ? 30.0 : 0.0);
     if (k.get_bool("use_bidirectional_attention", false)) {
       k.fail("use_bidirectional_attention", "is true: only causal attention is supported");
@@ -386,8 +389,9 @@ ModelConfig parse_hf_config(const std::string& path) {
   if (gemma3 && c.rope_local_theta == 0) c.rope_local_theta = 10000.0;
 
   c.gemma = c.arch == Architecture::Gemma2 || gemma3;
-  // Gemma names its activation hidden_activation (hidden_act is an older spelling it also carries).
-  const std::string act_key = c.gemma && k.find("hidden_activation") ? "hidden_activation" : "hidden_act";
+  // Gemma's MLP reads hidden_activation alone (transformers' default gelu_pytorch_tanh): a hidden_act beside it, or in
+  // its place, is not used (it was when hidden_activation was absent, until 2026-11-29: SwiGLU for "silu").
+  const std::string act_key = c.gemma ? "hidden_activation" : "hidden_act";
   c.hidden_act = k.get_string(act_key, c.gemma ? "gelu_pytorch_tanh" : "silu");
   if (c.hidden_act != "silu" && c.hidden_act != "gelu_pytorch_tanh") {
     k.fail(act_key, "is '" + c.hidden_act + "'; only 'silu' and 'gelu_pytorch_tanh' are supported");

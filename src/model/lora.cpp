@@ -116,6 +116,11 @@ LoraConfig peft_config_from_json(const nlohmann::json& j, const std::string& pat
     return it != j.end() && !it->is_null() && !(it->is_boolean() && !it->get<bool>());
   };
   if (flag("use_dora")) fail("DoRA adapters (use_dora) are not supported");
+  // PEFT's activated LoRA applies the adapter from its invocation tokens on only (accepted and applied everywhere
+  // until 2026-11-29).
+  if (const auto it = j.find("alora_invocation_tokens");
+      it != j.end() && !it->is_null() && !(it->is_array() && it->empty()))
+    fail("activated LoRA adapters (alora_invocation_tokens) are not supported");
   if (flag("fan_in_fan_out")) fail("fan_in_fan_out adapters are not supported");
   if (j.contains("bias") && j["bias"].is_string() && j["bias"] != "none") fail("adapter biases are not supported");
   for (const char* k : {"rank_pattern", "alpha_pattern"})

@@ -410,6 +410,20 @@ TEST(HfConfig, Gemma2) {
   EXPECT_FALSE(e.is_sliding(0));
 }
 
+// transformers' Gemma 2 and 3 read hidden_activation alone (default gelu_pytorch_tanh), and Gemma 3 applies no
+// attention soft-cap whatever attn_logit_softcapping says (a hunt against transformers, 2026-11-29).
+TEST(HfConfig, GemmaReadsWhatTransformersReads) {
+  const ModelConfig g2 = parse_hf_config(write_config(
+      "gemma2_act", with_replaced(kGemma2, R"("hidden_activation": "gelu_pytorch_tanh",)", R"("hidden_act": "silu",)")));
+  EXPECT_EQ(g2.hidden_act, "gelu_pytorch_tanh");
+  const ModelConfig g3 = parse_hf_config(write_config(
+      "gemma3_caps", with_replaced(kGemma3, R"("attn_logit_softcapping": null,)", R"("attn_logit_softcapping": 2.0,)")));
+  EXPECT_EQ(g3.attn_logit_softcapping, 0.0);
+  const ModelConfig g3a = parse_hf_config(write_config(
+      "gemma3_act", with_replaced(kGemma3, R"("hidden_activation": "gelu_pytorch_tanh",)", R"("hidden_act": "silu",)")));
+  EXPECT_EQ(g3a.hidden_act, "gelu_pytorch_tanh");
+}
+
 TEST(HfConfig, Gemma3) {
   const ModelConfig c = parse_hf_config(write_config("gemma3", kGemma3));
   EXPECT_EQ(c.arch, Architecture::Gemma3);

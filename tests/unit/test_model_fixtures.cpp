@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <vector>
@@ -313,6 +315,31 @@ TEST(ModelGradients, FullFineTuningMatchesFiniteDifferences) {
     }
   }
   EXPECT_GT(checked, 20);
+}
+
+// PEFT adapter configs mgrl cannot apply as PEFT does are refused naming the key, not applied otherwise: activated LoRA
+// (alora_invocation_tokens; applied to every token until 2026-11-29), DoRA; a null or empty list is plain LoRA.
+TEST(PeftConfig, RefusesWhatItCannotApplyAsPeft) {
+  std::ifstream in(kData + "llama_gqa/adapter_config.json");
+  const nlohmann::json base = nlohmann::json::parse(in);
+  const auto error = [&](const nlohmann::json& j) {
+    try {
+      peft_config_from_json(j, "a.json");
+    } catch (const UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  nlohmann::json j = base;
+  j["alora_invocation_tokens"] = {5, 6};
+  EXPECT_NE(error(j).find("activated LoRA adapters (alora_invocation_tokens) are not supported"), std::string::npos)
+      << error(j);
+  j["alora_invocation_tokens"] = nlohmann::json::array();
+  EXPECT_EQ(error(j), "");
+  j["alora_invocation_tokens"] = nullptr;
+  EXPECT_EQ(error(j), "");
+  j["use_dora"] = true;
+  EXPECT_NE(error(j).find("DoRA"), std::string::npos);
 }
 
 TEST(ModelGradients, LoraDropoutGradientsMatchFiniteDifferences) {
