@@ -383,29 +383,20 @@ class OnigTranslator {
     const char e = p_[i_ + 1];
     switch (e) {
       case 's':
-        u.plain += kSpaceClass;
-        i_ += 2;
-        return;
       case 'w':
-        u.plain += kWordClass;
-        i_ += 2;
-        return;
       case 'h':
-        u.plain += kHexClass;
-        i_ += 2;
-        return;
       case 'S':
-        u.nested.push_back(negated_plain(kSpaceClass));
-        i_ += 2;
-        return;
       case 'W':
-        u.nested.push_back(negated_plain(kWordClass));
+      case 'H': {  // the class's body; the upper-case one as a negated nested set
+        const char lower = static_cast<char>(std::tolower(static_cast<unsigned char>(e)));
+        const char* body = lower == 's' ? kSpaceClass : lower == 'w' ? kWordClass : kHexClass;
+        if (e == lower)
+          u.plain += body;
+        else
+          u.nested.push_back(negated_plain(body));
         i_ += 2;
         return;
-      case 'H':
-        u.nested.push_back(negated_plain(kHexClass));
-        i_ += 2;
-        return;
+      }
       case 'p':
       case 'P': {
         const std::string prop = property(true);
