@@ -66,7 +66,7 @@ TARGET_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj"
 PAD_ID = 0
 BATCH = 3
 
-# The six models. Sizes are deliberately not powers of two; head_dim must be even (RoPE rotates halves).
+# The seven models. Sizes are deliberately not powers of two; head_dim must be even (RoPE rotates halves).
 MODELS = [
     dict(
         name="llama_gqa",
@@ -150,6 +150,35 @@ MODELS = [
         lora=dict(r=3, use_rslora=False),
         seq_len=13,
         lengths=[13, 10, 6],
+    ),
+    # Qwen3 with YaRN (rope_type "yarn", factor 4, original context 32 of 128): with head_dim 12 and theta 1e4 the
+    # correction range is dimensions [0, 2] (beta_fast 32 -> -1.2 -> 0, beta_slow 1 -> 1.06 -> 2): frequency 0 is
+    # the plain one, 1 halfway, 2 to 5 divided by 4; cos and sin are multiplied by 0.1 ln 4 + 1 = 1.1386.
+    dict(
+        name="qwen3_yarn",
+        seed=7007,
+        cls=Qwen3ForCausalLM,
+        config_cls=Qwen3Config,
+        config=dict(
+            vocab_size=151,
+            hidden_size=48,
+            intermediate_size=104,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=12,
+            max_position_embeddings=128,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=True,
+            attention_bias=False,
+            hidden_act="silu",
+            use_sliding_window=False,
+            rope_parameters=dict(rope_type="yarn", rope_theta=10000.0, factor=4.0,
+                                 original_max_position_embeddings=32),
+        ),
+        lora=dict(r=4, use_rslora=False),
+        seq_len=12,
+        lengths=[12, 9, 5],
     ),
     # Gemma 2: (1 + w) norms before and after attention and MLP, GeGLU (tanh GELU), embeddings scaled by
     # sqrt(hidden), query_pre_attn_scalar, attention-logit and final-logit soft-capping (caps small enough to
@@ -277,6 +306,21 @@ def rope_inv_freq_f64(rp, head_dim):
         return inv
     if rp["rope_type"] == "linear":
         return inv / float(rp["factor"])
+    if rp["rope_type"] == "yarn":  # NTK-by-parts: the ramp between extrapolation (inv) and interpolation (inv / f)
+        factor, orig = float(rp["factor"]), float(rp["original_max_position_embeddings"])
+        beta_fast, beta_slow = rp.get("beta_fast") or 32, rp.get("beta_slow") or 1
+
+        def corr(rot):
+            return head_dim * math.log(orig / (rot * 2 * math.pi)) / (2 * math.log(base))
+
+        low, high = corr(beta_fast), corr(beta_slow)
+        if rp.get("truncate", True):
+            low, high = math.floor(low), math.ceil(high)
+        low, high = max(low, 0), min(high, head_dim - 1)
+        if low == high:
+            high += 0.001
+        ramp = ((torch.arange(head_dim // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
+        return (inv / factor) * ramp + inv * (1 - ramp)
     if rp["rope_type"] != "llama3":
         raise ValueError(f"unsupported rope_type {rp['rope_type']}")
     factor = float(rp["factor"])
@@ -294,6 +338,16 @@ def rope_inv_freq_f64(rp, head_dim):
             s = (old_ctx / wl - low) / (high - low)
             out[i] = (1 - s) * f / factor + s * f
     return out
+
+
+def rope_attention_factor(rp):
+    """YaRN's factor on cos and sin (1 for the other types): given, or 0.1 ln(factor) + 1."""
+    if rp["rope_type"] != "yarn":
+        return 1.0
+    if rp.get("attention_factor") is not None:
+        return float(rp["attention_factor"])
+    factor = float(rp["factor"])
+    return 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
 
 
 def _config_rope_params(config, layer_type=None):
@@ -593,6 +647,7 @@ def manual_forward(model_dir, input_ids, lengths, use_adapter=True, inputs_embed
     window = cfg.get("sliding_window")
     types = cfg.get("layer_types") or ["sliding_attention" if window else "full_attention"] * n_layers
     inv_freqs = {t: rope_inv_freq_f64(rope_params_from_config_dict(cfg, t), hd) for t in set(types)}
+    rope_m = {t: rope_attention_factor(rope_params_from_config_dict(cfg, t)) for t in set(types)}
     score_scale = cfg["query_pre_attn_scalar"] ** -0.5 if gemma else 1.0 / math.sqrt(hd)
     attn_cap = cfg.get("attn_logit_softcapping") if gemma else None
     final_cap = cfg.get("final_logit_softcapping") if gemma else None
@@ -611,10 +666,10 @@ def manual_forward(model_dir, input_ids, lengths, use_adapter=True, inputs_embed
             y = y + scaling * ((x @ A[ka].T) @ A[kb].T)
         return y
 
-    def rope(x, pos, inv_freq):  # x [B, T, heads, hd]; rotate_half convention: pairs (i, i + hd/2)
+    def rope(x, pos, inv_freq, m):  # x [B, T, heads, hd]; rotate_half convention: pairs (i, i + hd/2); m: YaRN's
         ang = pos[:, None].to(torch.float64) * inv_freq[None, :]
-        cos = torch.cat([ang.cos(), ang.cos()], -1)[None, :, None, :]
-        sin = torch.cat([ang.sin(), ang.sin()], -1)[None, :, None, :]
+        cos = m * torch.cat([ang.cos(), ang.cos()], -1)[None, :, None, :]
+        sin = m * torch.cat([ang.sin(), ang.sin()], -1)[None, :, None, :]
         x1, x2 = x[..., : hd // 2], x[..., hd // 2:]
         return x * cos + torch.cat([-x2, x1], -1) * sin
 
@@ -641,7 +696,7 @@ def manual_forward(model_dir, input_ids, lengths, use_adapter=True, inputs_embed
         if p + "self_attn.q_norm.weight" in W:  # Qwen3, Gemma 3
             q = rms(q, W[p + "self_attn.q_norm.weight"])
             k = rms(k, W[p + "self_attn.k_norm.weight"])
-        q, k = rope(q, pos, inv_freqs[types[i]]), rope(k, pos, inv_freqs[types[i]])
+        q, k = rope(q, pos, inv_freqs[types[i]], rope_m[types[i]]), rope(k, pos, inv_freqs[types[i]], rope_m[types[i]])
         g = nh // nkv
         k = k.repeat_interleave(g, dim=2)  # query head j uses kv head j // g
         v = v.repeat_interleave(g, dim=2)

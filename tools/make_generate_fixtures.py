@@ -18,7 +18,7 @@ from peft import PeftModel
 from safetensors.numpy import load_file
 from transformers import AutoModelForCausalLM
 
-MODELS = ["llama_gqa", "qwen2_bias_tied", "qwen3_qknorm", "gemma2_softcap", "gemma3_text", "mistral_window"]
+MODELS = ["llama_gqa", "qwen2_bias_tied", "qwen3_qknorm", "gemma2_softcap", "gemma3_text", "mistral_window", "qwen3_yarn"]
 MAX_NEW = 10
 
 

@@ -151,8 +151,11 @@ Architecture parse_architecture(const json& j, const Keys& k, const std::string&
   throw UserError(file + ": missing required key 'architectures' (one of " + kSupported + ")");
 }
 
-// rope_scaling (4.x) or rope_parameters (5.x): none for type "default", the llama3 parameters, or an error.
-std::optional<RopeScaling> parse_rope(const json& obj, const std::string& key, const std::string& file) {
+// rope_scaling (4.x) or rope_parameters (5.x): none for types "default" and "dynamic", the llama3, linear or yarn
+// parameters, or an error. max_pos: the config's max_position_embeddings; top_original: its top-level
+// original_max_position_embeddings (0: none), which transformers puts before the dict's for llama3 and yarn.
+std::optional<RopeScaling> parse_rope(const json& obj, const std::string& key, const std::string& file,
+                                      std::int64_t max_pos, std::int64_t top_original) {
   if (!obj.is_object()) {
     throw UserError(file + ": key '" + key + "' must be an object or null, not " + describe(obj));
   }
@@ -165,25 +168,55 @@ std::optional<RopeScaling> parse_rope(const json& obj, const std::string& key, c
   } else {
     throw UserError(file + ": key '" + key + "' has no 'rope_type'");
   }
-  if (type == "default") return std::nullopt;
-  if (type != "llama3" && type != "linear") {
+  // dynamic NTK scaling changes the frequencies only for sequences longer than max_position_embeddings
+  // (transformers' dynamic_rope_update; at that length its base is rope_theta exactly); mgrl refuses such sequences.
+  if (type == "default" || type == "dynamic") return std::nullopt;
+  if (type != "llama3" && type != "linear" && type != "yarn") {
     throw UserError(file + ": unsupported rope_scaling type '" + type + "' in key '" + key +
-                    "' (supported: llama3, linear, or none)");
+                    "' (supported: llama3, linear, yarn, dynamic, or none)");
   }
   RopeScaling s;
   s.rope_type = type;
-  s.factor = r.get_number("factor");
-  if (type == "linear") {
-    if (!(s.factor > 0)) r.fail("factor", "must be positive");
+  // yarn with a null factor: max_position_embeddings / original_max_position_embeddings (transformers; DeepSeek-V3).
+  // An absent one is an error there too.
+  const bool implicit_factor = type == "yarn" && obj.contains("factor") && obj["factor"].is_null();
+  if (!implicit_factor) s.factor = r.get_number("factor");
+  if (!(s.factor > 0)) r.fail("factor", "must be positive");
+  if (type == "linear") return s;
+  // transformers (standardize_rope_params): the config's top-level original_max_position_embeddings first, then the
+  // dict's, then max_position_embeddings.
+  s.original_max_position_embeddings =
+      top_original > 0 ? top_original
+                       : (r.find("original_max_position_embeddings") ? r.get_int("original_max_position_embeddings")
+                                                                     : max_pos);
+  if (s.original_max_position_embeddings <= 0) r.fail("original_max_position_embeddings", "must be positive");
+  if (implicit_factor)
+    s.factor = static_cast<double>(max_pos) / static_cast<double>(s.original_max_position_embeddings);
+  if (type == "yarn") {
+    // transformers' _compute_yarn_parameters: a null or absent beta takes its default (`or 32`, `or 1`).
+    s.beta_fast = r.find("beta_fast") ? r.get_number("beta_fast") : 32.0;
+    s.beta_slow = r.find("beta_slow") ? r.get_number("beta_slow") : 1.0;
+    if (s.beta_fast == 0) s.beta_fast = 32.0;
+    if (s.beta_slow == 0) s.beta_slow = 1.0;
+    if (!(s.beta_fast > 0) || !(s.beta_slow > 0)) r.fail(s.beta_fast > 0 ? "beta_slow" : "beta_fast", "must be positive");
+    s.truncate = r.get_bool("truncate", true);
+    // The attention factor: given, or 0.1 ln(factor) + 1 (factor > 1), or with mscale and mscale_all_dim both
+    // given and non-zero, the ratio of that formula with each as a multiplier of the log.
+    const auto mscale = [](double scale, double m) { return scale <= 1 ? 1.0 : 0.1 * m * std::log(scale) + 1.0; };
+    if (r.find("attention_factor")) {
+      s.attention_factor = r.get_number("attention_factor");
+      if (!(s.attention_factor > 0)) r.fail("attention_factor", "must be positive");
+    } else {
+      const double m = r.find("mscale") ? r.get_number("mscale") : 0.0;
+      const double m_all = r.find("mscale_all_dim") ? r.get_number("mscale_all_dim") : 0.0;
+      s.attention_factor = m != 0 && m_all != 0 ? mscale(s.factor, m) / mscale(s.factor, m_all) : mscale(s.factor, 1);
+    }
     return s;
   }
   s.low_freq_factor = r.get_number("low_freq_factor");
   s.high_freq_factor = r.get_number("high_freq_factor");
-  s.original_max_position_embeddings = r.get_int("original_max_position_embeddings");
-  if (!(s.factor > 0)) r.fail("factor", "must be positive");
   if (!(s.low_freq_factor > 0)) r.fail("low_freq_factor", "must be positive");
   if (!(s.high_freq_factor >= s.low_freq_factor)) r.fail("high_freq_factor", "must be >= low_freq_factor");
-  if (s.original_max_position_embeddings <= 0) r.fail("original_max_position_embeddings", "must be positive");
   return s;
 }
 
@@ -360,7 +393,7 @@ ModelConfig parse_hf_config(const std::string& path) {
     if (const json* local = nested.find("sliding_attention")) {
       if (!local->is_object()) nested.fail("sliding_attention", "must be an object, not " + describe(*local));
       const Keys l(*local, path, "rope_parameters.sliding_attention.");
-      if (parse_rope(*local, "rope_parameters.sliding_attention", path)) {
+      if (parse_rope(*local, "rope_parameters.sliding_attention", path, c.max_position_embeddings, 0)) {
         l.fail("rope_type", "must be 'default': mgrl does not scale the RoPE of sliding layers");
       }
       c.rope_local_theta = l.get_number("rope_theta", 10000.0);
@@ -381,10 +414,12 @@ ModelConfig parse_hf_config(const std::string& path) {
     c.rope_theta = gemma3 ? 1000000.0 : 10000.0;  // transformers' defaults for these architectures
   }
   if (!(c.rope_theta > 0)) k.fail("rope_theta", "must be positive");
+  const std::int64_t top_original =
+      k.find("original_max_position_embeddings") ? k.get_positive("original_max_position_embeddings") : 0;
   if (const json* s = k.find("rope_scaling")) {
-    c.rope_scaling = parse_rope(*s, "rope_scaling", path);
+    c.rope_scaling = parse_rope(*s, "rope_scaling", path, c.max_position_embeddings, top_original);
   } else if (params) {
-    c.rope_scaling = parse_rope(*params, params_key, path);
+    c.rope_scaling = parse_rope(*params, params_key, path, c.max_position_embeddings, top_original);
   }
   if (gemma3 && c.rope_local_theta == 0) c.rope_local_theta = 10000.0;
 

@@ -14,14 +14,20 @@ namespace mgrl::io {
 enum class Architecture { Llama, Qwen2, Qwen3, Gemma2, Gemma3, Mistral };
 const char* architecture_name(Architecture a);  // "LlamaForCausalLM", ...
 
-// rope_scaling of type "llama3" (Llama 3.1+: per-frequency scaling of the rotary embedding) or "linear" (every
-// inverse frequency divided by factor; Gemma 3's global layers).
+// rope_scaling of type "llama3" (Llama 3.1+: per-frequency scaling of the rotary embedding), "linear" (every
+// inverse frequency divided by factor; Gemma 3's global layers) or "yarn" (YaRN: NTK-by-parts interpolation between
+// the plain and the factor-divided frequencies, and cos/sin multiplied by attention_factor; Qwen2.5/Qwen3 long
+// context). "default" and "dynamic" (dynamic NTK, the plain RoPE up to max_position_embeddings, which mgrl never
+// exceeds) are no scaling.
 struct RopeScaling {
   std::string rope_type = "llama3";
   double factor = 1.0;
-  double low_freq_factor = 1.0;
-  double high_freq_factor = 4.0;
-  std::int64_t original_max_position_embeddings = 8192;
+  double low_freq_factor = 1.0;   // llama3
+  double high_freq_factor = 4.0;  // llama3
+  std::int64_t original_max_position_embeddings = 8192;  // llama3, yarn
+  double beta_fast = 32, beta_slow = 1;  // yarn: the ramp's bounds in rotations
+  bool truncate = true;                  // yarn: the ramp's bounds rounded to whole dimensions
+  double attention_factor = 1.0;         // yarn: cos and sin are multiplied by it (resolved from mscale, ...)
 };
 
 // quantization_config of a model directory that transformers saved with bitsandbytes in 4-bit form
@@ -81,6 +87,12 @@ struct ModelConfig {
   // The attention score scale: query_pre_attn_scalar^-1/2 (Gemma) or head_dim^-1/2.
   double attention_scale() const {
     return 1.0 / std::sqrt(query_pre_attn_scalar > 0 ? query_pre_attn_scalar : static_cast<double>(head_dim));
+  }
+  // YaRN's attention factor m of a layer (1: none). transformers multiplies cos and sin by m, so q and k after RoPE
+  // are m times the plain ones and every score m^2 times: mgrl folds m^2 into the layer's score scale instead.
+  double layer_rope_attention_factor(std::int64_t layer) const {
+    const auto& rs = layer_rope_scaling(layer);
+    return rs ? rs->attention_factor : 1.0;
   }
   std::int64_t kv_dim() const { return num_key_value_heads * head_dim; }
 };

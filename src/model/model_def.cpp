@@ -241,7 +241,17 @@ ModelDef::ModelDef(io::ModelConfig cfg, kernels::Ops& ops, ModelOptions opts, Ga
       scaling.high_freq_factor = rs->high_freq_factor;
       scaling.original_max_position_embeddings = static_cast<double>(rs->original_max_position_embeddings);
     }
-    rope_inv_freq(inv.data(), static_cast<int>(cfg_.head_dim), theta, llama3 ? &scaling : nullptr);
+    if (rs && rs->rope_type == "yarn") {
+      YarnRopeScaling yarn;
+      yarn.factor = rs->factor;
+      yarn.beta_fast = rs->beta_fast;
+      yarn.beta_slow = rs->beta_slow;
+      yarn.original_max_position_embeddings = static_cast<double>(rs->original_max_position_embeddings);
+      yarn.truncate = rs->truncate;
+      rope_yarn_inv_freq(inv.data(), static_cast<int>(cfg_.head_dim), theta, yarn);
+    } else {
+      rope_inv_freq(inv.data(), static_cast<int>(cfg_.head_dim), theta, llama3 ? &scaling : nullptr);
+    }
     if (rs && rs->rope_type == "linear") {
       const float factor = static_cast<float>(rs->factor);  // transformers: inv_freq /= factor, in fp32
       for (float& f : inv) f /= factor;
@@ -256,7 +266,9 @@ ModelDef::ModelDef(io::ModelConfig cfg, kernels::Ops& ops, ModelOptions opts, Ga
 
 kernels::AttentionOptions ModelDef::attention(int l) const {
   kernels::AttentionOptions o;
-  if (cfg_.query_pre_attn_scalar > 0) o.scale = static_cast<float>(cfg_.attention_scale());
+  // YaRN's attention factor m multiplies cos and sin in transformers, so every score by m^2: folded into the scale.
+  const double m = cfg_.layer_rope_attention_factor(l);
+  if (cfg_.query_pre_attn_scalar > 0 || m != 1.0) o.scale = static_cast<float>(cfg_.attention_scale() * m * m);
   o.window = static_cast<int>(std::min<std::int64_t>(cfg_.layer_window(l), 1 << 30));
   o.softcap = static_cast<float>(cfg_.attn_logit_softcapping);
   return o;

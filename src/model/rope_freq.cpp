@@ -1,6 +1,7 @@
 // rope_freq.cpp: the rotary inverse frequencies, step by step in fp32 as transformers computes them.
 #include "model/rope_freq.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -33,6 +34,35 @@ void rope_inv_freq(float* inv_freq, int head_dim, double rope_theta, const Llama
     const float smoothed = (1.0f - s) * f_llama / factor + s * f_llama;
     const bool medium = !(wavelen < high_wl) && !(wavelen > low_wl);
     inv_freq[j] = medium ? smoothed : f_llama;
+  }
+}
+
+void rope_yarn_inv_freq(float* inv_freq, int head_dim, double rope_theta, const YarnRopeScaling& s) {
+  rope_inv_freq(inv_freq, head_dim, rope_theta, nullptr);  // the extrapolation: 1 / p[j] (fp32)
+  const int half = head_dim / 2;
+  const double pi = 3.14159265358979323846, dim = head_dim, orig = s.original_max_position_embeddings;
+  const auto correction_dim = [&](double rotations) {  // Python floats (double)
+    return dim * std::log(orig / (rotations * 2 * pi)) / (2 * std::log(rope_theta));
+  };
+  double low = correction_dim(s.beta_fast), high = correction_dim(s.beta_slow);
+  if (s.truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, dim - 1);
+  if (low == high) high += 0.001;  // transformers: "prevent singularity"
+  const float base = static_cast<float>(rope_theta), factor = static_cast<float>(s.factor);
+  const float lo = static_cast<float>(low), span = static_cast<float>(high - low);
+  for (int j = 0; j < half; ++j) {
+    const float e = inv_freq[j];
+    // 1 / (factor * pos_freqs): the power again, as rope_inv_freq computes it, times the factor in fp32.
+    const float ex = static_cast<float>(2 * j) / static_cast<float>(head_dim);
+    const float p = static_cast<float>(std::pow(static_cast<double>(base), static_cast<double>(ex)));
+    const float interp = 1.0f / (factor * p);
+    const float ramp = std::min(std::max((static_cast<float>(j) - lo) / span, 0.0f), 1.0f);
+    const float w = 1.0f - ramp;  // the extrapolation's weight
+    inv_freq[j] = interp * (1.0f - w) + e * w;
   }
 }
 

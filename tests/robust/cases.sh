@@ -126,7 +126,7 @@ c cfg_huge_vocab 1 "model/config\.json: key 'vocab_size' is 4000000000, more tha
 c cfg_beyond_memory 1 "model/config\.json: the model it describes has .* parameters .* more than this machine's memory" 'T json-set model/config.json /hidden_size 1000000 && T json-set model/config.json /intermediate_size 4000000 && T json-set model/config.json /num_hidden_layers 4000' $SFT
 c cfg_beyond_cpu_memory 1 "model/config\.json: the model's .* parameters need .* GiB in fp32 on the CPU backend, more than the .* GiB of this machine" 'T json-set model/config.json /hidden_size 4800 && T json-set model/config.json /vocab_size $(awk "/MemTotal/ {printf \"%d\", \$2 * 1024 / 14400}" /proc/meminfo)' $SCORE
 c cfg_kv_heads 1 "model/config\.json: key 'num_key_value_heads' must divide num_attention_heads" 'T json-set model/config.json /num_key_value_heads 3' $SFT
-c cfg_rope_type 1 "model/config\.json: unsupported rope_scaling type 'yarn'" 'T json-set model/config.json /rope_parameters "{\"rope_type\": \"yarn\", \"rope_theta\": 10000.0}"' $SFT
+c cfg_rope_type 1 "model/config\.json: unsupported rope_scaling type 'longrope'" 'T json-set model/config.json /rope_parameters "{\"rope_type\": \"longrope\", \"rope_theta\": 10000.0}"' $SFT
 c cfg_hidden_act 1 "model/config\.json: key 'hidden_act' is 'gelu'" 'T json-set model/config.json /hidden_act "\"gelu\""' $SFT
 c cfg_vocab_below_tokenizer 1 "tok.*tokenizer has [0-9]+ tokens, more than the model's vocab_size \(10\)" 'T json-set model/config.json /vocab_size 10' $SFT
 

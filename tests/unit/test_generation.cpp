@@ -162,7 +162,7 @@ TEST_P(Generation, MergedWeightsGiveTheUnmergedLogits) {
 
 INSTANTIATE_TEST_SUITE_P(Hf, Generation,
                          ::testing::Values("llama_gqa", "qwen2_bias_tied", "qwen3_qknorm", "gemma2_softcap",
-                                           "gemma3_text", "mistral_window"));
+                                           "gemma3_text", "mistral_window", "qwen3_yarn"));
 
 std::vector<Prompt> some_prompts() {
   return {{0, {5, 9, 13}}, {1, {7}}, {2, {100, 3, 44, 8, 90, 2}}, {3, {11, 12}}, {4, {150, 151, 152, 153}}};

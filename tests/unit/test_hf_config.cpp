@@ -587,12 +587,24 @@ TEST(HfConfigErrors, GemmaAndWindows) {
 }
 
 TEST(HfConfigErrors, RopeScaling) {
-  EXPECT_EQ(config_error("yarn", llama_with(R"("rope_scaling": {"rope_type": "yarn", "factor": 4.0})")),
-            "unsupported rope_scaling type 'yarn' in key 'rope_scaling' (supported: llama3, linear, or none)");
-  EXPECT_EQ(config_error("dynamic", llama_with(R"("rope_scaling": {"type": "dynamic", "factor": 2.0})")),
-            "unsupported rope_scaling type 'dynamic' in key 'rope_scaling' (supported: llama3, linear, or none)");
+  EXPECT_EQ(config_error("longrope", llama_with(R"("rope_scaling": {"rope_type": "longrope", "factor": 4.0})")),
+            "unsupported rope_scaling type 'longrope' in key 'rope_scaling' (supported: llama3, linear, yarn, dynamic, "
+            "or none)");
+  EXPECT_EQ(config_error("v5su", llama_with(R"("rope_parameters": {"rope_type": "su", "rope_theta": 1e4})")),
+            "unsupported rope_scaling type 'su' in key 'rope_parameters' (supported: llama3, linear, yarn, dynamic, or "
+            "none)");
+  // yarn needs a factor, as transformers does (its null means max_position_embeddings / original).
   EXPECT_EQ(config_error("v5yarn", llama_with(R"("rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4})")),
-            "unsupported rope_scaling type 'yarn' in key 'rope_parameters' (supported: llama3, linear, or none)");
+            "missing required key 'rope_parameters.factor'");
+  EXPECT_EQ(config_error("yarn_af", llama_with(R"("rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+      "attention_factor": -1})")),
+            "key 'rope_scaling.attention_factor' must be positive");
+  EXPECT_EQ(config_error("yarn_trunc", llama_with(R"("rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+      "truncate": 1})")),
+            "key 'rope_scaling.truncate' must be true or false, not a number (1)");
+  // dynamic NTK is the plain RoPE up to max_position_embeddings (mgrl's limit on every sequence): no scaling.
+  EXPECT_FALSE(parse_hf_config(write_config("dynamic", llama_with(R"("rope_scaling": {"type": "dynamic",
+      "factor": 2.0})"))).rope_scaling.has_value());
   EXPECT_EQ(config_error("linear0", llama_with(R"("rope_scaling": {"type": "linear", "factor": 0})")),
             "key 'rope_scaling.factor' must be positive");
   const ModelConfig lin = parse_hf_config(write_config("linear", llama_with(R"("rope_scaling": {"type": "linear",
@@ -685,7 +697,7 @@ TEST_P(FixtureModel, HasEveryExpectedTensor) {
 
 INSTANTIATE_TEST_SUITE_P(Models, FixtureModel,
                          ::testing::Values("llama_gqa", "qwen2_bias_tied", "qwen3_qknorm", "gemma2_softcap",
-                                           "gemma3_text", "mistral_window"));
+                                           "gemma3_text", "mistral_window", "qwen3_yarn"));
 
 TEST(FixtureModelFacts, WhatEachFixtureExercises) {
   const std::string base = std::string(MGRL_TEST_DATA_DIR) + "/models/";
@@ -754,7 +766,44 @@ TEST(FixtureModelFacts, WhatEachFixtureExercises) {
     EXPECT_DOUBLE_EQ(c.attention_scale(), 1 / std::sqrt(10.0));
     ++found;
   }
+  if (is_dir(base + "qwen3_yarn")) {
+    for (const char* file : {"config.json", "config.transformers4.json"}) {
+      const ModelConfig c = parse_hf_config(base + "qwen3_yarn/" + file);
+      EXPECT_EQ(c.arch, Architecture::Qwen3) << file;
+      ASSERT_TRUE(c.rope_scaling.has_value()) << file;
+      EXPECT_EQ(c.rope_scaling->rope_type, "yarn") << file;
+      EXPECT_EQ(c.rope_scaling->factor, 4.0) << file;
+      EXPECT_EQ(c.rope_scaling->original_max_position_embeddings, 32) << file;
+      EXPECT_EQ(c.rope_scaling->beta_fast, 32.0) << file;
+      EXPECT_EQ(c.rope_scaling->beta_slow, 1.0) << file;
+      EXPECT_TRUE(c.rope_scaling->truncate) << file;
+      EXPECT_DOUBLE_EQ(c.layer_rope_attention_factor(1), 0.1 * std::log(4.0) + 1.0) << file;
+    }
+    ++found;
+  }
   if (found == 0) GTEST_SKIP() << base << " holds no fixture models";
+}
+
+// llama3 and yarn: the original context is the config's top-level original_max_position_embeddings, else the dict's,
+// else max_position_embeddings (transformers' standardize_rope_params).
+TEST(HfConfig, RopeOriginalContextAsTransformersReadsIt) {
+  const std::string l3 = R"("rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+      "high_freq_factor": 4.0)";
+  EXPECT_EQ(parse_hf_config(write_config("orig_none", llama_with(l3 + "}")))
+                .rope_scaling->original_max_position_embeddings,
+            512);
+  EXPECT_EQ(parse_hf_config(write_config("orig_dict", llama_with(l3 + R"(, "original_max_position_embeddings": 64})")))
+                .rope_scaling->original_max_position_embeddings,
+            64);
+  EXPECT_EQ(parse_hf_config(write_config("orig_top", llama_with(l3 + R"(, "original_max_position_embeddings": 64},
+      "original_max_position_embeddings": 128)"))).rope_scaling->original_max_position_embeddings,
+            128);
+  const ModelConfig y = parse_hf_config(write_config("yarn_null", llama_with(R"("rope_scaling": {"rope_type": "yarn",
+      "factor": null, "original_max_position_embeddings": 128, "beta_fast": null, "mscale": 1, "mscale_all_dim": 0})")));
+  EXPECT_EQ(y.rope_scaling->factor, 4.0);  // 512 / 128
+  EXPECT_EQ(y.rope_scaling->beta_fast, 32.0);
+  EXPECT_DOUBLE_EQ(y.rope_scaling->attention_factor, 0.1 * std::log(4.0) + 1.0);  // mscale_all_dim 0: not used
+  EXPECT_EQ(y.layer_rope_attention_factor(0), y.rope_scaling->attention_factor);
 }
 
 TEST(HfConfig, ParameterCountIsTheSumOfTheTensors) {

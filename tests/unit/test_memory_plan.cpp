@@ -23,7 +23,7 @@ const std::string kData = MGRL_TEST_DATA_DIR;
 TEST(MemoryPlan, ArenaEqualsTheModelsOwnCount) {
   auto ops = kernels::make_cpu_ops();
   for (const char* name :
-       {"llama_gqa", "qwen2_bias_tied", "qwen3_qknorm", "gemma2_softcap", "gemma3_text", "mistral_window"}) {
+       {"llama_gqa", "qwen2_bias_tied", "qwen3_qknorm", "gemma2_softcap", "gemma3_text", "mistral_window", "qwen3_yarn"}) {
     const io::ModelConfig mc = io::parse_hf_config(kData + "/models/" + name + "/config.json");
     for (const bool recompute : {false, true})
       for (const double dropout : {0.0, 0.1})

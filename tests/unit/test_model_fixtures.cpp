@@ -273,7 +273,7 @@ TEST_P(ModelFixture, ScoredRowsAloneEqualEveryRow) {
 
 INSTANTIATE_TEST_SUITE_P(Hf, ModelFixture,
                          ::testing::Values("llama_gqa", "qwen2_bias_tied", "qwen3_qknorm", "gemma2_softcap",
-                                           "gemma3_text", "mistral_window"));
+                                           "gemma3_text", "mistral_window", "qwen3_yarn"));
 
 // d loss / d x by central differences with Richardson extrapolation (steps h and h/2, error O(h^4)),
 // the loss summed in double; set(v) writes the coordinate.
@@ -522,6 +522,48 @@ TEST(RopeFreq, Llama3InverseFrequencies) {
   const double f16 = 1.0 / std::sqrt(500000.0);
   const double s16 = (8192.0 * f16 / (2.0 * M_PI) - 1.0) / 3.0;
   EXPECT_NEAR(scaled[16], (1.0 - s16) * f16 / 32.0 + s16 * f16, 1e-6 * f16);
+}
+
+// YaRN (rope_type "yarn"): the config parsed as mgrl reads it, its frequencies and attention factor against
+// transformers' _compute_yarn_parameters on four configurations (tests/data/rope/yarn.json,
+// tools/make_rope_fixtures.py): Qwen's 128k setting, explicit betas without truncation and mscale/mscale_all_dim, a
+// given attention factor with low == high, and a null factor (max_position_embeddings / original).
+TEST(RopeFreq, YarnMatchesTransformers) {
+  const auto fixture = nlohmann::json::parse(std::ifstream(MGRL_TEST_DATA_DIR "/rope/yarn.json"));
+  ASSERT_EQ(fixture["cases"].size(), 4u);
+  for (const auto& c : fixture["cases"]) {
+    const std::string name = c["name"];
+    const int hd = c["head_dim"];
+    const nlohmann::json cfg = {{"architectures", {"LlamaForCausalLM"}}, {"vocab_size", 16}, {"hidden_size", hd * 4},
+                                {"intermediate_size", 8}, {"num_hidden_layers", 1}, {"num_attention_heads", 4},
+                                {"head_dim", hd}, {"rms_norm_eps", 1e-6},
+                                {"max_position_embeddings", c["max_position_embeddings"]},
+                                {"rope_parameters", c["rope_parameters"]}};
+    const io::ModelConfig mc = io::parse_hf_config(test::write_temp("yarn_" + name + ".json", cfg.dump()));
+    ASSERT_TRUE(mc.rope_scaling.has_value()) << name;
+    const io::RopeScaling& rs = *mc.rope_scaling;
+    EXPECT_EQ(rs.rope_type, "yarn");
+    EXPECT_NEAR(rs.attention_factor, c["attention_factor"].get<double>(), 1e-12) << name;
+    EXPECT_NEAR(mc.layer_rope_attention_factor(0), c["attention_factor"].get<double>(), 1e-12) << name;
+    YarnRopeScaling y;
+    y.factor = rs.factor;
+    y.beta_fast = rs.beta_fast;
+    y.beta_slow = rs.beta_slow;
+    y.original_max_position_embeddings = static_cast<double>(rs.original_max_position_embeddings);
+    y.truncate = rs.truncate;
+    std::vector<float> f(static_cast<std::size_t>(hd / 2)), plain(f.size());
+    rope_yarn_inv_freq(f.data(), hd, mc.rope_theta, y);
+    rope_inv_freq(plain.data(), hd, mc.rope_theta, nullptr);
+    const auto& want = c["inv_freq"];
+    ASSERT_EQ(want.size(), f.size());
+    int ramp = 0;  // frequencies strictly between the plain and the divided one
+    for (std::size_t j = 0; j < f.size(); ++j) {
+      const float w = want[j].get<float>();
+      EXPECT_NEAR(f[j], w, 2.5e-7 * w) << name << " j=" << j;  // transformers' fp32 steps, a rounding apart at most
+      if (f[j] < plain[j] * 0.999f && f[j] > plain[j] / static_cast<float>(y.factor) * 1.001f) ++ramp;
+    }
+    if (name != "attention_factor") EXPECT_GT(ramp, 0) << name << ": the ramp is not exercised";
+  }
 }
 
 }  // namespace
