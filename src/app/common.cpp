@@ -223,6 +223,21 @@ train::OptimizerOptions optimizer_options(const io::Config& cfg, std::int64_t ma
   o.schedule.warmup_steps = cfg.get_int("train.warmup_steps") > 0
                                 ? cfg.get_int("train.warmup_steps")
                                 : train::Schedule::warmup_from_ratio(cfg.get_float("train.warmup_ratio"), max_steps);
+  // transformers' "constant" ignores a warmup (a trl recipe with lr_scheduler_type "constant" and warmup_ratio 0.1
+  // trains at the full rate from its first step): mgrl says so instead of choosing silently.
+  if (o.schedule.kind == "constant" && o.schedule.warmup_steps > 0)
+    throw UserError("key 'train.schedule' = constant has no warmup (transformers' 'constant' ignores one), but "
+                    "train.warmup_steps or train.warmup_ratio asks for " + std::to_string(o.schedule.warmup_steps) +
+                    " steps: use train.schedule = \"constant_with_warmup\", or no warmup");
+  const bool min_lr = o.schedule.kind == "cosine_with_min_lr";
+  const bool rate_given = cfg.origin("train.min_lr_rate").kind != io::Origin::Default;
+  if (min_lr && !rate_given)
+    throw UserError("key 'train.schedule' = cosine_with_min_lr needs train.min_lr_rate (the final learning rate as a "
+                    "fraction of train.lr), as transformers does");
+  if (!min_lr && rate_given)
+    throw UserError("key 'train.min_lr_rate' is used by train.schedule = cosine_with_min_lr only (train.schedule is " +
+                    o.schedule.kind + ")");
+  if (min_lr) o.schedule.min_lr_rate = cfg.get_float("train.min_lr_rate");
   // A schedule that never reaches train.lr: the run trains at a fraction of the rate asked for (silent until
   // 2026-11-28). (train.lr = 0 is said by the modes: PPO's value head may train alone at it.)
   if (o.schedule.warmup_steps >= max_steps && o.schedule.lr > 0) {  // the last step has (max_steps - 1) / warmup

@@ -150,8 +150,13 @@ const Schema& mgrl_schema() {
     add({"train.grad_accum", T::Int, Value(std::int64_t{1}), "micro-batches per rank per step", {}, 1.0, {}, {}});
     add({"train.lr", T::Float, Value(1e-4), "peak learning rate", {}, 0.0, {}, {}});
     add({"train.schedule", T::String, Value(std::string("linear")),
-         "learning-rate schedule after warmup: constant, linear or cosine (decay to 0 at max_steps)",
-         {"constant", "linear", "cosine"}, {}, {}, {}});
+         "learning-rate schedule, as transformers' lr_scheduler_type of that name: constant (no warmup), "
+         "constant_with_warmup, linear or cosine (decay to 0 at max_steps), cosine_with_min_lr (to lr x "
+         "train.min_lr_rate)",
+         {"constant", "constant_with_warmup", "linear", "cosine", "cosine_with_min_lr"}, {}, {}, {}});
+    add({"train.min_lr_rate", T::Float, Value(0.0),
+         "cosine_with_min_lr: the final learning rate as a fraction of train.lr (transformers' min_lr_rate)", {}, 0.0,
+         1.0, {}});
     add({"train.warmup_steps", T::Int, Value(std::int64_t{0}), "linear warmup steps (wins over warmup_ratio)", {},
          0.0, {}, {}});
     add({"train.warmup_ratio", T::Float, Value(0.0), "warmup as a fraction of max_steps", {}, 0.0, 1.0, {}});

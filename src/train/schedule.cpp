@@ -19,10 +19,13 @@ double Schedule::factor(std::int64_t step) const {
   if (step < warmup_steps) return static_cast<double>(step) / static_cast<double>(warmup_steps);
   const double span = static_cast<double>(std::max<std::int64_t>(1, total_steps - warmup_steps));
   const double progress = std::min(1.0, static_cast<double>(step - warmup_steps) / span);
-  if (kind == "constant") return 1.0;
+  if (kind == "constant" || kind == "constant_with_warmup") return 1.0;
   if (kind == "linear") return 1.0 - progress;
   if (kind == "cosine") return 0.5 * (1.0 + std::cos(M_PI * progress));
-  throw UserError("unknown learning-rate schedule '" + kind + "' (constant, linear or cosine)");
+  // transformers' cosine_with_min_lr: the cosine lifted to end at min_lr_rate.
+  if (kind == "cosine_with_min_lr") return 0.5 * (1.0 + std::cos(M_PI * progress)) * (1.0 - min_lr_rate) + min_lr_rate;
+  throw UserError("unknown learning-rate schedule '" + kind +
+                  "' (constant, constant_with_warmup, linear, cosine or cosine_with_min_lr)");
 }
 
 }  // namespace mgrl::train

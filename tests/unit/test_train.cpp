@@ -29,7 +29,7 @@ TEST(Schedule, WarmupThenDecay) {
   s.lr = 1.0;
   s.warmup_steps = 4;
   s.total_steps = 14;
-  for (const char* kind : {"constant", "linear", "cosine"}) {
+  for (const char* kind : {"constant_with_warmup", "linear", "cosine", "cosine_with_min_lr"}) {
     s.kind = kind;
     EXPECT_DOUBLE_EQ(s.at(0), 0.0) << kind;  // transformers': the first warmup step has lr 0
     EXPECT_DOUBLE_EQ(s.at(1), 0.25) << kind;
@@ -54,6 +54,28 @@ TEST(Schedule, WarmupThenDecay) {
   s.lr = 1.0;
   s.kind = "nope";
   EXPECT_THROW(s.at(5), UserError);
+}
+
+// Every schedule, step by step, against transformers' get_scheduler as the Trainer drives it
+// (tests/data/schedules/transformers.json, tools/make_schedule_fixtures.py).
+TEST(Schedule, MatchesTransformers) {
+  const auto fixture = nlohmann::json::parse(std::ifstream(MGRL_TEST_DATA_DIR "/schedules/transformers.json"));
+  std::set<std::string> kinds;
+  for (const auto& c : fixture["cases"]) {
+    Schedule s;
+    s.kind = c["kind"].get<std::string>();
+    s.lr = 1.0;
+    s.warmup_steps = c["warmup"].get<std::int64_t>();
+    s.total_steps = c["total"].get<std::int64_t>();
+    s.min_lr_rate = c["min_lr_rate"].get<double>();
+    const auto& lr = c["lr"];
+    ASSERT_EQ(static_cast<std::int64_t>(lr.size()), s.total_steps);
+    for (std::int64_t step = 0; step < s.total_steps; ++step)
+      EXPECT_NEAR(s.at(step), lr[static_cast<std::size_t>(step)].get<double>(), 1e-12)
+          << s.kind << " warmup " << s.warmup_steps << " step " << step;
+    kinds.insert(s.kind);
+  }
+  EXPECT_EQ(kinds, (std::set<std::string>{"constant", "constant_with_warmup", "linear", "cosine", "cosine_with_min_lr"}));
 }
 
 TEST(Sampler, EpochsArePermutationsAndTheCursorResumes) {
