@@ -280,17 +280,34 @@ model::LoraConfig lora_config(const io::Config& cfg) {
     lc.targets = cfg.get_strings("lora.targets");
   }
   // Training on from an adapter keeps its lora_dropout unless lora.dropout is given (as PEFT trains a loaded adapter;
-  // the adapter's was ignored until 2026-11-29) -- except in DPO, whose trl default (disable_dropout = True) turns
-  // every dropout off: there lora.dropout (0 by default) holds.
-  const bool keep_adapters = !adapter.empty() && cfg.get_string("mode") != "dpo" && !given_for_this_mode(cfg, "lora.dropout");
-  if (!keep_adapters) lc.dropout = cfg.get_float("lora.dropout");
+  // the adapter's was ignored until 2026-11-29). This is the adapter's configuration (written with it); what a DPO
+  // run trains with is training_lora_config's.
+  if (adapter.empty() || given_for_this_mode(cfg, "lora.dropout")) lc.dropout = cfg.get_float("lora.dropout");
+  return lc;
+}
+
+model::LoraConfig training_lora_config(const io::Config& cfg) {
+  model::LoraConfig lc = lora_config(cfg);
+  // DPO: trl's default disable_dropout = True turns every dropout off (LoRA's too; the saved adapter_config.json keeps
+  // its lora_dropout). Until 2026-11-29 a given lora.dropout was applied in DPO, where trl's recipe with the same
+  // LoraConfig trains without it.
+  if (cfg.get_string("mode") == "dpo" && cfg.get_bool("dpo.disable_dropout")) {
+    char p[32];
+    std::snprintf(p, sizeof p, "%g", lc.dropout);
+    if (lc.dropout > 0)
+      log::warn_once(std::string("LoRA dropout ") + p + " (" +
+                     (given_for_this_mode(cfg, "lora.dropout") ? "lora.dropout" : "the adapter's lora_dropout") +
+                     ") is not applied: dpo.disable_dropout = true (trl's default) turns dropout off in DPO; set "
+                     "dpo.disable_dropout = false to train with it");
+    lc.dropout = 0;
+  }
   return lc;
 }
 
 bool setup_trainable_lora(const Context& ctx, model::Transformer& net, std::uint64_t seed) {
   const auto& cfg = ctx.cfg;
   const std::string adapter = cfg.get_string("lora.adapter");
-  const model::LoraConfig lc = lora_config(cfg);
+  const model::LoraConfig lc = training_lora_config(cfg);
   if (!adapter.empty()) {
     // Training continues from the given PEFT adapter.
     warn_lora_keys_ignored(cfg, "the adapter " + adapter + " sets it (adapter_config.json)", false);

@@ -100,7 +100,7 @@ int run_plan(dist::MpiEnv& env, const io::Config& cfg) {
     in.master_weights = mo.master_weights;
     in.recompute = mo.recompute;
     in.lora = !in.full_finetune;
-    if (in.lora) in.lora_cfg = lora_config(cfg);
+    if (in.lora) in.lora_cfg = training_lora_config(cfg);
 
     mode = cfg.mode_before_cli();
     if (mode != "sft" && mode != "grpo" && mode != "dpo" && mode != "ppo") mode = "sft";

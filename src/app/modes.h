@@ -104,9 +104,11 @@ double gpu_peak_tflops(const dist::Device& d);
 // How {"messages"} become text and tokens (io/chat_template.h): the format named by format_key (auto: the model's
 // template, or chat.template), with chat.template_kwargs.
 io::ChatTemplate chat_template(const io::Config& cfg, const char* format_key, const io::Tokenizer& tok);
-// The LoRA configuration of a run: lora.adapter's adapter_config.json when given (lora.dropout from the keys),
-// else the lora.* keys.
+// The LoRA configuration of a run, as its adapter is written: lora.adapter's adapter_config.json when given (its
+// lora_dropout unless lora.dropout is given), else the lora.* keys.
 model::LoraConfig lora_config(const io::Config& cfg);
+// What the run trains with: lora_config, with dropout 0 in DPO unless dpo.disable_dropout = false (trl's default).
+model::LoraConfig training_lora_config(const io::Config& cfg);
 // The model's options from model.recompute, model.quantize, model.quantize_double, model.shard_base,
 // model.shard_base_keep and train.master_weights.
 model::ModelOptions model_options(const io::Config& cfg, bool full_finetune);

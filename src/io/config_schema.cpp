@@ -379,6 +379,9 @@ const Schema& mgrl_schema() {
     add({"dpo.f_alpha_divergence_coef", T::Float, Value(0.5), "alpha_divergence: its alpha", {}, {}, {}, {}});
     add({"dpo.discopop_tau", T::Float, Value(0.05),
          "discopop: the temperature of the log-ratio modulation (the paper's 0.05)", {}, 0.0, {}, {}, true});
+    add({"dpo.disable_dropout", T::Bool, Value(true),
+         "turn LoRA dropout off in DPO, as trl's disable_dropout (default true) does: lora.dropout, or an adapter's "
+         "lora_dropout, applies only when false", {}, {}, {}, {"dpo"}});
     add({"dpo.beta", T::Float, Value(0.1),
          "how far the policy may move from the reference (higher: less); ipo: the regulariser tau", {}, 1e-12, {},
          {}});
