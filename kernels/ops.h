@@ -230,6 +230,18 @@ class Ops {
   };
   virtual void sample(std::int32_t* tokens, float* logprobs, const float* logits, const std::uint64_t* seeds, int B,
                       int V, const Sampling& params) = 0;
+  // The repetition penalty (transformers' RepetitionPenaltyLogitsProcessor, vLLM's repetition_penalty) of rows of
+  // logits [R, V] (f32): out[r][v] = logits[r][v], except for a token already in the row's sequence,
+  // seen[seen_row[r] * V + v] != 0: logit / penalty when the logit is > 0, logit * penalty otherwise. out and logits
+  // do not overlap. seen is a [slots, V] table of bytes.
+  virtual void repetition_penalty(float* out, const float* logits, const std::uint8_t* seen,
+                                  const std::int32_t* seen_row, int R, int V, float penalty) = 0;
+  // seen[seen_row[r] * V + tokens[r]] = 1 for r < R (a sampled token joins its sequence's table).
+  virtual void mark_seen(std::uint8_t* seen, const std::int32_t* seen_row, const std::int32_t* tokens, int R,
+                         int V) = 0;
+  // logprobs[r] = log_softmax(logits[r])[tokens[r]] for rows of logits [R, V] (f32), the log-sum-exp in double as
+  // sample() records it: the model's log-prob of a token sampled from modified logits (a repetition penalty).
+  virtual void token_logprobs(float* logprobs, const float* logits, const std::int32_t* tokens, int R, int V) = 0;
   // The bookkeeping of one decode step on the device, after sample(), so that several steps run with no host round
   // trip (rl::Generator's generate.sync_interval). Row r (of R) is a running sequence that has count[r] tokens of its
   // completion before this step's token tokens[r] (log-prob logprobs[r]). For every row: ring_tokens[r] = tokens[r],

@@ -75,6 +75,11 @@ mgrl_add_cli_test(grpo.trl_conversational_prompts 0 "(?s)bitwise equal: yes.*PAS
   -- bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/grpo_chat_prompts.sh ${GRPO}/chat_prompts ${CHECK} -- ${RUN1} ${GRPO_ARGS})
 mgrl_add_cli_test(grpo.rewards_see_text_cut_at_stop 0 "completions stopped at .1.. the reward for .1. was 0 for every completion" - 0
   -- bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/grpo_stop_reward.sh ${GRPO}/stop_reward -- ${RUN1} ${GRPO_ARGS})
+# grpo.repetition_penalty (trl's): the rollouts drawn with it are those of every rank count (the same weights on 1 and 2
+# ranks), and it changes them (the weights differ from a run without it).
+mgrl_add_cli_test(grpo.repetition_penalty_same_weights_on_1_2_ranks 0 "(?s)relative differences.*penalty acts" - 0 -- bash -c
+  "rm -rf ${GRPO}/rep && ${RUN1} ${GRPO_STR} --train.max_steps=2 --grpo.repetition_penalty=1.5 --checkpoint.dir=${GRPO}/rep/np1 && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${GRPO_STR} --train.max_steps=2 --grpo.repetition_penalty=1.5 --checkpoint.dir=${GRPO}/rep/np2 && ${RUN1} ${GRPO_STR} --train.max_steps=2 --checkpoint.dir=${GRPO}/rep/none && ${CHECK} weights ${GRPO}/rep/np2/step_00000002.h5 ${GRPO}/rep/np1/step_00000002.h5 --rtol=1e-5 && ! ${CHECK} weights ${GRPO}/rep/none/step_00000002.h5 ${GRPO}/rep/np1/step_00000002.h5 --rtol=1e-3 && echo penalty acts")
+set_tests_properties(cli.grpo.repetition_penalty_same_weights_on_1_2_ranks PROPERTIES TIMEOUT 120 PROCESSORS 2)
 # LoRA dropout: a completion's masks follow its slot (prompt x G + generation), so 1 and 2 ranks and grad_accum 2
 # train the same weights; and the dropout acts.
 mgrl_add_cli_test(grpo.dropout_same_weights_on_1_2_ranks_and_accum 0 "(?s)relative differences.*relative differences.*dropout acts" - 0 -- bash -c

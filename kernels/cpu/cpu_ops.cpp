@@ -231,6 +231,16 @@ class CpuOps final : public Ops {
               const Sampling& params) override {
     cpu::sample(tokens, logprobs, logits, seeds, B, V, params);
   }
+  void repetition_penalty(float* out, const float* logits, const std::uint8_t* seen, const std::int32_t* seen_row,
+                          int R, int V, float penalty) override {
+    cpu::repetition_penalty(out, logits, seen, seen_row, R, V, penalty);
+  }
+  void mark_seen(std::uint8_t* seen, const std::int32_t* seen_row, const std::int32_t* tokens, int R, int V) override {
+    cpu::mark_seen(seen, seen_row, tokens, R, V);
+  }
+  void token_logprobs(float* logprobs, const float* logits, const std::int32_t* tokens, int R, int V) override {
+    cpu::token_logprobs(logprobs, logits, tokens, R, V);
+  }
   void decode_advance(std::int32_t* ids, std::int32_t* pos, std::int32_t* count, std::int32_t* done,
                       std::uint64_t* seeds, std::int32_t* ring_tokens, float* ring_logprobs, const std::int32_t* tokens,
                       const float* logprobs, const std::uint64_t* streams, const std::int32_t* eos, int n_eos,

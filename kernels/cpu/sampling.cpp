@@ -87,6 +87,32 @@ void sample(int32_t* tokens, float* logprobs, const float* logits, const uint64_
   }
 }
 
+void repetition_penalty(float* out, const float* logits, const uint8_t* seen, const int32_t* seen_row, int R, int V,
+                        float penalty) {
+  for (int r = 0; r < R; ++r) {
+    const float* z = logits + static_cast<std::size_t>(r) * V;
+    const uint8_t* s = seen + static_cast<std::size_t>(seen_row[r]) * V;
+    float* o = out + static_cast<std::size_t>(r) * V;
+    // transformers: torch.where(score < 0, score * penalty, score / penalty) over the gathered logits
+    for (int v = 0; v < V; ++v) o[v] = s[v] ? (z[v] < 0 ? z[v] * penalty : z[v] / penalty) : z[v];
+  }
+}
+
+void mark_seen(uint8_t* seen, const int32_t* seen_row, const int32_t* tokens, int R, int V) {
+  for (int r = 0; r < R; ++r) seen[static_cast<std::size_t>(seen_row[r]) * V + static_cast<std::size_t>(tokens[r])] = 1;
+}
+
+void token_logprobs(float* logprobs, const float* logits, const int32_t* tokens, int R, int V) {
+  for (int r = 0; r < R; ++r) {
+    const float* z = logits + static_cast<std::size_t>(r) * V;
+    double zmax = z[0];  // as sample()'s recorded log-prob
+    for (int i = 1; i < V; ++i) zmax = std::max(zmax, static_cast<double>(z[i]));
+    double zsum = 0;
+    for (int i = 0; i < V; ++i) zsum += std::exp(z[i] - zmax);
+    logprobs[r] = static_cast<float>(z[tokens[r]] - (zmax + std::log(zsum)));
+  }
+}
+
 void decode_advance(int32_t* ids, int32_t* pos, int32_t* count, int32_t* done, uint64_t* seeds, int32_t* ring_tokens,
                     float* ring_logprobs, const int32_t* tokens, const float* logprobs, const uint64_t* streams,
                     const int32_t* eos, int n_eos, int max_count, int R) {

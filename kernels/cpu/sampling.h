@@ -21,6 +21,12 @@ namespace mgrl::kernels::cpu {
 void sample(int32_t* tokens, float* logprobs, const float* logits, const uint64_t* seeds, int B, int V,
             const Ops::Sampling& params);
 
+// Ops::repetition_penalty, Ops::mark_seen, Ops::token_logprobs (kernels/ops.h).
+void repetition_penalty(float* out, const float* logits, const uint8_t* seen, const int32_t* seen_row, int R, int V,
+                        float penalty);
+void mark_seen(uint8_t* seen, const int32_t* seen_row, const int32_t* tokens, int R, int V);
+void token_logprobs(float* logprobs, const float* logits, const int32_t* tokens, int R, int V);
+
 // Ops::decode_advance: one decode step's bookkeeping (next inputs, EOS and length, next seeds, the token ring).
 void decode_advance(int32_t* ids, int32_t* pos, int32_t* count, int32_t* done, uint64_t* seeds, int32_t* ring_tokens,
                     float* ring_logprobs, const int32_t* tokens, const float* logprobs, const uint64_t* streams,

@@ -642,4 +642,74 @@ void decode_advance(const Ctx& c, std::int32_t* ids, std::int32_t* pos, std::int
          max_count, R);
 }
 
+namespace {
+// grid (ceil(V / 256), R) x 256: one logit a thread.
+__global__ void repetition_penalty_kernel(float* out, const float* logits, const std::uint8_t* seen,
+                                          const std::int32_t* seen_row, int V, float penalty) {
+  pdl_wait();  // launched with PDL when MGRL_PDL=1 (common.cuh): nothing before this reads or writes memory
+  pdl_launch_dependents();
+  const int v = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (v >= V) return;
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.y) * V + v;
+  const float z = logits[i];
+  // IEEE multiply and divide (no fast-math in this build), as the CPU's and transformers' f32 ones
+  out[i] = seen[static_cast<std::int64_t>(seen_row[blockIdx.y]) * V + v] ? (z < 0.0f ? z * penalty : z / penalty) : z;
+}
+
+// ceil(R / 128) x 128: one row a thread.
+__global__ void mark_seen_kernel(std::uint8_t* seen, const std::int32_t* seen_row, const std::int32_t* tokens, int R,
+                                 int V) {
+  pdl_wait();  // launched with PDL when MGRL_PDL=1 (common.cuh): nothing before this reads or writes memory
+  pdl_launch_dependents();
+  const int r = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (r >= R) return;
+  seen[static_cast<std::int64_t>(seen_row[r]) * V + tokens[r]] = 1;
+}
+
+struct DoubleMaxOp {
+  __device__ double operator()(double a, double b) const { return a > b ? a : b; }
+};
+
+// One block of kSampleThreads per row: the row's max, then the sum of exp(z - max) in double.
+__global__ void __launch_bounds__(kSampleThreads) token_logprobs_kernel(float* logprobs, const float* logits,
+                                                                        const std::int32_t* tokens, int V) {
+  pdl_wait();  // launched with PDL when MGRL_PDL=1 (common.cuh): nothing before this reads or writes memory
+  pdl_launch_dependents();
+  const float* z = logits + static_cast<std::int64_t>(blockIdx.x) * V;
+  double m = -INFINITY;
+  for (int i = static_cast<int>(threadIdx.x); i < V; i += blockDim.x) m = fmax(m, static_cast<double>(z[i]));
+  m = block_reduce(m, -static_cast<double>(INFINITY), DoubleMaxOp{});
+  double sum = 0.0;
+  for (int i = static_cast<int>(threadIdx.x); i < V; i += blockDim.x) sum += exp(static_cast<double>(z[i]) - m);
+  sum = block_reduce(sum, 0.0, SumOp{});
+  if (threadIdx.x == 0) logprobs[blockIdx.x] = static_cast<float>(static_cast<double>(z[tokens[blockIdx.x]]) - (m + log(sum)));
+}
+}  // namespace
+
+void repetition_penalty(const Ctx& c, float* out, const float* logits, const std::uint8_t* seen,
+                        const std::int32_t* seen_row, int R, int V, float penalty) {
+  MGRL_CHECK(R >= 0 && R <= 65535 && V > 0, "repetition_penalty: bad shape");
+  if (R == 0) return;
+  constexpr int kThreads = 256;
+  const dim3 grid(static_cast<unsigned>((V + kThreads - 1) / kThreads), static_cast<unsigned>(R));
+  launch(pdl_enabled(), repetition_penalty_kernel, grid, kThreads, 0, c.stream, out, logits, seen, seen_row, V,
+         penalty);
+}
+
+void mark_seen(const Ctx& c, std::uint8_t* seen, const std::int32_t* seen_row, const std::int32_t* tokens, int R,
+               int V) {
+  MGRL_CHECK(R >= 0, "mark_seen: negative size");
+  if (R == 0) return;
+  constexpr int kThreads = 128;
+  launch(pdl_enabled(), mark_seen_kernel, static_cast<unsigned>((R + kThreads - 1) / kThreads), kThreads, 0, c.stream,
+         seen, seen_row, tokens, R, V);
+}
+
+void token_logprobs(const Ctx& c, float* logprobs, const float* logits, const std::int32_t* tokens, int R, int V) {
+  MGRL_CHECK(R >= 0 && V > 0, "token_logprobs: bad shape");
+  if (R == 0) return;
+  launch(pdl_enabled(), token_logprobs_kernel, static_cast<unsigned>(R), kSampleThreads, 0, c.stream, logprobs, logits,
+         tokens, V);
+}
+
 }  // namespace mgrl::kernels::cuda

@@ -37,6 +37,50 @@ bool file_exists(const std::string& p) {
   return ::stat(p.c_str(), &st) == 0;
 }
 
+// The generate.* sampling keys that were not given take generation_config.json's values, as transformers' generate
+// reads them when it is given none: do_sample false or absent is greedy (temperature 0); sampling takes the file's
+// temperature (absent: 1), top_k (absent: transformers' 50), top_p and min_p; repetition_penalty applies either way.
+// A given key wins. Returns the line that says what was taken ("" when nothing was: no file, or every key given).
+std::string apply_generation_config(const io::Config& cfg, const std::string& model_dir, rl::GenerationOptions& o) {
+  const auto file = io::read_generation_defaults(model_dir);
+  if (!file) return "";
+  const auto given = [&cfg](const char* key) { return cfg.origin(key).kind != io::Origin::Default; };
+  const bool any_sampling_key = given("generate.temperature") || given("generate.top_k") || given("generate.top_p") ||
+                                given("generate.min_p");
+  // A sampling key given asks for sampling (transformers would warn and stay greedy under do_sample false).
+  const bool sample = file->do_sample.value_or(false) || (any_sampling_key && !given("generate.temperature"));
+  std::vector<std::string> taken;
+  char v[64];
+  const auto take_f = [&](const char* key, const char* name, float& field, double value) {
+    if (given(key)) return;
+    field = static_cast<float>(value);
+    std::snprintf(v, sizeof v, "%s %g", name, value);
+    taken.emplace_back(v);
+  };
+  if (!given("generate.temperature")) {
+    if (sample) {
+      take_f("generate.temperature", "temperature", o.sampling.temperature, file->temperature.value_or(1.0));
+    } else {
+      o.sampling.temperature = 0;
+      taken.emplace_back(file->do_sample ? "greedy (do_sample false)" : "greedy (no do_sample)");
+    }
+  }
+  if (o.sampling.temperature > 0) {
+    if (!given("generate.top_k")) {
+      o.sampling.top_k = static_cast<int>(file->top_k.value_or(50));
+      taken.push_back("top_k " + std::to_string(o.sampling.top_k) + (file->top_k ? "" : " (transformers' default)"));
+    }
+    if (file->top_p) take_f("generate.top_p", "top_p", o.sampling.top_p, *file->top_p);
+    if (file->min_p) take_f("generate.min_p", "min_p", o.sampling.min_p, *file->min_p);
+  }
+  if (file->repetition_penalty)
+    take_f("generate.repetition_penalty", "repetition_penalty", o.repetition_penalty, *file->repetition_penalty);
+  if (taken.empty()) return "";
+  std::string line = "generate: sampling as " + model_dir + "/generation_config.json sets it (generate.* keys not given):";
+  for (std::size_t i = 0; i < taken.size(); ++i) line += (i ? ", " : " ") + taken[i];
+  return line + " (generate.use_generation_config = false: mgrl's defaults)";
+}
+
 }  // namespace
 
 int run_generate(Context& ctx) {
@@ -55,6 +99,7 @@ int run_generate(Context& ctx) {
   opts.sampling.top_k = static_cast<int>(cfg.get_int("generate.top_k"));
   opts.sampling.top_p = static_cast<float>(cfg.get_float("generate.top_p"));
   opts.sampling.min_p = static_cast<float>(cfg.get_float("generate.min_p"));
+  opts.repetition_penalty = static_cast<float>(cfg.get_float("generate.repetition_penalty"));
   opts.seed = static_cast<std::uint64_t>(cfg.get_int("generate.seed"));
   opts.stop_strings = cfg.get_strings("generate.stop");
   opts.max_sequences = static_cast<int>(cfg.get_int("generate.max_sequences"));
@@ -66,11 +111,13 @@ int run_generate(Context& ctx) {
   io::ModelConfig mc;
   std::optional<io::Tokenizer> tok;
   std::vector<Input> inputs;
+  std::string sampling_from_model;
   env.agree([&] {
     check_inference_keys(cfg, "generate");
     tok_dir = tokenizer_dir(cfg);
     mc = io::parse_hf_config(model_dir + "/config.json");
     check_model_fits(ctx, mc, model_dir + "/config.json", false);
+    if (cfg.get_bool("generate.use_generation_config")) sampling_from_model = apply_generation_config(cfg, model_dir, opts);
     if (opts.use_lora) opts.merge_lora = merge_lora_option(cfg, mc, ctx.device.backend == dist::Backend::Cuda);
     if (file_exists(tok_dir + "/tokenizer.json")) tok = io::Tokenizer::from_dir(tok_dir);
     std::optional<io::ChatTemplate> chat;
@@ -138,6 +185,7 @@ int run_generate(Context& ctx) {
     }
   });
   opts.eos_ids = rl::stop_ids(mc, tok ? &*tok : nullptr);
+  if (!sampling_from_model.empty() && env.rank() == 0) log::info(sampling_from_model);
 
   auto ops = make_ops(ctx);
   const model::ModelOptions mo = model_options(cfg, false);

@@ -88,6 +88,7 @@ int run_grpo(Context& ctx) {
   o.sampling.top_p = static_cast<float>(cfg.get_float("grpo.top_p"));
   o.sampling.top_k = static_cast<int>(cfg.get_int("grpo.top_k"));
   o.sampling.min_p = static_cast<float>(cfg.get_float("grpo.min_p"));
+  o.repetition_penalty = static_cast<float>(cfg.get_float("grpo.repetition_penalty"));
   o.stop = cfg.get_strings("grpo.stop");
   o.max_sequences = static_cast<int>(cfg.get_int("generate.max_sequences"));
   o.max_prefill_tokens = static_cast<int>(cfg.get_int("generate.max_prefill_tokens"));

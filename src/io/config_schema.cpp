@@ -245,6 +245,15 @@ const Schema& mgrl_schema() {
          "sample among the most likely tokens whose probability reaches top_p; 1: off", {}, 0.0, 1.0, {}});
     add({"generate.min_p", T::Float, Value(0.0),
          "drop tokens less likely than min_p times the most likely one; 0: off", {}, 0.0, 1.0, {}});
+    add({"generate.use_generation_config", T::Bool, Value(true),
+         "sampling keys not given (temperature, top_k, top_p, min_p, repetition_penalty) take the model's "
+         "generation_config.json values as transformers' generate reads them (do_sample false: greedy; sampling: its "
+         "top_k, else transformers' 50); false, or no such file: the defaults here",
+         {}, {}, {}, {}});
+    add({"generate.repetition_penalty", T::Float, Value(1.0),
+         "the logits of the tokens already in the prompt or completion are divided by it (positive ones) or "
+         "multiplied by it (negative ones) before sampling, as transformers' and vLLM's repetition_penalty; 1: off",
+         {}, 1e-6, {}, {}});
     add({"generate.seed", T::Int, Value(std::int64_t{0}),
          "sampling seed; a completion depends only on it, its prompt's index and its own index", {}, 0.0, {}, {}});
     add({"generate.stop", T::StringList, Value(std::vector<std::string>{}),
@@ -300,6 +309,11 @@ const Schema& mgrl_schema() {
          {}});
     add({"grpo.min_p", T::Float, Value(0.0), "drop tokens less likely than min_p times the most likely; 0: off", {},
          0.0, 1.0, {}});
+    add({"grpo.repetition_penalty", T::Float, Value(1.0),
+         "trl's repetition_penalty: the logits of the tokens already in the prompt or completion are divided by it "
+         "(positive ones) or multiplied by it (negative ones) before sampling; 1: off. The loss's log-probs are the "
+         "model's, as trl's",
+         {}, 1e-6, {}, {}});
     add({"grpo.stop", T::StringList, Value(std::vector<std::string>{}),
          "strings that end a completion (cut from its text; its tokens are kept)", {}, {}, {}, {}});
     add({"grpo.beta", T::Float, Value(0.0),

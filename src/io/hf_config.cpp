@@ -518,6 +518,32 @@ ModelConfig parse_hf_config(const std::string& path) {
   return c;
 }
 
+std::optional<GenerationDefaults> read_generation_defaults(const std::string& model_dir) {
+  const std::string gen = model_dir + "/generation_config.json";
+  std::error_code ec;
+  if (!std::filesystem::exists(gen, ec)) return std::nullopt;
+  const json g = read_json_file(gen, "the generation config");
+  if (!g.is_object()) throw UserError(gen + ": not a JSON object");
+  const Keys gk(g, gen);
+  GenerationDefaults d;
+  if (gk.find("do_sample")) d.do_sample = gk.get_bool("do_sample", false);
+  const auto number = [&gk](const char* key, std::optional<double>& out, bool zero_ok) {
+    if (!gk.find(key)) return;
+    const double v = gk.get_number(key);
+    if (!(zero_ok ? v >= 0 : v > 0)) gk.fail(key, zero_ok ? "must be >= 0" : "must be > 0");
+    out = v;
+  };
+  number("temperature", d.temperature, true);
+  number("top_p", d.top_p, true);
+  number("min_p", d.min_p, true);
+  number("repetition_penalty", d.repetition_penalty, false);
+  if (gk.find("top_k")) {
+    d.top_k = gk.get_int("top_k");
+    if (*d.top_k < 0) gk.fail("top_k", "must be >= 0");
+  }
+  return d;
+}
+
 std::vector<TensorSpec> expected_tensors(const ModelConfig& c) {
   const std::int64_t h = c.hidden_size, q = c.q_dim(), kv = c.kv_dim(), f = c.intermediate_size;
   std::vector<TensorSpec> out;

@@ -38,6 +38,14 @@ struct Bnb4bitConfig {
   std::vector<std::string> skip_modules;    // llm_int8_skip_modules (modules left dense)
 };
 
+// The sampling settings of generation_config.json beside config.json (each absent or null: not set), as transformers'
+// generate reads them when it is given none (mgrl generate's defaults: app/mode_generate.cpp).
+struct GenerationDefaults {
+  std::optional<bool> do_sample;
+  std::optional<double> temperature, top_p, min_p, repetition_penalty;
+  std::optional<std::int64_t> top_k;
+};
+
 struct ModelConfig {
   Architecture arch = Architecture::Llama;
   std::int64_t vocab_size = 0;
@@ -104,6 +112,10 @@ struct ModelConfig {
 // mgrl supports (a UserError naming the key), and the whole model (at 2 bytes a parameter, the least any backend
 // stores) within this machine's memory.
 ModelConfig parse_hf_config(const std::string& config_json_path);
+
+// generation_config.json of a model directory: its sampling settings (nullopt when the file does not exist). Throws
+// UserError naming the file and the key for a value of the wrong type or out of range.
+std::optional<GenerationDefaults> read_generation_defaults(const std::string& model_dir);
 
 struct TensorSpec {
   std::string name;

@@ -160,6 +160,34 @@ std::vector<Completion> Generator::generate(const std::vector<Prompt>& prompts) 
     h_ring_logprobs.resize(ring);
   }
 
+  // The repetition penalty: a byte per (slot, token) marking the tokens of the slot's sequence (its prompt, set when
+  // the prompt is admitted, and each token sampled into it), each row's slot, and the penalised logits that sample()
+  // reads; the recorded log-probs are then recomputed from the model's own logits.
+  const bool penalise = opts_.repetition_penalty != 1.0f;
+  const int V = static_cast<int>(mc.vocab_size);
+  std::uint8_t* d_seen = nullptr;
+  std::int32_t* d_seen_row = nullptr;
+  float* d_penalised = nullptr;
+  std::vector<std::uint8_t> h_seen;
+  if (penalise) {
+    d_seen = static_cast<std::uint8_t*>(ops.alloc(static_cast<std::size_t>(n_slots) * V));
+    d_seen_row = static_cast<std::int32_t*>(ops.alloc(static_cast<std::size_t>(max_rows) * 4));
+    d_penalised = static_cast<float*>(ops.alloc(static_cast<std::size_t>(max_rows) * V * 4));
+    h_seen.resize(static_cast<std::size_t>(V));
+  }
+  // Row r of logits (R rows, raw) sampled into d_tokens / d_logprobs; with the penalty, d_seen_row holds each row's
+  // slot and the tokens join their slots' tables.
+  auto sample_rows = [&](const float* logits, int R) {
+    if (!penalise) {
+      ops.sample(d_tokens, d_logprobs, logits, d_seeds, R, V, opts_.sampling);
+      return;
+    }
+    ops.repetition_penalty(d_penalised, logits, d_seen, d_seen_row, R, V, opts_.repetition_penalty);
+    ops.sample(d_tokens, d_logprobs, d_penalised, d_seeds, R, V, opts_.sampling);
+    ops.token_logprobs(d_logprobs, logits, d_tokens, R, V);
+    ops.mark_seen(d_seen, d_seen_row, d_tokens, R, V);
+  };
+
   auto finish = [&](Completion& c, const char* reason) { c.finish_reason = reason; };
   // A sampled token joins its completion; whether that ends it (EOS, a stop string, the length).
   auto accept = [&](Completion& c, std::int32_t tok, float logprob) {
@@ -234,9 +262,12 @@ std::vector<Completion> Generator::generate(const std::vector<Prompt>& prompts) 
       ops.upload(d_streams, h_streams.data(), static_cast<std::size_t>(R) * 8);
       ops.upload(d_count, count.data(), static_cast<std::size_t>(R) * 4);
       ops.zero(d_done, static_cast<std::size_t>(R) * 4);
+      if (penalise) ops.upload(d_seen_row, slot.data(), static_cast<std::size_t>(R) * 4);
       for (int s = 0; s < steps; ++s) {
         const float* logits = model_.engine().infer_loaded(R, cache, opts_.use_lora);
-        ops.sample(d_tokens, d_logprobs, logits, d_seeds, R, static_cast<int>(mc.vocab_size), opts_.sampling);
+        // A row already done samples on (its entries are dropped); the tokens it adds to its slot's table do not
+        // matter: a slot's table is set anew when a prompt takes the slot.
+        sample_rows(logits, R);
         ops.decode_advance(in.ids, in.pos, d_count, d_done, d_seeds, d_ring_tokens + static_cast<std::size_t>(s) * R,
                            d_ring_logprobs + static_cast<std::size_t>(s) * R, d_tokens, d_logprobs, d_streams, d_eos,
                            n_eos, opts_.max_new_tokens, R);
@@ -272,6 +303,7 @@ std::vector<Completion> Generator::generate(const std::vector<Prompt>& prompts) 
     }
     std::vector<std::int32_t> tokens, slot, pos, out_rows;
     std::vector<std::size_t> row_completion;  // completion of each output row
+    std::vector<std::int32_t> row_slot;       // and its slot (the repetition penalty's table)
     // Decode rows of the running sequences.
     for (const auto& r : running) {
       tokens.push_back(r.next);
@@ -279,6 +311,7 @@ std::vector<Completion> Generator::generate(const std::vector<Prompt>& prompts) 
       pos.push_back(r.pos);
       out_rows.push_back(static_cast<std::int32_t>(tokens.size() - 1));
       row_completion.push_back(r.completion);
+      row_slot.push_back(r.slot);
     }
     // Admit prompts while G slots and their cache blocks are free (their prefill may start later).
     while (admissible()) {
@@ -290,6 +323,12 @@ std::vector<Completion> Generator::generate(const std::vector<Prompt>& prompts) 
       }
       cache.assign(a.slots[0], len + opts_.max_new_tokens);
       for (int g = 1; g < G; ++g) cache.fork(a.slots[g], a.slots[0], len, len + opts_.max_new_tokens);
+      if (penalise) {  // the prompt's tokens in each of its slots' tables
+        std::fill(h_seen.begin(), h_seen.end(), std::uint8_t{0});
+        for (const std::int32_t t : prompts[next_prompt].tokens) h_seen[static_cast<std::size_t>(t)] = 1;
+        for (int g = 0; g < G; ++g)
+          ops.upload(d_seen + static_cast<std::size_t>(a.slots[g]) * V, h_seen.data(), static_cast<std::size_t>(V));
+      }
       prefilling.push_back(std::move(a));
       stats_.prompt_tokens += len;
       ++next_prompt;
@@ -314,6 +353,7 @@ std::vector<Completion> Generator::generate(const std::vector<Prompt>& prompts) 
         for (int g = 0; g < G; ++g) {
           out_rows.push_back(last);
           row_completion.push_back(a.prompt * G + g);
+          row_slot.push_back(a.slots[static_cast<std::size_t>(g)]);
         }
       }
     }
@@ -329,7 +369,8 @@ std::vector<Completion> Generator::generate(const std::vector<Prompt>& prompts) 
         h_seeds[r] = draw_seed(opts_.seed, c.prompt_index, c.generation, static_cast<int>(c.tokens.size()));
       }
       ops.upload(d_seeds, h_seeds.data(), static_cast<std::size_t>(R) * 8);
-      ops.sample(d_tokens, d_logprobs, logits, d_seeds, R, static_cast<int>(mc.vocab_size), opts_.sampling);
+      if (penalise) ops.upload(d_seen_row, row_slot.data(), static_cast<std::size_t>(R) * 4);
+      sample_rows(logits, R);
       ops.download(h_tokens.data(), d_tokens, static_cast<std::size_t>(R) * 4);
       ops.download(h_logprobs.data(), d_logprobs, static_cast<std::size_t>(R) * 4);
       stats_.downloads += 2;
@@ -374,7 +415,8 @@ std::vector<Completion> Generator::generate(const std::vector<Prompt>& prompts) 
   ops.release(d_logprobs);
   ops.release(d_seeds);
   for (void* p : {static_cast<void*>(d_count), static_cast<void*>(d_done), static_cast<void*>(d_streams),
-                  static_cast<void*>(d_eos), static_cast<void*>(d_ring_tokens), static_cast<void*>(d_ring_logprobs)})
+                  static_cast<void*>(d_eos), static_cast<void*>(d_ring_tokens), static_cast<void*>(d_ring_logprobs),
+                  static_cast<void*>(d_seen), static_cast<void*>(d_seen_row), static_cast<void*>(d_penalised)})
     if (p) ops.release(p);
   if (decode_)
     for (auto& c : out)

@@ -32,6 +32,10 @@ struct GenerationOptions {
   int max_new_tokens = 256;
   int num_generations = 1;  // G completions per prompt
   kernels::Ops::Sampling sampling;
+  // Repetition penalty (transformers' / vLLM's repetition_penalty; 1: none): before the sampling filters, the logit of
+  // every token already in the sequence (its prompt and its completion so far) is divided by it when positive and
+  // multiplied by it otherwise. The recorded log-probs stay the model's (Ops::token_logprobs of the raw logits).
+  float repetition_penalty = 1.0f;
   std::uint64_t seed = 0;
   std::vector<std::int32_t> eos_ids;      // any of them ends a completion ("eos"); it is kept in the tokens
   std::vector<std::string> stop_strings;  // text that ends a completion ("stop"); cut from the text

@@ -395,6 +395,7 @@ void GrpoTrainer::new_round() {
     g.max_new_tokens = opts_.max_completion_length;
     g.num_generations = G;
     g.sampling = opts_.sampling;
+    g.repetition_penalty = opts_.repetition_penalty;
     g.seed = random_bits(opts_.seed ^ 0x6772706f726f6c6cull, static_cast<std::uint64_t>(state_.step));
     g.eos_ids = stop_ids(model_.config(), &tok_);
     g.stop_strings = opts_.stop;
@@ -759,11 +760,13 @@ EvalResult GrpoTrainer::evaluate() {
   const std::size_t N = eval_.size();
   const std::size_t lo = N * static_cast<std::size_t>(env_.rank()) / static_cast<std::size_t>(env_.size());
   const std::size_t hi = N * static_cast<std::size_t>(env_.rank() + 1) / static_cast<std::size_t>(env_.size());
+  // The greedy accuracy without the repetition penalty (the model's own answer); pass@k samples as the rollouts do.
   auto run = [&](int G, const kernels::Ops::Sampling& sampling, int max_new, std::vector<std::vector<double>>* values) {
     GenerationOptions g;
     g.max_new_tokens = max_new;
     g.num_generations = G;
     g.sampling = sampling;
+    if (sampling.temperature > 0) g.repetition_penalty = opts_.repetition_penalty;
     g.seed = random_bits(opts_.seed ^ 0x6576616c6576616cull, 0);
     g.eos_ids = stop_ids(model_.config(), &tok_);
     g.stop_strings = opts_.stop;

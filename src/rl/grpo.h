@@ -43,6 +43,7 @@ struct GrpoOptions {
   int num_generations = 8;
   int max_completion_length = 256;
   kernels::Ops::Sampling sampling;
+  float repetition_penalty = 1.0f;  // grpo.repetition_penalty (GenerationOptions): the rollouts' and pass@k's
   std::vector<std::string> stop;
   int max_sequences = 64;
   int max_prefill_tokens = 2048;  // generate.max_prefill_tokens

@@ -221,6 +221,19 @@ class CountingOps final : public kernels::Ops {
     ++calls["sample"];
     in->sample(tokens, lp, logits, seeds, B, V, p);
   }
+  void repetition_penalty(float* out, const float* logits, const std::uint8_t* seen, const std::int32_t* seen_row,
+                          int R, int V, float penalty) override {
+    ++calls["repetition_penalty"];
+    in->repetition_penalty(out, logits, seen, seen_row, R, V, penalty);
+  }
+  void mark_seen(std::uint8_t* seen, const std::int32_t* seen_row, const std::int32_t* tokens, int R, int V) override {
+    ++calls["mark_seen"];
+    in->mark_seen(seen, seen_row, tokens, R, V);
+  }
+  void token_logprobs(float* lp, const float* logits, const std::int32_t* tokens, int R, int V) override {
+    ++calls["token_logprobs"];
+    in->token_logprobs(lp, logits, tokens, R, V);
+  }
   void decode_advance(std::int32_t* ids, std::int32_t* pos, std::int32_t* count, std::int32_t* done,
                       std::uint64_t* seeds, std::int32_t* rt, float* rl, const std::int32_t* tokens, const float* lp,
                       const std::uint64_t* streams, const std::int32_t* eos, int n_eos, int max_count,

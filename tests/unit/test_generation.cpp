@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
@@ -111,6 +112,41 @@ TEST_P(Generation, GreedyMatchesTransformersAndScore) {
     for (std::size_t t = 0; t < out[i].tokens.size(); ++t)
       EXPECT_NEAR(out[i].logprobs[t], lp[prompts[i].tokens.size() + t], 1e-5) << i << "," << t;
   }
+}
+
+// Greedy with a repetition penalty (1.5, over prompt + completion so far) gives transformers' tokens, and the model's
+// own log-probs of them (before the penalty): with one slot per prompt (slots reused: each slot's table is set anew
+// for its prompt), with three, and with the decode steps on the device (sync_interval 4) or not.
+TEST_P(Generation, GreedyWithRepetitionPenaltyMatchesTransformers) {
+  Loaded m(GetParam());
+  const auto j = io::read_json_file(kData + GetParam() + "/generate.json");
+  const auto& pen = j["penalty"];
+  std::vector<Prompt> prompts;
+  for (std::size_t i = 0; i < j["prompts"].size(); ++i)
+    prompts.push_back({static_cast<std::int64_t>(i), j["prompts"][i].get<std::vector<std::int32_t>>()});
+  int changed = 0;
+  for (const int slots : {1, 3})
+    for (const int K : {1, 4}) {
+      SCOPED_TRACE("max_sequences " + std::to_string(slots) + ", sync_interval " + std::to_string(K));
+      GenerationOptions o;
+      o.max_new_tokens = j["max_new_tokens"].get<int>();
+      o.sampling.temperature = 0;
+      o.repetition_penalty = pen["repetition_penalty"].get<float>();
+      o.max_sequences = slots;
+      o.sync_interval = K;
+      Generator gen(*m.net, o);
+      const auto out = gen.generate(prompts);
+      ASSERT_EQ(out.size(), prompts.size());
+      for (std::size_t i = 0; i < out.size(); ++i) {
+        EXPECT_EQ(out[i].tokens, pen["completions"][i].get<std::vector<std::int32_t>>()) << "prompt " << i;
+        const auto want_lp = pen["logprobs"][i].get<std::vector<double>>();
+        ASSERT_EQ(out[i].logprobs.size(), want_lp.size());
+        for (std::size_t t = 0; t < want_lp.size(); ++t)
+          EXPECT_NEAR(out[i].logprobs[t], want_lp[t], 1e-4) << i << "," << t;
+        changed += out[i].tokens != j["completions"][i].get<std::vector<std::int32_t>>();
+      }
+    }
+  EXPECT_GT(changed, 0) << "the penalty changes no completion: the test shows nothing";
 }
 
 // The inference engine with the adapter merged into the weights (generate.merge_lora) gives the unmerged engine's
@@ -392,6 +428,64 @@ TEST(Generator, SyncIntervalChangesNothing) {
     EXPECT_EQ(gen.stats().generated_tokens, ref_gen.stats().generated_tokens);
     EXPECT_GT(gen.stats().device_steps, 0);
   }
+}
+
+// Sampling with a repetition penalty depends on the seed, the prompt and the index alone, like sampling without: the
+// same completions with 12 slots or 2 (slots reused), decode steps on the device or not; the penalty changes them;
+// the recorded log-probs are the model's (what the training forward gives), not the penalised distribution's.
+TEST(Generator, RepetitionPenaltySamplingIsBatchInvariantAndLogsTheModelsLogprobs) {
+  Loaded m("qwen2_bias_tied");
+  GenerationOptions o;
+  o.max_new_tokens = 10;
+  o.num_generations = 3;
+  o.sampling = {0.2f, 0, 1.0f, 0.0f};  // near-greedy: the tiny model loops over a few tokens without the penalty
+  o.seed = 5;
+  o.repetition_penalty = 100.0f;
+  o.sync_interval = 1;
+  const auto prompts = some_prompts();
+  std::vector<std::vector<Completion>> runs;
+  for (const int slots : {12, 2})
+    for (const int K : {1, 8}) {
+      GenerationOptions w = o;
+      w.max_sequences = slots;
+      w.sync_interval = K;
+      Generator gen(*m.net, w);
+      runs.push_back(gen.generate(prompts));
+    }
+  for (std::size_t r = 1; r < runs.size(); ++r)
+    for (std::size_t i = 0; i < runs[0].size(); ++i) {
+      EXPECT_EQ(runs[r][i].tokens, runs[0][i].tokens) << r << "," << i;
+      EXPECT_EQ(runs[r][i].logprobs, runs[0][i].logprobs) << r << "," << i;
+    }
+  GenerationOptions plain = o;
+  plain.repetition_penalty = 1.0f;
+  Generator gen(*m.net, plain);
+  const auto base = gen.generate(prompts);
+  int changed = 0, repeats_with = 0, repeats_without = 0;
+  auto repeats = [](const Prompt& p, const Completion& c) {  // tokens drawn that were already in the sequence
+    std::vector<std::int32_t> seq = p.tokens;
+    int n = 0;
+    for (const auto t : c.tokens) {
+      n += std::find(seq.begin(), seq.end(), t) != seq.end();
+      seq.push_back(t);
+    }
+    return n;
+  };
+  for (std::size_t i = 0; i < base.size(); ++i) {
+    changed += base[i].tokens != runs[0][i].tokens;
+    repeats_with += repeats(prompts[i / 3], runs[0][i]);
+    repeats_without += repeats(prompts[i / 3], base[i]);
+    // The model's log-probs of the drawn tokens, as the training forward computes them.
+    std::vector<std::int32_t> seq = prompts[i / 3].tokens;
+    seq.insert(seq.end(), runs[0][i].tokens.begin(), runs[0][i].tokens.end());
+    std::vector<float> lp(seq.size());
+    m.net->forward(model::Batch::from_sequences({seq}), lp.data());
+    for (std::size_t t = 0; t < runs[0][i].tokens.size(); ++t)
+      EXPECT_NEAR(runs[0][i].logprobs[t], lp[prompts[i / 3].tokens.size() + t], 1e-5) << i << "," << t;
+  }
+  EXPECT_GT(changed, 0);
+  EXPECT_LT(repeats_with * 2, repeats_without) << "the penalty does not make repeats rarer";
+  std::printf("repeated tokens drawn: %d without the penalty, %d with it\n", repeats_without, repeats_with);
 }
 
 // generate.merge_lora on: greedy completions are the unmerged ones (the CPU's merged weights differ from W and the

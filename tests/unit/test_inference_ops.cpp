@@ -578,6 +578,46 @@ TEST(Sampling, RowsAreIndependentOfTheBatch) {
   }
 }
 
+// The repetition penalty's ops (CPU reference): seen tokens' logits divided by the penalty when positive, multiplied
+// otherwise (0 stays 0), per row's slot table; mark_seen adds each row's token to its slot's table; token_logprobs is
+// the log-prob sample() records for the same token of the same logits, bit for bit.
+TEST(RepetitionPenalty, PenalisesSeenTokensMarksAndLogsTheModelsLogprob) {
+  const int V = 5, R = 3;
+  const Vec z = {2.0f, -1.0f, 0.0f, 3.0f, -4.0f,   // row 0 (slot 1)
+                 1.0f, 1.0f, -2.0f, 0.5f, 6.0f,    // row 1 (slot 0)
+                 -3.0f, 2.5f, 1.5f, -0.5f, 0.25f};  // row 2 (slot 1)
+  std::vector<uint8_t> seen = {0, 1, 0, 1, 1,   // slot 0
+                               1, 1, 1, 0, 0};  // slot 1
+  const Ids rows = {1, 0, 1};
+  Vec out(z.size());
+  repetition_penalty(out.data(), z.data(), seen.data(), rows.data(), R, V, 2.0f);
+  EXPECT_EQ(out, (Vec{1.0f, -2.0f, 0.0f, 3.0f, -4.0f,  //
+                      1.0f, 0.5f, -2.0f, 0.25f, 3.0f,  //
+                      -6.0f, 1.25f, 0.75f, -0.5f, 0.25f}));
+  const Ids tok = {3, 2, 4};
+  mark_seen(seen.data(), rows.data(), tok.data(), R, V);
+  EXPECT_EQ(seen, (std::vector<uint8_t>{0, 1, 1, 1, 1, 1, 1, 1, 1, 1}));
+  Vec lp(R);
+  token_logprobs(lp.data(), z.data(), tok.data(), R, V);
+  for (int r = 0; r < R; ++r) {
+    const Vec row(z.begin() + r * V, z.begin() + (r + 1) * V);
+    // the exact log-softmax of the token
+    double zmax = -1e30, sum = 0;
+    for (const float x : row) zmax = std::max(zmax, static_cast<double>(x));
+    for (const float x : row) sum += std::exp(x - zmax);
+    EXPECT_NEAR(lp[static_cast<std::size_t>(r)], row[static_cast<std::size_t>(tok[static_cast<std::size_t>(r)])] - zmax - std::log(sum), 1e-6) << r;
+    // sample()'s recorded log-prob of its draw (the argmax here), bit for bit
+    int32_t t = -1;
+    float want = 0, got = 0;
+    const uint64_t seed = 1;
+    Ops::Sampling greedy;
+    greedy.temperature = 0;
+    sample(&t, &want, row.data(), &seed, 1, V, greedy);
+    token_logprobs(&got, row.data(), &t, 1, V);
+    EXPECT_EQ(got, want) << r;
+  }
+}
+
 // One decode step's bookkeeping (Ops::decode_advance): the ring gets every row's token; a running row takes its token
 // as the next input, one position further, and the seed of its next draw; EOS and the length end a row, which then
 // keeps its inputs and seed whatever it samples later.
