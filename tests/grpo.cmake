@@ -67,7 +67,7 @@ mgrl_add_cli_test(grpo.same_weights_on_1_and_2_ranks 0 "relative differences" - 
   "rm -rf ${GRPO}/dp && ${RUN1} ${GRPO_STR} --checkpoint.dir=${GRPO}/dp/np1 && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${GRPO_STR} --checkpoint.dir=${GRPO}/dp/np2 && ${CHECK} weights ${GRPO}/dp/np2/step_00000004.h5 ${GRPO}/dp/np1/step_00000004.h5 --rtol=1e-5")
 # trl's newer objectives and options (delta, cispo, sapo, luspo, normalize_then_sum) reach the run: other weights than
 # the default objective, trl's metric names (the math: unit.grpo_loss against trl's fixtures).
-mgrl_add_cli_test(grpo.objectives_reach_the_run 0 "(?s)delta: other.*cispo: other.*sapo: other.*luspo: other.*gdpo: other.*opsm: other.*PASS: grpo objectives" - 0
+mgrl_add_cli_test(grpo.objectives_reach_the_run 0 "(?s)delta: other.*cispo: other.*sapo: other.*luspo: other.*gdpo: other.*opsm: other.*vespo: other.*PASS: grpo objectives" - 0
   -- bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/grpo_objectives.sh ${GRPO}/objectives ${CHECK} -- ${RUN1} ${GRPO_ARGS})
 # trl's conversational prompts ({"prompt": [messages]}) read as {"messages"} does; rewards see a completion's text cut
 # at grpo.stop in training as in evaluation.

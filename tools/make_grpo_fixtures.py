@@ -56,6 +56,11 @@ CASES = [
     dict(name="cispo_beta_mu2", model="llama_gqa", loss_type="cispo", beta=0.04, num_iterations=2, epsilon_high=1.1),
     dict(name="cispo_sequence_klcorr_mu2", model="qwen2_bias_tied", loss_type="cispo", beta=0.1, num_iterations=2,
          epsilon_high=1.02, importance_sampling_level="sequence", use_bias_correction_kl=True),
+    # VESPO: the log-prob weighted by a gamma function of the sequence's importance ratio (trl's defaults; and other
+    # k / lambda with the KL's ratio correction)
+    dict(name="vespo_beta_mu2", model="qwen3_qknorm", loss_type="vespo", beta=0.04, num_iterations=2),
+    dict(name="vespo_params_klcorr_mu2", model="llama_gqa", loss_type="vespo", beta=0.1, num_iterations=2,
+         use_bias_correction_kl=True, vespo_k_pos=1.5, vespo_lambda_pos=2.5, vespo_k_neg=2.5, vespo_lambda_neg=1.5),
     dict(name="sapo_beta_temp_mu2", model="qwen2_bias_tied", loss_type="sapo", beta=0.04, num_iterations=2,
          temperature=0.8, sapo_temperature_pos=1.5, sapo_temperature_neg=2.0),
     dict(name="dapo_delta_mu2", model="qwen3_qknorm", loss_type="dapo", beta=0.0, num_iterations=2, epsilon_high=0.28,
@@ -142,6 +147,8 @@ def make_case(spec, out_root, tokenizer_file):
         use_bias_correction_kl=spec.get("use_bias_correction_kl", False), reward_weights=[1.0, 0.5],
         delta=spec.get("delta"), sapo_temperature_pos=spec.get("sapo_temperature_pos", 1.0),
         sapo_temperature_neg=spec.get("sapo_temperature_neg", 1.05),
+        vespo_k_pos=spec.get("vespo_k_pos", 2.0), vespo_lambda_pos=spec.get("vespo_lambda_pos", 3.0),
+        vespo_k_neg=spec.get("vespo_k_neg", 3.0), vespo_lambda_neg=spec.get("vespo_lambda_neg", 2.0),
         multi_objective_aggregation=spec.get("multi_objective_aggregation", "sum_then_normalize"),
         off_policy_mask_threshold=spec.get("off_policy_mask_threshold"),
         top_entropy_quantile=spec.get("top_entropy_quantile", 1.0),
@@ -209,6 +216,8 @@ def make_case(spec, out_root, tokenizer_file):
                    "use_bias_correction_kl": cfg.use_bias_correction_kl, "max_completion_length": LMAX,
                    "num_generations": G, "reward_weights": [1.0, 0.5], "delta": cfg.delta,
                    "sapo_temperature_pos": cfg.sapo_temperature_pos, "sapo_temperature_neg": cfg.sapo_temperature_neg,
+                   "vespo_k_pos": cfg.vespo_k_pos, "vespo_lambda_pos": cfg.vespo_lambda_pos,
+                   "vespo_k_neg": cfg.vespo_k_neg, "vespo_lambda_neg": cfg.vespo_lambda_neg,
                    "multi_objective_aggregation": cfg.multi_objective_aggregation,
                    "off_policy_mask_threshold": cfg.off_policy_mask_threshold,
                    "top_entropy_quantile": cfg.top_entropy_quantile},
@@ -254,12 +263,14 @@ def make_case(spec, out_root, tokenizer_file):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(ROOT, "tests", "data", "grpo"))
+    ap.add_argument("--only", default="", help="comma-separated case names (default: all)")
     a = ap.parse_args()
     torch.set_num_threads(1)
     os.makedirs(a.out, exist_ok=True)
     tokfile = os.path.join(ROOT, "inputs", "quickstart", "tokenizer.json")
     for spec in CASES:
-        make_case(spec, a.out, tokfile)
+        if not a.only or spec["name"] in a.only.split(","):
+            make_case(spec, a.out, tokfile)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,8 @@ completion tokens) and mean_token_accuracy (the share of completion tokens the m
 one). Then, with that adapter, trl's evaluate() on tests/data/sft_trl/metrics_heldout.jsonl (8 lines: one eval batch):
 eval_loss, eval_entropy, eval_mean_token_accuracy. Writes tests/data/sft_trl/metrics.json and the adapter to
 tests/data/sft_trl/metrics_adapter/.
+And trl's loss_type = "dft" for one step from that adapter: metrics_dft.json (loss, grad_norm, entropy,
+mean_token_accuracy; --dft-only writes it alone, from the committed adapter).
     /work/venv-fixtures/bin/python tools/make_sft_metrics_fixtures.py     (trl 1.16.0, transformers 5.24.0, peft)"""
 import json
 import os
@@ -43,6 +45,29 @@ def run(model, steps, lr):
     return trainer
 
 
+def dft_step():
+    """trl's loss_type = "dft" (each token's loss times its detached probability) for one step from the saved adapter:
+    its loss, grad_norm, entropy and mean_token_accuracy -> tests/data/sft_trl/metrics_dft.json (cli.sft.dft_as_trl)."""
+    m = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    m = PeftModel.from_pretrained(m, adapter, is_trainable=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        args = trl.SFTConfig(output_dir=tmp, report_to=[], max_length=128, use_cpu=True, bf16=False,
+                             per_device_train_batch_size=len(rows), max_steps=1, logging_steps=1, learning_rate=1e-3,
+                             save_strategy="no", seed=0, lr_scheduler_type="constant", loss_type="dft")
+        trainer = trl.SFTTrainer(model=m, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok)
+        trainer.train()
+    log = trainer.state.log_history[0]
+    res = {k: log[k] for k in ("loss", "grad_norm", "entropy", "mean_token_accuracy")}
+    res["versions"] = {"trl": trl.__version__, "transformers": transformers.__version__, "peft": peft.__version__}
+    with open(os.path.join(data, "metrics_dft.json"), "w") as f:
+        json.dump(res, f, indent=1)
+        f.write("\n")
+    print(res)
+
+
+if "--dft-only" in os.sys.argv:  # from the committed adapter, leaving metrics.json and the adapter as they are
+    dft_step()
+    raise SystemExit(0)
 run(model, 12, 2e-2)
 model.save_pretrained(adapter)
 readme = os.path.join(adapter, "README.md")
@@ -72,3 +97,4 @@ with open(os.path.join(data, "metrics.json"), "w") as f:
     json.dump(out, f, indent=1)
     f.write("\n")
 print(out)
+dft_step()

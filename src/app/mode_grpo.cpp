@@ -100,10 +100,17 @@ int run_grpo(Context& ctx) {
   o.loss.beta = cfg.get_float("grpo.beta");
   o.loss.epsilon = cfg.get_float("grpo.epsilon");
   o.loss.epsilon_high = cfg.get_float("grpo.epsilon_high") > 0 ? cfg.get_float("grpo.epsilon_high") : o.loss.epsilon;
-  if (o.loss.loss_type != "cispo" && o.loss.loss_type != "sapo") o.loss.delta = cfg.get_float("grpo.delta");  // clipped losses
+  if (o.loss.loss_type != "cispo" && o.loss.loss_type != "sapo" && o.loss.loss_type != "vespo")
+    o.loss.delta = cfg.get_float("grpo.delta");  // clipped losses
   if (o.loss.loss_type == "sapo") {
     o.loss.sapo_temperature_pos = cfg.get_float("grpo.sapo_temperature_pos");
     o.loss.sapo_temperature_neg = cfg.get_float("grpo.sapo_temperature_neg");
+  }
+  if (o.loss.loss_type == "vespo") {
+    o.loss.vespo_k_pos = cfg.get_float("grpo.vespo_k_pos");
+    o.loss.vespo_lambda_pos = cfg.get_float("grpo.vespo_lambda_pos");
+    o.loss.vespo_k_neg = cfg.get_float("grpo.vespo_k_neg");
+    o.loss.vespo_lambda_neg = cfg.get_float("grpo.vespo_lambda_neg");
   }
   o.multi_objective_aggregation = cfg.get_string("grpo.multi_objective_aggregation");
   o.loss.off_policy_threshold = cfg.get_float("grpo.off_policy_mask_threshold");

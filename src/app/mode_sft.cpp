@@ -106,6 +106,7 @@ int run_sft(Context& ctx) {
   read_supervised_keys(cfg, ctx.device, scaling, seed, &o);
   o.gpu_peak_tflops = gpu_peak_tflops(ctx.device);
   o.pack_capacity = packing ? max_seq_len : 0;
+  o.dft = cfg.get_string("train.loss_type") == "dft";
   if (cfg.get_bool("eval.accuracy") && !eval_data.empty())
     o.accuracy = greedy_accuracy(env, net, *tok, static_cast<int>(cfg.get_int("eval.max_new_tokens")));
   const std::size_t n_train = train_data.size(), n_eval = eval_data.size();

@@ -174,6 +174,10 @@ const Schema& mgrl_schema() {
          "how {\"messages\"} examples become text: auto (the model's own chat template, or chat.template), or a "
          "built-in format for models without one: chatml, llama3 or none",
          {"auto", "chatml", "llama3", "none"}, {}, {}, {}});
+    add({"train.loss_type", T::String, Value(std::string("nll")),
+         "SFT's loss, as trl's SFTConfig.loss_type: nll (the mean negative log-likelihood of the loss tokens) or dft "
+         "(each token's term times its probability under the model, taken as a constant: Dynamic Fine-Tuning)",
+         {"nll", "dft"}, {}, {}, {}});
     add({"train.completion_only_loss", T::Bool, Value(true),
          "SFT: the loss covers the completion ({\"prompt\", \"completion\"}) or the assistant turns ({\"messages\"}) "
          "only; false: every token but the first, the prompt too (trl's completion_only_loss = False, and trl's default "
@@ -350,8 +354,16 @@ const Schema& mgrl_schema() {
          "bnpo (tokens of each micro-batch), dr_grpo (sequences x max_completion_length), dapo (tokens of the whole "
          "batch), luspo (per-sequence token sum, mean over sequences); cispo (the ratio's weight capped at "
          "epsilon_high and detached, times the log-prob; normalised as dapo); sapo (a sigmoid gate of temperature "
-         "sapo_temperature_pos / _neg instead of the clip; normalised as grpo)",
-         {"grpo", "bnpo", "dr_grpo", "dapo", "luspo", "cispo", "sapo"}, {}, {}, {}});
+         "sapo_temperature_pos / _neg instead of the clip; normalised as grpo); vespo (the log-prob weighted by a "
+         "gamma function of the sequence's importance ratio, vespo_k_* / vespo_lambda_*; normalised as dapo)",
+         {"grpo", "bnpo", "dr_grpo", "dapo", "luspo", "cispo", "sapo", "vespo"}, {}, {}, {}});
+    add({"grpo.vespo_k_pos", T::Float, Value(2.0),
+         "vespo: the power k of the gamma weight e^lambda w^k e^(-lambda w) for advantages >= 0", {}, {}, {}, {}});
+    add({"grpo.vespo_lambda_pos", T::Float, Value(3.0), "vespo: the decay lambda for advantages >= 0", {}, {}, {},
+         {}});
+    add({"grpo.vespo_k_neg", T::Float, Value(3.0), "vespo: the power k for negative advantages", {}, {}, {}, {}});
+    add({"grpo.vespo_lambda_neg", T::Float, Value(2.0), "vespo: the decay lambda for negative advantages", {}, {},
+         {}, {}});
     add({"grpo.sapo_temperature_pos", T::Float, Value(1.0), "sapo: the gate's temperature for positive advantages",
          {}, 0.0, {}, {}, true});
     add({"grpo.sapo_temperature_neg", T::Float, Value(1.05),

@@ -588,6 +588,7 @@ double GrpoTrainer::train_step(nlohmann::json* metrics) {
   if (fault::fires("grad_overflow", rank, state_.step + 1)) sync_->inject_overflow(true);  // tests (core/fault.h)
   else sync_->inject_overflow(fault::fires("grad_overflow_local", rank, state_.step + 1), true);
   double loss = 0, kl = 0, low = 0, high = 0, ratio = 0, ratio_tokens = 0, tokens = 0;
+  double phi = 0, phi_count = 0;  // vespo: the completions' gamma weights (trl's vespo/phi_seq_mean)
   double entropy = 0, entropy_tokens = 0;  // trl's "entropy": over the completion tokens of the training forward
   // TRL's clip_ratio/low_min and /high_max: the least and the most clipped completion (its share of clipped tokens,
   // or at the sequence level 1 or 0), over the completions with tokens in the loss (every one at the sequence level).
@@ -684,6 +685,8 @@ double GrpoTrainer::train_step(nlohmann::json* metrics) {
       ratio += st.ratio_sum;
       ratio_tokens += st.tokens;
       tokens += st.tokens;
+      phi += st.phi;
+      phi_count += 1;
       for (int t = 0; t < nt; ++t) w[row + static_cast<std::size_t>(t)] = static_cast<float>(-c * grad[static_cast<std::size_t>(t)] * scale);
     }
     model_.backward(w.data(), sync_->hook(a + 1 == accum));
@@ -703,6 +706,10 @@ double GrpoTrainer::train_step(nlohmann::json* metrics) {
     ratio_tokens = env_.allreduce_sum(ratio_tokens);
     entropy = env_.allreduce_sum(entropy);
     entropy_tokens = env_.allreduce_sum(entropy_tokens);
+    if (opts_.loss.loss_type == "vespo") {
+      phi = env_.allreduce_sum(phi);
+      phi_count = env_.allreduce_sum(phi_count);
+    }
   }
   // Straggler wait in training: every rank's forward + backward time since the previous step (this step's, and the
   // round's scoring passes; the backends keep blocking communication out of these phases) against the slowest
@@ -737,10 +744,13 @@ double GrpoTrainer::train_step(nlohmann::json* metrics) {
   if (opts_.loss.beta > 0) (*metrics)["kl"] = kl * inv;
   if (entropy_tokens > 0) (*metrics)["entropy"] = entropy / entropy_tokens;
   // The clip counts of the clipped losses (TRL's names and definitions: over the tokens in the loss, or at the
-  // sequence level over every completion of the batch); cispo's capped ratios; sapo clips nothing.
+  // sequence level over every completion of the batch); cispo's capped ratios; vespo's mean gamma weight; sapo clips
+  // nothing.
   const double inv_clip = seq_level ? 1.0 / static_cast<double>(std::max<std::size_t>(1, R.tokens.size())) : inv;
   if (opts_.loss.loss_type == "cispo") {
     (*metrics)["cispo_clip_ratio"] = high * inv_clip;
+  } else if (opts_.loss.loss_type == "vespo") {
+    (*metrics)["vespo/phi_seq_mean"] = phi / std::max(1.0, phi_count);
   } else if (opts_.loss.loss_type != "sapo") {
     (*metrics)["clip_ratio/low_mean"] = low * inv_clip;
     (*metrics)["clip_ratio/high_mean"] = high * inv_clip;

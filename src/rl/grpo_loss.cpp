@@ -106,8 +106,23 @@ std::vector<double> normalize_then_sum_advantages(const std::vector<std::vector<
 SequenceTerms sequence_loss(const GrpoLossOptions& o, const SequenceIn& s, double* grad) {
   SequenceTerms out;
   const double A = s.advantage, lo = 1.0 - o.epsilon, hi = 1.0 + o.epsilon_high;
-  const bool cispo = o.loss_type == "cispo", sapo = o.loss_type == "sapo";
+  const bool cispo = o.loss_type == "cispo", sapo = o.loss_type == "sapo", vespo = o.loss_type == "vespo";
   for (int t = 0; t < s.n; ++t) out.tokens += s.mask[t];
+  // VESPO's gamma weight of the sequence (trl's get_gamma_weights; a constant of the loss): w = the sequence's
+  // importance ratio from the summed, clamped token log-ratios, phi(w) = e^lambda w^k e^(-lambda w) (phi(1) = 1),
+  // k and lambda by the advantage's sign; a non-finite phi is 0.
+  double phi = 0;
+  if (vespo) {
+    double lr = 0;
+    for (int t = 0; t < s.n; ++t)
+      lr += s.mask[t] * (s.old ? std::min(20.0, std::max(-20.0, static_cast<double>(s.logp[t]) - s.old[t])) : 0.0);
+    const double log_w = std::min(20.0, std::max(std::log(1e-8), lr));
+    const double k = A >= 0 ? o.vespo_k_pos : o.vespo_k_neg;
+    const double lambda = std::max(1e-4, A >= 0 ? o.vespo_lambda_pos : o.vespo_lambda_neg);
+    phi = std::exp(lambda + k * log_w - lambda * std::exp(log_w));
+    if (!std::isfinite(phi)) phi = 0;
+    out.phi = phi;
+  }
   // The importance weight: exp(log-ratio) per token, or exp of the masked mean log-ratio of the sequence.
   double seq_ratio = 1.0;
   if (o.sequence_level) {
@@ -127,7 +142,11 @@ SequenceTerms sequence_loss(const GrpoLossOptions& o, const SequenceIn& s, doubl
     const double m = s.mask[t];
     const double c1 = o.sequence_level ? seq_ratio : (s.old ? std::exp(static_cast<double>(s.logp[t]) - s.old[t]) : 1.0);
     double loss = 0, d_c1 = 0, d_lp = 0;  // the policy term, d/d c1, d/d logp_t directly (plus the KL's, below)
-    if (cispo) {
+    if (vespo) {
+      // -phi A logp_t, phi held constant.
+      loss = -phi * A * s.logp[t];
+      d_lp = -phi * A;
+    } else if (cispo) {
       // -sg(min(c1, epsilon_high)) A logp_t: a REINFORCE term weighted by the capped, detached ratio.
       const double w = std::min(c1, o.epsilon_high);
       loss = -w * A * s.logp[t];
@@ -205,7 +224,8 @@ double sequence_weight(const GrpoLossOptions& o, double tokens_i, std::int64_t n
   if (o.loss_type == "bnpo") return 1.0 / (static_cast<double>(accum) * std::max(1.0, micro_tokens));
   if (o.loss_type == "dr_grpo")
     return 1.0 / (static_cast<double>(n_completions) * static_cast<double>(o.max_completion_length));
-  if (o.loss_type == "dapo" || o.loss_type == "cispo") return 1.0 / std::max(1.0, batch_tokens);
+  if (o.loss_type == "dapo" || o.loss_type == "cispo" || o.loss_type == "vespo")
+    return 1.0 / std::max(1.0, batch_tokens);
   throw FatalError("unknown grpo.loss_type '" + o.loss_type + "'");
 }
 

@@ -1,7 +1,7 @@
 // grpo_loss.h: the GRPO objective on the host, as TRL's GRPOTrainer (1.16) defines it: group-relative
 // advantages (scale_rewards group | batch | none), the clipped importance-ratio loss per token or per sequence
 // (GSPO), the k3 KL estimator against a reference (optionally multiplied by the ratio), and the loss types grpo |
-// bnpo | dr_grpo | dapo | luspo (clipped, optionally two-sided: delta) and cispo | sapo, each with its
+// bnpo | dr_grpo | dapo | luspo (clipped, optionally two-sided: delta) and cispo | sapo | vespo, each with its
 // normalisation. The loss is a function of each completion token's log-prob, so
 // its gradient is computed here per token and handed to the model's backward as per-token weights. Formulas:
 // docs/grpo.md.
@@ -29,13 +29,15 @@ std::vector<double> normalize_then_sum_advantages(const std::vector<std::vector<
                                                   std::vector<double>* sums = nullptr);
 
 struct GrpoLossOptions {
-  std::string loss_type = "dapo";  // grpo | bnpo | dr_grpo | dapo | luspo | cispo | sapo
+  std::string loss_type = "dapo";  // grpo | bnpo | dr_grpo | dapo | luspo | cispo | sapo | vespo
   double beta = 0.0;
   // Clipped losses: the ratio clipped to [1 - epsilon, 1 + epsilon_high]; cispo: the ratio's weight capped at
   // epsilon_high itself (CISPO's epsilon_max, as TRL).
   double epsilon = 0.2, epsilon_high = 0.2;
   double delta = 0;  // > 0: two-sided clipping of the clipped losses (INTELLECT-2): the unclipped ratio capped at delta
   double sapo_temperature_pos = 1.0, sapo_temperature_neg = 1.05;  // sapo's soft gate, advantage > 0 / <= 0
+  // vespo's gamma weighting of the sequence ratio, advantage >= 0 / < 0 (trl's vespo_k_pos, ...)
+  double vespo_k_pos = 2.0, vespo_lambda_pos = 3.0, vespo_k_neg = 3.0, vespo_lambda_neg = 2.0;
   // > 0: off-policy sequence masking (DeepSeek-V3.2; trl's off_policy_mask_threshold): a completion with a negative
   // advantage whose mean (old - current) log-prob over its tokens exceeds this gets no policy loss (its KL stays).
   double off_policy_threshold = 0;
@@ -73,6 +75,7 @@ struct SequenceTerms {
   double clipped_high = 0;
   double ratio_sum = 0;       // sum_t mask_t * ratio_t
   bool off_policy_masked = false;  // the policy term dropped (off_policy_threshold)
+  double phi = 0;                  // vespo: the sequence's gamma weight (trl logs its mean: vespo/phi_seq_mean)
 };
 SequenceTerms sequence_loss(const GrpoLossOptions& o, const SequenceIn& s, double* grad);
 
@@ -82,7 +85,7 @@ SequenceTerms sequence_loss(const GrpoLossOptions& o, const SequenceIn& s, doubl
 //   grpo:    1 / (N * max(1, tokens_i))            (mean over completions of their token mean)
 //   bnpo:    1 / (accum * max(1, tokens of its micro-batch))
 //   dr_grpo: 1 / (N * max_completion_length)
-//   dapo, cispo: 1 / max(1, tokens of the whole batch)
+//   dapo, cispo, vespo: 1 / max(1, tokens of the whole batch)
 //   sapo:    as grpo
 //   luspo:   1 / N                                    (mean over completions of their token sum)
 double sequence_weight(const GrpoLossOptions& o, double tokens_i, std::int64_t n_completions, double micro_tokens,

@@ -102,7 +102,7 @@ SftTrainer::SftTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transfo
   guard_ = std::make_unique<DivergenceGuard>(env_, opts_.max_nonfinite_steps, opts_.scaling.enabled);
   state_.rank_rng.assign(static_cast<std::size_t>(ranks), 0);
   // The loss, then trl's token metrics (the mean entropy and top-1 accuracy over the loss tokens), summed on the device.
-  loss_acc_ = static_cast<double*>(model_.ops().alloc(3 * sizeof(double)));
+  loss_acc_ = static_cast<double*>(model_.ops().alloc(4 * sizeof(double)));
   model_.set_token_stats(true);
   model_.set_score_stats(true);  // and of the held-out passes (eval_entropy, eval_mean_token_accuracy)
   // Activation memory planned once: a micro-batch holds at most the `micro` longest rows.
@@ -192,7 +192,7 @@ double SftTrainer::train_step() {
   if (fault::fires("grad_overflow", rank, state_.step + 1)) sync_->inject_overflow(true);  // tests (core/fault.h)
   else sync_->inject_overflow(fault::fires("grad_overflow_local", rank, state_.step + 1), true);
   kernels::Ops& ops = model_.ops();
-  ops.zero(loss_acc_, 3 * sizeof(double));
+  ops.zero(loss_acc_, 4 * sizeof(double));
   std::vector<float> w;
   const std::uint64_t seed = model::dropout_seed(opts_.seed, state_.step);
   // The micro-batches are queued without waiting for the device: the loss is summed there (add_loss) and read
@@ -204,6 +204,20 @@ double SftTrainer::train_step() {
     // LoRA: in the last micro-batch, each layer's gradients are reduced over ranks as soon as the backward
     // has finished them (asynchronously on the GPU, overlapping the layers still to come).
     const auto hook = sync_->hook(a + 1 == opts_.grad_accum);
+    if (opts_.dft) {
+      // The log-probs first (a download: the weights depend on them), the statistics under the plain weights (a
+      // scratch sum takes their NLL), then the loss and the backward under the DFT weights w x p.
+      lp_.resize(b.tokens.size());
+      model_.forward(b, lp_.data(), true, true, seed);
+      model_.add_loss(w.data(), loss_acc_ + 3, loss_acc_ + 1);
+      for (std::size_t i = 0; i < w.size(); ++i)
+        if (w[i] != 0.0f) w[i] = static_cast<float>(static_cast<double>(w[i]) * std::exp(static_cast<double>(lp_[i])));
+      model_.add_loss(w.data(), loss_acc_);
+      if (scale != 1.0)
+        for (auto& x : w) x = static_cast<float>(x * scale);
+      model_.backward(scale != 1.0 ? w.data() : nullptr, hook);
+      continue;
+    }
     if (fused_lm_head()) {
       // The weights are known before the forward: the LM head's backward runs in the forward, on each chunk of
       // logits while it is computed (not again in the backward), bitwise as the three calls below.

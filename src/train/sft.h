@@ -50,6 +50,10 @@ struct SftOptions {
   // train.packing: the examples packed into rows of up to this many tokens (train.max_seq_len, or the model's
   // positions when fewer), train.batch_size rows a step, as trl's packing = True; 0: a row per example.
   int pack_capacity = 0;
+  // train.loss_type = "dft" (trl's SFTConfig.loss_type): each loss token's weight times its probability under the
+  // model, taken as a constant (DFT, arXiv 2508.05629): loss and gradient -p log p and -p d(log p). The step runs the
+  // forward, reads the log-probs back and then the backward (never the fused LM head pass).
+  bool dft = false;
 };
 
 struct SftResult {
@@ -95,7 +99,8 @@ class SftTrainer {
   double last_entropy_ = 0, last_accuracy_ = 0;
   double eval_entropy_ = 0, eval_token_accuracy_ = 0;  // the same over the held-out set's loss tokens (evaluate)
   std::int64_t last_tokens_all_ = 0;  // every token of the last step's global batch
-  double* loss_acc_ = nullptr;  // the step's loss, entropy and accuracy sums, on the device (backend memory)
+  std::vector<float> lp_;       // train.loss_type = dft: a micro-batch's log-probs on the host
+  double* loss_acc_ = nullptr;  // the step's loss, entropy and accuracy sums (and dft's scratch), on the device
   std::size_t peak_gpu_ = 0;
 };
 

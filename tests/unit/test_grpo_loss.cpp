@@ -196,7 +196,7 @@ std::vector<std::string> trl_cases() {
   return out;
 }
 
-TEST(GrpoTrl, FixturesPresent) { EXPECT_GE(trl_cases().size(), 19u) << "tests/data/grpo holds too few cases"; }
+TEST(GrpoTrl, FixturesPresent) { EXPECT_GE(trl_cases().size(), 21u) << "tests/data/grpo holds too few cases"; }
 
 class GrpoTrlCase : public ::testing::TestWithParam<std::string> {};
 
@@ -322,6 +322,10 @@ TEST_P(GrpoTrlCase, LossGradientsAndAdvantagesMatchTrl) {
   o.delta = k.contains("delta") && !k["delta"].is_null() ? k["delta"].get<double>() : 0.0;
   o.sapo_temperature_pos = k.value("sapo_temperature_pos", 1.0);
   o.sapo_temperature_neg = k.value("sapo_temperature_neg", 1.05);
+  o.vespo_k_pos = k.value("vespo_k_pos", 2.0);
+  o.vespo_lambda_pos = k.value("vespo_lambda_pos", 3.0);
+  o.vespo_k_neg = k.value("vespo_k_neg", 3.0);
+  o.vespo_lambda_neg = k.value("vespo_lambda_neg", 2.0);
   o.off_policy_threshold =
       k.contains("off_policy_mask_threshold") && !k["off_policy_mask_threshold"].is_null() ? k["off_policy_mask_threshold"].get<double>() : 0.0;
   o.max_completion_length = k["max_completion_length"].get<int>();
@@ -386,9 +390,10 @@ TEST_P(GrpoTrlCase, LossGradientsAndAdvantagesMatchTrl) {
     }
   }
   const double want_loss = c["loss"].get<double>();
-  // cispo's loss sums -w A logp over tokens whose advantages cancel within each group, so the float32 log-probs'
-  // error (checked above to 2e-5) enters it in proportion to the summands' magnitude, not the sum's.
-  const double size = o.loss_type == "cispo" ? std::max(std::fabs(want_loss), magnitude) : std::fabs(want_loss);
+  // cispo's and vespo's losses sum -w A logp over tokens whose advantages cancel within each group, so the float32
+  // log-probs' error (checked above to 2e-5) enters them in proportion to the summands' magnitude, not the sum's.
+  const bool reinforce = o.loss_type == "cispo" || o.loss_type == "vespo";
+  const double size = reinforce ? std::max(std::fabs(want_loss), magnitude) : std::fabs(want_loss);
   EXPECT_LE(std::fabs(loss - want_loss), 1e-5 * std::max(1e-3, size)) << "loss " << loss << " vs " << want_loss;
 
   net.backward(w.data());
