@@ -302,9 +302,9 @@ const Schema& mgrl_schema() {
          "longest prompt in tokens; longer prompts keep their last tokens (mgrl's limit: trl 1.16's GRPOTrainer "
          "keeps whole prompts)", {},
          1.0, {}, {}});
-    add({"grpo.max_completion_length", T::Int, Value(std::int64_t{256}),
-         "most tokens generated per completion; a completion that reaches it without EOS is truncated", {}, 1.0,
-         {}, {}});
+    add({"grpo.max_completion_length", T::Int, Value(std::int64_t{512}),
+         "most tokens generated per completion (trl's default, 512; 256 until 2026-11-29); a completion that reaches it "
+         "without EOS is truncated", {}, 1.0, {}, {}});
     add({"grpo.temperature", T::Float, Value(1.0),
          "sampling temperature; the policy's log-probs in the loss use the same temperature (as TRL)", {}, 1e-6, {},
          {}});

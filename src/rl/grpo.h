@@ -41,7 +41,7 @@ struct GrpoOptions {
   int batch_prompts = 8;  // prompts per generation round over all ranks
   int grad_accum = 1;     // micro-batches per rank per optimizer step
   int num_generations = 8;
-  int max_completion_length = 256;
+  int max_completion_length = 512;
   kernels::Ops::Sampling sampling;
   float repetition_penalty = 1.0f;  // grpo.repetition_penalty (GenerationOptions): the rollouts' and pass@k's
   std::vector<std::string> stop;

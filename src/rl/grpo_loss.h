@@ -43,7 +43,7 @@ struct GrpoLossOptions {
   double off_policy_threshold = 0;
   bool sequence_level = false;  // importance_sampling_level = sequence (GSPO)
   bool kl_bias_correction = false;
-  int max_completion_length = 256;
+  int max_completion_length = 512;
 };
 
 // One completion of n tokens. logp: the current policy's log-probs (at the sampling temperature); old: the
