@@ -424,10 +424,26 @@ train::CheckpointOptions checkpoint_options(const io::Config& cfg, const dist::D
   return o;
 }
 
+std::int64_t run_steps(const io::Config& cfg, std::size_t units, std::int64_t batch, std::int64_t steps_per_batch,
+                       const std::string& what) {
+  if (cfg.get_float("train.num_epochs") == 0.0) return cfg.get_int("train.max_steps");
+  if (cfg.origin("train.max_steps").kind != io::Origin::Default)
+    throw UserError("keys 'train.num_epochs' and 'train.max_steps' are both given: the run's length is one of them");
+  const double epochs = cfg.get_float("train.num_epochs");
+  // transformers: max_steps = ceil(num_train_epochs x update steps per epoch), an epoch's update steps the batches of
+  // the data rounded up (the last one partial; mgrl's next batch takes the next epoch's first examples instead).
+  const double per_epoch = std::ceil(static_cast<double>(units) / static_cast<double>(std::max<std::int64_t>(1, batch)));
+  const double steps = std::ceil(epochs * per_epoch - 1e-9) * static_cast<double>(steps_per_batch);
+  if (!(steps >= 1) || steps > 1e15)
+    throw UserError("key 'train.num_epochs' = " + std::to_string(epochs) + " over " + std::to_string(units) + " " +
+                    what + " in batches of " + std::to_string(batch) + " makes no step");
+  return static_cast<std::int64_t>(steps);
+}
+
 template <class Options>
 void read_supervised_keys(const io::Config& cfg, const dist::Device& device, const train::LossScaling& scaling,
-                          std::uint64_t seed, Options* o) {
-  o->max_steps = cfg.get_int("train.max_steps");
+                          std::uint64_t seed, std::int64_t max_steps, Options* o) {
+  o->max_steps = max_steps;
   o->max_nonfinite_steps = static_cast<int>(cfg.get_int("train.max_nonfinite_steps"));
   o->stop_at_step = cfg.get_int("train.stop_at_step");
   o->global_batch = static_cast<int>(cfg.get_int("train.batch_size"));
@@ -446,8 +462,10 @@ void read_supervised_keys(const io::Config& cfg, const dist::Device& device, con
   o->log_dir = cfg.get_string("log.dir");
 }
 template void read_supervised_keys(const io::Config&, const dist::Device&, const train::LossScaling&, std::uint64_t,
+                                   std::int64_t,
                                    train::SftOptions*);
 template void read_supervised_keys(const io::Config&, const dist::Device&, const train::LossScaling&, std::uint64_t,
+                                   std::int64_t,
                                    train::DpoOptions*);
 
 TrainingModel build_training_model(const Context& ctx, const io::ModelConfig& mc, bool full) {

@@ -118,7 +118,8 @@ int run_dpo(Context& ctx) {
   // The reference is the starting policy (as trl): a fresh adapter switched off is the base model; full fine-tuning
   // and a starting adapter have no such switch, so their reference is scored once, before training.
   o.precompute_ref = cfg.get_bool("dpo.precompute_ref_log_probs") || full || !fresh_adapter;
-  read_supervised_keys(cfg, ctx.device, scaling, seed, &o);
+  read_supervised_keys(cfg, ctx.device, scaling, seed,
+                       run_steps(cfg, train_data.pairs.size(), cfg.get_int("train.batch_size"), 1, "pairs"), &o);
   if (cfg.get_bool("eval.accuracy") && !eval_data.pairs.empty())  // in lockstep on a sharded base
     o.accuracy = greedy_accuracy(env, net, *tok, static_cast<int>(cfg.get_int("eval.max_new_tokens")));
   {

@@ -74,7 +74,9 @@ int run_grpo(Context& ctx) {
   const bool fresh = tm.fresh_adapter;
 
   rl::GrpoOptions o;
-  o.max_steps = cfg.get_int("train.max_steps");
+  // A generation round of train.batch_size prompts serves grpo.num_iterations steps (trl's repeat sampler counts them).
+  o.max_steps = run_steps(cfg, train_data.size(), cfg.get_int("train.batch_size"), cfg.get_int("grpo.num_iterations"),
+                          "prompts");
   o.max_nonfinite_steps = static_cast<int>(cfg.get_int("train.max_nonfinite_steps"));
   o.stop_at_step = cfg.get_int("train.stop_at_step");
   o.batch_prompts = static_cast<int>(cfg.get_int("train.batch_size"));

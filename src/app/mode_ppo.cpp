@@ -63,7 +63,9 @@ int run_ppo(Context& ctx) {
   const std::uint64_t seed = tm.seed;
 
   rl::PpoTrainOptions o;
-  o.max_steps = cfg.get_int("train.max_steps");
+  // An update of train.batch_size prompts is ppo.num_ppo_epochs x ppo.num_mini_batches optimizer steps.
+  o.max_steps = run_steps(cfg, train_data.size(), cfg.get_int("train.batch_size"),
+                          cfg.get_int("ppo.num_ppo_epochs") * cfg.get_int("ppo.num_mini_batches"), "prompts");
   o.max_nonfinite_steps = static_cast<int>(cfg.get_int("train.max_nonfinite_steps"));
   o.stop_at_step = cfg.get_int("train.stop_at_step");
   o.batch_prompts = static_cast<int>(cfg.get_int("train.batch_size"));

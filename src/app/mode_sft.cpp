@@ -103,7 +103,10 @@ int run_sft(Context& ctx) {
   const std::uint64_t seed = tm.seed;
 
   train::SftOptions o;
-  read_supervised_keys(cfg, ctx.device, scaling, seed, &o);
+  const std::int64_t steps =
+      run_steps(cfg, train::sft_rows(train_data, packing ? max_seq_len : 0).size(), cfg.get_int("train.batch_size"), 1,
+                packing ? "packed rows" : "examples");
+  read_supervised_keys(cfg, ctx.device, scaling, seed, steps, &o);
   o.gpu_peak_tflops = gpu_peak_tflops(ctx.device);
   o.pack_capacity = packing ? max_seq_len : 0;
   o.dft = cfg.get_string("train.loss_type") == "dft";

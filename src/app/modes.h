@@ -150,7 +150,13 @@ void warn_if_no_learning_rate(const io::Config& cfg);
 // eval and checkpoint keys (checkpoint_options).
 template <class Options>
 void read_supervised_keys(const io::Config& cfg, const dist::Device& device, const train::LossScaling& scaling,
-                          std::uint64_t seed, Options* o);
+                          std::uint64_t seed, std::int64_t max_steps, Options* o);
+// The run's optimizer steps: train.max_steps, or with train.num_epochs (trl's num_train_epochs; refused beside a
+// given train.max_steps) ceil(epochs x ceil(units / batch)) x steps_per_batch, as transformers counts them: units
+// the training rows (examples, packed rows, pairs, prompts; `what` names them), steps_per_batch the optimizer steps a
+// batch serves (GRPO: grpo.num_iterations; PPO: its epochs x mini-batches).
+std::int64_t run_steps(const io::Config& cfg, std::size_t units, std::int64_t batch, std::int64_t steps_per_batch,
+                       const std::string& what);
 // eval.accuracy of SFT and DPO: the share of held-out examples whose greedy completion (at most max_new_tokens,
 // ending at the tokenizer's EOS) is the example's completion text. Each rank generates its contiguous share; on a
 // sharded base (model.shard_base) every generation step gathers the layers collectively, so the ranks step in

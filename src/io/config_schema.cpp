@@ -120,6 +120,12 @@ const Schema& mgrl_schema() {
          "CPU too: the same path, for checks)",
          {"auto", "always"}, {}, {}, {}});
     add({"train.max_steps", T::Int, Value(std::int64_t{100}), "optimizer steps", {}, 1.0, {}, {}});
+    add({"train.num_epochs", T::Float, Value(0.0),
+         "the run's length in passes over the training data (trl's num_train_epochs), instead of train.max_steps: "
+         "ceil(epochs x ceil(rows / train.batch_size)) optimizer steps (GRPO: times grpo.num_iterations; PPO: times "
+         "its epochs x mini-batches); rows are examples (packed rows with train.packing), pairs or prompts; 0: use "
+         "train.max_steps",
+         {}, 0.0, {}, {}});
     add({"train.max_nonfinite_steps", T::Int, Value(std::int64_t{25}),
          "a step whose loss or gradient norm is not finite changes nothing (skipped on every rank) and writes no "
          "periodic checkpoint; this many in a row stop the run with exit 2 naming the last checkpoint. With loss "

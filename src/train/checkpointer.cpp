@@ -80,7 +80,7 @@ bool same_path(const std::string& a, const std::string& b) {
 // to change: its length, where it writes, how it runs, evaluates and reports (train.max_steps, checkpoint.*, log.*,
 // runtime.*, eval.*, ...).
 std::string changed_settings(const std::string& then_toml, const std::string& now_toml) {
-  static const char* kExpected[] = {"train.max_steps", "train.stop_at_step", "checkpoint.", "log.", "runtime.",
+  static const char* kExpected[] = {"train.max_steps", "train.num_epochs", "train.stop_at_step", "checkpoint.", "log.", "runtime.",
                                     "eval.", "export.", "score.", "generate.", "plan.", "rollouts.", "mode"};
   const auto expected = [](const std::string& key) {  // "section." a prefix, anything else one key
     for (const char* e : kExpected) {

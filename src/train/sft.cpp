@@ -62,7 +62,14 @@ bool fused_lm_head() {
   return on;
 }
 
-std::vector<std::vector<std::size_t>> rows_of(const std::vector<Example>& examples, int pack_capacity) {
+std::int64_t loss_tokens(const Example& e) {
+  if (!e.loss_mask.empty()) return std::count(e.loss_mask.begin(), e.loss_mask.end(), std::uint8_t{1});
+  return static_cast<std::int64_t>(e.tokens.size()) - e.prompt_len;
+}
+
+}  // namespace
+
+std::vector<std::vector<std::size_t>> sft_rows(const std::vector<Example>& examples, int pack_capacity) {
   if (pack_capacity > 0) {
     std::vector<std::size_t> lengths;
     for (const auto& e : examples) lengths.push_back(e.tokens.size());
@@ -73,17 +80,10 @@ std::vector<std::vector<std::size_t>> rows_of(const std::vector<Example>& exampl
   return rows;
 }
 
-std::int64_t loss_tokens(const Example& e) {
-  if (!e.loss_mask.empty()) return std::count(e.loss_mask.begin(), e.loss_mask.end(), std::uint8_t{1});
-  return static_cast<std::int64_t>(e.tokens.size()) - e.prompt_len;
-}
-
-}  // namespace
-
 SftTrainer::SftTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transformer& model, const io::Tokenizer& tok,
                        std::vector<Example> train, std::vector<Example> eval, SftOptions opts)
     : env_(env), comm_(comm), model_(model), tok_(tok), train_(std::move(train)), eval_(std::move(eval)),
-      opts_(std::move(opts)), rows_(rows_of(train_, opts_.pack_capacity)), sampler_(rows_.size(), opts_.seed) {
+      opts_(std::move(opts)), rows_(sft_rows(train_, opts_.pack_capacity)), sampler_(rows_.size(), opts_.seed) {
   const int ranks = env_.size();
   if (opts_.global_batch % ranks != 0)
     throw UserError("train.batch_size (" + std::to_string(opts_.global_batch) + ") must be divisible by the number of ranks (" +

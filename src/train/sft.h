@@ -56,6 +56,10 @@ struct SftOptions {
   bool dft = false;
 };
 
+// The rows a step's batch is drawn from: one per example, or with pack_capacity > 0 the examples packed into rows of
+// up to that many tokens (pack_bfd), each row a list of example indices.
+std::vector<std::vector<std::size_t>> sft_rows(const std::vector<Example>& examples, int pack_capacity);
+
 struct SftResult {
   std::int64_t steps = 0, skipped = 0, overflows = 0, checkpoints = 0;
   double final_loss = 0, final_eval_loss = -1, best_eval_loss = -1, eval_accuracy = -1, seconds = 0;
