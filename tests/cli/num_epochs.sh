@@ -3,6 +3,7 @@
 # transformers counts it, ceil(epochs x ceil(rows / batch)) optimizer steps: SFT over 48 examples in batches of 8 for
 # 1.5 epochs is 9 steps (and runs them); with train.packing the rows are the packed ones; DPO over 48 pairs in batches
 # of 16 for 2 epochs is 6; GRPO over 48 prompts in batches of 4 for 0.25 epochs with num_iterations 2 is 3 x 2 = 6;
+# PPO over 48 prompts in batches of 8 for 0.25 epochs with 2 epochs x 2 mini-batches an update is 2 x 4 = 8;
 # given beside train.max_steps it is refused (exit 2).
 set -uo pipefail
 work=$1 mgrl=$2 models=$3 data=$4 tok=$5
@@ -35,4 +36,9 @@ out=$("$mgrl" "$work/grpo.toml" "${base[@]}" --data.input="$data/sft/train.jsonl
   fail "grpo: $out"
 echo "$out" | grep -q '; 6 steps = 0.25 epochs' || fail "grpo: $out"
 echo "grpo: 6 steps"
+grep -v '^max_steps' "$data/ppo_cli/ppo.toml" > "$work/ppo.toml"
+out=$("$mgrl" "$work/ppo.toml" "${base[@]}" --data.input="$data/sft/train.jsonl" --train.num_epochs=0.25 \
+  --train.stop_at_step=4 2>&1) || fail "ppo: $out"
+echo "$out" | grep -q 'step 4/8 ' || fail "ppo: $out"
+echo "ppo: 8 steps"
 echo "PASS: num_epochs"
