@@ -5,7 +5,8 @@ language modeling text, conversational prompt-completion with and without per-li
 with tool calls and a tools column), through tests/data/sft_trl/tools.jinja and the qwen2_bytelevel fixture tokenizer.
 Writes tests/data/sft_trl/expected.jsonl: per line {"tokens": input_ids, "loss": [0/1 per position: trl's label is
 not -100, position 0 left out as the shift drops it]} under trl's defaults (completion_only_loss None = on for
-prompt-completion, assistant_only_loss off). cli.sft.trl_forms_as_trl compares `mgrl render` with it.
+prompt-completion, assistant_only_loss off). cli.sft.trl_forms_as_trl compares `mgrl render` with it. And with
+SFTConfig.eos_token = "<|endoftext|>": eos_expected.jsonl (cli.sft.eos_token_as_trl).
     /work/venv-fixtures/bin/python tools/make_sft_trl_fixtures.py     (trl 1.16.0, transformers 5.24.0)"""
 import copy
 import json
@@ -51,6 +52,17 @@ with tempfile.TemporaryDirectory() as tmp, open(os.path.join(data, "dpo_expected
                                  train_dataset=Dataset.from_list([row]), processing_class=tok)
         ex = trainer.train_dataset[0]
         f.write(json.dumps({k: list(ex[k]) for k in ("prompt_ids", "chosen_ids", "rejected_ids")}) + "\n")
+# SFTConfig.eos_token = "<|endoftext|>" (the tokenizer's EOS is <|im_end|>): eos_expected.jsonl, as expected.jsonl.
+# Last: trl sets the tokenizer's eos_token to it.
+# (cli.sft.eos_token_as_trl compares `mgrl render --train.eos_token=<|endoftext|>` with it).
+with tempfile.TemporaryDirectory() as tmp, open(os.path.join(data, "eos_expected.jsonl"), "w", encoding="utf-8") as f:
+    for row in rows:
+        args = trl.SFTConfig(output_dir=tmp, report_to=[], max_length=256, use_cpu=True, bf16=False,
+                             eos_token="<|endoftext|>")
+        trainer = trl.SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list([row]), processing_class=tok)
+        ex = trainer.train_dataset[0]
+        labels = trainer.data_collator([ex])["labels"][0].tolist()
+        f.write(json.dumps({"tokens": list(ex["input_ids"]), "loss": [0] + [int(x != -100) for x in labels[1:]]}) + "\n")
 with open(os.path.join(data, "VERSIONS"), "w") as f:
     f.write(f"trl {trl.__version__}\ntransformers {transformers.__version__}\ntorch {torch.__version__}\n")
 print(f"{len(out)} lines written to {data}/expected.jsonl")

@@ -424,6 +424,14 @@ train::CheckpointOptions checkpoint_options(const io::Config& cfg, const dist::D
   return o;
 }
 
+std::optional<std::int32_t> eos_token(const io::Config& cfg, const io::Tokenizer& tok) {
+  const std::string& name = cfg.get_string("train.eos_token");
+  if (name.empty()) return std::nullopt;
+  const auto id = tok.token_to_id(name);
+  if (!id) throw UserError("key 'train.eos_token' = \"" + name + "\" is not a token of " + tok.path());
+  return id;
+}
+
 std::int64_t run_steps(const io::Config& cfg, std::size_t units, std::int64_t batch, std::int64_t steps_per_batch,
                        const std::string& what) {
   if (cfg.get_float("train.num_epochs") == 0.0) return cfg.get_int("train.max_steps");

@@ -157,6 +157,8 @@ void read_supervised_keys(const io::Config& cfg, const dist::Device& device, con
 // batch serves (GRPO: grpo.num_iterations; PPO: its epochs x mini-batches).
 std::int64_t run_steps(const io::Config& cfg, std::size_t units, std::int64_t batch, std::int64_t steps_per_batch,
                        const std::string& what);
+// train.eos_token's id in tok (nullopt: the tokenizer's EOS); UserError naming the key when tok lacks it.
+std::optional<std::int32_t> eos_token(const io::Config& cfg, const io::Tokenizer& tok);
 // eval.accuracy of SFT and DPO: the share of held-out examples whose greedy completion (at most max_new_tokens,
 // ending at the tokenizer's EOS) is the example's completion text. Each rank generates its contiguous share; on a
 // sharded base (model.shard_base) every generation step gathers the layers collectively, so the ranks step in

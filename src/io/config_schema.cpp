@@ -180,6 +180,10 @@ const Schema& mgrl_schema() {
          "how {\"messages\"} examples become text: auto (the model's own chat template, or chat.template), or a "
          "built-in format for models without one: chatml, llama3 or none",
          {"auto", "chatml", "llama3", "none"}, {}, {}, {}});
+    add({"train.eos_token", T::String, Value(std::string("")),
+         "SFT: the token appended to completions and texts in place of the tokenizer's EOS (trl's "
+         "SFTConfig.eos_token, e.g. \"<|im_end|>\" for a base model trained to chat); \"\": the tokenizer's",
+         {}, {}, {}, {}});
     add({"train.loss_type", T::String, Value(std::string("nll")),
          "SFT's loss, as trl's SFTConfig.loss_type: nll (the mean negative log-likelihood of the loss tokens) or dft "
          "(each token's term times its probability under the model, taken as a constant: Dynamic Fine-Tuning)",

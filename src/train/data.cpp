@@ -43,16 +43,17 @@ Example chat_example(const nlohmann::ordered_json& messages, const io::Tokenizer
                     opts.max_seq_len_name + " (" + std::to_string(opts.max_seq_len) + ")");
   };
   if (chat.builtin()) {
-    if (opts.add_eos && !tok.eos_id())
+    const auto eos = opts.eos ? opts.eos : tok.eos_id();
+    if (opts.add_eos && !eos)
       throw UserError(tok.path() + ": the tokenizer has no EOS token (tokenizer_config.json eos_token)");
     const nlohmann::ordered_json earlier(messages.begin(), messages.end() - 1);
     std::vector<std::int32_t> prompt = chat.encode(earlier, true, extras);
     std::vector<std::int32_t> completion = tok.encode(ex.completion, false);
-    if (opts.add_eos) completion.push_back(*tok.eos_id());
+    if (opts.add_eos) completion.push_back(*eos);
     if (prompt.empty()) throw UserError("the prompt has no tokens");
     if (completion.empty()) throw UserError("the completion has no tokens");
     if (static_cast<int>(prompt.size()) >= opts.max_seq_len) too_long(prompt.size());
-    if (text) *text = chat.text(earlier, true, extras) + ex.completion + (opts.add_eos ? *tok.id_to_token(*tok.eos_id()) : "");
+    if (text) *text = chat.text(earlier, true, extras) + ex.completion + (opts.add_eos ? *tok.id_to_token(*eos) : "");
     ex.prompt_len = static_cast<std::int32_t>(prompt.size());
     ex.tokens = std::move(prompt);
     for (auto t : completion) {
@@ -114,7 +115,7 @@ Example example_of(const nlohmann::ordered_json& j, const io::Tokenizer& tok, co
   const io::ChatExtras extras = io::ChatExtras::of(j);
   if (j.contains("messages")) return chat_example(j["messages"], tok, opts, text, extras);
   Example ex;
-  const auto eos = tok.eos_id();
+  const auto eos = opts.eos ? opts.eos : tok.eos_id();
   if (j.contains("prompt") && j.contains("completion") && j["prompt"].is_array() && j["completion"].is_array()) {
     // trl's conversational prompt-completion: the prompt's messages with the generation prompt, then the whole
     // conversation; the completion starts where the two renderings' tokens diverge.
@@ -174,7 +175,7 @@ Example example_of(const nlohmann::ordered_json& j, const io::Tokenizer& tok, co
 
 std::vector<Example> load_examples(const std::string& path, const io::Tokenizer& tok, const DataOptions& opts) {
   std::vector<Example> out;
-  if (opts.add_eos && !tok.eos_id())
+  if (opts.add_eos && !opts.eos && !tok.eos_id())
     throw UserError(tok.path() + ": the tokenizer has no EOS token (tokenizer_config.json eos_token)");
   io::read_jsonl(path, [&](const nlohmann::ordered_json& j, int line) {
     try {

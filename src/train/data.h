@@ -4,6 +4,7 @@
 // sequence attends only to itself, exactly as at inference, and nothing is spent on padding.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,8 @@ struct DataOptions {
   std::string max_seq_len_name = "train.max_seq_len";
   const io::ChatTemplate* chat = nullptr;  // how {"messages"} examples become tokens (required for them)
   bool add_eos = true;  // append the tokenizer's EOS to every completion (not to a template's conversation: it ends its turns)
+  // train.eos_token (trl's SFTConfig.eos_token): the id appended in its place; unset: the tokenizer's EOS.
+  std::optional<std::int32_t> eos;
   // train.completion_only_loss: the loss covers the completion (the assistant turns of a conversation) only; false:
   // every token but the first, the prompt too (trl's default for {"messages"} without assistant_only_loss, and its
   // completion_only_loss = False). {"text"} examples are trained whole either way.
