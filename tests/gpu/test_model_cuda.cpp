@@ -114,6 +114,10 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, ModelCuda,
                                            Case{"gemma3_text", DType::F16, false, 20},
                                            Case{"mistral_window", DType::BF16, false},
                                            Case{"mistral_window", DType::F16, true},
+                                           // YaRN: the attention factor folded into the score scale (not run on a
+                                           // GPU yet, 2026-11-29)
+                                           Case{"qwen3_yarn", DType::BF16, false},
+                                           Case{"qwen3_yarn", DType::F16, true},
                                            // QLoRA over NF4 weights
                                            Case{"../nf4/llama_nf4", DType::BF16, false},
                                            Case{"../nf4/llama_nf4", DType::F16, true}));
