@@ -31,6 +31,7 @@ int run_render(Context& ctx) {
     train::DataOptions d;
     d.max_seq_len = static_cast<int>(cfg.get_int("train.max_seq_len"));
     d.completion_only = cfg.get_bool("train.completion_only_loss");
+    d.text_field = cfg.get_string("data.text_field");
     d.eos = eos_token(cfg, tok);
     d.chat = &chat;
     io::read_jsonl(input, [&](const nlohmann::ordered_json& j, int line) {

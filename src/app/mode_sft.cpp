@@ -49,6 +49,7 @@ int run_sft(Context& ctx) {
     if (d.max_seq_len < cfg.get_int("train.max_seq_len")) d.max_seq_len_name = "the model's max_position_embeddings";
     max_seq_len = d.max_seq_len;
     d.completion_only = cfg.get_bool("train.completion_only_loss");
+    d.text_field = cfg.get_string("data.text_field");
     d.eos = eos_token(cfg, *tok);
     const io::ChatTemplate chat = chat_template(cfg, "train.chat_format", *tok);
     d.chat = &chat;

@@ -180,6 +180,9 @@ const Schema& mgrl_schema() {
          "how {\"messages\"} examples become text: auto (the model's own chat template, or chat.template), or a "
          "built-in format for models without one: chatml, llama3 or none",
          {"auto", "chatml", "llama3", "none"}, {}, {}, {}});
+    add({"data.text_field", T::String, Value(std::string("text")),
+         "SFT: the key of a language-modeling line's text, {\"text\": ...} by default (trl's dataset_text_field)", {}, {},
+         {}, {}});
     add({"train.eos_token", T::String, Value(std::string("")),
          "SFT: the token appended to completions and texts in place of the tokenizer's EOS (trl's "
          "SFTConfig.eos_token, e.g. \"<|im_end|>\" for a base model trained to chat); \"\": the tokenizer's",

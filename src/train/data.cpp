@@ -157,16 +157,19 @@ Example example_of(const nlohmann::ordered_json& j, const io::Tokenizer& tok, co
     ex.merged = prompt_len < prompt.size();
     if (prompt.empty()) throw UserError("the prompt has no tokens");
     if (whole.size() <= prompt_len) throw UserError("the completion has no tokens");
-  } else if (j.contains("text")) {
+  } else if (opts.text_field.empty()) {
+    throw UserError("key 'data.text_field' is empty: it names the key of a line's text");
+  } else if (j.contains(opts.text_field)) {
     // trl's language-modeling form: the text trained whole (its EOS appended unless it ends with one).
-    if (!j["text"].is_string()) throw UserError("\"text\" must be a string");
-    all_text = j["text"].get<std::string>();
+    if (!j[opts.text_field].is_string()) throw UserError("\"" + opts.text_field + "\" must be a string");
+    all_text = j[opts.text_field].get<std::string>();
     whole = tok.encode(all_text, true);
     if (opts.add_eos && (whole.empty() || whole.back() != *eos)) whole.push_back(*eos);
     if (whole.size() < 2) throw UserError("the text has fewer than 2 tokens: nothing to predict");
     prompt_len = 1;  // the first token is predicted from nothing
   } else {
-    throw UserError("expected {\"prompt\", \"completion\"}, {\"text\"} or {\"messages\": [...]}");
+    throw UserError("expected {\"prompt\", \"completion\"}, {\"" + opts.text_field + "\"} or {\"messages\": [...]}" +
+                    (opts.text_field != "text" ? " (data.text_field)" : ""));
   }
   if (text) *text = tok.decode(whole, false);
   finish_example(ex, std::move(whole), prompt_len, opts);

@@ -40,6 +40,8 @@ struct DataOptions {
   bool add_eos = true;  // append the tokenizer's EOS to every completion (not to a template's conversation: it ends its turns)
   // train.eos_token (trl's SFTConfig.eos_token): the id appended in its place; unset: the tokenizer's EOS.
   std::optional<std::int32_t> eos;
+  // data.text_field (trl's dataset_text_field): the key of a language-modeling line's text.
+  std::string text_field = "text";
   // train.completion_only_loss: the loss covers the completion (the assistant turns of a conversation) only; false:
   // every token but the first, the prompt too (trl's default for {"messages"} without assistant_only_loss, and its
   // completion_only_loss = False). {"text"} examples are trained whole either way.
