@@ -74,6 +74,12 @@ CASES = [
     dict(name="robust_forward_kl_initial", model="llama_gqa", loss_type="robust", beta=0.5, label_smoothing=0.2,
          reference="initial", f_divergence_type="forward_kl"),
     # AOT over the batch's sorted log-ratios (added 2026-11-29).
+    # MPO's mix (trl's loss_type list with loss_weights): sigmoid 0.8 + bco_pair 0.2 + sft 1.0; and a mix with a
+    # batch loss (aot) and the shared label smoothing
+    dict(name="mpo_initial", model="llama_gqa", loss_type="sigmoid", beta=0.2, reference="initial",
+         mix=[("sigmoid", 0.8), ("bco_pair", 0.2), ("sft", 1.0)]),
+    dict(name="mix_aot_robust_base", model="qwen2_bias_tied", loss_type="aot", beta=0.3, reference="base",
+         label_smoothing=0.1, mix=[("aot", 0.5), ("robust", 1.5)]),
     dict(name="aot_initial", model="qwen2_bias_tied", loss_type="aot", beta=0.4, reference="initial"),
     dict(name="aot_unpaired_smoothed_base", model="qwen3_qknorm", loss_type="aot_unpaired", beta=0.3,
          label_smoothing=0.1, reference="base"),
@@ -124,8 +130,10 @@ def make_case(spec, out_root, tokenizer_file):
     cfg = DPOConfig(
         output_dir=tempfile.mkdtemp(), report_to="none", use_cpu=True, bf16=False, fp16=False,
         per_device_train_batch_size=NPAIRS, gradient_accumulation_steps=1,
-        loss_type=[spec["loss_type"]] + (["sft"] if spec.get("sft_weight") else []),
-        loss_weights=[1.0, spec["sft_weight"]] if spec.get("sft_weight") else None,
+        loss_type=[t for t, _ in spec["mix"]] if spec.get("mix") else
+        [spec["loss_type"]] + (["sft"] if spec.get("sft_weight") else []),
+        loss_weights=[w for _, w in spec["mix"]] if spec.get("mix") else
+        ([1.0, spec["sft_weight"]] if spec.get("sft_weight") else None),
         beta=spec["beta"], label_smoothing=spec.get("label_smoothing", 0.0), ld_alpha=spec.get("ld_alpha"),
         max_length=spec.get("max_length", 1024), logging_steps=1, seed=0, gradient_checkpointing=False,
         discopop_tau=spec.get("discopop_tau", 0.05), f_divergence_type=spec.get("f_divergence_type", "reverse_kl"),
@@ -176,7 +184,8 @@ def make_case(spec, out_root, tokenizer_file):
                    "label_smoothing": spec.get("label_smoothing", 0.0), "ld_alpha": spec.get("ld_alpha"),
                    "max_length": cfg.max_length, "reference": spec["reference"],
                    "sft_weight": spec.get("sft_weight", 0.0), "discopop_tau": cfg.discopop_tau,
-                   "f_divergence_type": cfg.f_divergence_type},
+                   "f_divergence_type": cfg.f_divergence_type,
+                   "loss_mix": [[t, w] for t, w in spec.get("mix", [])]},
         "pairs": pairs,
         "loss": float(loss.detach()),
         "metrics": metrics,
@@ -190,12 +199,14 @@ def make_case(spec, out_root, tokenizer_file):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(ROOT, "tests", "data", "dpo"))
+    ap.add_argument("--only", default="", help="comma-separated case names (default: all)")
     a = ap.parse_args()
     torch.set_num_threads(1)
     os.makedirs(a.out, exist_ok=True)
     tokfile = os.path.join(ROOT, "inputs", "quickstart", "tokenizer.json")
     for spec in CASES:
-        make_case(spec, a.out, tokfile)
+        if not a.only or spec["name"] in a.only.split(","):
+            make_case(spec, a.out, tokfile)
 
 
 if __name__ == "__main__":

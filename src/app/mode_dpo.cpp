@@ -1,7 +1,9 @@
 // mode_dpo.cpp: `mgrl dpo`: direct preference optimisation (LoRA or full) on JSONL preference pairs, data-parallel
 // over ranks (docs/dpo.md).
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 
 #include "app/modes.h"
@@ -22,6 +24,60 @@
 #include "train/dpo_data.h"
 
 namespace mgrl::app {
+namespace {
+
+// dpo.loss_mix (trl's loss_type list with loss_weights): "type" or "type:weight" items; "sft" is the sft weight.
+// Empty members: dpo.loss_type and dpo.sft_weight hold.
+struct LossMix {
+  std::vector<std::pair<train::DpoLossType, double>> members;
+  double sft_weight = 0;
+};
+
+LossMix loss_mix(const io::Config& cfg) {
+  LossMix mix;
+  const auto& items = cfg.get_strings("dpo.loss_mix");
+  if (items.empty()) {
+    mix.sft_weight = cfg.get_float("dpo.sft_weight");
+    return mix;
+  }
+  for (const char* other : {"dpo.loss_type", "dpo.sft_weight"})
+    if (cfg.origin(other).kind != io::Origin::Default)
+      throw UserError(std::string("keys 'dpo.loss_mix' and '") + other + "' are both given: the mix names every loss "
+                      "type and weight (\"sft:w\" for the sft term)");
+  bool any_pair_loss = false;
+  for (const auto& item : items) {
+    const auto colon = item.find(':');
+    const std::string name = item.substr(0, colon);
+    double weight = 1.0;
+    if (colon != std::string::npos) {
+      const std::string w = item.substr(colon + 1);
+      char* end = nullptr;
+      weight = std::strtod(w.c_str(), &end);
+      if (w.empty() || *end != '\0' || !std::isfinite(weight) || weight < 0)
+        throw UserError("key 'dpo.loss_mix': item \"" + item + "\" needs a weight >= 0 after the colon (\"type:weight\")");
+    }
+    if (name == "sft") {
+      mix.sft_weight += weight;
+      continue;
+    }
+    train::DpoLossType t;
+    try {
+      t = train::dpo_loss_type(name);
+    } catch (const UserError&) {
+      throw UserError("key 'dpo.loss_mix': \"" + name + "\" is not a loss type (those of dpo.loss_type, or sft)");
+    }
+    for (const auto& m : mix.members)
+      if (m.first == t) throw UserError("key 'dpo.loss_mix' names \"" + name + "\" twice");
+    mix.members.emplace_back(t, weight);
+    any_pair_loss = true;
+  }
+  if (!any_pair_loss)
+    throw UserError("key 'dpo.loss_mix' has no preference loss (only sft): give one, e.g. \"sigmoid\"");
+  return mix;
+}
+
+}  // namespace
+
 int run_dpo(Context& ctx) {
   const auto& env = ctx.env;
   const auto& cfg = ctx.cfg;
@@ -32,22 +88,32 @@ int run_dpo(Context& ctx) {
   io::ModelConfig mc;
   std::unique_ptr<io::Tokenizer> tok;
   train::PairData train_data, eval_data;
+  LossMix mix;
   int max_length = 0;  // dpo.max_length within the model's positions
   env.agree([&] {
     // trl 1.16 smooths labels in the robust and exo_pair losses only (older trl's sigmoid "cDPO" smoothing is gone):
     // a smoothing given with another loss was accepted and ignored until 2026-11-28. exo_pair needs one (its
     // log(epsilon) is -inf at 0: trl's loss is inf there).
-    const std::string loss = cfg.get_string("dpo.loss_type");
-    if (cfg.get_float("dpo.label_smoothing") != 0.0 && loss != "robust" && loss != "exo_pair" && loss != "aot" &&
-        loss != "aot_unpaired")
+    mix = loss_mix(cfg);
+    std::vector<std::string> losses;  // the loss types in play (dpo.loss_type, or dpo.loss_mix's)
+    for (const auto& m : mix.members) losses.push_back(train::dpo_loss_name(m.first));
+    if (mix.members.empty()) losses.push_back(cfg.get_string("dpo.loss_type"));
+    const auto any = [&](std::initializer_list<const char*> names) {
+      for (const auto& l : losses)
+        for (const char* n : names)
+          if (l == n) return true;
+      return false;
+    };
+    const std::string key = mix.members.empty() ? "dpo.loss_type" : "dpo.loss_mix";
+    if (cfg.get_float("dpo.label_smoothing") != 0.0 && !any({"robust", "exo_pair", "aot", "aot_unpaired"}))
       throw UserError("key 'dpo.label_smoothing' applies to dpo.loss_type = \"robust\", \"exo_pair\", \"aot\" and "
-                      "\"aot_unpaired\" only (as in trl 1.16), not to \"" + loss + "\"");
-    if (cfg.get_string("dpo.f_divergence_type") != "reverse_kl" &&
-        (!train::dpo_loss_of_difference(train::dpo_loss_type(loss)) ||
-         train::dpo_loss_is_batch(train::dpo_loss_type(loss))))
-      throw UserError("key 'dpo.f_divergence_type' = \"" + cfg.get_string("dpo.f_divergence_type") + "\" applies to the "
-                      "losses of the log-ratios' difference (as in trl 1.16), not to dpo.loss_type = \"" + loss + "\"");
-    if (loss == "exo_pair" && cfg.get_float("dpo.label_smoothing") == 0.0)
+                      "\"aot_unpaired\" only (as in trl 1.16), not to \"" + losses.front() + "\"");
+    for (const auto& l : losses)
+      if (cfg.get_string("dpo.f_divergence_type") != "reverse_kl" &&
+          (!train::dpo_loss_of_difference(train::dpo_loss_type(l)) || train::dpo_loss_is_batch(train::dpo_loss_type(l))))
+        throw UserError("key 'dpo.f_divergence_type' = \"" + cfg.get_string("dpo.f_divergence_type") + "\" applies to "
+                        "the losses of the log-ratios' difference (as in trl 1.16), not to " + key + " \"" + l + "\"");
+    if (any({"exo_pair"}) && cfg.get_float("dpo.label_smoothing") == 0.0)
       throw UserError("key 'dpo.label_smoothing' = 0: dpo.loss_type = \"exo_pair\" needs its epsilon > 0 (the EXO "
                       "paper recommends 1e-3; at 0 the loss is infinite)");
     std::string model_src;
@@ -64,9 +130,10 @@ int run_dpo(Context& ctx) {
     d.chat = &chat;
     train_data = train::load_pairs(cfg.get_string("data.input"), *tok, d);
     // No pair that teaches anything, and no SFT term on the chosen side: the run would end as it began.
-    const bool cancels = train::dpo_loss_of_difference(train::dpo_loss_type(loss));
+    bool cancels = true;
+    for (const auto& l : losses) cancels = cancels && train::dpo_loss_of_difference(train::dpo_loss_type(l));
     if (cancels && train_data.same + train_data.cut_same == static_cast<int>(train_data.pairs.size()) &&
-        cfg.get_float("dpo.sft_weight") == 0.0)
+        mix.sft_weight == 0.0)
       throw UserError(cfg.get_string("data.input") + ": every pair has the same chosen and rejected tokens" +
                       (train_data.cut_same > 0 ? " once cut to dpo.max_length (" + std::to_string(max_length) + ")"
                                                : std::string()) +
@@ -93,11 +160,15 @@ int run_dpo(Context& ctx) {
                      2.0 * static_cast<double>(cfg.get_int("eval.batch_size")), static_cast<double>(longest),
                      "lower it");
   });
+  bool mix_cancels = true;  // every loss of the run is one of the log-ratios' difference
+  if (mix.members.empty())
+    mix_cancels = train::dpo_loss_of_difference(train::dpo_loss_type(cfg.get_string("dpo.loss_type")));
+  for (const auto& m : mix.members) mix_cancels = mix_cancels && train::dpo_loss_of_difference(m.first);
   // Said once every start-up check has passed (an error comes alone).
   std::vector<std::string> data_notes;
   for (const auto* set : {&train_data, &eval_data})
     for (auto& note : set->notes(cfg.get_string(set == &train_data ? "data.input" : "eval.input"), max_length,
-                                 train::dpo_loss_of_difference(train::dpo_loss_type(cfg.get_string("dpo.loss_type")))))
+                                 mix_cancels))
       data_notes.push_back(std::move(note));
 
   TrainingModel tm = build_training_model(ctx, mc, full);
@@ -107,11 +178,13 @@ int run_dpo(Context& ctx) {
   const bool fresh_adapter = tm.fresh_adapter;
 
   train::DpoOptions o;
-  o.loss.type = train::dpo_loss_type(cfg.get_string("dpo.loss_type"));
+  o.loss.type = mix.members.empty() ? train::dpo_loss_type(cfg.get_string("dpo.loss_type")) : mix.members.front().first;
+  if (mix.members.size() > 1 || (mix.members.size() == 1 && mix.members.front().second != 1.0)) o.loss.mix = mix.members;
   o.loss.beta = cfg.get_float("dpo.beta");
   o.loss.label_smoothing = cfg.get_float("dpo.label_smoothing");
-  o.loss.sft_weight = cfg.get_float("dpo.sft_weight");
-  if (o.loss.type == train::DpoLossType::DiscoPop) o.loss.discopop_tau = cfg.get_float("dpo.discopop_tau");
+  o.loss.sft_weight = mix.sft_weight;
+  for (const auto& m : train::dpo_loss_members(o.loss))
+    if (m.first == train::DpoLossType::DiscoPop) o.loss.discopop_tau = cfg.get_float("dpo.discopop_tau");
   o.loss.f_divergence = cfg.get_string("dpo.f_divergence_type");
   if (o.loss.f_divergence == "alpha_divergence") o.loss.f_alpha = cfg.get_float("dpo.f_alpha_divergence_coef");
   o.ld_alpha = cfg.get_float("dpo.ld_alpha");
@@ -131,7 +204,7 @@ int run_dpo(Context& ctx) {
                   "%lld steps x %d pairs = %.3g epochs",
                   random_init ? "random-init" : "pretrained", io::architecture_name(mc.arch), train_data.pairs.size(),
                   eval_data.pairs.size(), full ? "full fine-tuning" : "LoRA", env.size(), env.size() == 1 ? "" : "s",
-                  train::dpo_loss_name(o.loss.type), o.loss.sft_weight != 0 ? " + sft" : "", o.loss.beta,
+                  train::dpo_loss_label(o.loss).c_str(), o.loss.sft_weight != 0 ? " + sft" : "", o.loss.beta,
                   o.precompute_ref ? "log-probs of the starting weights, computed once" : "the adapter switched off",
                   static_cast<long long>(o.max_steps), o.global_batch, epochs);
     log::info(line);

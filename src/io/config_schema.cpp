@@ -410,6 +410,11 @@ const Schema& mgrl_schema() {
          {"sigmoid", "hinge", "ipo", "robust", "sigmoid_norm", "exo_pair", "nca_pair", "bco_pair", "sppo_hard",
           "apo_zero", "apo_down", "discopop", "aot", "aot_unpaired"},
          {}, {}, {}});
+    add({"dpo.loss_mix", T::StringList, Value(std::vector<std::string>{}),
+         "several loss types with weights, as trl's loss_type list with loss_weights: \"type:weight\" items (weight "
+         "absent: 1), \"sft:w\" for the sft term; MPO is [\"sigmoid:0.8\", \"bco_pair:0.2\", \"sft:1\"]. Given, "
+         "dpo.loss_type and dpo.sft_weight are not",
+         {}, {}, {}, {}});
     add({"dpo.f_divergence_type", T::String, Value(std::string("reverse_kl")),
          "f-DPO's divergence (trl's f_divergence_type): reverse_kl (DPO), forward_kl, js_divergence or "
          "alpha_divergence (f_alpha_divergence_coef); not with the losses of each side (nca_pair, bco_pair, sppo_hard, "

@@ -109,7 +109,9 @@ DpoTrainer::DpoTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transfo
   if ((opts_.global_batch / ranks) % opts_.grad_accum != 0)
     throw UserError("train.batch_size / ranks (" + std::to_string(opts_.global_batch / ranks) +
                     " pairs) must be divisible by train.grad_accum (" + std::to_string(opts_.grad_accum) + ")");
-  if (opts_.loss.type == DpoLossType::Robust && !(opts_.loss.label_smoothing >= 0 && opts_.loss.label_smoothing < 0.5))
+  bool robust = false;
+  for (const auto& m : dpo_loss_members(opts_.loss)) robust = robust || m.first == DpoLossType::Robust;
+  if (robust && !(opts_.loss.label_smoothing >= 0 && opts_.loss.label_smoothing < 0.5))
     throw UserError("dpo.label_smoothing must lie in [0, 0.5) for dpo.loss_type = \"robust\" (got " +
                     std::to_string(opts_.loss.label_smoothing) + ")");
   if (!(opts_.loss.beta > 0)) throw UserError("dpo.beta must be above 0");
@@ -220,12 +222,28 @@ void dpo_loss_weights(const DpoLossOptions& o, const std::vector<const Preferenc
     in.chosen_tokens = mb[k]->chosen_tokens();
     in.rejected_tokens = mb[k]->rejected_tokens();
   }
-  // AOT's loss couples the micro-batch's pairs (trl: each device's micro-batch); the others are per pair.
-  std::vector<DpoPairOut> outs;
-  if (dpo_loss_is_batch(o.type)) outs = dpo_batch_loss(o, ins);
+  // AOT's loss couples the micro-batch's pairs (trl: each device's micro-batch); the others are per pair. A mix of
+  // loss types (dpo.loss_mix) weighs each member's loss and derivatives; the rewards are the same under every member.
+  const auto members = dpo_loss_members(o);
+  std::vector<DpoLossOptions> member_opts(members.size(), o);
+  std::vector<std::vector<DpoPairOut>> batch_outs(members.size());
+  for (std::size_t m = 0; m < members.size(); ++m) {
+    member_opts[m].type = members[m].first;
+    member_opts[m].mix.clear();
+    if (dpo_loss_is_batch(members[m].first)) batch_outs[m] = dpo_batch_loss(member_opts[m], ins);
+  }
   for (std::size_t k = 0; k < mb.size(); ++k) {
     const DpoPairIn& in = ins[k];
-    const DpoPairOut out = outs.empty() ? dpo_pair_loss(o, in) : outs[k];
+    DpoPairOut out;
+    for (std::size_t m = 0; m < members.size(); ++m) {
+      const DpoPairOut part = batch_outs[m].empty() ? dpo_pair_loss(member_opts[m], in) : batch_outs[m][k];
+      const double w = members[m].second;
+      out.loss += w * part.loss;
+      out.d_chosen += w * part.d_chosen;
+      out.d_rejected += w * part.d_rejected;
+      out.reward_chosen = part.reward_chosen;
+      out.reward_rejected = part.reward_rejected;
+    }
     if (sums) sums->add(in, out);
     // d loss / d logp_i = (d loss / d sequence log-prob) x the token's weight in it; w_i is its negative. The sft
     // term adds sft_factor on every completion token of the chosen sequence (LD-DPO's weights do not apply to it).
@@ -512,7 +530,7 @@ DpoResult DpoTrainer::run() {
   rlog.flush();
   if (rank0 && !opts_.log_dir.empty()) {
     std::ostringstream s;  // job_summary.txt, written whole (RunLog::write_summary)
-    s << "mgrl " << build_info().version << " dpo (" << dpo_loss_name(opts_.loss.type) << ", beta " << opts_.loss.beta
+    s << "mgrl " << build_info().version << " dpo (" << dpo_loss_label(opts_.loss) << ", beta " << opts_.loss.beta
       << ")\n"
       << "ranks: " << env_.size() << "\n"
       << "wall time: " << human_time(res.seconds) << " (" << res.seconds << " s)\n"

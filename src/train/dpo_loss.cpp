@@ -1,6 +1,8 @@
 // dpo_loss.cpp: the DPO per-pair losses and their derivatives (formulas: docs/dpo.md).
 #include "train/dpo_loss.h"
 
+#include <cstdio>
+
 #include <algorithm>
 #include <cmath>
 
@@ -36,6 +38,22 @@ DpoLossType dpo_loss_type(const std::string& name) {
   if (name == "aot_unpaired") return DpoLossType::AotUnpaired;
   throw UserError("dpo.loss_type: unknown loss '" + name + "' (sigmoid, hinge, ipo, robust, sigmoid_norm, exo_pair, "
                   "nca_pair, bco_pair, sppo_hard, apo_zero, apo_down, discopop, aot or aot_unpaired)");
+}
+
+std::vector<std::pair<DpoLossType, double>> dpo_loss_members(const DpoLossOptions& o) {
+  if (o.mix.empty()) return {{o.type, 1.0}};
+  return o.mix;
+}
+
+std::string dpo_loss_label(const DpoLossOptions& o) {
+  if (o.mix.empty()) return dpo_loss_name(o.type);
+  std::string out;
+  char w[32];
+  for (const auto& [t, weight] : o.mix) {
+    std::snprintf(w, sizeof w, "%g ", weight);
+    out += (out.empty() ? "" : " + ") + std::string(w) + dpo_loss_name(t);
+  }
+  return out;
 }
 
 const char* dpo_loss_name(DpoLossType t) {

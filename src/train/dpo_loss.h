@@ -4,6 +4,7 @@
 // log-probs, and the reward figures trl logs (rewards/chosen, rewards/rejected, rewards/accuracies, rewards/margins).
 #pragma once
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace mgrl::train {
@@ -29,7 +30,16 @@ struct DpoLossOptions {
   // tokens (trl: loss_type = [type, "sft"], loss_weights = [1, sft_weight]); 0: none. Not a per-pair term: the
   // trainer adds it over the batch's chosen tokens.
   double sft_weight = 0.0;
+  // Several loss types with weights (trl: loss_type = [a, b, ...], loss_weights = [x, y, ...]; MPO is sigmoid 0.8,
+  // bco_pair 0.2, sft 1): the pair loss is sum_m w_m loss_m, each member computed as `type` alone would be (the
+  // f-divergence and label smoothing shared). Empty: `type` alone, weight 1. ("sft" is sft_weight, not a member.)
+  std::vector<std::pair<DpoLossType, double>> mix;
 };
+
+// The members of o's loss: o.mix, or o.type with weight 1.
+std::vector<std::pair<DpoLossType, double>> dpo_loss_members(const DpoLossOptions& o);
+// "sigmoid", or "0.8 sigmoid + 0.2 bco_pair" for a mix (without the sft term).
+std::string dpo_loss_label(const DpoLossOptions& o);
 
 // One preference pair: the sequence log-probs (sums over the completion's tokens, as trl's `logps`) of the policy
 // and of the reference, and the completion lengths in tokens (ipo and sigmoid_norm divide by them).

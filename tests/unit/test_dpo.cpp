@@ -104,7 +104,7 @@ TEST(DpoSums, RoundingNoiseIsATieNotAWin) {
   EXPECT_EQ(s.logp_accuracy, 1.0);
 }
 
-TEST(DpoTrl, FixturesPresent) { EXPECT_GE(trl_cases().size(), 19u) << "tests/data/dpo holds too few cases"; }
+TEST(DpoTrl, FixturesPresent) { EXPECT_GE(trl_cases().size(), 21u) << "tests/data/dpo holds too few cases"; }
 
 class DpoTrlCase : public ::testing::TestWithParam<std::string> {};
 
@@ -163,6 +163,12 @@ TEST_P(DpoTrlCase, LossMetricsAndGradientsMatchTrl) {
   o.sft_weight = k.value("sft_weight", 0.0);
   o.discopop_tau = k.value("discopop_tau", 0.05);
   o.f_divergence = k.value("f_divergence_type", std::string("reverse_kl"));
+  if (k.contains("loss_mix"))  // trl's loss_type list with loss_weights (dpo.loss_mix); "sft" is the sft weight
+    for (const auto& item : k["loss_mix"]) {
+      const std::string t = item[0].get<std::string>();
+      if (t == "sft") o.sft_weight += item[1].get<double>();
+      else o.mix.emplace_back(dpo_loss_type(t), item[1].get<double>());
+    }
   const double N = static_cast<double>(pairs.size());
   DpoSums sums;
   dpo_token_metrics(mb, b, net.token_stats(), &sums);
