@@ -112,7 +112,7 @@ int run_dpo(Context& ctx) {
       if (cfg.get_string("dpo.f_divergence_type") != "reverse_kl" &&
           (!train::dpo_loss_of_difference(train::dpo_loss_type(l)) || train::dpo_loss_is_batch(train::dpo_loss_type(l))))
         throw UserError("key 'dpo.f_divergence_type' = \"" + cfg.get_string("dpo.f_divergence_type") + "\" applies to "
-                        "the losses of the log-ratios' difference (as in trl 1.16), not to " + key + " \"" + l + "\"");
+                        "the losses of the log-ratios' difference (as in trl 1.16), not to " + key + " = \"" + l + "\"");
     if (any({"exo_pair"}) && cfg.get_float("dpo.label_smoothing") == 0.0)
       throw UserError("key 'dpo.label_smoothing' = 0: dpo.loss_type = \"exo_pair\" needs its epsilon > 0 (the EXO "
                       "paper recommends 1e-3; at 0 the loss is infinite)");

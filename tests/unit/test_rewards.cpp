@@ -64,6 +64,69 @@ TEST(Rewards, Pieces) {
   EXPECT_EQ(overlong_penalty(11, 10, 4), -1.0);
 }
 
+// The reward-hacking hunt of 2026-11-29 (each row scored 1 before): the last number is a whole number token, or
+// nothing when the last one is a piece of a larger expression; numbers are compared exactly when integers, commas
+// only as thousands separators, and a gold that is not a string or number matches nothing.
+TEST(Rewards, AnswerMatchIsNotGamed) {
+  EXPECT_EQ(last_number("The answer is 3/4."), "");
+  EXPECT_EQ(last_number("The answer is \\frac{1}{2}."), "");
+  EXPECT_EQ(last_number("The answer is 2^10."), "");
+  EXPECT_EQ(last_number("The answer is 2^{10}."), "");
+  EXPECT_EQ(last_number("The answer is 1e3."), "1e3");
+  EXPECT_EQ(last_number("The answer is 1.5e-3."), "1.5e-3");
+  EXPECT_EQ(last_number("x = 5-3, so the answer is x=5-3"), "");
+  EXPECT_EQ(last_number("The answer is .5"), ".5");
+  EXPECT_EQ(last_number("The answer is \xE2\x88\x92" "5."), "-5");
+  EXPECT_EQ(last_number("The answer is 0x10."), "");
+  EXPECT_EQ(last_number("The answer is 1.2.3"), "");
+  EXPECT_EQ(last_number("The answers are 1,2"), "2");
+  EXPECT_EQ(last_number("so \\boxed{42}."), "42");
+  EXPECT_EQ(last_number("costs $1,000,000 in all"), "1000000");
+  EXPECT_EQ(last_number("x = -7"), "-7");
+  const Rewards num = make("[[reward]]\nkind = \"answer_match\"\n");
+  const auto at = [&](const Rewards& r, const std::string& completion, const nlohmann::json& gold) {
+    return score1(r, {completion}, {{"answer", gold}})[0];
+  };
+  EXPECT_EQ(at(num, "The answer is 1234568.", 1234567), 0);
+  EXPECT_EQ(at(num, "The answer is 1000000999.", 1000000000), 0);
+  EXPECT_EQ(at(num, "The answer is 1234567.5", 1234567), 0);  // would cover 1234567 and 1234568
+  EXPECT_EQ(at(num, "The answer is 0.000001.", 0), 0);
+  EXPECT_EQ(at(num, "The answer is 3/4.", 4), 0);
+  EXPECT_EQ(at(num, "The answer is 1e3.", 3), 0);
+  EXPECT_EQ(at(num, "The answer is 1e3.", 1000), 1);
+  EXPECT_EQ(at(num, "The answer is .5", 5), 0);
+  EXPECT_EQ(at(num, "The answer is .5", 0.5), 1);
+  EXPECT_EQ(at(num, "The answer is \xE2\x88\x92" "5.", 5), 0);
+  EXPECT_EQ(at(num, "The answer is \xE2\x88\x92" "5.", -5), 1);
+  EXPECT_EQ(at(num, "The answers are 1,2", 12), 0);
+  EXPECT_EQ(at(num, "The answer is 12345678901234567891.", "12345678901234567890"), 0);  // beyond doubles' integers
+  EXPECT_EQ(at(num, "The answer is 12345678901234567890.", "12,345,678,901,234,567,890"), 1);
+  EXPECT_EQ(at(num, "The answer is -0", 0), 1);
+  EXPECT_EQ(at(num, "The answer is 0.3333333", "0.333333"), 1);  // within 1e-6 relative of a non-integer gold
+  const Rewards boxed = make("[[reward]]\nkind = \"answer_match\"\nextract = \"boxed\"\n");
+  EXPECT_EQ(at(boxed, "\\boxed{999999}", 1000000), 0);
+  EXPECT_EQ(at(boxed, "\\boxed{1,2,3}", 123), 0);
+  EXPECT_EQ(at(boxed, "\\boxed{,,5,,}", 5), 0);
+  EXPECT_EQ(at(boxed, "\\boxed{0x10}", 16), 0);
+  EXPECT_EQ(at(boxed, "\\boxed{1,000}", 1000), 1);
+  const Rewards str = make("[[reward]]\nkind = \"answer_match\"\nextract = \"regex\"\npattern = \"<a>(.*?)</a>\"\n"
+                           "compare = \"string\"\n");
+  EXPECT_EQ(at(str, "<a>null</a>", nullptr), 0);
+  EXPECT_EQ(at(str, "<a>true</a>", true), 0);
+  EXPECT_EQ(at(str, "<a>[\"3\",\"4\"]</a>", nlohmann::json::array({"3", "4"})), 0);
+  EXPECT_EQ(at(str, "<a> </a>", " "), 0);
+  EXPECT_EQ(at(str, "<a>7</a>", 7), 1);
+  // A gold that is no string or number makes the line unusable (said at start-up, an error when every line is).
+  const nlohmann::json null_row = {{"answer", nullptr}};
+  std::string msg;
+  try {
+    str.check_data({&null_row}, {1}, "d.jsonl");
+  } catch (const UserError& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find("column 'answer' is null, not a string or a number"), std::string::npos) << msg;
+}
+
 TEST(Rewards, AnswerMatchRegexOverlong) {
   const nlohmann::json row = {{"answer", 1234}, {"label", " yes "}};
   const Rewards num = make("[[reward]]\nkind = \"answer_match\"\n");

@@ -33,27 +33,110 @@ namespace mgrl::rl {
 
 // ---- pieces ----
 
+namespace {
+
+bool digit_at(const std::string& t, std::size_t i) { return i < t.size() && std::isdigit(static_cast<unsigned char>(t[i])); }
+bool alpha_at(const std::string& t, std::size_t i) {
+  return i < t.size() && (std::isalpha(static_cast<unsigned char>(t[i])) || static_cast<unsigned char>(t[i]) >= 0x80);
+}
+// U+2212 MINUS SIGN at i (3 bytes).
+bool unicode_minus_at(const std::string& t, std::size_t i) { return t.compare(i, 3, "\xE2\x88\x92") == 0; }
+
+// The length of the number token of NUMBER_GRAMMAR (rewards.h) starting at i without its sign: digits, optionally in
+// thousands groups (1-3 digits, then groups of exactly 3 after commas), a decimal part, an exponent; or a leading
+// '.' and digits. 0 when none starts there. *integer: no decimal part and no exponent.
+std::size_t number_span(const std::string& t, std::size_t i, bool* integer) {
+  std::size_t j = i;
+  while (digit_at(t, j)) ++j;
+  const std::size_t lead = j - i;
+  if (lead >= 1 && lead <= 3) {  // thousands groups: ",ddd" not followed by another digit
+    std::size_t k = j;
+    while (k < t.size() && t[k] == ',' && digit_at(t, k + 1) && digit_at(t, k + 2) && digit_at(t, k + 3) &&
+           !digit_at(t, k + 4))
+      k += 4;
+    j = k;
+  }
+  *integer = true;
+  if (j < t.size() && t[j] == '.' && digit_at(t, j + 1)) {
+    j += 1;
+    while (digit_at(t, j)) ++j;
+    *integer = false;
+  }
+  if (j == i) return 0;  // no digit before or after a '.'
+  if (j < t.size() && (t[j] == 'e' || t[j] == 'E')) {
+    std::size_t k = j + 1;
+    if (k < t.size() && (t[k] == '+' || t[k] == '-')) ++k;
+    if (digit_at(t, k)) {
+      while (digit_at(t, k)) ++k;
+      j = k;
+      *integer = false;
+    }
+  }
+  return j - i;
+}
+
+// Whether the '{' at b opens an operand of a LaTeX fraction, root, binomial, power or index ("\\frac{1}{2}",
+// "2^{10}"): after '}', '^' or '_', or after one of those commands. (\\boxed{42} and the like hold an answer.)
+bool latex_operand(const std::string& t, std::size_t b) {
+  if (b == 0) return false;
+  const char p = t[b - 1];
+  if (p == '}' || p == '^' || p == '_') return true;
+  std::size_t k = b;
+  while (k > 0 && std::isalpha(static_cast<unsigned char>(t[k - 1]))) --k;
+  if (k == b || k == 0 || t[k - 1] != '\\') return false;
+  const std::string word = t.substr(k, b - k);
+  for (const char* w : {"frac", "dfrac", "tfrac", "cfrac", "sqrt", "binom", "dbinom", "tbinom"})
+    if (word == w) return true;
+  return false;
+}
+
+}  // namespace
+
 std::string last_number(const std::string& text) {
-  // The last run of [-]digits[,digits...][.digits]; commas between digit groups are dropped.
+  // The last number token of the text, or "" when the last one is glued to something that makes it part of another
+  // expression (a fraction "3/4", a power "2^10", "0x10", "x2", "1.2.3", the operand of a minus "5-3"): taking a
+  // piece of such an expression as the answer let wrong completions score (a reward-hacking hunt, 2026-11-29).
   std::string best;
   std::size_t i = 0;
   while (i < text.size()) {
-    if (!std::isdigit(static_cast<unsigned char>(text[i]))) {
+    const bool starts = digit_at(text, i) || (text[i] == '.' && digit_at(text, i + 1));
+    if (!starts) {
       ++i;
       continue;
     }
-    const std::size_t start = i;
-    std::string num;
-    while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) ||
-                               (text[i] == ',' && i + 1 < text.size() && std::isdigit(static_cast<unsigned char>(text[i + 1])) &&
-                                !num.empty() && num.find('.') == std::string::npos) ||
-                               (text[i] == '.' && i + 1 < text.size() && std::isdigit(static_cast<unsigned char>(text[i + 1])) &&
-                                num.find('.') == std::string::npos))) {
-      if (text[i] != ',') num += text[i];
-      ++i;
+    bool integer = true;
+    const std::size_t n = number_span(text, i, &integer);
+    // The sign: '-', '+' or U+2212 right before, itself not after a letter, digit or closing bracket (a minus there
+    // is an operator).
+    std::size_t from = i;
+    std::string sign;
+    if (i >= 3 && unicode_minus_at(text, i - 3)) from = i - 3, sign = "-";
+    else if (i >= 1 && (text[i - 1] == '-' || text[i - 1] == '+')) from = i - 1, sign = text[i - 1] == '-' ? "-" : "";
+    bool glued = false;
+    if (from < i && from > 0) {
+      const char p = text[from - 1];
+      if (std::isalnum(static_cast<unsigned char>(p)) || p == ')' || p == ']' || p == '}' || p == '.' || p == '_')
+        glued = true;  // a binary operator's operand
     }
-    if (start > 0 && text[start - 1] == '-') num = "-" + num;
-    best = num;
+    if (from > 0) {
+      const char p = text[from - 1];
+      if (alpha_at(text, from - 1) || p == '/' || p == '^' || p == '\\' || p == '_' ||
+          (p == '.' && from >= 2 && digit_at(text, from - 2)) || (text[i] == '.' && digit_at(text, i - 1)) ||
+          (p == '{' && latex_operand(text, from - 1)))
+        glued = true;
+    }
+    const std::size_t end = i + n;
+    if (end < text.size()) {
+      const char q = text[end];
+      if (q == '/' || q == '^' || q == '\\' || q == '_' || ((q == 'x' || q == 'X') && digit_at(text, end + 1)) ||
+          (q == '.' && digit_at(text, end + 1)))
+        glued = true;
+    }
+    std::string num;
+    for (std::size_t k = i; k < end; ++k)
+      if (text[k] != ',') num += text[k];
+    best = glued ? std::string() : sign + num;
+    i = end;
   }
   return best;
 }
@@ -148,14 +231,59 @@ class Regex {
   std::uint32_t groups_ = 0;
 };
 
-bool parse_number(const std::string& s, double* v) {
-  std::string t;
-  for (char c : trim(s))
-    if (c != ',') t += c;
-  if (t.empty()) return false;
+// A whole string as one number of NUMBER_GRAMMAR (rewards.h), spaces around it allowed: its value, and for an
+// integer its digits without sign, commas or leading zeros. strtod's hexadecimal, "inf" and "nan" are not numbers.
+struct Number {
+  double value = 0;
+  bool integer = false;
+  bool negative = false;
+  std::string digits;  // integer: "0" for zero
+};
+
+bool parse_number(const std::string& s, Number* out) {
+  const std::string t = trim(s);
+  std::size_t i = 0;
+  bool negative = false;
+  if (unicode_minus_at(t, 0)) i = 3, negative = true;
+  else if (!t.empty() && (t[0] == '-' || t[0] == '+')) i = 1, negative = t[0] == '-';
+  bool integer = true;
+  const std::size_t n = number_span(t, i, &integer);
+  if (n == 0 || i + n != t.size()) return false;
+  std::string plain;
+  for (std::size_t k = i; k < t.size(); ++k)
+    if (t[k] != ',') plain += t[k];
   char* end = nullptr;
-  *v = std::strtod(t.c_str(), &end);
-  return *end == '\0' && std::isfinite(*v);
+  out->value = std::strtod(plain.c_str(), &end);
+  if (*end != '\0' || !std::isfinite(out->value)) return false;
+  if (negative) out->value = -out->value;
+  out->integer = integer;
+  out->digits.clear();
+  if (integer) {
+    const std::size_t nz = plain.find_first_not_of('0');
+    out->digits = nz == std::string::npos ? "0" : plain.substr(nz);
+  }
+  out->negative = negative && !(integer && out->digits == "0");  // -0 is 0
+  return true;
+}
+
+// compare = "number": two integers must be equal (their digits: no rounding through doubles); an answer against an
+// integer gold within min(1e-9 x max(1, |gold|), 1e-6) (so that "1234567.5" does not cover two integers, nor 1e-6
+// the gold 0); against a non-integer gold within 1e-6 relative. (Until 2026-11-29 every comparison took 1e-6 of
+// max(1, |gold|): from 1e6 on an integer one off, or "x.5", scored.)
+bool numbers_equal(const Number& got, const Number& want) {
+  if (got.integer && want.integer) return got.negative == want.negative && got.digits == want.digits;
+  const double d = std::fabs(got.value - want.value);
+  if (want.integer) return d <= std::min(1e-9 * std::max(1.0, std::fabs(want.value)), 1e-6);
+  return d <= 1e-6 * std::max(std::fabs(got.value), std::fabs(want.value));
+}
+
+// The gold answer of a data column: a JSON string, or a number (its JSON text); anything else (null, a boolean, a
+// list) has none ("null" as text was once a gold "null" that a completion could match).
+bool gold_text(const nlohmann::json& col, std::string* out) {
+  if (col.is_string()) *out = col.get<std::string>();
+  else if (col.is_number()) *out = col.dump();
+  else return false;
+  return true;
 }
 
 class AnswerMatch : public RewardFunction {
@@ -173,8 +301,10 @@ class AnswerMatch : public RewardFunction {
   std::string unusable(const nlohmann::json& row) const override {
     if (!row.is_object() || !row.contains(column_)) return "column '" + column_ + "' is absent";
     const auto& col = row[column_];
-    const std::string want = col.is_string() ? col.get<std::string>() : col.dump();
-    double v = 0;
+    std::string want;
+    if (!gold_text(col, &want))
+      return "column '" + column_ + "' is " + std::string(col.type_name()) + ", not a string or a number";
+    Number v;
     if (numbers_ && !parse_number(want, &v))
       return "column '" + column_ + "' is '" + want.substr(0, 60) + (want.size() > 60 ? "...'" : "'") +
              ", no number (compare = \"number\": extract the final answer into the column, or compare strings)";
@@ -193,12 +323,15 @@ class AnswerMatch : public RewardFunction {
         out.push_back(0.0);
         continue;
       }
-      const auto& col = (*s.row)[column_];
-      const std::string want = col.is_string() ? col.get<std::string>() : col.dump();
-      double a = 0, b = 0;
+      std::string want;
+      if (!gold_text((*s.row)[column_], &want)) {  // said at start-up (unusable)
+        out.push_back(0.0);
+        continue;
+      }
+      Number a, b;
       bool eq;
-      if (numbers_) eq = parse_number(got, &a) && parse_number(want, &b) && std::fabs(a - b) <= 1e-6 * std::max(1.0, std::fabs(b));
-      else eq = !got.empty() && trim(got) == trim(want);
+      if (numbers_) eq = parse_number(got, &a) && parse_number(want, &b) && numbers_equal(a, b);
+      else eq = !trim(got).empty() && trim(got) == trim(want);
       out.push_back(eq ? 1.0 : 0.0);
     }
     return out;
