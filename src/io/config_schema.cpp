@@ -507,6 +507,9 @@ const Schema& mgrl_schema() {
          "group (ECMAScript syntax; '.' matches newlines too)", {}, {}, {}, {}});
     add({"reward[].full_match", T::Bool, Value(false), "regex: the whole completion must match (else: a match anywhere)",
          {}, {}, {}, {}});
+    add({"reward[].match_start", T::Bool, Value(false),
+         "regex: the match must start at the completion's start, as Python's re.match (open-r1's and trl's format "
+         "rewards); without it, or full_match, '^' may match at any line's start (MULTILINE)", {}, {}, {}, {}});
     add({"reward[].column", T::String, Value(std::string("answer")),
          "answer_match: the data column holding the expected answer", {}, {}, {}, {}});
     add({"reward[].compare", T::String, Value(std::string("number")),

@@ -141,6 +141,15 @@ TEST(Rewards, AnswerMatchRegexOverlong) {
                            "full_match = true\n");
   EXPECT_EQ(score1(fmt, {"<think>a\nb</think>\n<answer>4</answer>", "<think>a</think> x <answer>4</answer>"}, row),
             (std::vector<double>{1, 0}));
+  // open-r1's format reward: re.match(r"^<think>.*?</think>\s*<answer>.*?</answer>$", c, DOTALL | MULTILINE). Matched
+  // anywhere, '^' matches after junk's newline; match_start anchors it as re.match does ('$' still at a line end).
+  const std::string pat = "pattern = \"^<think>.*?</think>\\\\s*<answer>.*?</answer>$\"\n";
+  const Rewards anywhere = make("[[reward]]\nkind = \"regex\"\n" + pat);
+  const Rewards start = make("[[reward]]\nkind = \"regex\"\n" + pat + "match_start = true\n");
+  const std::vector<std::string> cs = {"junk\n<think>x</think><answer>5</answer>\njunk",
+                                       "<think>x</think><answer>5</answer>\njunk", "<think>x</think> <answer>5</answer>"};
+  EXPECT_EQ(score1(anywhere, cs, row), (std::vector<double>{1, 1, 1}));
+  EXPECT_EQ(score1(start, cs, row), (std::vector<double>{0, 1, 1}));
   const Rewards ol = make("[[reward]]\nkind = \"overlong\"\nmax_length = 10\nbuffer_length = 4\n");
   EXPECT_EQ(score1(ol, {"x"}, row, 9), (std::vector<double>{-0.75}));
   // Names, weights and the total.

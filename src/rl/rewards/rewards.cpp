@@ -212,11 +212,12 @@ class Regex {
   Regex(const Regex&) = delete;
   Regex& operator=(const Regex&) = delete;
   std::uint32_t groups() const { return groups_; }
-  // Matches (anywhere, or the whole text); group 1 into *cap when asked.
-  bool match(const std::string& text, bool whole, std::string* cap) const {
+  // Matches (anywhere, or the whole text, or from its start with `start`: Python's re.match); group 1 into *cap when
+  // asked.
+  bool match(const std::string& text, bool whole, std::string* cap, bool start = false) const {
     pcre2_match_data* md = pcre2_match_data_create_from_pattern(code_, nullptr);
-    const int rc = pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(text.c_str()), text.size(), 0,
-                               whole ? PCRE2_ANCHORED | PCRE2_ENDANCHORED : 0, md, nullptr);
+    const std::uint32_t opts = whole ? PCRE2_ANCHORED | PCRE2_ENDANCHORED : start ? PCRE2_ANCHORED : 0;
+    const int rc = pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(text.c_str()), text.size(), 0, opts, md, nullptr);
     bool ok = rc > 0;
     if (ok && cap) {
       PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
@@ -345,18 +346,20 @@ class AnswerMatch : public RewardFunction {
 
 class RegexReward : public RewardFunction {
  public:
-  explicit RegexReward(const io::TableItem& t) : whole_(t.get_bool("full_match")) {
+  explicit RegexReward(const io::TableItem& t) : whole_(t.get_bool("full_match")), start_(t.get_bool("match_start")) {
     if (t.get_string("pattern").empty()) throw UserError(t.where() + "a regex reward needs a pattern");
+    if (whole_ && start_)
+      throw UserError(t.where("match_start") + "full_match and match_start are both set: full_match anchors both ends");
     re_ = std::make_unique<Regex>(t.get_string("pattern"), t.where("pattern"));
   }
   std::vector<double> score(const std::vector<RewardSample>& ss, const std::string&, int) const override {
     std::vector<double> out;
-    for (const auto& s : ss) out.push_back(re_->match(s.completion, whole_, nullptr) ? 1.0 : 0.0);
+    for (const auto& s : ss) out.push_back(re_->match(s.completion, whole_, nullptr, start_) ? 1.0 : 0.0);
     return out;
   }
 
  private:
-  bool whole_;
+  bool whole_, start_;
   std::unique_ptr<Regex> re_;
 };
 
@@ -653,7 +656,7 @@ class Command : public RewardFunction {
 const std::vector<std::string>& keys_of(const std::string& kind) {
   static const std::map<std::string, std::vector<std::string>> keys{
       {"answer_match", {"extract", "pattern", "column", "compare"}},
-      {"regex", {"pattern", "full_match"}},
+      {"regex", {"pattern", "full_match", "match_start"}},
       {"overlong", {"max_length", "buffer_length"}},
       {"code_exec", {"block", "tests_column", "setup_column", "mode", "python", "timeout_s", "cpu_s", "memory_mb",
                      "processes", "file_mb", "max_output_kb"}},
