@@ -474,6 +474,14 @@ TEST(Rewards, CommandProtocolAndFailures) {
                                             "    print(1.0 if c == 'ok\\ufffd' else 0.0)\n");
   const Rewards e = make("[[reward]]\nkind = \"command\"\nname = \"echo\"\ncommand = [\"python3\", \"" + echo + "\"]\n");
   EXPECT_EQ(score1(e, {"ok\xc3", "ok"}, row), (std::vector<double>{1.0, 0.0}));
+  // U+2028 / U+2029 in a completion reach a judge that splits its input with str.splitlines() inside one line (sent
+  // escaped; raw, they cut the line and the judge failed, ending the run: the reward-hacking hunt of 2026-11-29).
+  const std::string split = test::write_temp("splitlines.py",
+                                             "import sys, json\nfor l in sys.stdin.read().splitlines():\n"
+                                             "    print(float(len(json.loads(l)['completion'])))\n");
+  const Rewards sp = make("[[reward]]\nkind = \"command\"\nname = \"split\"\ncommand = [\"python3\", \"" + split + "\"]\n");
+  EXPECT_EQ(score1(sp, {"4\xE2\x80\xA8" "3", "a\xE2\x80\xA9" "b\xE2\x80\xA8", "x"}, row),
+            (std::vector<double>{3.0, 4.0, 1.0}));
   auto err = [&](const std::string& cmd, const std::string& extra = "") {
     const Rewards c = make("[[reward]]\nkind = \"command\"\nname = \"j\"\ncommand = " + cmd + "\n" + extra);
     return test::error_of([&] { score1(c, {"a", "b"}, row); });

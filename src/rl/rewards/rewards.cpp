@@ -531,7 +531,18 @@ class Command : public RewardFunction {
       j["completion_tokens"] = s.completion_tokens;
       j["finish_reason"] = s.finish_reason;
       // A completion cut inside a character is not valid UTF-8: its bytes go out as U+FFFD (JSON cannot carry them).
-      input += j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+      // U+2028 and U+2029 go out escaped: Python's str.splitlines() (and JavaScript's line readers) split a line at
+      // them, so a completion holding one broke a judge's reading of its input (found by the reward-hacking hunt).
+      std::string line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      for (std::size_t at = 0; (at = line.find("\xE2\x80", at)) != std::string::npos;) {
+        if (at + 2 < line.size() && (line[at + 2] == '\xA8' || line[at + 2] == '\xA9')) {
+          line.replace(at, 3, line[at + 2] == '\xA8' ? "\\u2028" : "\\u2029");
+          at += 6;
+        } else {
+          at += 2;
+        }
+      }
+      input += line + "\n";
     }
     int in[2], out[2], err[2];
     if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0)
