@@ -31,21 +31,12 @@ using train::seconds_since;
 // The mean and the unbiased std (as trl logs them) of the values that are not NaN (unscorable completions, a
 // function's missing values: torch.nanmean, trl's nanstd); 0 for none (std: for fewer than two) when there is no
 // NaN at all, NaN otherwise (as trl's).
-double mean_of(const std::vector<double>& v) {
-  double s = 0, n = 0;
-  for (double x : v)
-    if (!std::isnan(x)) s += x, n += 1;
-  if (n == 0) return v.empty() ? 0 : std::nan("");
-  return s / n;
-}
+double mean_of(const std::vector<double>& v) { return v.empty() ? 0 : nan_mean(v.data(), v.size()); }
 
 double std_of(const std::vector<double>& v) {
-  const double m = mean_of(v);
-  double ss = 0, n = 0;
-  for (double x : v)
-    if (!std::isnan(x)) ss += (x - m) * (x - m), n += 1;
-  if (n < 2) return n == static_cast<double>(v.size()) ? 0 : std::nan("");
-  return std::sqrt(ss / (n - 1));
+  bool any_nan = false;
+  for (const double x : v) any_nan = any_nan || std::isnan(x);
+  return !any_nan && v.size() < 2 ? 0 : nan_std(v.data(), v.size());
 }
 
 // The advantages of a round (rewards: the weighted sums; per_func: each function's values) as

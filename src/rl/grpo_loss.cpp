@@ -21,6 +21,8 @@ double std_unbiased(const double* x, std::size_t n) {
   return std::sqrt(ss / static_cast<double>(n - 1));
 }
 
+}  // namespace
+
 // torch.nanmean: the mean of the values that are not NaN (NaN when there are none).
 double nan_mean(const double* x, std::size_t n) {
   double s = 0, k = 0;
@@ -37,8 +39,6 @@ double nan_std(const double* x, std::size_t n) {
     if (!std::isnan(x[i])) ss += (x[i] - m) * (x[i] - m), k += 1;
   return k > 1 ? std::sqrt(ss / (k - 1)) : std::nan("");
 }
-
-}  // namespace
 
 std::vector<double> group_advantages(const std::vector<double>& rewards, int G, const std::string& scale,
                                      std::vector<double>* group_std) {

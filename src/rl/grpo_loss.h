@@ -6,11 +6,17 @@
 // its gradient is computed here per token and handed to the model's backward as per-token weights. Formulas:
 // docs/grpo.md.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace mgrl::rl {
+
+// torch.nanmean: the mean of the values that are not NaN (NaN when there are none); trl's nanstd: the unbiased std
+// of the values that are not NaN (NaN for fewer than two).
+double nan_mean(const double* x, std::size_t n);
+double nan_std(const double* x, std::size_t n);
 
 // Advantages of N = groups * G rewards laid out group by group (completion i belongs to group i / G):
 // A_i = r_i - mean(group), divided by (std + 1e-4) where std is the unbiased (n - 1) standard deviation of the
