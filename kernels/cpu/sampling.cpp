@@ -9,6 +9,19 @@
 
 namespace mgrl::kernels::cpu {
 
+namespace {
+
+// log(sum exp(z)) of a row in double, the max taken out first.
+double log_sum_exp(const float* z, int V) {
+  double zmax = z[0];
+  for (int i = 1; i < V; ++i) zmax = std::max(zmax, static_cast<double>(z[i]));
+  double zsum = 0;
+  for (int i = 0; i < V; ++i) zsum += std::exp(z[i] - zmax);
+  return zmax + std::log(zsum);
+}
+
+}  // namespace
+
 void sample(int32_t* tokens, float* logprobs, const float* logits, const uint64_t* seeds, int B, int V,
             const Ops::Sampling& params) {
   std::vector<double> p(static_cast<std::size_t>(V));
@@ -16,12 +29,7 @@ void sample(int32_t* tokens, float* logprobs, const float* logits, const uint64_
   std::vector<double> sorted;
   for (int b = 0; b < B; ++b) {
     const float* z = logits + static_cast<std::size_t>(b) * V;
-    // log_softmax of the raw logits, for the recorded log-prob
-    double zmax = z[0];
-    for (int i = 1; i < V; ++i) zmax = std::max(zmax, static_cast<double>(z[i]));
-    double zsum = 0;
-    for (int i = 0; i < V; ++i) zsum += std::exp(z[i] - zmax);
-    const double lse = zmax + std::log(zsum);
+    const double lse = log_sum_exp(z, V);  // log_softmax of the raw logits, for the recorded log-prob
 
     int tok = 0;
     if (params.temperature <= 0.0f) {
@@ -105,11 +113,7 @@ void mark_seen(uint8_t* seen, const int32_t* seen_row, const int32_t* tokens, in
 void token_logprobs(float* logprobs, const float* logits, const int32_t* tokens, int R, int V) {
   for (int r = 0; r < R; ++r) {
     const float* z = logits + static_cast<std::size_t>(r) * V;
-    double zmax = z[0];  // as sample()'s recorded log-prob
-    for (int i = 1; i < V; ++i) zmax = std::max(zmax, static_cast<double>(z[i]));
-    double zsum = 0;
-    for (int i = 0; i < V; ++i) zsum += std::exp(z[i] - zmax);
-    logprobs[r] = static_cast<float>(z[tokens[r]] - (zmax + std::log(zsum)));
+    logprobs[r] = static_cast<float>(z[tokens[r]] - log_sum_exp(z, V));  // as sample()'s recorded log-prob
   }
 }
 

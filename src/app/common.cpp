@@ -292,13 +292,14 @@ model::LoraConfig training_lora_config(const io::Config& cfg) {
   // its lora_dropout). Until 2026-11-29 a given lora.dropout was applied in DPO, where trl's recipe with the same
   // LoraConfig trains without it.
   if (cfg.get_string("mode") == "dpo" && cfg.get_bool("dpo.disable_dropout")) {
-    char p[32];
-    std::snprintf(p, sizeof p, "%g", lc.dropout);
-    if (lc.dropout > 0)
+    if (lc.dropout > 0) {
+      char p[32];
+      std::snprintf(p, sizeof p, "%g", lc.dropout);
       log::warn_once(std::string("LoRA dropout ") + p + " (" +
                      (given_for_this_mode(cfg, "lora.dropout") ? "lora.dropout" : "the adapter's lora_dropout") +
                      ") is not applied: dpo.disable_dropout = true (trl's default) turns dropout off in DPO; set "
                      "dpo.disable_dropout = false to train with it");
+    }
     lc.dropout = 0;
   }
   return lc;

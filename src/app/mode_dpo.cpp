@@ -26,25 +26,38 @@
 namespace mgrl::app {
 namespace {
 
-// dpo.loss_mix (trl's loss_type list with loss_weights): "type" or "type:weight" items; "sft" is the sft weight.
-// Empty members: dpo.loss_type and dpo.sft_weight hold.
+// The run's losses: dpo.loss_type with dpo.sft_weight, or dpo.loss_mix (trl's loss_type list with loss_weights):
+// "type" or "type:weight" items, "sft" the sft weight.
 struct LossMix {
-  std::vector<std::pair<train::DpoLossType, double>> members;
+  std::vector<std::pair<train::DpoLossType, double>> members;  // never empty
   double sft_weight = 0;
+  bool given = false;  // from dpo.loss_mix
+  // Every member is a loss of the log-ratios' difference (a pair whose sides are the same teaches nothing).
+  bool of_difference() const {
+    for (const auto& m : members)
+      if (!train::dpo_loss_of_difference(m.first)) return false;
+    return true;
+  }
+  bool has(train::DpoLossType t) const {
+    for (const auto& m : members)
+      if (m.first == t) return true;
+    return false;
+  }
 };
 
 LossMix loss_mix(const io::Config& cfg) {
   LossMix mix;
   const auto& items = cfg.get_strings("dpo.loss_mix");
   if (items.empty()) {
+    mix.members = {{train::dpo_loss_type(cfg.get_string("dpo.loss_type")), 1.0}};
     mix.sft_weight = cfg.get_float("dpo.sft_weight");
     return mix;
   }
+  mix.given = true;
   for (const char* other : {"dpo.loss_type", "dpo.sft_weight"})
     if (cfg.origin(other).kind != io::Origin::Default)
       throw UserError(std::string("keys 'dpo.loss_mix' and '") + other + "' are both given: the mix names every loss "
                       "type and weight (\"sft:w\" for the sft term)");
-  bool any_pair_loss = false;
   for (const auto& item : items) {
     const auto colon = item.find(':');
     const std::string name = item.substr(0, colon);
@@ -69,9 +82,8 @@ LossMix loss_mix(const io::Config& cfg) {
     for (const auto& m : mix.members)
       if (m.first == t) throw UserError("key 'dpo.loss_mix' names \"" + name + "\" twice");
     mix.members.emplace_back(t, weight);
-    any_pair_loss = true;
   }
-  if (!any_pair_loss)
+  if (mix.members.empty())
     throw UserError("key 'dpo.loss_mix' has no preference loss (only sft): give one, e.g. \"sigmoid\"");
   return mix;
 }
@@ -95,25 +107,20 @@ int run_dpo(Context& ctx) {
     // a smoothing given with another loss was accepted and ignored until 2026-11-28. exo_pair needs one (its
     // log(epsilon) is -inf at 0: trl's loss is inf there).
     mix = loss_mix(cfg);
-    std::vector<std::string> losses;  // the loss types in play (dpo.loss_type, or dpo.loss_mix's)
-    for (const auto& m : mix.members) losses.push_back(train::dpo_loss_name(m.first));
-    if (mix.members.empty()) losses.push_back(cfg.get_string("dpo.loss_type"));
-    const auto any = [&](std::initializer_list<const char*> names) {
-      for (const auto& l : losses)
-        for (const char* n : names)
-          if (l == n) return true;
-      return false;
-    };
-    const std::string key = mix.members.empty() ? "dpo.loss_type" : "dpo.loss_mix";
-    if (cfg.get_float("dpo.label_smoothing") != 0.0 && !any({"robust", "exo_pair", "aot", "aot_unpaired"}))
+    using T = train::DpoLossType;
+    const std::string key = mix.given ? "dpo.loss_mix" : "dpo.loss_type";
+    if (cfg.get_float("dpo.label_smoothing") != 0.0 && !mix.has(T::Robust) && !mix.has(T::ExoPair) &&
+        !mix.has(T::Aot) && !mix.has(T::AotUnpaired))
       throw UserError("key 'dpo.label_smoothing' applies to dpo.loss_type = \"robust\", \"exo_pair\", \"aot\" and "
-                      "\"aot_unpaired\" only (as in trl 1.16), not to \"" + losses.front() + "\"");
-    for (const auto& l : losses)
+                      "\"aot_unpaired\" only (as in trl 1.16), not to \"" +
+                      std::string(train::dpo_loss_name(mix.members.front().first)) + "\"");
+    for (const auto& m : mix.members)
       if (cfg.get_string("dpo.f_divergence_type") != "reverse_kl" &&
-          (!train::dpo_loss_of_difference(train::dpo_loss_type(l)) || train::dpo_loss_is_batch(train::dpo_loss_type(l))))
+          (!train::dpo_loss_of_difference(m.first) || train::dpo_loss_is_batch(m.first)))
         throw UserError("key 'dpo.f_divergence_type' = \"" + cfg.get_string("dpo.f_divergence_type") + "\" applies to "
-                        "the losses of the log-ratios' difference (as in trl 1.16), not to " + key + " = \"" + l + "\"");
-    if (any({"exo_pair"}) && cfg.get_float("dpo.label_smoothing") == 0.0)
+                        "the losses of the log-ratios' difference (as in trl 1.16), not to " + key + " = \"" +
+                        train::dpo_loss_name(m.first) + "\"");
+    if (mix.has(T::ExoPair) && cfg.get_float("dpo.label_smoothing") == 0.0)
       throw UserError("key 'dpo.label_smoothing' = 0: dpo.loss_type = \"exo_pair\" needs its epsilon > 0 (the EXO "
                       "paper recommends 1e-3; at 0 the loss is infinite)");
     std::string model_src;
@@ -130,9 +137,7 @@ int run_dpo(Context& ctx) {
     d.chat = &chat;
     train_data = train::load_pairs(cfg.get_string("data.input"), *tok, d);
     // No pair that teaches anything, and no SFT term on the chosen side: the run would end as it began.
-    bool cancels = true;
-    for (const auto& l : losses) cancels = cancels && train::dpo_loss_of_difference(train::dpo_loss_type(l));
-    if (cancels && train_data.same + train_data.cut_same == static_cast<int>(train_data.pairs.size()) &&
+    if (mix.of_difference() && train_data.same + train_data.cut_same == static_cast<int>(train_data.pairs.size()) &&
         mix.sft_weight == 0.0)
       throw UserError(cfg.get_string("data.input") + ": every pair has the same chosen and rejected tokens" +
                       (train_data.cut_same > 0 ? " once cut to dpo.max_length (" + std::to_string(max_length) + ")"
@@ -160,15 +165,11 @@ int run_dpo(Context& ctx) {
                      2.0 * static_cast<double>(cfg.get_int("eval.batch_size")), static_cast<double>(longest),
                      "lower it");
   });
-  bool mix_cancels = true;  // every loss of the run is one of the log-ratios' difference
-  if (mix.members.empty())
-    mix_cancels = train::dpo_loss_of_difference(train::dpo_loss_type(cfg.get_string("dpo.loss_type")));
-  for (const auto& m : mix.members) mix_cancels = mix_cancels && train::dpo_loss_of_difference(m.first);
   // Said once every start-up check has passed (an error comes alone).
   std::vector<std::string> data_notes;
   for (const auto* set : {&train_data, &eval_data})
     for (auto& note : set->notes(cfg.get_string(set == &train_data ? "data.input" : "eval.input"), max_length,
-                                 mix_cancels))
+                                 mix.of_difference()))
       data_notes.push_back(std::move(note));
 
   TrainingModel tm = build_training_model(ctx, mc, full);
@@ -178,13 +179,12 @@ int run_dpo(Context& ctx) {
   const bool fresh_adapter = tm.fresh_adapter;
 
   train::DpoOptions o;
-  o.loss.type = mix.members.empty() ? train::dpo_loss_type(cfg.get_string("dpo.loss_type")) : mix.members.front().first;
-  if (mix.members.size() > 1 || (mix.members.size() == 1 && mix.members.front().second != 1.0)) o.loss.mix = mix.members;
+  o.loss.type = mix.members.front().first;
+  if (mix.members.size() > 1 || mix.members.front().second != 1.0) o.loss.mix = mix.members;
   o.loss.beta = cfg.get_float("dpo.beta");
   o.loss.label_smoothing = cfg.get_float("dpo.label_smoothing");
   o.loss.sft_weight = mix.sft_weight;
-  for (const auto& m : train::dpo_loss_members(o.loss))
-    if (m.first == train::DpoLossType::DiscoPop) o.loss.discopop_tau = cfg.get_float("dpo.discopop_tau");
+  if (mix.has(train::DpoLossType::DiscoPop)) o.loss.discopop_tau = cfg.get_float("dpo.discopop_tau");
   o.loss.f_divergence = cfg.get_string("dpo.f_divergence_type");
   if (o.loss.f_divergence == "alpha_divergence") o.loss.f_alpha = cfg.get_float("dpo.f_alpha_divergence_coef");
   o.ld_alpha = cfg.get_float("dpo.ld_alpha");

@@ -105,19 +105,20 @@ int run_sft(Context& ctx) {
   const std::uint64_t seed = tm.seed;
 
   train::SftOptions o;
-  const std::int64_t steps =
-      run_steps(cfg, train::sft_rows(train_data, packing ? max_seq_len : 0).size(), cfg.get_int("train.batch_size"), 1,
-                packing ? "packed rows" : "examples");
-  read_supervised_keys(cfg, ctx.device, scaling, seed, steps, &o);
-  o.gpu_peak_tflops = gpu_peak_tflops(ctx.device);
   o.pack_capacity = packing ? max_seq_len : 0;
+  auto rows = train::sft_rows(train_data, o.pack_capacity);  // packed once, for the trainer and train.num_epochs
+  read_supervised_keys(cfg, ctx.device, scaling, seed,
+                       run_steps(cfg, rows.size(), cfg.get_int("train.batch_size"), 1, packing ? "packed rows" : "examples"),
+                       &o);
+  o.gpu_peak_tflops = gpu_peak_tflops(ctx.device);
   o.dft = cfg.get_string("train.loss_type") == "dft";
   if (cfg.get_bool("eval.accuracy") && !eval_data.empty())
     o.accuracy = greedy_accuracy(env, net, *tok, static_cast<int>(cfg.get_int("eval.max_new_tokens")));
   const std::size_t n_train = train_data.size(), n_eval = eval_data.size();
   std::unique_ptr<train::SftTrainer> trainer;
   env.agree([&] {  // batch sizes that do not divide are errors every rank meets
-    trainer = std::make_unique<train::SftTrainer>(env, ctx.comm, net, *tok, std::move(train_data), std::move(eval_data), o);
+    trainer = std::make_unique<train::SftTrainer>(env, ctx.comm, net, *tok, std::move(train_data), std::move(eval_data),
+                                                  std::move(rows), o);
   });
   {
     // The planned passes over the data, so that a typo in train.max_steps or train.batch_size shows at once.

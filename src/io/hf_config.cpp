@@ -194,9 +194,9 @@ std::optional<RopeScaling> parse_rope(const json& obj, const std::string& key, c
     s.factor = static_cast<double>(max_pos) / static_cast<double>(s.original_max_position_embeddings);
   if (type == "yarn") {
     // transformers' _compute_yarn_parameters: a null or absent beta takes its default (`or 32`, `or 1`).
-    s.beta_fast = r.find("beta_fast") ? r.get_number("beta_fast") : 32.0;
-    s.beta_slow = r.find("beta_slow") ? r.get_number("beta_slow") : 1.0;
-    if (s.beta_fast == 0) s.beta_fast = 32.0;
+    s.beta_fast = r.get_number("beta_fast", 32.0);
+    s.beta_slow = r.get_number("beta_slow", 1.0);
+    if (s.beta_fast == 0) s.beta_fast = 32.0;  // Python's `or`: 0 takes the default too
     if (s.beta_slow == 0) s.beta_slow = 1.0;
     if (!(s.beta_fast > 0) || !(s.beta_slow > 0)) r.fail(s.beta_fast > 0 ? "beta_slow" : "beta_fast", "must be positive");
     s.truncate = r.get_bool("truncate", true);
@@ -207,8 +207,7 @@ std::optional<RopeScaling> parse_rope(const json& obj, const std::string& key, c
       s.attention_factor = r.get_number("attention_factor");
       if (!(s.attention_factor > 0)) r.fail("attention_factor", "must be positive");
     } else {
-      const double m = r.find("mscale") ? r.get_number("mscale") : 0.0;
-      const double m_all = r.find("mscale_all_dim") ? r.get_number("mscale_all_dim") : 0.0;
+      const double m = r.get_number("mscale", 0.0), m_all = r.get_number("mscale_all_dim", 0.0);
       s.attention_factor = m != 0 && m_all != 0 ? mscale(s.factor, m) / mscale(s.factor, m_all) : mscale(s.factor, 1);
     }
     return s;

@@ -7,17 +7,21 @@
 #include "core/error.h"
 
 namespace mgrl::model {
+namespace {
+
+// transformers' pos_freqs[j] = base ** (arange(0, dim, 2).float() / dim), in fp32.
+float rope_power(double rope_theta, int j, int head_dim) {
+  const float e = static_cast<float>(2 * j) / static_cast<float>(head_dim);
+  return static_cast<float>(std::pow(static_cast<double>(static_cast<float>(rope_theta)), static_cast<double>(e)));
+}
+
+}  // namespace
 
 void rope_inv_freq(float* inv_freq, int head_dim, double rope_theta, const Llama3RopeScaling* scaling) {
   MGRL_CHECK(head_dim > 0 && head_dim % 2 == 0, "rope needs an even head_dim");
   const int half = head_dim / 2;
-  // transformers: 1.0 / (base ** (arange(0, dim, 2).float() / dim)), all in fp32.
-  const float base = static_cast<float>(rope_theta);
-  for (int j = 0; j < half; ++j) {
-    const float e = static_cast<float>(2 * j) / static_cast<float>(head_dim);
-    const float p = static_cast<float>(std::pow(static_cast<double>(base), static_cast<double>(e)));
-    inv_freq[j] = 1.0f / p;
-  }
+  // transformers: 1.0 / pos_freqs, all in fp32.
+  for (int j = 0; j < half; ++j) inv_freq[j] = 1.0f / rope_power(rope_theta, j, head_dim);
   if (!scaling) return;
   const double orig = scaling->original_max_position_embeddings;
   const float factor = static_cast<float>(scaling->factor);
@@ -52,14 +56,11 @@ void rope_yarn_inv_freq(float* inv_freq, int head_dim, double rope_theta, const 
   low = std::max(low, 0.0);
   high = std::min(high, dim - 1);
   if (low == high) high += 0.001;  // transformers: "prevent singularity"
-  const float base = static_cast<float>(rope_theta), factor = static_cast<float>(s.factor);
+  const float factor = static_cast<float>(s.factor);
   const float lo = static_cast<float>(low), span = static_cast<float>(high - low);
   for (int j = 0; j < half; ++j) {
     const float e = inv_freq[j];
-    // 1 / (factor * pos_freqs): the power again, as rope_inv_freq computes it, times the factor in fp32.
-    const float ex = static_cast<float>(2 * j) / static_cast<float>(head_dim);
-    const float p = static_cast<float>(std::pow(static_cast<double>(base), static_cast<double>(ex)));
-    const float interp = 1.0f / (factor * p);
+    const float interp = 1.0f / (factor * rope_power(rope_theta, j, head_dim));  // 1 / (factor * pos_freqs), fp32
     const float ramp = std::min(std::max((static_cast<float>(j) - lo) / span, 0.0f), 1.0f);
     const float w = 1.0f - ramp;  // the extrapolation's weight
     inv_freq[j] = interp * (1.0f - w) + e * w;

@@ -81,9 +81,12 @@ std::vector<std::vector<std::size_t>> sft_rows(const std::vector<Example>& examp
 }
 
 SftTrainer::SftTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transformer& model, const io::Tokenizer& tok,
-                       std::vector<Example> train, std::vector<Example> eval, SftOptions opts)
+                       std::vector<Example> train, std::vector<Example> eval,
+                       std::vector<std::vector<std::size_t>> rows, SftOptions opts)
     : env_(env), comm_(comm), model_(model), tok_(tok), train_(std::move(train)), eval_(std::move(eval)),
-      opts_(std::move(opts)), rows_(sft_rows(train_, opts_.pack_capacity)), sampler_(rows_.size(), opts_.seed) {
+      opts_(std::move(opts)), rows_(std::move(rows)), sampler_(rows_.size(), opts_.seed) {
+  for (const auto& row : rows_)
+    for (const std::size_t i : row) MGRL_CHECK(i < train_.size(), "an SFT row names an example that is not there");
   const int ranks = env_.size();
   if (opts_.global_batch % ranks != 0)
     throw UserError("train.batch_size (" + std::to_string(opts_.global_batch) + ") must be divisible by the number of ranks (" +

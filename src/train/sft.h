@@ -68,8 +68,10 @@ struct SftResult {
 
 class SftTrainer {
  public:
+  // rows: sft_rows(train, opts.pack_capacity) (the caller counts them for train.num_epochs: packed once).
   SftTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transformer& model, const io::Tokenizer& tok,
-             std::vector<Example> train, std::vector<Example> eval, SftOptions opts);
+             std::vector<Example> train, std::vector<Example> eval, std::vector<std::vector<std::size_t>> rows,
+             SftOptions opts);
   ~SftTrainer();
   SftResult run();
   // Held-out loss (mean over completion tokens, all ranks) and, optionally, the accuracy callback's value.
