@@ -5,13 +5,8 @@
 # gradient through p shows there), entropy and mean_token_accuracy (of the plain distribution, as trl logs them), on
 # 1 rank, on 2, and with 2 micro-batches; and the plain loss (train.loss_type = nll) is another number.
 set -uo pipefail
-work=$1 expected=$2
-shift 2
-mpirun=()
-while [ "$1" != -- ]; do mpirun+=("$1"); shift; done
-shift
-rm -rf "$work" && mkdir -p "$work" || exit 1
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "$0")/metrics_harness.sh"
+set -- "${cmd[@]}"
 check() {  # NAME METRICS
   python3 - "$2" "$expected" "$1" <<'PY' || fail "$1"
 import json, sys

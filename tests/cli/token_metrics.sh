@@ -4,13 +4,8 @@
 # with the LM head's fused pass, without it (MGRL_FUSED_LM_HEAD=0) and on 2 ranks; the loss as well; and the held-out
 # eval_loss, eval_entropy and eval_mean_token_accuracy at the end (ARGS give train.lr = 0: the model of trl's evaluate).
 set -uo pipefail
-work=$1 expected=$2
-shift 2
-mpirun=()
-while [ "$1" != -- ]; do mpirun+=("$1"); shift; done
-shift
-rm -rf "$work" && mkdir -p "$work" || exit 1
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "$0")/metrics_harness.sh"
+set -- "${cmd[@]}"
 check() {  # NAME METRICS
   python3 - "$2" "$expected" "$1" <<'PY' || fail "$1"
 import json, sys
