@@ -25,6 +25,12 @@ mgrl_add_cli_test(grpo.null_rewards 0 "PASS: null rewards" - 0
   -- bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/null_rewards.sh ${GRPO}/null_rewards ${CMAKE_CURRENT_SOURCE_DIR}/data/grpo_cli/grpo.toml
   ${CMAKE_CURRENT_SOURCE_DIR}/data/ppo_cli/ppo.toml -- ${RUN1} --model.path=${MODELS}/qwen2_bias_tied
   --model.tokenizer=${PROJECT_SOURCE_DIR}/inputs/quickstart --data.input=${CMAKE_CURRENT_SOURCE_DIR}/data/sft/train.jsonl)
+# grpo.steps_per_generation: rounds serving 2 steps each, every completion trained once a round, the same weights on
+# 1 and 2 ranks (and grad_accum 2), a checkpoint inside a round resumed exactly (tests/cli/steps_per_generation.sh).
+mgrl_add_cli_test(grpo.steps_per_generation 0 "PASS: steps_per_generation" - 0
+  -- bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/steps_per_generation.sh ${GRPO}/spg ${CHECK} ${MPIEXEC_EXECUTABLE}
+  ${MPIEXEC_NUMPROC_FLAG} ${MGRL_MPIEXEC_FLAGS} -- ${RUN1} ${GRPO_ARGS})
+set_tests_properties(cli.grpo.steps_per_generation PROPERTIES TIMEOUT 180 PROCESSORS 2)
 # One rank's generation far slower than the other's (MGRL_FAULT_INJECT=generate_step, 1.5 s a step, ~9 s a round) at
 # runtime.comm_timeout_s = 4: the rank that finished waits while the slow one makes progress (dist/progress.h), with
 # one line saying so. Until 2026-11-28 the job ended at the timeout (exit 1), as a long-thinking completion on a slow

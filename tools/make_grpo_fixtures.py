@@ -82,6 +82,17 @@ CASES = [
          top_entropy_quantile=0.3),
     dict(name="grpo_top_entropy_sequence_mu1", model="qwen2_bias_tied", loss_type="grpo", beta=0.0, num_iterations=1,
          importance_sampling_level="sequence", top_entropy_quantile=0.6, temperature=0.8),
+    # steps_per_generation (added 2026-11-29): the generation batch of 12 completions shuffled by trl's
+    # shuffle_sequence_dict and cut into steps_per_generation slices; the loss of slice `slice` after the policy
+    # moved (the round's later steps): old log-probs of the whole batch, dapo's num_items_in_batch of the whole batch.
+    dict(name="dapo_beta_spg2", model="qwen2_bias_tied", loss_type="dapo", beta=0.04, num_iterations=1,
+         steps_per_generation=2, slice=1),
+    dict(name="bnpo_spg3_mu2", model="llama_gqa", loss_type="bnpo", beta=0.0, num_iterations=2,
+         steps_per_generation=3, slice=2, epsilon_high=0.28),
+    dict(name="grpo_sequence_spg2", model="qwen3_qknorm", loss_type="grpo", beta=0.02, num_iterations=1,
+         steps_per_generation=2, slice=0, importance_sampling_level="sequence"),
+    dict(name="cispo_spg2_mu2", model="llama_gqa", loss_type="cispo", beta=0.0, num_iterations=2,
+         steps_per_generation=2, slice=1, epsilon_high=1.1),
 ]
 P, G, LP, LMAX = 3, 4, 5, 6  # prompts, generations, prompt length (equal: no left padding), max completion
 
@@ -138,7 +149,8 @@ def make_case(spec, out_root, tokenizer_file):
     tok.eos_token_id  # noqa
     cfg = GRPOConfig(
         output_dir=tempfile.mkdtemp(), report_to="none", use_cpu=True, bf16=False, fp16=False,
-        per_device_train_batch_size=P * G, num_generations=G, gradient_accumulation_steps=1,
+        per_device_train_batch_size=P * G // spec.get("steps_per_generation", 1), num_generations=G,
+        gradient_accumulation_steps=1, steps_per_generation=spec.get("steps_per_generation", 1),
         max_completion_length=LMAX, loss_type=spec["loss_type"], beta=spec["beta"],
         epsilon=spec.get("epsilon", 0.2), epsilon_high=spec.get("epsilon_high"),
         num_iterations=spec["num_iterations"], importance_sampling_level=spec.get("importance_sampling_level", "token"),
@@ -173,8 +185,10 @@ def make_case(spec, out_root, tokenizer_file):
     with exact_float64():
         with torch.no_grad():
             out = trainer._generate_and_score_completions(inputs)
-        # The policy at which the loss is evaluated: the fixture adapter, moved a little for num_iterations > 1.
-        if spec["num_iterations"] > 1:
+        # The policy at which the loss is evaluated: the fixture adapter, moved a little when the round serves
+        # several steps (num_iterations or steps_per_generation > 1).
+        spg = spec.get("steps_per_generation", 1)
+        if spec["num_iterations"] > 1 or spg > 1:
             g = torch.Generator().manual_seed(1234)
             with torch.no_grad():
                 for n, p in sorted(lora_named(pm).items()):
@@ -182,11 +196,23 @@ def make_case(spec, out_root, tokenizer_file):
         for p in pm.parameters():
             p.grad = None
         out["num_items_in_batch"] = out["completion_mask"].sum()
+        full = out
+        in_loss = list(range(P * G))
+        if spg > 1:
+            # trl's _prepare_inputs: shuffle the generation batch, split it into steps_per_generation slices; an
+            # index column follows the shuffle to name the slice's completions.
+            from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict
+            torch.manual_seed(7)
+            shuffled = shuffle_sequence_dict(dict(out, _idx=torch.arange(P * G)))
+            part = split_tensor_dict(shuffled, spg)[spec["slice"]]
+            in_loss = [int(x) for x in part.pop("_idx")]
+            out = part
         loss = trainer._compute_loss(pm, out)
         loss.backward()
         logps, _, _ = trainer._get_per_token_logps_and_entropies(
-            pm, torch.cat([out["prompt_ids"], out["completion_ids"]], 1),
-            torch.cat([out["prompt_mask"], out["completion_mask"]], 1), out["completion_ids"].size(1))
+            pm, torch.cat([full["prompt_ids"], full["completion_ids"]], 1),
+            torch.cat([full["prompt_mask"], full["completion_mask"]], 1), full["completion_ids"].size(1))
+    out = full
     cm = out["completion_mask"]
 
     def rows(t):
@@ -220,7 +246,10 @@ def make_case(spec, out_root, tokenizer_file):
                    "vespo_k_neg": cfg.vespo_k_neg, "vespo_lambda_neg": cfg.vespo_lambda_neg,
                    "multi_objective_aggregation": cfg.multi_objective_aggregation,
                    "off_policy_mask_threshold": cfg.off_policy_mask_threshold,
-                   "top_entropy_quantile": cfg.top_entropy_quantile},
+                   "top_entropy_quantile": cfg.top_entropy_quantile,
+                   "steps_per_generation": cfg.steps_per_generation},
+        # the completions of the slice whose loss this is (slice order; all of them with one slice)
+        "in_loss": in_loss,
         "eos_token_id": EOS, "prompts": prompts, "completions": completions, "truncated": trunc,
         # None for NaN (a reward function's None); rewards: trl's nansum, None where every function gave None
         "rewards_per_func": [[None if x != x else x for x in row] for row in rewards_pf.tolist()],

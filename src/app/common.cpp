@@ -434,15 +434,21 @@ std::optional<std::int32_t> eos_token(const io::Config& cfg, const io::Tokenizer
 }
 
 std::int64_t run_steps(const io::Config& cfg, std::size_t units, std::int64_t batch, std::int64_t steps_per_batch,
-                       const std::string& what) {
+                       const std::string& what, bool whole_batches) {
   if (cfg.get_float("train.num_epochs") == 0.0) return cfg.get_int("train.max_steps");
   if (cfg.origin("train.max_steps").kind != io::Origin::Default)
     throw UserError("keys 'train.num_epochs' and 'train.max_steps' are both given: the run's length is one of them");
   const double epochs = cfg.get_float("train.num_epochs");
   // transformers: max_steps = ceil(num_train_epochs x update steps per epoch), an epoch's update steps the batches of
   // the data rounded up (the last one partial; mgrl's next batch takes the next epoch's first examples instead).
-  const double per_epoch = std::ceil(static_cast<double>(units) / static_cast<double>(std::max<std::int64_t>(1, batch)));
-  const double steps = std::ceil(epochs * per_epoch - 1e-9) * static_cast<double>(steps_per_batch);
+  const double b = static_cast<double>(std::max<std::int64_t>(1, batch)), u = static_cast<double>(units);
+  if (whole_batches && units < static_cast<std::size_t>(std::max<std::int64_t>(1, batch)))
+    throw UserError("key 'train.num_epochs': the " + std::to_string(units) + " " + what + " do not fill one generation " +
+                    "round of " + std::to_string(batch) + " (trl's sampler yields whole rounds only): give train.max_steps, " +
+                    "or lower train.batch_size or grpo.steps_per_generation");
+  const double steps =
+      whole_batches ? std::ceil(epochs * std::floor(u / b) * static_cast<double>(steps_per_batch) - 1e-9)
+                    : std::ceil(epochs * std::ceil(u / b) - 1e-9) * static_cast<double>(steps_per_batch);
   if (!(steps >= 1) || steps > 1e15)
     throw UserError("key 'train.num_epochs' = " + std::to_string(epochs) + " over " + std::to_string(units) + " " +
                     what + " in batches of " + std::to_string(batch) + " makes no step");

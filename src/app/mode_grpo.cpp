@@ -74,9 +74,11 @@ int run_grpo(Context& ctx) {
   const bool fresh = tm.fresh_adapter;
 
   rl::GrpoOptions o;
-  // A generation round of train.batch_size prompts serves grpo.num_iterations steps (trl's repeat sampler counts them).
-  o.max_steps = run_steps(cfg, train_data.size(), cfg.get_int("train.batch_size"), cfg.get_int("grpo.num_iterations"),
-                          "prompts");
+  // A generation round of train.batch_size x grpo.steps_per_generation prompts serves steps_per_generation x
+  // num_iterations steps (trl's repeat sampler counts them).
+  const std::int64_t spg = cfg.get_int("grpo.steps_per_generation");
+  o.max_steps = run_steps(cfg, train_data.size(), cfg.get_int("train.batch_size") * spg,
+                          spg * cfg.get_int("grpo.num_iterations"), "prompts", true);
   o.max_nonfinite_steps = static_cast<int>(cfg.get_int("train.max_nonfinite_steps"));
   o.stop_at_step = cfg.get_int("train.stop_at_step");
   o.batch_prompts = static_cast<int>(cfg.get_int("train.batch_size"));
@@ -122,6 +124,7 @@ int run_grpo(Context& ctx) {
   o.loss.max_completion_length = o.max_completion_length;
   o.scale_rewards = cfg.get_string("grpo.scale_rewards");
   o.num_iterations = static_cast<int>(cfg.get_int("grpo.num_iterations"));
+  o.steps_per_generation = static_cast<int>(spg);
   o.mask_truncated = cfg.get_bool("grpo.mask_truncated_completions");
   o.reference = cfg.get_string("grpo.reference");
   o.balance = cfg.get_string("grpo.balance");
@@ -149,11 +152,15 @@ int run_grpo(Context& ctx) {
     char line[400];
     std::snprintf(line, sizeof(line),
                   "grpo: %s %s, %zu prompts, %zu held-out, %s on %d rank%s; %d prompts x %d completions per step, "
-                  "loss %s, beta %g, %zu reward function%s; %lld steps = %.3g epochs",
+                  "loss %s, beta %g, %zu reward function%s; %lld steps = %.3g epochs%s",
                   random_init ? "random-init" : "pretrained", io::architecture_name(mc.arch), train_data.size(),
                   eval_data.size(), full ? "full fine-tuning" : "LoRA", env.size(), env.size() == 1 ? "" : "s",
                   o.batch_prompts, o.num_generations, o.loss.loss_type.c_str(), o.loss.beta, rewards->size(),
-                  rewards->size() == 1 ? "" : "s", static_cast<long long>(o.max_steps), epochs);
+                  rewards->size() == 1 ? "" : "s", static_cast<long long>(o.max_steps), epochs,
+                  o.steps_per_generation > 1 ? ("; one generation round per " + std::to_string(o.steps_per_generation) +
+                                                " steps (" + std::to_string(o.batch_prompts * o.steps_per_generation) +
+                                                " prompts)").c_str()
+                                             : "");
     log::info(line);
   }
   // Rollout files are written as checkpoints are (a temporary, then a rename): a killed run's leftovers go.

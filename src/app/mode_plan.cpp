@@ -117,8 +117,9 @@ int run_plan(dist::MpiEnv& env, const io::Config& cfg) {
       seq_len = std::min(max_pos, prompt + completion);
       micro = ppo ? std::max<std::int64_t>(1, per_rank / std::max<std::int64_t>(1, cfg.get_int("ppo.num_mini_batches")))
                   : std::max<std::int64_t>(1, per_rank * G / accum);
-      // The scoring pass runs for the reference (grpo.beta > 0) and the old policy (grpo.num_iterations > 1).
-      in.scoring = ppo || cfg.get_float("grpo.beta") > 0 || cfg.get_int("grpo.num_iterations") > 1;
+      // The scoring pass runs for the reference (grpo.beta > 0) and the old policy (a round serving several steps).
+      in.scoring = ppo || cfg.get_float("grpo.beta") > 0 || cfg.get_int("grpo.num_iterations") > 1 ||
+                   cfg.get_int("grpo.steps_per_generation") > 1;
       in.reference_copy = !ppo && cfg.get_float("grpo.beta") > 0 && cfg.get_string("grpo.reference") == "initial" &&
                           !cfg.get_string("lora.adapter").empty();
       // The rollout's paged cache as rl::Generator sizes it (Generator::kv_pool).

@@ -154,9 +154,11 @@ void read_supervised_keys(const io::Config& cfg, const dist::Device& device, con
 // The run's optimizer steps: train.max_steps, or with train.num_epochs (trl's num_train_epochs; refused beside a
 // given train.max_steps) ceil(epochs x ceil(units / batch)) x steps_per_batch, as transformers counts them: units
 // the training rows (examples, packed rows, pairs, prompts; `what` names them), steps_per_batch the optimizer steps a
-// batch serves (GRPO: grpo.num_iterations; PPO: its epochs x mini-batches).
+// batch serves (PPO: its epochs x mini-batches). whole_batches (GRPO): trl's repeat sampler yields whole generation
+// rounds only (a last partial one is dropped) and transformers rounds epochs x (their steps) up:
+// ceil(epochs x floor(units / batch) x steps_per_batch).
 std::int64_t run_steps(const io::Config& cfg, std::size_t units, std::int64_t batch, std::int64_t steps_per_batch,
-                       const std::string& what);
+                       const std::string& what, bool whole_batches = false);
 // train.eos_token's id in tok (nullopt: the tokenizer's EOS); UserError naming the key when tok lacks it.
 std::optional<std::int32_t> eos_token(const io::Config& cfg, const io::Tokenizer& tok);
 // eval.accuracy of SFT and DPO: the share of held-out examples whose greedy completion (at most max_new_tokens,

@@ -122,8 +122,9 @@ const Schema& mgrl_schema() {
     add({"train.max_steps", T::Int, Value(std::int64_t{100}), "optimizer steps", {}, 1.0, {}, {}});
     add({"train.num_epochs", T::Float, Value(0.0),
          "the run's length in passes over the training data (trl's num_train_epochs), instead of train.max_steps: "
-         "ceil(epochs x ceil(rows / train.batch_size)) optimizer steps (GRPO: times grpo.num_iterations; PPO: times "
-         "its epochs x mini-batches); rows are examples (packed rows with train.packing), pairs or prompts; 0: use "
+         "ceil(epochs x ceil(rows / train.batch_size)) optimizer steps (GRPO, as trl's repeat sampler: whole "
+         "generation rounds of train.batch_size x grpo.steps_per_generation prompts only, ceil(epochs x "
+         "floor(rows / round) x steps_per_generation x num_iterations); PPO: times its epochs x mini-batches); rows are examples (packed rows with train.packing), pairs or prompts; 0: use "
          "train.max_steps",
          {}, 0.0, {}, {}});
     add({"train.max_nonfinite_steps", T::Int, Value(std::int64_t{25}),
@@ -391,6 +392,15 @@ const Schema& mgrl_schema() {
          {"sum_then_normalize", "normalize_then_sum"}, {}, {}, {}});
     add({"grpo.num_iterations", T::Int, Value(std::int64_t{1}),
          "optimizer steps per generated batch (mu); old log-probs are computed once per batch", {}, 1.0, {}, {}});
+    add({"grpo.steps_per_generation", T::Int, Value(std::int64_t{1}),
+         "optimizer steps that share one generation round (trl's steps_per_generation / gradient_accumulation_steps: "
+         "mgrl counts optimizer steps): a round samples steps_per_generation x train.batch_size prompts, shuffles "
+         "their completions (a seeded permutation, the same on any rank count) after the advantages, and trains one "
+         "slice of train.batch_size x num_generations completions per step, num_iterations times over; the round's "
+         "later steps use the old policy's log-probs (computed once per round), and dapo, cispo and vespo normalise "
+         "by the round's tokens / steps_per_generation, as trl. Fewer, larger generations: faster on GPUs, more "
+         "off-policy",
+         {}, 1.0, {}, {}});
     add({"grpo.mask_truncated_completions", T::Bool, Value(false),
          "truncated completions (no EOS within max_completion_length) get no loss", {}, {}, {}, {}});
     add({"grpo.balance", T::String, Value(std::string("tokens")),

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "core/random.h"
 
 namespace mgrl::rl {
 
@@ -46,6 +47,16 @@ SplitLoad split_load(const std::vector<double>& costs, const std::vector<std::ve
   }
   if (!split.empty()) s.mean /= static_cast<double>(split.size());
   return s;
+}
+
+std::vector<std::size_t> round_order(std::size_t n, int slices, std::uint64_t seed, std::int64_t first_step) {
+  MGRL_CHECK(slices > 0 && n % static_cast<std::size_t>(slices) == 0, "round_order: uneven slices");
+  std::vector<std::size_t> order(n);
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  if (slices == 1) return order;
+  const std::uint64_t key = random_bits(seed ^ 0x736c69636573706cull, static_cast<std::uint64_t>(first_step));
+  for (std::size_t i = n; i > 1; --i) std::swap(order[i - 1], order[random_bits(key, i) % i]);
+  return order;
 }
 
 }  // namespace mgrl::rl

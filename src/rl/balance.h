@@ -20,6 +20,13 @@ std::vector<std::vector<std::size_t>> balanced_split(const std::vector<double>& 
 // The split without balancing: rank r gets the r-th contiguous block.
 std::vector<std::vector<std::size_t>> contiguous_split(std::size_t n, int ranks);
 
+// The order in which a GRPO generation round's n completions (slot order) are cut into `slices` consecutive slices of
+// n / slices, one per optimizer step (grpo.steps_per_generation): the identity for one slice, else a permutation
+// (Fisher-Yates) drawn from the run seed and the round's first step, so that each step trains on completions of
+// many groups, as trl shuffles its generation batch before splitting it. It depends on nothing else: every rank, on
+// any rank count and on resume, draws the same.
+std::vector<std::size_t> round_order(std::size_t n, int slices, std::uint64_t seed, std::int64_t first_step);
+
 // The largest and the mean summed cost of a split (for metrics and tests).
 struct SplitLoad {
   double max = 0, mean = 0;

@@ -58,12 +58,19 @@ std::vector<double> round_advantages(const std::vector<double>& rewards, const s
 
 }  // namespace
 
-// One generation round: the batch that num_iterations optimizer steps train on.
+// One generation round: the batch that steps_per_generation x num_iterations optimizer steps train on.
 struct GrpoTrainer::Round {
   std::int64_t first_step = 0;
-  std::vector<Rollout> local;     // this rank's completions, prompt-major
+  // The round cut into steps_per_generation slices, one per optimizer step (slice_round): this rank's completions of
+  // each, in the order training_split gives them, and the loss tokens of every completion of the slice (every
+  // rank's, in slice order: the micro-batch normalisers).
+  struct Slice {
+    std::vector<Rollout> local;
+    std::vector<double> tokens;
+  };
+  std::vector<Slice> slices;
   std::vector<Rollout> global;    // rank 0: everyone's, in prompt order (rollout file, checkpoint)
-  std::vector<double> tokens;     // loss tokens of every completion of the global batch
+  std::vector<double> tokens;     // loss tokens of every completion of the round, in slot order
   std::vector<std::vector<double>> rewards_fn;  // [N][F], global
   std::vector<double> rewards;    // [N], global
   std::vector<double> group_std;  // per prompt
@@ -222,14 +229,14 @@ model::Batch GrpoTrainer::batch_of(const std::vector<std::size_t>& idx, std::vec
   std::vector<std::vector<std::int32_t>> seqs;
   prompt_lens->clear();
   for (std::size_t i : idx) {
-    const Rollout& r = round_->local[i];
+    const Rollout& r = round_->slices[slice_].local[i];
     std::vector<std::int32_t> s = r.prompt;
     s.insert(s.end(), r.completion.begin(), r.completion.end());
     seqs.push_back(std::move(s));
     prompt_lens->push_back(static_cast<int>(r.prompt.size()));
   }
   model::Batch b = model::Batch::from_sequences(seqs);
-  for (std::size_t i : idx) b.seq_keys.push_back(static_cast<std::uint64_t>(round_->local[i].slot));  // LoRA dropout
+  for (std::size_t i : idx) b.seq_keys.push_back(static_cast<std::uint64_t>(round_->slices[slice_].local[i].slot));  // LoRA dropout
   b.scored_from.assign(prompt_lens->begin(), prompt_lens->end());  // the completions' log-probs alone are read
   return b;
 }
@@ -241,7 +248,7 @@ model::Batch GrpoTrainer::batch_of(const std::vector<std::size_t>& idx, std::vec
 std::vector<std::size_t> GrpoTrainer::trained_in(std::size_t begin, std::size_t end) const {
   std::vector<std::size_t> idx;
   for (std::size_t i = begin; i < end; ++i) {
-    const Rollout& r = round_->local[i];
+    const Rollout& r = round_->slices[slice_].local[i];
     // With top_entropy_quantile < 1 every completion's tokens enter the entropy quantile (trl's), so all are forwarded.
     if (!r.masked && (opts_.loss.beta > 0 || r.advantage != 0.0 || opts_.top_entropy_quantile < 1.0)) idx.push_back(i);
   }
@@ -249,35 +256,38 @@ std::vector<std::size_t> GrpoTrainer::trained_in(std::size_t begin, std::size_t 
   return idx;
 }
 
-// Scores this rank's completions with the old policy (current weights, before any step of the round) and/or the
-// reference, at the sampling temperature, in the model's no-grad scoring pass.
+// Scores this rank's completions (of every slice) with the old policy (current weights, before any step of the round)
+// and/or the reference, at the sampling temperature, in the model's no-grad scoring pass.
 void GrpoTrainer::score_round(bool old_policy, bool reference) {
   if (!old_policy && !reference) return;
   const float scale = 1.0f / opts_.sampling.temperature;
-  const std::size_t n = round_->local.size(), m = n / static_cast<std::size_t>(opts_.grad_accum);
   std::vector<int> plen;
   std::vector<float> lp;
   // The old policy's log-probs are needed only for the completions that are trained; the reference's are written
   // to the rollout file for every completion.
   auto pass = [&](bool use_lora, std::vector<float> Rollout::*field) {
     const bool all = field == &Rollout::ref_logps;
-    for (std::size_t a = 0; a < n; a += m) {
-      std::vector<std::size_t> idx;
-      if (all) {
-        for (std::size_t i = a; i < std::min(n, a + m); ++i) idx.push_back(i);
-      } else {
-        idx = trained_in(a, std::min(n, a + m));
-      }
-      const model::Batch b = batch_of(idx, &plen);
-      lp.assign(b.tokens.size(), 0.0f);
-      model_.score(b, lp.data(), use_lora, scale);
-      for (std::size_t k = 0; k < idx.size(); ++k) {
-        Rollout& r = round_->local[idx[k]];
-        const std::size_t row = static_cast<std::size_t>(b.offsets[k] + plen[k]);
-        (r.*field).assign(lp.begin() + static_cast<std::ptrdiff_t>(row),
-                          lp.begin() + static_cast<std::ptrdiff_t>(row + r.completion.size()));
+    for (slice_ = 0; slice_ < round_->slices.size(); ++slice_) {
+      const std::size_t n = round_->slices[slice_].local.size(), m = n / static_cast<std::size_t>(opts_.grad_accum);
+      for (std::size_t a = 0; a < n; a += m) {
+        std::vector<std::size_t> idx;
+        if (all) {
+          for (std::size_t i = a; i < std::min(n, a + m); ++i) idx.push_back(i);
+        } else {
+          idx = trained_in(a, std::min(n, a + m));
+        }
+        const model::Batch b = batch_of(idx, &plen);
+        lp.assign(b.tokens.size(), 0.0f);
+        model_.score(b, lp.data(), use_lora, scale);
+        for (std::size_t k = 0; k < idx.size(); ++k) {
+          Rollout& r = round_->slices[slice_].local[idx[k]];
+          const std::size_t row = static_cast<std::size_t>(b.offsets[k] + plen[k]);
+          (r.*field).assign(lp.begin() + static_cast<std::ptrdiff_t>(row),
+                            lp.begin() + static_cast<std::ptrdiff_t>(row + r.completion.size()));
+        }
       }
     }
+    slice_ = 0;
   };
   if (old_policy) pass(true, &Rollout::old_logps);
   if (reference) {
@@ -328,10 +338,11 @@ std::vector<std::vector<std::size_t>> GrpoTrainer::generation_split(const std::v
 
 // The completions each rank scores and trains on (slots, every rank's), from the round's known lengths. A completion's cost is
 // the tokens its passes run: 3 x (prompt + completion) for the training forward and backward when it is trained
-// (see trained_in), one more pass for the old policy (num_iterations > 1, trained ones) and for the reference
-// (beta > 0, all). Global micro-batch a is the slot range [a N/accum, (a+1) N/accum) whatever the rank count (the
-// bnpo normaliser is its token count); each rank trains m = N / (accum x ranks) of its slots as its micro-batch a:
-// a contiguous share (balance none), or a balanced one.
+// (see trained_in), one more pass for the old policy (a round serving several steps, trained ones) and for the reference
+// (beta > 0, all). `all` is one slice of the round (the whole round with grpo.steps_per_generation 1). Global
+// micro-batch a is the position range [a N/accum, (a+1) N/accum) of the slice whatever the rank count (the bnpo
+// normaliser is its token count); each rank trains m = N / (accum x ranks) of them as its micro-batch a: a
+// contiguous share (balance none), or a balanced one. The returned positions index `all`.
 std::vector<std::vector<std::size_t>> GrpoTrainer::training_split(const std::vector<Rollout>& all,
                                                                    std::vector<double>* cost_out) const {
   const int ranks = env_.size();
@@ -342,7 +353,7 @@ std::vector<std::vector<std::size_t>> GrpoTrainer::training_split(const std::vec
     const Rollout& r = all[s];
     const double len = static_cast<double>(r.prompt.size() + r.completion.size());
     const bool trained = !r.masked && (opts_.loss.beta > 0 || r.advantage != 0.0);
-    cost[s] = len * ((trained ? 3.0 : 0.0) + (trained && opts_.num_iterations > 1 ? 1.0 : 0.0) +
+    cost[s] = len * ((trained ? 3.0 : 0.0) + (trained && off_policy_steps() ? 1.0 : 0.0) +
                      (opts_.loss.beta > 0 ? 1.0 : 0.0));
   }
   if (cost_out) *cost_out = cost;
@@ -368,7 +379,8 @@ std::vector<std::vector<std::size_t>> GrpoTrainer::training_split(const std::vec
 
 void GrpoTrainer::new_round() {
   const int rank = env_.rank();
-  const int P = opts_.batch_prompts, G = opts_.num_generations;
+  // P: the prompts of the round (train.batch_size for each of its steps_per_generation steps).
+  const int P = opts_.batch_prompts * opts_.steps_per_generation, G = opts_.num_generations;
   round_ = std::make_unique<Round>();
   Round& R = *round_;
   R.first_step = state_.step;
@@ -479,11 +491,12 @@ void GrpoTrainer::new_round() {
     seen_sum_ += sum;
     seen_count_ += G;
   }
-  // 5. This rank's share of the training work. The imbalance of both splits in tokens (max / mean over ranks):
-  //    generation counts each prompt's prefill and its completions, training the cost model of training_split.
+  // 5. The round's slices and this rank's share of each. The imbalance of both splits in tokens (max / mean over
+  //    ranks): generation counts each prompt's prefill and its completions, training the cost model of
+  //    training_split (over the round's slices together).
   std::vector<double> cost;
-  const auto split = training_split(all, &cost);
-  for (std::size_t s : split[static_cast<std::size_t>(rank)]) R.local.push_back(all[s]);
+  std::vector<std::vector<std::size_t>> split;
+  slice_round(all, &cost, &split);
   {
     std::vector<double> gen_cost(static_cast<std::size_t>(P), 0.0);
     for (std::size_t j = 0; j < gen_cost.size(); ++j) {
@@ -497,12 +510,13 @@ void GrpoTrainer::new_round() {
   // 6. Old-policy and reference log-probs.
   {
     auto t = phases_.time("reference");
-    score_round(opts_.num_iterations > 1, opts_.loss.beta > 0);
+    score_round(off_policy_steps(), opts_.loss.beta > 0);
   }
   // 7. Rank 0 keeps the whole round (rollout file, checkpoints inside the round), with the scored log-probs.
-  if (opts_.num_iterations > 1 || opts_.loss.beta > 0) {
+  if (off_policy_steps() || opts_.loss.beta > 0) {
     nlohmann::json js = nlohmann::json::array();
-    for (const auto& r : R.local) js.push_back({r.slot, nums(r.old_logps), nums(r.ref_logps)});
+    for (const auto& sl : R.slices)
+      for (const auto& r : sl.local) js.push_back({r.slot, nums(r.old_logps), nums(r.ref_logps)});
     const auto parts = env_.gather_to_root(js.dump());
     if (rank == 0)
       for (const auto& p : parts)
@@ -535,12 +549,16 @@ void GrpoTrainer::resume_round(const std::string& extra) {
   for (const auto& r : all) round_g = std::max(round_g, r.generation + 1);
   bool grouped = round_g == opts_.num_generations;
   for (std::size_t s = 0; s < N && grouped; ++s) grouped = all[s].generation == static_cast<int>(s % static_cast<std::size_t>(round_g));
-  if (N != static_cast<std::size_t>(opts_.batch_prompts) * static_cast<std::size_t>(opts_.num_generations) || !grouped)
+  const int S = opts_.steps_per_generation;
+  if (N != static_cast<std::size_t>(opts_.batch_prompts) * static_cast<std::size_t>(S) *
+               static_cast<std::size_t>(opts_.num_generations) ||
+      !grouped)
     throw UserError("the checkpoint holds a GRPO round of " + std::to_string(N) + " completions (" +
                     std::to_string(round_g > 0 ? N / static_cast<std::size_t>(round_g) : 0) + " prompts x " +
-                    std::to_string(round_g) + "), but this run's train.batch_size x grpo.num_generations is " +
-                    std::to_string(opts_.batch_prompts) + " x " + std::to_string(opts_.num_generations) +
-                    ": resume with the round's, or from a checkpoint between rounds");
+                    std::to_string(round_g) + "), but this run's train.batch_size x " +
+                    (S > 1 ? "grpo.steps_per_generation x " : "") + "grpo.num_generations is " +
+                    std::to_string(opts_.batch_prompts) + " x " + (S > 1 ? std::to_string(S) + " x " : "") +
+                    std::to_string(opts_.num_generations) + ": resume with the round's, or from a checkpoint between rounds");
   // The round was scored by its run's reward functions, one value each: another number of [[reward]] tables read
   // past each completion's values (a reward added mid-round logged 1e232, found by a resume hunt, 2026-11-28).
   for (const auto& r : all)
@@ -552,26 +570,56 @@ void GrpoTrainer::resume_round(const std::string& extra) {
   for (std::size_t s = 0; s < N; ++s) all[s].slot = static_cast<std::int64_t>(s);  // stored in slot order
   R.set_figures(all);
   round_advantages(R.rewards, R.rewards_fn, rewards_.weights(), opts_.num_generations, opts_, &R.group_std);
-  const auto split = training_split(all, nullptr);
-  for (std::size_t s : split[static_cast<std::size_t>(env_.rank())]) R.local.push_back(all[s]);
+  std::vector<double> cost;
+  std::vector<std::vector<std::size_t>> split;
+  slice_round(all, &cost, &split);
   if (env_.rank() == 0) R.global = std::move(all);
+}
+
+void GrpoTrainer::slice_round(const std::vector<Rollout>& all, std::vector<double>* cost,
+                              std::vector<std::vector<std::size_t>>* rank_slots) {
+  Round& R = *round_;
+  const std::size_t S = static_cast<std::size_t>(opts_.steps_per_generation), N = all.size(), n = N / S;
+  MGRL_CHECK(n * S == N, "GRPO round: slices");
+  // The completions' order: the slots', or with several slices the round's permutation (trl's shuffle).
+  const std::vector<std::size_t> order = round_order(N, static_cast<int>(S), opts_.seed, R.first_step);
+  const auto rank = static_cast<std::size_t>(env_.rank());
+  cost->assign(N, 0.0);
+  rank_slots->assign(static_cast<std::size_t>(env_.size()), {});
+  R.slices.assign(S, Round::Slice{});
+  for (std::size_t k = 0; k < S; ++k) {
+    std::vector<Rollout> part;
+    for (std::size_t i = k * n; i < (k + 1) * n; ++i) part.push_back(all[order[i]]);
+    std::vector<double> c;
+    const auto split = training_split(part, &c);
+    for (std::size_t i = 0; i < n; ++i) (*cost)[static_cast<std::size_t>(part[i].slot)] = c[i];
+    for (std::size_t q = 0; q < split.size(); ++q)
+      for (std::size_t i : split[q]) (*rank_slots)[q].push_back(static_cast<std::size_t>(part[i].slot));
+    for (const Rollout& r : part) R.slices[k].tokens.push_back(r.masked ? 0.0 : static_cast<double>(r.completion.size()));
+    for (std::size_t i : split[rank]) R.slices[k].local.push_back(std::move(part[i]));
+  }
 }
 
 double GrpoTrainer::train_step(nlohmann::json* metrics) {
   auto t_train = phases_.time("training");
   Round& R = *round_;
+  // This step's slice of the round (trl's buffered slices: step k of a round trains slice k mod steps_per_generation).
+  slice_ = static_cast<std::size_t>((state_.step - R.first_step) % opts_.steps_per_generation);
+  const Round::Slice& sl = R.slices[slice_];
   const int rank = env_.rank(), accum = opts_.grad_accum;
-  const std::size_t n = R.local.size(), m = n / static_cast<std::size_t>(accum);
-  const std::int64_t N = static_cast<std::int64_t>(R.tokens.size());
-  // Loss tokens of each global micro-batch (bnpo: slots [a N/accum, (a+1) N/accum), see training_split) and of the
-  // whole batch (dapo); R.tokens is in slot order.
+  const std::size_t n = sl.local.size(), m = n / static_cast<std::size_t>(accum);
+  const std::int64_t N = static_cast<std::int64_t>(sl.tokens.size());
+  // Loss tokens of each global micro-batch (bnpo: positions [a N/accum, (a+1) N/accum) of the slice, see
+  // training_split), of the slice (the step's batch) and of the whole round (dapo, cispo and vespo: trl's
+  // num_items_in_batch spans the generation batch, divided among its steps_per_generation steps).
   std::vector<double> micro_tokens(static_cast<std::size_t>(accum), 0.0);
-  double batch_tokens = 0;
-  const std::size_t M = R.tokens.size() / static_cast<std::size_t>(accum);
-  for (std::size_t s = 0; s < R.tokens.size(); ++s) {
-    micro_tokens[s / M] += R.tokens[s];
-    batch_tokens += R.tokens[s];
+  double batch_tokens = 0, round_tokens = 0;
+  const std::size_t M = sl.tokens.size() / static_cast<std::size_t>(accum);
+  for (std::size_t s = 0; s < sl.tokens.size(); ++s) {
+    micro_tokens[s / M] += sl.tokens[s];
+    batch_tokens += sl.tokens[s];
   }
+  for (const double t : R.tokens) round_tokens += t;
   const bool first_iteration = state_.step == R.first_step;
   const float logit_scale = 1.0f / opts_.sampling.temperature;
   const double scale = opt_->loss_scale(state_);  // dynamic loss scaling: the backward's weights carry it
@@ -600,11 +648,11 @@ double GrpoTrainer::train_step(nlohmann::json* metrics) {
     std::vector<bool> in(end - begin, false);
     for (std::size_t i : idx) in[i - begin] = true;
     for (std::size_t i = begin; i < end; ++i) {
-      const Rollout& r = R.local[i];
+      const Rollout& r = sl.local[i];
       if (!in[i - begin] && (seq_level || (!r.masked && !r.completion.empty()))) clip_shares(0, 0);  // left out: none
       if (in[i - begin] || r.masked) continue;
       tokens += static_cast<double>(r.completion.size());
-      if (opts_.num_iterations == 1 || first_iteration) {
+      if (!off_policy_steps() || first_iteration) {
         ratio += static_cast<double>(r.completion.size());
         ratio_tokens += static_cast<double>(r.completion.size());
       }
@@ -620,7 +668,7 @@ double GrpoTrainer::train_step(nlohmann::json* metrics) {
     if (opts_.top_entropy_quantile < 1.0) {
       std::string mine;
       for (std::size_t k = 0; k < idx.size(); ++k) {
-        const Rollout& r = R.local[idx[k]];
+        const Rollout& r = sl.local[idx[k]];
         if (r.masked) continue;
         const auto row = static_cast<std::size_t>(b.offsets[k] + plen[k]);
         mine.append(reinterpret_cast<const char*>(ent.data() + row), r.completion.size() * sizeof(float));
@@ -647,7 +695,7 @@ double GrpoTrainer::train_step(nlohmann::json* metrics) {
       for (std::size_t i = 0; i < ent.size(); ++i) emask[i] = ent[i] >= threshold ? 1.0f : 0.0f;
     }
     for (std::size_t k = 0; k < idx.size(); ++k) {
-      const Rollout& r = R.local[idx[k]];
+      const Rollout& r = sl.local[idx[k]];
       const int nt = static_cast<int>(r.completion.size());
       const std::size_t row = static_cast<std::size_t>(b.offsets[k] + plen[k]);
       if (!r.masked)
@@ -658,15 +706,16 @@ double GrpoTrainer::train_step(nlohmann::json* metrics) {
       s.logp = lp.data() + row;
       // The old policy: at the first step of a round it is the current one (ratio 1, as TRL's detach), later the
       // log-probs computed when the round was generated.
-      s.old = (opts_.num_iterations > 1 && !first_iteration) ? r.old_logps.data() : nullptr;
-      if (opts_.num_iterations > 1 && !first_iteration) MGRL_CHECK(r.old_logps.size() == r.completion.size(), "old log-probs missing");
+      s.old = (off_policy_steps() && !first_iteration) ? r.old_logps.data() : nullptr;
+      if (off_policy_steps() && !first_iteration) MGRL_CHECK(r.old_logps.size() == r.completion.size(), "old log-probs missing");
       s.ref = opts_.loss.beta > 0 ? r.ref_logps.data() : nullptr;
       s.mask = mask.data();
       s.entropy_mask = emask.empty() ? nullptr : emask.data() + row;
       s.advantage = r.advantage;
       grad.assign(static_cast<std::size_t>(nt), 0.0);
       const SequenceTerms st = sequence_loss(opts_.loss, s, grad.data());
-      const double c = sequence_weight(opts_.loss, st.tokens, N, micro_tokens[static_cast<std::size_t>(a)], batch_tokens, accum);
+      const double c = sequence_weight(opts_.loss, st.tokens, N, micro_tokens[static_cast<std::size_t>(a)], round_tokens,
+                                       accum, opts_.steps_per_generation);
       loss += c * st.sum;
       kl += st.kl_sum;
       low += st.clipped_low;
@@ -737,7 +786,7 @@ double GrpoTrainer::train_step(nlohmann::json* metrics) {
   // The clip counts of the clipped losses (TRL's names and definitions: over the tokens in the loss, or at the
   // sequence level over every completion of the batch); cispo's capped ratios; vespo's mean gamma weight; sapo clips
   // nothing.
-  const double inv_clip = seq_level ? 1.0 / static_cast<double>(std::max<std::size_t>(1, R.tokens.size())) : inv;
+  const double inv_clip = seq_level ? 1.0 / static_cast<double>(std::max<std::size_t>(1, sl.tokens.size())) : inv;
   if (opts_.loss.loss_type == "cispo") {
     (*metrics)["cispo_clip_ratio"] = high * inv_clip;
   } else if (opts_.loss.loss_type == "vespo") {
@@ -866,7 +915,7 @@ GrpoResult GrpoTrainer::run() {
     phases_.clear();
     const auto step_t0 = Clock::now();
     bool generated = false;
-    if (!round_ || state_.step - round_->first_step >= opts_.num_iterations) {
+    if (!round_ || state_.step - round_->first_step >= steps_per_round()) {
       new_round();
       generated = true;
     }
@@ -876,7 +925,7 @@ GrpoResult GrpoTrainer::run() {
     // first step or the last (until 2026-11-28 only a round that began on a multiple: with num_iterations 2 and
     // every_steps 2, no round but the first was ever written).
     const std::int64_t next = state_.step + 1;
-    const std::int64_t round_last = std::min<std::int64_t>(end, state_.step + opts_.num_iterations);
+    const std::int64_t round_last = std::min<std::int64_t>(end, state_.step + steps_per_round());
     if (generated && env_.rank() == 0 && !opts_.log_dir.empty() && opts_.rollouts_every > 0 &&
         (next == 1 || round_last == end || round_last / opts_.rollouts_every != state_.step / opts_.rollouts_every)) {
       RolloutFileInfo info{next, opts_.seed, opts_.config_text, names};
@@ -935,8 +984,8 @@ GrpoResult GrpoTrainer::run() {
       generated_tokens_ += static_cast<std::int64_t>(gen_tokens);
       j["generated_tokens_per_second"] = R.gen_seconds > 0 ? gen_tokens / env_.allreduce_max(R.gen_seconds) : 0.0;
     }
-    double tokens_all = 0;
-    for (double t : R.tokens) tokens_all += t;
+    double tokens_all = 0;  // of this step's slice
+    for (double t : R.slices[slice_].tokens) tokens_all += t;
     const double train_s = phases_.get("training");
     j["trained_tokens_per_second"] = train_s > 0 ? tokens_all / train_s : 0.0;
     j["skipped_steps"] = state_.skipped_steps;
@@ -967,7 +1016,7 @@ GrpoResult GrpoTrainer::run() {
     rlog.progress(state_.step, first, opts_.max_steps, seconds_since(t0));
     if (opts_.eval_every > 0 && state_.step % opts_.eval_every == 0 && !last) eval_line("at", evaluate());
     auto round_state = [&]() -> std::string {
-      if (!round_ || state_.step - round_->first_step >= opts_.num_iterations || env_.rank() != 0) return "";
+      if (!round_ || state_.step - round_->first_step >= steps_per_round() || env_.rank() != 0) return "";
       nlohmann::json e = {{"first_step", round_->first_step}, {"rollouts", nlohmann::json::array()}};
       for (const auto& r : round_->global) e["rollouts"].push_back(to_json(r));
       return e.dump();

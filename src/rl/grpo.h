@@ -56,6 +56,10 @@ struct GrpoOptions {
   // reward normalised in its group first (GDPO, normalize_then_sum_advantages).
   std::string multi_objective_aggregation = "sum_then_normalize";
   int num_iterations = 1;
+  // Optimizer steps per generation round (trl's steps_per_generation / gradient_accumulation_steps): a round samples
+  // steps_per_generation x batch_prompts prompts, its completions are shuffled (a seeded permutation, the same on any
+  // rank count, as trl's shuffle_sequence_dict) and cut into that many slices, one per step, num_iterations times over.
+  int steps_per_generation = 1;
   bool mask_truncated = false;
   std::string reference = "initial";  // initial | base
   std::string balance = "tokens";     // tokens | none: how prompts and completions are split over ranks
@@ -98,6 +102,14 @@ class GrpoTrainer {
   struct Round;
   void new_round();
   void resume_round(const std::string& extra);
+  // Steps one generation round serves (steps_per_generation x num_iterations), and whether a step trains on a policy
+  // that may have moved since the round was sampled (so that the old policy's log-probs are needed).
+  int steps_per_round() const { return opts_.steps_per_generation * opts_.num_iterations; }
+  bool off_policy_steps() const { return steps_per_round() > 1; }
+  // Cuts the round's completions (every rank's, in slot order) into its slices and keeps this rank's share of each;
+  // returns the cost of every completion in slot order (training_split's) and the split of each slice (slot numbers).
+  void slice_round(const std::vector<Rollout>& all, std::vector<double>* cost,
+                   std::vector<std::vector<std::size_t>>* rank_slots);
   void score_round(bool old_policy, bool reference);
   double train_step(nlohmann::json* metrics);
   std::vector<RewardSample> samples_of(const std::vector<Rollout>& rs) const;
@@ -129,6 +141,7 @@ class GrpoTrainer {
   float* initial_ = nullptr;  // frozen copy of the starting trainable weights (reference = initial), or nullptr
   float* swap_ = nullptr;
   std::unique_ptr<Round> round_;
+  std::size_t slice_ = 0;  // the round's slice that batch_of and trained_in read (this step's)
   train::PhaseTimes phases_, total_phases_;
   double last_norm_ = 0;
   std::int64_t generated_tokens_ = 0, trained_tokens_ = 0;

@@ -217,7 +217,7 @@ double quantile_linear(std::vector<double> values, double q) {
 }
 
 double sequence_weight(const GrpoLossOptions& o, double tokens_i, std::int64_t n_completions, double micro_tokens,
-                       double batch_tokens, int accum) {
+                       double round_tokens, int accum, int steps_per_generation) {
   if (o.loss_type == "grpo" || o.loss_type == "sapo")
     return 1.0 / (static_cast<double>(n_completions) * std::max(1.0, tokens_i));
   if (o.loss_type == "luspo") return 1.0 / static_cast<double>(n_completions);
@@ -225,7 +225,7 @@ double sequence_weight(const GrpoLossOptions& o, double tokens_i, std::int64_t n
   if (o.loss_type == "dr_grpo")
     return 1.0 / (static_cast<double>(n_completions) * static_cast<double>(o.max_completion_length));
   if (o.loss_type == "dapo" || o.loss_type == "cispo" || o.loss_type == "vespo")
-    return 1.0 / std::max(1.0, batch_tokens);
+    return static_cast<double>(steps_per_generation) / std::max(1.0, round_tokens);
   throw FatalError("unknown grpo.loss_type '" + o.loss_type + "'");
 }
 

@@ -86,16 +86,18 @@ struct SequenceTerms {
 SequenceTerms sequence_loss(const GrpoLossOptions& o, const SequenceIn& s, double* grad);
 
 // The factor c_i with loss = sum_i c_i * S_i for completion i, given its mask-token count, the number of
-// completions in the whole (global) batch, the mask tokens of its global micro-batch and of the whole batch,
-// and the number of micro-batches (gradient accumulation):
+// completions in the step's (global) batch, the mask tokens of its global micro-batch and of the whole generation
+// round, the number of micro-batches (gradient accumulation) and the optimizer steps the round is cut into
+// (grpo.steps_per_generation; 1: the round is the step's batch):
 //   grpo:    1 / (N * max(1, tokens_i))            (mean over completions of their token mean)
 //   bnpo:    1 / (accum * max(1, tokens of its micro-batch))
 //   dr_grpo: 1 / (N * max_completion_length)
-//   dapo, cispo, vespo: 1 / max(1, tokens of the whole batch)
+//   dapo, cispo, vespo: steps / max(1, tokens of the round)   (trl: num_items_in_batch of the generation batch,
+//                                                              times gradient_accumulation_steps / steps_per_generation)
 //   sapo:    as grpo
 //   luspo:   1 / N                                    (mean over completions of their token sum)
 double sequence_weight(const GrpoLossOptions& o, double tokens_i, std::int64_t n_completions, double micro_tokens,
-                       double batch_tokens, int accum);
+                       double round_tokens, int accum, int steps_per_generation = 1);
 
 // pass@k from n samples of which c are correct (the unbiased estimator 1 - C(n-c, k) / C(n, k)).
 double pass_at_k(int n, int c, int k);

@@ -150,7 +150,7 @@ int main(int argc, char** argv) {
         if (std::fabs(j["reward"].get<double>() - mr) > 1e-5) fail("mean reward differs from metrics.jsonl");
         if (std::fabs(j["completions/mean_length"].get<double>() - ml) > 1e-9) fail("mean length differs from metrics.jsonl");
         std::printf("check_train: rollouts of step %ld: %zu completions, mean reward %.4f (metrics %.4f), mean length "
-                    "%.2f, advantages sum %.2g\n", step, N, mr, j["reward"].get<double>(), ml, asum);
+                    "%.2f (%.0f tokens), advantages sum %.2g\n", step, N, mr, j["reward"].get<double>(), ml, lsum, asum);
       }
       if (!found) fail("no metrics line for the step");
       return bad == 0 ? 0 : 1;
@@ -258,10 +258,11 @@ int main(int argc, char** argv) {
     }
     if (cmd == "state") {
       const auto a = train::read_checkpoint(argv[2]);
-      std::printf("check_train: step %lld, skipped %lld, overflowed %lld, loss scale %.17g, clean steps %lld\n",
+      std::printf("check_train: step %lld, skipped %lld, overflowed %lld, loss scale %.17g, clean steps %lld, tokens "
+                  "seen %lld\n",
                   static_cast<long long>(a.state.step), static_cast<long long>(a.state.skipped_steps),
                   static_cast<long long>(a.state.overflow_steps), a.state.loss_scale,
-                  static_cast<long long>(a.state.scaler_good_steps));
+                  static_cast<long long>(a.state.scaler_good_steps), static_cast<long long>(a.state.tokens_seen));
       return 0;
     }
     if (cmd == "field" && argc >= 4) {

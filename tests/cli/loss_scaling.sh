@@ -91,7 +91,7 @@ case "$case_" in
     grow=(--train.loss_scale_growth_interval=3)
     train a "${dyn[@]}" "${grow[@]}"
     train b "${dyn[@]}" "${grow[@]}" --train.stop_at_step="$s"
-    "$check" state "$(ck "$work/b" "$s")" | grep -q "skipped 1, overflowed 1, loss scale 32768, clean steps $((s - n))$" ||
+    "$check" state "$(ck "$work/b" "$s")" | grep -q "skipped 1, overflowed 1, loss scale 32768, clean steps $((s - n)), " ||
       fail "the checkpoint of step $s: $("$check" state "$(ck "$work/b" "$s")")"
     train b "${dyn[@]}" "${grow[@]}" --checkpoint.resume=auto
     grep -q "resumed from .*step_$(printf %08d "$s").h5" "$work/b.log" || fail "not resumed: $(cat "$work/b.log")"

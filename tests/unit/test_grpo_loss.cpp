@@ -183,6 +183,16 @@ TEST(GrpoSequenceWeight, Normalisers) {
   EXPECT_DOUBLE_EQ(sequence_weight(o, 4, 8, 30, 60, 2), 1.0 / 32);
   o.loss_type = "luspo";  // token sums, mean over completions
   EXPECT_DOUBLE_EQ(sequence_weight(o, 4, 8, 30, 60, 2), 1.0 / 8);
+  // A round of 3 steps (grpo.steps_per_generation): the round-token normalisers divide its tokens among the steps,
+  // the others are the step's own.
+  for (const char* t : {"dapo", "cispo", "vespo"}) {
+    o.loss_type = t;
+    EXPECT_DOUBLE_EQ(sequence_weight(o, 4, 8, 30, 180, 2, 3), 3.0 / 180) << t;
+  }
+  o.loss_type = "grpo";
+  EXPECT_DOUBLE_EQ(sequence_weight(o, 4, 8, 30, 180, 2, 3), 1.0 / 32);
+  o.loss_type = "bnpo";
+  EXPECT_DOUBLE_EQ(sequence_weight(o, 4, 8, 30, 180, 2, 3), 1.0 / 60);
 }
 
 // ---- against trl ----
@@ -196,7 +206,7 @@ std::vector<std::string> trl_cases() {
   return out;
 }
 
-TEST(GrpoTrl, FixturesPresent) { EXPECT_GE(trl_cases().size(), 21u) << "tests/data/grpo holds too few cases"; }
+TEST(GrpoTrl, FixturesPresent) { EXPECT_GE(trl_cases().size(), 25u) << "tests/data/grpo holds too few cases"; }
 
 class GrpoTrlCase : public ::testing::TestWithParam<std::string> {};
 
@@ -224,6 +234,14 @@ TEST_P(GrpoTrlCase, LossGradientsAndAdvantagesMatchTrl) {
   const auto truncated = c["truncated"].get<std::vector<bool>>();
   const std::size_t N = completions.size();
   ASSERT_EQ(N, prompts.size() * static_cast<std::size_t>(G));
+  // grpo.steps_per_generation: the loss is the step's on one slice (in_loss, trl's shuffled split) of the generation
+  // round (all N completions: advantages, dapo's token count); with one slice, every completion.
+  const int spg = k.value("steps_per_generation", 1);
+  std::vector<std::size_t> in_loss;
+  for (const auto& x : c.value("in_loss", nlohmann::json::array())) in_loss.push_back(x.get<std::size_t>());
+  if (in_loss.empty())
+    for (std::size_t i = 0; i < N; ++i) in_loss.push_back(i);
+  ASSERT_EQ(in_loss.size() * static_cast<std::size_t>(spg), N);
 
   // Advantages from the weighted rewards (null: a reward function's None, NaN; the sum is trl's nansum, NaN where
   // every function gave None: rl::Rewards::total).
@@ -276,7 +294,7 @@ TEST_P(GrpoTrlCase, LossGradientsAndAdvantagesMatchTrl) {
   if (teq < 1.0) {
     const auto cmask = c["completion_mask"].get<std::vector<std::vector<double>>>();
     std::vector<double> valid;
-    for (std::size_t i = 0; i < N; ++i) {
+    for (std::size_t i : in_loss) {
       const std::size_t row = static_cast<std::size_t>(b.offsets[i]) + prompts[i / static_cast<std::size_t>(G)].size();
       for (std::size_t t = 0; t < completions[i].size(); ++t)
         if (cmask[i][t] > 0) valid.push_back(ent[row + t]);
@@ -293,7 +311,7 @@ TEST_P(GrpoTrlCase, LossGradientsAndAdvantagesMatchTrl) {
   if (c.contains("entropy")) {
     const auto cmask = c["completion_mask"].get<std::vector<std::vector<double>>>();
     double sum = 0, n = 0;
-    for (std::size_t i = 0; i < N; ++i) {
+    for (std::size_t i : in_loss) {
       const std::size_t row = static_cast<std::size_t>(b.offsets[i]) + prompts[i / static_cast<std::size_t>(G)].size();
       for (std::size_t t = 0; t < completions[i].size(); ++t) {
         sum += cmask[i][t] * ent[row + t];
@@ -335,7 +353,7 @@ TEST_P(GrpoTrlCase, LossGradientsAndAdvantagesMatchTrl) {
   const auto want_mask = c["completion_mask"].get<std::vector<std::vector<double>>>();
   const auto want_lp = c["policy_logps"].get<std::vector<std::vector<double>>>();
   std::vector<std::vector<float>> masks(N), old(N), refs(N);
-  double batch_tokens = 0;
+  double round_tokens = 0, step_tokens = 0;
   std::vector<double> got_lp, exp_lp, got_ref, exp_ref;
   for (std::size_t i = 0; i < N; ++i) {
     const std::size_t n = completions[i].size(), row = static_cast<std::size_t>(b.offsets[i]) + prompts[i / G].size();
@@ -347,7 +365,8 @@ TEST_P(GrpoTrlCase, LossGradientsAndAdvantagesMatchTrl) {
       if (masks[i][t] == 0.0f) continue;
       got_lp.push_back(lp[row + t]);
       exp_lp.push_back(want_lp[i][t]);
-      batch_tokens += masks[i][t];
+      round_tokens += masks[i][t];
+      if (std::find(in_loss.begin(), in_loss.end(), i) != in_loss.end()) step_tokens += masks[i][t];
     }
     if (has_old) {
       const auto v = c["old_logps"][i].get<std::vector<double>>();
@@ -370,7 +389,7 @@ TEST_P(GrpoTrlCase, LossGradientsAndAdvantagesMatchTrl) {
 
   double loss = 0, magnitude = 0;
   std::vector<float> w(b.tokens.size(), 0.0f);
-  for (std::size_t i = 0; i < N; ++i) {
+  for (std::size_t i : in_loss) {
     const std::size_t n = completions[i].size(), row = static_cast<std::size_t>(b.offsets[i]) + prompts[i / G].size();
     SequenceIn s;
     s.n = static_cast<int>(n);
@@ -382,7 +401,8 @@ TEST_P(GrpoTrlCase, LossGradientsAndAdvantagesMatchTrl) {
     s.advantage = adv[i];
     std::vector<double> g(n);
     const SequenceTerms st = sequence_loss(o, s, g.data());
-    const double cw = sequence_weight(o, st.tokens, static_cast<std::int64_t>(N), batch_tokens, batch_tokens, 1);
+    const double cw =
+        sequence_weight(o, st.tokens, static_cast<std::int64_t>(in_loss.size()), step_tokens, round_tokens, 1, spg);
     loss += cw * st.sum;
     for (std::size_t t = 0; t < n; ++t) {
       w[row + t] = static_cast<float>(-cw * g[t]);
@@ -457,6 +477,24 @@ TEST(Balance, SkewedCostsAreBalanced) {
   EXPECT_GT(con.max / con.mean, 1.8);
   EXPECT_LE(bal.max - bal.mean, 12.0);  // one short item at most
   EXPECT_LT(bal.max / bal.mean, 1.05);
+}
+
+TEST(Balance, RoundOrderShufflesSeveralSlicesOnly) {
+  const std::size_t n = 32, G = 4;  // 8 groups of 4 completions, 2 slices of 16
+  const auto one = mgrl::rl::round_order(n, 1, 5, 6);
+  for (std::size_t i = 0; i < n; ++i) EXPECT_EQ(one[i], i);
+  const auto two = mgrl::rl::round_order(n, 2, 5, 6);
+  EXPECT_EQ(two, mgrl::rl::round_order(n, 2, 5, 6));  // the same on every rank and on resume
+  EXPECT_NE(two, mgrl::rl::round_order(n, 2, 5, 8));  // another round
+  EXPECT_NE(two, mgrl::rl::round_order(n, 2, 6, 6));  // another seed
+  auto sorted = two;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(sorted, one) << "not a permutation";
+  for (std::size_t k = 0; k < 2; ++k) {  // each slice holds completions of most groups, not whole groups in order
+    std::vector<bool> group(n / G, false);
+    for (std::size_t i = k * n / 2; i < (k + 1) * n / 2; ++i) group[two[i] / G] = true;
+    EXPECT_GE(std::count(group.begin(), group.end(), true), 6) << "slice " << k;
+  }
 }
 
 TEST(Balance, ContiguousSplitIsBlocks) {
