@@ -122,17 +122,19 @@ int run_plan(dist::MpiEnv& env, const io::Config& cfg) {
                    cfg.get_int("grpo.steps_per_generation") > 1;
       in.reference_copy = !ppo && cfg.get_float("grpo.beta") > 0 && cfg.get_string("grpo.reference") == "initial" &&
                           !cfg.get_string("lora.adapter").empty();
-      // The rollout's paged cache as rl::Generator sizes it (Generator::kv_pool).
+      // The rollout's paged cache as rl::Generator sizes it (Generator::kv_pool), for the prompts a rank generates in
+      // a round (grpo.steps_per_generation steps' worth).
       in.generate = true;
+      const std::int64_t round_prompts = per_rank * (ppo ? 1 : cfg.get_int("grpo.steps_per_generation"));
       const rl::Generator::KvPool pool = rl::Generator::kv_pool(
-          static_cast<int>(cfg.get_int("generate.max_sequences")), static_cast<int>(G), per_rank, static_cast<int>(prompt),
+          static_cast<int>(cfg.get_int("generate.max_sequences")), static_cast<int>(G), round_prompts, static_cast<int>(prompt),
           static_cast<int>(completion), static_cast<int>(cfg.get_int("generate.kv_block_size")));
       const int slots = pool.slots;
       in.kv_slots = slots;
       in.kv_max_len = pool.max_len;
       in.kv_block_size = pool.block_size;
       in.kv_blocks = pool.blocks;
-      in.infer_tokens = std::min<std::int64_t>(cfg.get_int("generate.max_prefill_tokens"), per_rank * prompt) + slots;
+      in.infer_tokens = std::min<std::int64_t>(cfg.get_int("generate.max_prefill_tokens"), round_prompts * prompt) + slots;
       in.infer_rows = slots;
       // "auto" merges when the copy takes at most 1/kMergeShare of the free memory at the first generation; the
       // plan asks that of the whole budget (free memory then is less): it may count a copy the run skips, never

@@ -356,7 +356,7 @@ const Schema& mgrl_schema() {
     add({"grpo.off_policy_mask_threshold", T::Float, Value(0.0),
          "off-policy sequence masking (DeepSeek-V3.2; trl's off_policy_mask_threshold, e.g. 0.5): a completion with a "
          "negative advantage whose mean log-prob drop from the old policy to the current one exceeds this gets no "
-         "policy loss (its KL term stays); acts from the second step of a batch (num_iterations > 1); 0: off",
+         "policy loss (its KL term stays); acts from the second step of a generation round (num_iterations or steps_per_generation > 1); 0: off",
          {}, 0.0, {}, {}});
     add({"grpo.top_entropy_quantile", T::Float, Value(1.0),
          "trl's top_entropy_quantile (\"Beyond the 80/20 rule\", Wang et al. 2025): only the tokens whose entropy reaches "
@@ -395,12 +395,13 @@ const Schema& mgrl_schema() {
     add({"grpo.steps_per_generation", T::Int, Value(std::int64_t{1}),
          "optimizer steps that share one generation round (trl's steps_per_generation / gradient_accumulation_steps: "
          "mgrl counts optimizer steps): a round samples steps_per_generation x train.batch_size prompts, shuffles "
-         "their completions (a seeded permutation, the same on any rank count) after the advantages, and trains one "
-         "slice of train.batch_size x num_generations completions per step, num_iterations times over; the round's "
-         "later steps use the old policy's log-probs (computed once per round), and dapo, cispo and vespo normalise "
-         "by the round's tokens / steps_per_generation, as trl. Fewer, larger generations: faster on GPUs, more "
-         "off-policy",
-         {}, 1.0, {}, {}});
+         "their completions after the advantages (a seeded permutation of the whole round, the same on any rank "
+         "count; trl shuffles each process's share), and trains one slice of train.batch_size x num_generations "
+         "completions per step, num_iterations times over; the round's later steps use the old policy's log-probs "
+         "(computed once per round), and dapo, cispo and vespo normalise by the round's tokens / "
+         "steps_per_generation, as trl. The round's reward and length metrics are logged on each of its steps. "
+         "Fewer, larger generations: faster on GPUs, more off-policy",
+         {}, 1.0, 65536.0, {}});
     add({"grpo.mask_truncated_completions", T::Bool, Value(false),
          "truncated completions (no EOS within max_completion_length) get no loss", {}, {}, {}, {}});
     add({"grpo.balance", T::String, Value(std::string("tokens")),

@@ -110,6 +110,16 @@ GrpoTrainer::GrpoTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Trans
                     std::to_string(local) + ") must be divisible by train.grad_accum (" +
                     std::to_string(opts_.grad_accum) + ")");
   if (rewards_.size() == 0) throw UserError("grpo needs at least one [[reward]] table");
+  // A generation round: train.batch_size x grpo.steps_per_generation prompts, num_generations completions each.
+  const long long round = static_cast<long long>(opts_.batch_prompts) * opts_.steps_per_generation;
+  if (round * opts_.num_generations > (1LL << 30))
+    throw UserError("train.batch_size x grpo.steps_per_generation x grpo.num_generations (" +
+                    std::to_string(round * opts_.num_generations) + " completions a generation round) is more than "
+                    "mgrl supports (2^30)");
+  if (opts_.steps_per_generation > 1 && round > static_cast<long long>(train_.size()) && env_.rank() == 0)
+    log::warn_once("a generation round of " + std::to_string(round) + " prompts (train.batch_size x "
+                   "grpo.steps_per_generation) is more than the data's " + std::to_string(train_.size()) +
+                   ": prompts come back within a round");
   tr_ = train::trainable_of(model_, model_.base_grads() != nullptr);
   model_.set_token_stats(true);  // the training forward's per-token entropies (trl's "entropy" metric)
   opt_ = std::make_unique<train::Optimizer>(model_.ops(), tr_, opts_.optim);
@@ -706,8 +716,13 @@ double GrpoTrainer::train_step(nlohmann::json* metrics) {
       s.logp = lp.data() + row;
       // The old policy: at the first step of a round it is the current one (ratio 1, as TRL's detach), later the
       // log-probs computed when the round was generated.
-      s.old = (off_policy_steps() && !first_iteration) ? r.old_logps.data() : nullptr;
-      if (off_policy_steps() && !first_iteration) MGRL_CHECK(r.old_logps.size() == r.completion.size(), "old log-probs missing");
+      // The old policy scored the completions that can be trained (trained_in); one that cannot (masked, or advantage
+      // 0 with beta 0) may stand here with weights 0 after a resume re-split the round (another rank count or
+      // train.grad_accum): it has none, and its ratio is taken as 1 (until 2026-11-29 such a resume ended the job).
+      const bool scored = r.old_logps.size() == r.completion.size();
+      if (off_policy_steps() && !first_iteration)
+        MGRL_CHECK(scored || r.masked || (r.advantage == 0.0 && opts_.loss.beta == 0), "old log-probs missing");
+      s.old = (off_policy_steps() && !first_iteration && scored) ? r.old_logps.data() : nullptr;
       s.ref = opts_.loss.beta > 0 ? r.ref_logps.data() : nullptr;
       s.mask = mask.data();
       s.entropy_mask = emask.empty() ? nullptr : emask.data() + row;

@@ -1,10 +1,11 @@
 // grpo.h: the GRPO training loop: per step, the global batch of prompts is split over ranks; each rank samples
 // G completions per prompt with the current policy (the generator: one prefill per prompt, KV prefix shared),
 // scores them with the reward functions on the host, and all ranks compute group-relative advantages from the
-// gathered rewards; old-policy log-probs (num_iterations > 1) and reference log-probs (beta > 0: the adapter
-// switched off, or swapped for a frozen copy of the starting adapter) come from the model's no-grad scoring pass;
-// then num_iterations optimizer steps of the clipped policy loss (+ beta KL) over that batch, normalised over the
-// global batch, with the shared gradient sync, optimizer, checkpoints and run log of src/train.
+// gathered rewards; old-policy log-probs (a round serving several steps) and reference log-probs (beta > 0: the
+// adapter switched off, or swapped for a frozen copy of the starting adapter) come from the model's no-grad scoring
+// pass; then steps_per_generation x num_iterations optimizer steps of the clipped policy loss (+ beta KL), each on
+// its slice of that round, normalised over the global batch, with the shared gradient sync, optimizer, checkpoints
+// and run log of src/train.
 #pragma once
 #include <cstdint>
 #include <functional>

@@ -22,7 +22,7 @@ struct Rollout {
   std::vector<double> rewards;    // one per reward function
   double reward = 0, advantage = 0;
   std::vector<float> sample_logps;  // log-probs at sampling time (temperature 1, unfiltered), one per token
-  std::vector<float> old_logps;     // old policy (at the sampling temperature); empty when num_iterations = 1
+  std::vector<float> old_logps;     // old policy (at the sampling temperature); empty when a round serves one step
   std::vector<float> ref_logps;     // reference; empty when beta = 0
   bool masked = false;              // truncated and grpo.mask_truncated_completions: no loss
   // PPO (empty for GRPO): the value head at the value positions, the returns there, the whitened per-token advantages.

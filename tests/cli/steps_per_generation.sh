@@ -57,6 +57,23 @@ run b 1 "$@" "${spg[@]}" --train.stop_at_step=1
 run b 1 "$@" "${spg[@]}" --checkpoint.resume=auto
 grep -q "resumed from .*step_00000001.h5" "$work/b.log" || fail "not resumed: $(tail -n 3 "$work/b.log")"
 "$check" weights "$work/a/ck/step_00000004.h5" "$work/b/ck/step_00000004.h5" --exact || fail "resume inside a round"
+# A checkpoint inside a round resumed on another split of it (2 ranks, grad_accum 2) with beta 0, so that only the
+# completions with an advantage had old log-probs: a micro-batch's stand-in completion without them ended the job
+# ("old log-probs missing") until 2026-11-29.
+run c 1 "$@" "${spg[@]}" --grpo.beta=0 --train.stop_at_step=1
+run c 2 "$@" "${spg[@]}" --grpo.beta=0 --train.grad_accum=2 --checkpoint.resume=auto
+grep -q "resumed from .*step_00000001.h5" "$work/c.log" || fail "not resumed on 2 ranks: $(tail -n 3 "$work/c.log")"
+run c1 1 "$@" "${spg[@]}" --grpo.beta=0
+"$check" weights "$work/c1/ck/step_00000004.h5" "$work/c/ck/step_00000004.h5" --rtol=1e-5 ||
+  fail "resumed on another split: other weights"
+echo "a round resumed on 2 ranks with grad_accum 2 trains the weights of 1 rank"
+# mgrl plan sizes the rollout's KV cache for the round's prompts (4 a step x 4 steps x 4 completions).
+for s in 1 4; do
+  out=$("$1" plan "${@:2}" --grpo.steps_per_generation="$s" 2>&1) || fail "plan: $out"
+  want=$((16 * s))
+  echo "$out" | grep -q "KV cache .* for $want sequences" || fail "plan with steps_per_generation $s: $out"
+done
+echo "plan: the KV cache of 16 and 64 sequences"
 run one 1 "$@" --grpo.num_iterations=1
 "$check" weights "$work/a/ck/step_00000004.h5" "$work/one/ck/step_00000004.h5" --rtol=1e-6 > /dev/null 2>&1 &&
   fail "steps_per_generation 2 trained the weights of 1"
