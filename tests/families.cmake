@@ -11,3 +11,9 @@ foreach(model gemma2_softcap gemma3_text mistral_window)
   mgrl_add_cli_test(families.${model}.grpo 0 "check_train: step 4, 0 skipped steps, 0 non-finite values" - -
     -- bash -c "rm -rf ${dir}/grpo && ${RUN1} ${CMAKE_CURRENT_SOURCE_DIR}/data/grpo_cli/grpo.toml --model.path=${MODELS}/${model} --model.tokenizer=${PROJECT_SOURCE_DIR}/inputs/quickstart --data.input=${CMAKE_CURRENT_SOURCE_DIR}/data/sft/train.jsonl --checkpoint.dir=${dir}/grpo/ck --log.dir=${dir}/grpo > /dev/null && ${CHECK} finite ${dir}/grpo/ck/step_00000004.h5")
 endforeach()
+# Gemma 3's vision-language checkpoint (Gemma3ForConditionalGeneration) trained text only, in the Hub's layout: SFT,
+# the adapter with the language model's PEFT names and a target_modules sparing the vision tower, the merged and the
+# fully fine-tuned exports with the base's tensor names and its vision tower byte for byte (tests/cli/vlm.sh).
+mgrl_add_cli_test(families.gemma3_vlm_hub.sft_export 0 "PASS: vision-language checkpoint" - 0
+  -- bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/vlm.sh ${FAMILIES}/gemma3_vlm_hub $<TARGET_FILE:mgrl> ${CHECK} ${MODELS}
+  ${CMAKE_CURRENT_SOURCE_DIR}/data ${PROJECT_SOURCE_DIR}/inputs/quickstart)

@@ -83,7 +83,8 @@ const char* kStagePrefix = ".mgrl-export.tmp.";
 // The files an export may write into its output directory and into merged/.
 const char* const kExportFiles[] = {"adapter_model.safetensors", "adapter_config.json", "model.safetensors", "config.json",
                                     "generation_config.json", "tokenizer.json", "tokenizer_config.json",
-                                    "special_tokens_map.json", "chat_template.jinja"};
+                                    "special_tokens_map.json", "chat_template.jinja", "preprocessor_config.json",
+                                    "processor_config.json", "chat_template.json"};
 
 // The tokenizer's files of the run (model.tokenizer, else the base's) and its chat template: `chat_template` (the run's
 // chat.template file, or the built-in format it trained with as a Jinja template; "" when it used the tokenizer's own)
@@ -119,7 +120,10 @@ void copy_model_files(const std::string& base_dir, const std::string& tok_dir, c
                       "export from the run's working directory, or give the run absolute paths); a model without it "
                       "cannot be loaded");
   }
-  for (const char* f : {"config.json", "generation_config.json"}) copy_file_if_exists(base_dir + "/" + f, to + "/" + f);
+  // A vision-language checkpoint's processor files too, so that the model loads with its processor as the base did.
+  for (const char* f : {"config.json", "generation_config.json", "preprocessor_config.json", "processor_config.json",
+                        "chat_template.json"})
+    copy_file_if_exists(base_dir + "/" + f, to + "/" + f);
   copy_tokenizer_files(tok_dir, chat_template, to);
 }
 
@@ -310,6 +314,25 @@ int run_export(Context& ctx) {
     log::warn_once("export.merged is ignored: " + path + " is a full fine-tuning's checkpoint, exported whole as a "
                    "model (there is no adapter to merge)");
   const bool merge = cfg.get_bool("export.merged") && lora;
+  // A vision-language checkpoint's language model (Gemma3ForConditionalGeneration): the adapter gets its module names
+  // and a target_modules that spares the vision tower; a merged or fully fine-tuned model is written with the base's
+  // tensor names, its vision tower copied through unchanged.
+  // An adapter alone needs no base: when the base's config.json cannot be read, the adapter gets a causal LM's names.
+  bool vlm = false;
+  if (!base_dir.empty()) {
+    std::error_code ec;
+    if (std::filesystem::exists(base_dir + "/config.json", ec)) {
+      try {
+        vlm = io::parse_hf_config(base_dir + "/config.json").vlm();
+      } catch (const UserError& e) {
+        if (merge || !lora) throw;
+        log::warn_once(std::string(e.what()) + ": the adapter is written with a causal LM's module names");
+      }
+    } else if (lora && !merge) {
+      log::warn_once(base_dir + "/config.json: not found (model.path of the run): the adapter is written with a causal "
+                     "LM's module names (a vision-language base's adapter needs its language model's)");
+    }
+  }
   std::unique_ptr<io::SafetensorsModel> base_model;  // a merge's base, opened by rank 0's checks
   // Every file is first written into a staging directory inside the output (`dir`), then moved into place (below).
   const auto write_export = [&](const std::string& dir) {
@@ -322,9 +345,18 @@ int run_export(Context& ctx) {
                                        ? lora_config(run_cfg)
                                        : model::peft_config_from_json(nlohmann::json::parse(ck.lora_config),
                                                                       path + ":/lora_config");
-      model::write_peft_adapter(dir, lc, base_dir, tensors);
+      model::write_peft_adapter(dir, lc, base_dir, tensors, vlm);
       copy_tokenizer_files(tok_dir, chat_template, dir);
     } else {
+      if (vlm) {  // the language model under the base's names, the vision tower as the base holds it
+        const io::SafetensorsModel& base = *base_model;
+        for (auto& t : tensors) t.name = base.stored_name(t.name);
+        for (const auto& name : base.names())
+          if (io::is_vision_tensor(name)) {
+            const io::TensorInfo& info = base.get(name);
+            tensors.push_back({info.name, info.dtype, info.shape, info.data});
+          }
+      }
       io::write_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
       copy_model_files(base_dir, tok_dir, chat_template, dir);
       set_config_dtype(dir + "/config.json", DType::F32);  // the weights are f32
@@ -409,13 +441,13 @@ int run_export(Context& ctx) {
         const DType dt = out_dtype(info.dtype, nf4);
         written.insert(dt);
         if (dt == DType::F32) {
-          full.push_back({name, DType::F32, shape, w.data()});
+          full.push_back({base.stored_name(name), DType::F32, shape, w.data()});
         } else {
           halves.emplace_back(w.size());
           for (std::size_t i = 0; i < w.size(); ++i)
             halves.back()[i] = dt == DType::BF16 ? io::float_to_bf16(w[i]) : io::float_to_half(w[i]);
           std::vector<float>().swap(w);  // the f32 copy is no longer needed
-          full.push_back({name, dt, shape, halves.back().data()});
+          full.push_back({base.stored_name(name), dt, shape, halves.back().data()});
         }
       }
       io::write_safetensors(merged + "/model.safetensors", full, {{"format", "pt"}});
@@ -450,7 +482,10 @@ int run_export(Context& ctx) {
         throw UserError("key 'export.output' = " + out + ": " + (dir == out ? std::string() : dir + " is ") +
                         "the directory of the base model (model.path of the run: " + base_dir +
                         "); exporting there would overwrite it: choose another directory");
-    if (merge) base_model = std::make_unique<io::SafetensorsModel>(base_dir);  // UserError naming it when unreadable
+    if (merge || (vlm && !lora)) {  // UserError naming it when unreadable
+      base_model = std::make_unique<io::SafetensorsModel>(base_dir);
+      if (vlm) io::use_language_model_names(*base_model);
+    }
     make_dir(out);
     check_destinations(out, merge);
     remove_stale_staging(out);  // what a killed earlier export left

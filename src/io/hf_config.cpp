@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "io/jsonl.h"
+#include "io/safetensors.h"
 
 namespace mgrl::io {
 
@@ -35,7 +36,8 @@ const char* architecture_name(Architecture a) {
 namespace {
 
 constexpr const char* kSupported =
-    "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, MistralForCausalLM";
+    "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, MistralForCausalLM, "
+    "Gemma3ForConditionalGeneration (its language model)";
 
 // What a JSON value is, for messages: "a string (\"x\")", "null", ...
 std::string describe(const json& v) {
@@ -124,10 +126,6 @@ Architecture parse_architecture(const json& j, const Keys& k, const std::string&
       if (s == "Gemma2ForCausalLM") return Architecture::Gemma2;
       if (s == "Gemma3ForCausalLM") return Architecture::Gemma3;
       if (s == "MistralForCausalLM") return Architecture::Mistral;
-      if (s == "Gemma3ForConditionalGeneration") {
-        throw UserError(file + ": architecture 'Gemma3ForConditionalGeneration' is Gemma 3 with its vision tower; "
-                               "only the text model (Gemma3ForCausalLM, model_type gemma3_text) is supported");
-      }
       names += (names.empty() ? "'" : ", '") + s + "'";
     }
     throw UserError(file + ": unsupported architecture " + names + " (supported: " + kSupported + ")");
@@ -141,10 +139,6 @@ Architecture parse_architecture(const json& j, const Keys& k, const std::string&
     if (t == "gemma2") return Architecture::Gemma2;
     if (t == "gemma3_text") return Architecture::Gemma3;
     if (t == "mistral") return Architecture::Mistral;
-    if (t == "gemma3") {
-      throw UserError(file + ": model_type 'gemma3' is Gemma 3 with its vision tower; only the text model "
-                             "(model_type gemma3_text) is supported");
-    }
     throw UserError(file + ": unsupported model_type '" + t + "' and no \"architectures\" (supported: " +
                     kSupported + ")");
   }
@@ -331,6 +325,44 @@ void parse_gemma_and_windows(ModelConfig& c, const json& j, const Keys& k) {
   for (std::size_t i = 0; i < n; ++i) c.layer_sliding[i] = (static_cast<std::int64_t>(i) + 1) % pattern != 0;
 }
 
+// Gemma3ForConditionalGeneration (or, without "architectures", model_type gemma3).
+bool is_gemma3_vlm(const json& top) {
+  const auto a = top.find("architectures");
+  if (a != top.end() && a->is_array()) {
+    for (const json& n : *a)
+      if (n == "Gemma3ForConditionalGeneration") return true;
+    return false;
+  }
+  const auto t = top.find("model_type");
+  return (a == top.end() || a->is_null()) && t != top.end() && *t == "gemma3";
+}
+
+// The language model's config of a Gemma3ForConditionalGeneration config.json as a Gemma3ForCausalLM one: its
+// text_config over Gemma3TextConfig's defaults (transformers 5.24) for the keys this reader requires. The Hub's
+// checkpoints (written by transformers 4.50) hold in text_config only what differs from those defaults:
+// google/gemma-3-4b-it's names hidden_size, intermediate_size, num_hidden_layers, rope_scaling and sliding_window,
+// and leaves vocab_size, the head counts, head_dim and rms_norm_eps to them. The other defaults (RoPE bases,
+// query_pre_attn_scalar, soft-caps, sliding_window, activation, tied embeddings) are the Gemma 3 defaults this reader
+// has anyway. The dtype and a bitsandbytes quantization_config stand at the top level.
+json gemma3_text_of_vlm(const json& top, const std::string& path) {
+  json t = {{"vocab_size", 262208},          {"hidden_size", 2304},    {"intermediate_size", 9216},
+            {"num_hidden_layers", 26},       {"num_attention_heads", 8}, {"num_key_value_heads", 4},
+            {"head_dim", 256},               {"rms_norm_eps", 1e-6},   {"max_position_embeddings", 131072}};
+  const auto it = top.find("text_config");
+  if (it != top.end() && !it->is_null()) {
+    if (!it->is_object()) throw UserError(path + ": key 'text_config' must be an object, not " + describe(*it));
+    for (const auto& [key, v] : it->items()) t[key] = v;
+  }
+  const auto mt = t.find("model_type");
+  if (mt != t.end() && *mt != "gemma3_text")
+    throw UserError(path + ": key 'text_config.model_type' is " + describe(*mt) +
+                    "; a Gemma3ForConditionalGeneration's language model is gemma3_text");
+  t["architectures"] = json::array({"Gemma3ForCausalLM"});
+  for (const char* key : {"torch_dtype", "dtype", "quantization_config", "tie_word_embeddings"})
+    if (top.contains(key) && !t.contains(key)) t[key] = top.at(key);
+  return t;
+}
+
 std::string gib(double bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
@@ -340,11 +372,15 @@ std::string gib(double bytes) {
 }  // namespace
 
 ModelConfig parse_hf_config(const std::string& path) {
-  const json j = read_json_file(path, "the model config");
-  if (!j.is_object()) throw UserError(path + ": not a JSON object");
-  const Keys k(j, path);
+  const json top = read_json_file(path, "the model config");
+  if (!top.is_object()) throw UserError(path + ": not a JSON object");
+  // Gemma 3's vision-language checkpoint: its language model (text_config), text only.
+  const bool vlm = is_gemma3_vlm(top);
+  const json j = vlm ? gemma3_text_of_vlm(top, path) : top;
+  const Keys k(j, path, vlm ? "text_config." : "");
 
   ModelConfig c;
+  if (vlm) c.vlm_architecture = "Gemma3ForConditionalGeneration";
   c.arch = parse_architecture(j, k, path);
   c.vocab_size = k.get_positive("vocab_size");
   c.hidden_size = k.get_positive("hidden_size");
@@ -505,6 +541,7 @@ ModelConfig parse_hf_config(const std::string& path) {
     }
   };
   read_eos(k);
+  if (vlm) read_eos(Keys(top, path));  // the Hub's checkpoints list [1, 106] (<eos>, <end_of_turn>) at the top level
   const auto slash = path.find_last_of('/');
   const std::string gen = (slash == std::string::npos ? std::string() : path.substr(0, slash + 1)) +
                           "generation_config.json";
@@ -574,6 +611,27 @@ std::vector<TensorSpec> expected_tensors(const ModelConfig& c) {
   out.push_back({"model.norm.weight", {h}});
   if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", {c.vocab_size, h}});
   return out;
+}
+
+void use_language_model_names(SafetensorsModel& m) {
+  if (m.find("model.language_model.embed_tokens.weight")) {  // transformers >= 4.52 (lm_head stays lm_head)
+    m.rename_prefix("model.language_model.", "model.");
+    return;
+  }
+  if (m.find("language_model.model.embed_tokens.weight")) {  // the Hub's checkpoints (transformers 4.50)
+    m.rename_prefix("language_model.model.", "model.");
+    m.rename_prefix("language_model.lm_head.", "lm_head.");
+    return;
+  }
+  throw UserError(m.dir() + ": config.json names a vision-language model (Gemma3ForConditionalGeneration), but its "
+                  "weights hold no language model (no model.language_model.embed_tokens.weight or "
+                  "language_model.model.embed_tokens.weight)");
+}
+
+bool is_vision_tensor(const std::string& name) {
+  for (const char* p : {"model.vision_tower.", "model.multi_modal_projector.", "vision_tower.", "multi_modal_projector."})
+    if (name.rfind(p, 0) == 0) return true;
+  return false;
 }
 
 }  // namespace mgrl::io

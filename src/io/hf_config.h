@@ -77,6 +77,12 @@ struct ModelConfig {
   std::optional<Bnb4bitConfig> bnb4bit;  // set when config.json has a bitsandbytes 4-bit quantization_config
   std::optional<std::int64_t> bos_token_id;
   std::vector<std::int64_t> eos_token_ids;  // config.json gives one id or a list
+  // The language model of a vision-language checkpoint (Gemma3ForConditionalGeneration: google/gemma-3-4b-it and
+  // larger), read text only: the fields above are its text_config's, its tensors are stored under
+  // model.language_model. (transformers 5) or language_model.model. (the Hub's, transformers 4.50), the vision tower
+  // is not loaded, and LoRA adapters carry those module names (io::use_language_model_names, model/lora.h).
+  std::string vlm_architecture;  // "Gemma3ForConditionalGeneration"; empty: a causal LM of its own
+  bool vlm() const { return !vlm_architecture.empty(); }
 
   std::int64_t q_dim() const { return num_attention_heads * head_dim; }
   bool is_sliding(std::int64_t layer) const {
@@ -130,5 +136,14 @@ std::uint64_t host_memory_bytes();
 
 // The Hugging Face tensor names and shapes the model needs, in layer order.
 std::vector<TensorSpec> expected_tensors(const ModelConfig& c);
+
+class SafetensorsModel;
+// A vision-language checkpoint's weights read as its language model's (ModelConfig::vlm): the tensors under
+// model.language_model. or language_model.model. are found as model.*, language_model.lm_head.* as lm_head.*
+// (SafetensorsModel::rename_prefix); UserError naming the directory when neither layout is there.
+void use_language_model_names(SafetensorsModel& m);
+// Whether a tensor name is a vision-language checkpoint's vision part (its vision tower or projector), which a
+// text-only reading leaves alone.
+bool is_vision_tensor(const std::string& name);
 
 }  // namespace mgrl::io

@@ -466,8 +466,35 @@ const TensorInfo* SafetensorsModel::find(const std::string& name) const {
 
 const TensorInfo& SafetensorsModel::get(const std::string& name) const {
   const TensorInfo* t = find(name);
-  if (!t) throw UserError(dir_ + ": tensor '" + name + "' not found");
+  if (!t) throw UserError(dir_ + ": tensor '" + stored_name(name) + "' not found");
   return *t;
+}
+
+std::size_t SafetensorsModel::rename_prefix(const std::string& stored, const std::string& as) {
+  std::vector<std::pair<std::string, const TensorInfo*>> moved;
+  for (auto it = by_name_.begin(); it != by_name_.end();) {
+    if (it->first.compare(0, stored.size(), stored) == 0) {
+      moved.emplace_back(as + it->first.substr(stored.size()), it->second);
+      it = by_name_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto& [name, t] : moved)
+    if (!by_name_.emplace(name, t).second)
+      throw UserError(dir_ + ": holds both '" + t->name + "' and '" + name + "': two copies of one tensor");
+  if (!moved.empty()) renamed_.emplace_back(as, stored);
+  return moved.size();
+}
+
+std::string SafetensorsModel::stored_name(const std::string& name) const {
+  for (const auto& [as, stored] : renamed_)
+    if (name.compare(0, as.size(), as) == 0) {
+      const auto it = by_name_.find(name);
+      if (it != by_name_.end()) return it->second->name;
+      return stored + name.substr(as.size());
+    }
+  return name;
 }
 
 const TensorInfo& SafetensorsModel::get(const std::string& name, const Shape& expected_shape) const {

@@ -81,11 +81,18 @@ class SafetensorsModel {
   const TensorInfo& get(const std::string& name) const;   // UserError "DIR: tensor 'x' not found"
   // get() plus a shape check: UserError "DIR: tensor 'x' has shape [..], expected [..]".
   const TensorInfo& get(const std::string& name, const Shape& expected_shape) const;
+  // From here on the tensors stored under the name prefix `stored` are found (and listed by names()) with `as` in
+  // its place, e.g. a vision-language checkpoint's "language_model.model." as "model."; TensorInfo::name and the
+  // messages keep the stored names. UserError when a new name is taken already. Returns how many were renamed.
+  std::size_t rename_prefix(const std::string& stored, const std::string& as);
+  // The name a tensor is stored under (the inverse of rename_prefix; `name` itself when not renamed).
+  std::string stored_name(const std::string& name) const;
 
  private:
   std::string dir_;
   std::vector<SafetensorsFile> files_;
   std::unordered_map<std::string, const TensorInfo*> by_name_;
+  std::vector<std::pair<std::string, std::string>> renamed_;  // (as, stored) prefixes
 };
 
 // UserError "WHERE: tensor 'x' has shape [..], expected [..]" when t.shape != expected.

@@ -7,6 +7,9 @@
 #include <cerrno>
 #include <cmath>
 #include <fstream>
+#include <functional>
+#include <map>
+#include <regex>
 #include <nlohmann/json.hpp>
 
 #include "core/env.h"
@@ -66,6 +69,63 @@ float LoraConfig::scale() const {
   return static_cast<float>(use_rslora ? alpha / std::sqrt(static_cast<double>(r)) : alpha / r);
 }
 
+namespace {
+
+// The modules a PEFT target_modules regular expression selects (PEFT: re.fullmatch against each module's whole
+// name): matched against the names of the seven projections of layers 0..127 in each module tree mgrl reads (a causal
+// LM's model.layers.N, a vision-language checkpoint's model.language_model.layers.N and language_model.model.layers.N).
+// A module it selects in some layers only is refused, as layers_to_transform is.
+std::vector<std::string> targets_of_regex(const std::string& pattern, const std::function<void(const std::string&)>& fail) {
+  std::regex re;
+  try {
+    re = std::regex(pattern, std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {
+    fail("key 'target_modules' = \"" + pattern + "\" is not a regular expression mgrl can read (" + e.what() + ")");
+  }
+  constexpr int kLayers = 128;
+  std::vector<std::string> out;
+  for (int i = 0; i < kNumModules; ++i) {
+    const Module m = static_cast<Module>(i);
+    int hits = 0;
+    for (int l = 0; l < kLayers; ++l) {
+      bool hit = false;
+      for (const char* tree : {"model.layers.", "model.language_model.layers.", "language_model.model.layers."})
+        hit = hit || std::regex_match(std::string(tree) + std::to_string(l) + "." + module_path(m), re);
+      hits += hit ? 1 : 0;
+    }
+    if (hits == kLayers) out.push_back(module_name(m));
+    else if (hits > 0)
+      fail("key 'target_modules' = \"" + pattern + "\" selects " + module_name(m) + " in some layers only (" +
+           std::to_string(hits) + " of the first " + std::to_string(kLayers) + "); adapters on some layers are not supported");
+  }
+  if (out.empty())
+    fail("key 'target_modules' = \"" + pattern + "\" selects none of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "
+         "down_proj of the decoder layers");
+  return out;
+}
+
+}  // namespace
+
+std::string peft_name_of_vlm(const std::string& name) {
+  const std::string plain = "base_model.model.model.layers.";
+  if (name.rfind(plain, 0) != 0) return name;
+  return "base_model.model.model.language_model.layers." + name.substr(plain.size());
+}
+
+std::string peft_name_from_vlm(const std::string& name) {
+  for (const char* p : {"base_model.model.model.language_model.layers.", "base_model.model.language_model.model.layers."}) {
+    const std::string prefix = p;
+    if (name.rfind(prefix, 0) == 0) return "base_model.model.model.layers." + name.substr(prefix.size());
+  }
+  return name;
+}
+
+std::string vlm_target_regex(const LoraConfig& cfg) {
+  std::string alt;
+  for (const auto& t : cfg.targets) alt += (alt.empty() ? "" : "|") + t;
+  return "model\\.language_model\\.layers\\.\\d+\\.(self_attn|mlp)\\.(" + alt + ")";
+}
+
 LoraConfig read_peft_config(const std::string& path) {
   return peft_config_from_json(io::read_json_file(path, "the adapter configuration"), path);
 }
@@ -103,12 +163,15 @@ LoraConfig peft_config_from_json(const nlohmann::json& j, const std::string& pat
   c.use_rslora = rs != j.end() && rs->is_boolean() && rs->get<bool>();
   const auto t = j.find("target_modules");
   if (t == j.end() || t->is_null()) fail("missing required key 'target_modules'");
-  if (t->is_string()) fail("target_modules as a regular expression is not supported; list the module names");
-  if (!t->is_array()) fail("key 'target_modules' must be a list of module names");
   c.targets.clear();  // LoraConfig's default list is not the adapter's
-  for (const auto& m : *t) {
-    if (!m.is_string()) fail("key 'target_modules' must be a list of module names, not " + t->dump());
-    c.targets.push_back(m.get<std::string>());
+  if (t->is_string()) {
+    c.targets = targets_of_regex(t->get<std::string>(), fail);
+  } else {
+    if (!t->is_array()) fail("key 'target_modules' must be a list of module names or a regular expression");
+    for (const auto& m : *t) {
+      if (!m.is_string()) fail("key 'target_modules' must be a list of module names, not " + t->dump());
+      c.targets.push_back(m.get<std::string>());
+    }
   }
   if (c.targets.empty()) fail("key 'target_modules' is empty: the adapter adapts nothing");
   const auto flag = [&](const char* key) {
@@ -135,7 +198,7 @@ LoraConfig peft_config_from_json(const nlohmann::json& j, const std::string& pat
 }
 
 LoraParams::LoraParams(const io::ModelConfig& model, LoraConfig cfg, kernels::Ops& ops)
-    : cfg_(std::move(cfg)), ops_(ops) {
+    : cfg_(std::move(cfg)), ops_(ops), vlm_(model.vlm()) {
   if (cfg_.r <= 0) throw UserError("lora.r must be positive");
   std::vector<bool> on(kNumModules, false);
   for (const auto& t : cfg_.targets) {
@@ -206,10 +269,14 @@ void LoraParams::load_peft(const std::string& dir) {
   const std::string path = dir + "/adapter_model.safetensors";
   io::SafetensorsFile f(path);
   std::vector<float> host(numel_);
+  // A vision-language checkpoint's adapter names its tensors by the language model's module names (either tree).
+  std::map<std::string, const io::TensorInfo*> by_name;
+  for (const auto& t : f.tensors()) by_name[vlm_ ? peft_name_from_vlm(t.name) : t.name] = &t;
   for (const auto& s : slots_) {
     for (const bool a : {true, false}) {
       const std::string name = peft_name(s, a);
-      const io::TensorInfo& t = f.get(name);
+      const auto it = by_name.find(name);
+      const io::TensorInfo& t = it != by_name.end() ? *it->second : f.get(vlm_ ? peft_name_of_vlm(name) : name);
       const io::Shape want = a ? io::Shape{cfg_.r, s.in} : io::Shape{s.out, cfg_.r};
       io::check_shape(t, want, path);
       io::copy_finite_to_f32(t, host.data() + (a ? s.a_offset : s.b_offset));
@@ -218,16 +285,20 @@ void LoraParams::load_peft(const std::string& dir) {
   // Tensors of the adapter that this model would not use are a sign of a mismatched adapter.
   for (const auto& t : f.tensors()) {
     bool used = false;
-    for (const auto& s : slots_) used = used || t.name == peft_name(s, true) || t.name == peft_name(s, false);
+    const std::string name = vlm_ ? peft_name_from_vlm(t.name) : t.name;
+    for (const auto& s : slots_) used = used || name == peft_name(s, true) || name == peft_name(s, false);
     if (!used) throw UserError(path + ": tensor '" + t.name + "' does not belong to a LoRA slot of this model");
   }
   from_host(host);
 }
 
 void write_peft_adapter(const std::string& dir, const LoraConfig& cfg, const std::string& base_model_path,
-                        const std::vector<io::TensorToWrite>& tensors) {
+                        const std::vector<io::TensorToWrite>& tensors, bool vlm) {
   if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) throw UserError(dir + ": cannot create the directory");
-  io::write_safetensors(dir + "/adapter_model.safetensors", tensors, {{"format", "pt"}});
+  std::vector<io::TensorToWrite> named = tensors;
+  if (vlm)
+    for (auto& t : named) t.name = peft_name_of_vlm(t.name);
+  io::write_safetensors(dir + "/adapter_model.safetensors", named, {{"format", "pt"}});
   const nlohmann::json j = {{"peft_type", "LORA"},
                             {"task_type", "CAUSAL_LM"},
                             {"base_model_name_or_path", base_model_path},
@@ -235,7 +306,7 @@ void write_peft_adapter(const std::string& dir, const LoraConfig& cfg, const std
                             {"lora_alpha", cfg.alpha},
                             {"lora_dropout", cfg.dropout},
                             {"use_rslora", cfg.use_rslora},
-                            {"target_modules", cfg.targets},
+                            {"target_modules", vlm ? nlohmann::json(vlm_target_regex(cfg)) : nlohmann::json(cfg.targets)},
                             {"bias", "none"},
                             {"fan_in_fan_out", false},
                             {"inference_mode", true},
@@ -253,7 +324,7 @@ void LoraParams::save_peft(const std::string& dir, const std::string& base_model
     tensors.push_back({peft_name(s, true), DType::F32, {cfg_.r, s.in}, host.data() + s.a_offset});
     tensors.push_back({peft_name(s, false), DType::F32, {s.out, cfg_.r}, host.data() + s.b_offset});
   }
-  write_peft_adapter(dir, cfg_, base_model_path, tensors);
+  write_peft_adapter(dir, cfg_, base_model_path, tensors, vlm_);
 }
 
 }  // namespace mgrl::model

@@ -54,9 +54,19 @@ LoraConfig peft_config_from_json(const nlohmann::json& j, const std::string& whe
 std::string peft_config_json(const LoraConfig& c);
 
 // Writes a PEFT adapter directory (created if needed): adapter_model.safetensors holding `tensors` (PEFT
-// names, f32) and adapter_config.json describing cfg; both written under temporary names and renamed.
+// names, f32) and adapter_config.json describing cfg; both written under temporary names and renamed. For the
+// language model of a vision-language checkpoint (vlm), the tensors get its module names (peft_name_of_vlm) and
+// target_modules is vlm_target_regex: a plain list would put PEFT's LoRA on the vision tower's q/k/v too.
 void write_peft_adapter(const std::string& dir, const LoraConfig& cfg, const std::string& base_model_path,
-                        const std::vector<io::TensorToWrite>& tensors);
+                        const std::vector<io::TensorToWrite>& tensors, bool vlm = false);
+// A vision-language checkpoint's PEFT names (transformers >= 4.52's module tree): "base_model.model.model.layers."
+// -> "base_model.model.model.language_model.layers."; and mgrl's own name of any of its adapters' tensors (that, or
+// transformers 4.50's "base_model.model.language_model.model.layers."), other names unchanged.
+std::string peft_name_of_vlm(const std::string& name);
+std::string peft_name_from_vlm(const std::string& name);
+// target_modules of such an adapter: a regular expression PEFT matches against the whole module name,
+// model\.language_model\.layers\.\d+\.(self_attn|mlp)\.(q_proj|...) with the targets of cfg.
+std::string vlm_target_regex(const LoraConfig& cfg);
 
 struct LoraSlot {
   int layer;
@@ -99,6 +109,7 @@ class LoraParams {
  private:
   LoraConfig cfg_;
   kernels::Ops& ops_;
+  bool vlm_ = false;  // the model is a vision-language checkpoint's language model (io::ModelConfig::vlm)
   std::vector<LoraSlot> slots_;
   std::size_t numel_ = 0;
   float* params_ = nullptr;

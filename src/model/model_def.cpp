@@ -543,6 +543,7 @@ std::string fingerprint_line_nf4(const std::string& name, const std::vector<std:
 
 void ModelDef::load_weights(const std::string& dir) {
   io::SafetensorsModel model(dir);
+  if (cfg_.vlm()) io::use_language_model_names(model);  // the language model of a vision-language checkpoint
   fingerprint_.clear();
   std::vector<float> host;
   for (std::size_t i = 0; i < base_.size(); ++i) {
@@ -578,11 +579,19 @@ void ModelDef::load_weights(const std::string& dir) {
   std::set<std::string> used;
   for (const auto& t : base_) used.insert(t.name);
   std::vector<std::string> unused;
+  std::size_t vision = 0;
   for (const auto& name : model.names()) {
     const bool buffer = name.find("rotary_emb.inv_freq") != std::string::npos;  // old checkpoints keep RoPE buffers
     const bool tied_head = name == "lm_head.weight" && cfg_.tie_word_embeddings;
+    if (cfg_.vlm() && io::is_vision_tensor(name)) {
+      ++vision;
+      continue;
+    }
     if (!used.count(name) && !io::is_bnb_companion(name) && !buffer && !tied_head) unused.push_back(name);
   }
+  if (vision > 0)
+    log::info(dir + ": " + cfg_.vlm_architecture + ": its language model, text only (the " +
+                   std::to_string(vision) + " tensors of the vision tower and projector are not loaded)");
   if (!unused.empty())
     log::warn_once(dir + ": " + std::to_string(unused.size()) + " of its tensors are not used by its config.json (" +
                    unused.front() + (unused.size() > 1 ? ", ..." : "") +

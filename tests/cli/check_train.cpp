@@ -22,6 +22,9 @@
 //                                                       at the value positions only, advantages and log-probs at the
 //                                                       tokens only, advantages whitened over the batch, returns -
 //                                                       values affine in them (GAE minus its whitening), metrics agree
+//   check_train tensors DIR1 DIR2 PREFIX...               the tensors of model directory DIR1 whose names start with a
+//                                                       PREFIX are in DIR2 byte for byte (dtype, shape, bytes); prints
+//                                                       their count and the names of both directories'
 //   check_train scores A.h5 B.h5 --rtol=X                 two `mgrl score` files: same tokens, log-probs within X
 //   check_train same_rollouts A.h5 B.h5 --atol=X          two rollout files of one step: the same prompts and
 //                                                       completions token for token, sample log-probs within X
@@ -37,6 +40,7 @@
 #include <string>
 
 #include "io/hdf5_file.h"
+#include "io/safetensors.h"
 #include <algorithm>
 #include "train/checkpoint.h"
 
@@ -81,6 +85,27 @@ int main(int argc, char** argv) {
   }
   const std::string cmd = argv[1];
   try {
+    if (cmd == "tensors" && argc >= 5) {
+      io::SafetensorsModel a(argv[2]), b(argv[3]);
+      int same = 0, bad = 0;
+      for (const auto& name : a.names()) {
+        bool chosen = false;
+        for (int i = 4; i < argc; ++i) chosen = chosen || name.rfind(argv[i], 0) == 0;
+        if (!chosen) continue;
+        const io::TensorInfo& x = a.get(name);
+        const io::TensorInfo* y = b.find(name);
+        if (y && y->dtype == x.dtype && y->shape == x.shape && y->nbytes == x.nbytes &&
+            std::memcmp(y->data, x.data, x.nbytes) == 0) {
+          ++same;
+        } else {
+          ++bad;
+          std::printf("check_train: tensor %s differs or is missing\n", name.c_str());
+        }
+      }
+      std::printf("check_train: %d tensors the same byte for byte, %d not; %zu and %zu tensors in all\n", same, bad,
+                  a.names().size(), b.names().size());
+      return same > 0 && bad == 0 ? 0 : 1;
+    }
     if (cmd == "weights" && argc >= 4) {
       const auto a = train::read_checkpoint(argv[2]), b = train::read_checkpoint(argv[3]);
       const bool exact = opt(argc, argv, "--exact") != nullptr;

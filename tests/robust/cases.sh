@@ -150,7 +150,7 @@ c peft_invalid_json 1 'model/adapter_config\.json: invalid JSON: line' 'echo "{\
 c peft_missing_r 1 "model/adapter_config\.json: missing required key 'r'" 'T json-del model/adapter_config.json /r' $SCORE --lora.adapter=model
 c peft_r_string 1 "model/adapter_config\.json: key 'r' must be a number, not \"4\"" 'T json-set model/adapter_config.json /r "\"4\""' $SCORE --lora.adapter=model
 c peft_empty_targets 1 "model/adapter_config\.json: key 'target_modules' is empty" 'T json-set model/adapter_config.json /target_modules "[]"' $SCORE --lora.adapter=model
-c peft_regex_targets 1 'model/adapter_config\.json: target_modules as a regular expression is not supported' 'T json-set model/adapter_config.json /target_modules "\"q_proj|v_proj\""' $SCORE --lora.adapter=model
+c peft_regex_targets 1 'model/adapter_config\.json: key .target_modules. = "q_proj\|v_proj" selects none of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj of the decoder layers' 'T json-set model/adapter_config.json /target_modules "\"q_proj|v_proj\""' $SCORE --lora.adapter=model
 c peft_unknown_target 1 "model/adapter_config\.json: target module 'fc1' is not a linear layer" 'T json-set model/adapter_config.json /target_modules "[\"fc1\"]"' $SCORE --lora.adapter=model
 c peft_dora 1 'model/adapter_config\.json: DoRA adapters \(use_dora\) are not supported' 'T json-set model/adapter_config.json /use_dora true' $SCORE --lora.adapter=model
 c peft_wrong_rank 1 "model/adapter_model\.safetensors: tensor 'base_model\.model\.model\.layers\.0\..*' has shape \[4, [0-9]+\], expected \[8, [0-9]+\]" 'T json-set model/adapter_config.json /r 8' $SCORE --lora.adapter=model

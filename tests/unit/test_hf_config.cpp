@@ -490,14 +490,10 @@ TEST(HfConfigErrors, Architecture) {
   std::string text = kQwen2;
   text.replace(text.find("Qwen2ForCausalLM"), 16, "PhiForCausalLM");
   const std::string all = "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma2ForCausalLM, "
-                          "Gemma3ForCausalLM, MistralForCausalLM";
+                          "Gemma3ForCausalLM, MistralForCausalLM, Gemma3ForConditionalGeneration (its language model)";
   EXPECT_EQ(config_error("phi", text), "unsupported architecture 'PhiForCausalLM' (supported: " + all + ")");
   EXPECT_EQ(config_error("noarch", llama_with("", "architectures")),
             "missing required key 'architectures' (one of " + all + ")");
-  EXPECT_EQ(config_error("gemma3vl", llama_with(R"("architectures": ["Gemma3ForConditionalGeneration"])",
-                                                "architectures")),
-            "architecture 'Gemma3ForConditionalGeneration' is Gemma 3 with its vision tower; only the text model "
-            "(Gemma3ForCausalLM, model_type gemma3_text) is supported");
   const std::map<std::string, Architecture> types{
       {"gemma2", Architecture::Gemma2}, {"gemma3_text", Architecture::Gemma3}, {"mistral", Architecture::Mistral}};
   for (const auto& [type, arch] : types) {
@@ -581,9 +577,58 @@ TEST(HfConfigErrors, GemmaAndWindows) {
     "sliding_attention": {"rope_type": "linear", "factor": 2.0}}})"),
             "key 'rope_parameters.sliding_attention.rope_type' must be 'default': mgrl does not scale the RoPE of "
             "sliding layers");
-  EXPECT_EQ(config_error("g3_vl", llama_with(R"("model_type": "gemma3", "text_config": {})", "architectures")),
-            "model_type 'gemma3' is Gemma 3 with its vision tower; only the text model (model_type gemma3_text) is "
-            "supported");
+}
+
+// Gemma3ForConditionalGeneration (or model_type gemma3): its language model, from text_config over Gemma3TextConfig's
+// defaults (transformers 5.24's, for what a Hub text_config leaves out), the dtype and eos ids of the top level;
+// errors name text_config's keys.
+TEST(HfConfig, Gemma3VisionLanguageReadsItsLanguageModel) {
+  const ModelConfig d = parse_hf_config(write_config("g3vl_default", R"({"architectures": ["Gemma3ForConditionalGeneration"],
+    "model_type": "gemma3", "torch_dtype": "bfloat16"})"));
+  EXPECT_EQ(d.vlm_architecture, "Gemma3ForConditionalGeneration");
+  EXPECT_EQ(d.arch, Architecture::Gemma3);
+  EXPECT_EQ(d.vocab_size, 262208);
+  EXPECT_EQ(d.hidden_size, 2304);
+  EXPECT_EQ(d.intermediate_size, 9216);
+  EXPECT_EQ(d.num_hidden_layers, 26);
+  EXPECT_EQ(d.num_attention_heads, 8);
+  EXPECT_EQ(d.num_key_value_heads, 4);
+  EXPECT_EQ(d.head_dim, 256);
+  EXPECT_EQ(d.rms_norm_eps, 1e-6);
+  EXPECT_EQ(d.max_position_embeddings, 131072);
+  EXPECT_EQ(d.query_pre_attn_scalar, 256);
+  EXPECT_EQ(d.sliding_window, 4096);
+  EXPECT_EQ(d.rope_theta, 1000000.0);
+  EXPECT_EQ(d.rope_local_theta, 10000.0);
+  EXPECT_TRUE(d.tie_word_embeddings);
+  EXPECT_EQ(d.torch_dtype, "bfloat16");
+  EXPECT_EQ(d.final_logit_softcapping, 0.0);
+  EXPECT_EQ(d.layer_sliding[4], true);
+  EXPECT_EQ(d.layer_sliding[5], false);
+  // google/gemma-3-4b-it's config.json, as on the Hub (its vision_config left out)
+  const ModelConfig g = parse_hf_config(write_config("g3vl_4b", R"({"architectures": ["Gemma3ForConditionalGeneration"],
+    "boi_token_index": 255999, "eoi_token_index": 256000, "eos_token_id": [1, 106], "image_token_index": 262144,
+    "initializer_range": 0.02, "mm_tokens_per_image": 256, "model_type": "gemma3",
+    "text_config": {"hidden_size": 2560, "intermediate_size": 10240, "model_type": "gemma3_text",
+      "num_hidden_layers": 34, "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "sliding_window": 1024},
+    "torch_dtype": "bfloat16", "transformers_version": "4.50.0.dev0"})"));
+  EXPECT_EQ(g.hidden_size, 2560);
+  EXPECT_EQ(g.num_hidden_layers, 34);
+  EXPECT_EQ(g.sliding_window, 1024);
+  ASSERT_TRUE(g.rope_scaling.has_value());
+  EXPECT_EQ(g.rope_scaling->factor, 8.0);
+  EXPECT_EQ(g.eos_token_ids, (std::vector<std::int64_t>{1, 106}));
+  const ModelConfig bare = parse_hf_config(write_config("g3vl_mt", R"({"model_type": "gemma3", "text_config": {}})"));
+  EXPECT_EQ(bare.vlm_architecture, "Gemma3ForConditionalGeneration");
+  EXPECT_EQ(config_error("g3vl_bad", R"({"architectures": ["Gemma3ForConditionalGeneration"],
+    "text_config": {"rms_norm_eps": "small"}})"),
+            "key 'text_config.rms_norm_eps' must be a number, not a string (\"small\")");
+  EXPECT_EQ(config_error("g3vl_type", R"({"architectures": ["Gemma3ForConditionalGeneration"],
+    "text_config": {"model_type": "llama"}})"),
+            "key 'text_config.model_type' is a string (\"llama\"); a Gemma3ForConditionalGeneration's language model "
+            "is gemma3_text");
+  EXPECT_EQ(config_error("g3vl_list", R"({"architectures": ["Gemma3ForConditionalGeneration"], "text_config": [1]})"),
+            "key 'text_config' must be an object, not a list");
 }
 
 TEST(HfConfigErrors, RopeScaling) {

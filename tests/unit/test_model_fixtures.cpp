@@ -37,8 +37,9 @@ struct Fixture : test::ReferenceFile, test::ReferenceBatch {  // ref, and its ba
   std::unique_ptr<kernels::Ops> ops = kernels::make_cpu_ops();
   std::unique_ptr<Transformer> model;
 
-  Fixture(const std::string& name, ModelOptions opts = {})
-      : test::ReferenceFile(kData + name + "/reference.safetensors"),
+  // `reference`: the fixture whose reference.safetensors holds the ground truth (default: name's own).
+  Fixture(const std::string& name, ModelOptions opts = {}, const std::string& reference = "")
+      : test::ReferenceFile(kData + (reference.empty() ? name : reference) + "/reference.safetensors"),
         test::ReferenceBatch(ref),
         cfg(io::parse_hf_config(kData + name + "/config.json")) {
     model = std::make_unique<Transformer>(cfg, *ops, opts);
@@ -49,8 +50,7 @@ struct Fixture : test::ReferenceFile, test::ReferenceBatch {  // ref, and its ba
 
 class ModelFixture : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(ModelFixture, MatchesHuggingFace) {
-  Fixture f(GetParam());
+void matches_hugging_face(Fixture& f) {
   const std::size_t BL = f.batch.tokens.size();
   const std::size_t V = f.cfg.vocab_size, H = f.cfg.hidden_size;
 
@@ -88,6 +88,35 @@ TEST_P(ModelFixture, MatchesHuggingFace) {
   f.model->forward(f.batch, lp_base.data(), /*use_lora=*/false);
   EXPECT_LE(rel_error(f.model->logits(), f.valid_rows(f.reference("logits_base"), V)), 1e-5)
       << "logits without the adapter";
+}
+
+TEST_P(ModelFixture, MatchesHuggingFace) {
+  Fixture f(GetParam());
+  matches_hugging_face(f);
+}
+
+// Gemma 3's vision-language checkpoint (Gemma3ForConditionalGeneration, tools/make_vlm_fixtures.py) read as its
+// language model: gemma3_text's weights and adapter inside, in transformers 5.24's layout (gemma3_vlm) and in the
+// Hub's (gemma3_vlm_hub: transformers 4.50's tensor and module names, a text_config holding only what differs from
+// Gemma3TextConfig's defaults), so gemma3_text's transformers + PEFT reference is theirs (the script checks that
+// transformers' Gemma3ForConditionalGeneration gives those logits on text).
+TEST(VisionLanguage, Gemma3LanguageModelMatchesHuggingFace) {
+  const io::ModelConfig text = io::parse_hf_config(kData + "gemma3_text/config.json");
+  for (const std::string name : {"gemma3_vlm", "gemma3_vlm_hub"}) {
+    SCOPED_TRACE(name);
+    Fixture f(name, {}, "gemma3_text");
+    EXPECT_EQ(f.cfg.vlm_architecture, "Gemma3ForConditionalGeneration");
+    EXPECT_EQ(f.cfg.arch, io::Architecture::Gemma3);
+    EXPECT_EQ(f.cfg.num_key_value_heads, text.num_key_value_heads);
+    EXPECT_EQ(f.cfg.rms_norm_eps, text.rms_norm_eps);
+    EXPECT_EQ(f.cfg.layer_sliding, text.layer_sliding);
+    EXPECT_EQ(f.cfg.rope_local_theta, text.rope_local_theta);
+    EXPECT_EQ(f.cfg.query_pre_attn_scalar, text.query_pre_attn_scalar);
+    EXPECT_TRUE(f.cfg.tie_word_embeddings);
+    matches_hugging_face(f);
+  }
+  // The Hub's checkpoints list <eos> and <end_of_turn> at the top level: both end a completion.
+  EXPECT_EQ(io::parse_hf_config(kData + "gemma3_vlm_hub/config.json").eos_token_ids, (std::vector<std::int64_t>{1, 106}));
 }
 
 TEST_P(ModelFixture, RecomputeGivesTheSameGradients) {
@@ -470,6 +499,66 @@ TEST(PeftExport, RoundTripMatchesThePeftFixture) {
     f.model->forward(f.batch, lp2.data());
     EXPECT_EQ(lp1, lp2) << name;
   }
+}
+
+// An adapter trained on a vision-language checkpoint's language model is written as PEFT wrote the fixture's: the
+// module names of the language model (base_model.model.model.language_model.layers...) and target_modules as the
+// regular expression that keeps PEFT's LoRA off the vision tower (tools/make_vlm_fixtures.py loads that adapter
+// with PEFT); it reads back to the same settings and log-probs. The Hub fixture's adapter (transformers 4.50 names,
+// another expression) reads to the same adapter.
+TEST(PeftExport, VisionLanguageAdapterAsPeftWritesIt) {
+  Fixture f("gemma3_vlm", {}, "gemma3_text");
+  const std::string dir = ::testing::TempDir() + "mgrl_peft_gemma3_vlm";
+  f.model->lora()->save_peft(dir, kData + "gemma3_vlm");
+  io::SafetensorsFile ours(dir + "/adapter_model.safetensors"), peft(kData + "gemma3_vlm/adapter_model.safetensors");
+  ASSERT_EQ(ours.tensors().size(), peft.tensors().size());
+  for (const auto& t : peft.tensors()) {
+    ASSERT_NE(t.name.find("model.language_model.layers."), std::string::npos) << t.name;
+    EXPECT_EQ(io::to_f32(ours.get(t.name)), io::to_f32(t)) << t.name;
+  }
+  nlohmann::json a, b;
+  std::ifstream(dir + "/adapter_config.json") >> a;
+  std::ifstream(kData + "gemma3_vlm/adapter_config.json") >> b;
+  EXPECT_EQ(a["target_modules"], b["target_modules"]);
+  const LoraConfig back = read_peft_config(dir + "/adapter_config.json"),
+                   hub = read_peft_config(kData + "gemma3_vlm_hub/adapter_config.json");
+  const std::set<std::string> all{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  EXPECT_EQ(std::set<std::string>(back.targets.begin(), back.targets.end()), all);
+  EXPECT_EQ(std::set<std::string>(hub.targets.begin(), hub.targets.end()), all);
+  std::vector<float> lp1(f.batch.tokens.size()), lp2(lp1.size()), lp3(lp1.size());
+  f.model->forward(f.batch, lp1.data());
+  f.model->add_lora(back, 99).load_peft(dir);
+  f.model->forward(f.batch, lp2.data());
+  EXPECT_EQ(lp1, lp2);
+  Fixture h("gemma3_vlm_hub", {}, "gemma3_text");
+  h.model->forward(h.batch, lp3.data());
+  EXPECT_EQ(lp1, lp3);
+}
+
+// target_modules as a regular expression (PEFT's re.fullmatch of whole module names): the projections it selects in
+// every layer; some layers only, none, or an expression that does not compile: one line naming the file.
+TEST(PeftConfig, TargetModulesRegularExpression) {
+  const auto targets = [](const std::string& re) {
+    return peft_config_from_json(nlohmann::json{{"r", 4}, {"lora_alpha", 8}, {"target_modules", re}}, "a.json").targets;
+  };
+  EXPECT_EQ(targets(".*\\.(q_proj|v_proj)"), (std::vector<std::string>{"q_proj", "v_proj"}));
+  EXPECT_EQ(targets("model\\.layers\\.\\d+\\.mlp\\..*"), (std::vector<std::string>{"gate_proj", "up_proj", "down_proj"}));
+  EXPECT_EQ(targets(".*language_model.*\\.(o_proj)"), (std::vector<std::string>{"o_proj"}));
+  const auto error = [](const std::string& re) {
+    try {
+      peft_config_from_json(nlohmann::json{{"r", 4}, {"lora_alpha", 8}, {"target_modules", re}}, "a.json");
+    } catch (const UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(error(".*layers\\.[0-3]\\..*q_proj"),
+            "a.json: key 'target_modules' = \".*layers\\.[0-3]\\..*q_proj\" selects q_proj in some layers only (4 of the "
+            "first 128); adapters on some layers are not supported");
+  EXPECT_EQ(error("vision_tower.*"), "a.json: key 'target_modules' = \"vision_tower.*\" selects none of q_proj, k_proj, "
+                                     "v_proj, o_proj, gate_proj, up_proj, down_proj of the decoder layers");
+  EXPECT_NE(error("(q_proj").find("a.json: key 'target_modules' = \"(q_proj\" is not a regular expression"),
+            std::string::npos);
 }
 
 // The rotary inverse frequencies (model/rope_freq.h).
