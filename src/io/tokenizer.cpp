@@ -1358,7 +1358,9 @@ void Tokenizer::Impl::load_config(const std::string& dir) {
     throw UserError(cfg_path + ": \"chat_template\" must be a string or a list of {\"name\", \"template\"} objects, "
                     "not " + std::string(ct->type_name()));
   }
-  if (chat_template_origin.empty() && file_exists(dir + "/chat_template.jinja")) {
+  // transformers: "If independent chat template file(s) exist, they take priority over template entries in the
+  // tokenizer config" (until 2026-11-29 the tokenizer_config.json entry won here).
+  if (file_exists(dir + "/chat_template.jinja")) {
     chat_template = read_text(dir + "/chat_template.jinja");
     chat_template_origin = dir + "/chat_template.jinja";
   }

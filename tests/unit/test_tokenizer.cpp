@@ -409,6 +409,7 @@ TEST(Errors, TinyTokenizerLoads) {
 TEST(Tokenizer, ChatTemplateSources) {
   // the list form of tokenizer_config.json: the "default" entry
   const std::string a = write_tokenizer("tmpl_list", json::object());
+  std::remove((a + "/chat_template.jinja").c_str());  // an earlier run's (below)
   std::ofstream(a + "/tokenizer_config.json") << json{{"chat_template",
                                                        {{{"name", "tool_use"}, {"template", "x"}},
                                                         {{"name", "default"}, {"template", "{{ '<|im_start|>' }}"}}}}}
@@ -420,6 +421,11 @@ TEST(Tokenizer, ChatTemplateSources) {
   std::ofstream(b + "/chat_template.jinja") << "{{ '<|start_header_id|>' }}";
   EXPECT_EQ(Tokenizer::from_dir(b).chat_template(), "{{ '<|start_header_id|>' }}");
   EXPECT_EQ(Tokenizer::from_dir(b).chat_template_origin(), b + "/chat_template.jinja");
+  // both: the file wins, as in transformers' tokenizer loading (a model saved by transformers 5 keeps the template in
+  // chat_template.jinja; an older tokenizer_config.json entry beside it is stale)
+  std::ofstream(a + "/chat_template.jinja") << "{{ 'file' }}";
+  EXPECT_EQ(Tokenizer::from_dir(a).chat_template(), "{{ 'file' }}");
+  EXPECT_EQ(Tokenizer::from_dir(a).chat_template_origin(), a + "/chat_template.jinja");
 }
 
 TEST(Errors, UnsupportedComponents) {
