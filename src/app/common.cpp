@@ -469,6 +469,7 @@ void read_supervised_keys(const io::Config& cfg, const dist::Device& device, con
   o->adamw = oo.adamw;
   o->schedule = oo.schedule;
   o->seed = seed;
+  o->shuffle = cfg.get_bool("data.shuffle");
   o->log_every = static_cast<int>(cfg.get_int("log.every_steps"));
   o->eval_every = static_cast<int>(cfg.get_int("eval.every_steps"));
   o->eval_batch = static_cast<int>(cfg.get_int("eval.batch_size"));

@@ -129,6 +129,7 @@ int run_grpo(Context& ctx) {
   o.reference = cfg.get_string("grpo.reference");
   o.balance = cfg.get_string("grpo.balance");
   o.seed = seed;
+  o.shuffle = cfg.get_bool("data.shuffle");
   o.log_every = static_cast<int>(cfg.get_int("log.every_steps"));
   o.eval_every = static_cast<int>(cfg.get_int("eval.every_steps"));
   o.eval_max_new_tokens = static_cast<int>(cfg.get_int("eval.max_new_tokens"));

@@ -95,6 +95,7 @@ int run_ppo(Context& ctx) {
   log_merge_lora(merge, net);
   o.kv_block_size = static_cast<int>(cfg.get_int("generate.kv_block_size"));
   o.seed = seed;
+  o.shuffle = cfg.get_bool("data.shuffle");
   o.log_every = static_cast<int>(cfg.get_int("log.every_steps"));
   o.rollouts_every = static_cast<int>(cfg.get_int("rollouts.every_steps"));
   o.log_dir = cfg.get_string("log.dir");

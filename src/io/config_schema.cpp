@@ -181,6 +181,12 @@ const Schema& mgrl_schema() {
          "how {\"messages\"} examples become text: auto (the model's own chat template, or chat.template), or a "
          "built-in format for models without one: chatml, llama3 or none",
          {"auto", "chatml", "llama3", "none"}, {}, {}, {}});
+    add({"data.shuffle", T::Bool, Value(true),
+         "training: each epoch's examples (SFT rows, DPO pairs, GRPO and PPO prompts) in a random order seeded by "
+         "train.seed, a new one each epoch, as transformers' and trl's samplers draw them; false: in the data file's "
+         "order (with train.packing the packed rows' order), epoch after epoch (trl's shuffle_dataset = False, e.g. "
+         "for a curriculum)",
+         {}, {}, {}, {}});
     add({"data.text_field", T::String, Value(std::string("text")),
          "SFT: the key of a language-modeling line's text, {\"text\": ...} by default (trl's dataset_text_field)", {}, {},
          {}, {}});

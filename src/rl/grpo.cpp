@@ -99,7 +99,7 @@ GrpoTrainer::GrpoTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Trans
                          GrpoOptions opts, bool initial_is_base)
     : env_(env), comm_(comm), model_(model), tok_(tok), rewards_(rewards), train_(std::move(train)),
       eval_(std::move(eval)), opts_(std::move(opts)), initial_is_base_(initial_is_base),
-      sampler_(train_.size(), opts_.seed) {
+      sampler_(train_.size(), opts_.seed, opts_.shuffle) {
   const int ranks = env_.size();
   if (opts_.batch_prompts % ranks != 0)
     throw UserError("train.batch_size (" + std::to_string(opts_.batch_prompts) +

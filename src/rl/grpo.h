@@ -65,6 +65,7 @@ struct GrpoOptions {
   std::string reference = "initial";  // initial | base
   std::string balance = "tokens";     // tokens | none: how prompts and completions are split over ranks
   std::uint64_t seed = 0;
+  bool shuffle = true;  // data.shuffle: each epoch in a seeded random order; false: the data's order
   int log_every = 1;
   int eval_every = 0;
   int eval_max_new_tokens = 32;

@@ -25,7 +25,7 @@ PpoTrainer::PpoTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transfo
                        const Rewards& rewards, std::vector<PromptRow> train, std::vector<PromptRow> eval,
                        PpoTrainOptions opts)
     : env_(env), comm_(comm), model_(model), tok_(tok), rewards_(rewards), train_(std::move(train)),
-      eval_(std::move(eval)), opts_(std::move(opts)), sampler_(train_.size(), opts_.seed) {
+      eval_(std::move(eval)), opts_(std::move(opts)), sampler_(train_.size(), opts_.seed, opts_.shuffle) {
   const int ranks = env_.size();
   if (opts_.batch_prompts % ranks != 0)
     throw UserError("train.batch_size (" + std::to_string(opts_.batch_prompts) +

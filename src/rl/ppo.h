@@ -49,6 +49,7 @@ struct PpoTrainOptions {
   int sync_interval = 8;  // generate.sync_interval
   GenerationOptions::Merge merge_lora = GenerationOptions::Merge::Off;  // generate.merge_lora (resolved)
   std::uint64_t seed = 0;
+  bool shuffle = true;  // data.shuffle: each epoch in a seeded random order; false: the data's order
   int rollouts_every = 1;
   std::string log_dir;
   std::string config_text;

@@ -226,6 +226,7 @@ std::vector<std::vector<std::size_t>> pack_bfd(const std::vector<std::size_t>& l
 std::vector<std::size_t> Sampler::order(std::int64_t epoch) const {
   std::vector<std::size_t> p(n_);
   std::iota(p.begin(), p.end(), 0);
+  if (!shuffle_) return p;
   const std::uint64_t stream = random_bits(seed_, static_cast<std::uint64_t>(epoch));
   for (std::size_t i = n_; i > 1; --i) {  // Fisher-Yates
     const std::size_t j = static_cast<std::size_t>(random_bits(stream, i) % i);

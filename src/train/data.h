@@ -76,7 +76,9 @@ std::vector<std::vector<std::size_t>> pack_bfd(const std::vector<std::size_t>& l
 // Which examples form a step's batch, identical on every rank.
 class Sampler {
  public:
-  Sampler(std::size_t n_examples, std::uint64_t seed) : n_(n_examples), seed_(seed) {}
+  // shuffle false (data.shuffle): every epoch in the data's order.
+  Sampler(std::size_t n_examples, std::uint64_t seed, bool shuffle = true)
+      : n_(n_examples), seed_(seed), shuffle_(shuffle) {}
   // The next `global_batch` example indices from the cursor (epochs wrap, each with its own shuffle),
   // advancing the cursor.
   std::vector<std::size_t> next(DataCursor& cursor, int global_batch) const;
@@ -86,6 +88,7 @@ class Sampler {
  private:
   std::size_t n_;
   std::uint64_t seed_;
+  bool shuffle_ = true;
 };
 
 }  // namespace mgrl::train

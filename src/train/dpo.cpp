@@ -101,7 +101,7 @@ nlohmann::json named(const DpoSums& s, const std::string& prefix, double sft_wei
 DpoTrainer::DpoTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transformer& model,
                        std::vector<PreferencePair> train, std::vector<PreferencePair> eval, DpoOptions opts)
     : env_(env), comm_(comm), model_(model), train_(std::move(train)), eval_(std::move(eval)), opts_(std::move(opts)),
-      sampler_(train_.size(), opts_.seed) {
+      sampler_(train_.size(), opts_.seed, opts_.shuffle) {
   const int ranks = env_.size();
   if (opts_.global_batch % ranks != 0)
     throw UserError("train.batch_size (" + std::to_string(opts_.global_batch) +

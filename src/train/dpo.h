@@ -42,6 +42,7 @@ struct DpoOptions {
   kernels::Ops::AdamW adamw;
   Schedule schedule;
   std::uint64_t seed = 0;
+  bool shuffle = true;  // data.shuffle: each epoch in a seeded random order; false: the data's order
   int log_every = 1;
   int eval_every = 0;
   int eval_batch = 16;  // pairs per scoring pass

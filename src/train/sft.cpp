@@ -84,7 +84,7 @@ SftTrainer::SftTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transfo
                        std::vector<Example> train, std::vector<Example> eval,
                        std::vector<std::vector<std::size_t>> rows, SftOptions opts)
     : env_(env), comm_(comm), model_(model), tok_(tok), train_(std::move(train)), eval_(std::move(eval)),
-      opts_(std::move(opts)), rows_(std::move(rows)), sampler_(rows_.size(), opts_.seed) {
+      opts_(std::move(opts)), rows_(std::move(rows)), sampler_(rows_.size(), opts_.seed, opts_.shuffle) {
   for (const auto& row : rows_)
     for (const std::size_t i : row) MGRL_CHECK(i < train_.size(), "an SFT row names an example that is not there");
   const int ranks = env_.size();

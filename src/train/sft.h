@@ -37,6 +37,7 @@ struct SftOptions {
   kernels::Ops::AdamW adamw;
   Schedule schedule;
   std::uint64_t seed = 0;
+  bool shuffle = true;  // data.shuffle: each epoch in a seeded random order; false: the data's order
   int log_every = 1;
   int eval_every = 0;  // 0: only at the end
   int eval_batch = 16;
