@@ -149,6 +149,12 @@ class Ops {
   // it sits in a batch (the training executor keys a token by its sequence's place in the step and its position).
   virtual void dropout(void* out, const void* x, int rows, int cols, float p, std::uint64_t seed,
                        const std::uint64_t* row_keys) = 0;
+  // NEFTune's embedding noise (SFT, train.neftune_noise_alpha): x[t, j] += row_scale[t] * noise_uniform(
+  // random_bits(seed, row_keys[t]), j), a uniform draw in [-1, 1) of a counter-based stream, so every backend adds
+  // the same noise and a row's noise depends on its key alone (as dropout's mask); row_scale f32 [rows] and
+  // row_keys u64 [rows] in backend memory; x [rows, cols] in the storage dtype, the f32 sum rounded to it.
+  virtual void add_uniform_noise(void* x, int rows, int cols, const float* row_scale, std::uint64_t seed,
+                                 const std::uint64_t* row_keys) = 0;
   // rope.h (inv_freq: f32 [head_dim / 2])
   virtual void rope_forward(void* x, const std::int32_t* pos, const float* inv_freq, int T, int n_heads,
                             int head_dim) = 0;
@@ -398,6 +404,11 @@ std::unique_ptr<Ops> make_cpu_ops();
 MGRL_HOST_DEVICE inline bool dropout_keep(std::uint64_t seed, std::uint64_t i, float p) {
   const float u = static_cast<float>(random_bits(seed, i) >> 40) * (1.0f / 16777216.0f);  // 24 bits -> [0, 1)
   return u >= p;
+}
+
+// Element i's uniform draw in [-1, 1) of the stream `seed` (add_uniform_noise): 24 bits, exact in f32.
+MGRL_HOST_DEVICE inline float noise_uniform(std::uint64_t seed, std::uint64_t i) {
+  return static_cast<float>(random_bits(seed, i) >> 40) * (2.0f / 16777216.0f) - 1.0f;
 }
 
 }  // namespace mgrl::kernels

@@ -134,6 +134,14 @@ class CpuOps final : public Ops {
         F(out)[r0 + j] = dropout_keep(row_seed, static_cast<std::uint64_t>(j), p) ? F(x)[r0 + j] * keep_scale : 0.0f;
     }
   }
+  void add_uniform_noise(void* x, int rows, int cols, const float* row_scale, std::uint64_t seed,
+                         const std::uint64_t* row_keys) override {
+    for (int t = 0; t < rows; ++t) {
+      const std::uint64_t row_seed = random_bits(seed, row_keys[t]);
+      float* r = F(x) + static_cast<std::size_t>(t) * static_cast<std::size_t>(cols);
+      for (int j = 0; j < cols; ++j) r[j] += row_scale[t] * noise_uniform(row_seed, static_cast<std::uint64_t>(j));
+    }
+  }
   void rope_forward(void* x, const std::int32_t* pos, const float* inv_freq, int T, int n_heads,
                     int head_dim) override {
     cpu::rope_forward(F(x), pos, inv_freq, T, n_heads, head_dim);

@@ -244,6 +244,10 @@ class CudaOps final : public Ops {
                const std::uint64_t* row_keys) override {
     cuda::dropout(ctx(), out, x, rows, cols, p, seed, row_keys);
   }
+  void add_uniform_noise(void* x, int rows, int cols, const float* row_scale, std::uint64_t seed,
+                         const std::uint64_t* row_keys) override {
+    cuda::add_uniform_noise(ctx(), x, rows, cols, row_scale, seed, row_keys);
+  }
   void rope_forward(void* x, const std::int32_t* pos, const float* inv_freq, int T, int n_heads,
                     int head_dim) override {
     cuda::rope_forward(ctx(), x, pos, inv_freq, T, n_heads, head_dim);

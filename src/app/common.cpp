@@ -489,6 +489,11 @@ TrainingModel build_training_model(const Context& ctx, const io::ModelConfig& mc
   TrainingModel m;
   // Until 2026-11-28 the adapter was dropped without a word: full fine-tuning trained the base alone.
   ctx.env.agree([&] {
+    // NEFTune is SFT's (trl's SFTTrainer): another mode would ignore it in silence.
+    const std::string mode = cfg.get_string("mode");
+    if (mode != "sft" && cfg.get_float("train.neftune_noise_alpha") > 0)
+      throw UserError("key 'train.neftune_noise_alpha' adds NEFTune's noise to SFT's training embeddings; mgrl " + mode +
+                      " does not use it: remove it");
     if (full && !cfg.get_string("lora.adapter").empty())
       throw UserError("key 'lora.adapter' does not apply with train.full_finetune = true, which trains the base "
                       "weights: merge the adapter into the model first (PEFT's merge_and_unload) and set model.path "

@@ -112,6 +112,7 @@ int run_sft(Context& ctx) {
                        &o);
   o.gpu_peak_tflops = gpu_peak_tflops(ctx.device);
   o.dft = cfg.get_string("train.loss_type") == "dft";
+  o.neftune_alpha = static_cast<float>(cfg.get_float("train.neftune_noise_alpha"));
   if (cfg.get_bool("eval.accuracy") && !eval_data.empty())
     o.accuracy = greedy_accuracy(env, net, *tok, static_cast<int>(cfg.get_int("eval.max_new_tokens")));
   const std::size_t n_train = train_data.size(), n_eval = eval_data.size();

@@ -181,6 +181,13 @@ const Schema& mgrl_schema() {
          "how {\"messages\"} examples become text: auto (the model's own chat template, or chat.template), or a "
          "built-in format for models without one: chatml, llama3 or none",
          {"auto", "chatml", "llama3", "none"}, {}, {}, {}});
+    add({"train.neftune_noise_alpha", T::Float, Value(0.0),
+         "SFT: NEFTune (Jain et al. 2023; trl's and transformers' neftune_noise_alpha, e.g. 5): uniform noise of "
+         "magnitude alpha / sqrt(L x hidden_size) added to the input embeddings of every training forward, L the "
+         "example's own length (transformers uses the padded length of the device's batch, which depends on the "
+         "batching), drawn per token so that any rank count adds the same; evaluation and the exported model see "
+         "none; 0: off",
+         {}, 0.0, 1e6, {}});
     add({"data.shuffle", T::Bool, Value(true),
          "training: each epoch's examples (SFT rows, DPO pairs, GRPO and PPO prompts) in a random order seeded by "
          "train.seed, a new one each epoch, as transformers' and trl's samplers draw them; false: in the data file's "

@@ -38,13 +38,15 @@ struct TrainExecutor::PassBuffers {
   float *rstd_f, *lse_head, *lp, *wrow, *lora_scratch;
   float* stats;  // the LM head's per-row entropy, top-1 hit and mean logit [3T] (set_token_stats, set_score_stats)
   std::int32_t *ids, *targets, *pos, *cu_seqlens;
-  std::uint64_t* row_keys;  // LoRA dropout: each token's key (Batch::seq_keys and its position; training arena only)
+  std::uint64_t* row_keys;  // LoRA dropout, NEFTune: each token's key (Batch::seq_keys and its position; training arena)
+  float* row_scale;         // NEFTune: each token's noise magnitude (training arena only)
   std::int32_t* sel;  // the LM head's rows when it runs on the scored rows only (Batch::scored_from)
   void* head_scratch;
   void *dx, *dh, *dq, *dk, *dv, *dq2, *dk2, *dattn, *dgate, *dup, *dact, *dxf, *dlora;
   void* dpost;  // Gemma: the gradient of a post-norm's input (else null)
   std::vector<std::int32_t> host_ids, host_offsets;  // of the last forward
   std::vector<std::uint64_t> host_keys;              // its row keys (kept: uploads are async)
+  std::vector<float> host_scale;                     // its NEFTune magnitudes (kept likewise)
   std::vector<std::int32_t> host_sel;                // its LM head's rows (compact passes)
   std::vector<float> host_wrow;                      // its loss weights by LM-head row (kept: uploads are async)
   std::vector<float> host_wgrad;                     // forward_with_loss: those times the gradient scale
@@ -246,9 +248,11 @@ void TrainExecutor::layout(const ArenaSpec& sp, int T, Arena& arena, const std::
   W.sel = i32(t);
   W.head_scratch = raw(sp.head_scratch_bytes);
   W.row_keys = nullptr;
+  W.row_scale = nullptr;
   W.stats = f32(3 * t);
   if (!grads) return;  // a scoring arena: no backward
-  if (dropout) W.row_keys = static_cast<std::uint64_t*>(raw(t * sizeof(std::uint64_t)));
+  W.row_keys = static_cast<std::uint64_t*>(raw(t * sizeof(std::uint64_t)));  // LoRA dropout, NEFTune
+  W.row_scale = f32(t);
   W.dx = st(t * D);
   W.dh = st(t * D);
   W.dq = st(t * Q);
@@ -548,8 +552,9 @@ void TrainExecutor::forward_pass(const Batch& batch, float* logprobs, bool use_l
   ops_.upload(W.targets, targets.data(), static_cast<std::size_t>(T) * 4);
   ops_.upload(W.pos, pos.data(), static_cast<std::size_t>(T) * 4);
   ops_.upload(W.cu_seqlens, batch.offsets.data(), static_cast<std::size_t>(B + 1) * 4);
-  if (train && cur_->lora && def_.lora()->config().dropout > 0) {
-    MGRL_CHECK(W.row_keys != nullptr, "LoRA dropout without its row keys");
+  const bool noise = train && embedding_noise_ > 0;
+  if ((train && cur_->lora && def_.lora()->config().dropout > 0) || noise) {
+    MGRL_CHECK(W.row_keys != nullptr, "LoRA dropout or NEFTune without the row keys");
     MGRL_CHECK(batch.seq_keys.empty() || batch.seq_keys.size() == static_cast<std::size_t>(B), "malformed seq_keys");
     W.host_keys.resize(static_cast<std::size_t>(T));
     for (int b = 0; b < B; ++b) {
@@ -561,6 +566,19 @@ void TrainExecutor::forward_pass(const Batch& batch, float* logprobs, bool use_l
   }
 
   ops_.embedding_forward(W.xs[0], W.ids, def_.embed(), T, V, D, def_.embed_scale());
+  if (noise) {
+    // NEFTune (Jain et al. 2023; transformers' neftune hook): uniform noise of magnitude alpha / sqrt(L d) on the
+    // embeddings (after Gemma's scaling, as the hook sees the embedding module's output), L the sequence's own
+    // length; drawn per token from its row key, so the noise of an example is the same on any rank count.
+    W.host_scale.resize(static_cast<std::size_t>(T));
+    for (int b = 0; b < B; ++b) {
+      const float mag = static_cast<float>(static_cast<double>(embedding_noise_) /
+                                           std::sqrt(static_cast<double>(batch.length(b)) * static_cast<double>(D)));
+      for (int t = 0; t < batch.length(b); ++t) W.host_scale[static_cast<std::size_t>(batch.offsets[b] + t)] = mag;
+    }
+    ops_.upload(W.row_scale, W.host_scale.data(), W.host_scale.size() * sizeof(float));
+    ops_.add_uniform_noise(W.xs[0], T, D, W.row_scale, random_bits(dropout_seed, 0x6e656674756e65ull), W.row_keys);
+  }
   for (int l = 0; l < cfg_.num_hidden_layers; ++l)
     layer_forward(l, W.xs[l], W.xs[l + 1], *cur_->acts[cur_->acts.size() == 1 ? 0 : l], use_lora, train,
                   dropout_seed);

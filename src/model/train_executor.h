@@ -56,6 +56,10 @@ class TrainExecutor {
   // training forward computes while set_token_stats(true).
   void add_loss(const float* weights, double* loss_acc, double* stats_acc = nullptr);
   void set_token_stats(bool on) { token_stats_ = on; }
+  // NEFTune (SFT's train.neftune_noise_alpha): training forwards add uniform noise of magnitude
+  // alpha / sqrt(sequence length x hidden) to the input embeddings (Ops::add_uniform_noise, keyed by Batch::seq_keys
+  // and the forward's dropout_seed); 0: none. Scoring and evaluation passes never do.
+  void set_embedding_noise(float alpha) { embedding_noise_ = alpha; }
   void set_score_stats(bool on) { score_stats_ = on; }  // the same for score() passes (token_stats(true))
   // The LM head's per-token statistics of the last training forward (set_token_stats), host [T] each in packed rows as
   // its log-probs (position i: the distribution that predicted token i; 0 at each sequence's first position, at
@@ -103,6 +107,7 @@ class TrainExecutor {
     double* stats_acc;
   };
   bool token_stats_ = false;  // training forwards compute the LM head's entropy and top-1 stats (add_loss)
+  float embedding_noise_ = 0;  // NEFTune's alpha (set_embedding_noise)
   bool score_stats_ = false;  // score() passes do
   void add_stats(double* stats_acc);
   // fused non-null: forward_with_loss (the LM head's backward in the forward)

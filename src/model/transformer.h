@@ -67,6 +67,7 @@ class Transformer {
     train_->add_loss(weights, loss_acc, stats_acc);
   }
   void set_token_stats(bool on) { train_->set_token_stats(on); }
+  void set_embedding_noise(float alpha) { train_->set_embedding_noise(alpha); }  // NEFTune (TrainExecutor)
   TokenStats token_stats(bool scoring = false) const { return train_->token_stats(scoring); }
   void set_score_stats(bool on) { train_->set_score_stats(on); }
   void forward_with_loss(const Batch& batch, const float* weights, double grad_scale, double* loss_acc,

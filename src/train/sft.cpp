@@ -107,6 +107,7 @@ SftTrainer::SftTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transfo
   // The loss, then trl's token metrics (the mean entropy and top-1 accuracy over the loss tokens), summed on the device.
   loss_acc_ = static_cast<double*>(model_.ops().alloc(4 * sizeof(double)));
   model_.set_token_stats(true);
+  model_.set_embedding_noise(opts_.neftune_alpha);  // training forwards only: evaluation scores without it
   model_.set_score_stats(true);  // and of the held-out passes (eval_entropy, eval_mean_token_accuracy)
   // Activation memory planned once: a micro-batch holds at most the `micro` longest rows.
   const int micro = opts_.global_batch / ranks / opts_.grad_accum;

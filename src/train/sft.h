@@ -55,6 +55,7 @@ struct SftOptions {
   // model, taken as a constant (DFT, arXiv 2508.05629): loss and gradient -p log p and -p d(log p). The step runs the
   // forward, reads the log-probs back and then the backward (never the fused LM head pass).
   bool dft = false;
+  float neftune_alpha = 0;  // train.neftune_noise_alpha: NEFTune's embedding noise in training forwards; 0 none
 };
 
 // The rows a step's batch is drawn from: one per example, or with pack_capacity > 0 the examples packed into rows of

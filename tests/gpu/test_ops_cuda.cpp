@@ -676,6 +676,36 @@ TEST_P(OpsCuda, Dropout) {
   expect_close("dropout in place", x, tol());
 }
 
+// NEFTune's noise (Ops::add_uniform_noise): the same draws on both backends (a counter-based stream per row key),
+// in place on the storage dtype, each row's magnitude its own.
+TEST_P(OpsCuda, AddUniformNoiseMatchesCpu) {
+  const int rows = 11, cols = 67;
+  const std::int64_t n = static_cast<std::int64_t>(rows) * cols;
+  std::vector<std::uint64_t> keys;
+  for (int t = 0; t < rows; ++t) keys.push_back(random_bits(static_cast<std::uint64_t>(t % 4), static_cast<std::uint64_t>(t)));
+  Pair k;
+  k.c = own(*cpu_, keys.size() * 8);
+  k.g = own(*gpu_, keys.size() * 8);
+  cpu_->upload(k.c, keys.data(), keys.size() * 8);
+  gpu_->upload(k.g, keys.data(), keys.size() * 8);
+  Vec scale_host(sz(rows));
+  for (int t = 0; t < rows; ++t) scale_host[sz(t)] = 0.05f * static_cast<float>(t + 1);
+  Pair scale = f32(scale_host);
+  Pair x = storage(randu(sz(n), 41, -1.0f, 1.0f));
+  const Vec before = cpu_values(x);
+  cpu_->add_uniform_noise(x.c, rows, cols, static_cast<const float*>(scale.c), 77, static_cast<const std::uint64_t*>(k.c));
+  gpu_->add_uniform_noise(x.g, rows, cols, static_cast<const float*>(scale.g), 77, static_cast<const std::uint64_t*>(k.g));
+  const Vec after = cpu_values(x);
+  double moved = 0;
+  for (std::size_t i = 0; i < after.size(); ++i) {
+    const float bound = scale_host[i / sz(cols)];
+    EXPECT_LE(std::fabs(after[i] - before[i]), bound * 1.0001f) << i;
+    moved += std::fabs(after[i] - before[i]);
+  }
+  EXPECT_GT(moved, 0.0);
+  expect_close("add_uniform_noise", x, tol());
+}
+
 TEST_P(OpsCuda, Rope) {
   const int T = 23, n_heads = 3, head_dim = 46;  // half = 23
   Vec inv(sz(head_dim / 2));

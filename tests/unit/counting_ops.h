@@ -127,6 +127,11 @@ class CountingOps final : public kernels::Ops {
     ++calls["dropout"];
     in->dropout(out, x, rows, cols, p, seed, row_keys);
   }
+  void add_uniform_noise(void* x, int rows, int cols, const float* row_scale, std::uint64_t seed,
+                         const std::uint64_t* row_keys) override {
+    ++calls["add_uniform_noise"];
+    in->add_uniform_noise(x, rows, cols, row_scale, seed, row_keys);
+  }
   void rope_forward(void* x, const std::int32_t* pos, const float* f, int T, int h, int d) override {
     ++calls["rope_forward"];
     in->rope_forward(x, pos, f, T, h, d);

@@ -561,6 +561,67 @@ TEST(PeftConfig, TargetModulesRegularExpression) {
             std::string::npos);
 }
 
+// NEFTune (train.neftune_noise_alpha): the CPU op adds uniform noise within each row's magnitude, mean 0 and
+// variance magnitude^2 / 3, the same for one key wherever its row sits; in the model it changes training forwards
+// only (deterministically for a seed, otherwise for another), a sequence gets the same noise alone as in its batch
+// (so any rank count adds the same), and the magnitude is alpha / sqrt(length x hidden) of each sequence.
+TEST(Neftune, EmbeddingNoiseIsPerSequenceAndTrainingOnly) {
+  auto ops = kernels::make_cpu_ops();
+  const int rows = 3, cols = 4000;
+  std::vector<float> x(static_cast<std::size_t>(rows) * cols, 1.0f), scale{0.5f, 0.25f, 0.5f};
+  const std::vector<std::uint64_t> keys{11, 12, 11};
+  ops->add_uniform_noise(x.data(), rows, cols, scale.data(), 99, keys.data());
+  for (int t = 0; t < rows; ++t) {
+    double sum = 0, sq = 0, most = 0;
+    for (int j = 0; j < cols; ++j) {
+      const double d = x[static_cast<std::size_t>(t * cols + j)] - 1.0;
+      sum += d;
+      sq += d * d;
+      most = std::max(most, std::fabs(d));
+    }
+    EXPECT_LE(most, scale[t]) << t;
+    EXPECT_GT(most, 0.95 * scale[t]) << t;
+    EXPECT_NEAR(sum / cols, 0.0, 0.03 * scale[t]) << t;
+    EXPECT_NEAR(sq / cols, scale[t] * scale[t] / 3.0, 0.1 * scale[t] * scale[t] / 3.0) << t;
+  }
+  for (int j = 0; j < cols; ++j) EXPECT_EQ(x[static_cast<std::size_t>(j)], x[static_cast<std::size_t>(2 * cols + j)]);
+
+  Fixture f("llama_gqa");
+  const std::size_t BL = f.batch.tokens.size();
+  std::vector<float> plain(BL), noisy(BL), again(BL), other(BL), eval_plain(BL), eval_noisy(BL);
+  f.model->forward(f.batch, plain.data(), true, true, 5);
+  f.model->forward(f.batch, eval_plain.data(), true, false);
+  f.model->set_embedding_noise(5.0f);
+  f.model->forward(f.batch, noisy.data(), true, true, 5);
+  f.model->forward(f.batch, again.data(), true, true, 5);
+  f.model->forward(f.batch, other.data(), true, true, 6);
+  f.model->forward(f.batch, eval_noisy.data(), true, false);
+  EXPECT_EQ(noisy, again);
+  EXPECT_NE(noisy, plain);
+  EXPECT_NE(noisy, other);
+  EXPECT_EQ(eval_noisy, eval_plain) << "an evaluation forward got noise";
+  double moved = 0;
+  for (std::size_t i = 0; i < BL; ++i) moved = std::max(moved, static_cast<double>(std::fabs(noisy[i] - plain[i])));
+  EXPECT_GT(moved, 1e-3);
+  // Sequence 1 alone, with its key in the batch (Batch::seq_keys; none: its index): the same log-probs.
+  Batch one;
+  std::vector<std::int32_t> seq(f.batch.tokens.begin() + f.batch.offsets[1], f.batch.tokens.begin() + f.batch.offsets[2]);
+  one.add(seq);
+  one.seq_keys.push_back(1);
+  std::vector<float> alone(seq.size());
+  f.model->forward(one, alone.data(), true, true, 5);
+  for (std::size_t t = 0; t < seq.size(); ++t)
+    EXPECT_FLOAT_EQ(alone[t], noisy[static_cast<std::size_t>(f.batch.offsets[1]) + t]) << t;
+  // The magnitude: alpha 0.05 moves the log-probs about 100 times less than alpha 5 (first order in the noise).
+  f.model->set_embedding_noise(0.05f);
+  std::vector<float> small(BL);
+  f.model->forward(f.batch, small.data(), true, true, 5);
+  double moved_small = 0;
+  for (std::size_t i = 0; i < BL; ++i) moved_small = std::max(moved_small, static_cast<double>(std::fabs(small[i] - plain[i])));
+  EXPECT_GT(moved_small, moved / 300);
+  EXPECT_LT(moved_small, moved / 30);
+}
+
 // The rotary inverse frequencies (model/rope_freq.h).
 TEST(RopeFreq, DefaultInverseFrequencies) {
   for (double theta : {10000.0, 1000000.0}) {
