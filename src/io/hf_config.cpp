@@ -342,8 +342,9 @@ bool is_gemma3_vlm(const json& top) {
 // checkpoints (written by transformers 4.50) hold in text_config only what differs from those defaults:
 // google/gemma-3-4b-it's names hidden_size, intermediate_size, num_hidden_layers, rope_scaling and sliding_window,
 // and leaves vocab_size, the head counts, head_dim and rms_norm_eps to them. The other defaults (RoPE bases,
-// query_pre_attn_scalar, soft-caps, sliding_window, activation, tied embeddings) are the Gemma 3 defaults this reader
-// has anyway. The dtype and a bitsandbytes quantization_config stand at the top level.
+// query_pre_attn_scalar, sliding_window, activation) are the Gemma 3 defaults this reader has anyway. The dtype, a
+// bitsandbytes quantization_config and tie_word_embeddings are the top level's (parse_hf_config), as transformers 5.24
+// reads them; so is the absence of a final soft-cap (its Gemma3ForConditionalGeneration applies none).
 json gemma3_text_of_vlm(const json& top, const std::string& path) {
   json t = {{"vocab_size", 262208},          {"hidden_size", 2304},    {"intermediate_size", 9216},
             {"num_hidden_layers", 26},       {"num_attention_heads", 8}, {"num_key_value_heads", 4},
@@ -358,8 +359,6 @@ json gemma3_text_of_vlm(const json& top, const std::string& path) {
     throw UserError(path + ": key 'text_config.model_type' is " + describe(*mt) +
                     "; a Gemma3ForConditionalGeneration's language model is gemma3_text");
   t["architectures"] = json::array({"Gemma3ForCausalLM"});
-  for (const char* key : {"torch_dtype", "dtype", "quantization_config", "tie_word_embeddings"})
-    if (top.contains(key) && !t.contains(key)) t[key] = top.at(key);
   return t;
 }
 
@@ -466,7 +465,11 @@ ModelConfig parse_hf_config(const std::string& path) {
   if (c.hidden_act != "silu" && c.hidden_act != "gelu_pytorch_tanh") {
     k.fail(act_key, "is '" + c.hidden_act + "'; only 'silu' and 'gelu_pytorch_tanh' are supported");
   }
-  c.tie_word_embeddings = k.get_bool("tie_word_embeddings", c.gemma);  // transformers' Gemma default: tied
+  // transformers' Gemma default: tied. A vision-language checkpoint's is its top level's (transformers 5.24 ties by
+  // the top-level config's; Gemma3Config(tie_word_embeddings=False) writes text_config's as true beside it).
+  const Keys top_keys(top, path);
+  const Keys& outer = vlm ? top_keys : k;
+  c.tie_word_embeddings = outer.get_bool("tie_word_embeddings", c.gemma);
   switch (c.arch) {
     case Architecture::Llama:
       c.qkv_bias = c.o_bias = k.get_bool("attention_bias", false);
@@ -489,11 +492,15 @@ ModelConfig parse_hf_config(const std::string& path) {
       break;
   }
   parse_gemma_and_windows(c, j, k);
+  // transformers 5.24's Gemma3ForConditionalGeneration computes its logits as lm_head(hidden) without the final
+  // soft-cap that its Gemma3ForCausalLM applies (4.50's, which wrapped a causal LM, did): a text_config's
+  // final_logit_softcapping changes nothing there, and nothing here.
+  if (vlm) c.final_logit_softcapping = 0.0;
   if ((c.arch == Architecture::Qwen2 || c.arch == Architecture::Qwen3) && k.get_bool("use_sliding_window", false)) {
     k.fail("use_sliding_window", "is true: sliding-window attention is not supported");
   }
-  c.torch_dtype = k.find("torch_dtype") ? k.get_string("torch_dtype", "") : k.get_string("dtype", "");
-  c.bnb4bit = parse_quantization(k, path);
+  c.torch_dtype = outer.find("torch_dtype") ? outer.get_string("torch_dtype", "") : outer.get_string("dtype", "");
+  c.bnb4bit = parse_quantization(outer, path);
 
   if (c.q_dim() > (std::int64_t{1} << 20))
     k.fail("num_attention_heads", "x head_dim (" + std::to_string(c.q_dim()) + ") is more than mgrl supports (" +

@@ -15,7 +15,7 @@ namespace {
 constexpr const char* kStateSuffix = ".quant_state.bitsandbytes__nf4";
 
 std::string where(const SafetensorsModel& m, const std::string& name) {
-  return m.dir() + ": tensor '" + name + "'";
+  return m.dir() + ": tensor '" + m.stored_name(name) + "'";
 }
 
 const TensorInfo& companion(const SafetensorsModel& m, const std::string& name, const std::string& suffix,

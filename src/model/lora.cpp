@@ -71,33 +71,37 @@ float LoraConfig::scale() const {
 
 namespace {
 
-// The modules a PEFT target_modules regular expression selects (PEFT: re.fullmatch against each module's whole
-// name): matched against the names of the seven projections of layers 0..127 in each module tree mgrl reads (a causal
-// LM's model.layers.N, a vision-language checkpoint's model.language_model.layers.N and language_model.model.layers.N).
-// A module it selects in some layers only is refused, as layers_to_transform is.
-std::vector<std::string> targets_of_regex(const std::string& pattern, const std::function<void(const std::string&)>& fail) {
-  std::regex re;
+std::regex target_regex(const std::string& pattern, const std::function<void(const std::string&)>& fail) {
   try {
-    re = std::regex(pattern, std::regex::ECMAScript);
+    return std::regex(pattern, std::regex::ECMAScript);
   } catch (const std::regex_error& e) {
     fail("key 'target_modules' = \"" + pattern + "\" is not a regular expression mgrl can read (" + e.what() + ")");
   }
-  constexpr int kLayers = 128;
-  std::vector<std::string> out;
-  for (int i = 0; i < kNumModules; ++i) {
-    const Module m = static_cast<Module>(i);
-    int hits = 0;
-    for (int l = 0; l < kLayers; ++l) {
-      bool hit = false;
-      for (const char* tree : {"model.layers.", "model.language_model.layers.", "language_model.model.layers."})
-        hit = hit || std::regex_match(std::string(tree) + std::to_string(l) + "." + module_path(m), re);
-      hits += hit ? 1 : 0;
-    }
-    if (hits == kLayers) out.push_back(module_name(m));
-    else if (hits > 0)
-      fail("key 'target_modules' = \"" + pattern + "\" selects " + module_name(m) + " in some layers only (" +
-           std::to_string(hits) + " of the first " + std::to_string(kLayers) + "); adapters on some layers are not supported");
+  return {};
+}
+
+// How many of `layers` layers a target_modules expression selects module m in (PEFT: re.fullmatch against each
+// module's whole name), in the module trees `trees` ("model.layers.", ...).
+int layers_selected(const std::regex& re, Module m, int layers, const std::vector<std::string>& trees) {
+  int hits = 0;
+  for (int l = 0; l < layers; ++l) {
+    bool hit = false;
+    for (const auto& tree : trees) hit = hit || std::regex_match(tree + std::to_string(l) + "." + module_path(m), re);
+    hits += hit ? 1 : 0;
   }
+  return hits;
+}
+
+// The projections a target_modules expression selects in some layer of some module tree mgrl reads (a causal LM's
+// model.layers.N, a vision-language checkpoint's model.language_model.layers.N or language_model.model.layers.N);
+// which of them its model takes is decided with the model (LoraParams).
+std::vector<std::string> targets_of_regex(const std::string& pattern, const std::function<void(const std::string&)>& fail) {
+  const std::regex re = target_regex(pattern, fail);
+  std::vector<std::string> out;
+  for (int i = 0; i < kNumModules; ++i)
+    if (layers_selected(re, static_cast<Module>(i), 128,
+                        {"model.layers.", "model.language_model.layers.", "language_model.model.layers."}) > 0)
+      out.push_back(module_name(static_cast<Module>(i)));
   if (out.empty())
     fail("key 'target_modules' = \"" + pattern + "\" selects none of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "
          "down_proj of the decoder layers");
@@ -164,8 +168,12 @@ LoraConfig peft_config_from_json(const nlohmann::json& j, const std::string& pat
   const auto t = j.find("target_modules");
   if (t == j.end() || t->is_null()) fail("missing required key 'target_modules'");
   c.targets.clear();  // LoraConfig's default list is not the adapter's
-  if (t->is_string()) {
+  if (t->is_string() && t->get<std::string>() == "all-linear") {  // PEFT: every linear layer but the output layer
+    c.targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  } else if (t->is_string()) {
     c.targets = targets_of_regex(t->get<std::string>(), fail);
+    c.target_regex = t->get<std::string>();
+    c.source = path;
   } else {
     if (!t->is_array()) fail("key 'target_modules' must be a list of module names or a regular expression");
     for (const auto& m : *t) {
@@ -190,6 +198,9 @@ LoraConfig peft_config_from_json(const nlohmann::json& j, const std::string& pat
     if (j.contains(k) && j[k].is_object() && !j[k].empty()) fail(std::string(k) + " is not supported");
   if (j.contains("layers_to_transform") && !j["layers_to_transform"].is_null())
     fail("layers_to_transform is not supported");
+  if (const auto ex = j.find("exclude_modules");
+      ex != j.end() && !ex->is_null() && !(ex->is_array() && ex->empty()) && !(ex->is_string() && ex->get<std::string>().empty()))
+    fail("exclude_modules is not supported");
   for (const auto& t : c.targets) {
     Module m;
     if (!parse_module(t, &m)) fail("target module '" + t + "' is not a linear layer of a Llama/Qwen block");
@@ -200,6 +211,27 @@ LoraConfig peft_config_from_json(const nlohmann::json& j, const std::string& pat
 LoraParams::LoraParams(const io::ModelConfig& model, LoraConfig cfg, kernels::Ops& ops)
     : cfg_(std::move(cfg)), ops_(ops), vlm_(model.vlm()) {
   if (cfg_.r <= 0) throw UserError("lora.r must be positive");
+  if (!cfg_.target_regex.empty()) {
+    // The adapter's expression against this model's own module names, every layer: PEFT puts LoRA where it matches.
+    const std::string& pattern = cfg_.target_regex;
+    const auto fail = [&](const std::string& what) { throw UserError(cfg_.source + ": " + what); };
+    const std::regex re = target_regex(pattern, fail);
+    const std::string tree = vlm_ ? "model.language_model.layers." : "model.layers.";
+    const int L = static_cast<int>(model.num_hidden_layers);
+    std::vector<std::string> kept;
+    for (int i = 0; i < kNumModules; ++i) {
+      const Module m = static_cast<Module>(i);
+      const int hits = layers_selected(re, m, L, {tree});
+      if (hits == L) kept.push_back(module_name(m));
+      else if (hits > 0)
+        fail("key 'target_modules' = \"" + pattern + "\" selects " + module_name(m) + " in " + std::to_string(hits) +
+             " of this model's " + std::to_string(L) + " layers only; adapters on some layers are not supported");
+    }
+    if (kept.empty())
+      fail("key 'target_modules' = \"" + pattern + "\" selects none of this model's projections (" + tree +
+           "N.self_attn.q_proj, ...)");
+    cfg_.targets = kept;
+  }
   std::vector<bool> on(kNumModules, false);
   for (const auto& t : cfg_.targets) {
     Module m;

@@ -36,6 +36,10 @@ struct LoraConfig {
   double dropout = 0.0;
   bool use_rslora = false;
   std::vector<std::string> targets{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  // An adapter_config.json whose target_modules is a regular expression: it, and that file (messages). targets then
+  // holds the projections it selects in some module tree; LoraParams keeps those it selects in every layer of its
+  // model's own tree (refusing one selected in some layers only).
+  std::string target_regex, source;
   float scale() const;
 };
 

@@ -2,6 +2,7 @@
 #include "model/model_def.h"
 
 #include <algorithm>
+#include <regex>
 #include <cmath>
 #include <set>
 
@@ -18,6 +19,32 @@
 #include "model/rope_freq.h"
 
 namespace mgrl::model {
+
+// transformers 5.24's should_convert_module: an llm_int8_skip_modules entry keeps a module dense when, as a regular
+// expression, it matches the module's name from its start up to a name boundary ("layers.1" keeps layers.1.* dense,
+// not layers.11.*), or when it is a suffix of the name ("fc1"). (Until 2026-11-29 any substring kept it dense: "mlp"
+// kept every MLP dense where transformers quantizes them.) An entry that is no ECMAScript expression counts as a
+// literal prefix up to a boundary.
+bool bnb_skipped(const std::string& module, const std::vector<std::string>& skip) {
+  for (const std::string& key : skip) {
+    if (key.empty()) continue;
+    if (module.size() >= key.size() && module.compare(module.size() - key.size(), key.size(), key) == 0) return true;
+    std::regex re;
+    try {
+      re = std::regex("(?:" + key + ")", std::regex::ECMAScript);
+    } catch (const std::regex_error&) {
+      if (module.compare(0, key.size(), key) == 0 &&
+          (module.size() == key.size() || module[key.size()] == '.' || key.back() == '.'))
+        return true;
+      continue;
+    }
+    for (std::size_t e = 1; e <= module.size(); ++e) {
+      const bool boundary = e == module.size() || module[e] == '.' || module[e - 1] == '.';
+      if (boundary && std::regex_match(module.begin(), module.begin() + static_cast<std::ptrdiff_t>(e), re)) return true;
+    }
+  }
+  return false;
+}
 
 namespace {
 std::string layer_name(int l, const std::string& rest) { return "model.layers." + std::to_string(l) + "." + rest; }
@@ -42,17 +69,18 @@ Nf4Layout nf4_layout(std::int64_t n, bool double_quant) {
 }
 
 // Is base tensor `name` a projection weight that NF4 holds? transformers + bitsandbytes quantize every nn.Linear
-// but lm_head and the modules named (as a substring) in llm_int8_skip_modules.
-bool nf4_projection(const std::string& name, const std::vector<std::string>& skip) {
+// but lm_head and the modules llm_int8_skip_modules keeps dense (bnb_skipped), matched against transformers' module
+// names (a vision-language checkpoint's language model: model.language_model.layers...).
+bool nf4_projection(const std::string& name, const std::vector<std::string>& skip, bool vlm) {
   bool projection = false;
   for (int m = 0; m < kNumModules; ++m) {
     const std::string suf = std::string(module_path(static_cast<Module>(m))) + ".weight";
     if (name.size() > suf.size() && name.compare(name.size() - suf.size(), suf.size(), suf) == 0) projection = true;
   }
   if (!projection) return false;
-  for (const std::string& s : skip)
-    if (!s.empty() && name.find(s) != std::string::npos) return false;
-  return true;
+  std::string module = name.substr(0, name.size() - std::string(".weight").size());
+  if (vlm && module.rfind("model.", 0) == 0) module = "model.language_model." + module.substr(6);
+  return !bnb_skipped(module, skip);
 }
 }  // namespace
 
@@ -74,7 +102,7 @@ ModelDef::ModelDef(io::ModelConfig cfg, kernels::Ops& ops, ModelOptions opts, Ga
   const std::vector<std::string> skip = bnb ? cfg_.bnb4bit->skip_modules : std::vector<std::string>{};
   for (const auto& t : io::expected_tensors(cfg_)) {
     BaseTensor b{t.name, t.shape, 0, -1};
-    if (nf4 && nf4_projection(t.name, skip)) {
+    if (nf4 && nf4_projection(t.name, skip, cfg_.vlm())) {
       Nf4Slot slot;
       slot.rows = t.shape[0];
       slot.cols = t.shape[1];
@@ -549,24 +577,31 @@ void ModelDef::load_weights(const std::string& dir) {
   for (std::size_t i = 0; i < base_.size(); ++i) {
     const BaseTensor& t = base_[i];
     if (io::has_bnb_nf4(model, t.name)) {  // a bitsandbytes 4-bit tensor: kept as it is stored, not dequantized
+      const std::string stored = model.stored_name(t.name);  // messages name the file's tensors
       if (t.nf4 < 0)
-        throw UserError(dir + ": tensor '" + t.name + "' is bitsandbytes 4-bit, but config.json has no bitsandbytes "
+        throw UserError(dir + ": tensor '" + stored + "' is bitsandbytes 4-bit, but config.json has no bitsandbytes "
                         "4-bit quantization_config (or names it in llm_int8_skip_modules)");
       Nf4Slot& s = nf4_[static_cast<std::size_t>(t.nf4)];
       const io::Nf4Tensor q = io::read_bnb_nf4(model, t.name, s.rows, s.cols);
       if (q.double_quant != s.double_quant)
-        throw UserError(dir + ": tensor '" + t.name + "' is " + (q.double_quant ? "" : "not ") +
+        throw UserError(dir + ": tensor '" + stored + "' is " + (q.double_quant ? "" : "not ") +
                         "double-quantized, but config.json's bnb_4bit_use_double_quant is " +
                         (s.double_quant ? "true" : "false"));
       if (std::memcmp(q.code.data(), kernels::cpu::nf4_code(), 16 * sizeof(float)) != 0)
-        throw UserError(dir + ": tensor '" + t.name + ".quant_map' is not the NF4 code");
+        throw UserError(dir + ": tensor '" + stored + ".quant_map' is not the NF4 code");
       if (q.double_quant && std::memcmp(q.nested_code.data(), kernels::cpu::dynamic_code(), 256 * sizeof(float)) != 0)
-        throw UserError(dir + ": tensor '" + t.name + ".nested_quant_map' is not bitsandbytes' dynamic 8-bit code");
+        throw UserError(dir + ": tensor '" + stored + ".nested_quant_map' is not bitsandbytes' dynamic 8-bit code");
       upload_nf4(s, q.codes, q.absmax, q.qabsmax, q.nested_absmax, q.offset);
       const auto sample = fingerprint_sample<std::uint8_t>(q.codes, [](std::uint8_t c) { return c; });
       add_to_fingerprint(t.name + " nf4", sample.data(), sample.size());
       continue;
     }
+    // A bitsandbytes directory stores every projection its quantization_config quantizes as 4-bit: one stored dense
+    // there is a config that does not describe the weights (an llm_int8_skip_modules entry mgrl reads otherwise than
+    // transformers would be re-quantized here in silence).
+    if (t.nf4 >= 0 && cfg_.bnb4bit)
+      throw UserError(dir + ": tensor '" + model.stored_name(t.name) + "' is stored dense, but config.json's "
+                      "bitsandbytes quantization_config quantizes it (no llm_int8_skip_modules entry keeps it dense)");
     const io::TensorInfo& info = model.get(t.name, t.shape);
     host.resize(static_cast<std::size_t>(info.numel()));
     io::copy_finite_to_f32(info, host.data());

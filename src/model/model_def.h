@@ -16,6 +16,10 @@
 
 namespace mgrl::model {
 
+// Whether a bitsandbytes config's llm_int8_skip_modules keeps the module `module` (transformers' name, without
+// ".weight") dense, as transformers 5.24's should_convert_module decides (model_def.cpp).
+bool bnb_skipped(const std::string& module, const std::vector<std::string>& skip);
+
 // How the frozen base projections are held when the directory does not say (a bitsandbytes 4-bit directory is NF4
 // whatever this says): as loaded (dense, storage dtype) or NF4-quantized at load (QLoRA).
 enum class Quantize { None, Nf4 };

@@ -629,6 +629,15 @@ TEST(HfConfig, Gemma3VisionLanguageReadsItsLanguageModel) {
             "is gemma3_text");
   EXPECT_EQ(config_error("g3vl_list", R"({"architectures": ["Gemma3ForConditionalGeneration"], "text_config": [1]})"),
             "key 'text_config' must be an object, not a list");
+  // As transformers 5.24: no final soft-cap (its Gemma3ForConditionalGeneration applies none), the top level's
+  // tie_word_embeddings (Gemma3Config(tie_word_embeddings=False) writes text_config's true beside it), and errors of
+  // top-level keys name them as they stand.
+  const ModelConfig v = parse_hf_config(write_config("g3vl_tf5", R"({"architectures": ["Gemma3ForConditionalGeneration"],
+    "tie_word_embeddings": false, "text_config": {"final_logit_softcapping": 2.0, "tie_word_embeddings": true}})"));
+  EXPECT_EQ(v.final_logit_softcapping, 0.0);
+  EXPECT_FALSE(v.tie_word_embeddings);
+  EXPECT_EQ(config_error("g3vl_tie", R"({"architectures": ["Gemma3ForConditionalGeneration"], "tie_word_embeddings": "yes"})"),
+            "key 'tie_word_embeddings' must be true or false, not a string (\"yes\")");
 }
 
 TEST(HfConfigErrors, RopeScaling) {

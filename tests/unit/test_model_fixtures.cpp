@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -535,30 +536,73 @@ TEST(PeftExport, VisionLanguageAdapterAsPeftWritesIt) {
   EXPECT_EQ(lp1, lp3);
 }
 
-// target_modules as a regular expression (PEFT's re.fullmatch of whole module names): the projections it selects in
-// every layer; some layers only, none, or an expression that does not compile: one line naming the file.
+// target_modules as a regular expression (PEFT's re.fullmatch of whole module names): read as the projections it
+// selects in some module tree, then taken by a model for what it selects in every one of its own layers (a causal
+// LM's model.layers.N; one selected in some layers only is refused); "all-linear" is the seven projections; an
+// expression that selects none, or does not compile: one line naming the file.
 TEST(PeftConfig, TargetModulesRegularExpression) {
-  const auto targets = [](const std::string& re) {
-    return peft_config_from_json(nlohmann::json{{"r", 4}, {"lora_alpha", 8}, {"target_modules", re}}, "a.json").targets;
+  const auto config = [](const nlohmann::json& targets, nlohmann::json extra = nlohmann::json::object()) {
+    extra["r"] = 4;
+    extra["lora_alpha"] = 8;
+    extra["target_modules"] = targets;
+    return peft_config_from_json(extra, "a.json");
   };
-  EXPECT_EQ(targets(".*\\.(q_proj|v_proj)"), (std::vector<std::string>{"q_proj", "v_proj"}));
-  EXPECT_EQ(targets("model\\.layers\\.\\d+\\.mlp\\..*"), (std::vector<std::string>{"gate_proj", "up_proj", "down_proj"}));
-  EXPECT_EQ(targets(".*language_model.*\\.(o_proj)"), (std::vector<std::string>{"o_proj"}));
-  const auto error = [](const std::string& re) {
+  EXPECT_EQ(config(".*\\.(q_proj|v_proj)").targets, (std::vector<std::string>{"q_proj", "v_proj"}));
+  EXPECT_EQ(config("model\\.layers\\.\\d+\\.mlp\\..*").targets,
+            (std::vector<std::string>{"gate_proj", "up_proj", "down_proj"}));
+  EXPECT_EQ(config("all-linear").targets.size(), 7u);
+  const auto error = [&](const std::function<void()>& f) {
     try {
-      peft_config_from_json(nlohmann::json{{"r", 4}, {"lora_alpha", 8}, {"target_modules", re}}, "a.json");
+      f();
     } catch (const UserError& e) {
       return std::string(e.what());
     }
     return std::string("no error");
   };
-  EXPECT_EQ(error(".*layers\\.[0-3]\\..*q_proj"),
-            "a.json: key 'target_modules' = \".*layers\\.[0-3]\\..*q_proj\" selects q_proj in some layers only (4 of the "
-            "first 128); adapters on some layers are not supported");
-  EXPECT_EQ(error("vision_tower.*"), "a.json: key 'target_modules' = \"vision_tower.*\" selects none of q_proj, k_proj, "
-                                     "v_proj, o_proj, gate_proj, up_proj, down_proj of the decoder layers");
-  EXPECT_NE(error("(q_proj").find("a.json: key 'target_modules' = \"(q_proj\" is not a regular expression"),
+  EXPECT_EQ(error([&] { config("vision_tower.*"); }),
+            "a.json: key 'target_modules' = \"vision_tower.*\" selects none of q_proj, k_proj, v_proj, o_proj, gate_proj, "
+            "up_proj, down_proj of the decoder layers");
+  EXPECT_NE(error([&] { config("(q_proj"); }).find("a.json: key 'target_modules' = \"(q_proj\" is not a regular expression"),
             std::string::npos);
+  EXPECT_EQ(error([&] { config(".*q_proj", {{"exclude_modules", {"model.layers.0.self_attn.q_proj"}}}); }),
+            "a.json: exclude_modules is not supported");
+  // With the model (gemma3_text: 7 layers): layers 0-99 are all of its layers; 0-3 are some of them only; a vision-
+  // language checkpoint's names select nothing of a causal LM.
+  const io::ModelConfig cfg = io::parse_hf_config(kData + "gemma3_text/config.json");
+  auto ops = kernels::make_cpu_ops();
+  EXPECT_EQ(LoraParams(cfg, config(".*\\.layers\\.([0-9]|[1-9][0-9])\\.self_attn\\.(q|v)_proj"), *ops).slots().size(), 14u);
+  EXPECT_EQ(error([&] { LoraParams(cfg, config(".*layers\\.[0-3]\\..*q_proj"), *ops); }),
+            "a.json: key 'target_modules' = \".*layers\\.[0-3]\\..*q_proj\" selects q_proj in 4 of this model's 7 layers "
+            "only; adapters on some layers are not supported");
+  EXPECT_EQ(error([&] { LoraParams(cfg, config("model\\.language_model\\.layers\\.\\d+\\.self_attn\\.q_proj"), *ops); }),
+            "a.json: key 'target_modules' = \"model\\.language_model\\.layers\\.\\d+\\.self_attn\\.q_proj\" selects none "
+            "of this model's projections (model.layers.N.self_attn.q_proj, ...)");
+}
+
+// llm_int8_skip_modules as transformers 5.24's should_convert_module reads it (each expectation printed by that
+// function): a regular expression from the module name's start to a boundary, or a suffix; no longer any substring.
+TEST(Bnb, SkipModulesAsTransformersMatchesThem) {
+  struct Case {
+    const char* module;
+    const char* key;
+    bool skipped;
+  };
+  const Case cases[] = {
+      {"model.layers.1.self_attn.q_proj", "model.layers.1", true},
+      {"model.layers.11.self_attn.q_proj", "model.layers.1", false},
+      {"model.layers.11.self_attn.q_proj", "model.layers.*", true},
+      {"model.layers.0.mlp.gate_proj", "mlp.gate", false},
+      {"model.layers.0.mlp.gate_proj", "gate_proj", true},
+      {"model.layers.0.mlp.gate_proj", "mlp", false},
+      {"model.language_model.layers.3.self_attn.q_proj", "model.language_model", true},
+      {"model.language_model.layers.3.self_attn.q_proj", "lm_head", false},
+      {"model.layers.2.mlp.down_proj", "model.layers.2.mlp", true},
+      {"model.layers.2.mlp.down_proj", "model.layers.2.ml", false},
+      {"model.layers.12.self_attn.o_proj", "model\\.layers\\.1[0-9]\\.self_attn", true},
+      {"model.layers.3.self_attn.o_proj", "layers.3", false},
+      {"model.layers.3.self_attn.o_proj", "self_attn.o_proj", true},
+  };
+  for (const Case& c : cases) EXPECT_EQ(bnb_skipped(c.module, {c.key}), c.skipped) << c.module << " / " << c.key;
 }
 
 // NEFTune (train.neftune_noise_alpha): the CPU op adds uniform noise within each row's magnitude, mean 0 and
