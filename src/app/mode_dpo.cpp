@@ -202,7 +202,7 @@ int run_dpo(Context& ctx) {
     std::snprintf(line, sizeof(line),
                   "dpo: %s %s, %zu training pairs, %zu held-out, %s on %d rank%s, loss %s%s, beta %g, reference %s; "
                   "%lld steps x %d pairs = %.3g epochs",
-                  random_init ? "random-init" : "pretrained", io::architecture_name(mc.arch), train_data.pairs.size(),
+                  random_init ? "random-init" : "pretrained", io::model_name(mc).c_str(), train_data.pairs.size(),
                   eval_data.pairs.size(), full ? "full fine-tuning" : "LoRA", env.size(), env.size() == 1 ? "" : "s",
                   train::dpo_loss_label(o.loss).c_str(), o.loss.sft_weight != 0 ? " + sft" : "", o.loss.beta,
                   o.precompute_ref ? "log-probs of the starting weights, computed once" : "the adapter switched off",

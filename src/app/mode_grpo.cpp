@@ -154,7 +154,7 @@ int run_grpo(Context& ctx) {
     std::snprintf(line, sizeof(line),
                   "grpo: %s %s, %zu prompts, %zu held-out, %s on %d rank%s; %d prompts x %d completions per step, "
                   "loss %s, beta %g, %zu reward function%s; %lld steps = %.3g epochs%s",
-                  random_init ? "random-init" : "pretrained", io::architecture_name(mc.arch), train_data.size(),
+                  random_init ? "random-init" : "pretrained", io::model_name(mc).c_str(), train_data.size(),
                   eval_data.size(), full ? "full fine-tuning" : "LoRA", env.size(), env.size() == 1 ? "" : "s",
                   o.batch_prompts, o.num_generations, o.loss.loss_type.c_str(), o.loss.beta, rewards->size(),
                   rewards->size() == 1 ? "" : "s", static_cast<long long>(o.max_steps), epochs,

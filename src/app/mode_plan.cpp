@@ -197,7 +197,7 @@ int run_plan(dist::MpiEnv& env, const io::Config& cfg) {
   }
   char line[512];
   std::snprintf(line, sizeof line, "mgrl plan: %s: %s, %.3g parameters; mode %s, %s%s%s\n", source.c_str(),
-                io::architecture_name(mc.arch), io::parameter_count(mc), mode.c_str(),
+                io::model_name(mc).c_str(), io::parameter_count(mc), mode.c_str(),
                 in.full_finetune ? "full fine-tuning" : ("LoRA r " + std::to_string(in.lora_cfg.r)).c_str(),
                 in.quantize == "nf4" ? ", NF4 base (QLoRA)" : "", in.recompute ? ", model.recompute" : "");
   std::cout << line;

@@ -118,7 +118,7 @@ int run_ppo(Context& ctx) {
     std::snprintf(line, sizeof(line),
                   "ppo: %s %s, %zu prompts, %zu held-out, %s on %d rank%s; %d responses per rollout batch, %d epochs x %d "
                   "mini-batches, kl %s x %g%s, %zu reward function%s; %lld optimizer steps",
-                  random_init ? "random-init" : "pretrained", io::architecture_name(mc.arch), train_data.size(),
+                  random_init ? "random-init" : "pretrained", io::model_name(mc).c_str(), train_data.size(),
                   eval_data.size(), full ? "full fine-tuning" : "LoRA", env.size(), env.size() == 1 ? "" : "s", o.batch_prompts,
                   o.num_ppo_epochs, o.num_mini_batches, cfg.get_string("ppo.kl_estimator").c_str(), o.ppo.kl_coef,
                   adaptive, rewards->size(), rewards->size() == 1 ? "" : "s", static_cast<long long>(o.max_steps));

@@ -133,7 +133,7 @@ int run_sft(Context& ctx) {
     std::snprintf(line, sizeof(line),
                   "sft: %s %s, %zu training examples%s, %zu held-out, %s on %d rank%s; %lld steps x %d %s = %.3g "
                   "epochs",
-                  random_init ? "random-init" : "pretrained", io::architecture_name(mc.arch), n_train, packed, n_eval,
+                  random_init ? "random-init" : "pretrained", io::model_name(mc).c_str(), n_train, packed, n_eval,
                   full ? "full fine-tuning" : "LoRA", env.size(), env.size() == 1 ? "" : "s",
                   static_cast<long long>(o.max_steps), o.global_batch, packing ? "rows" : "sequences", epochs);
     log::info(line);

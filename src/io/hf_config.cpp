@@ -620,6 +620,10 @@ std::vector<TensorSpec> expected_tensors(const ModelConfig& c) {
   return out;
 }
 
+std::string model_name(const ModelConfig& c) {
+  return c.vlm() ? c.vlm_architecture + " (its language model)" : std::string(architecture_name(c.arch));
+}
+
 void use_language_model_names(SafetensorsModel& m) {
   if (m.find("model.language_model.embed_tokens.weight")) {  // transformers >= 4.52 (lm_head stays lm_head)
     m.rename_prefix("model.language_model.", "model.");

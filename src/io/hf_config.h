@@ -137,6 +137,9 @@ std::uint64_t host_memory_bytes();
 // The Hugging Face tensor names and shapes the model needs, in layer order.
 std::vector<TensorSpec> expected_tensors(const ModelConfig& c);
 
+// The model as start-up lines name it: its architecture, or "Gemma3ForConditionalGeneration (its language model)".
+std::string model_name(const ModelConfig& c);
+
 class SafetensorsModel;
 // A vision-language checkpoint's weights read as its language model's (ModelConfig::vlm): the tensors under
 // model.language_model. or language_model.model. are found as model.*, language_model.lm_head.* as lm_head.*

@@ -24,6 +24,8 @@ header() { head -c 200000 "$1" | tr -c '[:print:]' '\n' | grep -o '"[A-Za-z_.0-9
   fail "sft: $(tail -n 3 "$work/sft.log")"
 grep -q "Gemma3ForConditionalGeneration: its language model, text only (the 34 tensors of the vision tower and projector are not loaded)" "$work/sft.log" ||
   fail "no vision-tower line: $(head -n 5 "$work/sft.log")"
+grep -q "^sft: pretrained Gemma3ForConditionalGeneration (its language model), " "$work/sft.log" ||
+  fail "start-up line: $(grep '^sft:' "$work/sft.log")"
 "$check" falls "$work/sft/metrics.jsonl" --factor=0.9 || fail "the loss did not fall"
 "$mgrl" export --checkpoint.dir="$work/sft/ck" --export.output="$work/out" --export.merged=true > "$work/export.log" 2>&1 ||
   fail "export: $(tail -n 3 "$work/export.log")"
