@@ -31,6 +31,12 @@ mgrl_add_cli_test(grpo.steps_per_generation 0 "PASS: steps_per_generation" - 0
   -- bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/steps_per_generation.sh ${GRPO}/spg ${CHECK} ${MPIEXEC_EXECUTABLE}
   ${MPIEXEC_NUMPROC_FLAG} ${MGRL_MPIEXEC_FLAGS} -- ${RUN1} ${GRPO_ARGS})
 set_tests_properties(cli.grpo.steps_per_generation PROPERTIES TIMEOUT 180 PROCESSORS 2)
+# reward[].on_error = "null": a judge that fails once nulls that batch's values and the run goes on; the default ends
+# it with one line (tests/cli/reward_on_error.sh).
+mgrl_add_cli_test(grpo.reward_on_error 0 "PASS: reward on_error" - 0
+  -- bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/reward_on_error.sh ${GRPO}/on_error ${CMAKE_CURRENT_SOURCE_DIR}/data/grpo_cli/grpo.toml
+  -- ${RUN1} --model.path=${MODELS}/qwen2_bias_tied --model.tokenizer=${PROJECT_SOURCE_DIR}/inputs/quickstart
+  --data.input=${CMAKE_CURRENT_SOURCE_DIR}/data/sft/train.jsonl)
 # One rank's generation far slower than the other's (MGRL_FAULT_INJECT=generate_step, 1.5 s a step, ~9 s a round) at
 # runtime.comm_timeout_s = 4: the rank that finished waits while the slow one makes progress (dist/progress.h), with
 # one line saying so. Until 2026-11-28 the job ended at the timeout (exit 1), as a long-thinking completion on a slow

@@ -557,6 +557,13 @@ const Schema& mgrl_schema() {
          {}, {}, {}});
     add({"reward[].python", T::String, Value(std::string("python3")), "code_exec: the interpreter (a program name or path)",
          {}, {}, {}, {}});
+    add({"reward[].on_error", T::String, Value(std::string("fail")),
+         "command: what a failed run of the program does (an exit status, a signal, the timeout, output that is not "
+         "one number a completion): fail ends the run with one line; null gives that batch's completions no value from "
+         "this function (as a reward function returning None: GRPO leaves a completion no function scores out, with "
+         "advantage 0; PPO refuses it), said with the count of failed batches; a program that cannot be started "
+         "ends the run either way",
+         {"fail", "null"}, {}, {}, {}});
     add({"reward[].timeout_s", T::Float, Value(0.0),
          "wall-clock limit in seconds: code_exec per completion, all its tests (0: 10 s), command per batch (0: 600 s)", {}, 0.0, 1e6,
          {}});

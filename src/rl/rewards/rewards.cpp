@@ -515,6 +515,7 @@ class Command : public RewardFunction {
   Command(const io::TableItem& t, std::string name) : argv_(t.get_strings("command")), name_(std::move(name)) {
     if (argv_.empty()) throw UserError(t.where("command") + "a command reward needs command = [\"program\", \"args\"...]");
     timeout_ = t.get_float("timeout_s") > 0 ? t.get_float("timeout_s") : 600.0;
+    null_on_error_ = t.get_string("on_error") == "null";
   }
   std::string who() const {
     std::string s = "reward '" + name_ + "' (command [";
@@ -522,7 +523,28 @@ class Command : public RewardFunction {
     return s + "])";
   }
   double max_seconds(std::size_t, int) const override { return timeout_; }  // one run a batch
+  // on_error = "null": a batch whose run fails (an exit status, a signal, the timeout, output that is not one number
+  // a completion) gets no value from this function (null, as a trl reward function returning None), said on the
+  // rank with the count so far; a program that cannot be started at all still ends the run.
   std::vector<double> score(const std::vector<RewardSample>& ss, const std::string& run_dir, int) const override {
+    if (!null_on_error_) return run_batch(ss, run_dir);
+    try {
+      return run_batch(ss, run_dir);
+    } catch (const StartError&) {
+      throw;
+    } catch (const UserError& e) {
+      const long n = ++failed_batches_;
+      log::warn(std::string(e.what()) + ": its " + std::to_string(ss.size()) + " completions get no value from it " +
+                "(on_error = \"null\"; " + std::to_string(n) + " failed batch" + (n == 1 ? "" : "es") + " so far)");
+      return std::vector<double>(ss.size(), std::numeric_limits<double>::quiet_NaN());
+    }
+  }
+
+ private:
+  struct StartError : UserError {
+    using UserError::UserError;
+  };
+  std::vector<double> run_batch(const std::vector<RewardSample>& ss, const std::string& run_dir) const {
     std::string input;
     for (const auto& s : ss) {
       nlohmann::json j = s.row && s.row->is_object() ? *s.row : nlohmann::json::object();
@@ -546,7 +568,7 @@ class Command : public RewardFunction {
     }
     int in[2], out[2], err[2];
     if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0)
-      throw UserError(who() + ": cannot create pipes");
+      throw StartError(who() + ": cannot create pipes");
     std::vector<std::string> args = argv_;
     std::vector<char*> cargv;
     for (auto& a : args) cargv.push_back(a.data());
@@ -571,7 +593,7 @@ class Command : public RewardFunction {
     ::close(in[0]);
     ::close(out[1]);
     ::close(err[1]);
-    if (pid < 0) throw UserError(who() + ": cannot start it (fork failed)");
+    if (pid < 0) throw StartError(who() + ": cannot start it (fork failed)");
     int exec_errno = 0;
     if (::read(err[0], &exec_errno, sizeof exec_errno) == static_cast<ssize_t>(sizeof exec_errno)) {
       ::close(err[0]);
@@ -579,9 +601,9 @@ class Command : public RewardFunction {
       ::close(out[0]);
       ::waitpid(pid, nullptr, 0);
       if (exec_errno < 0)
-        throw UserError(who() + ": cannot enter its working directory " + run_dir + " (" + std::strerror(-exec_errno) +
+        throw StartError(who() + ": cannot enter its working directory " + run_dir + " (" + std::strerror(-exec_errno) +
                         "): log.dir must exist on every rank's node (a shared file system), or leave it empty");
-      throw UserError(who() + ": cannot run it: " + std::strerror(exec_errno));
+      throw StartError(who() + ": cannot run it: " + std::strerror(exec_errno));
     }
     ::close(err[0]);
     // Write stdin and read stdout together (no pipe deadlock), until EOF or the timeout.
@@ -657,10 +679,11 @@ class Command : public RewardFunction {
     return values;
   }
 
- private:
   std::vector<std::string> argv_;
   std::string name_;
   double timeout_ = 600;
+  bool null_on_error_ = false;
+  mutable std::atomic<long> failed_batches_{0};
 };
 
 // Keys that apply to each kind (beside kind, name, weight).
@@ -671,7 +694,7 @@ const std::vector<std::string>& keys_of(const std::string& kind) {
       {"overlong", {"max_length", "buffer_length"}},
       {"code_exec", {"block", "tests_column", "setup_column", "mode", "python", "timeout_s", "cpu_s", "memory_mb",
                      "processes", "file_mb", "max_output_kb"}},
-      {"command", {"command", "timeout_s"}}};
+      {"command", {"command", "timeout_s", "on_error"}}};
   return keys.at(kind);
 }
 
