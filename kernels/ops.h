@@ -195,9 +195,11 @@ class Ops {
   virtual void lm_head_logprob_forward(float* logprob, float* lse, const void* h, const void* W,
                                        const std::int32_t* targets, int T, int D, int V, float logit_scale,
                                        void* scratch, float softcap = 0.0f, float* stats = nullptr) = 0;
+  // entropy_weights, entropy [T] f32 (optional, both or neither): the entropy term of cpu/lm_head.h.
   virtual void lm_head_logprob_backward(void* dh, float* dW, const float* weights, const void* h, const void* W,
                                         const std::int32_t* targets, const float* lse, int T, int D, int V,
-                                        float logit_scale, void* scratch, float softcap = 0.0f) = 0;
+                                        float logit_scale, void* scratch, float softcap = 0.0f,
+                                        const float* entropy_weights = nullptr, const float* entropy = nullptr) = 0;
   // forward then backward in one pass, each chunk's logits computed once (SFT, whose weights are known first)
   virtual void lm_head_logprob_forward_backward(float* logprob, float* lse, void* dh, float* dW, const float* weights,
                                                 const void* h, const void* W, const std::int32_t* targets, int T,

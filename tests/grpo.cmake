@@ -37,6 +37,12 @@ mgrl_add_cli_test(grpo.reward_on_error 0 "PASS: reward on_error" - 0
   -- bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/reward_on_error.sh ${GRPO}/on_error ${CMAKE_CURRENT_SOURCE_DIR}/data/grpo_cli/grpo.toml
   -- ${RUN1} --model.path=${MODELS}/qwen2_bias_tied --model.tokenizer=${PROJECT_SOURCE_DIR}/inputs/quickstart
   --data.input=${CMAKE_CURRENT_SOURCE_DIR}/data/sft/train.jsonl)
+# trl's entropy bonus (grpo.entropy_coef) and adaptive entropy control: acts, rank-invariant, the controller's rule and
+# its state resumed exactly (tests/cli/grpo_entropy.sh).
+mgrl_add_cli_test(grpo.entropy_bonus 0 "PASS: entropy bonus" - 0
+  -- bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/grpo_entropy.sh ${GRPO}/entropy ${CHECK} ${MPIEXEC_EXECUTABLE}
+  ${MPIEXEC_NUMPROC_FLAG} ${MGRL_MPIEXEC_FLAGS} -- ${RUN1} ${GRPO_ARGS})
+set_tests_properties(cli.grpo.entropy_bonus PROPERTIES TIMEOUT 180 PROCESSORS 2)
 # One rank's generation far slower than the other's (MGRL_FAULT_INJECT=generate_step, 1.5 s a step, ~9 s a round) at
 # runtime.comm_timeout_s = 4: the rank that finished waits while the slow one makes progress (dist/progress.h), with
 # one line saying so. Until 2026-11-28 the job ended at the timeout (exit 1), as a long-thinking completion on a slow

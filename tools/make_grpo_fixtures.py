@@ -93,6 +93,12 @@ CASES = [
          steps_per_generation=2, slice=0, importance_sampling_level="sequence"),
     dict(name="cispo_spg2_mu2", model="llama_gqa", loss_type="cispo", beta=0.0, num_iterations=2,
          steps_per_generation=2, slice=1, epsilon_high=1.1),
+    # The entropy bonus (entropy_coef; added 2026-11-29): minus coef x the mean entropy over the loss tokens, alone and
+    # over the top_entropy_quantile tokens.
+    dict(name="dapo_entropy_beta_mu2", model="qwen3_qknorm", loss_type="dapo", beta=0.04, num_iterations=2,
+         entropy_coef=0.05),
+    dict(name="grpo_entropy_top_quantile_mu1", model="llama_gqa", loss_type="grpo", beta=0.0, num_iterations=1,
+         entropy_coef=0.1, top_entropy_quantile=0.5, temperature=0.8),
 ]
 P, G, LP, LMAX = 3, 4, 5, 6  # prompts, generations, prompt length (equal: no left padding), max completion
 
@@ -164,6 +170,7 @@ def make_case(spec, out_root, tokenizer_file):
         multi_objective_aggregation=spec.get("multi_objective_aggregation", "sum_then_normalize"),
         off_policy_mask_threshold=spec.get("off_policy_mask_threshold"),
         top_entropy_quantile=spec.get("top_entropy_quantile", 1.0),
+        entropy_coef=spec.get("entropy_coef", 0.0),
         logging_steps=1, seed=0, gradient_checkpointing=False,
     )
     ds = Dataset.from_dict({"prompt": ["p"] * P})
@@ -247,7 +254,8 @@ def make_case(spec, out_root, tokenizer_file):
                    "multi_objective_aggregation": cfg.multi_objective_aggregation,
                    "off_policy_mask_threshold": cfg.off_policy_mask_threshold,
                    "top_entropy_quantile": cfg.top_entropy_quantile,
-                   "steps_per_generation": cfg.steps_per_generation},
+                   "steps_per_generation": cfg.steps_per_generation,
+                   "entropy_coef": cfg.entropy_coef},
         # the completions of the slice whose loss this is (slice order; all of them with one slice)
         "in_loss": in_loss,
         "eos_token_id": EOS, "prompts": prompts, "completions": completions, "truncated": trunc,

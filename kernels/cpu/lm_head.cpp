@@ -71,13 +71,27 @@ void chunk_lse(float* logprob, float* lse, float* entropy, float* top1, float* m
 // The chunk's backward from its logits (overwritten with logit_scale * dlogits): dh rows written, dW accumulated.
 void chunk_backward(float* dh, float* dW, float* scratch, const float* weights, const float* hc, const float* W,
                     const int32_t* targets, const float* lse, int t0, int n, int D, int V, float logit_scale,
-                    float softcap) {
+                    float softcap, const float* ent_w, const float* ent) {
   for (int r = 0; r < n; ++r) {
     const int t = t0 + r;
     float* l = scratch + static_cast<int64_t>(r) * V;
     const int32_t target = targets[t];
     check_target(target, V);
     const float w = target < 0 ? 0.0f : weights[t];
+    const float u = target < 0 || !ent_w ? 0.0f : ent_w[t];
+    if (u != 0.0f) {  // with the entropy term: g = w (p - onehot) + u p (log p + H), log p = l - lse
+      const float inv = softcap > 0.0f ? 1.0f / (logit_scale * softcap) : 0.0f;
+      for (int v = 0; v < V; ++v) {
+        const float lp = l[v] - lse[t], p = std::exp(lp);
+        float g = w * (p - (v == target ? 1.0f : 0.0f)) + u * p * (lp + ent[t]);
+        if (softcap > 0.0f) {
+          const float th = l[v] * inv;
+          g *= 1.0f - th * th;
+        }
+        l[v] = logit_scale * g;
+      }
+      continue;
+    }
     if (w == 0.0f) {
       std::fill(l, l + V, 0.0f);
       continue;
@@ -117,7 +131,7 @@ namespace {
 // logprob is non-null and its backward part (dlogits, dh, dW) when dh is non-null.
 void head_pass(float* logprob, float* lse, float* dh, float* dW, const float* weights, const float* h, const float* W,
                const int32_t* targets, const float* lse_in, int T, int D, int V, float logit_scale, float* scratch,
-               float softcap, float* stats) {
+               float softcap, float* stats, const float* ent_w = nullptr, const float* ent = nullptr) {
   std::vector<float> own;
   if (!scratch) {
     own.resize(static_cast<size_t>(lm_head_scratch_floats(V)));
@@ -130,7 +144,7 @@ void head_pass(float* logprob, float* lse, float* dh, float* dW, const float* we
     if (logprob)
       chunk_lse(logprob, lse, stats, stats ? stats + T : nullptr, stats ? stats + 2 * static_cast<int64_t>(T) : nullptr,
                 scratch, targets, t0, n, V);
-    if (dh) chunk_backward(dh, dW, scratch, weights, hc, W, targets, lse_in, t0, n, D, V, logit_scale, softcap);
+    if (dh) chunk_backward(dh, dW, scratch, weights, hc, W, targets, lse_in, t0, n, D, V, logit_scale, softcap, ent_w, ent);
   }
 }
 
@@ -144,8 +158,9 @@ void lm_head_logprob_forward(float* logprob, float* lse, const float* h, const f
 
 void lm_head_logprob_backward(float* dh, float* dW, const float* weights, const float* h, const float* W,
                               const int32_t* targets, const float* lse, int T, int D, int V, float logit_scale,
-                              float* scratch, float softcap) {
-  head_pass(nullptr, nullptr, dh, dW, weights, h, W, targets, lse, T, D, V, logit_scale, scratch, softcap, nullptr);
+                              float* scratch, float softcap, const float* entropy_weights, const float* entropy) {
+  head_pass(nullptr, nullptr, dh, dW, weights, h, W, targets, lse, T, D, V, logit_scale, scratch, softcap, nullptr,
+            entropy_weights, entropy);
 }
 
 void lm_head_logprob_forward_backward(float* logprob, float* lse, float* dh, float* dW, const float* weights,

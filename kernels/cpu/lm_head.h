@@ -30,10 +30,15 @@ void lm_head_logprob_forward(float* logprob, float* lse, const float* h, const f
 //   dh[T, D]  = logit_scale * dlogits @ W          (written)
 //   dW[V, D] += logit_scale * dlogits^T @ h        (accumulates; skipped when dW is null)
 // (with softcap, dlogits is also multiplied by the tanh's derivative 1 - tanh^2 at each logit).
+// entropy_weights [T] and entropy [T] (optional, both or neither; GRPO's entropy bonus): the loss also holds
+// -sum_t entropy_weights[t] * H_t, H_t = entropy[t] the entropy of row t's distribution (the forward's stats), whose
+// gradient adds entropy_weights[t] * p_v * (log p_v + H_t) to dlogits[t, v]; rows with entropy_weights[t] = 0 are
+// computed bit for bit as without.
 // scratch: lm_head_scratch_floats(V) floats, or null to let the op allocate it.
 void lm_head_logprob_backward(float* dh, float* dW, const float* weights, const float* h, const float* W,
                               const int32_t* targets, const float* lse, int T, int D, int V, float logit_scale,
-                              float* scratch, float softcap = 0.0f);
+                              float* scratch, float softcap = 0.0f, const float* entropy_weights = nullptr,
+                              const float* entropy = nullptr);
 
 // Both in one pass, for a loss whose weights are known before the forward (SFT): per chunk of rows, the forward's
 // lse and logprob, then the backward's dlogits, dh and dW from the same logits while they are still in scratch (the

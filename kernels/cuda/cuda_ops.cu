@@ -297,9 +297,10 @@ class CudaOps final : public Ops {
   }
   void lm_head_logprob_backward(void* dh, float* dW, const float* weights, const void* h, const void* W,
                                 const std::int32_t* targets, const float* lse, int T, int D, int V, float logit_scale,
-                                void* scratch, float softcap = 0.0f) override {
+                                void* scratch, float softcap = 0.0f, const float* entropy_weights = nullptr,
+                                const float* entropy = nullptr) override {
     cuda::lm_head_logprob_backward(ctx(), dh, dW, weights, h, W, targets, lse, T, D, V, logit_scale, scratch,
-                                   softcap);
+                                   softcap, entropy_weights, entropy);
   }
   void lm_head_logprob_forward_backward(float* logprob, float* lse, void* dh, float* dW, const float* weights,
                                         const void* h, const void* W, const std::int32_t* targets, int T, int D, int V,

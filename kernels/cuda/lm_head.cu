@@ -150,14 +150,19 @@ __global__ void lm_head_lse_kernel(float* logprob, float* lse, const float* logi
 // consecutive columns of one row (16-byte loads when V is a multiple of 4).
 // With softcap > 0 the logits are capped (logit_scale * softcap * tanh(raw / softcap)) and each value is also
 // multiplied by the tanh's derivative, 1 - (l / (logit_scale * softcap))^2.
+// ent_w, ent (optional, both or neither; GRPO's entropy bonus): where ent_w[r] != 0 the row's value is
+// logit_scale * (w (p - onehot) + ent_w[r] p (log p + ent[r])) (times the tanh's derivative with softcap), p =
+// exp(l - lse) (kernels/cpu/lm_head.h); rows with ent_w[r] = 0 are computed as without.
 template <class S>
 __global__ void lm_head_dlogits_kernel(S* dl, const float* logits, const std::int32_t* targets, const float* weights,
-                                       const float* lse, int V, float logit_scale, float softcap) {
+                                       const float* lse, int V, float logit_scale, float softcap, const float* ent_w,
+                                       const float* ent) {
   const std::int64_t r = blockIdx.y;
   const int v0 = (blockIdx.x * blockDim.x + threadIdx.x) * 4;
   if (v0 >= V) return;
   const std::int32_t tg = targets[r];
   const float w = (tg < 0 || tg >= V) ? 0.0f : weights[r];
+  const float u = (tg < 0 || tg >= V || !ent_w) ? 0.0f : ent_w[r];
   const float cr = w * logit_scale, ls = lse[r];
   const float* l = logits + r * V;
   S* d = dl + r * V;
@@ -177,7 +182,15 @@ __global__ void lm_head_dlogits_kernel(S* dl, const float* logits, const std::in
   for (int k = 0; k < 4; ++k) {
     if (v0 + k >= V) break;
     float val = 0.0f;
-    if (cr != 0.0f) {
+    if (u != 0.0f) {
+      const float lp = x[k] - ls, p = expf(lp);
+      val = w * (p - (v0 + k == tg ? 1.0f : 0.0f)) + u * p * (lp + ent[r]);
+      if (softcap > 0.0f) {
+        const float th = x[k] / (logit_scale * softcap);
+        val *= 1.0f - th * th;
+      }
+      val *= logit_scale;
+    } else if (cr != 0.0f) {
       val = cr * expf(x[k] - ls);
       if (v0 + k == tg) val -= cr;
       if (softcap > 0.0f) {
@@ -235,12 +248,13 @@ void chunk_lse(const Ctx& c, float* logprob, float* lse, const float* logits, co
 // The chunk's backward from its fp32 logits: dlogits (storage dtype) into dl, dh rows written, dW accumulated.
 void chunk_backward(const Ctx& c, void* dh, float* dW, void* dl, const float* logits, const float* weights,
                     const void* hc, const void* W, const std::int32_t* targets, const float* lse, int t0, int n, int D,
-                    int V, float logit_scale, float softcap) {
+                    int V, float logit_scale, float softcap, const float* ent_w = nullptr, const float* ent = nullptr) {
   dispatch(c.st, [&](auto tag) {
     using S = decltype(tag);
     const dim3 grid(static_cast<unsigned>((V + 4 * kThreads - 1) / (4 * kThreads)), static_cast<unsigned>(n));
     lm_head_dlogits_kernel<S><<<grid, kThreads, 0, c.stream>>>(static_cast<S*>(dl), logits, targets + t0,
-                                                               weights + t0, lse + t0, V, logit_scale, softcap);
+                                                               weights + t0, lse + t0, V, logit_scale, softcap,
+                                                               ent_w ? ent_w + t0 : nullptr, ent ? ent + t0 : nullptr);
     CUDA_CHECK_LAUNCH();
   });
   // dh[n, D] = dl[n, V] @ W[V, D]   (written, storage dtype)
@@ -277,7 +291,8 @@ namespace {
 // logprob is non-null and its backward part (dlogits, dh, dW) when dh is non-null.
 void head_pass(const Ctx& c, float* logprob, float* lse, void* dh, float* dW, const float* weights, const void* h,
                const void* W, const std::int32_t* targets, const float* lse_in, int T, int D, int V,
-               float logit_scale, void* scratch, float softcap, float* stats) {
+               float logit_scale, void* scratch, float softcap, float* stats, const float* ent_w = nullptr,
+               const float* ent = nullptr) {
   check_sizes(T, D, V);
   if (T == 0) return;
   void* buf = scratch ? scratch : scratch_alloc(lm_head_scratch_bytes(c.st, V), c.stream);
@@ -289,7 +304,9 @@ void head_pass(const Ctx& c, float* logprob, float* lse, void* dh, float* dW, co
     const void* hc = row_ptr(h, t0, D, c.st);
     chunk_logits(c, logits, hc, W, n, D, V, logit_scale, softcap);
     if (logprob) chunk_lse(c, logprob, lse, logits, targets, t0, n, V, stats, T);
-    if (dh) chunk_backward(c, dh, dW, dl, logits, weights, hc, W, targets, lse_in, t0, n, D, V, logit_scale, softcap);
+    if (dh)
+      chunk_backward(c, dh, dW, dl, logits, weights, hc, W, targets, lse_in, t0, n, D, V, logit_scale, softcap, ent_w,
+                     ent);
   }
   if (!scratch) scratch_free(buf, c.stream);
 }
@@ -305,8 +322,9 @@ void lm_head_logprob_forward(const Ctx& c, float* logprob, float* lse, const voi
 
 void lm_head_logprob_backward(const Ctx& c, void* dh, float* dW, const float* weights, const void* h, const void* W,
                               const std::int32_t* targets, const float* lse, int T, int D, int V, float logit_scale,
-                              void* scratch, float softcap) {
-  head_pass(c, nullptr, nullptr, dh, dW, weights, h, W, targets, lse, T, D, V, logit_scale, scratch, softcap, nullptr);
+                              void* scratch, float softcap, const float* entropy_weights, const float* entropy) {
+  head_pass(c, nullptr, nullptr, dh, dW, weights, h, W, targets, lse, T, D, V, logit_scale, scratch, softcap, nullptr,
+            entropy_weights, entropy);
 }
 
 void lm_head_logprob_forward_backward(const Ctx& c, float* logprob, float* lse, void* dh, float* dW,

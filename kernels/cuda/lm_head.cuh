@@ -27,7 +27,8 @@ void lm_head_logprob_forward(const Ctx& c, float* logprob, float* lse, const voi
                              float softcap = 0.0f, float* stats = nullptr);
 void lm_head_logprob_backward(const Ctx& c, void* dh, float* dW, const float* weights, const void* h, const void* W,
                               const std::int32_t* targets, const float* lse, int T, int D, int V, float logit_scale,
-                              void* scratch, float softcap = 0.0f);
+                              void* scratch, float softcap = 0.0f, const float* entropy_weights = nullptr,
+                              const float* entropy = nullptr);
 // Both in one pass (SFT: the loss weights are known before the forward): per chunk, the forward's GEMM and row
 // kernel, then the backward's dlogits kernel and GEMMs on the same fp32 logits, which the backward alone would
 // compute again. The same launches in the same order as the forward then the backward (no new kernel): outputs equal

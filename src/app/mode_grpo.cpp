@@ -119,6 +119,15 @@ int run_grpo(Context& ctx) {
   o.multi_objective_aggregation = cfg.get_string("grpo.multi_objective_aggregation");
   o.loss.off_policy_threshold = cfg.get_float("grpo.off_policy_mask_threshold");
   o.top_entropy_quantile = cfg.get_float("grpo.top_entropy_quantile");
+  o.entropy_coef = cfg.get_float("grpo.entropy_coef");
+  o.adaptive_entropy = cfg.get_bool("grpo.use_adaptive_entropy");
+  o.entropy_coef_min = cfg.get_float("grpo.entropy_coef_min");
+  o.entropy_coef_max = cfg.get_float("grpo.entropy_coef_max");
+  o.entropy_coef_delta = cfg.get_float("grpo.entropy_coef_delta");
+  o.entropy_target = cfg.get_float("grpo.entropy_target");
+  if (o.adaptive_entropy && o.entropy_coef_min > o.entropy_coef_max)
+    env.agree([&] { throw UserError("key 'grpo.entropy_coef_min' (" + std::to_string(o.entropy_coef_min) +
+                                    ") is above grpo.entropy_coef_max (" + std::to_string(o.entropy_coef_max) + ")"); });
   o.loss.sequence_level = cfg.get_string("grpo.importance_sampling_level") == "sequence";
   if (o.loss.beta > 0) o.loss.kl_bias_correction = cfg.get_bool("grpo.kl_bias_correction");  // a KL term only
   o.loss.max_completion_length = o.max_completion_length;

@@ -403,6 +403,26 @@ const Schema& mgrl_schema() {
          "normalize_then_sum (GDPO: each reward normalised within its group, the weighted sum then normalised over "
          "the batch; scale_rewards not used)",
          {"sum_then_normalize", "normalize_then_sum"}, {}, {}, {}});
+    add({"grpo.entropy_coef", T::Float, Value(0.0),
+         "trl's entropy bonus: the loss minus entropy_coef x the mean entropy (of the tempered distributions) over each "
+         "micro-batch's completion tokens that the policy loss covers (the top_entropy_quantile ones when set), divided "
+         "by train.grad_accum, whatever grpo.loss_type; 0: none (with use_adaptive_entropy: the starting coefficient)",
+         {}, {}, {}, {}});
+    add({"grpo.use_adaptive_entropy", T::Bool, Value(false),
+         "adaptive entropy control (Skywork-OR1, trl's): after each step grpo.entropy_coef moves by "
+         "grpo.entropy_coef_delta, up when the step's mean entropy (every rank's tokens) is at most "
+         "grpo.entropy_target, down otherwise, within [grpo.entropy_coef_min, grpo.entropy_coef_max]; the bonus applies "
+         "only while the last step's entropy was at most the target (not at the first step); the coefficient and that "
+         "entropy are kept in checkpoints",
+         {}, {}, {}, {}});
+    add({"grpo.entropy_coef_min", T::Float, Value(0.0), "adaptive entropy control: the lowest coefficient", {}, {}, {}, {}});
+    add({"grpo.entropy_coef_max", T::Float, Value(1.0), "adaptive entropy control: the highest coefficient", {}, {}, {}, {}});
+    add({"grpo.entropy_coef_delta", T::Float, Value(0.005), "adaptive entropy control: the step of the coefficient",
+         {}, 0.0, {}, {}});
+    add({"grpo.entropy_target", T::Float, Value(0.2),
+         "adaptive entropy control: the mean per-token entropy (nats) at or below which the bonus applies and grows "
+         "(trl's default 0.2 hardly ever triggers: set it near the entropy the run logs early)",
+         {}, 0.0, {}, {}});
     add({"grpo.num_iterations", T::Int, Value(std::int64_t{1}),
          "optimizer steps per generated batch (mu); old log-probs are computed once per batch", {}, 1.0, {}, {}});
     add({"grpo.steps_per_generation", T::Int, Value(std::int64_t{1}),

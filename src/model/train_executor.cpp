@@ -40,6 +40,7 @@ struct TrainExecutor::PassBuffers {
   std::int32_t *ids, *targets, *pos, *cu_seqlens;
   std::uint64_t* row_keys;  // LoRA dropout, NEFTune: each token's key (Batch::seq_keys and its position; training arena)
   float* row_scale;         // NEFTune: each token's noise magnitude (training arena only)
+  float* went;              // the entropy term's weights by LM-head row (backward with entropy_weights; training arena)
   std::int32_t* sel;  // the LM head's rows when it runs on the scored rows only (Batch::scored_from)
   void* head_scratch;
   void *dx, *dh, *dq, *dk, *dv, *dq2, *dk2, *dattn, *dgate, *dup, *dact, *dxf, *dlora;
@@ -49,6 +50,7 @@ struct TrainExecutor::PassBuffers {
   std::vector<float> host_scale;                     // its NEFTune magnitudes (kept likewise)
   std::vector<std::int32_t> host_sel;                // its LM head's rows (compact passes)
   std::vector<float> host_wrow;                      // its loss weights by LM-head row (kept: uploads are async)
+  std::vector<float> host_went;                      // its entropy weights likewise
   std::vector<float> host_wgrad;                     // forward_with_loss: those times the gradient scale
 };
 
@@ -249,10 +251,12 @@ void TrainExecutor::layout(const ArenaSpec& sp, int T, Arena& arena, const std::
   W.head_scratch = raw(sp.head_scratch_bytes);
   W.row_keys = nullptr;
   W.row_scale = nullptr;
+  W.went = nullptr;
   W.stats = f32(3 * t);
   if (!grads) return;  // a scoring arena: no backward
   W.row_keys = static_cast<std::uint64_t*>(raw(t * sizeof(std::uint64_t)));  // LoRA dropout, NEFTune
   W.row_scale = f32(t);
+  W.went = f32(t);
   W.dx = st(t * D);
   W.dh = st(t * D);
   W.dq = st(t * Q);
@@ -664,25 +668,30 @@ void TrainExecutor::select_scored_rows(const Batch& batch) {
 }
 
 // The loss weights of the packed tokens as the LM head's rows use them: row i predicts token i + 1.
-void TrainExecutor::upload_loss_weights(const float* weights) {
-  PassBuffers& W = *cur_->work;
-  W.host_wrow.assign(static_cast<std::size_t>(cur_->R), 0.0f);
+void TrainExecutor::head_rows(const float* per_token, std::vector<float>* rows) const {
+  const PassBuffers& W = *cur_->work;
+  rows->assign(static_cast<std::size_t>(cur_->R), 0.0f);
   if (cur_->compact) {
     // Row j is row host_sel[j]; a weight on a position that was not scored would be lost: refused.
     std::size_t j = 0;
     for (int b = 0; b < cur_->B; ++b)
       for (int i = W.host_offsets[b]; i + 1 < W.host_offsets[b + 1]; ++i) {
         if (j < W.host_sel.size() && W.host_sel[j] == i) {
-          W.host_wrow[j++] = weights[i + 1];
+          (*rows)[j++] = per_token[i + 1];
         } else {
-          MGRL_CHECK(weights[i + 1] == 0.0f, "a loss weight on a token before its sequence's Batch::scored_from");
+          MGRL_CHECK(per_token[i + 1] == 0.0f, "a loss weight on a token before its sequence's Batch::scored_from");
         }
       }
   } else {
     for (int b = 0; b < cur_->B; ++b)
       for (int i = W.host_offsets[b]; i + 1 < W.host_offsets[b + 1]; ++i)
-        W.host_wrow[static_cast<std::size_t>(i)] = weights[i + 1];
+        (*rows)[static_cast<std::size_t>(i)] = per_token[i + 1];
   }
+}
+
+void TrainExecutor::upload_loss_weights(const float* weights) {
+  PassBuffers& W = *cur_->work;
+  head_rows(weights, &W.host_wrow);
   ops_.upload(W.wrow, W.host_wrow.data(), W.host_wrow.size() * sizeof(float));
   cur_->weights_ready = true;
 }
@@ -708,7 +717,8 @@ void TrainExecutor::add_stats(double* stats_acc) {
   ops_.weighted_sum_accumulate(stats_acc + 1, W.stats + R, W.wrow, R, 1.0);
 }
 
-void TrainExecutor::backward(const float* weights, const std::function<void(int)>& layer_done, const float* dhidden) {
+void TrainExecutor::backward(const float* weights, const std::function<void(int)>& layer_done, const float* dhidden,
+                             const float* entropy_weights) {
   cur_ = train_arena_.get();
   MGRL_CHECK(cur_->work && cur_->train, "backward() needs a forward(train = true) first");
   MGRL_CHECK(cur_->lora || opts_.full_finetune, "backward() with nothing trainable");
@@ -724,6 +734,15 @@ void TrainExecutor::backward(const float* weights, const std::function<void(int)
   } else {
     MGRL_CHECK(cur_->weights_ready, "backward(nullptr) needs add_loss() after the forward");
   }
+  // The entropy term: its weights by head row, beside the forward's per-row entropies (W.stats).
+  const float* went = nullptr;
+  if (entropy_weights) {
+    MGRL_CHECK(!cur_->head_done, "an entropy term after forward_with_loss()");
+    MGRL_CHECK(cur_->stats_done, "an entropy term needs the forward's entropies (set_token_stats(true))");
+    head_rows(entropy_weights, &W.host_went);
+    ops_.upload(W.went, W.host_went.data(), W.host_went.size() * sizeof(float));
+    went = W.went;
+  }
 
   // After forward_with_loss the LM head's part is done: W.dxf already holds its gradient (and the head's own
   // gradient is accumulated), so the backward starts at the final norm.
@@ -733,12 +752,14 @@ void TrainExecutor::backward(const float* weights, const std::function<void(int)
     const int R = cur_->R;
     ops_.gather_rows(W.tmp, W.xf, W.sel, R, D);
     ops_.lm_head_logprob_backward(W.dh, def_.head_grad(), W.wrow, W.tmp, def_.head(), W.targets, W.lse_head, R, D,
-                                  V, cur_->logit_scale, W.head_scratch, def_.final_softcap());
+                                  V, cur_->logit_scale, W.head_scratch, def_.final_softcap(), went,
+                                  went ? W.stats : nullptr);
     ops_.zero(W.dxf, static_cast<std::size_t>(T) * static_cast<std::size_t>(D) * ops_.storage_size());
     ops_.scatter_rows(W.dxf, W.dh, W.sel, R, D);
   } else if (!cur_->head_done) {
     ops_.lm_head_logprob_backward(W.dxf, def_.head_grad(), W.wrow, W.xf, def_.head(), W.targets, W.lse_head, T, D,
-                                  V, cur_->logit_scale, W.head_scratch, def_.final_softcap());
+                                  V, cur_->logit_scale, W.head_scratch, def_.final_softcap(), went,
+                                  went ? W.stats : nullptr);
   }
   if (dhidden) {  // W.dh is free until the last layer's backward: it carries dhidden in the storage dtype
     ops_.upload_f32_as_storage(W.dh, dhidden, static_cast<std::size_t>(T) * static_cast<std::size_t>(D));

@@ -72,8 +72,11 @@ class TrainExecutor {
   // layer_done(l), when given, runs as soon as layer l's gradients are complete (from the last layer to the first).
   // dhidden (host [T, hidden]; null: none) is a gradient with respect to the final hidden state (final_hidden()) of
   // a loss term computed from it outside the model (PPO's value head), added to what the LM head gives.
+  // entropy_weights (host, packed [T] as weights; null: none; GRPO's entropy bonus): the loss also holds
+  // -sum_i entropy_weights[i] * H_i, H_i the entropy of the distribution that predicted token i (the forward's, which
+  // needs set_token_stats(true)); not after forward_with_loss.
   void backward(const float* weights, const std::function<void(int)>& layer_done = {},
-                const float* dhidden = nullptr);
+                const float* dhidden = nullptr, const float* entropy_weights = nullptr);
   // The final hidden state (after the final norm: what the LM head reads) of the last forward() (training or not;
   // score() passes have buffers of their own), host [T, hidden] in packed rows (PPO's value head reads it).
   std::vector<float> final_hidden() const;
@@ -116,6 +119,8 @@ class TrainExecutor {
   void reserve(int T, int B);
   void release(Arena& a);
   void upload_loss_weights(const float* weights);
+  // Per-token values (host, packed [T], position i for the row that predicts token i) by LM-head row [R].
+  void head_rows(const float* per_token, std::vector<float>* rows) const;
   void select_scored_rows(const Batch& batch);
   void layer_forward(int l, const void* x_in, void* x_out, LayerActs& a, bool use_lora, bool train,
                      std::uint64_t seed);

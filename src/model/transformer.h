@@ -75,8 +75,8 @@ class Transformer {
     train_->forward_with_loss(batch, weights, grad_scale, loss_acc, dropout_seed, stats_acc);
   }
   void backward(const float* weights, const std::function<void(int)>& layer_done = {},
-                const float* dhidden = nullptr) {
-    train_->backward(weights, layer_done, dhidden);
+                const float* dhidden = nullptr, const float* entropy_weights = nullptr) {
+    train_->backward(weights, layer_done, dhidden, entropy_weights);
   }
   std::vector<float> final_hidden() const { return train_->final_hidden(); }
   std::vector<float> input_embedding_grad() const { return train_->input_embedding_grad(); }

@@ -146,6 +146,8 @@ GrpoTrainer::GrpoTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Trans
         "lower train.batch_size, grpo.num_generations or grpo.max_completion_length, raise train.grad_accum");
   }
   state_.rank_rng.assign(static_cast<std::size_t>(ranks), 0);
+  entropy_coef_ = opts_.entropy_coef;
+  last_world_entropy_ = std::numeric_limits<double>::infinity();
   opt_->start(state_);  // the loss scale of a fresh run; a resume takes the checkpoint's
   // The reference policy: the adapter switched off, unless it must be the starting weights and those are not the
   // base model (a starting adapter, or full fine-tuning): then a frozen copy of the trainable weights only.
@@ -260,7 +262,10 @@ std::vector<std::size_t> GrpoTrainer::trained_in(std::size_t begin, std::size_t 
   for (std::size_t i = begin; i < end; ++i) {
     const Rollout& r = round_->slices[slice_].local[i];
     // With top_entropy_quantile < 1 every completion's tokens enter the entropy quantile (trl's), so all are forwarded.
-    if (!r.masked && (opts_.loss.beta > 0 || r.advantage != 0.0 || opts_.top_entropy_quantile < 1.0)) idx.push_back(i);
+    // So does the entropy bonus, over every completion token of the micro-batch.
+    if (!r.masked && (opts_.loss.beta > 0 || r.advantage != 0.0 || opts_.top_entropy_quantile < 1.0 ||
+                      opts_.entropy_bonus()))
+      idx.push_back(i);
   }
   if (idx.empty() && begin < end) idx.push_back(begin);  // its loss weights are all 0
   return idx;
@@ -648,8 +653,13 @@ double GrpoTrainer::train_step(nlohmann::json* metrics) {
     high_max = std::max(high_max, hi_share);
   };
   std::vector<int> plen;
-  std::vector<float> lp, w, mask;
+  std::vector<float> lp, w, mask, ew;
   std::vector<double> grad;
+  // The entropy bonus's coefficient for this step (adaptive: only while the last step's entropy was at most the
+  // target), and the step's entropy over the bonus's tokens on this rank (adaptive control).
+  const double apply_coef = !opts_.adaptive_entropy ? entropy_coef_
+                            : last_world_entropy_ <= opts_.entropy_target ? entropy_coef_ : 0.0;
+  double window_sum = 0, window_count = 0;
   for (int a = 0; a < accum; ++a) {
     const std::size_t begin = static_cast<std::size_t>(a) * m, end = begin + m;
     const std::vector<std::size_t> idx = trained_in(begin, end);
@@ -704,6 +714,39 @@ double GrpoTrainer::train_step(nlohmann::json* metrics) {
       emask.assign(ent.size(), 0.0f);
       for (std::size_t i = 0; i < ent.size(); ++i) emask[i] = ent[i] >= threshold ? 1.0f : 0.0f;
     }
+    // trl's entropy bonus: -apply_coef x the mean entropy over the micro-batch's completion tokens in the loss (those
+    // of the entropy quantile when set), / grad_accum: as weights on each token's entropy in the backward. The mean is
+    // over the global micro-batch (its every rank's tokens: trl's over each device's, so 1 device is trl's exactly).
+    ew.clear();
+    if (opts_.entropy_bonus()) {
+      double ent_sum = 0, ent_count = 0;
+      for (std::size_t k = 0; k < idx.size(); ++k) {
+        const Rollout& r = sl.local[idx[k]];
+        if (r.masked) continue;
+        const auto row = static_cast<std::size_t>(b.offsets[k] + plen[k]);
+        for (std::size_t t = 0; t < r.completion.size(); ++t) {
+          const double e = emask.empty() ? 1.0 : emask[row + t];
+          ent_sum += e * ent[row + t];
+          ent_count += e;
+        }
+      }
+      window_sum += ent_sum;
+      window_count += ent_count;
+      // Without the quantile mask the micro-batch's tokens are known on every rank; with it they take a collective.
+      const double count = emask.empty() ? micro_tokens[static_cast<std::size_t>(a)] : env_.allreduce_sum(ent_count);
+      if (apply_coef != 0.0) {
+        const double u = apply_coef / (static_cast<double>(accum) * std::max(1.0, count));
+        loss -= u * ent_sum;  // this rank's part of the term (the loss is summed over ranks below)
+        ew.assign(b.tokens.size(), 0.0f);
+        for (std::size_t k = 0; k < idx.size(); ++k) {
+          const Rollout& r = sl.local[idx[k]];
+          if (r.masked) continue;
+          const auto row = static_cast<std::size_t>(b.offsets[k] + plen[k]);
+          for (std::size_t t = 0; t < r.completion.size(); ++t)
+            ew[row + t] = static_cast<float>(u * (emask.empty() ? 1.0 : emask[row + t]) * scale);
+        }
+      }
+    }
     for (std::size_t k = 0; k < idx.size(); ++k) {
       const Rollout& r = sl.local[idx[k]];
       const int nt = static_cast<int>(r.completion.size());
@@ -744,7 +787,7 @@ double GrpoTrainer::train_step(nlohmann::json* metrics) {
       phi_count += 1;
       for (int t = 0; t < nt; ++t) w[row + static_cast<std::size_t>(t)] = static_cast<float>(-c * grad[static_cast<std::size_t>(t)] * scale);
     }
-    model_.backward(w.data(), sync_->hook(a + 1 == accum));
+    model_.backward(w.data(), sync_->hook(a + 1 == accum), nullptr, ew.empty() ? nullptr : ew.data());
   }
   double norm = 0;
   {
@@ -765,7 +808,16 @@ double GrpoTrainer::train_step(nlohmann::json* metrics) {
       phi = env_.allreduce_sum(phi);
       phi_count = env_.allreduce_sum(phi_count);
     }
+    // Adaptive entropy control (trl's, at the optimizer-step boundary): the step's mean entropy over every rank's
+    // bonus tokens moves the coefficient for the next step.
+    if (opts_.adaptive_entropy) {
+      const double world = env_.allreduce_sum(window_sum) / std::max(1.0, env_.allreduce_sum(window_count));
+      entropy_coef_ = world <= opts_.entropy_target ? std::min(entropy_coef_ + opts_.entropy_coef_delta, opts_.entropy_coef_max)
+                                                    : std::max(entropy_coef_ - opts_.entropy_coef_delta, opts_.entropy_coef_min);
+      last_world_entropy_ = world;
+    }
   }
+  if (opts_.entropy_bonus()) (*metrics)["entropy_coef"] = entropy_coef_;
   // Straggler wait in training: every rank's forward + backward time since the previous step (this step's, and the
   // round's scoring passes; the backends keep blocking communication out of these phases) against the slowest
   // rank's: what a rank waits for at the gradient reduction. Read once a step, after the reduction has synchronised
@@ -890,7 +942,20 @@ GrpoResult GrpoTrainer::run() {
   const auto t0 = Clock::now();
   std::string extra;
   const std::string resumed = ckpt_->resume(state_, &extra, [&](const std::string& x) {
-    if (!x.empty()) resume_round(x);  // a generation round in progress (UserError: another round's shape)
+    if (x.empty()) return;
+    // The adaptive entropy control's state; a generation round in progress (UserError: another round's shape).
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(x);
+    } catch (const nlohmann::json::exception& e) {
+      throw UserError("the checkpoint's GRPO state is not valid JSON: " + std::string(e.what()));
+    }
+    if (opts_.adaptive_entropy && j.is_object() && j.contains("entropy_coef")) {
+      entropy_coef_ = j["entropy_coef"].get<double>();
+      last_world_entropy_ = j["last_world_entropy"].is_null() ? std::numeric_limits<double>::infinity()
+                                                              : j["last_world_entropy"].get<double>();
+    }
+    if (j.is_object() && j.contains("first_step")) resume_round(x);
   });
   const std::int64_t end = opts_.stop_at_step > 0 ? std::min(opts_.stop_at_step, opts_.max_steps) : opts_.max_steps;
   if (train::nothing_to_train(resumed, state_.step, end)) {
@@ -1030,11 +1095,20 @@ GrpoResult GrpoTrainer::run() {
     if (logged) rlog.emit(j, state_.step);
     rlog.progress(state_.step, first, opts_.max_steps, seconds_since(t0));
     if (opts_.eval_every > 0 && state_.step % opts_.eval_every == 0 && !last) eval_line("at", evaluate());
+    // The checkpoint's GRPO state (rank 0): the generation round in progress, and the adaptive entropy control's.
     auto round_state = [&]() -> std::string {
-      if (!round_ || state_.step - round_->first_step >= steps_per_round() || env_.rank() != 0) return "";
-      nlohmann::json e = {{"first_step", round_->first_step}, {"rollouts", nlohmann::json::array()}};
-      for (const auto& r : round_->global) e["rollouts"].push_back(to_json(r));
-      return e.dump();
+      if (env_.rank() != 0) return "";
+      nlohmann::json e = nlohmann::json::object();
+      if (round_ && state_.step - round_->first_step < steps_per_round()) {
+        e["first_step"] = round_->first_step;
+        e["rollouts"] = nlohmann::json::array();
+        for (const auto& r : round_->global) e["rollouts"].push_back(to_json(r));
+      }
+      if (opts_.adaptive_entropy) {
+        e["entropy_coef"] = entropy_coef_;
+        e["last_world_entropy"] = std::isfinite(last_world_entropy_) ? nlohmann::json(last_world_entropy_) : nlohmann::json();
+      }
+      return e.empty() ? std::string() : e.dump();
     };
     guard_->after_step(last_outcome_, state_.step, ckpt_->last_checkpoint());
     if (ckpt_->due(state_.step) && !last) {

@@ -34,6 +34,14 @@ namespace mgrl::rl {
 
 struct GrpoOptions {
   double top_entropy_quantile = 1.0;  // trl's: < 1 keeps the policy loss on the highest-entropy tokens only
+  // trl's entropy bonus: loss -= coef x the mean entropy of each micro-batch's completion tokens (those the policy
+  // loss covers) / grad_accum; adaptive (Skywork-OR1): coef moves by delta each step, up while the step's entropy is
+  // at most target, down otherwise, within [min, max], and applies only while the last step's entropy was at most
+  // target.
+  double entropy_coef = 0.0;
+  bool adaptive_entropy = false;
+  double entropy_coef_min = 0.0, entropy_coef_max = 1.0, entropy_coef_delta = 0.005, entropy_target = 0.2;
+  bool entropy_bonus() const { return entropy_coef != 0.0 || adaptive_entropy; }
   train::OptimizerOptions optim;
   train::CheckpointOptions checkpoint;
   int max_nonfinite_steps = 25;  // consecutive steps with a non-finite loss or gradient norm that stop the run; 0 never
@@ -162,6 +170,8 @@ class GrpoTrainer {
   std::int64_t no_signal_since_ = 0;
   bool no_signal_said_ = false;
   bool unscorable_said_ = false;  // say_if_unscorable
+  // The entropy bonus's coefficient (adaptive: moved each step) and the last step's mean entropy (+inf before any).
+  double entropy_coef_ = 0.0, last_world_entropy_ = 0.0;
   void say_if_no_signal(const std::vector<Rollout>& all, std::int64_t first_step);
   void say_if_unscorable(const std::vector<Rollout>& all, std::int64_t first_step);
 };

@@ -1155,6 +1155,43 @@ TEST_P(OpsCuda, LmHeadSoftcap) {
   }
 }
 
+// GRPO's entropy bonus in the head's backward (entropy weights beside the forward's per-row entropies): dh and dW
+// against the CPU, plain, tempered and soft-capped, with rows of zero entropy weight (computed as without) among them.
+TEST_P(OpsCuda, LmHeadBackwardEntropyTermMatchesCpu) {
+  const int T = 200, D = 67, V = 1012;
+  Ids tg;
+  std::mt19937 gen(31);
+  for (int t = 0; t < T; ++t) tg.push_back(t % 9 == 4 ? -1 : static_cast<std::int32_t>(gen() % V));
+  Pair targets = i32(tg);
+  Pair h = storage(randu(sz(T, D), 32));
+  Pair W = storage(randu(sz(V, D), 33, -1.0f, 1.0f));
+  Vec ew_host = randu(sz(T), 34, 0.0f, 0.2f);
+  for (int t = 0; t < T; t += 5) ew_host[sz(t)] = 0.0f;
+  Pair ew = f32(ew_host);
+  for (const float cap : {0.0f, 2.5f})
+    for (const float logit_scale : {1.0f, 0.7f}) {
+      Pair lp = f32(Vec(sz(T), 0.0f)), lse = f32(Vec(sz(T), 0.0f)), stats = f32(Vec(sz(3 * T), 0.0f));
+      cpu_->lm_head_logprob_forward(static_cast<float*>(lp.c), static_cast<float*>(lse.c), h.c, W.c,
+                                    static_cast<const std::int32_t*>(targets.c), T, D, V, logit_scale, nullptr, cap,
+                                    static_cast<float*>(stats.c));
+      Pair lse_ref = f32(cpu_values(lse));
+      Pair ent = f32(cpu_values(stats));  // the CPU's entropies on both sides (their first T values)
+      Pair weights = f32(randu(sz(T), 35));
+      Pair dh = storage(Vec(sz(T, D), 0.0f));
+      Pair dW = f32(Vec(sz(V, D), 0.0f));
+      cpu_->lm_head_logprob_backward(dh.c, static_cast<float*>(dW.c), static_cast<const float*>(weights.c), h.c, W.c,
+                                     static_cast<const std::int32_t*>(targets.c), static_cast<const float*>(lse_ref.c),
+                                     T, D, V, logit_scale, nullptr, cap, static_cast<const float*>(ew.c),
+                                     static_cast<const float*>(ent.c));
+      gpu_->lm_head_logprob_backward(dh.g, static_cast<float*>(dW.g), static_cast<const float*>(weights.g), h.g, W.g,
+                                     static_cast<const std::int32_t*>(targets.g), static_cast<const float*>(lse_ref.g),
+                                     T, D, V, logit_scale, nullptr, cap, static_cast<const float*>(ew.g),
+                                     static_cast<const float*>(ent.g));
+      expect_close("lm_head dh with the entropy term", dh, tol());
+      expect_close("lm_head dW with the entropy term", dW, tol());
+    }
+}
+
 // trl's metrics from the head's row pass (entropy, top-1 hit, mean logit), fused forward-backward included, against the CPU:
 // entropies within the GEMM tolerance, top-1 hits equal except on rows whose two best logits are closer than the
 // GEMMs' rounding can tell apart; lp and lse as without them.

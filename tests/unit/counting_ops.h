@@ -187,9 +187,9 @@ class CountingOps final : public kernels::Ops {
   }
   void lm_head_logprob_backward(void* dh, float* dW, const float* wt, const void* h, const void* W,
                                 const std::int32_t* t, const float* lse, int T, int D, int V, float ls, void* scratch,
-                                float cap) override {
+                                float cap, const float* ent_w, const float* ent) override {
     ++calls["lm_head_logprob_backward"];
-    in->lm_head_logprob_backward(dh, dW, wt, h, W, t, lse, T, D, V, ls, scratch, cap);
+    in->lm_head_logprob_backward(dh, dW, wt, h, W, t, lse, T, D, V, ls, scratch, cap, ent_w, ent);
   }
   void lm_head_logprob_forward_backward(float* lp, float* lse, void* dh, float* dW, const float* wt, const void* h,
                                         const void* W, const std::int32_t* t, int T, int D, int V, float ls,

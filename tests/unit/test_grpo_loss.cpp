@@ -206,7 +206,7 @@ std::vector<std::string> trl_cases() {
   return out;
 }
 
-TEST(GrpoTrl, FixturesPresent) { EXPECT_GE(trl_cases().size(), 25u) << "tests/data/grpo holds too few cases"; }
+TEST(GrpoTrl, FixturesPresent) { EXPECT_GE(trl_cases().size(), 27u) << "tests/data/grpo holds too few cases"; }
 
 class GrpoTrlCase : public ::testing::TestWithParam<std::string> {};
 
@@ -409,6 +409,29 @@ TEST_P(GrpoTrlCase, LossGradientsAndAdvantagesMatchTrl) {
       magnitude += cw * masks[i][t] * std::fabs(adv[i] * lp[row + t]);
     }
   }
+  // trl's entropy bonus: minus entropy_coef x the mean entropy over the step's loss tokens (the entropy quantile's
+  // when set), as weights on each token's entropy in the backward.
+  const double ecoef = k.value("entropy_coef", 0.0);
+  std::vector<float> ew;
+  if (ecoef != 0.0) {
+    double esum = 0, ecount = 0;
+    for (std::size_t i : in_loss) {
+      const std::size_t row = static_cast<std::size_t>(b.offsets[i]) + prompts[i / G].size();
+      for (std::size_t t = 0; t < completions[i].size(); ++t) {
+        const double e = masks[i][t] * (emask.empty() ? 1.0 : emask[row + t]);
+        esum += e * ent[row + t];
+        ecount += e;
+      }
+    }
+    const double u = ecoef / std::max(1.0, ecount);
+    loss -= u * esum;
+    ew.assign(b.tokens.size(), 0.0f);
+    for (std::size_t i : in_loss) {
+      const std::size_t row = static_cast<std::size_t>(b.offsets[i]) + prompts[i / G].size();
+      for (std::size_t t = 0; t < completions[i].size(); ++t)
+        ew[row + t] = static_cast<float>(u * masks[i][t] * (emask.empty() ? 1.0 : emask[row + t]));
+    }
+  }
   const double want_loss = c["loss"].get<double>();
   // cispo's and vespo's losses sum -w A logp over tokens whose advantages cancel within each group, so the float32
   // log-probs' error (checked above to 2e-5) enters them in proportion to the summands' magnitude, not the sum's.
@@ -416,7 +439,7 @@ TEST_P(GrpoTrlCase, LossGradientsAndAdvantagesMatchTrl) {
   const double size = reinforce ? std::max(std::fabs(want_loss), magnitude) : std::fabs(want_loss);
   EXPECT_LE(std::fabs(loss - want_loss), 1e-5 * std::max(1e-3, size)) << "loss " << loss << " vs " << want_loss;
 
-  net.backward(w.data());
+  net.backward(w.data(), {}, nullptr, ew.empty() ? nullptr : ew.data());
   io::SafetensorsFile grads(dir + "/grads.safetensors");
   model::LoraParams& lora = *net.lora();
   std::vector<float> host(lora.numel());

@@ -937,6 +937,39 @@ TEST(OpsCpu, LmHeadBackwardMatchesFiniteDifferences) {
   EXPECT_EQ(dh3, dh);
 }
 
+// GRPO's entropy bonus: the backward of -sum_t w_t logprob_t - sum_t u_t H_t (H_t from the forward's stats), plain
+// and soft-capped, against finite differences of that loss; a row with u_t = 0 is bitwise as without the term.
+TEST(OpsCpu, LmHeadBackwardEntropyTermMatchesFiniteDifferences) {
+  for (const float cap : {0.0f, 3.0f}) {
+    LmHeadCase c(701);
+    const float scale = 1.0f / 0.8f;
+    Vec u(c.T);
+    for (int t = 0; t < c.T; ++t) u[static_cast<size_t>(t)] = t % 4 == 1 ? 0.0f : 0.05f * static_cast<float>(1 + t % 3);
+    Vec logprob(c.T), lse(c.T), stats(3 * static_cast<size_t>(c.T));
+    lm_head_logprob_forward(logprob.data(), lse.data(), c.h.data(), c.W.data(), c.targets.data(), c.T, c.D, c.V, scale,
+                            nullptr, cap, stats.data());
+    Vec dh(c.h.size(), 0.0f), dW(c.W.size(), 0.0f);
+    lm_head_logprob_backward(dh.data(), dW.data(), c.weights.data(), c.h.data(), c.W.data(), c.targets.data(),
+                             lse.data(), c.T, c.D, c.V, scale, nullptr, cap, u.data(), stats.data());
+    auto loss = [&] {
+      Vec lp(c.T), l(c.T), st(3 * static_cast<size_t>(c.T));
+      lm_head_logprob_forward(lp.data(), l.data(), c.h.data(), c.W.data(), c.targets.data(), c.T, c.D, c.V, scale,
+                              nullptr, cap, st.data());
+      double ent = 0;
+      for (int t = 0; t < c.T; ++t) ent += static_cast<double>(u[static_cast<size_t>(t)]) * st[static_cast<size_t>(t)];
+      return -dot(lp, c.weights) - ent;
+    };
+    check_grad(cap > 0 ? "softcapped lm_head dh, entropy term" : "lm_head dh, entropy term", c.h, dh, loss);
+    check_grad(cap > 0 ? "softcapped lm_head dW, entropy term" : "lm_head dW, entropy term", c.W, dW, loss);
+    Vec plain(c.h.size(), 0.0f), zero(c.T, 0.0f), with_zero(c.h.size(), 0.0f);
+    lm_head_logprob_backward(plain.data(), nullptr, c.weights.data(), c.h.data(), c.W.data(), c.targets.data(),
+                             lse.data(), c.T, c.D, c.V, scale, nullptr, cap);
+    lm_head_logprob_backward(with_zero.data(), nullptr, c.weights.data(), c.h.data(), c.W.data(), c.targets.data(),
+                             lse.data(), c.T, c.D, c.V, scale, nullptr, cap, zero.data(), stats.data());
+    EXPECT_EQ(with_zero, plain);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // the checker itself: a gradient that is 3% off, or one wrong coordinate, does not pass.
 
