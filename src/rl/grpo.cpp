@@ -256,7 +256,8 @@ model::Batch GrpoTrainer::batch_of(const std::vector<std::size_t>& idx, std::vec
 // A completion contributes nothing to the loss or its gradient when it is masked (mask_truncated_completions), or
 // when its advantage is exactly 0 (a group whose rewards are all equal) and beta = 0: every per-token term is then
 // -min(ratio * 0, clip(ratio) * 0) = 0. Such completions are left out of the old-policy pass and of the training
-// forward/backward (they still count in the token normalisers); in typical runs that is half the batch or more.
+// forward/backward (they still count in the token normalisers); in typical runs that is half the batch or more. Not
+// with top_entropy_quantile < 1 or the entropy bonus, whose terms cover every completion token.
 std::vector<std::size_t> GrpoTrainer::trained_in(std::size_t begin, std::size_t end) const {
   std::vector<std::size_t> idx;
   for (std::size_t i = begin; i < end; ++i) {
@@ -367,7 +368,8 @@ std::vector<std::vector<std::size_t>> GrpoTrainer::training_split(const std::vec
   for (std::size_t s = 0; s < N; ++s) {
     const Rollout& r = all[s];
     const double len = static_cast<double>(r.prompt.size() + r.completion.size());
-    const bool trained = !r.masked && (opts_.loss.beta > 0 || r.advantage != 0.0);
+    const bool trained = !r.masked && (opts_.loss.beta > 0 || r.advantage != 0.0 || opts_.top_entropy_quantile < 1.0 ||
+                                       opts_.entropy_bonus());  // as trained_in
     cost[s] = len * ((trained ? 3.0 : 0.0) + (trained && off_policy_steps() ? 1.0 : 0.0) +
                      (opts_.loss.beta > 0 ? 1.0 : 0.0));
   }

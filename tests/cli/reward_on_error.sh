@@ -39,4 +39,18 @@ toml "$work/gone.toml" null "$work/no_such_judge"
 "$@" "$work/gone.toml" "${run[@]}" --log.dir="$work/gone" > /dev/null 2> "$work/gone.err"
 rc=$?
 [ $rc = 2 ] && grep -q "cannot run it: No such file or directory" "$work/gone.err" || fail "a judge that cannot start: exit $rc: $(cat "$work/gone.err")"
+# A judge that prints its values, closes its output and goes on running (with a child of its own): its batch ends at
+# timeout_s, the judge and its child killed (the rank waited for it without a limit until 2026-11-29).
+printf '#!/usr/bin/env bash\nwhile IFS= read -r _; do echo 0.5; done\nexec 1>&-\nsleep 61 &\nwait\n' > "$work/linger.sh"
+chmod +x "$work/linger.sh"
+toml "$work/linger.toml" fail "$work/linger.sh"
+printf 'timeout_s = 3\n' >> "$work/linger.toml"
+start=$(date +%s)
+"$@" "$work/linger.toml" "${run[@]}" --log.dir="$work/linger" > /dev/null 2> "$work/linger.err"
+rc=$? took=$(( $(date +%s) - start ))
+[ $rc = 2 ] && grep -q "did not finish within 3 s (timeout_s)" "$work/linger.err" && [ "$took" -lt 30 ] ||
+  fail "a lingering judge: exit $rc after $took s: $(cat "$work/linger.err")"
+sleep 1
+pgrep -f "sleep 61" > /dev/null && fail "the judge's child outlived it"
+echo "a lingering judge: ended at its timeout, its child killed"
 echo "PASS: reward on_error"

@@ -575,6 +575,7 @@ class Command : public RewardFunction {
     cargv.push_back(nullptr);
     const pid_t pid = ::fork();
     if (pid == 0) {
+      ::setpgid(0, 0);  // its own process group: a timeout ends what it started too (a wrapper script's children)
       ::signal(SIGPIPE, SIG_DFL);  // mgrl ignores it; the program gets the usual behaviour
       if (!run_dir.empty() && ::chdir(run_dir.c_str()) != 0) {
         const int e = -errno;  // negative: the working directory, not the program (an "exit status 126" until 2026-11-28)
@@ -643,9 +644,27 @@ class Command : public RewardFunction {
     }
     if (in_open) ::close(in[1]);
     ::close(out[0]);
-    if (timed_out) ::kill(pid, SIGKILL);
+    // A program that closed its output but goes on running is waited for until the timeout too (the rank blocked in
+    // waitpid until 2026-11-29), then killed with its group.
     int st = 0;
-    ::waitpid(pid, &st, 0);
+    bool reaped = false;
+    while (!timed_out) {
+      const pid_t w = ::waitpid(pid, &st, WNOHANG);
+      if (w == pid || (w < 0 && errno != EINTR)) {
+        reaped = w == pid;
+        break;
+      }
+      if (std::chrono::steady_clock::now() >= deadline) {
+        timed_out = true;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    if (timed_out) {
+      ::kill(-pid, SIGKILL);
+      ::kill(pid, SIGKILL);
+    }
+    if (!reaped) ::waitpid(pid, &st, 0);
     if (timed_out) throw UserError(who() + ": did not finish within " + std::to_string(static_cast<int>(timeout_)) + " s (timeout_s)");
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
       throw UserError(who() + ": " + (WIFEXITED(st) ? "exited with status " + std::to_string(WEXITSTATUS(st))
