@@ -10,9 +10,8 @@ work=$1 mgrl=$2 check=$3 models=$4 data=$5 tok=$6 grpo=$7
 shift 7
 mpirun=("$@")
 rm -rf "$work" && mkdir -p "$work" || exit 1
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "$0")/on_ranks.sh"
 base=(--runtime.backend=cpu --model.path="$models/qwen2_bias_tied" --model.tokenizer="$tok" --checkpoint.resume=none)
-np2() { "${mpirun[0]}" "${mpirun[1]}" 2 "${mpirun[@]:2}" "$@"; }
 sft=(sft "${base[@]}" --train.batch_size=8 --train.lr=1e-2 --lora.r=4 --lora.alpha=8)
 
 head -n 8 "$data/sft/train.jsonl" > "$work/first8.jsonl"
@@ -32,7 +31,7 @@ awk -v a="$first" -v b="$mixed" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d 
   fail "shuffled, step 1 trained the first 8 examples too ($mixed)"
 echo "sft: step 1 in file order trains the first 8 examples (loss $l1 = $first; shuffled $mixed)"
 [ -n "$l7" ] || fail "no step 7: $plain"
-np2 "$mgrl" "${sft[@]}" --data.input="$data/sft/train.jsonl" --data.shuffle=false --train.max_steps=7 --log.dir= \
+on_ranks 2 "$mgrl" "${sft[@]}" --data.input="$data/sft/train.jsonl" --data.shuffle=false --train.max_steps=7 --log.dir= \
   --checkpoint.dir="$work/sft_np2/ck" > "$work/sft_np2.log" 2>&1 || fail "sft np2: $(tail -n 2 "$work/sft_np2.log")"
 "$check" weights "$work/sft_false/ck/step_00000007.h5" "$work/sft_np2/ck/step_00000007.h5" --rtol=1e-5 ||
   fail "sft in file order: 2 ranks differ"
@@ -49,7 +48,7 @@ echo "grpo: steps 1 and 2 sample prompts 0-3 and 4-7"
 
 dpo=(dpo "${base[@]}" --data.input="$data/dpo_cli/train.jsonl" --train.batch_size=8 --train.max_steps=3 --log.dir=)
 "$mgrl" "${dpo[@]}" --data.shuffle=false --checkpoint.dir="$work/dpo1" > "$work/dpo1.log" 2>&1 || fail "dpo: $(tail -n 2 "$work/dpo1.log")"
-np2 "$mgrl" "${dpo[@]}" --data.shuffle=false --checkpoint.dir="$work/dpo2" > "$work/dpo2.log" 2>&1 || fail "dpo np2"
+on_ranks 2 "$mgrl" "${dpo[@]}" --data.shuffle=false --checkpoint.dir="$work/dpo2" > "$work/dpo2.log" 2>&1 || fail "dpo np2"
 "$mgrl" "${dpo[@]}" --checkpoint.dir="$work/dpos" > "$work/dpos.log" 2>&1 || fail "dpo shuffled"
 "$check" weights "$work/dpo1/step_00000003.h5" "$work/dpo2/step_00000003.h5" --rtol=1e-5 || fail "dpo: 2 ranks differ"
 "$check" weights "$work/dpo1/step_00000003.h5" "$work/dpos/step_00000003.h5" --rtol=1e-5 > /dev/null &&

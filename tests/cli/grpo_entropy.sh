@@ -15,13 +15,11 @@ mpirun=()
 while [ "$1" != "--" ]; do mpirun+=("$1"); shift; done
 shift
 rm -rf "$work" && mkdir -p "$work" || exit 1
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "$0")/on_ranks.sh"
 run() {  # NAME RANKS ARGS...
   local name=$1 ranks=$2
   shift 2
-  local launch=("$@")
-  [ "$ranks" -gt 1 ] && launch=("${mpirun[0]}" "${mpirun[1]}" "$ranks" "${mpirun[@]:2}" "$@")
-  "${launch[@]}" --checkpoint.dir="$work/$name/ck" --log.dir="$work/$name" --checkpoint.every_steps=1 \
+  on_ranks "$ranks" "$@" --checkpoint.dir="$work/$name/ck" --log.dir="$work/$name" --checkpoint.every_steps=1 \
     > "$work/$name.log" 2>&1 || fail "$name: $(tail -n 3 "$work/$name.log")"
 }
 ck() { echo "$work/$1/ck/step_0000000$2.h5"; }

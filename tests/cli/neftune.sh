@@ -10,23 +10,24 @@ work=$1 mgrl=$2 check=$3 models=$4 data=$5 tok=$6 grpo=$7
 shift 7
 mpirun=("$@")
 rm -rf "$work" && mkdir -p "$work" || exit 1
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "$0")/on_ranks.sh"
 sft=(sft --runtime.backend=cpu --model.path="$models/qwen2_bias_tied" --model.tokenizer="$tok" --checkpoint.resume=none
   --data.input="$data/sft/train.jsonl" --train.batch_size=8 --train.lr=1e-2 --lora.r=4 --lora.alpha=8 --train.max_steps=4)
-run() {  # NAME ARGS...
-  local name=$1
-  shift
-  "$@" --checkpoint.dir="$work/$name" --log.dir="$work/$name" > "$work/$name.log" 2>&1 || fail "$name: $(tail -n 2 "$work/$name.log")"
+run() {  # NAME RANKS ARGS...
+  local name=$1 ranks=$2
+  shift 2
+  on_ranks "$ranks" "$@" --checkpoint.dir="$work/$name" --log.dir="$work/$name" > "$work/$name.log" 2>&1 ||
+    fail "$name: $(tail -n 2 "$work/$name.log")"
 }
-run plain "$mgrl" "${sft[@]}"
-run nef "$mgrl" "${sft[@]}" --train.neftune_noise_alpha=5
-run nef2 "${mpirun[0]}" "${mpirun[1]}" 2 "${mpirun[@]:2}" "$mgrl" "${sft[@]}" --train.neftune_noise_alpha=5 --train.grad_accum=2
+run plain 1 "$mgrl" "${sft[@]}"
+run nef 1 "$mgrl" "${sft[@]}" --train.neftune_noise_alpha=5
+run nef2 2 "$mgrl" "${sft[@]}" --train.neftune_noise_alpha=5 --train.grad_accum=2
 "$check" weights "$work/plain/step_00000004.h5" "$work/nef/step_00000004.h5" --rtol=1e-4 > /dev/null &&
   fail "alpha 5 trained the weights of alpha 0"
 "$check" weights "$work/nef/step_00000004.h5" "$work/nef2/step_00000004.h5" --rtol=1e-5 || fail "2 ranks differ"
 lr0=(--train.lr=0 --eval.input="$data/sft/heldout.jsonl" --eval.every_steps=2)
-run plain0 "$mgrl" "${sft[@]}" "${lr0[@]}"
-run nef0 "$mgrl" "${sft[@]}" "${lr0[@]}" --train.neftune_noise_alpha=5
+run plain0 1 "$mgrl" "${sft[@]}" "${lr0[@]}"
+run nef0 1 "$mgrl" "${sft[@]}" "${lr0[@]}" --train.neftune_noise_alpha=5
 "$check" losses "$work/plain0/metrics.jsonl" "$work/nef0/metrics.jsonl" --after=0 --key=eval_loss || fail "evaluation saw noise"
 "$check" losses "$work/plain0/metrics.jsonl" "$work/nef0/metrics.jsonl" --after=0 > /dev/null && fail "training saw no noise"
 echo "the noise acts on training only"

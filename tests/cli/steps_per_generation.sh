@@ -17,14 +17,12 @@ mpirun=()
 while [ "$1" != "--" ]; do mpirun+=("$1"); shift; done
 shift
 rm -rf "$work" && mkdir -p "$work" || exit 1
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "$0")/on_ranks.sh"
 spg=(--grpo.steps_per_generation=2 --grpo.num_iterations=1)
 run() {  # NAME RANKS ARGS...
   local name=$1 ranks=$2
   shift 2
-  local launch=("$@")
-  [ "$ranks" -gt 1 ] && launch=("${mpirun[0]}" "${mpirun[1]}" "$ranks" "${mpirun[@]:2}" "$@")
-  "${launch[@]}" --checkpoint.dir="$work/$name/ck" --log.dir="$work/$name" > "$work/$name.log" 2>&1 ||
+  on_ranks "$ranks" "$@" --checkpoint.dir="$work/$name/ck" --log.dir="$work/$name" > "$work/$name.log" 2>&1 ||
     fail "$name: $(tail -n 3 "$work/$name.log")"
 }
 run a 1 "$@" "${spg[@]}" --checkpoint.every_steps=2
