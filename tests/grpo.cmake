@@ -43,6 +43,16 @@ mgrl_add_cli_test(grpo.entropy_bonus 0 "PASS: entropy bonus" - 0
   -- bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/grpo_entropy.sh ${GRPO}/entropy ${CHECK} ${MPIEXEC_EXECUTABLE}
   ${MPIEXEC_NUMPROC_FLAG} ${MGRL_MPIEXEC_FLAGS} -- ${RUN1} ${GRPO_ARGS})
 set_tests_properties(cli.grpo.entropy_bonus PROPERTIES TIMEOUT 180 PROCESSORS 2)
+# grpo.loss_type = "rloo" (trl's RLOOTrainer): rloo's advantages in the rollout files (KL penalty, normalised,
+# clipped), rank- and grad_accum-invariant, resumed exactly inside a round (tests/cli/grpo_rloo.sh); GRPO's options of
+# the advantages or the ratio refused with it, in one line.
+mgrl_add_cli_test(grpo.rloo 0 "PASS: rloo" - 0
+  -- bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/grpo_rloo.sh ${GRPO}/rloo ${CHECK} ${MPIEXEC_EXECUTABLE}
+  ${MPIEXEC_NUMPROC_FLAG} ${MGRL_MPIEXEC_FLAGS} -- ${RUN1} ${GRPO_ARGS})
+set_tests_properties(cli.grpo.rloo PROPERTIES TIMEOUT 240 PROCESSORS 2)
+mgrl_add_cli_test(grpo.rloo_refuses_scale_rewards 2 -
+  "^mgrl: error: key 'grpo.scale_rewards' \\(the command line\\) does not apply to grpo.loss_type = \"rloo\" " 1
+  -- ${RUN1} ${GRPO_ARGS} --grpo.loss_type=rloo --grpo.scale_rewards=batch --checkpoint.dir= --log.dir=)
 # One rank's generation far slower than the other's (MGRL_FAULT_INJECT=generate_step, 1.5 s a step, ~9 s a round) at
 # runtime.comm_timeout_s = 4: the rank that finished waits while the slow one makes progress (dist/progress.h), with
 # one line saying so. Until 2026-11-28 the job ended at the timeout (exit 1), as a long-thinking completion on a slow

@@ -26,7 +26,7 @@ from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
 import trl
-from trl import GRPOConfig, GRPOTrainer
+from trl import GRPOConfig, GRPOTrainer, RLOOConfig, RLOOTrainer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_fixtures import exact_float64  # noqa: E402
@@ -99,6 +99,16 @@ CASES = [
          entropy_coef=0.05),
     dict(name="grpo_entropy_top_quantile_mu1", model="llama_gqa", loss_type="grpo", beta=0.0, num_iterations=1,
          entropy_coef=0.1, top_entropy_quantile=0.5, temperature=0.8),
+    # trl's RLOOTrainer (added 2026-11-29; mgrl: grpo.loss_type = "rloo"): leave-one-out advantages of the rewards
+    # minus beta x the summed k1 KL, the clipped ratio of the summed log-probs, mean over completions.
+    dict(name="rloo_beta_mu2", move=0.02, model="llama_gqa", trainer="rloo", beta=0.05, num_iterations=2, epsilon=0.1),
+    dict(name="rloo_normalize_clip_mask_mu2", move=0.02, model="qwen2_bias_tied", trainer="rloo", beta=0.1, num_iterations=2,
+         normalize_advantages=True, reward_clip_range=(0.2, 1.1), mask_truncated_completions=True,
+         epsilon_high=0.3, temperature=0.8),
+    dict(name="rloo_beta0_none_rewards_mu1", model="qwen3_qknorm", trainer="rloo", beta=0.0, num_iterations=1,
+         nan=[(0, 0), (0, 1), (4, 0), (5, 0), (5, 1), (6, 0), (6, 1), (7, 0), (7, 1)]),
+    dict(name="rloo_spg2_beta", move=0.02, model="qwen3_qknorm", trainer="rloo", beta=0.04, num_iterations=1,
+         steps_per_generation=2, slice=1),
 ]
 P, G, LP, LMAX = 3, 4, 5, 6  # prompts, generations, prompt length (equal: no left padding), max completion
 
@@ -153,28 +163,42 @@ def make_case(spec, out_root, tokenizer_file):
         rewards_pf[i, f] = float("nan")
     tok = PreTrainedTokenizerFast(tokenizer_file=tokenizer_file, eos_token="<eos>", pad_token="<pad>")
     tok.eos_token_id  # noqa
-    cfg = GRPOConfig(
-        output_dir=tempfile.mkdtemp(), report_to="none", use_cpu=True, bf16=False, fp16=False,
-        per_device_train_batch_size=P * G // spec.get("steps_per_generation", 1), num_generations=G,
-        gradient_accumulation_steps=1, steps_per_generation=spec.get("steps_per_generation", 1),
-        max_completion_length=LMAX, loss_type=spec["loss_type"], beta=spec["beta"],
-        epsilon=spec.get("epsilon", 0.2), epsilon_high=spec.get("epsilon_high"),
-        num_iterations=spec["num_iterations"], importance_sampling_level=spec.get("importance_sampling_level", "token"),
-        scale_rewards=spec.get("scale_rewards", "group"), temperature=spec.get("temperature", 1.0),
-        mask_truncated_completions=spec.get("mask_truncated_completions", False),
-        use_bias_correction_kl=spec.get("use_bias_correction_kl", False), reward_weights=[1.0, 0.5],
-        delta=spec.get("delta"), sapo_temperature_pos=spec.get("sapo_temperature_pos", 1.0),
-        sapo_temperature_neg=spec.get("sapo_temperature_neg", 1.05),
-        vespo_k_pos=spec.get("vespo_k_pos", 2.0), vespo_lambda_pos=spec.get("vespo_lambda_pos", 3.0),
-        vespo_k_neg=spec.get("vespo_k_neg", 3.0), vespo_lambda_neg=spec.get("vespo_lambda_neg", 2.0),
-        multi_objective_aggregation=spec.get("multi_objective_aggregation", "sum_then_normalize"),
-        off_policy_mask_threshold=spec.get("off_policy_mask_threshold"),
-        top_entropy_quantile=spec.get("top_entropy_quantile", 1.0),
-        entropy_coef=spec.get("entropy_coef", 0.0),
-        logging_steps=1, seed=0, gradient_checkpointing=False,
-    )
+    rloo = spec.get("trainer") == "rloo"
+    if rloo:
+        cfg = RLOOConfig(
+            output_dir=tempfile.mkdtemp(), report_to="none", use_cpu=True, bf16=False, fp16=False,
+            per_device_train_batch_size=P * G // spec.get("steps_per_generation", 1), num_generations=G,
+            gradient_accumulation_steps=1, steps_per_generation=spec.get("steps_per_generation", 1),
+            max_completion_length=LMAX, beta=spec["beta"], epsilon=spec.get("epsilon", 0.2),
+            epsilon_high=spec.get("epsilon_high"), num_iterations=spec["num_iterations"],
+            temperature=spec.get("temperature", 1.0),
+            mask_truncated_completions=spec.get("mask_truncated_completions", False), reward_weights=[1.0, 0.5],
+            normalize_advantages=spec.get("normalize_advantages", False),
+            reward_clip_range=spec.get("reward_clip_range"), logging_steps=1, seed=0, gradient_checkpointing=False,
+        )
+    else:
+        cfg = GRPOConfig(
+            output_dir=tempfile.mkdtemp(), report_to="none", use_cpu=True, bf16=False, fp16=False,
+            per_device_train_batch_size=P * G // spec.get("steps_per_generation", 1), num_generations=G,
+            gradient_accumulation_steps=1, steps_per_generation=spec.get("steps_per_generation", 1),
+            max_completion_length=LMAX, loss_type=spec["loss_type"], beta=spec["beta"],
+            epsilon=spec.get("epsilon", 0.2), epsilon_high=spec.get("epsilon_high"),
+            num_iterations=spec["num_iterations"], importance_sampling_level=spec.get("importance_sampling_level", "token"),
+            scale_rewards=spec.get("scale_rewards", "group"), temperature=spec.get("temperature", 1.0),
+            mask_truncated_completions=spec.get("mask_truncated_completions", False),
+            use_bias_correction_kl=spec.get("use_bias_correction_kl", False), reward_weights=[1.0, 0.5],
+            delta=spec.get("delta"), sapo_temperature_pos=spec.get("sapo_temperature_pos", 1.0),
+            sapo_temperature_neg=spec.get("sapo_temperature_neg", 1.05),
+            vespo_k_pos=spec.get("vespo_k_pos", 2.0), vespo_lambda_pos=spec.get("vespo_lambda_pos", 3.0),
+            vespo_k_neg=spec.get("vespo_k_neg", 3.0), vespo_lambda_neg=spec.get("vespo_lambda_neg", 2.0),
+            multi_objective_aggregation=spec.get("multi_objective_aggregation", "sum_then_normalize"),
+            off_policy_mask_threshold=spec.get("off_policy_mask_threshold"),
+            top_entropy_quantile=spec.get("top_entropy_quantile", 1.0),
+            entropy_coef=spec.get("entropy_coef", 0.0),
+            logging_steps=1, seed=0, gradient_checkpointing=False,
+        )
     ds = Dataset.from_dict({"prompt": ["p"] * P})
-    trainer = GRPOTrainer(model=model, reward_funcs=[lambda **k: [0.0] * len(k["prompts"])] * 2, args=cfg,
+    trainer = (RLOOTrainer if rloo else GRPOTrainer)(model=model, reward_funcs=[lambda **k: [0.0] * len(k["prompts"])] * 2, args=cfg,
                           train_dataset=ds, processing_class=tok)
     trainer.eos_token_ids = [EOS] if hasattr(trainer, "eos_token_ids") else None
     trainer._tokenizer.pad_token_id = PAD
@@ -183,15 +207,38 @@ def make_case(spec, out_root, tokenizer_file):
     prompt_ids_list = [prompts[i // G] for i in range(P * G)]
 
     def fake_generate(prompts_):
+        if rloo:
+            return prompt_ids_list, completions, ["c"] * len(completions)
         return prompt_ids_list, completions, None, ["c"] * len(completions), None, {}, None, None
 
     trainer._generate = fake_generate
+    # RLOO's scoring pass keeps only summed log-probs: its per-token ones (old policy, then reference) are recorded.
+    scored = []
+    if rloo:
+        inner = trainer._get_per_token_logps_and_entropies
+
+        def recording(*a, **k):
+            r = inner(*a, **k)
+            scored.append(r[0])
+            return r
+        trainer._get_per_token_logps_and_entropies = recording
     trainer._calculate_rewards = lambda *a, **k: rewards_pf.clone()
     pm = trainer.model
     pm.train()
     with exact_float64():
+        if spec.get("trainer") == "rloo" and spec["beta"] != 0.0:
+            # The policy that sampled the round away from the reference (the starting adapter, trl's "ref" copy), so
+            # that the KL penalty in the rewards is not 0.
+            g = torch.Generator().manual_seed(99)
+            with torch.no_grad():
+                for n, p in sorted(lora_named(pm).items()):
+                    p.add_(torch.randn(p.shape, generator=g, dtype=torch.float64) * 0.05)
         with torch.no_grad():
             out = trainer._generate_and_score_completions(inputs)
+        if rloo:
+            trainer._get_per_token_logps_and_entropies = inner
+            out["old_per_token_logps"] = scored[0]
+            out["ref_per_token_logps"] = scored[1] if spec["beta"] != 0.0 else None
         # The policy at which the loss is evaluated: the fixture adapter, moved a little when the round serves
         # several steps (num_iterations or steps_per_generation > 1).
         spg = spec.get("steps_per_generation", 1)
@@ -199,7 +246,7 @@ def make_case(spec, out_root, tokenizer_file):
             g = torch.Generator().manual_seed(1234)
             with torch.no_grad():
                 for n, p in sorted(lora_named(pm).items()):
-                    p.add_(torch.randn(p.shape, generator=g, dtype=torch.float64) * 0.08)
+                    p.add_(torch.randn(p.shape, generator=g, dtype=torch.float64) * spec.get("move", 0.08))
         for p in pm.parameters():
             p.grad = None
         out["num_items_in_batch"] = out["completion_mask"].sum()
@@ -242,20 +289,25 @@ def make_case(spec, out_root, tokenizer_file):
     trunc = [completions[i][-1] != EOS for i in range(P * G)]
     case = {
         "model": spec["model"], "trl_version": trl.__version__,
-        "config": {"loss_type": spec["loss_type"], "beta": spec["beta"], "epsilon": cfg.epsilon,
+        "config": {"loss_type": "rloo" if rloo else spec["loss_type"], "beta": spec["beta"], "epsilon": cfg.epsilon,
                    "epsilon_high": trainer.epsilon_high, "num_iterations": spec["num_iterations"],
-                   "importance_sampling_level": cfg.importance_sampling_level, "scale_rewards": cfg.scale_rewards,
+                   "importance_sampling_level": getattr(cfg, "importance_sampling_level", "token"),
+                   "scale_rewards": getattr(cfg, "scale_rewards", "none"),
                    "temperature": cfg.temperature, "mask_truncated_completions": cfg.mask_truncated_completions,
-                   "use_bias_correction_kl": cfg.use_bias_correction_kl, "max_completion_length": LMAX,
-                   "num_generations": G, "reward_weights": [1.0, 0.5], "delta": cfg.delta,
-                   "sapo_temperature_pos": cfg.sapo_temperature_pos, "sapo_temperature_neg": cfg.sapo_temperature_neg,
-                   "vespo_k_pos": cfg.vespo_k_pos, "vespo_lambda_pos": cfg.vespo_lambda_pos,
-                   "vespo_k_neg": cfg.vespo_k_neg, "vespo_lambda_neg": cfg.vespo_lambda_neg,
-                   "multi_objective_aggregation": cfg.multi_objective_aggregation,
-                   "off_policy_mask_threshold": cfg.off_policy_mask_threshold,
-                   "top_entropy_quantile": cfg.top_entropy_quantile,
+                   "use_bias_correction_kl": getattr(cfg, "use_bias_correction_kl", False),
+                   "max_completion_length": LMAX,
+                   "num_generations": G, "reward_weights": [1.0, 0.5],
                    "steps_per_generation": cfg.steps_per_generation,
-                   "entropy_coef": cfg.entropy_coef},
+                   **({"normalize_advantages": cfg.normalize_advantages,
+                       "reward_clip_range": list(cfg.reward_clip_range) if cfg.reward_clip_range else None} if rloo else
+                      {"delta": cfg.delta, "sapo_temperature_pos": cfg.sapo_temperature_pos,
+                       "sapo_temperature_neg": cfg.sapo_temperature_neg,
+                       "vespo_k_pos": cfg.vespo_k_pos, "vespo_lambda_pos": cfg.vespo_lambda_pos,
+                       "vespo_k_neg": cfg.vespo_k_neg, "vespo_lambda_neg": cfg.vespo_lambda_neg,
+                       "multi_objective_aggregation": cfg.multi_objective_aggregation,
+                       "off_policy_mask_threshold": cfg.off_policy_mask_threshold,
+                       "top_entropy_quantile": cfg.top_entropy_quantile,
+                       "entropy_coef": cfg.entropy_coef})},
         # the completions of the slice whose loss this is (slice order; all of them with one slice)
         "in_loss": in_loss,
         "eos_token_id": EOS, "prompts": prompts, "completions": completions, "truncated": trunc,

@@ -131,6 +131,42 @@ int run_grpo(Context& ctx) {
   o.loss.sequence_level = cfg.get_string("grpo.importance_sampling_level") == "sequence";
   if (o.loss.beta > 0) o.loss.kl_bias_correction = cfg.get_bool("grpo.kl_bias_correction");  // a KL term only
   o.loss.max_completion_length = o.max_completion_length;
+  // trl's RLOOTrainer (grpo.loss_type = rloo): its own advantages and loss, so GRPO's options of either are refused;
+  // its options qualify rloo only.
+  if (o.loss.loss_type == "rloo") {
+    for (const char* key : {"grpo.scale_rewards", "grpo.multi_objective_aggregation", "grpo.importance_sampling_level",
+                            "grpo.delta", "grpo.off_policy_mask_threshold", "grpo.kl_bias_correction",
+                            "grpo.top_entropy_quantile", "grpo.entropy_coef", "grpo.use_adaptive_entropy"})
+      if (given_for_this_mode(cfg, key)) {
+        const io::Origin at = cfg.origin(key);
+        const std::string where = at.kind == io::Origin::File ? cfg.file() + ":" + std::to_string(at.line)
+                                                              : std::string("the command line");
+        env.agree([&] {
+          throw UserError(std::string("key '") + key + "' (" + where + ") does not apply to grpo.loss_type = \"rloo\" "
+                          "(trl's RLOOTrainer: leave-one-out advantages, the KL in the rewards, one clipped ratio per "
+                          "completion); leave it out, or choose another grpo.loss_type");
+        });
+      }
+    o.normalize_advantages = cfg.get_bool("grpo.normalize_advantages");
+    o.reward_clip_min = cfg.get_float("grpo.reward_clip_min");
+    o.reward_clip_max = cfg.get_float("grpo.reward_clip_max");
+    if (!(o.reward_clip_min <= o.reward_clip_max))
+      env.agree([&] {
+        throw UserError("key 'grpo.reward_clip_min' (" + std::to_string(o.reward_clip_min) +
+                        ") is above grpo.reward_clip_max (" + std::to_string(o.reward_clip_max) + ")");
+      });
+    o.entropy_coef = 0.0;
+    o.adaptive_entropy = false;
+    o.top_entropy_quantile = 1.0;
+    o.loss.sequence_level = false;
+    o.loss.kl_bias_correction = false;
+    o.loss.delta = 0.0;
+    o.loss.off_policy_threshold = 0.0;
+  } else {
+    for (const char* key : {"grpo.normalize_advantages", "grpo.reward_clip_min", "grpo.reward_clip_max"})
+      if (given_for_this_mode(cfg, key))
+        log::warn_once(std::string(key) + " is ignored: it qualifies grpo.loss_type = \"rloo\", which is not set");
+  }
   o.scale_rewards = cfg.get_string("grpo.scale_rewards");
   o.num_iterations = static_cast<int>(cfg.get_int("grpo.num_iterations"));
   o.steps_per_generation = static_cast<int>(spg);

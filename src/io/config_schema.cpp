@@ -382,8 +382,23 @@ const Schema& mgrl_schema() {
          "batch), luspo (per-sequence token sum, mean over sequences); cispo (the ratio's weight capped at "
          "epsilon_high and detached, times the log-prob; normalised as dapo); sapo (a sigmoid gate of temperature "
          "sapo_temperature_pos / _neg instead of the clip; normalised as grpo); vespo (the log-prob weighted by a "
-         "gamma function of the sequence's importance ratio, vespo_k_* / vespo_lambda_*; normalised as dapo)",
-         {"grpo", "bnpo", "dr_grpo", "dapo", "luspo", "cispo", "sapo", "vespo"}, {}, {}, {}});
+         "gamma function of the sequence's importance ratio, vespo_k_* / vespo_lambda_*; normalised as dapo); rloo "
+         "(trl's RLOOTrainer: leave-one-out advantages, each completion's reward minus the mean of the others of its "
+         "group, with beta x its summed KL to the reference (k1) subtracted from its reward; the ratio of the summed "
+         "log-probs of the completion, clipped; the mean over completions; grpo.normalize_advantages and "
+         "grpo.reward_clip_min / max)",
+         {"grpo", "bnpo", "dr_grpo", "dapo", "luspo", "cispo", "sapo", "vespo", "rloo"}, {}, {}, {}});
+    add({"grpo.normalize_advantages", T::Bool, Value(false),
+         "rloo: the advantages normalised over each generation round (mean 0, std 1: (A - mean) / (std + 1e-4)), as "
+         "trl's RLOOConfig.normalize_advantages",
+         {}, {}, {}, {}});
+    // (finite defaults: no key takes inf, config.cpp)
+    add({"grpo.reward_clip_min", T::Float, Value(-1e30),
+         "rloo: rewards below this are raised to it before the KL penalty and the advantages (trl's reward_clip_range "
+         "= (min, max)); the default: none",
+         {}, {}, {}, {}});
+    add({"grpo.reward_clip_max", T::Float, Value(1e30),
+         "rloo: rewards above this are lowered to it (trl's reward_clip_range); the default: none", {}, {}, {}, {}});
     add({"grpo.vespo_k_pos", T::Float, Value(2.0),
          "vespo: the power k of the gamma weight e^lambda w^k e^(-lambda w) for advantages >= 0", {}, {}, {}, {}});
     add({"grpo.vespo_lambda_pos", T::Float, Value(3.0), "vespo: the decay lambda for advantages >= 0", {}, {}, {},

@@ -43,9 +43,14 @@ double std_of(const std::vector<double>& v) {
 // grpo.multi_objective_aggregation says; group_std gets, for frac_reward_zero_std, the std each group's advantages
 // were divided by, as TRL counts it: the group's std of the sums (scale_rewards group or none), the batch std
 // (batch; until 2026-11-28 the groups' here too), or with normalize_then_sum the batch std of the normalised sums.
+// rloo: trl's leave-one-out advantages of the clipped rewards minus beta x kl (each completion's summed k1 KL of the
+// old policy against the reference; empty: not known yet, 0), group_std the groups' std of those rewards.
 std::vector<double> round_advantages(const std::vector<double>& rewards, const std::vector<std::vector<double>>& per_func,
                                      const std::vector<double>& weights, int G, const GrpoOptions& o,
-                                     std::vector<double>* group_std) {
+                                     std::vector<double>* group_std, const std::vector<double>& kl = {}) {
+  if (o.loss.loss_type == "rloo")
+    return rloo_advantages(rewards, kl.empty() ? std::vector<double>(rewards.size(), 0.0) : kl, G, o.loss.beta,
+                           o.normalize_advantages, o.reward_clip_min, o.reward_clip_max, group_std);
   std::vector<double> adv = group_advantages(rewards, G, o.scale_rewards, group_std);
   if (o.scale_rewards == "batch") group_std->assign(group_std->size(), std_of(rewards));
   if (o.multi_objective_aggregation == "normalize_then_sum") {
@@ -54,6 +59,15 @@ std::vector<double> round_advantages(const std::vector<double>& rewards, const s
     group_std->assign(group_std->size(), std_of(sums));
   }
   return adv;
+}
+
+// Each completion's summed k1 KL of the old policy against the reference over its loss tokens (rloo's reward
+// penalty); 0 for one without both (masked: no loss tokens).
+double kl_sum_of(const Rollout& r) {
+  double kl = 0;
+  if (r.masked || r.old_logps.size() != r.completion.size() || r.ref_logps.size() != r.completion.size()) return 0;
+  for (std::size_t t = 0; t < r.completion.size(); ++t) kl += static_cast<double>(r.old_logps[t]) - r.ref_logps[t];
+  return kl;
 }
 
 }  // namespace
@@ -264,7 +278,7 @@ std::vector<std::size_t> GrpoTrainer::trained_in(std::size_t begin, std::size_t 
     const Rollout& r = round_->slices[slice_].local[i];
     // With top_entropy_quantile < 1 every completion's tokens enter the entropy quantile (trl's), so all are forwarded.
     // So does the entropy bonus, over every completion token of the micro-batch.
-    if (!r.masked && (opts_.loss.beta > 0 || r.advantage != 0.0 || opts_.top_entropy_quantile < 1.0 ||
+    if (!r.masked && (kl_in_loss() || r.advantage != 0.0 || opts_.top_entropy_quantile < 1.0 ||
                       opts_.entropy_bonus()))
       idx.push_back(i);
   }
@@ -282,7 +296,7 @@ void GrpoTrainer::score_round(bool old_policy, bool reference) {
   // The old policy's log-probs are needed only for the completions that are trained; the reference's are written
   // to the rollout file for every completion.
   auto pass = [&](bool use_lora, std::vector<float> Rollout::*field) {
-    const bool all = field == &Rollout::ref_logps;
+    const bool all = field == &Rollout::ref_logps || rloo_kl();  // rloo: the KL penalty of every completion
     for (slice_ = 0; slice_ < round_->slices.size(); ++slice_) {
       const std::size_t n = round_->slices[slice_].local.size(), m = n / static_cast<std::size_t>(opts_.grad_accum);
       for (std::size_t a = 0; a < n; a += m) {
@@ -368,9 +382,9 @@ std::vector<std::vector<std::size_t>> GrpoTrainer::training_split(const std::vec
   for (std::size_t s = 0; s < N; ++s) {
     const Rollout& r = all[s];
     const double len = static_cast<double>(r.prompt.size() + r.completion.size());
-    const bool trained = !r.masked && (opts_.loss.beta > 0 || r.advantage != 0.0 || opts_.top_entropy_quantile < 1.0 ||
+    const bool trained = !r.masked && (kl_in_loss() || r.advantage != 0.0 || opts_.top_entropy_quantile < 1.0 ||
                                        opts_.entropy_bonus());  // as trained_in
-    cost[s] = len * ((trained ? 3.0 : 0.0) + (trained && off_policy_steps() ? 1.0 : 0.0) +
+    cost[s] = len * ((trained ? 3.0 : 0.0) + ((trained && off_policy_steps()) || rloo_kl() ? 1.0 : 0.0) +
                      (opts_.loss.beta > 0 ? 1.0 : 0.0));
   }
   if (cost_out) *cost_out = cost;
@@ -499,7 +513,6 @@ void GrpoTrainer::new_round() {
   const auto adv = round_advantages(R.rewards, R.rewards_fn, rewards_.weights(), G, opts_, &R.group_std);
   for (std::size_t s = 0; s < all.size(); ++s) all[s].advantage = adv[s];
   say_if_unscorable(all, state_.step + 1);
-  say_if_no_signal(all, state_.step + 1);
   // The lengths each prompt had, for the next generation splits.
   for (std::size_t j = 0; j < static_cast<std::size_t>(P); ++j) {
     double sum = 0;
@@ -527,8 +540,29 @@ void GrpoTrainer::new_round() {
   // 6. Old-policy and reference log-probs.
   {
     auto t = phases_.time("reference");
-    score_round(off_policy_steps(), opts_.loss.beta > 0);
+    score_round(off_policy_steps() || rloo_kl(), opts_.loss.beta > 0);
   }
+  // 6b. rloo with beta > 0: the advantages of the rewards minus the KL penalty, from every rank's completions' KL.
+  if (rloo_kl()) {
+    nlohmann::json js = nlohmann::json::array();
+    for (const auto& sl : R.slices)
+      for (const auto& r : sl.local) js.push_back({r.slot, kl_sum_of(r)});
+    const auto parts = env_.gather_to_root(js.dump());
+    std::string joined;
+    if (rank == 0) {
+      nlohmann::json j = nlohmann::json::array();
+      for (const auto& p : parts)
+        for (const auto& x : nlohmann::json::parse(p)) j.push_back(x);
+      joined = j.dump();
+    }
+    std::vector<double> kl(all.size(), 0.0);
+    for (const auto& x : nlohmann::json::parse(env_.broadcast(joined, 0))) kl.at(x[0].get<std::size_t>()) = x[1].get<double>();
+    const auto final_adv = round_advantages(R.rewards, R.rewards_fn, rewards_.weights(), G, opts_, &R.group_std, kl);
+    for (std::size_t s = 0; s < all.size(); ++s) all[s].advantage = final_adv[s];
+    for (auto& sl : R.slices)
+      for (auto& r : sl.local) r.advantage = final_adv[static_cast<std::size_t>(r.slot)];
+  }
+  say_if_no_signal(all, state_.step + 1);
   // 7. Rank 0 keeps the whole round (rollout file, checkpoints inside the round), with the scored log-probs.
   if (off_policy_steps() || opts_.loss.beta > 0) {
     nlohmann::json js = nlohmann::json::array();
@@ -586,7 +620,11 @@ void GrpoTrainer::resume_round(const std::string& extra) {
                       ": resume with the round's rewards, or from a checkpoint between rounds");
   for (std::size_t s = 0; s < N; ++s) all[s].slot = static_cast<std::int64_t>(s);  // stored in slot order
   R.set_figures(all);
-  round_advantages(R.rewards, R.rewards_fn, rewards_.weights(), opts_.num_generations, opts_, &R.group_std);
+  // (the stored advantages are the round's; this gives the groups' stds, rloo's from the stored log-probs' KL)
+  std::vector<double> kl;
+  if (rloo_kl())
+    for (const auto& r : all) kl.push_back(kl_sum_of(r));
+  round_advantages(R.rewards, R.rewards_fn, rewards_.weights(), opts_.num_generations, opts_, &R.group_std, kl);
   std::vector<double> cost;
   std::vector<std::vector<std::size_t>> split;
   slice_round(all, &cost, &split);
@@ -648,7 +686,7 @@ double GrpoTrainer::train_step(nlohmann::json* metrics) {
   double entropy = 0, entropy_tokens = 0;  // trl's "entropy": over the completion tokens of the training forward
   // TRL's clip_ratio/low_min and /high_max: the least and the most clipped completion (its share of clipped tokens,
   // or at the sequence level 1 or 0), over the completions with tokens in the loss (every one at the sequence level).
-  const bool seq_level = opts_.loss.sequence_level;
+  const bool seq_level = opts_.loss.sequence_level || opts_.loss.loss_type == "rloo";  // one ratio a completion
   double low_min = std::numeric_limits<double>::infinity(), high_max = -low_min;
   const auto clip_shares = [&](double lo_share, double hi_share) {
     low_min = std::min(low_min, lo_share);
@@ -672,6 +710,8 @@ double GrpoTrainer::train_step(nlohmann::json* metrics) {
     for (std::size_t i = begin; i < end; ++i) {
       const Rollout& r = sl.local[i];
       if (!in[i - begin] && (seq_level || (!r.masked && !r.completion.empty()))) clip_shares(0, 0);  // left out: none
+      // rloo: a masked completion's loss is -A (ratio 1, no gradient), in trl's mean over the completions.
+      if (!in[i - begin] && r.masked && opts_.loss.loss_type == "rloo") loss -= r.advantage / static_cast<double>(N);
       if (in[i - begin] || r.masked) continue;
       tokens += static_cast<double>(r.completion.size());
       if (!off_policy_steps() || first_iteration) {
@@ -766,7 +806,7 @@ double GrpoTrainer::train_step(nlohmann::json* metrics) {
       // train.grad_accum): it has none, and its ratio is taken as 1 (until 2026-11-29 such a resume ended the job).
       const bool scored = r.old_logps.size() == r.completion.size();
       if (off_policy_steps() && !first_iteration)
-        MGRL_CHECK(scored || r.masked || (r.advantage == 0.0 && opts_.loss.beta == 0), "old log-probs missing");
+        MGRL_CHECK(scored || r.masked || (r.advantage == 0.0 && !kl_in_loss()), "old log-probs missing");
       s.old = (off_policy_steps() && !first_iteration && scored) ? r.old_logps.data() : nullptr;
       s.ref = opts_.loss.beta > 0 ? r.ref_logps.data() : nullptr;
       s.mask = mask.data();

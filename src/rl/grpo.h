@@ -9,6 +9,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -61,6 +62,11 @@ struct GrpoOptions {
   GenerationOptions::Merge merge_lora = GenerationOptions::Merge::Off;  // generate.merge_lora (resolved)
   GrpoLossOptions loss;
   std::string scale_rewards = "group";
+  // loss.loss_type = rloo (trl's RLOOTrainer): the leave-one-out advantages normalised over the round
+  // (grpo.normalize_advantages), and the rewards clipped to [reward_clip_min, reward_clip_max] first.
+  bool normalize_advantages = false;
+  double reward_clip_min = -std::numeric_limits<double>::infinity();
+  double reward_clip_max = std::numeric_limits<double>::infinity();
   // sum_then_normalize: the advantages of the weighted sum of the rewards (scale_rewards); normalize_then_sum: each
   // reward normalised in its group first (GDPO, normalize_then_sum_advantages).
   std::string multi_objective_aggregation = "sum_then_normalize";
@@ -116,6 +122,10 @@ class GrpoTrainer {
   // that may have moved since the round was sampled (so that the old policy's log-probs are needed).
   int steps_per_round() const { return opts_.steps_per_generation * opts_.num_iterations; }
   bool off_policy_steps() const { return steps_per_round() > 1; }
+  // The KL term in the loss (beta > 0 except rloo), or in rloo's advantages (its rewards' penalty: every completion
+  // scored by the old policy and the reference before the advantages).
+  bool kl_in_loss() const { return opts_.loss.beta > 0 && opts_.loss.loss_type != "rloo"; }
+  bool rloo_kl() const { return opts_.loss.beta > 0 && opts_.loss.loss_type == "rloo"; }
   // Cuts the round's completions (every rank's, in slot order) into its slices and keeps this rank's share of each;
   // returns the cost of every completion in slot order (training_split's) and the split of each slice (slot numbers).
   void slice_round(const std::vector<Rollout>& all, std::vector<double>* cost,

@@ -103,7 +103,65 @@ std::vector<double> normalize_then_sum_advantages(const std::vector<std::vector<
   return adv;
 }
 
+std::vector<double> rloo_advantages(const std::vector<double>& rewards, const std::vector<double>& kl, int G,
+                                    double beta, bool normalize, double clip_min, double clip_max,
+                                    std::vector<double>* group_std) {
+  MGRL_CHECK(G >= 1 && rewards.size() % static_cast<std::size_t>(G) == 0 && kl.size() == rewards.size(),
+             "rewards do not form whole groups");
+  const std::size_t N = rewards.size(), groups = N / static_cast<std::size_t>(G);
+  std::vector<double> r(N), adv(N);
+  for (std::size_t i = 0; i < N; ++i) {
+    r[i] = std::isnan(rewards[i]) ? rewards[i] : std::min(clip_max, std::max(clip_min, rewards[i]));
+    if (beta != 0.0) r[i] -= beta * kl[i];
+  }
+  if (group_std) group_std->assign(groups, 0.0);
+  for (std::size_t g = 0; g < groups; ++g) {
+    const double* x = r.data() + g * static_cast<std::size_t>(G);
+    double sum = 0, scorable = 0;
+    for (int j = 0; j < G; ++j)
+      if (!std::isnan(x[j])) sum += x[j], scorable += 1;
+    if (group_std) (*group_std)[g] = G > 1 ? nan_std(x, static_cast<std::size_t>(G)) : 0.0;
+    for (int j = 0; j < G; ++j)
+      adv[g * static_cast<std::size_t>(G) + static_cast<std::size_t>(j)] =
+          G > 1 ? x[j] - (sum - x[j]) / (scorable - 1) : 0.0;  // NaN: unscorable, or alone scorable
+  }
+  if (normalize) {
+    const double mean = nan_mean(adv.data(), N), sd = nan_std(adv.data(), N);
+    for (double& a : adv) a = (a - mean) / (sd + 1e-4);
+  }
+  for (double& a : adv)
+    if (std::isnan(a)) a = 0.0;
+  return adv;
+}
+
+namespace {
+
+// trl's RLOOTrainer loss of one completion: -min(c A, clip(c) A) with c the ratio of its summed log-probs.
+SequenceTerms rloo_sequence_loss(const GrpoLossOptions& o, const SequenceIn& s, double* grad) {
+  SequenceTerms out;
+  const double A = s.advantage, lo = 1.0 - o.epsilon, hi = 1.0 + o.epsilon_high;
+  double lr = 0;
+  for (int t = 0; t < s.n; ++t) {
+    out.tokens += s.mask[t];
+    lr += s.mask[t] * (s.old ? static_cast<double>(s.logp[t]) - s.old[t] : 0.0);
+    if (s.ref) out.kl_sum += s.mask[t] * (static_cast<double>(s.logp[t]) - s.ref[t]);
+  }
+  const double c1 = std::exp(lr), c2 = std::min(std::max(c1, lo), hi);
+  const bool second = c1 * A > c2 * A;
+  out.sum = -std::min(c1 * A, c2 * A);
+  // d(-min) / d c1: through the smaller branch where it is not clipped; d c1 / d logp_t = mask_t c1.
+  const double d_lr = (second && c2 != c1 ? 0.0 : -A) * c1;
+  for (int t = 0; t < s.n; ++t) grad[t] = s.mask[t] * d_lr;
+  out.clipped_low = c1 < lo && A < 0 ? 1.0 : 0.0;
+  out.clipped_high = c1 > hi && A > 0 ? 1.0 : 0.0;
+  out.ratio_sum = out.tokens * c1;
+  return out;
+}
+
+}  // namespace
+
 SequenceTerms sequence_loss(const GrpoLossOptions& o, const SequenceIn& s, double* grad) {
+  if (o.loss_type == "rloo") return rloo_sequence_loss(o, s, grad);
   SequenceTerms out;
   const double A = s.advantage, lo = 1.0 - o.epsilon, hi = 1.0 + o.epsilon_high;
   const bool cispo = o.loss_type == "cispo", sapo = o.loss_type == "sapo", vespo = o.loss_type == "vespo";
@@ -220,7 +278,7 @@ double sequence_weight(const GrpoLossOptions& o, double tokens_i, std::int64_t n
                        double round_tokens, int accum, int steps_per_generation) {
   if (o.loss_type == "grpo" || o.loss_type == "sapo")
     return 1.0 / (static_cast<double>(n_completions) * std::max(1.0, tokens_i));
-  if (o.loss_type == "luspo") return 1.0 / static_cast<double>(n_completions);
+  if (o.loss_type == "luspo" || o.loss_type == "rloo") return 1.0 / static_cast<double>(n_completions);
   if (o.loss_type == "bnpo") return 1.0 / (static_cast<double>(accum) * std::max(1.0, micro_tokens));
   if (o.loss_type == "dr_grpo")
     return 1.0 / (static_cast<double>(n_completions) * static_cast<double>(o.max_completion_length));

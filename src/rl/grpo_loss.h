@@ -2,7 +2,8 @@
 // advantages (scale_rewards group | batch | none), the clipped importance-ratio loss per token or per sequence
 // (GSPO), the k3 KL estimator against a reference (optionally multiplied by the ratio), and the loss types grpo |
 // bnpo | dr_grpo | dapo | luspo (clipped, optionally two-sided: delta) and cispo | sapo | vespo, each with its
-// normalisation. The loss is a function of each completion token's log-prob, so
+// normalisation; and trl's RLOOTrainer (rloo: leave-one-out advantages with the KL in the rewards, one clipped ratio of
+// summed log-probs per completion). The loss is a function of each completion token's log-prob, so
 // its gradient is computed here per token and handed to the model's backward as per-token weights. Formulas:
 // docs/grpo.md.
 #pragma once
@@ -34,8 +35,20 @@ std::vector<double> normalize_then_sum_advantages(const std::vector<std::vector<
                                                   const std::vector<double>& weights, int G,
                                                   std::vector<double>* sums = nullptr);
 
+// trl's RLOOTrainer (1.16): each completion's reward (the weighted sum; NaN: unscorable) clipped to [clip_min,
+// clip_max], minus beta x kl[i] (the sum over its loss tokens of the old policy's log-prob minus the reference's: the KL
+// as a reward penalty, k1), then its leave-one-out advantage A_i = r_i - the mean of the other scorable rewards of its
+// group (nansum / (scorable - 1)); normalize: then (A - mean) / (std + 1e-4) over the whole batch (nan-aware, unbiased
+// std). NaN advantages (unscorable, or alone scorable in its group; G = 1) become 0. group_std (optional) gets each
+// group's nan-aware std of the penalised rewards (trl's frac_reward_zero_std).
+std::vector<double> rloo_advantages(const std::vector<double>& rewards, const std::vector<double>& kl, int G,
+                                    double beta, bool normalize, double clip_min, double clip_max,
+                                    std::vector<double>* group_std = nullptr);
+
 struct GrpoLossOptions {
-  std::string loss_type = "dapo";  // grpo | bnpo | dr_grpo | dapo | luspo | cispo | sapo | vespo
+  // grpo | bnpo | dr_grpo | dapo | luspo | cispo | sapo | vespo | rloo (trl's RLOOTrainer: the ratio of the summed
+  // log-probs of the sequence, clipped, per completion, mean over completions; the KL is in the advantages, not here)
+  std::string loss_type = "dapo";
   double beta = 0.0;
   // Clipped losses: the ratio clipped to [1 - epsilon, 1 + epsilon_high]; cispo: the ratio's weight capped at
   // epsilon_high itself (CISPO's epsilon_max, as TRL).
@@ -74,7 +87,7 @@ double quantile_linear(std::vector<double> values, double q);
 struct SequenceTerms {
   double sum = 0;             // S
   double tokens = 0;          // sum of the mask
-  double kl_sum = 0;          // sum_t mask_t * kl_t (the estimator as it enters the loss)
+  double kl_sum = 0;          // sum_t mask_t * kl_t (the estimator as it enters the loss; rloo: logp - ref, k1)
   // Mask tokens with ratio < 1 - epsilon and advantage < 0 (clipped losses), and with ratio > 1 + epsilon_high (cispo:
   // epsilon_high) and advantage > 0; at the sequence level 1 or 0 for the completion (TRL counts sequences there).
   double clipped_low = 0;
@@ -83,6 +96,8 @@ struct SequenceTerms {
   bool off_policy_masked = false;  // the policy term dropped (off_policy_threshold)
   double phi = 0;                  // vespo: the sequence's gamma weight (trl logs its mean: vespo/phi_seq_mean)
 };
+// rloo: S is the completion's loss -min(c A, clip(c) A), c = exp(sum_t mask_t (logp_t - old_t)), whatever its length
+// (a completion without loss tokens: -A, no gradient, as trl's mean counts it).
 SequenceTerms sequence_loss(const GrpoLossOptions& o, const SequenceIn& s, double* grad);
 
 // The factor c_i with loss = sum_i c_i * S_i for completion i, given its mask-token count, the number of
@@ -96,6 +111,7 @@ SequenceTerms sequence_loss(const GrpoLossOptions& o, const SequenceIn& s, doubl
 //                                                              times gradient_accumulation_steps / steps_per_generation)
 //   sapo:    as grpo
 //   luspo:   1 / N                                    (mean over completions of their token sum)
+//   rloo:    1 / N                                    (mean over completions of their sequence loss)
 double sequence_weight(const GrpoLossOptions& o, double tokens_i, std::int64_t n_completions, double micro_tokens,
                        double round_tokens, int accum, int steps_per_generation = 1);
 

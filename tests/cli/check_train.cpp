@@ -18,6 +18,8 @@
 //   check_train read A.h5                                 the checkpoint reads back (mgrl's reader, every check)
 //   check_train rollouts R.h5 METRICS.jsonl --groups=P --G=G  a GRPO rollout file is consistent and agrees with the
 //                                                       step's metrics (mean reward, mean completion length)
+//                 [--rloo-beta=B [--rloo-normalize] [--rloo-clip=LO,HI]]  and its advantages are rloo's (recomputed
+//                                                       from its rewards, sampling and reference log-probs)
 //   check_train ppo_rollouts R.h5 METRICS.jsonl --T=T   a PPO rollout file (response_length T): values and returns
 //                                                       at the value positions only, advantages and log-probs at the
 //                                                       tokens only, advantages whitened over the batch, returns -
@@ -178,6 +180,42 @@ int main(int argc, char** argv) {
                     "%.2f (%.0f tokens), advantages sum %.2g\n", step, N, mr, j["reward"].get<double>(), ml, lsum, asum);
       }
       if (!found) fail("no metrics line for the step");
+      // grpo.loss_type = rloo: the advantages are trl's leave-one-out ones of the rewards (clipped) minus beta x each
+      // completion's summed (sampling - reference) log-prob, normalised over the round when asked; recomputed here
+      // from the file's own columns, independently of rl::rloo_advantages.
+      if (const char* b = opt(argc, argv, "--rloo-beta=")) {
+        const double beta = std::atof(b);
+        double lo = -INFINITY, hi = INFINITY;
+        if (const char* c = opt(argc, argv, "--rloo-clip=")) std::sscanf(c, "%lf,%lf", &lo, &hi);
+        std::vector<double> pen(N), want(N);
+        const auto ref = beta != 0 ? r.read_all<float>("ref_logprobs", DType::F32) : std::vector<float>{};
+        for (std::size_t i = 0; i < N; ++i) {
+          double kl = 0;
+          for (std::size_t t = 0; beta != 0 && t < static_cast<std::size_t>(clen[i]); ++t) kl += lp[i * Lc + t] - ref[i * Lc + t];
+          pen[i] = std::min(hi, std::max(lo, reward[i])) - beta * kl;
+        }
+        for (std::size_t g = 0; g < N / static_cast<std::size_t>(G); ++g) {
+          double sum = 0;
+          for (int j = 0; j < G; ++j) sum += pen[g * static_cast<std::size_t>(G) + static_cast<std::size_t>(j)];
+          for (int j = 0; j < G; ++j) {
+            const std::size_t i = g * static_cast<std::size_t>(G) + static_cast<std::size_t>(j);
+            want[i] = pen[i] - (sum - pen[i]) / (G - 1);
+          }
+        }
+        if (opt(argc, argv, "--rloo-normalize")) {
+          double m = 0, v = 0;
+          for (double x : want) m += x / static_cast<double>(N);
+          for (double x : want) v += (x - m) * (x - m) / static_cast<double>(N - 1);
+          for (double& x : want) x = (x - m) / (std::sqrt(v) + 1e-4);
+        }
+        double worst = 0, spread = 0;
+        for (std::size_t i = 0; i < N; ++i) {
+          worst = std::max(worst, std::fabs(adv[i] - want[i]));
+          spread = std::max(spread, std::fabs(want[i]));
+        }
+        std::printf("check_train: rloo advantages of step %ld: largest difference %.2g of %.3g\n", step, worst, spread);
+        if (!(worst <= 1e-3 * std::max(1.0, spread))) fail("advantages are not rloo's");
+      }
       return bad == 0 ? 0 : 1;
     }
     if (cmd == "same_rollouts" && argc >= 4) {

@@ -63,7 +63,7 @@ TEST(GrpoSequenceLoss, GradientMatchesFiniteDifferences) {
   std::mt19937 rng(7);
   std::normal_distribution<double> nd(0.0, 1.0);
   int checked = 0;
-  for (const char* variant : {"clip", "delta", "sapo"})
+  for (const char* variant : {"clip", "delta", "sapo", "rloo"})
   for (int seq = 0; seq < 2; ++seq)
     for (int beta = 0; beta < 2; ++beta)
       for (int corr = 0; corr < 2; ++corr)
@@ -77,6 +77,7 @@ TEST(GrpoSequenceLoss, GradientMatchesFiniteDifferences) {
             o.epsilon_high = 0.28;
             if (std::string(variant) == "delta") o.delta = 1.15;  // below 1 + epsilon_high: both caps act
             if (std::string(variant) == "sapo") o.loss_type = "sapo", o.sapo_temperature_neg = 1.7;
+            if (std::string(variant) == "rloo") o.loss_type = "rloo";  // the summed log-ratio; its KL not in the loss
             const int n = 7;
             std::vector<double> lp(n), old(n), ref(n);
             std::vector<float> mask(n, 1.0f);
@@ -206,7 +207,7 @@ std::vector<std::string> trl_cases() {
   return out;
 }
 
-TEST(GrpoTrl, FixturesPresent) { EXPECT_GE(trl_cases().size(), 27u) << "tests/data/grpo holds too few cases"; }
+TEST(GrpoTrl, FixturesPresent) { EXPECT_GE(trl_cases().size(), 31u) << "tests/data/grpo holds too few cases"; }
 
 class GrpoTrlCase : public ::testing::TestWithParam<std::string> {};
 
@@ -270,9 +271,14 @@ TEST_P(GrpoTrlCase, LossGradientsAndAdvantagesMatchTrl) {
     }
   }
   const bool gdpo = k.value("multi_objective_aggregation", std::string("sum_then_normalize")) == "normalize_then_sum";
-  const auto adv = gdpo ? normalize_then_sum_advantages(rpf, weights, G)
-                        : group_advantages(rewards, G, k["scale_rewards"].get<std::string>());
-  EXPECT_LT(max_rel(adv, c["advantages"].get<std::vector<double>>(), 1e-3), 1e-6) << "advantages";
+  // trl's RLOOTrainer: the advantages need the KL penalty of each completion (old policy vs reference), below.
+  const bool rloo = k["loss_type"].get<std::string>() == "rloo";
+  std::vector<double> adv;
+  if (!rloo) {
+    adv = gdpo ? normalize_then_sum_advantages(rpf, weights, G)
+               : group_advantages(rewards, G, k["scale_rewards"].get<std::string>());
+    EXPECT_LT(max_rel(adv, c["advantages"].get<std::vector<double>>(), 1e-3), 1e-6) << "advantages";
+  }
 
   // The batch: prompt + completion, the policy's log-probs at the temperature.
   std::vector<std::vector<std::int32_t>> seqs;
@@ -386,6 +392,22 @@ TEST_P(GrpoTrlCase, LossGradientsAndAdvantagesMatchTrl) {
   if (beta) {
     EXPECT_LT(max_rel(got_ref, exp_ref, 1.0), 2e-5) << "reference log-probs";
   }
+  if (rloo) {
+    // The reward penalty: beta x the summed k1 KL of the sampling (old) policy against the reference over the loss
+    // tokens (trl's old log-probs, mgrl's reference ones: both checked against trl's).
+    ASSERT_TRUE(has_old);
+    std::vector<double> kl(N, 0.0);
+    bool kl_nonzero = false;
+    for (std::size_t i = 0; i < N && beta; ++i) {
+      for (std::size_t t = 0; t < completions[i].size(); ++t) kl[i] += masks[i][t] * (old[i][t] - refs[i][t]);
+      kl_nonzero = kl_nonzero || std::fabs(kl[i]) > 1e-3;
+    }
+    EXPECT_EQ(kl_nonzero, beta) << "the fixture's KL penalty is 0: it checks nothing";
+    const auto& clip = k["reward_clip_range"];
+    adv = rloo_advantages(rewards, kl, G, k["beta"].get<double>(), k["normalize_advantages"].get<bool>(),
+                          clip.is_null() ? -INFINITY : clip[0].get<double>(), clip.is_null() ? INFINITY : clip[1].get<double>());
+    EXPECT_LT(max_rel(adv, c["advantages"].get<std::vector<double>>(), 1e-3), 1e-5) << "advantages";
+  }
 
   double loss = 0, magnitude = 0;
   std::vector<float> w(b.tokens.size(), 0.0f);
@@ -435,7 +457,8 @@ TEST_P(GrpoTrlCase, LossGradientsAndAdvantagesMatchTrl) {
   const double want_loss = c["loss"].get<double>();
   // cispo's and vespo's losses sum -w A logp over tokens whose advantages cancel within each group, so the float32
   // log-probs' error (checked above to 2e-5) enters them in proportion to the summands' magnitude, not the sum's.
-  const bool reinforce = o.loss_type == "cispo" || o.loss_type == "vespo";
+  // So do rloo's terms -c A / N (c = 1 + the float32 error of the summed log-ratio) on the first step.
+  const bool reinforce = o.loss_type == "cispo" || o.loss_type == "vespo" || o.loss_type == "rloo";
   const double size = reinforce ? std::max(std::fabs(want_loss), magnitude) : std::fabs(want_loss);
   EXPECT_LE(std::fabs(loss - want_loss), 1e-5 * std::max(1e-3, size)) << "loss " << loss << " vs " << want_loss;
 

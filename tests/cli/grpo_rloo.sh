@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# grpo_rloo.sh WORK CHECK MPIEXEC NUMPROC_FLAG [MPI FLAGS...] -- MGRL ARGS...: grpo.loss_type = "rloo" (trl's
+# RLOOTrainer; the objective itself: unit.grpo_loss against trl's fixtures rloo_*) end to end on tests/data/grpo_cli
+# (beta 0.04, num_iterations 2):
+# - every rollout file's advantages are rloo's, recomputed by check_train from the file's rewards, sampling and
+#   reference log-probs (the KL penalty in the rewards: beta x the summed log-ratio), also normalised and clipped;
+# - it trains other weights than the default loss, and than beta 0 (the penalty acts);
+# - 1 rank, 2 ranks, and 2 ranks with train.grad_accum 2 train the same weights (the mean over completions does not
+#   depend on the micro-batches);
+# - a checkpoint inside a generation round (step 3 of rounds 1-2, 3-4) resumes to the straight run bit for bit.
+set -uo pipefail
+work=$1 check=$2
+shift 2
+mpirun=()
+while [ "$1" != "--" ]; do mpirun+=("$1"); shift; done
+shift
+rm -rf "$work" && mkdir -p "$work" || exit 1
+source "$(dirname "$0")/on_ranks.sh"
+run() {  # NAME RANKS ARGS...
+  local name=$1 ranks=$2
+  shift 2
+  on_ranks "$ranks" "$@" --checkpoint.dir="$work/$name/ck" --log.dir="$work/$name" --checkpoint.every_steps=1 \
+    > "$work/$name.log" 2>&1 || fail "$name: $(tail -n 3 "$work/$name.log")"
+}
+ck() { echo "$work/$1/ck/step_0000000$2.h5"; }
+rloo=(--grpo.loss_type=rloo)
+run rloo 1 "$@" "${rloo[@]}"
+grep -q "loss rloo, beta 0.04" "$work/rloo.log" || fail "start-up line: $(grep '^grpo:' "$work/rloo.log")"
+for s in 1 3; do
+  out=$("$check" rollouts "$work/rloo/rollouts/step_0000000$s.h5" "$work/rloo/metrics.jsonl" --G=4 --rloo-beta=0.04) ||
+    fail "rollouts $s: $out"
+  echo "$out" | grep "rloo advantages"
+done
+# The same advantages without the KL penalty differ: the check above can fail.
+"$check" rollouts "$work/rloo/rollouts/step_00000003.h5" "$work/rloo/metrics.jsonl" --G=4 --rloo-beta=0 > /dev/null &&
+  fail "the rollout file's advantages hold no KL penalty"
+[ "$("$check" field "$work/rloo/metrics.jsonl" kl | wc -w)" -ge 5 ] || fail "no kl metric"
+run norm 1 "$@" "${rloo[@]}" --grpo.normalize_advantages=true --grpo.reward_clip_min=0.2 --grpo.reward_clip_max=1.2 --train.max_steps=2
+out=$("$check" rollouts "$work/norm/rollouts/step_00000001.h5" "$work/norm/metrics.jsonl" --G=4 --rloo-beta=0.04 \
+  --rloo-normalize --rloo-clip=0.2,1.2) || fail "normalised, clipped: $out"
+echo "advantages: rloo's, with the KL penalty; normalised and clipped"
+run dapo 1 "$@"
+run beta0 1 "$@" "${rloo[@]}" --grpo.beta=0
+"$check" weights "$(ck rloo 4)" "$(ck dapo 4)" --rtol=1e-5 > /dev/null && fail "rloo trained the default loss's weights"
+"$check" weights "$(ck rloo 4)" "$(ck beta0 4)" --rtol=1e-5 > /dev/null && fail "beta 0.04 trained the weights of beta 0"
+run rloo2 2 "$@" "${rloo[@]}"
+run acc2 2 "$@" "${rloo[@]}" --train.grad_accum=2
+"$check" weights "$(ck rloo 4)" "$(ck rloo2 4)" --rtol=1e-5 || fail "2 ranks differ"
+"$check" weights "$(ck rloo 4)" "$(ck acc2 4)" --rtol=1e-5 || fail "2 ranks with grad_accum 2 differ"
+echo "trains: other weights than dapo and than beta 0; the same on 1 and 2 ranks and with grad_accum 2"
+run res 1 "$@" "${rloo[@]}" --train.stop_at_step=3
+run res 1 "$@" "${rloo[@]}" --checkpoint.resume=auto
+grep -q "resumed from .*step_00000003.h5" "$work/res.log" || fail "not resumed: $(tail -n 3 "$work/res.log")"
+"$check" weights "$(ck rloo 4)" "$(ck res 4)" --exact || fail "resume inside a round: other weights"
+echo "PASS: rloo"
