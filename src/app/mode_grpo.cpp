@@ -136,7 +136,9 @@ int run_grpo(Context& ctx) {
   if (o.loss.loss_type == "rloo") {
     for (const char* key : {"grpo.scale_rewards", "grpo.multi_objective_aggregation", "grpo.importance_sampling_level",
                             "grpo.delta", "grpo.off_policy_mask_threshold", "grpo.kl_bias_correction",
-                            "grpo.top_entropy_quantile", "grpo.entropy_coef", "grpo.use_adaptive_entropy"})
+                            "grpo.top_entropy_quantile", "grpo.entropy_coef", "grpo.use_adaptive_entropy",
+                            "grpo.entropy_coef_min", "grpo.entropy_coef_max", "grpo.entropy_coef_delta",
+                            "grpo.entropy_target"})
       if (given_for_this_mode(cfg, key)) {
         const io::Origin at = cfg.origin(key);
         const std::string where = at.kind == io::Origin::File ? cfg.file() + ":" + std::to_string(at.line)

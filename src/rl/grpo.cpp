@@ -382,8 +382,11 @@ std::vector<std::vector<std::size_t>> GrpoTrainer::training_split(const std::vec
   for (std::size_t s = 0; s < N; ++s) {
     const Rollout& r = all[s];
     const double len = static_cast<double>(r.prompt.size() + r.completion.size());
-    const bool trained = !r.masked && (kl_in_loss() || r.advantage != 0.0 || opts_.top_entropy_quantile < 1.0 ||
-                                       opts_.entropy_bonus());  // as trained_in
+    // As trained_in; with rloo's KL penalty a completion's advantage is not known yet in a new round (its KL is
+    // scored after this split) but is on resume: every unmasked one counts as trained, so that both split alike (a
+    // resume on several ranks summed the gradient in another order, found by a review).
+    const bool trained = !r.masked && (kl_in_loss() || rloo_kl() || r.advantage != 0.0 ||
+                                       opts_.top_entropy_quantile < 1.0 || opts_.entropy_bonus());
     cost[s] = len * ((trained ? 3.0 : 0.0) + ((trained && off_policy_steps()) || rloo_kl() ? 1.0 : 0.0) +
                      (opts_.loss.beta > 0 ? 1.0 : 0.0));
   }
@@ -618,6 +621,13 @@ void GrpoTrainer::resume_round(const std::string& extra) {
                       " reward function" + (r.rewards.size() == 1 ? "" : "s") + ", but this run has " +
                       std::to_string(rewards_.size()) + " [[reward]] table" + (rewards_.size() == 1 ? "" : "s") +
                       ": resume with the round's rewards, or from a checkpoint between rounds");
+  // The stored advantages are the round's: another way of computing them (rloo against a group scaling, another beta
+  // of rloo's KL penalty, ...) would train the rest of the round on the other objective's (rounds stored before
+  // 2026-11-29 do not say theirs).
+  if (j.contains("advantages") && j["advantages"].get<std::string>() != advantages_kind())
+    throw UserError("the checkpoint holds a GRPO round whose advantages are " + j["advantages"].get<std::string>() +
+                    ", but this run's are " + advantages_kind() +
+                    ": resume with the round's settings, or from a checkpoint between rounds");
   for (std::size_t s = 0; s < N; ++s) all[s].slot = static_cast<std::int64_t>(s);  // stored in slot order
   R.set_figures(all);
   // (the stored advantages are the round's; this gives the groups' stds, rloo's from the stored log-probs' KL)
@@ -629,6 +639,18 @@ void GrpoTrainer::resume_round(const std::string& extra) {
   std::vector<std::vector<std::size_t>> split;
   slice_round(all, &cost, &split);
   if (env_.rank() == 0) R.global = std::move(all);
+}
+
+std::string GrpoTrainer::advantages_kind() const {
+  char text[200];
+  if (opts_.loss.loss_type == "rloo")
+    std::snprintf(text, sizeof text, "rloo (beta %.17g, normalize_advantages %s, reward clip [%.17g, %.17g])",
+                  opts_.loss.beta, opts_.normalize_advantages ? "true" : "false", opts_.reward_clip_min,
+                  opts_.reward_clip_max);
+  else
+    std::snprintf(text, sizeof text, "group-relative (scale_rewards %s, %s)", opts_.scale_rewards.c_str(),
+                  opts_.multi_objective_aggregation.c_str());
+  return text;
 }
 
 void GrpoTrainer::slice_round(const std::vector<Rollout>& all, std::vector<double>* cost,
@@ -1143,6 +1165,7 @@ GrpoResult GrpoTrainer::run() {
       nlohmann::json e = nlohmann::json::object();
       if (round_ && state_.step - round_->first_step < steps_per_round()) {
         e["first_step"] = round_->first_step;
+        e["advantages"] = advantages_kind();
         e["rollouts"] = nlohmann::json::array();
         for (const auto& r : round_->global) e["rollouts"].push_back(to_json(r));
       }

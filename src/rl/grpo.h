@@ -118,6 +118,8 @@ class GrpoTrainer {
   struct Round;
   void new_round();
   void resume_round(const std::string& extra);
+  // How the round's advantages are computed (kept with a round in checkpoints; a resume under another is refused).
+  std::string advantages_kind() const;
   // Steps one generation round serves (steps_per_generation x num_iterations), and whether a step trains on a policy
   // that may have moved since the round was sampled (so that the old policy's log-probs are needed).
   int steps_per_round() const { return opts_.steps_per_generation * opts_.num_iterations; }

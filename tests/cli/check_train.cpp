@@ -182,7 +182,8 @@ int main(int argc, char** argv) {
       if (!found) fail("no metrics line for the step");
       // grpo.loss_type = rloo: the advantages are trl's leave-one-out ones of the rewards (clipped) minus beta x each
       // completion's summed (sampling - reference) log-prob, normalised over the round when asked; recomputed here
-      // from the file's own columns, independently of rl::rloo_advantages.
+      // from the file's own columns, independently of rl::rloo_advantages. The penalty's old-policy log-probs are
+      // the file's sampling ones: equal within float noise at grpo.temperature = 1 only (the runs that use this).
       if (const char* b = opt(argc, argv, "--rloo-beta=")) {
         const double beta = std::atof(b);
         double lo = -INFINITY, hi = INFINITY;
@@ -210,9 +211,11 @@ int main(int argc, char** argv) {
         }
         double worst = 0, spread = 0;
         for (std::size_t i = 0; i < N; ++i) {
+          if (std::isnan(want[i])) fail("a null reward (this check does not take them)");
           worst = std::max(worst, std::fabs(adv[i] - want[i]));
           spread = std::max(spread, std::fabs(want[i]));
         }
+        if (!(spread > 0)) fail("every rloo advantage is 0: the check would check nothing");
         std::printf("check_train: rloo advantages of step %ld: largest difference %.2g of %.3g\n", step, worst, spread);
         if (!(worst <= 1e-3 * std::max(1.0, spread))) fail("advantages are not rloo's");
       }
