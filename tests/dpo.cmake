@@ -103,3 +103,20 @@ mgrl_add_cli_test(dpo.pairs_that_teach_nothing_said 0 "step 1/1 "
 # final evaluation comes after it). DPO's stayed inf until 2026-11-28.
 mgrl_add_cli_test(dpo.best_eval_loss_kept 0 "best_eval_loss ok: [0-9.]+" - 0 -- bash -c
   "rm -rf ${DPO}/best && ${RUN1} ${DPO_STR} --train.max_steps=6 --eval.every_steps=2 --checkpoint.dir=${DPO}/best --log.dir=${DPO}/best > /dev/null && python3 ${CMAKE_CURRENT_SOURCE_DIR}/cli/best_eval_loss.py ${DPO}/best/metrics.jsonl ${DPO}/best/step_00000006.h5 2 4")
+
+# `mgrl kto` (trl's KTOTrainer in DPO's trainer; the objective: unit.dpo KtoTrlCase): trains with trl's metrics, the
+# same on 1 and 2 ranks, pairs unpaired, resume exact (tests/cli/kto.sh); its errors in one line.
+set(KTO_ARGS kto --runtime.backend=cpu --model.path=${MODELS}/qwen2_bias_tied --model.tokenizer=${PROJECT_SOURCE_DIR}/inputs/quickstart
+    --data.input=${CMAKE_CURRENT_SOURCE_DIR}/data/kto_cli/train.jsonl --eval.input=${CMAKE_CURRENT_SOURCE_DIR}/data/dpo_cli/heldout.jsonl
+    --train.batch_size=8 --train.lr=2e-3 --lora.r=4 --lora.alpha=8 --checkpoint.resume=none --train.max_steps=4)
+mgrl_add_cli_test(kto.end_to_end 0 "PASS: kto" - 0
+  -- bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/kto.sh ${CMAKE_CURRENT_BINARY_DIR}/kto ${CHECK}
+  ${CMAKE_CURRENT_SOURCE_DIR}/data/dpo_cli/train.jsonl ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${MGRL_MPIEXEC_FLAGS}
+  -- ${RUN1} ${KTO_ARGS})
+set_tests_properties(cli.kto.end_to_end PROPERTIES TIMEOUT 240 PROCESSORS 2)
+mgrl_add_cli_test(kto.micro_batch_of_one_refused 2 - "^mgrl: error: mgrl kto needs train.batch_size / train.grad_accum >= 2 \\(got 1\\)" 1
+  -- ${RUN1} ${KTO_ARGS} --train.batch_size=2 --train.grad_accum=2)
+mgrl_add_cli_test(kto.broken_label_names_line 2 - "^mgrl: error: [^\\n]*bad.jsonl:2: expected \\{\"prompt\", \"chosen\", \"rejected\"\\}: no \"rejected\"" 1
+  -- ${RUN1} ${KTO_ARGS} --data.input=${CMAKE_CURRENT_SOURCE_DIR}/data/dpo_cli/bad.jsonl)
+mgrl_add_cli_test(kto.eval_accuracy_refused 2 - "^mgrl: error: key 'eval.accuracy' is not available in mgrl kto" 1
+  -- ${RUN1} ${KTO_ARGS} --eval.accuracy=true)

@@ -291,14 +291,16 @@ model::LoraConfig training_lora_config(const io::Config& cfg) {
   // DPO: trl's default disable_dropout = True turns every dropout off (LoRA's too; the saved adapter_config.json keeps
   // its lora_dropout). Until 2026-11-29 a given lora.dropout was applied in DPO, where trl's recipe with the same
   // LoraConfig trains without it.
-  if (cfg.get_string("mode") == "dpo" && cfg.get_bool("dpo.disable_dropout")) {
+  const std::string mode = cfg.get_string("mode");
+  if ((mode == "dpo" || mode == "kto") && cfg.get_bool(mode + ".disable_dropout")) {
     if (lc.dropout > 0) {
       char p[32];
       std::snprintf(p, sizeof p, "%g", lc.dropout);
+      const std::string upper = mode == "dpo" ? "DPO" : "KTO";
       log::warn_once(std::string("LoRA dropout ") + p + " (" +
                      (given_for_this_mode(cfg, "lora.dropout") ? "lora.dropout" : "the adapter's lora_dropout") +
-                     ") is not applied: dpo.disable_dropout = true (trl's default) turns dropout off in DPO; set "
-                     "dpo.disable_dropout = false to train with it");
+                     ") is not applied: " + mode + ".disable_dropout = true (trl's default) turns dropout off in " +
+                     upper + "; set " + mode + ".disable_dropout = false to train with it");
     }
     lc.dropout = 0;
   }

@@ -93,6 +93,10 @@ LossMix loss_mix(const io::Config& cfg) {
 int run_dpo(Context& ctx) {
   const auto& env = ctx.env;
   const auto& cfg = ctx.cfg;
+  // `mgrl kto`: trl's KTOTrainer on labelled completions, in this trainer: an example is its completion and its KL
+  // sequence where a pair has chosen and rejected (docs/kto.md).
+  const bool kto = cfg.get_string("mode") == "kto";
+  const std::string sec = kto ? "kto." : "dpo.";
   prepare_run_dirs(ctx, false);
   const bool random_init = cfg.get_string("model.init") == "random";
   const bool full = cfg.get_bool("train.full_finetune");
@@ -106,8 +110,11 @@ int run_dpo(Context& ctx) {
     // trl 1.16 smooths labels in the robust and exo_pair losses only (older trl's sigmoid "cDPO" smoothing is gone):
     // a smoothing given with another loss was accepted and ignored until 2026-11-28. exo_pair needs one (its
     // log(epsilon) is -inf at 0: trl's loss is inf there).
-    mix = loss_mix(cfg);
     using T = train::DpoLossType;
+    if (kto) {
+      mix.members = {{T::Kto, 1.0}};
+    } else {
+    mix = loss_mix(cfg);
     const std::string key = mix.given ? "dpo.loss_mix" : "dpo.loss_type";
     if (cfg.get_float("dpo.label_smoothing") != 0.0 && !mix.has(T::Robust) && !mix.has(T::ExoPair) &&
         !mix.has(T::Aot) && !mix.has(T::AotUnpaired))
@@ -123,6 +130,7 @@ int run_dpo(Context& ctx) {
     if (mix.has(T::ExoPair) && cfg.get_float("dpo.label_smoothing") == 0.0)
       throw UserError("key 'dpo.label_smoothing' = 0: dpo.loss_type = \"exo_pair\" needs its epsilon > 0 (the EXO "
                       "paper recommends 1e-3; at 0 the loss is infinite)");
+    }
     std::string model_src;
     mc = training_model_config(cfg, &model_src);
     check_model_fits(ctx, mc, model_src, full);
@@ -132,12 +140,20 @@ int run_dpo(Context& ctx) {
                       " tokens, more than the model's vocab_size (" + std::to_string(mc.vocab_size) + ")");
     train::PairOptions d;
     d.max_length = max_length = static_cast<int>(std::min<std::int64_t>(
-        cfg.get_int("dpo.max_length"), mc.max_position_embeddings > 0 ? mc.max_position_embeddings : 1 << 30));
+        cfg.get_int(sec + "max_length"), mc.max_position_embeddings > 0 ? mc.max_position_embeddings : 1 << 30));
     const io::ChatTemplate chat = chat_template(cfg, "train.chat_format", *tok);
     d.chat = &chat;
-    train_data = train::load_pairs(cfg.get_string("data.input"), *tok, d);
+    // KTO's KL sequences pair each example's prompt with the completion of another example of its global
+    // micro-batch (trl: of each device's micro-batch), so that micro-batch needs two examples or more.
+    const std::int64_t kl_block = cfg.get_int("train.batch_size") / std::max<std::int64_t>(1, cfg.get_int("train.grad_accum"));
+    if (kto && kl_block < 2)
+      throw UserError("mgrl kto needs train.batch_size / train.grad_accum >= 2 (got " + std::to_string(kl_block) +
+                      "): its KL estimate pairs each example's prompt with another example's completion of its "
+                      "micro-batch (trl refuses a batch of 1 too)");
+    train_data = kto ? train::load_kto(cfg.get_string("data.input"), *tok, d, static_cast<int>(kl_block))
+                     : train::load_pairs(cfg.get_string("data.input"), *tok, d);
     // No pair that teaches anything, and no SFT term on the chosen side: the run would end as it began.
-    if (mix.of_difference() && train_data.same + train_data.cut_same == static_cast<int>(train_data.pairs.size()) &&
+    if (!kto && mix.of_difference() && train_data.same + train_data.cut_same == static_cast<int>(train_data.pairs.size()) &&
         mix.sft_weight == 0.0)
       throw UserError(cfg.get_string("data.input") + ": every pair has the same chosen and rejected tokens" +
                       (train_data.cut_same > 0 ? " once cut to dpo.max_length (" + std::to_string(max_length) + ")"
@@ -148,7 +164,12 @@ int run_dpo(Context& ctx) {
                                                                 : std::min(train_data.first_same_line,
                                                                            train_data.first_cut_same_line)) +
                       "): the loss's gradient would be 0 for every pair, and nothing could be learned");
-    if (!cfg.get_string("eval.input").empty()) eval_data = train::load_pairs(cfg.get_string("eval.input"), *tok, d);
+    if (!cfg.get_string("eval.input").empty())
+      eval_data = kto ? train::load_kto(cfg.get_string("eval.input"), *tok, d, static_cast<int>(kl_block))
+                      : train::load_pairs(cfg.get_string("eval.input"), *tok, d);
+    if (kto && cfg.get_bool("eval.accuracy"))
+      throw UserError("key 'eval.accuracy' is not available in mgrl kto (its completions are desirable or not, not "
+                      "answers to match): leave it out");
     if (cfg.get_bool("eval.accuracy") && !eval_data.pairs.empty()) {
       std::size_t longest_prompt = 0;
       for (const auto& p : eval_data.pairs) longest_prompt = std::max(longest_prompt, static_cast<std::size_t>(p.prompt_len));
@@ -180,6 +201,31 @@ int run_dpo(Context& ctx) {
 
   train::DpoOptions o;
   o.loss.type = mix.members.front().first;
+  if (kto) {
+    o.loss.beta = cfg.get_float("kto.beta");
+    o.loss.desirable_weight = cfg.get_float("kto.desirable_weight");
+    o.loss.undesirable_weight = cfg.get_float("kto.undesirable_weight");
+    o.precompute_ref = cfg.get_bool("kto.precompute_ref_log_probs") || full || !fresh_adapter;
+    // trl's check of the desirability balance: desirable_weight x desirable examples / (undesirable_weight x
+    // undesirable ones) in [1, 4/3] (its bounds rounded to 2 decimals, as trl's message gives them).
+    double nd = 0, nu = 0;
+    for (const auto& e : train_data.pairs) (e.label == 1 ? nd : nu) += 1;
+    if (nd > 0 && nu > 0) {
+      const auto r2 = [](double x) { return std::round(x * 100.0) / 100.0; };
+      const double wd = o.loss.desirable_weight, wu = o.loss.undesirable_weight;
+      const bool d_ok = r2(nu * wu / nd) <= wd && wd <= r2(nu * wu / nd * 1.33);
+      const bool u_ok = r2(nd * wd / nu / 1.33) <= wu && wu <= r2(nd * wd / nu);
+      if (!d_ok && !u_ok) {
+        char m[400];
+        std::snprintf(m, sizeof m, "%s: %.0f desirable and %.0f undesirable examples: with kto.desirable_weight %g and "
+                      "kto.undesirable_weight %g their weighted counts are out of balance (the KTO paper advises a "
+                      "ratio in [1, 4/3]): set kto.desirable_weight in [%.2f, %.2f] or kto.undesirable_weight in "
+                      "[%.2f, %.2f]", cfg.get_string("data.input").c_str(), nd, nu, wd, wu, r2(nu * wu / nd),
+                      r2(nu * wu / nd * 1.33), r2(nd * wd / nu / 1.33), r2(nd * wd / nu));
+        log::warn_once(m);
+      }
+    }
+  } else {
   if (mix.members.size() > 1 || mix.members.front().second != 1.0) o.loss.mix = mix.members;
   o.loss.beta = cfg.get_float("dpo.beta");
   o.loss.label_smoothing = cfg.get_float("dpo.label_smoothing");
@@ -191,14 +237,26 @@ int run_dpo(Context& ctx) {
   // The reference is the starting policy (as trl): a fresh adapter switched off is the base model; full fine-tuning
   // and a starting adapter have no such switch, so their reference is scored once, before training.
   o.precompute_ref = cfg.get_bool("dpo.precompute_ref_log_probs") || full || !fresh_adapter;
+  }
   read_supervised_keys(cfg, ctx.device, scaling, seed,
-                       run_steps(cfg, train_data.pairs.size(), cfg.get_int("train.batch_size"), 1, "pairs"), &o);
+                       run_steps(cfg, train_data.pairs.size(), cfg.get_int("train.batch_size"), 1, kto ? "examples" : "pairs"),
+                       &o);
   if (cfg.get_bool("eval.accuracy") && !eval_data.pairs.empty())  // in lockstep on a sharded base
     o.accuracy = greedy_accuracy(env, net, *tok, static_cast<int>(cfg.get_int("eval.max_new_tokens")));
   {
     const double epochs = static_cast<double>(o.max_steps) * static_cast<double>(o.global_batch) /
                           static_cast<double>(std::max<std::size_t>(1, train_data.pairs.size()));
     char line[360];
+    if (kto)
+      std::snprintf(line, sizeof(line),
+                    "kto: %s %s, %zu training examples, %zu held-out, %s on %d rank%s, beta %g, weights %g desirable, "
+                    "%g undesirable, reference %s; %lld steps x %d examples = %.3g epochs",
+                    random_init ? "random-init" : "pretrained", io::model_name(mc).c_str(), train_data.pairs.size(),
+                    eval_data.pairs.size(), full ? "full fine-tuning" : "LoRA", env.size(), env.size() == 1 ? "" : "s",
+                    o.loss.beta, o.loss.desirable_weight, o.loss.undesirable_weight,
+                    o.precompute_ref ? "log-probs of the starting weights, computed once" : "the adapter switched off",
+                    static_cast<long long>(o.max_steps), o.global_batch, epochs);
+    else
     std::snprintf(line, sizeof(line),
                   "dpo: %s %s, %zu training pairs, %zu held-out, %s on %d rank%s, loss %s%s, beta %g, reference %s; "
                   "%lld steps x %d pairs = %.3g epochs",

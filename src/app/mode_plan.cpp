@@ -103,7 +103,7 @@ int run_plan(dist::MpiEnv& env, const io::Config& cfg) {
     if (in.lora) in.lora_cfg = training_lora_config(cfg);
 
     mode = cfg.mode_before_cli();
-    if (mode != "sft" && mode != "grpo" && mode != "dpo" && mode != "ppo") mode = "sft";
+    if (mode != "sft" && mode != "grpo" && mode != "dpo" && mode != "kto" && mode != "ppo") mode = "sft";
     const std::int64_t max_pos = mc.max_position_embeddings > 0 ? mc.max_position_embeddings : (1 << 30);
     const std::int64_t batch = cfg.get_int("train.batch_size"), accum = cfg.get_int("train.grad_accum");
     const std::int64_t per_rank = std::max<std::int64_t>(1, batch / in.ranks);
@@ -145,9 +145,10 @@ int run_plan(dist::MpiEnv& env, const io::Config& cfg) {
                        (merge != rl::GenerationOptions::Merge::Off &&
                         static_cast<double>(model::InferenceEngine::merged_bytes(mc, in.storage, in.lora_cfg)) <=
                             budget / static_cast<double>(model::InferenceEngine::kMergeShare));
-    } else if (mode == "dpo") {
-      seq_len = std::min(max_pos, cfg.get_int("dpo.max_length"));
-      micro = std::max<std::int64_t>(1, 2 * per_rank / accum);  // chosen and rejected
+    } else if (mode == "dpo" || mode == "kto") {
+      seq_len = std::min(max_pos, cfg.get_int(mode + ".max_length"));
+      // chosen and rejected; KTO: an example's completion and its KL sequence
+      micro = std::max<std::int64_t>(1, 2 * per_rank / accum);
       in.scoring = true;
     } else {
       seq_len = std::min(max_pos, cfg.get_int("train.max_seq_len"));

@@ -87,7 +87,7 @@ int run(dist::MpiEnv& env, int argc, char** argv) {
 
     // Training stops gracefully on SIGUSR1 / SIGUSR2 / SIGTERM / SIGINT / SIGHUP (checkpoint, exit kExitStopped); others keep
     // the default actions.
-    const bool training = mode == "sft" || mode == "grpo" || mode == "dpo" || mode == "ppo";
+    const bool training = mode == "sft" || mode == "grpo" || mode == "dpo" || mode == "kto" || mode == "ppo";
     if (training) {
       stop::install_handlers(env.rank() == 0);
       fault::point("training_setup", env.rank(), 0);  // tests: a long set-up that a stop signal interrupts
@@ -108,7 +108,7 @@ int run(dist::MpiEnv& env, int argc, char** argv) {
     int rc = 0;
     if (mode == "sft") rc = exit_code(run_sft(ctx));
     else if (mode == "grpo") rc = exit_code(run_grpo(ctx));
-    else if (mode == "dpo") rc = exit_code(run_dpo(ctx));
+    else if (mode == "dpo" || mode == "kto") rc = exit_code(run_dpo(ctx));
     else if (mode == "ppo") rc = exit_code(run_ppo(ctx));
     else if (mode == "reward") rc = run_reward(ctx);
     else if (mode == "export") rc = run_export(ctx);

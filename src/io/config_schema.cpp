@@ -5,8 +5,8 @@
 namespace mgrl::io {
 
 const std::vector<std::string>& mgrl_modes() {
-  static const std::vector<std::string> modes{"info", "sft", "grpo", "dpo", "ppo", "reward", "export", "score", "generate",
-                                              "render", "plan", "help-config"};
+  static const std::vector<std::string> modes{"info", "sft", "grpo", "dpo", "kto", "ppo", "reward", "export", "score",
+                                              "generate", "render", "plan", "help-config"};
   return modes;
 }
 
@@ -42,7 +42,7 @@ const Schema& mgrl_schema() {
          {}, 0.0, 86400.0, {}});
     add({"model.path", T::String, std::nullopt,
          "Hugging Face model directory: config.json and model.safetensors (or a sharded index)", {}, {}, {},
-         {"score", "generate", "sft", "grpo", "dpo", "ppo", "unless model.shape"}});
+         {"score", "generate", "sft", "grpo", "dpo", "kto", "ppo", "unless model.shape"}});
     add({"model.shape", T::String, Value(std::string("")),
          "a built-in model shape instead of model.path's config.json (sft, grpo, dpo, ppo with model.init = \"random\", "
          "and plan): tiny-llama, llama-3.2-1b, llama-3.2-3b, llama-3.1-8b, llama-3.1-70b, qwen2.5-0.5b, -1.5b, -3b, "
@@ -92,8 +92,9 @@ const Schema& mgrl_schema() {
     add({"data.input", T::String, std::nullopt,
          "input JSONL file; score: {\"tokens\": [ids]}, {\"text\": text} or {\"messages\": [...]} per line; generate: "
          "{\"prompt\": text}, {\"messages\": [{\"role\", \"content\"}]} or {\"prompt_tokens\": [ids]} per line; "
-         "dpo: {\"prompt\", \"chosen\", \"rejected\"} per line (docs/dpo.md); render: {\"messages\": [...]} per line",
-         {}, {}, {}, {"score", "generate", "sft", "grpo", "dpo", "ppo", "reward", "render"}});
+         "dpo: {\"prompt\", \"chosen\", \"rejected\"} per line (docs/dpo.md); kto: {\"prompt\", \"completion\", "
+         "\"label\"} or DPO's pairs per line (docs/kto.md); render: {\"messages\": [...]} per line",
+         {}, {}, {}, {"score", "generate", "sft", "grpo", "dpo", "kto", "ppo", "reward", "render"}});
     add({"chat.template", T::String, Value(std::string("")),
          "a Jinja chat template file (.jinja) used instead of the model's own (tokenizer_config.json chat_template or "
          "chat_template.jinja); empty: the model's. Only with chat_format = auto",
@@ -504,6 +505,24 @@ const Schema& mgrl_schema() {
          "compute the reference log-probs of every pair once before training instead of once per batch (always so "
          "with full fine-tuning or a starting lora.adapter, whose reference is the starting weights)", {}, {}, {},
          {}});
+    // [kto] (docs/kto.md): trl's KTOTrainer (trl 1.16) under its names and defaults.
+    add({"kto.beta", T::Float, Value(0.1),
+         "how far the policy may move from the reference (higher: less): the scale of the log-ratios in the sigmoids",
+         {}, 1e-12, {}, {}});
+    add({"kto.desirable_weight", T::Float, Value(1.0),
+         "weight of the desirable examples' losses (trl: raise it, or lower undesirable_weight, when desirable examples "
+         "are fewer, so that desirable_weight x their count / undesirable_weight x theirs lies in [1, 4/3])",
+         {}, 0.0, {}, {}});
+    add({"kto.undesirable_weight", T::Float, Value(1.0), "weight of the undesirable examples' losses", {}, 0.0, {}, {}});
+    add({"kto.max_length", T::Int, Value(std::int64_t{1024}),
+         "longest sequence (prompt + completion, and prompt + KL completion) in tokens: longer ones keep their start; "
+         "examples whose prompt alone is this long are left out (as trl)", {}, 2.0, {}, {}});
+    add({"kto.precompute_ref_log_probs", T::Bool, Value(false),
+         "compute the reference log-probs of every example and its KL sequence once before training instead of once "
+         "per batch (always so with full fine-tuning or a starting lora.adapter, whose reference is the starting "
+         "weights)", {}, {}, {}, {}});
+    add({"kto.disable_dropout", T::Bool, Value(true),
+         "turn LoRA dropout off in KTO, as trl's disable_dropout (default true) does", {}, {}, {}, {"kto"}});
     // [ppo] (docs/ppo.md): trl's PPOTrainer (trl.experimental.ppo, trl 1.12.0) under its names and defaults.
     add({"ppo.max_prompt_length", T::Int, Value(std::int64_t{512}),
          "longest prompt in tokens; longer prompts keep their last tokens", {}, 1.0, {}, {}});

@@ -25,6 +25,18 @@ namespace mgrl::train {
 void DpoSums::add(const DpoPairIn& in, const DpoPairOut& out) {
   pairs += 1;
   loss += out.loss;
+  if (in.label >= 0) {  // a KTO example: its side's reward and log-prob
+    if (in.label == 1) {
+      kto_desirable += 1;
+      reward_chosen += out.reward_chosen;
+      logp_chosen += in.chosen;
+    } else {
+      kto_undesirable += 1;
+      reward_rejected += out.reward_rejected;
+      logp_rejected += in.chosen;
+    }
+    return;
+  }
   reward_chosen += out.reward_chosen;
   reward_rejected += out.reward_rejected;
   // trl counts a pair strictly greater. A difference within the f32 rounding of the sequence log-probs is a tie:
@@ -56,11 +68,12 @@ namespace {
 // Every sum of a DpoSums (const or not), in one order.
 template <class Sums>
 auto fields(Sums& s) {
-  return std::array<decltype(&s.pairs), 18>{&s.pairs,         &s.loss,          &s.reward_chosen, &s.reward_rejected,
+  return std::array<decltype(&s.pairs), 22>{&s.pairs,         &s.loss,          &s.reward_chosen, &s.reward_rejected,
                                             &s.accuracy,      &s.margin,        &s.logp_chosen,   &s.logp_rejected,
                                             &s.logp_accuracy, &s.sft_nll,       &s.chosen_tokens, &s.entropy,
                                             &s.completion_tokens, &s.top1_chosen, &s.logits_chosen,
-                                            &s.logits_rejected, &s.chosen_count, &s.rejected_count};
+                                            &s.logits_rejected, &s.chosen_count, &s.rejected_count,
+                                            &s.kto_desirable,  &s.kto_undesirable, &s.kto_kl, &s.kto_kl_count};
 }
 }  // namespace
 
@@ -79,6 +92,25 @@ namespace {
 // trl's metric names (a prefix: "" in training, "eval_" for the held-out set), means over the pairs.
 nlohmann::json named(const DpoSums& s, const std::string& prefix, double sft_weight) {
   const double n = std::max(1.0, s.pairs);
+  if (s.kto()) {  // trl's KTOTrainer's: each side's means over its own examples, the micro-batches' mean KL
+    nlohmann::json j = {{prefix + "loss", s.total_loss(0.0)}, {prefix + "kl", s.kto_kl / std::max(1.0, s.kto_kl_count)}};
+    if (s.kto_desirable > 0) {
+      j[prefix + "rewards/chosen"] = s.reward_chosen / s.kto_desirable;
+      j[prefix + "logps/chosen"] = s.logp_chosen / s.kto_desirable;
+    }
+    if (s.kto_undesirable > 0) {
+      j[prefix + "rewards/rejected"] = s.reward_rejected / s.kto_undesirable;
+      j[prefix + "logps/rejected"] = s.logp_rejected / s.kto_undesirable;
+    }
+    if (s.kto_desirable > 0 && s.kto_undesirable > 0)
+      j[prefix + "rewards/margins"] = s.reward_chosen / s.kto_desirable - s.reward_rejected / s.kto_undesirable;
+    if (s.completion_tokens > 0) {
+      j[prefix + "entropy"] = s.entropy / s.completion_tokens;
+      if (s.chosen_count > 0) j[prefix + "logits/chosen"] = s.logits_chosen / s.chosen_count;
+      if (s.rejected_count > 0) j[prefix + "logits/rejected"] = s.logits_rejected / s.rejected_count;
+    }
+    return j;
+  }
   nlohmann::json j = {{prefix + "loss", s.total_loss(sft_weight)},
                       {prefix + "rewards/chosen", s.reward_chosen / n},
                       {prefix + "rewards/rejected", s.reward_rejected / n},
@@ -103,18 +135,20 @@ DpoTrainer::DpoTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transfo
     : env_(env), comm_(comm), model_(model), train_(std::move(train)), eval_(std::move(eval)), opts_(std::move(opts)),
       sampler_(train_.size(), opts_.seed, opts_.shuffle) {
   const int ranks = env_.size();
+  const bool kto = opts_.loss.type == DpoLossType::Kto;
+  const std::string unit = kto ? " examples" : " pairs", section = kto ? "kto." : "dpo.";
   if (opts_.global_batch % ranks != 0)
-    throw UserError("train.batch_size (" + std::to_string(opts_.global_batch) +
-                    " pairs) must be divisible by the number of ranks (" + std::to_string(ranks) + ")");
+    throw UserError("train.batch_size (" + std::to_string(opts_.global_batch) + unit +
+                    ") must be divisible by the number of ranks (" + std::to_string(ranks) + ")");
   if ((opts_.global_batch / ranks) % opts_.grad_accum != 0)
-    throw UserError("train.batch_size / ranks (" + std::to_string(opts_.global_batch / ranks) +
-                    " pairs) must be divisible by train.grad_accum (" + std::to_string(opts_.grad_accum) + ")");
+    throw UserError("train.batch_size / ranks (" + std::to_string(opts_.global_batch / ranks) + unit +
+                    ") must be divisible by train.grad_accum (" + std::to_string(opts_.grad_accum) + ")");
   bool robust = false;
   for (const auto& m : dpo_loss_members(opts_.loss)) robust = robust || m.first == DpoLossType::Robust;
   if (robust && !(opts_.loss.label_smoothing >= 0 && opts_.loss.label_smoothing < 0.5))
     throw UserError("dpo.label_smoothing must lie in [0, 0.5) for dpo.loss_type = \"robust\" (got " +
                     std::to_string(opts_.loss.label_smoothing) + ")");
-  if (!(opts_.loss.beta > 0)) throw UserError("dpo.beta must be above 0");
+  if (!(opts_.loss.beta > 0)) throw UserError(section + "beta must be above 0");
   tr_ = trainable_of(model_, model_.base_grads() != nullptr);
   model_.set_token_stats(true);  // trl's entropy, mean_token_accuracy and logits/* of the training forwards
   opt_ = std::make_unique<Optimizer>(model_.ops(), tr_,
@@ -139,9 +173,9 @@ DpoTrainer::DpoTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transfo
     env_.agree([&] {
       const auto refuse = [&](const std::string& why) {
         throw UserError("train.batch_size = " + std::to_string(opts_.global_batch) + " (" + std::to_string(micro) +
-                        " pairs per rank and micro-batch with train.grad_accum = " + std::to_string(opts_.grad_accum) +
-                        ", up to " + std::to_string(most) + " tokens at once within dpo.max_length) needs " + why +
-                        ": lower train.batch_size or dpo.max_length, or raise train.grad_accum");
+                        unit + " per rank and micro-batch with train.grad_accum = " + std::to_string(opts_.grad_accum) +
+                        ", up to " + std::to_string(most) + " tokens at once within " + section + "max_length) needs " +
+                        why + ": lower train.batch_size or " + section + "max_length, or raise train.grad_accum");
       };
       const std::string beyond = activations_beyond_memory(model_, most);
       if (!beyond.empty()) refuse(beyond);
@@ -180,6 +214,17 @@ model::Batch dpo_batch(const std::vector<const PreferencePair*>& mb, double ld_a
 void dpo_token_metrics(const std::vector<const PreferencePair*>& mb, const model::Batch& b, const model::TokenStats& ts,
                        DpoSums* sums) {
   for (std::size_t k = 0; k < mb.size(); ++k) {
+    if (mb[k]->label >= 0) {  // KTO: the completion's tokens (not its KL sequence's), logits by label
+      const int seq = static_cast<int>(2 * k);
+      for (int t = mb[k]->prompt_len; t < b.length(seq); ++t) {
+        const auto i = static_cast<std::size_t>(b.offsets[seq] + t);
+        sums->entropy += ts.entropy[i];
+        sums->completion_tokens += 1;
+        (mb[k]->label == 1 ? sums->logits_chosen : sums->logits_rejected) += ts.mean_logit[i];
+        (mb[k]->label == 1 ? sums->chosen_count : sums->rejected_count) += 1;
+      }
+      continue;
+    }
     for (int side = 0; side < 2; ++side) {  // chosen, rejected
       const int seq = static_cast<int>(2 * k) + side;
       for (int t = mb[k]->prompt_len; t < b.length(seq); ++t) {
@@ -197,6 +242,12 @@ void dpo_token_metrics(const std::vector<const PreferencePair*>& mb, const model
       }
     }
   }
+}
+
+double kto_kl_sum(const std::vector<double>& pol, const std::vector<double>& ref) {
+  double sum = 0;
+  for (std::size_t k = 1; k < pol.size(); k += 2) sum += pol[k] - ref[k];
+  return sum;
 }
 
 std::vector<double> dpo_sequence_logps(const model::Batch& b, const std::vector<float>& tw, const float* lp) {
@@ -221,6 +272,8 @@ void dpo_loss_weights(const DpoLossOptions& o, const std::vector<const Preferenc
     in.ref_rejected = ref[2 * k + 1];
     in.chosen_tokens = mb[k]->chosen_tokens();
     in.rejected_tokens = mb[k]->rejected_tokens();
+    in.label = mb[k]->label;
+    MGRL_CHECK((in.label >= 0) == (o.type == DpoLossType::Kto), "dpo: KTO examples need the kto loss, and only they");
   }
   // AOT's loss couples the micro-batch's pairs (trl: each device's micro-batch); the others are per pair. A mix of
   // loss types (dpo.loss_mix) weighs each member's loss and derivatives; the rewards are the same under every member.
@@ -348,7 +401,12 @@ double DpoTrainer::train_step(DpoSums* sums) {
     model_.forward(b, lp.data(), true, true, model::dropout_seed(opts_.seed, state_.step));
     dpo_token_metrics(mb, b, model_.token_stats(), sums);
     pol = dpo_sequence_logps(b, tw, lp.data());
-    dpo_loss_weights(opts_.loss, mb, b, tw, lp.data(), pol, ref, inv * scale, sft_inv * scale, &w, sums);
+    DpoLossOptions lo = opts_.loss;
+    if (lo.type == DpoLossType::Kto) {  // the global micro-batch's KL estimate (trl's: each micro-batch's, gathered)
+      lo.kto_kl = std::max(0.0, env_.allreduce_sum(kto_kl_sum(pol, ref)) / (static_cast<double>(micro) * ranks));
+      if (rank == 0) sums->kto_kl += lo.kto_kl, sums->kto_kl_count += 1;
+    }
+    dpo_loss_weights(lo, mb, b, tw, lp.data(), pol, ref, inv * scale, sft_inv * scale, &w, sums);
     model_.backward(w.data(), sync_->hook(a + 1 == opts_.grad_accum));
   }
   const double norm = agreed_norm(env_, sync_->finish(scale));  // identical on every rank
@@ -369,21 +427,41 @@ DpoSums DpoTrainer::evaluate() {
   const std::size_t N = eval_.size();
   const std::size_t lo = N * static_cast<std::size_t>(env_.rank()) / static_cast<std::size_t>(env_.size()),
                     hi = N * static_cast<std::size_t>(env_.rank() + 1) / static_cast<std::size_t>(env_.size());
-  std::vector<float> lp, tw, w;
-  std::vector<double> ref, pol;
-  for (std::size_t i0 = lo; i0 < hi; i0 += static_cast<std::size_t>(opts_.eval_batch)) {
+  std::vector<float> w;
+  // KTO's losses need the KL estimate of the whole held-out set (every rank's), so the batches' figures wait for it.
+  struct Scored {
     std::vector<const PreferencePair*> mb;
-    for (std::size_t i = i0; i < std::min(hi, i0 + static_cast<std::size_t>(opts_.eval_batch)); ++i) mb.push_back(&eval_[i]);
-    const model::Batch b = dpo_batch(mb, opts_.ld_alpha, &tw);
-    reference(mb, b, tw, &ref);
-    lp.assign(b.tokens.size(), 0.0f);
-    model_.score(b, lp.data(), true);
-    pol = dpo_sequence_logps(b, tw, lp.data());
-    dpo_loss_weights(opts_.loss, mb, b, tw, lp.data(), pol, ref, 0.0, 0.0, &w, &s);
+    model::Batch b;
+    std::vector<float> tw, lp;
+    std::vector<double> pol, ref;
+  };
+  std::vector<Scored> scored;
+  const bool kto = opts_.loss.type == DpoLossType::Kto;
+  double kl_sum = 0;
+  for (std::size_t i0 = lo; i0 < hi; i0 += static_cast<std::size_t>(opts_.eval_batch)) {
+    Scored x;
+    for (std::size_t i = i0; i < std::min(hi, i0 + static_cast<std::size_t>(opts_.eval_batch)); ++i) x.mb.push_back(&eval_[i]);
+    x.b = dpo_batch(x.mb, opts_.ld_alpha, &x.tw);
+    reference(x.mb, x.b, x.tw, &x.ref);
+    x.lp.assign(x.b.tokens.size(), 0.0f);
+    model_.score(x.b, x.lp.data(), true);
+    x.pol = dpo_sequence_logps(x.b, x.tw, x.lp.data());
+    if (!kto) {
+      dpo_loss_weights(opts_.loss, x.mb, x.b, x.tw, x.lp.data(), x.pol, x.ref, 0.0, 0.0, &w, &s);
+      continue;
+    }
+    kl_sum += kto_kl_sum(x.pol, x.ref);
+    scored.push_back(std::move(x));
   }
   if (model_.definition().sharded()) {  // every pass gathers collectively: the passes of the busiest rank
     const std::size_t eb = static_cast<std::size_t>(opts_.eval_batch);
     idle_passes(model_, hi - lo, N, env_.size(), eb, opts_.precompute_ref ? 1 : 2);  // and reference()'s pass
+  }
+  if (kto) {
+    DpoLossOptions o = opts_.loss;
+    o.kto_kl = std::max(0.0, env_.allreduce_sum(kl_sum) / static_cast<double>(N));
+    for (const Scored& x : scored) dpo_loss_weights(o, x.mb, x.b, x.tw, x.lp.data(), x.pol, x.ref, 0.0, 0.0, &w, &s);
+    if (env_.rank() == 0) s.kto_kl = o.kto_kl, s.kto_kl_count = 1;
   }
   s.allreduce(env_);
   return s;
@@ -420,10 +498,15 @@ DpoResult DpoTrainer::run() {
   auto eval_line = [&](const DpoSums& s, const char* what) {
     const double n = std::max(1.0, s.pairs);
     char line[200];
-    std::snprintf(line, sizeof(line),
-                  "%s step %lld | loss %.4f | preference accuracy %.1f%% | margin %.4f | chosen more likely %.1f%%", what,
-                  static_cast<long long>(state_.step), s.total_loss(opts_.loss.sft_weight), 100.0 * s.accuracy / n, s.margin / n,
-                  100.0 * s.logp_accuracy / n);
+    if (s.kto())
+      std::snprintf(line, sizeof(line), "%s step %lld | loss %.4f | kl %.4f | rewards desirable %.4f, undesirable %.4f",
+                    what, static_cast<long long>(state_.step), s.total_loss(0.0), s.kto_kl / std::max(1.0, s.kto_kl_count),
+                    s.reward_chosen / std::max(1.0, s.kto_desirable), s.reward_rejected / std::max(1.0, s.kto_undesirable));
+    else
+      std::snprintf(line, sizeof(line),
+                    "%s step %lld | loss %.4f | preference accuracy %.1f%% | margin %.4f | chosen more likely %.1f%%", what,
+                    static_cast<long long>(state_.step), s.total_loss(opts_.loss.sft_weight), 100.0 * s.accuracy / n,
+                    s.margin / n, 100.0 * s.logp_accuracy / n);
     rlog.line(line);
     nlohmann::json j = named(s, "eval_", opts_.loss.sft_weight);
     j["step"] = state_.step;
@@ -472,7 +555,11 @@ DpoResult DpoTrainer::run() {
       const DpoSums& w = window_sums.pairs > 0 ? window_sums : sums;  // none finite: the last step's
       const double n = std::max(1.0, w.pairs);
       char line[320];
-      int k = std::snprintf(line, sizeof(line),
+      int k = w.kto() ? std::snprintf(line, sizeof(line),
+                                      "step %lld/%lld | loss %.4f | kl %.4f | lr %.2e | grad norm %.3f | %.0f tok/s",
+                                      static_cast<long long>(state_.step), static_cast<long long>(opts_.max_steps),
+                                      w.total_loss(0.0), w.kto_kl / std::max(1.0, w.kto_kl_count), lr, last_norm_, tps)
+                      : std::snprintf(line, sizeof(line),
                             "step %lld/%lld | loss %.4f | accuracy %.2f | margin %.4f | lr %.2e | grad norm %.3f | %.0f tok/s",
                             static_cast<long long>(state_.step), static_cast<long long>(opts_.max_steps),
                             w.total_loss(opts_.loss.sft_weight), w.accuracy / n, w.margin / n, lr, last_norm_, tps);
@@ -530,16 +617,18 @@ DpoResult DpoTrainer::run() {
   rlog.flush();
   if (rank0 && !opts_.log_dir.empty()) {
     std::ostringstream s;  // job_summary.txt, written whole (RunLog::write_summary)
-    s << "mgrl " << build_info().version << " dpo (" << dpo_loss_label(opts_.loss) << ", beta " << opts_.loss.beta
-      << ")\n"
+    const bool kto = opts_.loss.type == DpoLossType::Kto;
+    s << "mgrl " << build_info().version << (kto ? " kto (" : " dpo (") << dpo_loss_label(opts_.loss) << ", beta "
+      << opts_.loss.beta << ")\n"
       << "ranks: " << env_.size() << "\n"
       << "wall time: " << human_time(res.seconds) << " (" << res.seconds << " s)\n"
       << "steps: " << res.steps << " (skipped: " << res.skipped << ")\n"
       << scaler_summary(state_, opt_->scaling())
       << "final train loss: " << res.final_loss << "\n";
-    if (res.eval_loss >= 0)
-      s << "held-out loss: " << res.eval_loss << "\nheld-out preference accuracy: " << res.eval_preference_accuracy
-        << "\n";
+    if (res.eval_loss >= 0) {
+      s << "held-out loss: " << res.eval_loss << "\n";
+      if (!kto) s << "held-out preference accuracy: " << res.eval_preference_accuracy << "\n";
+    }
     if (res.eval_accuracy >= 0) s << "held-out accuracy: " << res.eval_accuracy << "\n";
     if (state_.step > first) s << "rank 0 " << phases;
     rlog.write_summary(s.str());

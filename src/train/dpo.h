@@ -28,7 +28,7 @@
 namespace mgrl::train {
 
 struct DpoOptions {
-  DpoLossOptions loss;
+  DpoLossOptions loss;  // loss.type Kto: KTO examples (load_kto), each micro-batch's KL estimate before its loss
   double ld_alpha = 1.0;  // LD-DPO: weight of completion tokens beyond the shorter completion's length; 1: off
   // The reference's log-probs: false: the adapter switched off, once per micro-batch; true: computed for every pair
   // before training with the starting weights (what full fine-tuning and a starting adapter need).
@@ -63,6 +63,10 @@ struct DpoSums {
   // sequences, the chosen tokens predicted as the most likely one, the mean logits' sums of each side, and the counts.
   double entropy = 0, completion_tokens = 0, top1_chosen = 0, logits_chosen = 0, logits_rejected = 0,
          chosen_count = 0, rejected_count = 0;
+  // KTO (`mgrl kto`): the desirable and undesirable examples counted (rewards/chosen and logps/chosen are sums over the
+  // desirable ones, .../rejected over the undesirable ones), and the KL estimates of the micro-batches (rank 0's).
+  double kto_desirable = 0, kto_undesirable = 0, kto_kl = 0, kto_kl_count = 0;
+  bool kto() const { return kto_desirable + kto_undesirable > 0; }
   // The loss: the mean pair loss, plus sft_weight x the chosen tokens' mean negative log-prob.
   double total_loss(double sft_weight) const;
   void add(const DpoPairIn& in, const DpoPairOut& out);
@@ -83,7 +87,12 @@ void dpo_loss_weights(const DpoLossOptions& o, const std::vector<const Preferenc
                       const std::vector<float>& token_weight, const float* lp, const std::vector<double>& pol,
                       const std::vector<double>& ref, double pair_factor, double sft_factor, std::vector<float>* w,
                       DpoSums* sums);
-// Adds trl's token metrics of a training forward of dpo_batch(mb) (its TokenStats) to sums.
+// KTO's estimate of the KL of a global micro-batch is max(0, the sum of this over its ranks / its examples): the sum
+// over this rank's examples of the policy's minus the reference's KL-sequence log-prob (pol, ref as
+// dpo_sequence_logps: each example's completion, then its KL sequence). trl's, detached.
+double kto_kl_sum(const std::vector<double>& pol, const std::vector<double>& ref);
+// Adds trl's token metrics of a training forward of dpo_batch(mb) (its TokenStats) to sums (KTO: the completions'
+// tokens only, by label).
 void dpo_token_metrics(const std::vector<const PreferencePair*>& mb, const model::Batch& b, const model::TokenStats& ts,
                        DpoSums* sums);
 // Completion tokens of the chosen sequences of some pairs.

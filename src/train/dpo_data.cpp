@@ -148,14 +148,20 @@ PairData load_pairs(const std::string& path, const io::Tokenizer& tok, const Pai
 
 std::vector<std::string> PairData::notes(const std::string& path, int max_length, bool cancels) const {
   std::vector<std::string> out;
+  const std::string unit = kto ? " example" : " pair", key = kto ? "kto.max_length" : "dpo.max_length";
   auto add = [&](int n, int first, const std::string& what) {
     if (n == 0) return;
-    out.push_back(path + ": " + std::to_string(n) + " pair" + (n == 1 ? " " : "s ") + what + " (the first at line " +
+    out.push_back(path + ": " + std::to_string(n) + unit + (n == 1 ? " " : "s ") + what + " (the first at line " +
            std::to_string(first) + ")");
   };
   add(dropped, first_dropped_line,
-      std::string(dropped == 1 ? "is" : "are") + " left out: the prompt alone has dpo.max_length (" +
+      std::string(dropped == 1 ? "is" : "are") + " left out: the prompt alone has " + key + " (" +
           std::to_string(max_length) + ") tokens or more");
+  if (kto) {
+    add(same, first_same_line, std::string(same == 1 ? "has" : "have") + " its own completion as KL completion (a "
+                                                                          "block of one, or the same completion twice)");
+    return out;
+  }
   add(same, first_same_line, std::string(same == 1 ? "has" : "have") + " the same chosen and rejected tokens: " +
                                  (cancels ? "the loss's gradient is 0 for them, they teach nothing"
                                           : "the loss pulls the same completion up as chosen and down as rejected"));
@@ -163,6 +169,139 @@ std::vector<std::string> PairData::notes(const std::string& path, int max_length
       std::string(cut_same == 1 ? "differs" : "differ") + " only after dpo.max_length (" + std::to_string(max_length) +
           ") tokens: cut there, chosen and rejected are the same and " +
           (cancels ? "teach nothing" : "pulled both ways") + "; raise dpo.max_length");
+  return out;
+}
+
+PairData load_kto(const std::string& path, const io::Tokenizer& tok, const PairOptions& opts, int kl_block) {
+  struct Row {
+    nlohmann::ordered_json prompt, completion;
+    io::ChatExtras extras;
+    bool label = false;
+    int line = 0;
+  };
+  std::vector<Row> rows;
+  int paired = -1;  // the file's form, from its first line: 1 preference pairs, 0 labelled completions
+  std::vector<Row> chosen_rows, rejected_rows;  // the current block of pairs (trl's unpairing map, 1000 a batch)
+  const auto flush_pairs = [&] {
+    for (auto* part : {&chosen_rows, &rejected_rows})
+      for (auto& r : *part) rows.push_back(std::move(r));
+    chosen_rows.clear();
+    rejected_rows.clear();
+  };
+  io::read_jsonl(path, [&](const nlohmann::ordered_json& j, int line) {
+    const bool pair = j.contains("chosen") || j.contains("rejected");
+    if (paired < 0) paired = pair ? 1 : 0;
+    if (pair != (paired == 1))
+      io::jsonl_error(path, line, paired == 1 ? "expected {\"prompt\", \"chosen\", \"rejected\"} as the first line"
+                                              : "expected {\"prompt\", \"completion\", \"label\"} as the first line");
+    if (!j.contains("prompt"))
+      io::jsonl_error(path, line, pair ? "expected {\"prompt\", \"chosen\", \"rejected\"}: no \"prompt\""
+                                       : "expected {\"prompt\", \"completion\", \"label\"}: no \"prompt\"");
+    Row r;
+    r.prompt = j["prompt"];
+    r.line = line;
+    try {
+      r.extras = io::ChatExtras::of(j);
+    } catch (const UserError& e) {
+      io::jsonl_error(path, line, e.what());
+    }
+    if (pair) {
+      for (const char* k : {"chosen", "rejected"})
+        if (!j.contains(k)) io::jsonl_error(path, line, std::string("expected {\"prompt\", \"chosen\", \"rejected\"}: no \"") + k + "\"");
+      Row c = r;
+      c.completion = j["chosen"];
+      c.label = true;
+      r.completion = j["rejected"];
+      r.label = false;
+      chosen_rows.push_back(std::move(c));
+      rejected_rows.push_back(std::move(r));
+      if (chosen_rows.size() == 1000) flush_pairs();
+      return;
+    }
+    if (!j.contains("completion") || !j.contains("label"))
+      io::jsonl_error(path, line, std::string("expected {\"prompt\", \"completion\", \"label\"}: no \"") +
+                                      (j.contains("completion") ? "label" : "completion") + "\"");
+    if (!j["label"].is_boolean()) io::jsonl_error(path, line, "\"label\" must be true (desirable) or false (undesirable)");
+    r.completion = j["completion"];
+    r.label = j["label"].get<bool>();
+    rows.push_back(std::move(r));
+  });
+  flush_pairs();
+  // Each row tokenized as trl's KTOTrainer does: the prompt, and prompt + completion, each whole.
+  struct Tokenized {
+    std::vector<std::int32_t> ids;
+    std::size_t prompt_len = 0;
+    bool label = false;
+    int line = 0;
+    std::string text;
+  };
+  std::vector<Tokenized> kept;
+  PairData out;
+  out.kto = true;
+  const auto eos = tok.eos_id();
+  for (const Row& r : rows) {
+    Tokenized t;
+    t.label = r.label;
+    t.line = r.line;
+    std::vector<std::int32_t> prompt;
+    if (r.prompt.is_string()) {
+      if (!r.completion.is_string())
+        io::jsonl_error(path, r.line, "with a string \"prompt\" the completion must be a string");
+      if (!eos) throw UserError(tok.path() + ": the tokenizer has no EOS token (tokenizer_config.json eos_token)");
+      const std::string ps = r.prompt.get<std::string>();
+      t.text = r.completion.get<std::string>();
+      prompt = tok.encode(ps, true);
+      t.ids = tok.encode(ps + t.text, true);
+      if (t.ids.empty() || t.ids.back() != *eos) t.ids.push_back(*eos);
+    } else if (r.prompt.is_array()) {
+      const auto msgs = messages_of(r.prompt, "prompt", path, r.line);
+      const auto c = r.completion.is_string()
+                         ? nlohmann::ordered_json::array({{{"role", "assistant"}, {"content", r.completion.get<std::string>()}}})
+                         : messages_of(r.completion, "completion", path, r.line);
+      t.text = last_content(c);
+      if (!opts.chat) io::jsonl_error(path, r.line, "chat messages need a chat template (none was given)");
+      try {
+        auto joined = msgs;
+        for (const auto& m : c) joined.push_back(m);
+        t.ids = render_conversation(*opts.chat, joined, false, r.extras);
+        prompt = render_conversation(*opts.chat, msgs, true, r.extras);
+      } catch (const UserError& e) {
+        io::jsonl_error(path, r.line, e.what());
+      }
+    } else {
+      io::jsonl_error(path, r.line, "\"prompt\" must be a string or a list of chat messages");
+    }
+    t.prompt_len = common_prefix(prompt, t.ids);
+    if (t.prompt_len == 0) io::jsonl_error(path, r.line, "the prompt has no tokens");
+    if (t.ids.size() <= t.prompt_len) io::jsonl_error(path, r.line, "the completion has no tokens");
+    if (static_cast<int>(t.prompt_len) >= opts.max_length) {  // trl drops these before pairing the KL completions
+      if (out.dropped++ == 0) out.first_dropped_line = r.line;
+      continue;
+    }
+    kept.push_back(std::move(t));
+  }
+  if (kept.empty())
+    throw UserError(path + (out.dropped > 0 ? ": no examples left: every prompt has kto.max_length (" +
+                                                  std::to_string(opts.max_length) + ") tokens or more"
+                                            : std::string(": no examples")));
+  // The KL completions: rotated by one within each block of kl_block examples (trl's add_kl_completion_ids).
+  const std::size_t block = static_cast<std::size_t>(std::max(1, kl_block));
+  for (std::size_t i = 0; i < kept.size(); ++i) {
+    const std::size_t start = i / block * block, end = std::min(kept.size(), start + block);
+    const Tokenized& t = kept[i];
+    const Tokenized& other = kept[i == start ? end - 1 : i - 1];
+    PreferencePair e;
+    e.label = t.label ? 1 : 0;
+    e.prompt_len = static_cast<std::int32_t>(t.prompt_len);
+    e.chosen_text = t.text;
+    e.chosen = t.ids;
+    e.rejected.assign(t.ids.begin(), t.ids.begin() + static_cast<std::ptrdiff_t>(t.prompt_len));
+    e.rejected.insert(e.rejected.end(), other.ids.begin() + static_cast<std::ptrdiff_t>(other.prompt_len), other.ids.end());
+    if (e.rejected == e.chosen && out.same++ == 0) out.first_same_line = t.line;
+    for (auto* seq : {&e.chosen, &e.rejected})
+      seq->resize(std::min<std::size_t>(seq->size(), static_cast<std::size_t>(opts.max_length)));
+    out.pairs.push_back(std::move(e));
+  }
   return out;
 }
 

@@ -21,6 +21,9 @@ struct PreferencePair {
   std::string chosen_text;  // the chosen completion as text (greedy exact-match accuracy)
   // The reference policy's sequence log-probs, when computed before training (dpo.precompute_ref_log_probs).
   double ref_chosen = 0, ref_rejected = 0;
+  // A KTO example (load_kto): 1 desirable, 0 undesirable; chosen is its prompt + completion, rejected its KL sequence
+  // (the prompt + another example's completion). -1: a DPO pair.
+  int label = -1;
   int chosen_tokens() const { return static_cast<int>(chosen.size()) - prompt_len; }
   int rejected_tokens() const { return static_cast<int>(rejected.size()) - prompt_len; }
 };
@@ -32,6 +35,7 @@ struct PairOptions {
 
 struct PairData {
   std::vector<PreferencePair> pairs;
+  bool kto = false;  // KTO examples (load_kto): the notes count examples
   int dropped = 0;           // pairs whose prompt alone has max_length tokens or more (trl drops them too)
   int first_dropped_line = 0;
   // Pairs whose chosen and rejected token sequences are the same as read (`same`), or once cut to max_length (`cut_same`:
@@ -47,6 +51,16 @@ struct PairData {
 // Reads and tokenizes a JSONL file of preference pairs. UserError "file:line: ..." for a broken line, and naming
 // the file when no pair is left.
 PairData load_pairs(const std::string& path, const io::Tokenizer& tok, const PairOptions& opts);
+
+// KTO examples (trl's KTOTrainer): JSONL lines {"prompt", "completion", "label": true | false} (strings, or messages
+// as DPO's), or preference pairs {"prompt", "chosen", "rejected"} unpaired as trl's unpair_preference_dataset does
+// (in blocks of 1000 lines: the block's chosen completions, label true, then its rejected ones, label false); each
+// tokenized as trl does (the completion from where the tokenized prompt and prompt + completion diverge; EOS appended
+// to a string completion), those whose prompt fills max_length left out; then each gets its KL completion as trl's
+// add_kl_completion_ids: the completions rotated by one within consecutive blocks of kl_block examples (the first of a
+// block takes the block's last). Whole sequences cut to max_length keeping the start. `dropped` counts the examples
+// left out; `same` the examples whose KL sequence is their own sequence.
+PairData load_kto(const std::string& path, const io::Tokenizer& tok, const PairOptions& opts, int kl_block);
 
 // The token ids of a conversation through the chat template (io/chat_template.h, the path SFT, GRPO and
 // `mgrl render` use): the one place DPO renders messages.

@@ -72,6 +72,7 @@ const char* dpo_loss_name(DpoLossType t) {
     case DpoLossType::DiscoPop: return "discopop";
     case DpoLossType::Aot: return "aot";
     case DpoLossType::AotUnpaired: return "aot_unpaired";
+    case DpoLossType::Kto: return "kto";
   }
   return "?";
 }
@@ -122,6 +123,18 @@ std::vector<DpoPairOut> dpo_batch_loss(const DpoLossOptions& o, const std::vecto
 DpoPairOut dpo_pair_loss(const DpoLossOptions& o, const DpoPairIn& p) {
   DpoPairOut r;
   const double b = o.beta;
+  if (o.type == DpoLossType::Kto) {
+    MGRL_CHECK(p.label == 0 || p.label == 1, "kto: an example without a label");
+    const double lr = p.chosen - p.ref_chosen;
+    const bool desirable = p.label == 1;
+    const double w = desirable ? o.desirable_weight : o.undesirable_weight;
+    const double z = desirable ? b * (lr - o.kto_kl) : b * (o.kto_kl - lr);
+    const double sg = sigmoid(z);
+    r.loss = w * (1.0 - sg);
+    r.d_chosen = (desirable ? -1.0 : 1.0) * w * b * sg * (1.0 - sg);
+    (desirable ? r.reward_chosen : r.reward_rejected) = b * lr;
+    return r;
+  }
   const double lc = p.chosen - p.ref_chosen, lr = p.rejected - p.ref_rejected;  // the log-ratios
   r.reward_chosen = b * lc;
   r.reward_rejected = b * lr;
@@ -172,6 +185,8 @@ DpoPairOut dpo_pair_loss(const DpoLossOptions& o, const DpoPairIn& p) {
     case DpoLossType::Aot:
     case DpoLossType::AotUnpaired:
       MGRL_CHECK(false, "dpo: AOT is a loss over the batch (dpo_batch_loss), not of one pair");
+      break;
+    case DpoLossType::Kto:  // above
       break;
     case DpoLossType::DiscoPop: {
       // DiscoPOP: the logistic and exponential losses of x = beta * delta blended by sigmoid(x / tau).

@@ -9,8 +9,10 @@
 
 namespace mgrl::train {
 
+// Kto: trl's KTOTrainer (`mgrl kto`), a loss of one completion at a time with a desirable / undesirable label (the
+// "pair" of a KTO example is its completion and its KL sequence: the prompt with another example's completion).
 enum class DpoLossType { Sigmoid, Hinge, Ipo, Robust, SigmoidNorm, ExoPair, NcaPair, BcoPair, SppoHard, ApoZero, ApoDown,
-                         DiscoPop, Aot, AotUnpaired };
+                         DiscoPop, Aot, AotUnpaired, Kto };
 
 // trl's names ("sigmoid", "hinge", ..., "discopop"; UserError naming dpo.loss_type otherwise).
 DpoLossType dpo_loss_type(const std::string& name);
@@ -34,6 +36,11 @@ struct DpoLossOptions {
   // bco_pair 0.2, sft 1): the pair loss is sum_m w_m loss_m, each member computed as `type` alone would be (the
   // f-divergence and label smoothing shared). Empty: `type` alone, weight 1. ("sft" is sft_weight, not a member.)
   std::vector<std::pair<DpoLossType, double>> mix;
+  // kto: the weights of the desirable and undesirable examples' losses, and the KL estimate of the example's global
+  // micro-batch (set per micro-batch by the trainer: max(0, the mean over its KL sequences of the policy's minus the
+  // reference's sequence log-prob), detached).
+  double desirable_weight = 1.0, undesirable_weight = 1.0;
+  double kto_kl = 0.0;
 };
 
 // The members of o's loss: o.mix, or o.type with weight 1.
@@ -47,6 +54,9 @@ struct DpoPairIn {
   double chosen = 0, rejected = 0;          // policy
   double ref_chosen = 0, ref_rejected = 0;  // reference
   int chosen_tokens = 1, rejected_tokens = 1;
+  // A KTO example (label 1 desirable, 0 undesirable): chosen is its completion's sequence log-prob, rejected its KL
+  // sequence's; -1: a preference pair.
+  int label = -1;
 };
 
 struct DpoPairOut {
@@ -55,6 +65,10 @@ struct DpoPairOut {
   double reward_chosen = 0, reward_rejected = 0;  // beta * (policy - reference)
 };
 
+// kto (trl's KTOTrainer, Ethayarajh et al. 2024, Eqn. 7): with the log-ratio r = chosen - ref_chosen and z the KL
+// estimate o.kto_kl, a desirable example's loss is desirable_weight (1 - sigmoid(beta (r - z))), an undesirable one's
+// undesirable_weight (1 - sigmoid(beta (z - r))); d_chosen its derivative in the completion's log-prob (the KL
+// sequence gets none: z is detached); reward_chosen (desirable) or reward_rejected (undesirable) beta r.
 DpoPairOut dpo_pair_loss(const DpoLossOptions& o, const DpoPairIn& p);
 
 // AOT (alignment via optimal transport; trl's "aot" and "aot_unpaired"): not a per-pair loss but one over the pairs of

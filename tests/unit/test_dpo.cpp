@@ -334,3 +334,235 @@ TEST(DpoPairs, BrokenLinesNameFileAndLine) {
 
 }  // namespace
 }  // namespace mgrl::train
+
+// ---- KTO (`mgrl kto`): trl's KTOTrainer ----
+
+namespace mgrl::train {
+namespace {
+
+std::vector<std::string> kto_cases() {
+  std::vector<std::string> out;
+  if (!std::filesystem::exists(kData + "/kto")) return out;
+  for (const auto& e : std::filesystem::directory_iterator(kData + "/kto"))
+    if (e.is_directory() && std::filesystem::exists(e.path() / "case.json")) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TEST(KtoTrl, FixturesPresent) { EXPECT_GE(kto_cases().size(), 4u) << "tests/data/kto holds too few cases"; }
+
+class KtoTrlCase : public ::testing::TestWithParam<std::string> {};
+
+// One micro-batch of KTO examples (each its completion and its KL sequence, packed as DPO's pairs) against trl's
+// _compute_loss: the KL estimate (unclamped and clamped), the loss, trl's metrics and every LoRA gradient.
+TEST_P(KtoTrlCase, LossMetricsAndGradientsMatchTrl) {
+  const std::string dir = kData + "/kto/" + GetParam();
+  nlohmann::json c;
+  std::ifstream(dir + "/case.json") >> c;
+  const auto& k = c["config"];
+  const std::string model_dir = kData + "/models/" + c["model"].get<std::string>();
+  auto ops = kernels::make_cpu_ops();
+  model::Transformer net(io::parse_hf_config(model_dir + "/config.json"), *ops);
+  net.load_weights(model_dir);
+  net.add_lora(model::read_peft_config(dir + "/adapter/adapter_config.json"), 0).load_peft(dir + "/adapter");
+
+  // The examples as load_kto leaves them: prompt + completion and prompt + KL completion, cut to max_length.
+  const auto max_length = static_cast<std::size_t>(k["max_length"].get<int>());
+  std::vector<PreferencePair> ex;
+  for (const auto& e : c["examples"]) {
+    PreferencePair p;
+    const auto prompt = e["prompt_ids"].get<std::vector<std::int32_t>>();
+    p.prompt_len = static_cast<std::int32_t>(prompt.size());
+    p.label = e["label"].get<bool>() ? 1 : 0;
+    for (const char* key : {"completion_ids", "KL_completion_ids"}) {
+      auto s = prompt;
+      const auto comp = e[key].get<std::vector<std::int32_t>>();
+      s.insert(s.end(), comp.begin(), comp.end());
+      s.resize(std::min(s.size(), max_length));
+      (std::string(key) == "completion_ids" ? p.chosen : p.rejected) = s;
+    }
+    ex.push_back(p);
+  }
+  std::vector<const PreferencePair*> mb;
+  for (const auto& p : ex) mb.push_back(&p);
+  std::vector<float> tw, lp, w;
+  const model::Batch b = dpo_batch(mb, 1.0, &tw);
+  lp.assign(b.tokens.size(), 0.0f);
+  if (k["reference"] == "base") {
+    net.score(b, lp.data(), false);
+  } else {
+    model::Transformer initial(io::parse_hf_config(model_dir + "/config.json"), *ops);
+    initial.load_weights(model_dir);
+    initial.add_lora(model::read_peft_config(model_dir + "/adapter_config.json"), 0).load_peft(model_dir);
+    initial.score(b, lp.data(), true);
+  }
+  const auto ref = dpo_sequence_logps(b, tw, lp.data());
+  lp.assign(b.tokens.size(), 0.0f);
+  net.set_token_stats(true);
+  net.forward(b, lp.data(), true, true, 0);
+  const auto pol = dpo_sequence_logps(b, tw, lp.data());
+
+  const double N = static_cast<double>(ex.size());
+  const double raw = kto_kl_sum(pol, ref) / N;
+  EXPECT_NEAR(raw, c["kl_unclamped"].get<double>(), 1e-5 * std::max(1.0, std::fabs(raw))) << "KL before the clamp";
+  DpoLossOptions o;
+  o.type = DpoLossType::Kto;
+  o.beta = k["beta"].get<double>();
+  o.desirable_weight = k["desirable_weight"].get<double>();
+  o.undesirable_weight = k["undesirable_weight"].get<double>();
+  o.kto_kl = std::max(0.0, raw);
+  DpoSums sums;
+  dpo_token_metrics(mb, b, net.token_stats(), &sums);
+  dpo_loss_weights(o, mb, b, tw, lp.data(), pol, ref, 1.0 / N, 0.0, &w, &sums);
+  sums.kto_kl = o.kto_kl;
+  sums.kto_kl_count = 1;
+  const double loss = sums.total_loss(0.0), want = c["loss"].get<double>();
+  EXPECT_LE(std::fabs(loss - want), 1e-5 * std::max(1e-3, std::fabs(want))) << "loss " << loss << " vs " << want;
+  const auto& m = c["metrics"];
+  ASSERT_TRUE(m.contains("kl"));
+  const double logps_scale = std::max(std::fabs(m.value("logps/chosen", 0.0)), std::fabs(m.value("logps/rejected", 0.0)));
+  int compared = 0;
+  const nlohmann::json got = [&] {
+    // the names trl logs, as the trainer's run log has them
+    nlohmann::json j;
+    j["kl"] = sums.kto_kl;
+    if (sums.kto_desirable > 0) j["rewards/chosen"] = sums.reward_chosen / sums.kto_desirable, j["logps/chosen"] = sums.logp_chosen / sums.kto_desirable;
+    if (sums.kto_undesirable > 0)
+      j["rewards/rejected"] = sums.reward_rejected / sums.kto_undesirable, j["logps/rejected"] = sums.logp_rejected / sums.kto_undesirable;
+    if (sums.kto_desirable > 0 && sums.kto_undesirable > 0)
+      j["rewards/margins"] = sums.reward_chosen / sums.kto_desirable - sums.reward_rejected / sums.kto_undesirable;
+    j["entropy"] = sums.entropy / sums.completion_tokens;
+    if (sums.chosen_count > 0) j["logits/chosen"] = sums.logits_chosen / sums.chosen_count;
+    if (sums.rejected_count > 0) j["logits/rejected"] = sums.logits_rejected / sums.rejected_count;
+    return j;
+  }();
+  for (const auto& [name, x] : m.items()) {
+    ASSERT_TRUE(got.contains(name)) << name << " logged by trl, not by mgrl";
+    const double v = got[name].get<double>(), want_v = x.get<double>();
+    // rewards and the KL are differences of ~20-nat sequence log-probs (f32 forward: ~1e-7 relative each)
+    const bool diff = name.rfind("rewards/", 0) == 0 || name == "kl";
+    const double floor = diff ? std::max(1.0, o.beta) * logps_scale : 1.0;
+    EXPECT_LE(std::fabs(v - want_v), 1e-5 * std::max(std::fabs(want_v), floor)) << name << ": " << v << " vs " << want_v;
+    ++compared;
+  }
+  EXPECT_EQ(compared, static_cast<int>(got.size())) << "mgrl logs a metric trl does not";
+
+  net.backward(w.data());
+  io::SafetensorsFile grads(dir + "/grads.safetensors");
+  model::LoraParams& lora = *net.lora();
+  std::vector<float> host(lora.numel());
+  ops->download(host.data(), lora.grads(), host.size() * sizeof(float));
+  int tensors = 0;
+  for (const auto& sl : lora.slots())
+    for (bool is_a : {true, false}) {
+      const std::string name = model::LoraParams::peft_name(sl, is_a);
+      const auto want_g = io::to_f32(grads.get(name));
+      const std::size_t off = is_a ? sl.a_offset : sl.b_offset;
+      const std::vector<float> g(host.begin() + static_cast<std::ptrdiff_t>(off),
+                                 host.begin() + static_cast<std::ptrdiff_t>(off + want_g.size()));
+      EXPECT_LE(test::rel_error(g, want_g), 1e-4) << name;
+      ++tensors;
+    }
+  EXPECT_EQ(tensors, static_cast<int>(grads.tensors().size()));
+}
+
+INSTANTIATE_TEST_SUITE_P(Trl, KtoTrlCase, ::testing::ValuesIn(kto_cases()));
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(KtoTrlCase);
+
+// The loss's derivative in the completion's log-prob against central differences, both labels, the KL on either side.
+TEST(KtoLoss, DerivativeMatchesFiniteDifferences) {
+  int checked = 0;
+  for (int label : {0, 1})
+    for (double kl : {0.0, 0.7})
+      for (double lr : {-3.0, -0.2, 0.4, 5.0}) {
+        DpoLossOptions o;
+        o.type = DpoLossType::Kto;
+        o.beta = 0.3;
+        o.desirable_weight = 1.3;
+        o.undesirable_weight = 0.7;
+        o.kto_kl = kl;
+        DpoPairIn p;
+        p.label = label;
+        p.ref_chosen = -10;
+        p.chosen = -10 + lr;
+        p.rejected = -4;  // the KL sequence: no derivative
+        const DpoPairOut out = dpo_pair_loss(o, p);
+        const double h = 1e-6;
+        DpoPairIn up = p, dn = p;
+        up.chosen += h, dn.chosen -= h;
+        const double fd = (dpo_pair_loss(o, up).loss - dpo_pair_loss(o, dn).loss) / (2 * h);
+        EXPECT_NEAR(out.d_chosen, fd, 1e-7) << label << " " << kl << " " << lr;
+        EXPECT_EQ(out.d_rejected, 0.0);
+        EXPECT_NEAR(label ? out.reward_chosen : out.reward_rejected, 0.3 * lr, 1e-12);
+        ++checked;
+      }
+  EXPECT_EQ(checked, 16);
+}
+
+// load_kto: labelled completions; preference pairs unpaired as trl (chosen rows of the block, then rejected); the KL
+// completions rotated by one within blocks; prompts of max_length left out before the rotation; errors name the line.
+TEST(KtoData, UnpairedRotatedAndLabelled) {
+  const auto tok = io::Tokenizer::from_dir(kSource + "/inputs/quickstart");
+  const std::string f = test::write_temp("kto.jsonl",
+                                         "{\"prompt\": \"1+1=\", \"completion\": \"2\", \"label\": true}\n"
+                                         "{\"prompt\": \"2+2=\", \"completion\": \"5\", \"label\": false}\n"
+                                         "{\"prompt\": \"3+3=\", \"completion\": \"6\", \"label\": true}\n"
+                                         "{\"prompt\": \"12345+1=\", \"completion\": \"12346\", \"label\": true}\n"
+                                         "{\"prompt\": \"4+4=\", \"completion\": \"88\", \"label\": false}\n");
+  PairOptions o;
+  o.max_length = 8;  // the fourth prompt (<bos> and 8 characters) fills it: left out
+  const PairData d = load_kto(f, tok, o, 2);
+  ASSERT_EQ(d.pairs.size(), 4u);
+  EXPECT_TRUE(d.kto);
+  EXPECT_EQ(d.dropped, 1);
+  EXPECT_EQ(d.first_dropped_line, 4);
+  const auto completion = [&](const std::string& p, const std::string& c) {
+    auto ids = tok.encode(p + c, true);
+    ids.push_back(*tok.eos_id());
+    return ids;
+  };
+  EXPECT_EQ(d.pairs[0].label, 1);
+  EXPECT_EQ(d.pairs[1].label, 0);
+  EXPECT_EQ(d.pairs[3].label, 0);
+  EXPECT_EQ(d.pairs[0].chosen, completion("1+1=", "2"));
+  // blocks of 2 examples: (0, 1) swap their completions, (2, 3) = lines 3 and 5 likewise
+  EXPECT_EQ(d.pairs[0].rejected, completion("1+1=", "5"));
+  EXPECT_EQ(d.pairs[1].rejected, completion("2+2=", "2"));
+  EXPECT_EQ(d.pairs[2].rejected, completion("3+3=", "88"));
+  EXPECT_EQ(d.pairs[3].rejected, completion("4+4=", "6"));
+  // a block of one example: its own completion (said)
+  const PairData one = load_kto(f, tok, o, 1);
+  EXPECT_EQ(one.pairs[0].rejected, one.pairs[0].chosen);
+  EXPECT_EQ(one.same, 4);
+
+  // Pairs: unpaired in blocks of 1000 lines (one block here): both chosen, then both rejected.
+  const std::string pf = test::write_temp("kto_pairs.jsonl",
+                                          "{\"prompt\": \"1+1=\", \"chosen\": \"2\", \"rejected\": \"3\"}\n"
+                                          "{\"prompt\": \"2+2=\", \"chosen\": \"4\", \"rejected\": \"5\"}\n");
+  const PairData pd = load_kto(pf, tok, PairOptions{}, 4);
+  ASSERT_EQ(pd.pairs.size(), 4u);
+  EXPECT_EQ(pd.pairs[0].chosen, completion("1+1=", "2"));
+  EXPECT_EQ(pd.pairs[1].chosen, completion("2+2=", "4"));
+  EXPECT_EQ(pd.pairs[2].chosen, completion("1+1=", "3"));
+  EXPECT_EQ(pd.pairs[3].chosen, completion("2+2=", "5"));
+  EXPECT_EQ(pd.pairs[0].label + pd.pairs[1].label + pd.pairs[2].label + pd.pairs[3].label, 2);
+  EXPECT_EQ(pd.pairs[0].label, 1);
+  EXPECT_EQ(pd.pairs[2].label, 0);
+  EXPECT_EQ(pd.pairs[0].rejected, completion("1+1=", "5"));  // the block's last completion
+
+  const auto err = [&](const std::string& text) {
+    const std::string bad = test::write_temp("kto_bad.jsonl", text);
+    return test::error_of([&] { load_kto(bad, tok, PairOptions{}, 2); });
+  };
+  EXPECT_NE(err("{\"prompt\": \"1\", \"completion\": \"2\", \"label\": 1}\n").find("kto_bad.jsonl:1: \"label\" must be true"),
+            std::string::npos);
+  EXPECT_NE(err("{\"prompt\": \"1\", \"completion\": \"2\", \"label\": true}\n{\"prompt\": \"1\", \"chosen\": \"2\", "
+                "\"rejected\": \"3\"}\n").find("kto_bad.jsonl:2: "),
+            std::string::npos);
+  EXPECT_NE(err("{\"prompt\": \"1\", \"label\": true}\n").find("kto_bad.jsonl:1: expected {\"prompt\", \"completion\", "
+                                                               "\"label\"}: no \"completion\""),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace mgrl::train
