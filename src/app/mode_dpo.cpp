@@ -114,22 +114,22 @@ int run_dpo(Context& ctx) {
     if (kto) {
       mix.members = {{T::Kto, 1.0}};
     } else {
-    mix = loss_mix(cfg);
-    const std::string key = mix.given ? "dpo.loss_mix" : "dpo.loss_type";
-    if (cfg.get_float("dpo.label_smoothing") != 0.0 && !mix.has(T::Robust) && !mix.has(T::ExoPair) &&
-        !mix.has(T::Aot) && !mix.has(T::AotUnpaired))
-      throw UserError("key 'dpo.label_smoothing' applies to dpo.loss_type = \"robust\", \"exo_pair\", \"aot\" and "
-                      "\"aot_unpaired\" only (as in trl 1.16), not to \"" +
-                      std::string(train::dpo_loss_name(mix.members.front().first)) + "\"");
-    for (const auto& m : mix.members)
-      if (cfg.get_string("dpo.f_divergence_type") != "reverse_kl" &&
-          (!train::dpo_loss_of_difference(m.first) || train::dpo_loss_is_batch(m.first)))
-        throw UserError("key 'dpo.f_divergence_type' = \"" + cfg.get_string("dpo.f_divergence_type") + "\" applies to "
-                        "the losses of the log-ratios' difference (as in trl 1.16), not to " + key + " = \"" +
-                        train::dpo_loss_name(m.first) + "\"");
-    if (mix.has(T::ExoPair) && cfg.get_float("dpo.label_smoothing") == 0.0)
-      throw UserError("key 'dpo.label_smoothing' = 0: dpo.loss_type = \"exo_pair\" needs its epsilon > 0 (the EXO "
-                      "paper recommends 1e-3; at 0 the loss is infinite)");
+      mix = loss_mix(cfg);
+      const std::string key = mix.given ? "dpo.loss_mix" : "dpo.loss_type";
+      if (cfg.get_float("dpo.label_smoothing") != 0.0 && !mix.has(T::Robust) && !mix.has(T::ExoPair) &&
+          !mix.has(T::Aot) && !mix.has(T::AotUnpaired))
+        throw UserError("key 'dpo.label_smoothing' applies to dpo.loss_type = \"robust\", \"exo_pair\", \"aot\" and "
+                        "\"aot_unpaired\" only (as in trl 1.16), not to \"" +
+                        std::string(train::dpo_loss_name(mix.members.front().first)) + "\"");
+      for (const auto& m : mix.members)
+        if (cfg.get_string("dpo.f_divergence_type") != "reverse_kl" &&
+            (!train::dpo_loss_of_difference(m.first) || train::dpo_loss_is_batch(m.first)))
+          throw UserError("key 'dpo.f_divergence_type' = \"" + cfg.get_string("dpo.f_divergence_type") + "\" applies to "
+                          "the losses of the log-ratios' difference (as in trl 1.16), not to " + key + " = \"" +
+                          train::dpo_loss_name(m.first) + "\"");
+      if (mix.has(T::ExoPair) && cfg.get_float("dpo.label_smoothing") == 0.0)
+        throw UserError("key 'dpo.label_smoothing' = 0: dpo.loss_type = \"exo_pair\" needs its epsilon > 0 (the EXO "
+                        "paper recommends 1e-3; at 0 the loss is infinite)");
     }
     std::string model_src;
     mc = training_model_config(cfg, &model_src);
@@ -192,6 +192,27 @@ int run_dpo(Context& ctx) {
     for (auto& note : set->notes(cfg.get_string(set == &train_data ? "data.input" : "eval.input"), max_length,
                                  mix.of_difference()))
       data_notes.push_back(std::move(note));
+  if (kto) {
+    // trl's check of the desirability balance: with unequal counts (an empty side counts 1), desirable_weight x
+    // desirable examples / (undesirable_weight x undesirable ones) should lie in [1, 4/3] (its bounds rounded to 2
+    // decimals, as trl's message gives them).
+    double nd = 0, nu = 0;
+    for (const auto& e : train_data.pairs) (e.label == 1 ? nd : nu) += 1;
+    nd = std::max(nd, 1.0), nu = std::max(nu, 1.0);
+    const auto r2 = [](double x) { return std::round(x * 100.0) / 100.0; };
+    const double wd = cfg.get_float("kto.desirable_weight"), wu = cfg.get_float("kto.undesirable_weight");
+    const bool d_ok = r2(nu * wu / nd) <= wd && wd <= r2(nu * wu / nd * 1.33);
+    const bool u_ok = r2(nd * wd / nu / 1.33) <= wu && wu <= r2(nd * wd / nu);
+    if (nd != nu && !d_ok && !u_ok) {
+      char m[400];
+      std::snprintf(m, sizeof m, "%s: %.0f desirable and %.0f undesirable examples: with kto.desirable_weight %g and "
+                    "kto.undesirable_weight %g their weighted counts are out of balance (the KTO paper advises a "
+                    "ratio in [1, 4/3]): set kto.desirable_weight in [%.2f, %.2f] or kto.undesirable_weight in "
+                    "[%.2f, %.2f]", cfg.get_string("data.input").c_str(), nd, nu, wd, wu, r2(nu * wu / nd),
+                    r2(nu * wu / nd * 1.33), r2(nd * wd / nu / 1.33), r2(nd * wd / nu));
+      data_notes.emplace_back(m);
+    }
+  }
 
   TrainingModel tm = build_training_model(ctx, mc, full);
   model::Transformer& net = *tm.net;
@@ -205,38 +226,22 @@ int run_dpo(Context& ctx) {
     o.loss.beta = cfg.get_float("kto.beta");
     o.loss.desirable_weight = cfg.get_float("kto.desirable_weight");
     o.loss.undesirable_weight = cfg.get_float("kto.undesirable_weight");
-    o.precompute_ref = cfg.get_bool("kto.precompute_ref_log_probs") || full || !fresh_adapter;
-    // trl's check of the desirability balance: desirable_weight x desirable examples / (undesirable_weight x
-    // undesirable ones) in [1, 4/3] (its bounds rounded to 2 decimals, as trl's message gives them).
-    double nd = 0, nu = 0;
-    for (const auto& e : train_data.pairs) (e.label == 1 ? nd : nu) += 1;
-    if (nd > 0 && nu > 0) {
-      const auto r2 = [](double x) { return std::round(x * 100.0) / 100.0; };
-      const double wd = o.loss.desirable_weight, wu = o.loss.undesirable_weight;
-      const bool d_ok = r2(nu * wu / nd) <= wd && wd <= r2(nu * wu / nd * 1.33);
-      const bool u_ok = r2(nd * wd / nu / 1.33) <= wu && wu <= r2(nd * wd / nu);
-      if (!d_ok && !u_ok) {
-        char m[400];
-        std::snprintf(m, sizeof m, "%s: %.0f desirable and %.0f undesirable examples: with kto.desirable_weight %g and "
-                      "kto.undesirable_weight %g their weighted counts are out of balance (the KTO paper advises a "
-                      "ratio in [1, 4/3]): set kto.desirable_weight in [%.2f, %.2f] or kto.undesirable_weight in "
-                      "[%.2f, %.2f]", cfg.get_string("data.input").c_str(), nd, nu, wd, wu, r2(nu * wu / nd),
-                      r2(nu * wu / nd * 1.33), r2(nd * wd / nu / 1.33), r2(nd * wd / nu));
-        log::warn_once(m);
-      }
-    }
+    // The reference: the adapter switched off, or (a starting adapter, full fine-tuning) a frozen copy of the
+    // starting weights swapped in for the reference passes.
+    o.kto_frozen_reference = full || !fresh_adapter;
+    o.kto_max_length = max_length;
   } else {
-  if (mix.members.size() > 1 || mix.members.front().second != 1.0) o.loss.mix = mix.members;
-  o.loss.beta = cfg.get_float("dpo.beta");
-  o.loss.label_smoothing = cfg.get_float("dpo.label_smoothing");
-  o.loss.sft_weight = mix.sft_weight;
-  if (mix.has(train::DpoLossType::DiscoPop)) o.loss.discopop_tau = cfg.get_float("dpo.discopop_tau");
-  o.loss.f_divergence = cfg.get_string("dpo.f_divergence_type");
-  if (o.loss.f_divergence == "alpha_divergence") o.loss.f_alpha = cfg.get_float("dpo.f_alpha_divergence_coef");
-  o.ld_alpha = cfg.get_float("dpo.ld_alpha");
-  // The reference is the starting policy (as trl): a fresh adapter switched off is the base model; full fine-tuning
-  // and a starting adapter have no such switch, so their reference is scored once, before training.
-  o.precompute_ref = cfg.get_bool("dpo.precompute_ref_log_probs") || full || !fresh_adapter;
+    if (mix.members.size() > 1 || mix.members.front().second != 1.0) o.loss.mix = mix.members;
+    o.loss.beta = cfg.get_float("dpo.beta");
+    o.loss.label_smoothing = cfg.get_float("dpo.label_smoothing");
+    o.loss.sft_weight = mix.sft_weight;
+    if (mix.has(train::DpoLossType::DiscoPop)) o.loss.discopop_tau = cfg.get_float("dpo.discopop_tau");
+    o.loss.f_divergence = cfg.get_string("dpo.f_divergence_type");
+    if (o.loss.f_divergence == "alpha_divergence") o.loss.f_alpha = cfg.get_float("dpo.f_alpha_divergence_coef");
+    o.ld_alpha = cfg.get_float("dpo.ld_alpha");
+    // The reference is the starting policy (as trl): a fresh adapter switched off is the base model; full fine-tuning
+    // and a starting adapter have no such switch, so their reference is scored once, before training.
+    o.precompute_ref = cfg.get_bool("dpo.precompute_ref_log_probs") || full || !fresh_adapter;
   }
   read_supervised_keys(cfg, ctx.device, scaling, seed,
                        run_steps(cfg, train_data.pairs.size(), cfg.get_int("train.batch_size"), 1, kto ? "examples" : "pairs"),
@@ -254,7 +259,7 @@ int run_dpo(Context& ctx) {
                     random_init ? "random-init" : "pretrained", io::model_name(mc).c_str(), train_data.pairs.size(),
                     eval_data.pairs.size(), full ? "full fine-tuning" : "LoRA", env.size(), env.size() == 1 ? "" : "s",
                     o.loss.beta, o.loss.desirable_weight, o.loss.undesirable_weight,
-                    o.precompute_ref ? "log-probs of the starting weights, computed once" : "the adapter switched off",
+                    o.kto_frozen_reference ? "a frozen copy of the starting weights" : "the adapter switched off",
                     static_cast<long long>(o.max_steps), o.global_batch, epochs);
     else
     std::snprintf(line, sizeof(line),

@@ -517,10 +517,6 @@ const Schema& mgrl_schema() {
     add({"kto.max_length", T::Int, Value(std::int64_t{1024}),
          "longest sequence (prompt + completion, and prompt + KL completion) in tokens: longer ones keep their start; "
          "examples whose prompt alone is this long are left out (as trl)", {}, 2.0, {}, {}});
-    add({"kto.precompute_ref_log_probs", T::Bool, Value(false),
-         "compute the reference log-probs of every example and its KL sequence once before training instead of once "
-         "per batch (always so with full fine-tuning or a starting lora.adapter, whose reference is the starting "
-         "weights)", {}, {}, {}, {}});
     add({"kto.disable_dropout", T::Bool, Value(true),
          "turn LoRA dropout off in KTO, as trl's disable_dropout (default true) does", {}, {}, {}, {"kto"}});
     // [ppo] (docs/ppo.md): trl's PPOTrainer (trl.experimental.ppo, trl 1.12.0) under its names and defaults.

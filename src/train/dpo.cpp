@@ -150,6 +150,11 @@ DpoTrainer::DpoTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transfo
                     std::to_string(opts_.loss.label_smoothing) + ")");
   if (!(opts_.loss.beta > 0)) throw UserError(section + "beta must be above 0");
   tr_ = trainable_of(model_, model_.base_grads() != nullptr);
+  if (opts_.kto_frozen_reference) {  // the starting weights, before a resume replaces them
+    initial_ = static_cast<float*>(model_.ops().alloc(tr_.n * sizeof(float)));
+    swap_ = static_cast<float*>(model_.ops().alloc(tr_.n * sizeof(float)));
+    model_.ops().copy(initial_, tr_.params, tr_.n * sizeof(float));
+  }
   model_.set_token_stats(true);  // trl's entropy, mean_token_accuracy and logits/* of the training forwards
   opt_ = std::make_unique<Optimizer>(model_.ops(), tr_,
                                      OptimizerOptions{opts_.adamw, opts_.schedule, opts_.max_grad_norm, opts_.scaling});
@@ -188,7 +193,31 @@ DpoTrainer::DpoTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transfo
     });
 }
 
-DpoTrainer::~DpoTrainer() = default;
+DpoTrainer::~DpoTrainer() {
+  if (initial_) model_.ops().release(initial_);
+  if (swap_) model_.ops().release(swap_);
+}
+
+std::vector<PreferencePair> kto_micro_batch(const std::vector<PreferencePair>& data, const std::vector<std::size_t>& global,
+                                            std::size_t mb_begin, std::size_t mb_end, std::size_t begin, std::size_t end,
+                                            int max_length) {
+  MGRL_CHECK(mb_begin <= begin && begin <= end && end <= mb_end && mb_end <= global.size() && mb_end - mb_begin >= 2,
+             "kto_micro_batch: slots");
+  std::vector<PreferencePair> out;
+  for (std::size_t s = begin; s < end; ++s) {
+    const PreferencePair& e = data[global[s]];
+    const PreferencePair& other = data[global[s == mb_begin ? mb_end - 1 : s - 1]];
+    PreferencePair x;
+    x.label = e.label;
+    x.prompt_len = e.prompt_len;
+    x.chosen = e.chosen;
+    x.rejected.assign(e.chosen.begin(), e.chosen.begin() + e.prompt_len);
+    x.rejected.insert(x.rejected.end(), other.completion.begin(), other.completion.end());
+    x.rejected.resize(std::min<std::size_t>(x.rejected.size(), static_cast<std::size_t>(max_length)));
+    out.push_back(std::move(x));
+  }
+  return out;
+}
 
 model::Batch dpo_batch(const std::vector<const PreferencePair*>& mb, double ld_alpha, std::vector<float>* tw) {
   model::Batch b;
@@ -328,7 +357,17 @@ void DpoTrainer::reference(const std::vector<const PreferencePair*>& mb, const m
     return;
   }
   std::vector<float> lp(b.tokens.size(), 0.0f);
-  model_.score(b, lp.data(), false);  // the adapter switched off: the base model, no second copy of the weights
+  if (initial_) {  // KTO's frozen reference: the starting weights swapped in for this pass
+    auto& ops = model_.ops();
+    ops.copy(swap_, tr_.params, tr_.n * sizeof(float));
+    ops.copy(tr_.params, initial_, tr_.n * sizeof(float));
+    tr_.params_changed();
+    model_.score(b, lp.data(), true);
+    ops.copy(tr_.params, swap_, tr_.n * sizeof(float));
+    tr_.params_changed();
+  } else {
+    model_.score(b, lp.data(), false);  // the adapter switched off: the base model, no second copy of the weights
+  }
   *ref = dpo_sequence_logps(b, tw, lp.data());
 }
 
@@ -370,12 +409,27 @@ double DpoTrainer::train_step(DpoSums* sums) {
   const int ranks = env_.size(), rank = env_.rank();
   const auto global = sampler_.next(state_.cursor, opts_.global_batch);
   const int local_n = opts_.global_batch / ranks, micro = local_n / opts_.grad_accum;
+  // Global micro-batch a is the step's slots [a M, (a+1) M), M = micro x ranks, rank r's share the r-th `micro` of
+  // them (trl's placement: accelerate gives process p the micro-step's p-th batch). Until 2026-11-29 rank r took the
+  // r-th block of the step: with ranks and grad_accum > 1 each global micro-batch was another set of pairs (AOT's
+  // sort and KTO's KL estimate over it), and so depended on the rank count.
+  const std::size_t M = static_cast<std::size_t>(micro) * static_cast<std::size_t>(ranks);
+  const bool kto = opts_.loss.type == DpoLossType::Kto;
   std::int64_t completion_tokens = 0;
   last_tokens_ = 0;
-  for (std::size_t i : global) {
-    const auto& p = train_[i];
-    completion_tokens += p.chosen_tokens() + p.rejected_tokens();
-    last_tokens_ += static_cast<std::int64_t>(p.chosen.size() + p.rejected.size());
+  for (std::size_t a = 0; a < static_cast<std::size_t>(opts_.grad_accum); ++a) {
+    if (kto) {  // the KL sequences of this step's micro-batches
+      for (const auto& x : kto_micro_batch(train_, global, a * M, (a + 1) * M, a * M, (a + 1) * M, opts_.kto_max_length)) {
+        completion_tokens += x.chosen_tokens();
+        last_tokens_ += static_cast<std::int64_t>(x.chosen.size() + x.rejected.size());
+      }
+      continue;
+    }
+    for (std::size_t s = a * M; s < (a + 1) * M; ++s) {
+      const auto& p = train_[global[s]];
+      completion_tokens += p.chosen_tokens() + p.rejected_tokens();
+      last_tokens_ += static_cast<std::int64_t>(p.chosen.size() + p.rejected.size());
+    }
   }
   // The loss is the mean over the global batch's pairs: every rank weighs its pairs by 1 / global pairs, and the
   // gradients are summed over ranks.
@@ -388,22 +442,29 @@ double DpoTrainer::train_step(DpoSums* sums) {
   sync_->zero();
   std::vector<float> lp, w, tw;
   std::vector<double> ref, pol;
+  std::vector<PreferencePair> kto_mb;
   for (int a = 0; a < opts_.grad_accum; ++a) {
+    const std::size_t first = static_cast<std::size_t>(a) * M + static_cast<std::size_t>(rank) * static_cast<std::size_t>(micro);
     std::vector<const PreferencePair*> mb;
-    for (int i = 0; i < micro; ++i)
-      mb.push_back(&train_[global[static_cast<std::size_t>(rank * local_n + a * micro + i)]]);
+    if (kto) {
+      kto_mb = kto_micro_batch(train_, global, static_cast<std::size_t>(a) * M, static_cast<std::size_t>(a + 1) * M,
+                               first, first + static_cast<std::size_t>(micro), opts_.kto_max_length);
+      for (const auto& x : kto_mb) mb.push_back(&x);
+    } else {
+      for (int i = 0; i < micro; ++i) mb.push_back(&train_[global[first + static_cast<std::size_t>(i)]]);
+    }
     model::Batch b = dpo_batch(mb, opts_.ld_alpha, &tw);
     reference(mb, b, tw, &ref);  // before the policy's pass, which backward() then needs untouched
     lp.assign(b.tokens.size(), 0.0f);
     b.seq_keys.clear();  // chosen and rejected of the pair in slot g of the global batch: keys 2g and 2g + 1
-    for (int k = 0; k < 2 * micro; ++k)
-      b.seq_keys.push_back(static_cast<std::uint64_t>(2 * (rank * local_n + a * micro) + k));
+    for (int k = 0; k < 2 * micro; ++k) b.seq_keys.push_back(static_cast<std::uint64_t>(2 * first + static_cast<std::size_t>(k)));
     model_.forward(b, lp.data(), true, true, model::dropout_seed(opts_.seed, state_.step));
     dpo_token_metrics(mb, b, model_.token_stats(), sums);
     pol = dpo_sequence_logps(b, tw, lp.data());
     DpoLossOptions lo = opts_.loss;
-    if (lo.type == DpoLossType::Kto) {  // the global micro-batch's KL estimate (trl's: each micro-batch's, gathered)
-      lo.kto_kl = std::max(0.0, env_.allreduce_sum(kto_kl_sum(pol, ref)) / (static_cast<double>(micro) * ranks));
+    if (kto) {  // the global micro-batch's KL estimate (trl's: each micro-batch's, gathered); NaN stays NaN (torch's clamp)
+      const double z = env_.allreduce_sum(kto_kl_sum(pol, ref)) / static_cast<double>(M);
+      lo.kto_kl = std::isnan(z) ? z : std::max(0.0, z);
       if (rank == 0) sums->kto_kl += lo.kto_kl, sums->kto_kl_count += 1;
     }
     dpo_loss_weights(lo, mb, b, tw, lp.data(), pol, ref, inv * scale, sft_inv * scale, &w, sums);
@@ -427,31 +488,34 @@ DpoSums DpoTrainer::evaluate() {
   const std::size_t N = eval_.size();
   const std::size_t lo = N * static_cast<std::size_t>(env_.rank()) / static_cast<std::size_t>(env_.size()),
                     hi = N * static_cast<std::size_t>(env_.rank() + 1) / static_cast<std::size_t>(env_.size());
-  std::vector<float> w;
-  // KTO's losses need the KL estimate of the whole held-out set (every rank's), so the batches' figures wait for it.
-  struct Scored {
-    std::vector<const PreferencePair*> mb;
-    model::Batch b;
-    std::vector<float> tw, lp;
-    std::vector<double> pol, ref;
-  };
-  std::vector<Scored> scored;
+  std::vector<float> lp, tw, w;
+  std::vector<double> ref, pol;
+  // KTO's losses need the KL estimate of the whole held-out set (every rank's): its examples' sequence log-probs wait
+  // for it (DpoPairIn, a few numbers each).
   const bool kto = opts_.loss.type == DpoLossType::Kto;
+  std::vector<DpoPairIn> held;
   double kl_sum = 0;
   for (std::size_t i0 = lo; i0 < hi; i0 += static_cast<std::size_t>(opts_.eval_batch)) {
-    Scored x;
-    for (std::size_t i = i0; i < std::min(hi, i0 + static_cast<std::size_t>(opts_.eval_batch)); ++i) x.mb.push_back(&eval_[i]);
-    x.b = dpo_batch(x.mb, opts_.ld_alpha, &x.tw);
-    reference(x.mb, x.b, x.tw, &x.ref);
-    x.lp.assign(x.b.tokens.size(), 0.0f);
-    model_.score(x.b, x.lp.data(), true);
-    x.pol = dpo_sequence_logps(x.b, x.tw, x.lp.data());
+    std::vector<const PreferencePair*> mb;
+    for (std::size_t i = i0; i < std::min(hi, i0 + static_cast<std::size_t>(opts_.eval_batch)); ++i) mb.push_back(&eval_[i]);
+    const model::Batch b = dpo_batch(mb, opts_.ld_alpha, &tw);
+    reference(mb, b, tw, &ref);
+    lp.assign(b.tokens.size(), 0.0f);
+    model_.score(b, lp.data(), true);
+    pol = dpo_sequence_logps(b, tw, lp.data());
     if (!kto) {
-      dpo_loss_weights(opts_.loss, x.mb, x.b, x.tw, x.lp.data(), x.pol, x.ref, 0.0, 0.0, &w, &s);
+      dpo_loss_weights(opts_.loss, mb, b, tw, lp.data(), pol, ref, 0.0, 0.0, &w, &s);
       continue;
     }
-    kl_sum += kto_kl_sum(x.pol, x.ref);
-    scored.push_back(std::move(x));
+    kl_sum += kto_kl_sum(pol, ref);
+    for (std::size_t k = 0; k < mb.size(); ++k) {
+      DpoPairIn in;
+      in.chosen = pol[2 * k], in.rejected = pol[2 * k + 1];
+      in.ref_chosen = ref[2 * k], in.ref_rejected = ref[2 * k + 1];
+      in.chosen_tokens = mb[k]->chosen_tokens(), in.rejected_tokens = mb[k]->rejected_tokens();
+      in.label = mb[k]->label;
+      held.push_back(in);
+    }
   }
   if (model_.definition().sharded()) {  // every pass gathers collectively: the passes of the busiest rank
     const std::size_t eb = static_cast<std::size_t>(opts_.eval_batch);
@@ -459,8 +523,9 @@ DpoSums DpoTrainer::evaluate() {
   }
   if (kto) {
     DpoLossOptions o = opts_.loss;
-    o.kto_kl = std::max(0.0, env_.allreduce_sum(kl_sum) / static_cast<double>(N));
-    for (const Scored& x : scored) dpo_loss_weights(o, x.mb, x.b, x.tw, x.lp.data(), x.pol, x.ref, 0.0, 0.0, &w, &s);
+    const double z = env_.allreduce_sum(kl_sum) / static_cast<double>(N);
+    o.kto_kl = std::isnan(z) ? z : std::max(0.0, z);
+    for (const DpoPairIn& in : held) s.add(in, dpo_pair_loss(o, in));
     if (env_.rank() == 0) s.kto_kl = o.kto_kl, s.kto_kl_count = 1;
   }
   s.allreduce(env_);

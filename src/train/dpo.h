@@ -33,6 +33,11 @@ struct DpoOptions {
   // The reference's log-probs: false: the adapter switched off, once per micro-batch; true: computed for every pair
   // before training with the starting weights (what full fine-tuning and a starting adapter need).
   bool precompute_ref = false;
+  // KTO: the reference is the starting weights held as a frozen copy of the trainable ones, swapped in for the
+  // reference pass (a starting adapter, full fine-tuning: no adapter to switch off; the KL sequences are paired per
+  // micro-batch, so their reference cannot be scored before training); the sequences' length cap (kto.max_length).
+  bool kto_frozen_reference = false;
+  int kto_max_length = 1024;
   std::int64_t max_steps = 100;
   std::int64_t stop_at_step = 0;
   int global_batch = 8;  // pairs per optimizer step over all ranks
@@ -91,6 +96,13 @@ void dpo_loss_weights(const DpoLossOptions& o, const std::vector<const Preferenc
 // over this rank's examples of the policy's minus the reference's KL-sequence log-prob (pol, ref as
 // dpo_sequence_logps: each example's completion, then its KL sequence). trl's, detached.
 double kto_kl_sum(const std::vector<double>& pol, const std::vector<double>& ref);
+// KTO's examples of one rank's share [begin, end) of a global micro-batch [mb_begin, mb_end) of a step (slots of
+// `global`, the step's data indices), each with its KL sequence for this step: its prompt followed by the completion of
+// the example one slot before it in the global micro-batch (the first takes the last's: trl's rotation, on the
+// examples that are trained together), cut to max_length.
+std::vector<PreferencePair> kto_micro_batch(const std::vector<PreferencePair>& data, const std::vector<std::size_t>& global,
+                                            std::size_t mb_begin, std::size_t mb_end, std::size_t begin, std::size_t end,
+                                            int max_length);
 // Adds trl's token metrics of a training forward of dpo_batch(mb) (its TokenStats) to sums (KTO: the completions'
 // tokens only, by label).
 void dpo_token_metrics(const std::vector<const PreferencePair*>& mb, const model::Batch& b, const model::TokenStats& ts,
@@ -135,6 +147,8 @@ class DpoTrainer {
   StepOutcome last_outcome_ = StepOutcome::Updated;
   double last_norm_ = 0;
   std::int64_t last_tokens_ = 0;
+  float* initial_ = nullptr;  // KTO's frozen reference (kto_frozen_reference): the starting trainable weights
+  float* swap_ = nullptr;
 };
 
 }  // namespace mgrl::train

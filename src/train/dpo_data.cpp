@@ -42,6 +42,41 @@ std::string last_content(const nlohmann::ordered_json& messages) {
   return m.contains("content") && m["content"].is_string() ? m["content"].get<std::string>() : std::string();
 }
 
+// The prompt of a pair line: its "prompt"; or without one (or a string one beside conversations) the shared start of
+// chosen and rejected, as trl's extract_prompt finds it (messages, or characters with a space before the split going
+// to the completions), cut from both.
+void split_pair(const nlohmann::ordered_json& j, const std::string& path, int line, nlohmann::ordered_json* prompt,
+                nlohmann::ordered_json* chosen_io, nlohmann::ordered_json* rejected_io) {
+  nlohmann::ordered_json& p = *prompt;
+  nlohmann::ordered_json& chosen = *chosen_io;
+  nlohmann::ordered_json& rejected = *rejected_io;
+  const bool conv = chosen.is_array() && rejected.is_array();
+  if (j.contains("prompt") && (j["prompt"].is_array() == conv || !conv)) {
+    p = j["prompt"];
+  } else {
+    if (!conv && !(chosen.is_string() && rejected.is_string()))
+      io::jsonl_error(path, line, "expected {\"prompt\", \"chosen\", \"rejected\"}: no \"prompt\"");
+    const std::size_t n = std::min(chosen.size(), rejected.size());
+    const std::string cs = conv ? "" : chosen.get<std::string>(), rs = conv ? "" : rejected.get<std::string>();
+    const std::size_t len = conv ? n : std::min(cs.size(), rs.size());
+    std::size_t idx = 0;
+    for (idx = 0; idx < len; ++idx)
+      if (conv ? chosen[idx] != rejected[idx] : cs[idx] != rs[idx]) break;
+    if (idx == len && len > 0) idx = len - 1;  // Python's loop variable after a loop without a break
+    if (!conv && idx > 0 && idx < len && cs[idx - 1] == ' ') --idx;
+    if (conv) {
+      p = nlohmann::ordered_json(chosen.begin(), chosen.begin() + static_cast<std::ptrdiff_t>(idx));
+      chosen = nlohmann::ordered_json(chosen.begin() + static_cast<std::ptrdiff_t>(idx), chosen.end());
+      rejected = nlohmann::ordered_json(rejected.begin() + static_cast<std::ptrdiff_t>(idx), rejected.end());
+    } else {
+      p = cs.substr(0, idx);
+      chosen = cs.substr(idx);
+      rejected = rs.substr(idx);
+    }
+    if (p.empty()) io::jsonl_error(path, line, "chosen and rejected share no start to take as the prompt (no \"prompt\")");
+  }
+}
+
 }  // namespace
 
 PairData load_pairs(const std::string& path, const io::Tokenizer& tok, const PairOptions& opts) {
@@ -50,34 +85,8 @@ PairData load_pairs(const std::string& path, const io::Tokenizer& tok, const Pai
   io::read_jsonl(path, [&](const nlohmann::ordered_json& j, int line) {
     for (const char* k : {"chosen", "rejected"})
       if (!j.contains(k)) io::jsonl_error(path, line, std::string("expected {\"prompt\", \"chosen\", \"rejected\"}: no \"") + k + "\"");
-    // No "prompt" (or a string one beside conversations): the shared start of chosen and rejected is the prompt, as
-    // trl's extract_prompt finds it (messages, or characters with a space before the split going to the completions).
     nlohmann::ordered_json p, chosen = j["chosen"], rejected = j["rejected"];
-    const bool conv = chosen.is_array() && rejected.is_array();
-    if (j.contains("prompt") && (j["prompt"].is_array() == conv || !conv)) {
-      p = j["prompt"];
-    } else {
-      if (!conv && !(chosen.is_string() && rejected.is_string()))
-        io::jsonl_error(path, line, "expected {\"prompt\", \"chosen\", \"rejected\"}: no \"prompt\"");
-      const std::size_t n = std::min(chosen.size(), rejected.size());
-      const std::string cs = conv ? "" : chosen.get<std::string>(), rs = conv ? "" : rejected.get<std::string>();
-      const std::size_t len = conv ? n : std::min(cs.size(), rs.size());
-      std::size_t idx = 0;
-      for (idx = 0; idx < len; ++idx)
-        if (conv ? chosen[idx] != rejected[idx] : cs[idx] != rs[idx]) break;
-      if (idx == len && len > 0) idx = len - 1;  // Python's loop variable after a loop without a break
-      if (!conv && idx > 0 && idx < len && cs[idx - 1] == ' ') --idx;
-      if (conv) {
-        p = nlohmann::ordered_json(chosen.begin(), chosen.begin() + static_cast<std::ptrdiff_t>(idx));
-        chosen = nlohmann::ordered_json(chosen.begin() + static_cast<std::ptrdiff_t>(idx), chosen.end());
-        rejected = nlohmann::ordered_json(rejected.begin() + static_cast<std::ptrdiff_t>(idx), rejected.end());
-      } else {
-        p = cs.substr(0, idx);
-        chosen = cs.substr(idx);
-        rejected = rs.substr(idx);
-      }
-      if (p.empty()) io::jsonl_error(path, line, "chosen and rejected share no start to take as the prompt (no \"prompt\")");
-    }
+    split_pair(j, path, line, &p, &chosen, &rejected);
     PreferencePair pr;
     std::vector<std::int32_t> prompt, with_chosen, with_rejected;
     if (p.is_string()) {
@@ -194,11 +203,9 @@ PairData load_kto(const std::string& path, const io::Tokenizer& tok, const PairO
     if (pair != (paired == 1))
       io::jsonl_error(path, line, paired == 1 ? "expected {\"prompt\", \"chosen\", \"rejected\"} as the first line"
                                               : "expected {\"prompt\", \"completion\", \"label\"} as the first line");
-    if (!j.contains("prompt"))
-      io::jsonl_error(path, line, pair ? "expected {\"prompt\", \"chosen\", \"rejected\"}: no \"prompt\""
-                                       : "expected {\"prompt\", \"completion\", \"label\"}: no \"prompt\"");
+    if (!pair && !j.contains("prompt"))
+      io::jsonl_error(path, line, "expected {\"prompt\", \"completion\", \"label\"}: no \"prompt\"");
     Row r;
-    r.prompt = j["prompt"];
     r.line = line;
     try {
       r.extras = io::ChatExtras::of(j);
@@ -208,10 +215,13 @@ PairData load_kto(const std::string& path, const io::Tokenizer& tok, const PairO
     if (pair) {
       for (const char* k : {"chosen", "rejected"})
         if (!j.contains(k)) io::jsonl_error(path, line, std::string("expected {\"prompt\", \"chosen\", \"rejected\"}: no \"") + k + "\"");
+      // trl's KTOTrainer extracts an implicit prompt before it unpairs, as DPO's
+      nlohmann::ordered_json chosen = j["chosen"], rejected = j["rejected"];
+      split_pair(j, path, line, &r.prompt, &chosen, &rejected);
       Row c = r;
-      c.completion = j["chosen"];
+      c.completion = chosen;
       c.label = true;
-      r.completion = j["rejected"];
+      r.completion = rejected;
       r.label = false;
       chosen_rows.push_back(std::move(c));
       rejected_rows.push_back(std::move(r));
@@ -222,6 +232,7 @@ PairData load_kto(const std::string& path, const io::Tokenizer& tok, const PairO
       io::jsonl_error(path, line, std::string("expected {\"prompt\", \"completion\", \"label\"}: no \"") +
                                       (j.contains("completion") ? "label" : "completion") + "\"");
     if (!j["label"].is_boolean()) io::jsonl_error(path, line, "\"label\" must be true (desirable) or false (undesirable)");
+    r.prompt = j["prompt"];
     r.completion = j["completion"];
     r.label = j["label"].get<bool>();
     rows.push_back(std::move(r));
@@ -295,6 +306,7 @@ PairData load_kto(const std::string& path, const io::Tokenizer& tok, const PairO
     e.prompt_len = static_cast<std::int32_t>(t.prompt_len);
     e.chosen_text = t.text;
     e.chosen = t.ids;
+    e.completion.assign(t.ids.begin() + static_cast<std::ptrdiff_t>(t.prompt_len), t.ids.end());
     e.rejected.assign(t.ids.begin(), t.ids.begin() + static_cast<std::ptrdiff_t>(t.prompt_len));
     e.rejected.insert(e.rejected.end(), other.ids.begin() + static_cast<std::ptrdiff_t>(other.prompt_len), other.ids.end());
     if (e.rejected == e.chosen && out.same++ == 0) out.first_same_line = t.line;

@@ -564,5 +564,30 @@ TEST(KtoData, UnpairedRotatedAndLabelled) {
             std::string::npos);
 }
 
+// Training pairs the KL completions within each global micro-batch of the step (the examples trained together), in
+// slot order, each rank building its share alone: the first slot takes the last's completion, then one slot back.
+TEST(KtoData, MicroBatchKlPairsRotateWithinIt) {
+  std::vector<PreferencePair> data(6);
+  for (int i = 0; i < 6; ++i) {
+    data[static_cast<std::size_t>(i)].prompt_len = 2;
+    data[static_cast<std::size_t>(i)].label = i % 2;
+    data[static_cast<std::size_t>(i)].chosen = {100 + i, 200 + i, 300 + i, 400 + i};
+    data[static_cast<std::size_t>(i)].completion = {300 + i, 400 + i};
+  }
+  const std::vector<std::size_t> global{5, 3, 0, 2, 4, 1};  // a step's slots: micro-batches {5,3,0} and {2,4,1}
+  const auto all = kto_micro_batch(data, global, 3, 6, 3, 6, 1024);
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(all[0].rejected, (std::vector<std::int32_t>{102, 202, 301, 401}));  // slot 3 takes slot 5's (example 1)
+  EXPECT_EQ(all[1].rejected, (std::vector<std::int32_t>{104, 204, 302, 402}));  // slot 4 takes slot 3's (example 2)
+  EXPECT_EQ(all[2].rejected, (std::vector<std::int32_t>{101, 201, 304, 404}));  // slot 5 takes slot 4's (example 4)
+  EXPECT_EQ(all[2].chosen, data[1].chosen);
+  EXPECT_EQ(all[2].label, 1);
+  // A rank's share alone (slots 4-5) pairs the same, and max_length cuts the KL sequence.
+  const auto part = kto_micro_batch(data, global, 3, 6, 4, 6, 3);
+  ASSERT_EQ(part.size(), 2u);
+  EXPECT_EQ(part[0].rejected, (std::vector<std::int32_t>{104, 204, 302}));
+  EXPECT_EQ(part[1].rejected, (std::vector<std::int32_t>{101, 201, 304}));
+}
+
 }  // namespace
 }  // namespace mgrl::train
