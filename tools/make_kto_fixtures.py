@@ -30,14 +30,14 @@ import peft
 import torch
 import transformers
 from datasets import Dataset
-from peft import PeftModel
 from safetensors.torch import save_file
-from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+from transformers import PreTrainedTokenizerFast
 
 import trl
 from trl import KTOConfig, KTOTrainer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_dpo_fixtures import base_model, lora_named, peft_key  # noqa: E402
 from make_fixtures import exact_float64  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -70,23 +70,6 @@ def examples_for(seed, vocab, labels):
     for e, kl in zip(out, [completions[-1]] + completions[:-1]):
         e["KL_completion_ids"] = kl
     return out
-
-
-def base_model(name):
-    tmp = tempfile.mkdtemp()
-    for f in ("config.json", "model.safetensors", "generation_config.json"):
-        shutil.copy(os.path.join(MODELS, name, f), tmp)
-    m = AutoModelForCausalLM.from_pretrained(tmp, dtype=torch.float64, attn_implementation="eager")
-    shutil.rmtree(tmp)
-    return PeftModel.from_pretrained(m, os.path.join(MODELS, name), is_trainable=True)
-
-
-def lora_named(pm):
-    return {n: p for n, p in pm.named_parameters() if "lora_" in n and ".default." in n}
-
-
-def peft_key(n):  # base_model.model.model.layers.0.self_attn.q_proj.lora_A.default.weight -> PEFT file name
-    return n.replace(".default", "")
 
 
 def make_case(spec, out_root, tokenizer_file):

@@ -20,6 +20,7 @@
 #include "kernels/ops.h"
 #include "model/lora.h"
 #include "model/transformer.h"
+#include "tests/unit/lora_grads.h"
 #include "tests/unit/test_util.h"
 #include "train/dpo.h"
 #include "train/dpo_data.h"
@@ -75,14 +76,7 @@ TEST(DpoPairLoss, DerivativesMatchFiniteDifferences) {
 
 // ---- against trl ----
 
-std::vector<std::string> trl_cases() {
-  std::vector<std::string> out;
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(kData + "/dpo", ec))
-    if (e.is_directory() && std::filesystem::exists(e.path() / "case.json")) out.push_back(e.path().filename().string());
-  std::sort(out.begin(), out.end());
-  return out;
-}
+std::vector<std::string> trl_cases() { return test::fixture_cases(kData + "/dpo"); }
 
 // rewards/accuracies and logps/accuracies: a difference within the f32 rounding of the sequence log-probs is a tie
 // (trl's equal values: a reference that is the policy, identical sequences), a real one a win.
@@ -205,22 +199,7 @@ TEST_P(DpoTrlCase, LossMetricsAndGradientsMatchTrl) {
   }
 
   net.backward(w.data());
-  io::SafetensorsFile grads(dir + "/grads.safetensors");
-  model::LoraParams& lora = *net.lora();
-  std::vector<float> host(lora.numel());
-  ops->download(host.data(), lora.grads(), host.size() * sizeof(float));
-  int compared = 0;
-  for (const auto& sl : lora.slots())
-    for (bool is_a : {true, false}) {
-      const std::string name = model::LoraParams::peft_name(sl, is_a);
-      const auto want_g = io::to_f32(grads.get(name));
-      const std::size_t off = is_a ? sl.a_offset : sl.b_offset;
-      const std::vector<float> g(host.begin() + static_cast<std::ptrdiff_t>(off),
-                                 host.begin() + static_cast<std::ptrdiff_t>(off + want_g.size()));
-      EXPECT_LE(test::rel_error(g, want_g), 1e-4) << name;
-      ++compared;
-    }
-  EXPECT_EQ(compared, static_cast<int>(grads.tensors().size()));
+  test::expect_lora_grads_match(net, *ops, dir + "/grads.safetensors");
 }
 
 INSTANTIATE_TEST_SUITE_P(Trl, DpoTrlCase, ::testing::ValuesIn(trl_cases()));
@@ -340,14 +319,7 @@ TEST(DpoPairs, BrokenLinesNameFileAndLine) {
 namespace mgrl::train {
 namespace {
 
-std::vector<std::string> kto_cases() {
-  std::vector<std::string> out;
-  if (!std::filesystem::exists(kData + "/kto")) return out;
-  for (const auto& e : std::filesystem::directory_iterator(kData + "/kto"))
-    if (e.is_directory() && std::filesystem::exists(e.path() / "case.json")) out.push_back(e.path().filename().string());
-  std::sort(out.begin(), out.end());
-  return out;
-}
+std::vector<std::string> kto_cases() { return test::fixture_cases(kData + "/kto"); }
 
 TEST(KtoTrl, FixturesPresent) { EXPECT_GE(kto_cases().size(), 4u) << "tests/data/kto holds too few cases"; }
 
@@ -448,22 +420,7 @@ TEST_P(KtoTrlCase, LossMetricsAndGradientsMatchTrl) {
   EXPECT_EQ(compared, static_cast<int>(got.size())) << "mgrl logs a metric trl does not";
 
   net.backward(w.data());
-  io::SafetensorsFile grads(dir + "/grads.safetensors");
-  model::LoraParams& lora = *net.lora();
-  std::vector<float> host(lora.numel());
-  ops->download(host.data(), lora.grads(), host.size() * sizeof(float));
-  int tensors = 0;
-  for (const auto& sl : lora.slots())
-    for (bool is_a : {true, false}) {
-      const std::string name = model::LoraParams::peft_name(sl, is_a);
-      const auto want_g = io::to_f32(grads.get(name));
-      const std::size_t off = is_a ? sl.a_offset : sl.b_offset;
-      const std::vector<float> g(host.begin() + static_cast<std::ptrdiff_t>(off),
-                                 host.begin() + static_cast<std::ptrdiff_t>(off + want_g.size()));
-      EXPECT_LE(test::rel_error(g, want_g), 1e-4) << name;
-      ++tensors;
-    }
-  EXPECT_EQ(tensors, static_cast<int>(grads.tensors().size()));
+  test::expect_lora_grads_match(net, *ops, dir + "/grads.safetensors");
 }
 
 INSTANTIATE_TEST_SUITE_P(Trl, KtoTrlCase, ::testing::ValuesIn(kto_cases()));

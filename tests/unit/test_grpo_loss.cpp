@@ -20,6 +20,7 @@
 #include "model/lora.h"
 #include "model/transformer.h"
 #include "rl/grpo_loss.h"
+#include "tests/unit/lora_grads.h"
 #include "tests/unit/test_util.h"
 
 namespace mgrl::rl {
@@ -198,14 +199,7 @@ TEST(GrpoSequenceWeight, Normalisers) {
 
 // ---- against trl ----
 
-std::vector<std::string> trl_cases() {
-  std::vector<std::string> out;
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(kData + "/grpo", ec))
-    if (e.is_directory() && std::filesystem::exists(e.path() / "case.json")) out.push_back(e.path().filename().string());
-  std::sort(out.begin(), out.end());
-  return out;
-}
+std::vector<std::string> trl_cases() { return test::fixture_cases(kData + "/grpo"); }
 
 TEST(GrpoTrl, FixturesPresent) { EXPECT_GE(trl_cases().size(), 31u) << "tests/data/grpo holds too few cases"; }
 
@@ -463,22 +457,7 @@ TEST_P(GrpoTrlCase, LossGradientsAndAdvantagesMatchTrl) {
   EXPECT_LE(std::fabs(loss - want_loss), 1e-5 * std::max(1e-3, size)) << "loss " << loss << " vs " << want_loss;
 
   net.backward(w.data(), {}, nullptr, ew.empty() ? nullptr : ew.data());
-  io::SafetensorsFile grads(dir + "/grads.safetensors");
-  model::LoraParams& lora = *net.lora();
-  std::vector<float> host(lora.numel());
-  ops->download(host.data(), lora.grads(), host.size() * sizeof(float));
-  int compared = 0;
-  for (const auto& sl : lora.slots())
-    for (bool is_a : {true, false}) {
-      const std::string name = model::LoraParams::peft_name(sl, is_a);
-      const auto want = io::to_f32(grads.get(name));
-      const std::size_t off = is_a ? sl.a_offset : sl.b_offset;
-      const std::vector<float> got(host.begin() + static_cast<std::ptrdiff_t>(off),
-                                   host.begin() + static_cast<std::ptrdiff_t>(off + want.size()));
-      EXPECT_LE(test::rel_error(got, want), 1e-4) << name;
-      ++compared;
-    }
-  EXPECT_EQ(compared, static_cast<int>(grads.tensors().size()));
+  test::expect_lora_grads_match(net, *ops, dir + "/grads.safetensors");
 }
 
 INSTANTIATE_TEST_SUITE_P(Trl, GrpoTrlCase, ::testing::ValuesIn(trl_cases()));

@@ -18,20 +18,14 @@
 #include "core/error.h"
 #include "rl/ppo_loss.h"
 #include "rl/value_head.h"
+#include "tests/unit/test_util.h"
 
 namespace mgrl::rl {
 namespace {
 
 const std::string kData = MGRL_TEST_DATA_DIR;
 
-std::vector<std::string> trl_cases() {
-  std::vector<std::string> out;
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(kData + "/ppo", ec))
-    if (e.is_directory() && std::filesystem::exists(e.path() / "case.json")) out.push_back(e.path().filename().string());
-  std::sort(out.begin(), out.end());
-  return out;
-}
+std::vector<std::string> trl_cases() { return test::fixture_cases(kData + "/ppo"); }
 
 nlohmann::json load(const std::string& name) {
   std::ifstream f(kData + "/ppo/" + name + "/case.json");

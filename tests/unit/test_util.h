@@ -2,7 +2,9 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -40,6 +42,16 @@ inline double rel_error(const std::vector<float>& got, const std::vector<float>&
     den += static_cast<double>(want[i]) * want[i];
   }
   return std::sqrt(num / (den > 0 ? den : 1));
+}
+
+// The names of dir's subdirectories that hold a case.json (the trl fixture cases), sorted; none when dir is absent.
+inline std::vector<std::string> fixture_cases(const std::string& dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+    if (e.is_directory() && std::filesystem::exists(e.path() / "case.json")) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 }  // namespace mgrl::test
