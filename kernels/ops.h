@@ -190,8 +190,8 @@ class Ops {
   // lm_head.h (logprob, lse, weights: f32; dW: f32 grad, may be null; scratch: lm_head_scratch_bytes;
   // softcap > 0: Gemma 2's final-logit soft-capping, logits = logit_scale * softcap * tanh(h W^T / softcap))
   virtual std::size_t lm_head_scratch_bytes(int V) const = 0;
-  // stats [3T] f32 (optional): per-row entropy, 1 where the target is the most likely token, the mean logit
-  // (cpu/lm_head.h)
+  // stats [4T] f32 (optional): per-row entropy, 1 where the target is the most likely token, the mean logit, log sum
+  // of the squared probabilities (cpu/lm_head.h)
   virtual void lm_head_logprob_forward(float* logprob, float* lse, const void* h, const void* W,
                                        const std::int32_t* targets, int T, int D, int V, float logit_scale,
                                        void* scratch, float softcap = 0.0f, float* stats = nullptr) = 0;

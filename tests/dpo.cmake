@@ -120,3 +120,13 @@ mgrl_add_cli_test(kto.broken_label_names_line 2 - "^mgrl: error: [^\\n]*bad.json
   -- ${RUN1} ${KTO_ARGS} --data.input=${CMAKE_CURRENT_SOURCE_DIR}/data/dpo_cli/bad.jsonl)
 mgrl_add_cli_test(kto.eval_accuracy_refused 2 - "^mgrl: error: key 'eval.accuracy' is not available in mgrl kto" 1
   -- ${RUN1} ${KTO_ARGS} --eval.accuracy=true)
+# dpo.use_weighting (WPO; the math against trl: unit.dpo sigmoid_wpo_initial, mix_wpo_truncated_base): the weights
+# act (other weights than without, a held-out loss below the unweighted one's: every weight is below 1), the same on
+# 1 and 2 ranks; with aot or an sft term it is refused in one line.
+mgrl_add_cli_test(dpo.use_weighting_acts_same_on_1_2_ranks 0 "(?s)WPO-weighted.*relative differences.*wpo differs.*held-out loss lower" - 0 -- bash -c
+  "rm -rf ${DPO}/wpo && ${RUN1} ${DPO_STR} --train.max_steps=2 --checkpoint.dir=${DPO}/wpo/plain > ${DPO}/wpo.plain.log && ${RUN1} ${DPO_STR} --train.max_steps=2 --dpo.use_weighting=true --checkpoint.dir=${DPO}/wpo/w1 | tee ${DPO}/wpo.w1.log | grep '^dpo:' && ${RUNN} 2 ${MPIEXEC_FLAGS_STR} ${RUN1} ${DPO_STR} --train.max_steps=2 --dpo.use_weighting=true --checkpoint.dir=${DPO}/wpo/w2 > /dev/null && ${CHECK} weights ${DPO}/wpo/w2/step_00000002.h5 ${DPO}/wpo/w1/step_00000002.h5 --rtol=1e-5 --moments && ! ${CHECK} weights ${DPO}/wpo/plain/step_00000002.h5 ${DPO}/wpo/w1/step_00000002.h5 --rtol=1e-3 > /dev/null && echo wpo differs && a=$(sed -n 's/^eval before step 0 | loss \\([0-9.]*\\).*/\\1/p' ${DPO}/wpo.plain.log) && b=$(sed -n 's/^eval before step 0 | loss \\([0-9.]*\\).*/\\1/p' ${DPO}/wpo.w1.log) && echo \"$a $b\" && awk -v a=$a -v b=$b 'BEGIN { exit !(b < a && b > 0) }' && echo held-out loss lower")
+set_tests_properties(cli.dpo.use_weighting_acts_same_on_1_2_ranks PROPERTIES TIMEOUT 120 PROCESSORS 2)
+mgrl_add_cli_test(dpo.use_weighting_with_aot_refused 2 - "^mgrl: error: key 'dpo.use_weighting' does not apply to the aot losses" 1
+  -- ${RUN1} ${DPO_ARGS} --dpo.loss_type=aot --dpo.use_weighting=true)
+mgrl_add_cli_test(dpo.use_weighting_with_sft_refused 2 - "^mgrl: error: key 'dpo.use_weighting' with an sft term" 1
+  -- ${RUN1} ${DPO_ARGS} --dpo.sft_weight=0.5 --dpo.use_weighting=true)

@@ -83,6 +83,11 @@ CASES = [
     dict(name="aot_initial", model="qwen2_bias_tied", loss_type="aot", beta=0.4, reference="initial"),
     dict(name="aot_unpaired_smoothed_base", model="qwen3_qknorm", loss_type="aot_unpaired", beta=0.3,
          label_smoothing=0.1, reference="base"),
+    # WPO (trl's use_weighting; added 2026-11-29): each pair's loss times exp(mean(log p - log sum p^2)) of both sides.
+    dict(name="sigmoid_wpo_initial", model="llama_gqa", loss_type="sigmoid", beta=0.2, reference="initial",
+         use_weighting=True),
+    dict(name="mix_wpo_truncated_base", model="qwen2_bias_tied", loss_type="sigmoid", beta=0.5, reference="base",
+         use_weighting=True, max_length=8, mix=[("sigmoid", 0.6), ("bco_pair", 0.4)]),
 ]
 NPAIRS = 4
 
@@ -137,6 +142,7 @@ def make_case(spec, out_root, tokenizer_file):
         beta=spec["beta"], label_smoothing=spec.get("label_smoothing", 0.0), ld_alpha=spec.get("ld_alpha"),
         max_length=spec.get("max_length", 1024), logging_steps=1, seed=0, gradient_checkpointing=False,
         discopop_tau=spec.get("discopop_tau", 0.05), f_divergence_type=spec.get("f_divergence_type", "reverse_kl"),
+        use_weighting=spec.get("use_weighting", False),
     )
     # The dataset only satisfies the constructor (the quickstart tokenizer's text); the pairs below are token ids.
     ds = Dataset.from_dict({"prompt": ["1+1="], "chosen": ["2"], "rejected": ["3"]})
@@ -185,7 +191,8 @@ def make_case(spec, out_root, tokenizer_file):
                    "max_length": cfg.max_length, "reference": spec["reference"],
                    "sft_weight": spec.get("sft_weight", 0.0), "discopop_tau": cfg.discopop_tau,
                    "f_divergence_type": cfg.f_divergence_type,
-                   "loss_mix": [[t, w] for t, w in spec.get("mix", [])]},
+                   "loss_mix": [[t, w] for t, w in spec.get("mix", [])],
+                   "use_weighting": cfg.use_weighting},
         "pairs": pairs,
         "loss": float(loss.detach()),
         "metrics": metrics,

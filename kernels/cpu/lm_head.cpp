@@ -33,10 +33,10 @@ void chunk_logits(float* logits, const float* h, const float* W, int n, int D, i
   for (int64_t i = 0; i < count; ++i) logits[i] = outer * std::tanh(logits[i] * inner);
 }
 
-// The chunk's rows t0 .. t0 + n - 1 from their logits l [n, V]: lse and logprob; with entropy (and top1, mean) non-null,
-// also the entropy of each row's distribution, lse - sum_v p_v l_v, 1 where the target is its first most likely
-// token, and the mean of its logits (all three 0 for ignored rows).
-void chunk_lse(float* logprob, float* lse, float* entropy, float* top1, float* mean, const float* logits,
+// The chunk's rows t0 .. t0 + n - 1 from their logits l [n, V]: lse and logprob; with entropy (and top1, mean, lsq)
+// non-null, also the entropy of each row's distribution, lse - sum_v p_v l_v, 1 where the target is its first most
+// likely token, the mean of its logits and log sum_v p_v^2 (all four 0 for ignored rows).
+void chunk_lse(float* logprob, float* lse, float* entropy, float* top1, float* mean, float* lsq, const float* logits,
                const int32_t* targets, int t0, int n, int V) {
   for (int r = 0; r < n; ++r) {
     const int t = t0 + r;
@@ -45,13 +45,15 @@ void chunk_lse(float* logprob, float* lse, float* entropy, float* top1, float* m
     int argmax = 0;
     for (int v = 0; v < V; ++v)
       if (l[v] > m) m = l[v], argmax = v;
-    double sum = 0.0, pz = 0.0, lsum = 0.0;  // pz: sum of exp(l - m) * l; lsum: of l (stats asked for)
+    // pz: sum of exp(l - m) * l; lsum: of l; sq: of exp(2 (l - m)) (stats asked for)
+    double sum = 0.0, pz = 0.0, lsum = 0.0, sq = 0.0;
     if (entropy) {
       for (int v = 0; v < V; ++v) {
         const double e = std::exp(static_cast<double>(l[v] - m));
         sum += e;
         pz += e * l[v];
         lsum += l[v];
+        sq += e * e;
       }
     } else {
       for (int v = 0; v < V; ++v) sum += std::exp(static_cast<double>(l[v] - m));
@@ -64,6 +66,7 @@ void chunk_lse(float* logprob, float* lse, float* entropy, float* top1, float* m
       entropy[t] = target < 0 ? 0.0f : lse[t] - static_cast<float>(pz / sum);
       top1[t] = target >= 0 && target == argmax ? 1.0f : 0.0f;
       mean[t] = target < 0 ? 0.0f : static_cast<float>(lsum / V);
+      lsq[t] = target < 0 ? 0.0f : static_cast<float>(std::log(sq) - 2.0 * std::log(sum));
     }
   }
 }
@@ -143,7 +146,7 @@ void head_pass(float* logprob, float* lse, float* dh, float* dW, const float* we
     chunk_logits(scratch, hc, W, n, D, V, logit_scale, softcap);
     if (logprob)
       chunk_lse(logprob, lse, stats, stats ? stats + T : nullptr, stats ? stats + 2 * static_cast<int64_t>(T) : nullptr,
-                scratch, targets, t0, n, V);
+                stats ? stats + 3 * static_cast<int64_t>(T) : nullptr, scratch, targets, t0, n, V);
     if (dh) chunk_backward(dh, dW, scratch, weights, hc, W, targets, lse_in, t0, n, D, V, logit_scale, softcap, ent_w, ent);
   }
 }

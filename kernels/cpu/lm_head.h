@@ -17,9 +17,10 @@ inline int64_t lm_head_scratch_floats(int V) { return static_cast<int64_t>(kLmHe
 //   logit_scale * softcap * tanh((h @ W^T) / softcap)    (the cap first, then TRL's temperature)
 // here and in the two ops below.
 // scratch: lm_head_scratch_floats(V) floats, or null to let the op allocate it.
-// stats [3T] (optional, trl's metrics): stats[t] = the entropy of row t's distribution, lse - sum_v p_v logits_v,
+// stats [4T] (optional, trl's metrics): stats[t] = the entropy of row t's distribution, lse - sum_v p_v logits_v,
 // stats[T + t] = 1 where targets[t] is the row's most likely token (the first of equal maxima, as torch.argmax),
-// else 0, and stats[2T + t] = the mean of the row's logits; all 0 where targets[t] < 0.
+// else 0, stats[2T + t] = the mean of the row's logits, and stats[3T + t] = log sum_v p_v^2 (trl's log_sum_sq_probs,
+// WPO's weights); all 0 where targets[t] < 0.
 void lm_head_logprob_forward(float* logprob, float* lse, const float* h, const float* W, const int32_t* targets, int T,
                              int D, int V, float logit_scale, float* scratch, float softcap = 0.0f,
                              float* stats = nullptr);

@@ -38,7 +38,8 @@ __device__ __forceinline__ void lse_add(float& m, float& s, float x) {
 // (m, s, z, i) of an online pass with statistics: besides lse's (m, s), z = sum of exp(l - m) * l and i the index
 // of the first maximum.
 struct RowStats {
-  float m = -INFINITY, s = 0.0f, z = 0.0f, x = 0.0f;  // x: the plain sum of the logits (their mean)
+  // x: the plain sum of the logits (their mean); q: the sum of exp(2 (l - m)) (log sum p^2 = log q - 2 log s)
+  float m = -INFINITY, s = 0.0f, z = 0.0f, x = 0.0f, q = 0.0f;
   int i = 0x7fffffff;
 };
 __device__ __forceinline__ void stats_add(RowStats& a, float x, int v) {
@@ -47,12 +48,14 @@ __device__ __forceinline__ void stats_add(RowStats& a, float x, int v) {
     const float r = a.m == -INFINITY ? 0.0f : expf(a.m - x);
     a.s = a.s * r + 1.0f;
     a.z = a.z * r + x;
+    a.q = a.q * r * r + 1.0f;
     a.m = x;
     a.i = v;
   } else {
     const float e = expf(x - a.m);
     a.s += e;
     a.z += e * x;
+    a.q += e * e;
     if (x == a.m && v < a.i) a.i = v;
   }
 }
@@ -66,6 +69,7 @@ __device__ __forceinline__ void stats_merge(RowStats& a, const RowStats& b) {
   const float mx = fmaxf(a.m, b.m), ra = expf(a.m - mx), rb = expf(b.m - mx);
   a.s = a.s * ra + b.s * rb;
   a.z = a.z * ra + b.z * rb;
+  a.q = a.q * ra * ra + b.q * rb * rb;
   a.i = a.m > b.m ? a.i : (b.m > a.m ? b.i : min(a.i, b.i));
   a.m = mx;
 }
@@ -78,7 +82,7 @@ __device__ __forceinline__ void stats_merge(RowStats& a, const RowStats& b) {
 // its two accumulators.
 template <bool Stats>
 __global__ void lm_head_lse_kernel(float* logprob, float* lse, const float* logits, const std::int32_t* targets,
-                                   int V, int* err, float* entropy, float* top1, float* mean) {
+                                   int V, int* err, float* entropy, float* top1, float* mean, float* lsq) {
   const std::int64_t row = blockIdx.x;
   const float* l = logits + row * V;
   if constexpr (Stats) {
@@ -91,6 +95,7 @@ __global__ void lm_head_lse_kernel(float* logprob, float* lse, const float* logi
       b.z = __shfl_xor_sync(0xffffffffu, a.z, o);
       b.i = __shfl_xor_sync(0xffffffffu, a.i, o);
       b.x = __shfl_xor_sync(0xffffffffu, a.x, o);
+      b.q = __shfl_xor_sync(0xffffffffu, a.q, o);
       stats_merge(a, b);
     }
     __shared__ RowStats sh[32];
@@ -108,6 +113,7 @@ __global__ void lm_head_lse_kernel(float* logprob, float* lse, const float* logi
       entropy[row] = ignored ? 0.0f : ls - a.z / a.s;
       top1[row] = !ignored && tg == a.i ? 1.0f : 0.0f;
       mean[row] = ignored ? 0.0f : a.x / static_cast<float>(V);
+      lsq[row] = ignored ? 0.0f : logf(a.q) - 2.0f * logf(a.s);
     }
     return;
   }
@@ -238,10 +244,11 @@ void chunk_lse(const Ctx& c, float* logprob, float* lse, const float* logits, co
   if (stats)
     lm_head_lse_kernel<true><<<n, kRowThreads, 0, c.stream>>>(logprob + t0, lse + t0, logits, targets + t0, V, c.err,
                                                                stats + t0, stats + T + t0,
-                                                               stats + 2 * static_cast<std::int64_t>(T) + t0);
+                                                               stats + 2 * static_cast<std::int64_t>(T) + t0,
+                                                               stats + 3 * static_cast<std::int64_t>(T) + t0);
   else
     lm_head_lse_kernel<false><<<n, kRowThreads, 0, c.stream>>>(logprob + t0, lse + t0, logits, targets + t0, V, c.err,
-                                                                nullptr, nullptr, nullptr);
+                                                                nullptr, nullptr, nullptr, nullptr);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -19,9 +19,9 @@ std::size_t lm_head_scratch_bytes(DType st, int V);
 // [V, D] f32; dh [T, D] storage. scratch: lm_head_scratch_bytes(st, V) bytes of device memory, or null (then the
 // op takes stream-ordered scratch itself). A target >= V is treated as ignored and sets kErrTargetId in *c.err.
 // softcap > 0: logits = logit_scale * softcap * tanh(h W^T / softcap) (Gemma 2), applied in fp32 to the chunk.
-// stats [3T] f32 (optional): the rows' entropies, their top-1 hits and mean logits (kernels/cpu/lm_head.h), from the
-// same online pass over each row (running sums of exp(l - max) * l and of l, and the first maximum's index, beside
-// lse's).
+// stats [4T] f32 (optional): the rows' entropies, their top-1 hits, mean logits and log sum p^2 (kernels/cpu/lm_head.h),
+// from the same online pass over each row (running sums of exp(l - max) * l, of exp(2 (l - max)) and of l, and the
+// first maximum's index, beside lse's).
 void lm_head_logprob_forward(const Ctx& c, float* logprob, float* lse, const void* h, const void* W,
                              const std::int32_t* targets, int T, int D, int V, float logit_scale, void* scratch,
                              float softcap = 0.0f, float* stats = nullptr);

@@ -130,6 +130,16 @@ int run_dpo(Context& ctx) {
       if (mix.has(T::ExoPair) && cfg.get_float("dpo.label_smoothing") == 0.0)
         throw UserError("key 'dpo.label_smoothing' = 0: dpo.loss_type = \"exo_pair\" needs its epsilon > 0 (the EXO "
                         "paper recommends 1e-3; at 0 the loss is infinite)");
+      // WPO weighs each pair: AOT's losses sort the pairs (trl refuses them too); mgrl's sft term is a mean over the
+      // global batch's chosen tokens, which trl's per-micro-batch weighting of it does not carry over to.
+      if (cfg.get_bool("dpo.use_weighting")) {
+        if (mix.has(T::Aot) || mix.has(T::AotUnpaired))
+          throw UserError("key 'dpo.use_weighting' does not apply to the aot losses (they sort the pairs, so per-pair "
+                          "weights would be misaligned; trl refuses them too)");
+        if (mix.sft_weight != 0.0)
+          throw UserError("key 'dpo.use_weighting' with an sft term (dpo.sft_weight or \"sft\" in dpo.loss_mix) is not "
+                          "available in mgrl: leave one of them out");
+      }
     }
     std::string model_src;
     mc = training_model_config(cfg, &model_src);
@@ -239,6 +249,7 @@ int run_dpo(Context& ctx) {
     o.loss.f_divergence = cfg.get_string("dpo.f_divergence_type");
     if (o.loss.f_divergence == "alpha_divergence") o.loss.f_alpha = cfg.get_float("dpo.f_alpha_divergence_coef");
     o.ld_alpha = cfg.get_float("dpo.ld_alpha");
+    o.loss.use_weighting = cfg.get_bool("dpo.use_weighting");
     // The reference is the starting policy (as trl): a fresh adapter switched off is the base model; full fine-tuning
     // and a starting adapter have no such switch, so their reference is scored once, before training.
     o.precompute_ref = cfg.get_bool("dpo.precompute_ref_log_probs") || full || !fresh_adapter;
@@ -262,14 +273,15 @@ int run_dpo(Context& ctx) {
                     o.kto_frozen_reference ? "a frozen copy of the starting weights" : "the adapter switched off",
                     static_cast<long long>(o.max_steps), o.global_batch, epochs);
     else
-    std::snprintf(line, sizeof(line),
-                  "dpo: %s %s, %zu training pairs, %zu held-out, %s on %d rank%s, loss %s%s, beta %g, reference %s; "
-                  "%lld steps x %d pairs = %.3g epochs",
-                  random_init ? "random-init" : "pretrained", io::model_name(mc).c_str(), train_data.pairs.size(),
-                  eval_data.pairs.size(), full ? "full fine-tuning" : "LoRA", env.size(), env.size() == 1 ? "" : "s",
-                  train::dpo_loss_label(o.loss).c_str(), o.loss.sft_weight != 0 ? " + sft" : "", o.loss.beta,
-                  o.precompute_ref ? "log-probs of the starting weights, computed once" : "the adapter switched off",
-                  static_cast<long long>(o.max_steps), o.global_batch, epochs);
+      std::snprintf(line, sizeof(line),
+                    "dpo: %s %s, %zu training pairs, %zu held-out, %s on %d rank%s, loss %s%s%s, beta %g, reference %s; "
+                    "%lld steps x %d pairs = %.3g epochs",
+                    random_init ? "random-init" : "pretrained", io::model_name(mc).c_str(), train_data.pairs.size(),
+                    eval_data.pairs.size(), full ? "full fine-tuning" : "LoRA", env.size(), env.size() == 1 ? "" : "s",
+                    train::dpo_loss_label(o.loss).c_str(), o.loss.sft_weight != 0 ? " + sft" : "",
+                    o.loss.use_weighting ? " (WPO-weighted)" : "", o.loss.beta,
+                    o.precompute_ref ? "log-probs of the starting weights, computed once" : "the adapter switched off",
+                    static_cast<long long>(o.max_steps), o.global_batch, epochs);
     log::info(line);
   }
   std::unique_ptr<train::DpoTrainer> trainer;

@@ -498,6 +498,12 @@ const Schema& mgrl_schema() {
     add({"dpo.ld_alpha", T::Float, Value(1.0),
          "LD-DPO: weight of the completion tokens beyond the shorter completion's length in the sequence log-probs; "
          "1: none (plain DPO)", {}, 0.0, 1.0, {}});
+    add({"dpo.use_weighting", T::Bool, Value(false),
+         "WPO (weighted preference optimisation, trl's use_weighting): each pair's loss times the product, over its "
+         "chosen and rejected completions, of exp(the mean over the completion's tokens of log p - log sum_v p_v^2) "
+         "under the policy (detached): off-policy pairs the policy finds unlikely weigh less; not with aot / "
+         "aot_unpaired (as trl) nor an sft term",
+         {}, {}, {}, {}});
     add({"dpo.max_length", T::Int, Value(std::int64_t{1024}),
          "longest sequence (prompt + completion) in tokens: longer ones keep their start; pairs whose prompt alone "
          "is this long are left out (as trl)", {}, 2.0, {}, {}});

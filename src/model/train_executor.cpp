@@ -36,7 +36,8 @@ struct TrainExecutor::PassBuffers {
   std::vector<void*> xs;  // residual stream at the input of each layer, and after the last
   void *tmp, *xf, *recompute_out;
   float *rstd_f, *lse_head, *lp, *wrow, *lora_scratch;
-  float* stats;  // the LM head's per-row entropy, top-1 hit and mean logit [3T] (set_token_stats, set_score_stats)
+  // the LM head's per-row entropy, top-1 hit, mean logit and log sum p^2 [4T] (set_token_stats, set_score_stats)
+  float* stats;
   std::int32_t *ids, *targets, *pos, *cu_seqlens;
   std::uint64_t* row_keys;  // LoRA dropout, NEFTune: each token's key (Batch::seq_keys and its position; training arena)
   float* row_scale;         // NEFTune: each token's noise magnitude (training arena only)
@@ -252,7 +253,7 @@ void TrainExecutor::layout(const ArenaSpec& sp, int T, Arena& arena, const std::
   W.row_keys = nullptr;
   W.row_scale = nullptr;
   W.went = nullptr;
-  W.stats = f32(3 * t);
+  W.stats = f32(4 * t);
   if (!grads) return;  // a scoring arena: no backward
   W.row_keys = static_cast<std::uint64_t*>(raw(t * sizeof(std::uint64_t)));  // LoRA dropout, NEFTune
   W.row_scale = f32(t);
@@ -795,15 +796,16 @@ TokenStats TrainExecutor::token_stats(bool scoring) const {
   const Arena& a = *arena;
   const PassBuffers& W = *a.work;
   const auto R = static_cast<std::size_t>(a.R);
-  std::vector<float> rows(3 * R);
+  std::vector<float> rows(4 * R);
   ops_.download(rows.data(), W.stats, rows.size() * sizeof(float));
   // Row t predicts token t + 1 (compact: row j is row host_sel[j]), as the log-probs.
   TokenStats out;
-  for (auto* v : {&out.entropy, &out.top1, &out.mean_logit}) v->assign(static_cast<std::size_t>(a.T), 0.0f);
+  for (auto* v : {&out.entropy, &out.top1, &out.mean_logit, &out.log_sum_sq}) v->assign(static_cast<std::size_t>(a.T), 0.0f);
   const auto put = [&](std::size_t row, std::size_t pos) {
     out.entropy[pos] = rows[row];
     out.top1[pos] = rows[R + row];
     out.mean_logit[pos] = rows[2 * R + row];
+    out.log_sum_sq[pos] = rows[3 * R + row];
   };
   if (a.compact) {
     for (std::size_t j = 0; j < R; ++j) put(j, static_cast<std::size_t>(W.host_sel[j]) + 1);

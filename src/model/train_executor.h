@@ -14,9 +14,10 @@
 namespace mgrl::model {
 
 // What TrainExecutor::token_stats gives per position: the entropy of the predicted distribution, 1 where the token
-// is its most likely one (else 0), and the mean of its logits (trl's "entropy", "mean_token_accuracy", "logits/...").
+// is its most likely one (else 0), the mean of its logits (trl's "entropy", "mean_token_accuracy", "logits/..."), and
+// log sum_v p_v^2 (trl's log_sum_sq_probs: DPO's WPO weights).
 struct TokenStats {
-  std::vector<float> entropy, top1, mean_logit;
+  std::vector<float> entropy, top1, mean_logit, log_sum_sq;
 };
 
 class TrainExecutor {

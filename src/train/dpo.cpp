@@ -156,6 +156,7 @@ DpoTrainer::DpoTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transfo
     model_.ops().copy(initial_, tr_.params, tr_.n * sizeof(float));
   }
   model_.set_token_stats(true);  // trl's entropy, mean_token_accuracy and logits/* of the training forwards
+  if (opts_.loss.use_weighting) model_.set_score_stats(true);  // WPO's weights of the held-out pairs
   opt_ = std::make_unique<Optimizer>(model_.ops(), tr_,
                                      OptimizerOptions{opts_.adamw, opts_.schedule, opts_.max_grad_norm, opts_.scaling});
   sync_ = std::make_unique<GradSync>(comm_, model_, tr_);
@@ -287,10 +288,30 @@ std::vector<double> dpo_sequence_logps(const model::Batch& b, const std::vector<
   return out;
 }
 
+std::vector<double> wpo_weights(const std::vector<const PreferencePair*>& mb, const model::Batch& b, const float* lp,
+                                const model::TokenStats& ts) {
+  std::vector<double> out;
+  for (std::size_t k = 0; k < mb.size(); ++k) {
+    double w = 1.0;
+    for (int side = 0; side < 2; ++side) {
+      const int seq = static_cast<int>(2 * k) + side;
+      double sum = 0, n = 0;
+      for (int t = mb[k]->prompt_len; t < b.length(seq); ++t) {
+        const auto r = static_cast<std::size_t>(b.offsets[seq] + t);
+        sum += static_cast<double>(lp[r]) - ts.log_sum_sq[r];
+        n += 1;
+      }
+      w *= std::exp(sum / std::max(1.0, n));
+    }
+    out.push_back(w);
+  }
+  return out;
+}
+
 void dpo_loss_weights(const DpoLossOptions& o, const std::vector<const PreferencePair*>& mb, const model::Batch& b,
                       const std::vector<float>& tw, const float* lp, const std::vector<double>& pol,
                       const std::vector<double>& ref, double pair_factor, double sft_factor, std::vector<float>* w,
-                      DpoSums* sums) {
+                      DpoSums* sums, const std::vector<double>* pair_weights) {
   w->assign(b.tokens.size(), 0.0f);
   std::vector<DpoPairIn> ins(mb.size());
   for (std::size_t k = 0; k < mb.size(); ++k) {
@@ -325,6 +346,10 @@ void dpo_loss_weights(const DpoLossOptions& o, const std::vector<const Preferenc
       out.d_rejected += w * part.d_rejected;
       out.reward_chosen = part.reward_chosen;
       out.reward_rejected = part.reward_rejected;
+    }
+    if (pair_weights) {  // WPO: the pair's loss scaled, a constant (the rewards are not)
+      const double pw = (*pair_weights)[k];
+      out.loss *= pw, out.d_chosen *= pw, out.d_rejected *= pw;
     }
     if (sums) sums->add(in, out);
     // d loss / d logp_i = (d loss / d sequence log-prob) x the token's weight in it; w_i is its negative. The sft
@@ -461,13 +486,16 @@ double DpoTrainer::train_step(DpoSums* sums) {
     model_.forward(b, lp.data(), true, true, model::dropout_seed(opts_.seed, state_.step));
     dpo_token_metrics(mb, b, model_.token_stats(), sums);
     pol = dpo_sequence_logps(b, tw, lp.data());
+    const std::vector<double> pw =
+        opts_.loss.use_weighting ? wpo_weights(mb, b, lp.data(), model_.token_stats()) : std::vector<double>();
     DpoLossOptions lo = opts_.loss;
     if (kto) {  // the global micro-batch's KL estimate (trl's: each micro-batch's, gathered); NaN stays NaN (torch's clamp)
       const double z = env_.allreduce_sum(kto_kl_sum(pol, ref)) / static_cast<double>(M);
       lo.kto_kl = std::isnan(z) ? z : std::max(0.0, z);
       if (rank == 0) sums->kto_kl += lo.kto_kl, sums->kto_kl_count += 1;
     }
-    dpo_loss_weights(lo, mb, b, tw, lp.data(), pol, ref, inv * scale, sft_inv * scale, &w, sums);
+    dpo_loss_weights(lo, mb, b, tw, lp.data(), pol, ref, inv * scale, sft_inv * scale, &w, sums,
+                     pw.empty() ? nullptr : &pw);
     model_.backward(w.data(), sync_->hook(a + 1 == opts_.grad_accum));
   }
   const double norm = agreed_norm(env_, sync_->finish(scale));  // identical on every rank
@@ -504,7 +532,9 @@ DpoSums DpoTrainer::evaluate() {
     model_.score(b, lp.data(), true);
     pol = dpo_sequence_logps(b, tw, lp.data());
     if (!kto) {
-      dpo_loss_weights(opts_.loss, mb, b, tw, lp.data(), pol, ref, 0.0, 0.0, &w, &s);
+      const std::vector<double> pw =
+          opts_.loss.use_weighting ? wpo_weights(mb, b, lp.data(), model_.token_stats(true)) : std::vector<double>();
+      dpo_loss_weights(opts_.loss, mb, b, tw, lp.data(), pol, ref, 0.0, 0.0, &w, &s, pw.empty() ? nullptr : &pw);
       continue;
     }
     kl_sum += kto_kl_sum(pol, ref);

@@ -88,10 +88,16 @@ std::vector<double> dpo_sequence_logps(const model::Batch& b, const std::vector<
 // the pairs' losses (added to sums) and the backward's per-token weights w (its loss is -sum_i w_i logp_i) for the
 // loss pair_factor x sum of the per-pair losses + sft_factor x sum of the chosen completion tokens' -logp; lp holds
 // the policy's per-token log-probs, pol and ref the policy's and the reference's sequence log-probs.
+// pair_weights (optional, one per pair): each pair's loss and derivatives multiplied by it (WPO).
 void dpo_loss_weights(const DpoLossOptions& o, const std::vector<const PreferencePair*>& mb, const model::Batch& b,
                       const std::vector<float>& token_weight, const float* lp, const std::vector<double>& pol,
                       const std::vector<double>& ref, double pair_factor, double sft_factor, std::vector<float>* w,
-                      DpoSums* sums);
+                      DpoSums* sums, const std::vector<double>* pair_weights = nullptr);
+// WPO's pair weights (trl's use_weighting, Zhou et al. 2024 Eq. 2) from the policy's per-token log-probs lp and the
+// same pass's TokenStats (log sum p^2): for each sequence exp(the mean over its completion tokens of logp -
+// log sum_v p_v^2), a pair's weight the product of its chosen's and rejected's.
+std::vector<double> wpo_weights(const std::vector<const PreferencePair*>& mb, const model::Batch& b, const float* lp,
+                                const model::TokenStats& ts);
 // KTO's estimate of the KL of a global micro-batch is max(0, the sum of this over its ranks / its examples): the sum
 // over this rank's examples of the policy's minus the reference's KL-sequence log-prob (pol, ref as
 // dpo_sequence_logps: each example's completion, then its KL sequence). trl's, detached.

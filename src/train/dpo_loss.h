@@ -41,6 +41,9 @@ struct DpoLossOptions {
   // reference's sequence log-prob), detached).
   double desirable_weight = 1.0, undesirable_weight = 1.0;
   double kto_kl = 0.0;
+  // WPO (trl's use_weighting): each pair's loss times exp(the chosen completion's mean over its tokens of log p -
+  // log sum_v p_v^2) x the same of the rejected one, detached (wpo_weights).
+  bool use_weighting = false;
 };
 
 // The members of o's loss: o.mix, or o.type with weight 1.

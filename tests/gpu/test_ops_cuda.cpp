@@ -1170,7 +1170,7 @@ TEST_P(OpsCuda, LmHeadBackwardEntropyTermMatchesCpu) {
   Pair ew = f32(ew_host);
   for (const float cap : {0.0f, 2.5f})
     for (const float logit_scale : {1.0f, 0.7f}) {
-      Pair lp = f32(Vec(sz(T), 0.0f)), lse = f32(Vec(sz(T), 0.0f)), stats = f32(Vec(sz(3 * T), 0.0f));
+      Pair lp = f32(Vec(sz(T), 0.0f)), lse = f32(Vec(sz(T), 0.0f)), stats = f32(Vec(sz(4 * T), 0.0f));
       cpu_->lm_head_logprob_forward(static_cast<float*>(lp.c), static_cast<float*>(lse.c), h.c, W.c,
                                     static_cast<const std::int32_t*>(targets.c), T, D, V, logit_scale, nullptr, cap,
                                     static_cast<float*>(stats.c));
@@ -1192,7 +1192,7 @@ TEST_P(OpsCuda, LmHeadBackwardEntropyTermMatchesCpu) {
     }
 }
 
-// trl's metrics from the head's row pass (entropy, top-1 hit, mean logit), fused forward-backward included, against the CPU:
+// trl's metrics from the head's row pass (entropy, top-1 hit, mean logit, log sum p^2), fused forward-backward included, against the CPU:
 // entropies within the GEMM tolerance, top-1 hits equal except on rows whose two best logits are closer than the
 // GEMMs' rounding can tell apart; lp and lse as without them.
 TEST_P(OpsCuda, LmHeadStats) {
@@ -1220,7 +1220,7 @@ TEST_P(OpsCuda, LmHeadStats) {
     }
     Pair targets = i32(tg);
     for (const bool fused : {false, true}) {
-      Pair lp = f32(Vec(sz(T), 9.0f)), lse = f32(Vec(sz(T), 9.0f)), stats = f32(Vec(sz(3, T), 9.0f));
+      Pair lp = f32(Vec(sz(T), 9.0f)), lse = f32(Vec(sz(T), 9.0f)), stats = f32(Vec(sz(4, T), 9.0f));
       Pair weights = f32(randu(sz(T), 94));
       Pair dh = storage(Vec(sz(T, D), 0.0f));
       if (fused) {
@@ -1247,6 +1247,8 @@ TEST_P(OpsCuda, LmHeadStats) {
       for (int t = 0; t < T; ++t) {
         EXPECT_NEAR(sg[sz(t)], sc[sz(t)], 1e-3 + 1e-3 * std::fabs(sc[sz(t)])) << "entropy of row " << t << " V " << V;
         EXPECT_NEAR(sg[sz(2 * T + t)], sc[sz(2 * T + t)], 1e-3) << "mean logit of row " << t << " V " << V;
+        EXPECT_NEAR(sg[sz(3 * T + t)], sc[sz(3 * T + t)], 1e-3 + 1e-3 * std::fabs(sc[sz(3 * T + t)]))
+            << "log sum p^2 of row " << t << " V " << V;
         const float hc = sc[sz(T) + sz(t)], hg = sg[sz(T) + sz(t)];
         if (gap[static_cast<std::size_t>(t)] > 1e-2f) {
           EXPECT_EQ(hg, hc) << "top-1 of row " << t << " V " << V;

@@ -98,7 +98,7 @@ TEST(DpoSums, RoundingNoiseIsATieNotAWin) {
   EXPECT_EQ(s.logp_accuracy, 1.0);
 }
 
-TEST(DpoTrl, FixturesPresent) { EXPECT_GE(trl_cases().size(), 21u) << "tests/data/dpo holds too few cases"; }
+TEST(DpoTrl, FixturesPresent) { EXPECT_GE(trl_cases().size(), 23u) << "tests/data/dpo holds too few cases"; }
 
 class DpoTrlCase : public ::testing::TestWithParam<std::string> {};
 
@@ -166,7 +166,17 @@ TEST_P(DpoTrlCase, LossMetricsAndGradientsMatchTrl) {
   const double N = static_cast<double>(pairs.size());
   DpoSums sums;
   dpo_token_metrics(mb, b, net.token_stats(), &sums);
-  dpo_loss_weights(o, mb, b, tw, lp.data(), pol, ref, 1.0 / N, o.sft_weight / chosen_tokens(mb), &w, &sums);
+  // WPO (trl's use_weighting, in fixtures written since 2026-11-29): the pair weights from the same forward.
+  o.use_weighting = k.value("use_weighting", false);
+  const std::vector<double> pw = o.use_weighting ? wpo_weights(mb, b, lp.data(), net.token_stats()) : std::vector<double>();
+  if (o.use_weighting) {
+    double lo = 1, hi = 0;
+    for (const double x : pw) lo = std::min(lo, x), hi = std::max(hi, x);
+    EXPECT_LT(hi, 1.0);
+    EXPECT_GT(hi - lo, 1e-3 * hi) << "the WPO weights are all alike: they check little";
+  }
+  dpo_loss_weights(o, mb, b, tw, lp.data(), pol, ref, 1.0 / N, o.sft_weight / chosen_tokens(mb), &w, &sums,
+                   pw.empty() ? nullptr : &pw);
   const double loss = sums.total_loss(o.sft_weight), want = c["loss"].get<double>();
   EXPECT_LE(std::fabs(loss - want), 1e-5 * std::max(1e-3, std::fabs(want))) << "loss " << loss << " vs " << want;
   const auto& m = c["metrics"];

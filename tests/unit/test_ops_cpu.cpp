@@ -863,7 +863,7 @@ TEST(OpsCpu, LmHeadStatsAreEntropyAndTop1) {
         if (lw[static_cast<size_t>(t) * c.V + v] > lw[static_cast<size_t>(t) * c.V + best]) best = v;
       targets[t] = best;
     }
-    Vec lp(c.T), lse(c.T), stats(3 * static_cast<size_t>(c.T), 9.0f), lp0(c.T), lse0(c.T);
+    Vec lp(c.T), lse(c.T), stats(4 * static_cast<size_t>(c.T), 9.0f), lp0(c.T), lse0(c.T);
     lm_head_logprob_forward(lp.data(), lse.data(), c.h.data(), c.W.data(), targets.data(), c.T, c.D, c.V, scale,
                             nullptr, 0.0f, stats.data());
     lm_head_logprob_forward(lp0.data(), lse0.data(), c.h.data(), c.W.data(), targets.data(), c.T, c.D, c.V, scale,
@@ -881,15 +881,19 @@ TEST(OpsCpu, LmHeadStatsAreEntropyAndTop1) {
       for (int v = 0; v < c.V; ++v) z += std::exp(l[v] - m);
       for (int v = 0; v < c.V; ++v) pz += std::exp(l[v] - m) / z * l[v];
       const double entropy = m + std::log(z) - pz;
-      double mean = 0;
+      double mean = 0, sq = 0;
       for (int v = 0; v < c.V; ++v) mean += l[v] / c.V;
+      for (int v = 0; v < c.V; ++v) sq += std::exp(2 * (l[v] - m)) / (z * z);  // sum of p^2
       if (targets[t] < 0) {
         EXPECT_EQ(stats[t], 0.0f) << t;
         EXPECT_EQ(stats[c.T + t], 0.0f) << t;
         EXPECT_EQ(stats[2 * c.T + t], 0.0f) << t;
+        EXPECT_EQ(stats[3 * c.T + t], 0.0f) << t;
         continue;
       }
       EXPECT_NEAR(stats[2 * c.T + t], mean, 2e-6) << "mean logit of row " << t;
+      EXPECT_NEAR(stats[3 * c.T + t], std::log(sq), 5e-6) << "log sum p^2 of row " << t;
+      EXPECT_LT(stats[3 * c.T + t], 0.0f);
       EXPECT_NEAR(stats[t], entropy, 5e-6) << "entropy of row " << t;
       EXPECT_GT(stats[t], 0.0f);
       EXPECT_EQ(stats[c.T + t], targets[t] == best ? 1.0f : 0.0f) << "top-1 of row " << t;
@@ -945,14 +949,14 @@ TEST(OpsCpu, LmHeadBackwardEntropyTermMatchesFiniteDifferences) {
     const float scale = 1.0f / 0.8f;
     Vec u(c.T);
     for (int t = 0; t < c.T; ++t) u[static_cast<size_t>(t)] = t % 4 == 1 ? 0.0f : 0.05f * static_cast<float>(1 + t % 3);
-    Vec logprob(c.T), lse(c.T), stats(3 * static_cast<size_t>(c.T));
+    Vec logprob(c.T), lse(c.T), stats(4 * static_cast<size_t>(c.T));
     lm_head_logprob_forward(logprob.data(), lse.data(), c.h.data(), c.W.data(), c.targets.data(), c.T, c.D, c.V, scale,
                             nullptr, cap, stats.data());
     Vec dh(c.h.size(), 0.0f), dW(c.W.size(), 0.0f);
     lm_head_logprob_backward(dh.data(), dW.data(), c.weights.data(), c.h.data(), c.W.data(), c.targets.data(),
                              lse.data(), c.T, c.D, c.V, scale, nullptr, cap, u.data(), stats.data());
     auto loss = [&] {
-      Vec lp(c.T), l(c.T), st(3 * static_cast<size_t>(c.T));
+      Vec lp(c.T), l(c.T), st(4 * static_cast<size_t>(c.T));
       lm_head_logprob_forward(lp.data(), l.data(), c.h.data(), c.W.data(), c.targets.data(), c.T, c.D, c.V, scale,
                               nullptr, cap, st.data());
       double ent = 0;
