@@ -593,15 +593,22 @@ DpoResult DpoTrainer::run() {
   auto eval_line = [&](const DpoSums& s, const char* what) {
     const double n = std::max(1.0, s.pairs);
     char line[200];
-    if (s.kto())
-      std::snprintf(line, sizeof(line), "%s step %lld | loss %.4f | kl %.4f | rewards desirable %.4f, undesirable %.4f",
+    if (s.kto()) {  // each side's mean reward, "-" for a side without examples
+      const auto side = [](double sum, double n) {
+        char v[32];
+        if (n > 0) std::snprintf(v, sizeof v, "%.4f", sum / n);
+        else std::snprintf(v, sizeof v, "-");
+        return std::string(v);
+      };
+      std::snprintf(line, sizeof(line), "%s step %lld | loss %.4f | kl %.4f | rewards desirable %s, undesirable %s",
                     what, static_cast<long long>(state_.step), s.total_loss(0.0), s.kto_kl / std::max(1.0, s.kto_kl_count),
-                    s.reward_chosen / std::max(1.0, s.kto_desirable), s.reward_rejected / std::max(1.0, s.kto_undesirable));
-    else
+                    side(s.reward_chosen, s.kto_desirable).c_str(), side(s.reward_rejected, s.kto_undesirable).c_str());
+    } else {
       std::snprintf(line, sizeof(line),
                     "%s step %lld | loss %.4f | preference accuracy %.1f%% | margin %.4f | chosen more likely %.1f%%", what,
                     static_cast<long long>(state_.step), s.total_loss(opts_.loss.sft_weight), 100.0 * s.accuracy / n,
                     s.margin / n, 100.0 * s.logp_accuracy / n);
+    }
     rlog.line(line);
     nlohmann::json j = named(s, "eval_", opts_.loss.sft_weight);
     j["step"] = state_.step;
