@@ -743,7 +743,8 @@ void refuse_output_over_inputs(const std::string& key, const std::string& output
   }
 }
 
-void check_model_fits(const Context& ctx, const io::ModelConfig& mc, const std::string& config_json, bool full) {
+void check_model_fits(const Context& ctx, const io::ModelConfig& mc, const std::string& config_json, bool full,
+                      bool reference_copy) {
   refuse_sharded_full_finetune(ctx.cfg);
   const bool gpu = ctx.device.backend == dist::Backend::Cuda;
   const std::size_t stored = gpu ? 2 : 4;  // bytes a stored weight
@@ -754,7 +755,7 @@ void check_model_fits(const Context& ctx, const io::ModelConfig& mc, const std::
   const bool nf4 = !full && (mc.bnb4bit || ctx.cfg.get_string("model.quantize") == "nf4");
   double bytes = 0;
   if (full) {
-    bytes = io::parameter_count(mc) * (gpu ? 18.0 : 16.0);
+    bytes = io::parameter_count(mc) * ((gpu ? 18.0 : 16.0) + (reference_copy ? 8.0 : 0.0));
   } else {
     const bool dq = nf4 && (mc.bnb4bit ? mc.bnb4bit->double_quant : ctx.cfg.get_bool("model.quantize_double"));
     const std::string quantize = nf4 ? "nf4" : "none";
@@ -800,7 +801,8 @@ RlInputs load_rl_inputs(const Context& ctx, bool full, const std::string& prompt
   std::string model_src;
   in.model = training_model_config(cfg, &model_src);
   const io::ModelConfig& mc = in.model;
-  check_model_fits(ctx, mc, model_src, full);
+  // GRPO's reference with grpo.beta > 0 (full fine-tuning: a frozen copy of every starting weight)
+  check_model_fits(ctx, mc, model_src, full, prompt_key.rfind("grpo.", 0) == 0 && cfg.get_float("grpo.beta") > 0);
   in.tokenizer = std::make_unique<io::Tokenizer>(io::Tokenizer::from_dir(tokenizer_dir(cfg)));
   const io::Tokenizer& tok = *in.tokenizer;
   if (tok.vocab_size() > mc.vocab_size)

@@ -143,7 +143,7 @@ int run_dpo(Context& ctx) {
     }
     std::string model_src;
     mc = training_model_config(cfg, &model_src);
-    check_model_fits(ctx, mc, model_src, full);
+    check_model_fits(ctx, mc, model_src, full, kto);  // KTO: a frozen copy of the starting weights (full fine-tuning)
     tok = std::make_unique<io::Tokenizer>(io::Tokenizer::from_dir(tokenizer_dir(cfg)));
     if (tok->vocab_size() > mc.vocab_size)
       throw UserError(tok->path() + ": the tokenizer has " + std::to_string(tok->vocab_size()) +
@@ -203,12 +203,13 @@ int run_dpo(Context& ctx) {
                                  mix.of_difference()))
       data_notes.push_back(std::move(note));
   if (kto) {
-    // trl's check of the desirability balance: with unequal counts (an empty side counts 1), desirable_weight x
-    // desirable examples / (undesirable_weight x undesirable ones) should lie in [1, 4/3] (its bounds rounded to 2
-    // decimals, as trl's message gives them).
-    double nd = 0, nu = 0;
-    for (const auto& e : train_data.pairs) (e.label == 1 ? nd : nu) += 1;
-    nd = std::max(nd, 1.0), nu = std::max(nu, 1.0);
+    // trl's check of the desirability balance: with unequal counts (trl's: desirable at least 1, undesirable the rest
+    // and at least 1), desirable_weight x desirable examples / (undesirable_weight x undesirable ones) should lie in
+    // [1, 4/3] (its bounds rounded to 2 decimals, as trl's message gives them).
+    double nd = 0;
+    for (const auto& e : train_data.pairs) nd += e.label == 1 ? 1 : 0;
+    nd = std::max(nd, 1.0);
+    const double nu = std::max(static_cast<double>(train_data.pairs.size()) - nd, 1.0);
     const auto r2 = [](double x) { return std::round(x * 100.0) / 100.0; };
     const double wd = cfg.get_float("kto.desirable_weight"), wu = cfg.get_float("kto.undesirable_weight");
     const bool d_ok = r2(nu * wu / nd) <= wd && wd <= r2(nu * wu / nd * 1.33);

@@ -120,8 +120,9 @@ int run_plan(dist::MpiEnv& env, const io::Config& cfg) {
       // The scoring pass runs for the reference (grpo.beta > 0) and the old policy (a round serving several steps).
       in.scoring = ppo || cfg.get_float("grpo.beta") > 0 || cfg.get_int("grpo.num_iterations") > 1 ||
                    cfg.get_int("grpo.steps_per_generation") > 1;
-      in.reference_copy = !ppo && cfg.get_float("grpo.beta") > 0 && cfg.get_string("grpo.reference") == "initial" &&
-                          !cfg.get_string("lora.adapter").empty();
+      in.reference_copy = !ppo && cfg.get_float("grpo.beta") > 0 &&
+                          (in.full_finetune ||
+                           (cfg.get_string("grpo.reference") == "initial" && !cfg.get_string("lora.adapter").empty()));
       // The rollout's paged cache as rl::Generator sizes it (Generator::kv_pool), for the prompts a rank generates in
       // a round (grpo.steps_per_generation steps' worth).
       in.generate = true;
@@ -149,6 +150,8 @@ int run_plan(dist::MpiEnv& env, const io::Config& cfg) {
       seq_len = std::min(max_pos, cfg.get_int(mode + ".max_length"));
       // chosen and rejected; KTO: an example's completion and its KL sequence
       micro = std::max<std::int64_t>(1, 2 * per_rank / accum);
+      // KTO's reference from a starting adapter or with full fine-tuning: a frozen copy of the starting weights
+      in.reference_copy = mode == "kto" && (in.full_finetune || !cfg.get_string("lora.adapter").empty());
       in.scoring = true;
     } else {
       seq_len = std::min(max_pos, cfg.get_int("train.max_seq_len"));

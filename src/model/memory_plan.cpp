@@ -141,6 +141,7 @@ MemoryPlan memory_plan(const PlanInput& in) {
     const double n = io::parameter_count(c);
     add("base gradients + AdamW", n * 12, "f32 gradients and two moments of every parameter");
     if (in.master_weights || in.storage != 4) add("fp32 master weights", n * 4, "what the optimizer updates");
+    if (in.reference_copy) add("reference copy", n * 8, "frozen starting weights + swap buffer (the reference)");
   }
   if (in.lora) {
     const double n = static_cast<double>(lora_numel(c, in.lora_cfg));
@@ -148,7 +149,7 @@ MemoryPlan memory_plan(const PlanInput& in) {
     std::snprintf(buf, sizeof buf, "%.3g parameters (r %d, %zu target modules): f32 weights, gradients, 2 moments",
                   n, in.lora_cfg.r, in.lora_cfg.targets.size());
     add("LoRA + grads + AdamW", n * 16, buf);
-    if (in.reference_copy) add("reference copy", n * 8, "frozen starting adapter + swap buffer (grpo.beta > 0)");
+    if (in.reference_copy) add("reference copy", n * 8, "frozen starting adapter + swap buffer (the reference)");
   }
   const std::size_t head = lm_head_scratch_bytes(in.cuda, in.storage, c.vocab_size);
   const LoraConfig* lora = in.lora ? &in.lora_cfg : nullptr;

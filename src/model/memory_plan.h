@@ -57,7 +57,8 @@ struct PlanInput {
   bool recompute = false;
   std::int64_t train_tokens = 0;  // the largest training micro-batch, in tokens
   bool scoring = false;           // GRPO / DPO: a no-grad scoring arena of train_tokens as well
-  bool reference_copy = false;    // GRPO: a frozen copy of the trainable weights (+ a swap buffer) as reference
+  // GRPO (grpo.beta > 0) and KTO: a frozen copy of the trainable weights (+ a swap buffer) as reference
+  bool reference_copy = false;
   // Generation (GRPO's rollouts, generate): the paged KV cache and the inference workspace.
   bool generate = false;
   int kv_slots = 0, kv_max_len = 0, kv_blocks = 0, kv_block_size = 16;

@@ -205,9 +205,21 @@ std::vector<PreferencePair> kto_micro_batch(const std::vector<PreferencePair>& d
   MGRL_CHECK(mb_begin <= begin && begin <= end && end <= mb_end && mb_end <= global.size() && mb_end - mb_begin >= 2,
              "kto_micro_batch: slots");
   std::vector<PreferencePair> out;
+  const std::size_t M = mb_end - mb_begin;
   for (std::size_t s = begin; s < end; ++s) {
     const PreferencePair& e = data[global[s]];
-    const PreferencePair& other = data[global[s == mb_begin ? mb_end - 1 : s - 1]];
+    // The slot before (cyclically), or the nearest before it that holds another example: the sampler repeats one
+    // across an epoch's end, and a data set smaller than the micro-batch repeats them (until a review, 2026-11-29, such
+    // an example was its own KL partner). Only a micro-batch of a single example has none other: itself.
+    std::size_t o = s;
+    for (std::size_t back = 1; back < M; ++back) {
+      const std::size_t c = mb_begin + (s - mb_begin + M - back) % M;
+      if (global[c] != global[s]) {
+        o = c;
+        break;
+      }
+    }
+    const PreferencePair& other = data[global[o]];
     PreferencePair x;
     x.label = e.label;
     x.prompt_len = e.prompt_len;
@@ -484,10 +496,10 @@ double DpoTrainer::train_step(DpoSums* sums) {
     b.seq_keys.clear();  // chosen and rejected of the pair in slot g of the global batch: keys 2g and 2g + 1
     for (int k = 0; k < 2 * micro; ++k) b.seq_keys.push_back(static_cast<std::uint64_t>(2 * first + static_cast<std::size_t>(k)));
     model_.forward(b, lp.data(), true, true, model::dropout_seed(opts_.seed, state_.step));
-    dpo_token_metrics(mb, b, model_.token_stats(), sums);
+    const model::TokenStats stats = model_.token_stats();
+    dpo_token_metrics(mb, b, stats, sums);
     pol = dpo_sequence_logps(b, tw, lp.data());
-    const std::vector<double> pw =
-        opts_.loss.use_weighting ? wpo_weights(mb, b, lp.data(), model_.token_stats()) : std::vector<double>();
+    const std::vector<double> pw = opts_.loss.use_weighting ? wpo_weights(mb, b, lp.data(), stats) : std::vector<double>();
     DpoLossOptions lo = opts_.loss;
     if (kto) {  // the global micro-batch's KL estimate (trl's: each micro-batch's, gathered); NaN stays NaN (torch's clamp)
       const double z = env_.allreduce_sum(kto_kl_sum(pol, ref)) / static_cast<double>(M);

@@ -554,6 +554,13 @@ TEST(KtoData, MicroBatchKlPairsRotateWithinIt) {
   ASSERT_EQ(part.size(), 2u);
   EXPECT_EQ(part[0].rejected, (std::vector<std::int32_t>{104, 204, 302}));
   EXPECT_EQ(part[1].rejected, (std::vector<std::int32_t>{101, 201, 304}));
+  // An example repeated in adjacent slots (an epoch's end; fewer examples than the micro-batch) takes the nearest
+  // other example's completion, never its own.
+  const std::vector<std::size_t> wrap{0, 1, 2, 0};
+  const auto w = kto_micro_batch(data, wrap, 0, 4, 0, 4, 1024);
+  EXPECT_EQ(w[0].rejected, (std::vector<std::int32_t>{100, 200, 302, 402}));  // slot 0: slot 3 is itself, so slot 2
+  EXPECT_EQ(w[3].rejected, (std::vector<std::int32_t>{100, 200, 302, 402}));  // slot 3: slot 2
+  EXPECT_EQ(w[1].rejected, (std::vector<std::int32_t>{101, 201, 300, 400}));
 }
 
 }  // namespace
