@@ -160,7 +160,7 @@ int run_dpo(Context& ctx) {
       throw UserError("mgrl kto needs train.batch_size / train.grad_accum >= 2 (got " + std::to_string(kl_block) +
                       "): its KL estimate pairs each example's prompt with another example's completion of its "
                       "micro-batch (trl refuses a batch of 1 too)");
-    train_data = kto ? train::load_kto(cfg.get_string("data.input"), *tok, d, static_cast<int>(kl_block))
+    train_data = kto ? train::load_kto(cfg.get_string("data.input"), *tok, d)
                      : train::load_pairs(cfg.get_string("data.input"), *tok, d);
     // No pair that teaches anything, and no SFT term on the chosen side: the run would end as it began.
     if (!kto && mix.of_difference() && train_data.same + train_data.cut_same == static_cast<int>(train_data.pairs.size()) &&
@@ -175,7 +175,7 @@ int run_dpo(Context& ctx) {
                                                                            train_data.first_cut_same_line)) +
                       "): the loss's gradient would be 0 for every pair, and nothing could be learned");
     if (!cfg.get_string("eval.input").empty())
-      eval_data = kto ? train::load_kto(cfg.get_string("eval.input"), *tok, d, static_cast<int>(kl_block))
+      eval_data = kto ? train::load_kto(cfg.get_string("eval.input"), *tok, d)
                       : train::load_pairs(cfg.get_string("eval.input"), *tok, d);
     if (kto && cfg.get_bool("eval.accuracy"))
       throw UserError("key 'eval.accuracy' is not available in mgrl kto (its completions are desirable or not, not "
@@ -187,7 +187,8 @@ int run_dpo(Context& ctx) {
     }
     std::size_t longest = 1;
     for (const auto* set : {&train_data, &eval_data})
-      for (const auto& p : set->pairs) longest = std::max({longest, p.chosen.size(), p.rejected.size()});
+      for (const auto& p : set->pairs)  // KTO's KL sequences are at most max_length long
+        longest = std::max({longest, p.chosen.size(), kto ? static_cast<std::size_t>(max_length) : p.rejected.size()});
     const std::int64_t batch = cfg.get_int("train.batch_size"), accum = cfg.get_int("train.grad_accum");
     check_batch_fits(mc, "train.batch_size", batch,
                      2.0 * static_cast<double>(batch) / env.size() / static_cast<double>(accum),

@@ -167,9 +167,7 @@ GrpoTrainer::GrpoTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Trans
   // base model (a starting adapter, or full fine-tuning): then a frozen copy of the trainable weights only.
   const bool full = model_.base_grads() != nullptr;
   if (opts_.loss.beta > 0 && (full || (opts_.reference == "initial" && !initial_is_base_))) {
-    initial_ = static_cast<float*>(model_.ops().alloc(tr_.n * sizeof(float)));
-    swap_ = static_cast<float*>(model_.ops().alloc(tr_.n * sizeof(float)));
-    model_.ops().copy(initial_, tr_.params, tr_.n * sizeof(float));
+    frozen_ = std::make_unique<train::FrozenCopy>(model_.ops(), tr_);
   }
   accuracy_fn_ = rewards_.accuracy_index(opts_.accuracy_reward);  // the reward that decides correctness in evaluation
   // Until 2026-11-28 pass@k was left out of the evaluation without a word.
@@ -234,10 +232,7 @@ void GrpoTrainer::say_if_no_signal(const std::vector<Rollout>& all, std::int64_t
                  "; GRPO learns from the differences between the rewards of a prompt's completions");
 }
 
-GrpoTrainer::~GrpoTrainer() {
-  if (initial_) model_.ops().release(initial_);
-  if (swap_) model_.ops().release(swap_);
-}
+GrpoTrainer::~GrpoTrainer() = default;
 
 std::vector<RewardSample> GrpoTrainer::samples_of(const std::vector<Rollout>& rs) const {
   std::vector<RewardSample> out;
@@ -321,14 +316,8 @@ void GrpoTrainer::score_round(bool old_policy, bool reference) {
   };
   if (old_policy) pass(true, &Rollout::old_logps);
   if (reference) {
-    if (initial_) {
-      auto& ops = model_.ops();
-      ops.copy(swap_, tr_.params, tr_.n * sizeof(float));
-      ops.copy(tr_.params, initial_, tr_.n * sizeof(float));
-      tr_.params_changed();
-      pass(true, &Rollout::ref_logps);
-      ops.copy(tr_.params, swap_, tr_.n * sizeof(float));
-      tr_.params_changed();
+    if (frozen_) {
+      frozen_->with_frozen([&] { pass(true, &Rollout::ref_logps); });
     } else {
       pass(false, &Rollout::ref_logps);
     }

@@ -30,6 +30,7 @@
 #include "train/grad_sync.h"
 #include "train/optimizer.h"
 #include "train/run_log.h"
+#include "train/trainable.h"
 
 namespace mgrl::rl {
 
@@ -160,8 +161,7 @@ class GrpoTrainer {
   std::unique_ptr<train::DivergenceGuard> guard_;
   train::StepOutcome last_outcome_ = train::StepOutcome::Updated;  // of the last step
   train::TrainState state_;
-  float* initial_ = nullptr;  // frozen copy of the starting trainable weights (reference = initial), or nullptr
-  float* swap_ = nullptr;
+  std::unique_ptr<train::FrozenCopy> frozen_;  // the starting trainable weights (reference = initial), or none
   std::unique_ptr<Round> round_;
   std::size_t slice_ = 0;  // the round's slice that batch_of and trained_in read (this step's)
   train::PhaseTimes phases_, total_phases_;

@@ -150,11 +150,7 @@ DpoTrainer::DpoTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transfo
                     std::to_string(opts_.loss.label_smoothing) + ")");
   if (!(opts_.loss.beta > 0)) throw UserError(section + "beta must be above 0");
   tr_ = trainable_of(model_, model_.base_grads() != nullptr);
-  if (opts_.kto_frozen_reference) {  // the starting weights, before a resume replaces them
-    initial_ = static_cast<float*>(model_.ops().alloc(tr_.n * sizeof(float)));
-    swap_ = static_cast<float*>(model_.ops().alloc(tr_.n * sizeof(float)));
-    model_.ops().copy(initial_, tr_.params, tr_.n * sizeof(float));
-  }
+  if (opts_.kto_frozen_reference) frozen_ = std::make_unique<FrozenCopy>(model_.ops(), tr_);  // before a resume
   model_.set_token_stats(true);  // trl's entropy, mean_token_accuracy and logits/* of the training forwards
   if (opts_.loss.use_weighting) model_.set_score_stats(true);  // WPO's weights of the held-out pairs
   opt_ = std::make_unique<Optimizer>(model_.ops(), tr_,
@@ -170,7 +166,14 @@ DpoTrainer::DpoTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transfo
   // Activations planned once: a micro-batch holds at most the longest `micro` pairs (both sequences of each).
   const int micro = opts_.global_batch / ranks / opts_.grad_accum;
   std::vector<long long> lens;
-  for (const auto& p : train_) lens.push_back(static_cast<long long>(p.chosen.size() + p.rejected.size()));
+  // KTO: an example and its KL sequence, which may borrow the longest completion (its prompt + that, cut)
+  std::size_t longest_completion = 0;
+  for (const auto& p : train_) longest_completion = std::max(longest_completion, p.completion.size());
+  for (const auto& p : train_)
+    lens.push_back(static_cast<long long>(
+        p.chosen.size() + (kto ? std::min<std::size_t>(static_cast<std::size_t>(p.prompt_len) + longest_completion,
+                                                       static_cast<std::size_t>(opts_.kto_max_length))
+                               : p.rejected.size())));
   const auto top = std::min<std::size_t>(lens.size(), static_cast<std::size_t>(micro));
   std::partial_sort(lens.begin(), lens.begin() + static_cast<std::ptrdiff_t>(top), lens.end(), std::greater<long long>());
   long long most = 0;
@@ -194,41 +197,40 @@ DpoTrainer::DpoTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transfo
     });
 }
 
-DpoTrainer::~DpoTrainer() {
-  if (initial_) model_.ops().release(initial_);
-  if (swap_) model_.ops().release(swap_);
+DpoTrainer::~DpoTrainer() = default;
+
+std::size_t kto_partner(const std::vector<std::size_t>& global, std::size_t mb_begin, std::size_t mb_end, std::size_t s) {
+  MGRL_CHECK(mb_begin <= s && s < mb_end && mb_end <= global.size(), "kto_partner: slots");
+  // The slot before (cyclically), or the nearest before it that holds another example: the sampler repeats one
+  // across an epoch's end, and a data set smaller than the micro-batch repeats them (until a review, 2026-11-29, such
+  // an example was its own KL partner). Only a block of a single example has none other: itself.
+  const std::size_t M = mb_end - mb_begin;
+  for (std::size_t back = 1; back < M; ++back) {
+    const std::size_t c = mb_begin + (s - mb_begin + M - back) % M;
+    if (global[c] != global[s]) return c;
+  }
+  return s;
+}
+
+PreferencePair kto_example(const std::vector<PreferencePair>& data, const std::vector<std::size_t>& global,
+                           std::size_t mb_begin, std::size_t mb_end, std::size_t s, int max_length) {
+  const PreferencePair& e = data[global[s]];
+  const PreferencePair& other = data[global[kto_partner(global, mb_begin, mb_end, s)]];
+  PreferencePair x;
+  x.label = e.label;
+  x.prompt_len = e.prompt_len;
+  x.chosen = e.chosen;
+  x.rejected.assign(e.chosen.begin(), e.chosen.begin() + e.prompt_len);
+  x.rejected.insert(x.rejected.end(), other.completion.begin(), other.completion.end());
+  x.rejected.resize(std::min<std::size_t>(x.rejected.size(), static_cast<std::size_t>(max_length)));
+  return x;
 }
 
 std::vector<PreferencePair> kto_micro_batch(const std::vector<PreferencePair>& data, const std::vector<std::size_t>& global,
                                             std::size_t mb_begin, std::size_t mb_end, std::size_t begin, std::size_t end,
                                             int max_length) {
-  MGRL_CHECK(mb_begin <= begin && begin <= end && end <= mb_end && mb_end <= global.size() && mb_end - mb_begin >= 2,
-             "kto_micro_batch: slots");
   std::vector<PreferencePair> out;
-  const std::size_t M = mb_end - mb_begin;
-  for (std::size_t s = begin; s < end; ++s) {
-    const PreferencePair& e = data[global[s]];
-    // The slot before (cyclically), or the nearest before it that holds another example: the sampler repeats one
-    // across an epoch's end, and a data set smaller than the micro-batch repeats them (until a review, 2026-11-29, such
-    // an example was its own KL partner). Only a micro-batch of a single example has none other: itself.
-    std::size_t o = s;
-    for (std::size_t back = 1; back < M; ++back) {
-      const std::size_t c = mb_begin + (s - mb_begin + M - back) % M;
-      if (global[c] != global[s]) {
-        o = c;
-        break;
-      }
-    }
-    const PreferencePair& other = data[global[o]];
-    PreferencePair x;
-    x.label = e.label;
-    x.prompt_len = e.prompt_len;
-    x.chosen = e.chosen;
-    x.rejected.assign(e.chosen.begin(), e.chosen.begin() + e.prompt_len);
-    x.rejected.insert(x.rejected.end(), other.completion.begin(), other.completion.end());
-    x.rejected.resize(std::min<std::size_t>(x.rejected.size(), static_cast<std::size_t>(max_length)));
-    out.push_back(std::move(x));
-  }
+  for (std::size_t s = begin; s < end; ++s) out.push_back(kto_example(data, global, mb_begin, mb_end, s, max_length));
   return out;
 }
 
@@ -394,14 +396,8 @@ void DpoTrainer::reference(const std::vector<const PreferencePair*>& mb, const m
     return;
   }
   std::vector<float> lp(b.tokens.size(), 0.0f);
-  if (initial_) {  // KTO's frozen reference: the starting weights swapped in for this pass
-    auto& ops = model_.ops();
-    ops.copy(swap_, tr_.params, tr_.n * sizeof(float));
-    ops.copy(tr_.params, initial_, tr_.n * sizeof(float));
-    tr_.params_changed();
-    model_.score(b, lp.data(), true);
-    ops.copy(tr_.params, swap_, tr_.n * sizeof(float));
-    tr_.params_changed();
+  if (frozen_) {  // KTO's frozen reference: the starting weights swapped in for this pass
+    frozen_->with_frozen([&] { model_.score(b, lp.data(), true); });
   } else {
     model_.score(b, lp.data(), false);  // the adapter switched off: the base model, no second copy of the weights
   }
@@ -455,10 +451,14 @@ double DpoTrainer::train_step(DpoSums* sums) {
   std::int64_t completion_tokens = 0;
   last_tokens_ = 0;
   for (std::size_t a = 0; a < static_cast<std::size_t>(opts_.grad_accum); ++a) {
-    if (kto) {  // the KL sequences of this step's micro-batches
-      for (const auto& x : kto_micro_batch(train_, global, a * M, (a + 1) * M, a * M, (a + 1) * M, opts_.kto_max_length)) {
-        completion_tokens += x.chosen_tokens();
-        last_tokens_ += static_cast<std::int64_t>(x.chosen.size() + x.rejected.size());
+    if (kto) {  // each example's sequence and its KL sequence (its prompt + its partner's completion, cut)
+      for (std::size_t s = a * M; s < (a + 1) * M; ++s) {
+        const auto& e = train_[global[s]];
+        const auto& other = train_[global[kto_partner(global, a * M, (a + 1) * M, s)]];
+        completion_tokens += e.chosen_tokens();
+        last_tokens_ += static_cast<std::int64_t>(
+            e.chosen.size() + std::min<std::size_t>(static_cast<std::size_t>(e.prompt_len) + other.completion.size(),
+                                                    static_cast<std::size_t>(opts_.kto_max_length)));
       }
       continue;
     }
@@ -532,12 +532,27 @@ DpoSums DpoTrainer::evaluate() {
   std::vector<double> ref, pol;
   // KTO's losses need the KL estimate of the whole held-out set (every rank's): its examples' sequence log-probs wait
   // for it (DpoPairIn, a few numbers each).
+  // Its KL sequences: the training pairing (kto_example) over fixed blocks of the held-out file, one global
+  // micro-batch's worth of examples each, so that they do not depend on the ranks or eval.batch_size.
   const bool kto = opts_.loss.type == DpoLossType::Kto;
+  const std::size_t block = static_cast<std::size_t>(opts_.global_batch / opts_.grad_accum);
+  std::vector<std::size_t> order;
+  if (kto)
+    for (std::size_t i = 0; i < N; ++i) order.push_back(i);
   std::vector<DpoPairIn> held;
+  std::vector<PreferencePair> kto_mb;
   double kl_sum = 0;
   for (std::size_t i0 = lo; i0 < hi; i0 += static_cast<std::size_t>(opts_.eval_batch)) {
     std::vector<const PreferencePair*> mb;
-    for (std::size_t i = i0; i < std::min(hi, i0 + static_cast<std::size_t>(opts_.eval_batch)); ++i) mb.push_back(&eval_[i]);
+    const std::size_t i1 = std::min(hi, i0 + static_cast<std::size_t>(opts_.eval_batch));
+    kto_mb.clear();
+    for (std::size_t i = i0; i < i1; ++i)
+      if (kto)
+        kto_mb.push_back(kto_example(eval_, order, i / block * block, std::min(N, (i / block + 1) * block), i,
+                                     opts_.kto_max_length));
+      else
+        mb.push_back(&eval_[i]);
+    for (const auto& x : kto_mb) mb.push_back(&x);
     const model::Batch b = dpo_batch(mb, opts_.ld_alpha, &tw);
     reference(mb, b, tw, &ref);
     lp.assign(b.tokens.size(), 0.0f);

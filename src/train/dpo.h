@@ -102,10 +102,15 @@ std::vector<double> wpo_weights(const std::vector<const PreferencePair*>& mb, co
 // over this rank's examples of the policy's minus the reference's KL-sequence log-prob (pol, ref as
 // dpo_sequence_logps: each example's completion, then its KL sequence). trl's, detached.
 double kto_kl_sum(const std::vector<double>& pol, const std::vector<double>& ref);
-// KTO's examples of one rank's share [begin, end) of a global micro-batch [mb_begin, mb_end) of a step (slots of
-// `global`, the step's data indices), each with its KL sequence for this step: its prompt followed by the completion of
-// the example one slot before it in the global micro-batch (the first takes the last's: trl's rotation, on the
-// examples that are trained together), cut to max_length.
+// KTO's KL pairing within a block [mb_begin, mb_end) of slots of `global` (data indices): a training step's global
+// micro-batch, or a block of the held-out file. The partner of slot s: the slot before it (the first takes the
+// last's: trl's rotation, on the examples that are trained together), or the nearest before that holding another
+// example; s itself only in a block of one example.
+std::size_t kto_partner(const std::vector<std::size_t>& global, std::size_t mb_begin, std::size_t mb_end, std::size_t s);
+// The example at slot s with its KL sequence: its prompt followed by its partner's completion, cut to max_length.
+PreferencePair kto_example(const std::vector<PreferencePair>& data, const std::vector<std::size_t>& global,
+                           std::size_t mb_begin, std::size_t mb_end, std::size_t s, int max_length);
+// kto_example for one rank's share [begin, end) of a global micro-batch [mb_begin, mb_end).
 std::vector<PreferencePair> kto_micro_batch(const std::vector<PreferencePair>& data, const std::vector<std::size_t>& global,
                                             std::size_t mb_begin, std::size_t mb_end, std::size_t begin, std::size_t end,
                                             int max_length);
@@ -153,8 +158,7 @@ class DpoTrainer {
   StepOutcome last_outcome_ = StepOutcome::Updated;
   double last_norm_ = 0;
   std::int64_t last_tokens_ = 0;
-  float* initial_ = nullptr;  // KTO's frozen reference (kto_frozen_reference): the starting trainable weights
-  float* swap_ = nullptr;
+  std::unique_ptr<FrozenCopy> frozen_;  // KTO's frozen reference (kto_frozen_reference), or none
 };
 
 }  // namespace mgrl::train

@@ -166,11 +166,7 @@ std::vector<std::string> PairData::notes(const std::string& path, int max_length
   add(dropped, first_dropped_line,
       std::string(dropped == 1 ? "is" : "are") + " left out: the prompt alone has " + key + " (" +
           std::to_string(max_length) + ") tokens or more");
-  if (kto) {
-    add(same, first_same_line, std::string(same == 1 ? "has" : "have") + " its own completion as KL completion (a "
-                                                                          "block of one, or the same completion twice)");
-    return out;
-  }
+  if (kto) return out;
   add(same, first_same_line, std::string(same == 1 ? "has" : "have") + " the same chosen and rejected tokens: " +
                                  (cancels ? "the loss's gradient is 0 for them, they teach nothing"
                                           : "the loss pulls the same completion up as chosen and down as rejected"));
@@ -181,7 +177,7 @@ std::vector<std::string> PairData::notes(const std::string& path, int max_length
   return out;
 }
 
-PairData load_kto(const std::string& path, const io::Tokenizer& tok, const PairOptions& opts, int kl_block) {
+PairData load_kto(const std::string& path, const io::Tokenizer& tok, const PairOptions& opts) {
   struct Row {
     nlohmann::ordered_json prompt, completion;
     io::ChatExtras extras;
@@ -295,23 +291,14 @@ PairData load_kto(const std::string& path, const io::Tokenizer& tok, const PairO
     throw UserError(path + (out.dropped > 0 ? ": no examples left: every prompt has kto.max_length (" +
                                                   std::to_string(opts.max_length) + ") tokens or more"
                                             : std::string(": no examples")));
-  // The KL completions: rotated by one within each block of kl_block examples (trl's add_kl_completion_ids).
-  const std::size_t block = static_cast<std::size_t>(std::max(1, kl_block));
-  for (std::size_t i = 0; i < kept.size(); ++i) {
-    const std::size_t start = i / block * block, end = std::min(kept.size(), start + block);
-    const Tokenized& t = kept[i];
-    const Tokenized& other = kept[i == start ? end - 1 : i - 1];
+  for (Tokenized& t : kept) {  // the KL sequences are paired by the trainer (kto_example)
     PreferencePair e;
     e.label = t.label ? 1 : 0;
     e.prompt_len = static_cast<std::int32_t>(t.prompt_len);
-    e.chosen_text = t.text;
-    e.chosen = t.ids;
+    e.chosen_text = std::move(t.text);
     e.completion.assign(t.ids.begin() + static_cast<std::ptrdiff_t>(t.prompt_len), t.ids.end());
-    e.rejected.assign(t.ids.begin(), t.ids.begin() + static_cast<std::ptrdiff_t>(t.prompt_len));
-    e.rejected.insert(e.rejected.end(), other.ids.begin() + static_cast<std::ptrdiff_t>(other.prompt_len), other.ids.end());
-    if (e.rejected == e.chosen && out.same++ == 0) out.first_same_line = t.line;
-    for (auto* seq : {&e.chosen, &e.rejected})
-      seq->resize(std::min<std::size_t>(seq->size(), static_cast<std::size_t>(opts.max_length)));
+    e.chosen = std::move(t.ids);
+    e.chosen.resize(std::min<std::size_t>(e.chosen.size(), static_cast<std::size_t>(opts.max_length)));
     out.pairs.push_back(std::move(e));
   }
   return out;

@@ -22,9 +22,8 @@ struct PreferencePair {
   // The reference policy's sequence log-probs, when computed before training (dpo.precompute_ref_log_probs).
   double ref_chosen = 0, ref_rejected = 0;
   // A KTO example (load_kto): 1 desirable, 0 undesirable; chosen is its prompt + completion, rejected its KL sequence
-  // (the prompt + another example's completion: the one before it in its block of the file, which held-out figures
-  // use; training pairs them within each micro-batch, kto_micro_batch); completion its whole completion's tokens
-  // (before max_length). -1: a DPO pair.
+  // (the prompt + another example's completion, set by train/dpo.h kto_example where it is batched); completion its
+  // whole completion's tokens (before max_length). -1: a DPO pair.
   int label = -1;
   std::vector<std::int32_t> completion;
   int chosen_tokens() const { return static_cast<int>(chosen.size()) - prompt_len; }
@@ -58,13 +57,11 @@ PairData load_pairs(const std::string& path, const io::Tokenizer& tok, const Pai
 // KTO examples (trl's KTOTrainer): JSONL lines {"prompt", "completion", "label": true | false} (strings, or messages
 // as DPO's), or preference pairs {"prompt", "chosen", "rejected"} (the prompt implicit as in load_pairs) unpaired as
 // trl's unpair_preference_dataset does (in blocks of 1000 lines: the block's chosen completions, label true, then its
-// rejected ones, label false); each
-// tokenized as trl does (the completion from where the tokenized prompt and prompt + completion diverge; EOS appended
-// to a string completion), those whose prompt fills max_length left out; then each gets its KL completion as trl's
-// add_kl_completion_ids: the completions rotated by one within consecutive blocks of kl_block examples (the first of a
-// block takes the block's last). Whole sequences cut to max_length keeping the start. `dropped` counts the examples
-// left out; `same` the examples whose KL sequence is their own sequence.
-PairData load_kto(const std::string& path, const io::Tokenizer& tok, const PairOptions& opts, int kl_block);
+// rejected ones, label false); each tokenized as trl does (the completion from where the tokenized prompt and prompt
+// + completion diverge; EOS appended to a string completion), those whose prompt fills max_length left out (as trl,
+// before its KL pairing); chosen cut to max_length keeping the start. `rejected` stays empty: the KL sequences are
+// paired where the examples are batched (train/dpo.h kto_example). `dropped` counts the examples left out.
+PairData load_kto(const std::string& path, const io::Tokenizer& tok, const PairOptions& opts);
 
 // The token ids of a conversation through the chat template (io/chat_template.h, the path SFT, GRPO and
 // `mgrl render` use): the one place DPO renders messages.

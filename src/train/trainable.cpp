@@ -70,4 +70,24 @@ void refuse_activations_beyond_memory(const dist::MpiEnv& env, model::Transforme
   });
 }
 
+FrozenCopy::FrozenCopy(kernels::Ops& ops, const Trainable& tr) : ops_(ops), tr_(tr) {
+  initial_ = static_cast<float*>(ops_.alloc(tr_.n * sizeof(float)));
+  swap_ = static_cast<float*>(ops_.alloc(tr_.n * sizeof(float)));
+  ops_.copy(initial_, tr_.params, tr_.n * sizeof(float));
+}
+
+FrozenCopy::~FrozenCopy() {
+  ops_.release(initial_);
+  ops_.release(swap_);
+}
+
+void FrozenCopy::with_frozen(const std::function<void()>& pass) {
+  ops_.copy(swap_, tr_.params, tr_.n * sizeof(float));
+  ops_.copy(tr_.params, initial_, tr_.n * sizeof(float));
+  tr_.params_changed();
+  pass();
+  ops_.copy(tr_.params, swap_, tr_.n * sizeof(float));
+  tr_.params_changed();
+}
+
 }  // namespace mgrl::train

@@ -38,6 +38,25 @@ bool decays(const std::string& name);
 // other storage (the GPU) trains their fp32 master copy.
 Trainable trainable_of(model::Transformer& m, bool full_finetune);
 
+// A frozen copy of the trainable weights as they are when it is made (the starting adapter, or with full fine-tuning
+// every starting weight) and a swap buffer, on the backend: the reference policy of GRPO (grpo.beta > 0) and KTO when
+// switching the adapter off would not give the starting weights.
+class FrozenCopy {
+ public:
+  FrozenCopy(kernels::Ops& ops, const Trainable& tr);
+  ~FrozenCopy();
+  FrozenCopy(const FrozenCopy&) = delete;
+  FrozenCopy& operator=(const FrozenCopy&) = delete;
+  // Runs pass() with the frozen weights in place of the trainable ones, then puts those back.
+  void with_frozen(const std::function<void()>& pass);
+
+ private:
+  kernels::Ops& ops_;
+  const Trainable& tr_;
+  float* initial_ = nullptr;
+  float* swap_ = nullptr;
+};
+
 // Before planning a training micro-batch of `tokens` tokens: "" when its activations (counted as the arena would
 // allocate them) fit the memory the backend has now (or that is unknown), else "N GiB of activations, more than the
 // M GiB this rank has available". Where memory is overcommitted an allocation too large may succeed and the process

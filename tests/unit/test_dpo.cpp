@@ -466,8 +466,9 @@ TEST(KtoLoss, DerivativeMatchesFiniteDifferences) {
   EXPECT_EQ(checked, 16);
 }
 
-// load_kto: labelled completions; preference pairs unpaired as trl (chosen rows of the block, then rejected); the KL
-// completions rotated by one within blocks; prompts of max_length left out before the rotation; errors name the line.
+// load_kto: labelled completions; preference pairs unpaired as trl (chosen rows of the block, then rejected); prompts of
+// max_length left out; the KL completions as kto_example pairs them within blocks of the file (the held-out pairing:
+// trl's add_kl_completion_ids on the kept examples); errors name the line.
 TEST(KtoData, UnpairedRotatedAndLabelled) {
   const auto tok = io::Tokenizer::from_dir(kSource + "/inputs/quickstart");
   const std::string f = test::write_temp("kto.jsonl",
@@ -478,7 +479,7 @@ TEST(KtoData, UnpairedRotatedAndLabelled) {
                                          "{\"prompt\": \"4+4=\", \"completion\": \"88\", \"label\": false}\n");
   PairOptions o;
   o.max_length = 8;  // the fourth prompt (<bos> and 8 characters) fills it: left out
-  const PairData d = load_kto(f, tok, o, 2);
+  const PairData d = load_kto(f, tok, o);
   ASSERT_EQ(d.pairs.size(), 4u);
   EXPECT_TRUE(d.kto);
   EXPECT_EQ(d.dropped, 1);
@@ -492,21 +493,26 @@ TEST(KtoData, UnpairedRotatedAndLabelled) {
   EXPECT_EQ(d.pairs[1].label, 0);
   EXPECT_EQ(d.pairs[3].label, 0);
   EXPECT_EQ(d.pairs[0].chosen, completion("1+1=", "2"));
-  // blocks of 2 examples: (0, 1) swap their completions, (2, 3) = lines 3 and 5 likewise
-  EXPECT_EQ(d.pairs[0].rejected, completion("1+1=", "5"));
-  EXPECT_EQ(d.pairs[1].rejected, completion("2+2=", "2"));
-  EXPECT_EQ(d.pairs[2].rejected, completion("3+3=", "88"));
-  EXPECT_EQ(d.pairs[3].rejected, completion("4+4=", "6"));
-  // a block of one example: its own completion (said)
-  const PairData one = load_kto(f, tok, o, 1);
-  EXPECT_EQ(one.pairs[0].rejected, one.pairs[0].chosen);
-  EXPECT_EQ(one.same, 4);
+  EXPECT_TRUE(d.pairs[0].rejected.empty());
+  // blocks of 2 examples in file order: (0, 1) swap their completions, (2, 3) = lines 3 and 5 likewise
+  const std::vector<std::size_t> order{0, 1, 2, 3};
+  const auto kl = [&](std::size_t s) { return kto_example(d.pairs, order, s / 2 * 2, s / 2 * 2 + 2, s, o.max_length).rejected; };
+  auto cut = [&](std::vector<std::int32_t> v) {
+    v.resize(std::min<std::size_t>(v.size(), 8));
+    return v;
+  };
+  EXPECT_EQ(kl(0), cut(completion("1+1=", "5")));
+  EXPECT_EQ(kl(1), cut(completion("2+2=", "2")));
+  EXPECT_EQ(kl(2), cut(completion("3+3=", "88")));
+  EXPECT_EQ(kl(3), cut(completion("4+4=", "6")));
+  // a block of one example: its own completion
+  EXPECT_EQ(kto_example(d.pairs, order, 0, 1, 0, o.max_length).rejected, d.pairs[0].chosen);
 
   // Pairs: unpaired in blocks of 1000 lines (one block here): both chosen, then both rejected.
   const std::string pf = test::write_temp("kto_pairs.jsonl",
                                           "{\"prompt\": \"1+1=\", \"chosen\": \"2\", \"rejected\": \"3\"}\n"
                                           "{\"prompt\": \"2+2=\", \"chosen\": \"4\", \"rejected\": \"5\"}\n");
-  const PairData pd = load_kto(pf, tok, PairOptions{}, 4);
+  const PairData pd = load_kto(pf, tok, PairOptions{});
   ASSERT_EQ(pd.pairs.size(), 4u);
   EXPECT_EQ(pd.pairs[0].chosen, completion("1+1=", "2"));
   EXPECT_EQ(pd.pairs[1].chosen, completion("2+2=", "4"));
@@ -515,11 +521,11 @@ TEST(KtoData, UnpairedRotatedAndLabelled) {
   EXPECT_EQ(pd.pairs[0].label + pd.pairs[1].label + pd.pairs[2].label + pd.pairs[3].label, 2);
   EXPECT_EQ(pd.pairs[0].label, 1);
   EXPECT_EQ(pd.pairs[2].label, 0);
-  EXPECT_EQ(pd.pairs[0].rejected, completion("1+1=", "5"));  // the block's last completion
+  EXPECT_EQ(kto_example(pd.pairs, order, 0, 4, 0, 1024).rejected, completion("1+1=", "5"));  // the block's last
 
   const auto err = [&](const std::string& text) {
     const std::string bad = test::write_temp("kto_bad.jsonl", text);
-    return test::error_of([&] { load_kto(bad, tok, PairOptions{}, 2); });
+    return test::error_of([&] { load_kto(bad, tok, PairOptions{}); });
   };
   EXPECT_NE(err("{\"prompt\": \"1\", \"completion\": \"2\", \"label\": 1}\n").find("kto_bad.jsonl:1: \"label\" must be true"),
             std::string::npos);
