@@ -275,7 +275,7 @@ def make_case(spec, out_root, tokenizer_file):
     d = os.path.join(out_root, spec["name"])
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d)
-    pm.save_pretrained(os.path.join(d, "adapter"))
+    pm.save_pretrained(os.path.join(d, "adapter"), selected_adapters=["default"])  # not trl's frozen "ref" copy
     for extra in ("README.md",):
         p = os.path.join(d, "adapter", extra)
         if os.path.exists(p):
