@@ -1,10 +1,14 @@
-// lora_grads.h: the check the trl fixture tests share (unit.dpo, unit.grpo_loss): every LoRA gradient of a model
-// after its backward against a fixture's grads.safetensors (PEFT names), within a relative tolerance.
+// lora_grads.h: what the trl fixture tests share (unit.dpo, unit.grpo_loss): a fixture model with a PEFT adapter, and
+// the check of every LoRA gradient of a model after its backward against a fixture's grads.safetensors (PEFT names),
+// within a relative tolerance.
 #pragma once
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "io/hf_config.h"
 
 #include "io/safetensors.h"
 #include "kernels/ops.h"
@@ -13,6 +17,15 @@
 #include "tests/unit/test_util.h"
 
 namespace mgrl::test {
+
+// The model of model_dir (config.json, weights) with the PEFT adapter of adapter_dir, on ops.
+inline std::unique_ptr<model::Transformer> lora_model(kernels::Ops& ops, const std::string& model_dir,
+                                                     const std::string& adapter_dir) {
+  auto net = std::make_unique<model::Transformer>(io::parse_hf_config(model_dir + "/config.json"), ops);
+  net->load_weights(model_dir);
+  net->add_lora(model::read_peft_config(adapter_dir + "/adapter_config.json"), 0).load_peft(adapter_dir);
+  return net;
+}
 
 // Every LoRA tensor's gradient in `net` (after its backward) against the file's tensor of the same PEFT name, and the
 // file has no other tensor.

@@ -109,9 +109,8 @@ TEST_P(DpoTrlCase, LossMetricsAndGradientsMatchTrl) {
   const auto& k = c["config"];
   const std::string model_dir = kData + "/models/" + c["model"].get<std::string>();
   auto ops = kernels::make_cpu_ops();
-  model::Transformer net(io::parse_hf_config(model_dir + "/config.json"), *ops);
-  net.load_weights(model_dir);
-  net.add_lora(model::read_peft_config(dir + "/adapter/adapter_config.json"), 0).load_peft(dir + "/adapter");
+  const auto policy = test::lora_model(*ops, model_dir, dir + "/adapter");
+  model::Transformer& net = *policy;
 
   // The pairs as load_pairs leaves them: prompt + completion, cut to max_length (trl's collator, keep_start).
   const auto max_length = static_cast<std::size_t>(k["max_length"].get<int>());
@@ -139,10 +138,7 @@ TEST_P(DpoTrlCase, LossMetricsAndGradientsMatchTrl) {
   if (k["reference"] == "base") {
     net.score(b, lp.data(), false);  // the adapter switched off
   } else {  // trl's frozen copy of the starting adapter: the fixture model's own
-    model::Transformer initial(io::parse_hf_config(model_dir + "/config.json"), *ops);
-    initial.load_weights(model_dir);
-    initial.add_lora(model::read_peft_config(model_dir + "/adapter_config.json"), 0).load_peft(model_dir);
-    initial.score(b, lp.data(), true);
+    test::lora_model(*ops, model_dir, model_dir)->score(b, lp.data(), true);
   }
   ref = dpo_sequence_logps(b, tw, lp.data());
   lp.assign(b.tokens.size(), 0.0f);
@@ -344,9 +340,8 @@ TEST_P(KtoTrlCase, LossMetricsAndGradientsMatchTrl) {
   const auto& k = c["config"];
   const std::string model_dir = kData + "/models/" + c["model"].get<std::string>();
   auto ops = kernels::make_cpu_ops();
-  model::Transformer net(io::parse_hf_config(model_dir + "/config.json"), *ops);
-  net.load_weights(model_dir);
-  net.add_lora(model::read_peft_config(dir + "/adapter/adapter_config.json"), 0).load_peft(dir + "/adapter");
+  const auto policy = test::lora_model(*ops, model_dir, dir + "/adapter");
+  model::Transformer& net = *policy;
 
   // The examples as load_kto leaves them: prompt + completion and prompt + KL completion, cut to max_length.
   const auto max_length = static_cast<std::size_t>(k["max_length"].get<int>());
@@ -373,10 +368,7 @@ TEST_P(KtoTrlCase, LossMetricsAndGradientsMatchTrl) {
   if (k["reference"] == "base") {
     net.score(b, lp.data(), false);
   } else {
-    model::Transformer initial(io::parse_hf_config(model_dir + "/config.json"), *ops);
-    initial.load_weights(model_dir);
-    initial.add_lora(model::read_peft_config(model_dir + "/adapter_config.json"), 0).load_peft(model_dir);
-    initial.score(b, lp.data(), true);
+    test::lora_model(*ops, model_dir, model_dir)->score(b, lp.data(), true);
   }
   const auto ref = dpo_sequence_logps(b, tw, lp.data());
   lp.assign(b.tokens.size(), 0.0f);

@@ -219,9 +219,8 @@ TEST_P(GrpoTrlCase, LossGradientsAndAdvantagesMatchTrl) {
   const auto& k = c["config"];
   const std::string model_dir = kData + "/models/" + c["model"].get<std::string>();
   auto ops = kernels::make_cpu_ops();
-  model::Transformer net(io::parse_hf_config(model_dir + "/config.json"), *ops);
-  net.load_weights(model_dir);
-  net.add_lora(model::read_peft_config(dir + "/adapter/adapter_config.json"), 0).load_peft(dir + "/adapter");
+  const auto policy = test::lora_model(*ops, model_dir, dir + "/adapter");
+  model::Transformer& net = *policy;
 
   const int G = k["num_generations"].get<int>();
   const auto prompts = c["prompts"].get<std::vector<std::vector<std::int32_t>>>();
@@ -324,10 +323,7 @@ TEST_P(GrpoTrlCase, LossGradientsAndAdvantagesMatchTrl) {
   if (beta) {
     // trl's reference with PEFT and beta > 0: a frozen copy of the starting adapter (mgrl: grpo.reference =
     // initial), here the fixture's own adapter, in the scoring pass.
-    model::Transformer initial(io::parse_hf_config(model_dir + "/config.json"), *ops);
-    initial.load_weights(model_dir);
-    initial.add_lora(model::read_peft_config(model_dir + "/adapter_config.json"), 0).load_peft(model_dir);
-    initial.score(b, ref.data(), true, scale);
+    test::lora_model(*ops, model_dir, model_dir)->score(b, ref.data(), true, scale);
   }
 
   GrpoLossOptions o;
