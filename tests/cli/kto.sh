@@ -13,18 +13,10 @@
 set -uo pipefail
 work=$1 check=$2 pairs=$3
 shift 3
-mpirun=()
-while [ "$1" != "--" ]; do mpirun+=("$1"); shift; done
-shift
 rm -rf "$work" && mkdir -p "$work" || exit 1
 source "$(dirname "$0")/on_ranks.sh"
-run() {  # NAME RANKS ARGS...
-  local name=$1 ranks=$2
-  shift 2
-  on_ranks "$ranks" "$@" --checkpoint.dir="$work/$name/ck" --log.dir="$work/$name" --checkpoint.every_steps=1 \
-    > "$work/$name.log" 2>&1 || fail "$name: $(tail -n 3 "$work/$name.log")"
-}
-ck() { echo "$work/$1/ck/step_0000000$2.h5"; }
+take_launcher "$@"
+set -- "${rest[@]}"
 run a 1 "$@"
 grep -q "^kto: pretrained .*, 40 training examples, .* beta 0.1, weights 1 desirable, 1 undesirable" "$work/a.log" ||
   fail "start-up line: $(grep '^kto:' "$work/a.log")"

@@ -1,9 +1,28 @@
 # on_ranks.sh: sourced by the cli scripts that run mgrl on 1 and on several ranks (steps_per_generation.sh,
-# grpo_entropy.sh, data_shuffle.sh, neftune.sh), each given MPIEXEC NUMPROC_FLAG [MPI FLAGS...] into the array
-# `mpirun`. on_ranks N CMD...: CMD alone (N = 1) or under mpirun on N ranks. fail MSG: prints FAIL: MSG, exits 1.
+# grpo_entropy.sh, grpo_rloo.sh, kto.sh, data_shuffle.sh, neftune.sh), each given MPIEXEC NUMPROC_FLAG [MPI FLAGS...]
+# into the array `mpirun`.
+#   take_launcher MPIEXEC NUMPROC_FLAG [MPI FLAGS...] -- REST...: `mpirun` gets the words before "--", `rest` the
+#     others (then: set -- "${rest[@]}").
+#   on_ranks N CMD...: CMD alone (N = 1) or under mpirun on N ranks.
+#   run NAME RANKS ARGS...: on_ranks RANKS ARGS with a checkpoint every step in $work/NAME/ck, the run log in
+#     $work/NAME and its output in $work/NAME.log, failing with its last lines; ck NAME STEP: that run's checkpoint.
+#   fail MSG: prints FAIL: MSG, exits 1.
 fail() { echo "FAIL: $*"; exit 1; }
 on_ranks() {
   local n=$1
   shift
   if [ "$n" -gt 1 ]; then "${mpirun[0]}" "${mpirun[1]}" "$n" "${mpirun[@]:2}" "$@"; else "$@"; fi
 }
+take_launcher() {
+  mpirun=()
+  while [ "$1" != "--" ]; do mpirun+=("$1"); shift; done
+  shift
+  rest=("$@")
+}
+run() {  # NAME RANKS ARGS...
+  local name=$1 ranks=$2
+  shift 2
+  on_ranks "$ranks" "$@" --checkpoint.dir="$work/$name/ck" --log.dir="$work/$name" --checkpoint.every_steps=1 \
+    > "$work/$name.log" 2>&1 || fail "$name: $(tail -n 3 "$work/$name.log")"
+}
+ck() { echo "$work/$1/ck/step_0000000$2.h5"; }

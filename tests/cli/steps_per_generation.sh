@@ -13,11 +13,10 @@
 set -uo pipefail
 work=$1 check=$2
 shift 2
-mpirun=()
-while [ "$1" != "--" ]; do mpirun+=("$1"); shift; done
-shift
 rm -rf "$work" && mkdir -p "$work" || exit 1
 source "$(dirname "$0")/on_ranks.sh"
+take_launcher "$@"
+set -- "${rest[@]}"
 spg=(--grpo.steps_per_generation=2 --grpo.num_iterations=1)
 run() {  # NAME RANKS ARGS...
   local name=$1 ranks=$2
