@@ -73,6 +73,9 @@ struct Checkpoint {
   // which an export writes (until 2026-11-28 it read the configuration of the run's lora.adapter directory again,
   // whatever that held by then). "" for full fine-tuning and older files.
   std::string lora_config;
+  // The trainer's reference policy (train::reference_identity); "" without one (SFT, GRPO with beta 0) and in files
+  // written before 2026-11-29.
+  std::string reference;
   std::string extra;  // the loop's own state (GRPO: the batch of a generation round in progress), JSON; may be ""
 };
 

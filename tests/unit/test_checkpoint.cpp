@@ -834,6 +834,35 @@ TEST(Checkpoint, ManyTensorsGetALargerUserBlock) {
   EXPECT_EQ(difference(read_checkpoint(checkpoint_path(dir, 2), ck.model_identity), ck), "");
 }
 
+TEST(Checkpoint, TheSealFitsWithEveryOptionalDataset) {
+  // The user block is sized by the names of the datasets written: until 2026-11-29 the optional ones (the base and
+  // data fingerprints, numerics, log position, LoRA config, overflow count) were left out of the sum, so a checkpoint
+  // whose other names brought the sum just under a power of two failed to seal ("the seal does not fit"). Every name
+  // length across the 1 KiB boundary, each optional dataset present.
+  const std::string dir = fresh_dir("seal_fits");
+  for (int len = 1; len <= 200; ++len) {
+    Checkpoint ck;
+    ck.state.step = len;
+    ck.tensors = {{std::string(static_cast<std::size_t>(len), 'w'), {2, 3}, 0}};
+    for (auto* v : {&ck.params, &ck.adam_m, &ck.adam_v}) *v = random_bits(6, 9);
+    ck.state.rank_rng = {1, 2};
+    ck.model_identity = model_identity("LlamaForCausalLM", ck.tensors);
+    ck.config_text = "mode = \"dpo\"\n";
+    ck.base_fingerprint = "model.embed_tokens.weight 0123456789abcdef\n";
+    ck.numerics = "cpu, 2 threads, OpenBLAS";
+    ck.data = "123 bytes, checksum 0123456789abcdef";
+    ck.log_position = "12 /tmp/metrics.jsonl";
+    ck.lora_config = "{\"r\": 4}";
+    ck.reference = "base";
+    ck.extra = "{}";
+    ASSERT_NO_THROW(write_checkpoint(dir, ck)) << "a tensor name of " << len << " characters";
+    const Checkpoint r = read_checkpoint(checkpoint_path(dir, len), ck.model_identity);
+    EXPECT_EQ(difference(r, ck), "") << len;
+    EXPECT_EQ(r.reference, "base") << len;
+    EXPECT_EQ(r.lora_config, ck.lora_config) << len;
+  }
+}
+
 TEST(Checkpoint, FormatVersionFromTheFuture) {
   const std::string dir = fresh_dir("future");
   HandWritten h;
