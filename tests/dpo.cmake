@@ -130,3 +130,10 @@ mgrl_add_cli_test(dpo.use_weighting_with_aot_refused 2 - "^mgrl: error: key 'dpo
   -- ${RUN1} ${DPO_ARGS} --dpo.loss_type=aot --dpo.use_weighting=true)
 mgrl_add_cli_test(dpo.use_weighting_with_sft_refused 2 - "^mgrl: error: key 'dpo.use_weighting' with an sft term" 1
   -- ${RUN1} ${DPO_ARGS} --dpo.sft_weight=0.5 --dpo.use_weighting=true)
+# A resume keeps its run's reference policy: KTO, DPO and GRPO started from an adapter refuse a resume without it or
+# with another (one line, exit 2, on 1 and 2 ranks, the checkpoints untouched), resume with its copy elsewhere to the
+# straight run's weights; GRPO without a reference (beta 0) resumes without it (tests/cli/reference_resume.sh).
+mgrl_add_cli_test(resume.keeps_the_reference_policy 0 "PASS: reference_resume" - 0
+  -- bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/reference_resume.sh ${CMAKE_CURRENT_BINARY_DIR}/reference_resume ${CHECK}
+  ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${MGRL_MPIEXEC_FLAGS} -- ${RUN1} ${KTO_ARGS} -- ${DPO_ARGS} -- ${GRPO_ARGS})
+set_tests_properties(cli.resume.keeps_the_reference_policy PROPERTIES TIMEOUT 240 PROCESSORS 2)

@@ -256,6 +256,7 @@ int run_dpo(Context& ctx) {
     // and a starting adapter have no such switch, so their reference is scored once, before training.
     o.precompute_ref = cfg.get_bool("dpo.precompute_ref_log_probs") || full || !fresh_adapter;
   }
+  o.initial_is_base = fresh_adapter;
   read_supervised_keys(cfg, ctx.device, scaling, seed,
                        run_steps(cfg, train_data.pairs.size(), cfg.get_int("train.batch_size"), 1, kto ? "examples" : "pairs"),
                        &o);

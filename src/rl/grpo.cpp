@@ -135,6 +135,10 @@ GrpoTrainer::GrpoTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Trans
                    "grpo.steps_per_generation) is more than the data's " + std::to_string(train_.size()) +
                    ": prompts come back within a round");
   tr_ = train::trainable_of(model_, model_.base_grads() != nullptr);
+  // The reference policy, which checkpoints keep (grpo.reference = "base": the adapter switched off)
+  if (opts_.loss.beta > 0)
+    opts_.checkpoint.reference =
+        train::reference_identity(model_.ops(), model_, tr_, initial_is_base_ || opts_.reference == "base");
   model_.set_token_stats(true);  // the training forward's per-token entropies (trl's "entropy" metric)
   opt_ = std::make_unique<train::Optimizer>(model_.ops(), tr_, opts_.optim);
   sync_ = std::make_unique<train::GradSync>(comm_, model_, tr_);

@@ -149,6 +149,19 @@ std::string base_source(const std::string& toml) {
   return path.empty() ? std::string("unknown weights") : "model.path = " + path;
 }
 
+// The reference a reference_identity() names, for messages, with the paths from the run's configuration.
+std::string reference_description(const std::string& identity, const std::string& config_text) {
+  const std::string kind = identity.substr(0, identity.find('\n'));
+  const auto all = flatten_config(config_text);
+  const auto get = [&all](const std::string& key) {
+    const auto it = all.find(key);
+    return it == all.end() ? std::string("(unknown)") : it->second;
+  };
+  if (kind == "base") return "the base model (the adapter switched off)";
+  if (kind == "adapter") return "the starting adapter (lora.adapter = " + get("lora.adapter") + ")";
+  return "the starting weights (model.path = " + get("model.path") + ")";
+}
+
 dist::MpiEnv::Patience file_patience(std::size_t trainable, const std::string& what) {
   const double bytes = 3.0 * 4.0 * static_cast<double>(trainable);
   char size[32];
@@ -222,6 +235,7 @@ void Checkpointer::write(const TrainState& st, const std::string& extra) {
   ck.config_text = opts_.config_text;
   ck.model_identity = identity_;
   ck.base_fingerprint = tr.base;
+  ck.reference = opts_.reference;
   ck.numerics = opts_.numerics;
   ck.data = opts_.data;
   ck.lora_config = opts_.lora_config;
@@ -262,6 +276,17 @@ Checkpoint Checkpointer::read_checked(const std::string& path) const {
                       "trained over, or set checkpoint.allow_other_base = true to go on over these");
     log::warn_once(what + "; going on over this run's (checkpoint.allow_other_base)");
   }
+  // Another reference policy than its run's: another objective from here on (DPO/KTO/GRPO against the base model
+  // where the run's was its starting adapter, or against another adapter). Resumed with a warning that lora.adapter
+  // differed, or in silence when the adapter's file had been rewritten, until 2026-11-29.
+  if (!ck.reference.empty() && !opts_.reference.empty() && ck.reference != opts_.reference)
+    throw UserError(path + ": its run's reference policy was " + reference_description(ck.reference, ck.config_text) +
+                    ", this run's is " + reference_description(opts_.reference, opts_.config_text) +
+                    (ck.reference.compare(0, 8, "adapter\n") == 0 && opts_.reference.compare(0, 8, "adapter\n") == 0
+                         ? " (other weights)"
+                         : "") +
+                    ": the objective would change under the run. Resume with its lora.adapter as it was, or start a "
+                    "new run (another checkpoint.dir) from this checkpoint's weights (mgrl export, then lora.adapter)");
   if (ck.params.size() != tr.n)
     throw UserError(path + ": holds " + std::to_string(ck.params.size()) + " trainable values, this run has " +
                     std::to_string(tr.n));

@@ -29,6 +29,9 @@ struct CheckpointOptions {
   // (data.input: "N bytes, checksum X").
   std::string numerics, data;
   std::string lora_config;  // LoRA runs: model::peft_config_json of the adapter trained (Checkpoint::lora_config)
+  // The trainer's reference policy (train::reference_identity), kept in every checkpoint; a resume whose reference is
+  // another is refused (both set). "": no reference (SFT, GRPO with beta 0).
+  std::string reference;
 };
 
 // A run resumed at `step` from `resumed` ("" when it started afresh) whose last step `end` (train.max_steps, or

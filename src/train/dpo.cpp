@@ -150,6 +150,7 @@ DpoTrainer::DpoTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transfo
                     std::to_string(opts_.loss.label_smoothing) + ")");
   if (!(opts_.loss.beta > 0)) throw UserError(section + "beta must be above 0");
   tr_ = trainable_of(model_, model_.base_grads() != nullptr);
+  opts_.checkpoint.reference = reference_identity(model_.ops(), model_, tr_, opts_.initial_is_base);
   if (opts_.kto_frozen_reference) frozen_ = std::make_unique<FrozenCopy>(model_.ops(), tr_);  // before a resume
   model_.set_token_stats(true);  // trl's entropy, mean_token_accuracy and logits/* of the training forwards
   if (opts_.loss.use_weighting) model_.set_score_stats(true);  // WPO's weights of the held-out pairs

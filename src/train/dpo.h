@@ -33,6 +33,9 @@ struct DpoOptions {
   // The reference's log-probs: false: the adapter switched off, once per micro-batch; true: computed for every pair
   // before training with the starting weights (what full fine-tuning and a starting adapter need).
   bool precompute_ref = false;
+  // The starting trainable weights are the base model's function (a fresh adapter, B = 0): the reference is the base
+  // (train::reference_identity, which checkpoints keep).
+  bool initial_is_base = false;
   // KTO: the reference is the starting weights held as a frozen copy of the trainable ones, swapped in for the
   // reference pass (a starting adapter, full fine-tuning: no adapter to switch off; the KL sequences are paired per
   // micro-batch, so their reference cannot be scored before training); the sequences' length cap (kto.max_length).

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "io/checksum.h"
 
 namespace mgrl::train {
 
@@ -68,6 +69,20 @@ void refuse_activations_beyond_memory(const dist::MpiEnv& env, model::Transforme
     throw UserError(what + ", needs up to " + beyond + (rc ? "" : " (model.recompute = false)") + ": " + advice +
                     (rc ? std::string() : ", or set model.recompute = true"));
   });
+}
+
+std::string reference_identity(kernels::Ops& ops, model::Transformer& m, const Trainable& tr, bool initial_is_base) {
+  if (tr.base.empty()) return "model\n" + m.definition().base_fingerprint();  // full fine-tuning
+  if (initial_is_base) return "base";
+  std::vector<float> host(tr.n);
+  ops.download(host.data(), tr.params, tr.n * sizeof(float));
+  std::string id = "adapter\n";
+  for (const auto& t : tr.tensors) {
+    std::size_t count = 1;
+    for (const auto d : t.shape) count *= static_cast<std::size_t>(d);
+    id += t.name + " " + io::checksum_hex(host.data() + t.offset, count * sizeof(float)) + "\n";
+  }
+  return id;
 }
 
 FrozenCopy::FrozenCopy(kernels::Ops& ops, const Trainable& tr) : ops_(ops), tr_(tr) {

@@ -57,6 +57,14 @@ class FrozenCopy {
   float* swap_ = nullptr;
 };
 
+// What a trainer's reference policy is, for its checkpoints to keep and a resume to compare (Checkpointer refuses
+// another: the objective would change under the run; until 2026-11-29 a resume without the starting lora.adapter only
+// warned that the setting differed and went on against the base model). Called before a resume replaces the weights:
+// - "base": the model with the adapter switched off, or a fresh adapter (initial_is_base: LoRA's B starts at 0), which
+//   is the base model, whose own fingerprint every checkpoint keeps;
+// - "adapter\n" + a "<tensor> <checksum of all its values>" line per tensor: a starting adapter (lora.adapter);
+// - "model\n" + ModelDef::base_fingerprint: full fine-tuning's starting weights, the model loaded.
+std::string reference_identity(kernels::Ops& ops, model::Transformer& m, const Trainable& tr, bool initial_is_base);
 // Before planning a training micro-batch of `tokens` tokens: "" when its activations (counted as the arena would
 // allocate them) fit the memory the backend has now (or that is unknown), else "N GiB of activations, more than the
 // M GiB this rank has available". Where memory is overcommitted an allocation too large may succeed and the process

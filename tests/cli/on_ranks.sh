@@ -1,5 +1,5 @@
 # on_ranks.sh: sourced by the cli scripts that run mgrl on 1 and on several ranks (steps_per_generation.sh,
-# grpo_entropy.sh, grpo_rloo.sh, kto.sh, data_shuffle.sh, neftune.sh), each given MPIEXEC NUMPROC_FLAG [MPI FLAGS...]
+# grpo_entropy.sh, grpo_rloo.sh, kto.sh, data_shuffle.sh, neftune.sh, reference_resume.sh), each given MPIEXEC NUMPROC_FLAG [MPI FLAGS...]
 # into the array `mpirun`.
 #   take_launcher MPIEXEC NUMPROC_FLAG [MPI FLAGS...] -- REST...: `mpirun` gets the words before "--", `rest` the
 #     others (then: set -- "${rest[@]}").
