@@ -51,6 +51,11 @@ CASES = [
     dict(name="kto_desirable_only_base", model="qwen3_qknorm", beta=0.3, reference="base",
          labels=[1, 1, 1, 1, 1]),
     dict(name="kto_undesirable_only_base", model="qwen2_bias_tied", beta=2.0, reference="base", labels=[0, 0, 0, 0]),
+    # loss_type "apo_zero_unpaired": no KL estimate (trl computes no KL log-probs and logs kl 0)
+    dict(name="kto_apo_initial_weighted", model="llama_gqa", beta=0.4, reference="initial", move=0.1,
+         loss_type="apo_zero_unpaired", desirable_weight=1.2, undesirable_weight=0.9, labels=[1, 0, 0, 1, 1, 0]),
+    dict(name="kto_apo_single_base", model="qwen3_qknorm", beta=0.2, reference="base",
+         loss_type="apo_zero_unpaired", labels=[1]),
 ]
 
 
@@ -83,6 +88,7 @@ def make_case(spec, out_root, tokenizer_file):
         per_device_train_batch_size=len(examples), gradient_accumulation_steps=1, beta=spec["beta"],
         desirable_weight=spec.get("desirable_weight", 1.0), undesirable_weight=spec.get("undesirable_weight", 1.0),
         max_length=spec.get("max_length", 1024), logging_steps=1, seed=0, gradient_checkpointing=False,
+        loss_type=spec.get("loss_type", "kto"),
     )
     # The dataset only satisfies the constructor (the quickstart tokenizer's text); the examples below are token ids.
     ds = Dataset.from_dict({"prompt": ["1+1=", "2+2="], "completion": ["2", "5"], "label": [True, False]})
@@ -135,18 +141,19 @@ def make_case(spec, out_root, tokenizer_file):
         "model": spec["model"],
         "versions": {"trl": trl.__version__, "torch": torch.__version__, "transformers": transformers.__version__,
                      "peft": peft.__version__},
-        "config": {"beta": spec["beta"], "desirable_weight": cfg.desirable_weight,
+        "config": {"loss_type": cfg.loss_type, "beta": spec["beta"], "desirable_weight": cfg.desirable_weight,
                    "undesirable_weight": cfg.undesirable_weight, "max_length": cfg.max_length,
                    "reference": spec["reference"]},
         "examples": examples,
         "loss": float(loss.detach()),
-        "kl_unclamped": float((kl_logps[0] - kl_logps[1]).mean()),
+        # None: no KL estimate (apo_zero_unpaired)
+        "kl_unclamped": float((kl_logps[0] - kl_logps[1]).mean()) if kl_logps and kl_logps[0] is not None else None,
         "metrics": metrics,
     }
     with open(os.path.join(d, "case.json"), "w") as f:
         json.dump(case, f, indent=1)
-    print("%-32s %-16s loss %+.10e  kl_unclamped %+.4f %s" % (spec["name"], spec["model"], case["loss"],
-                                                             case["kl_unclamped"],
+    print("%-32s %-16s loss %+.10e  kl_unclamped %s %s" % (spec["name"], spec["model"], case["loss"],
+                                                          case["kl_unclamped"],
                                            " ".join("%s %.6g" % kv for kv in sorted(metrics.items()))))
 
 

@@ -156,10 +156,10 @@ int run_dpo(Context& ctx) {
     // KTO's KL sequences pair each example's prompt with the completion of another example of its global
     // micro-batch (trl: of each device's micro-batch), so that micro-batch needs two examples or more.
     const std::int64_t kl_block = cfg.get_int("train.batch_size") / std::max<std::int64_t>(1, cfg.get_int("train.grad_accum"));
-    if (kto && kl_block < 2)
+    if (kto && cfg.get_string("kto.loss_type") == "kto" && kl_block < 2)
       throw UserError("mgrl kto needs train.batch_size / train.grad_accum >= 2 (got " + std::to_string(kl_block) +
                       "): its KL estimate pairs each example's prompt with another example's completion of its "
-                      "micro-batch (trl refuses a batch of 1 too)");
+                      "micro-batch (trl refuses a batch of 1 too; kto.loss_type = \"apo_zero_unpaired\" has no KL estimate)");
     train_data = kto ? train::load_kto(cfg.get_string("data.input"), *tok, d)
                      : train::load_pairs(cfg.get_string("data.input"), *tok, d);
     // No pair that teaches anything, and no SFT term on the chosen side: the run would end as it began.
@@ -242,6 +242,7 @@ int run_dpo(Context& ctx) {
     // starting weights swapped in for the reference passes.
     o.kto_frozen_reference = full || !fresh_adapter;
     o.kto_max_length = max_length;
+    o.kto_kl = cfg.get_string("kto.loss_type") == "kto";
   } else {
     if (mix.members.size() > 1 || mix.members.front().second != 1.0) o.loss.mix = mix.members;
     o.loss.beta = cfg.get_float("dpo.beta");
@@ -268,11 +269,11 @@ int run_dpo(Context& ctx) {
     char line[360];
     if (kto)
       std::snprintf(line, sizeof(line),
-                    "kto: %s %s, %zu training examples, %zu held-out, %s on %d rank%s, beta %g, weights %g desirable, "
+                    "kto: %s %s, %zu training examples, %zu held-out, %s on %d rank%s, loss %s, beta %g, weights %g desirable, "
                     "%g undesirable, reference %s; %lld steps x %d examples = %.3g epochs",
                     random_init ? "random-init" : "pretrained", io::model_name(mc).c_str(), train_data.pairs.size(),
                     eval_data.pairs.size(), full ? "full fine-tuning" : "LoRA", env.size(), env.size() == 1 ? "" : "s",
-                    o.loss.beta, o.loss.desirable_weight, o.loss.undesirable_weight,
+                    o.kto_kl ? "kto" : "apo_zero_unpaired", o.loss.beta, o.loss.desirable_weight, o.loss.undesirable_weight,
                     o.kto_frozen_reference ? "a frozen copy of the starting weights" : "the adapter switched off",
                     static_cast<long long>(o.max_steps), o.global_batch, epochs);
     else

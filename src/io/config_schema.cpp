@@ -512,6 +512,10 @@ const Schema& mgrl_schema() {
          "with full fine-tuning or a starting lora.adapter, whose reference is the starting weights)", {}, {}, {},
          {}});
     // [kto] (docs/kto.md): trl's KTOTrainer (trl 1.16) under its names and defaults.
+    add({"kto.loss_type", T::String, Value(std::string("kto")),
+         "kto (the KTO paper's loss, against a KL estimate from each example's prompt with another's completion) or "
+         "apo_zero_unpaired (APO-zero, unpaired: no KL estimate and no KL sequences, a micro-batch of one allowed)",
+         {"kto", "apo_zero_unpaired"}, {}, {}, {}});
     add({"kto.beta", T::Float, Value(0.1),
          "how far the policy may move from the reference (higher: less): the scale of the log-ratios in the sigmoids",
          {}, 1e-12, {}, {}});

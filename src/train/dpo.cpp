@@ -5,6 +5,7 @@
 #include <array>
 #include <sstream>
 #include <cmath>
+#include <limits>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -172,8 +173,9 @@ DpoTrainer::DpoTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transfo
   for (const auto& p : train_) longest_completion = std::max(longest_completion, p.completion.size());
   for (const auto& p : train_)
     lens.push_back(static_cast<long long>(
-        p.chosen.size() + (kto ? std::min<std::size_t>(static_cast<std::size_t>(p.prompt_len) + longest_completion,
-                                                       static_cast<std::size_t>(opts_.kto_max_length))
+        p.chosen.size() + (kto ? (!opts_.kto_kl ? 1  // the placeholder (kto_no_kl_sequence)
+                                                : std::min<std::size_t>(static_cast<std::size_t>(p.prompt_len) + longest_completion,
+                                                                        static_cast<std::size_t>(opts_.kto_max_length)))
                                : p.rejected.size())));
   const auto top = std::min<std::size_t>(lens.size(), static_cast<std::size_t>(micro));
   std::partial_sort(lens.begin(), lens.begin() + static_cast<std::ptrdiff_t>(top), lens.end(), std::greater<long long>());
@@ -213,9 +215,22 @@ std::size_t kto_partner(const std::vector<std::size_t>& global, std::size_t mb_b
   return s;
 }
 
+void kto_no_kl_sequence(PreferencePair& x) {
+  MGRL_CHECK(!x.chosen.empty(), "kto_no_kl_sequence: an empty example");
+  x.rejected.assign(1, x.chosen.front());
+}
+
 PreferencePair kto_example(const std::vector<PreferencePair>& data, const std::vector<std::size_t>& global,
-                           std::size_t mb_begin, std::size_t mb_end, std::size_t s, int max_length) {
+                           std::size_t mb_begin, std::size_t mb_end, std::size_t s, int max_length, bool kl) {
   const PreferencePair& e = data[global[s]];
+  if (!kl) {
+    PreferencePair x;
+    x.label = e.label;
+    x.prompt_len = e.prompt_len;
+    x.chosen = e.chosen;
+    kto_no_kl_sequence(x);
+    return x;
+  }
   const PreferencePair& other = data[global[kto_partner(global, mb_begin, mb_end, s)]];
   PreferencePair x;
   x.label = e.label;
@@ -229,9 +244,9 @@ PreferencePair kto_example(const std::vector<PreferencePair>& data, const std::v
 
 std::vector<PreferencePair> kto_micro_batch(const std::vector<PreferencePair>& data, const std::vector<std::size_t>& global,
                                             std::size_t mb_begin, std::size_t mb_end, std::size_t begin, std::size_t end,
-                                            int max_length) {
+                                            int max_length, bool kl) {
   std::vector<PreferencePair> out;
-  for (std::size_t s = begin; s < end; ++s) out.push_back(kto_example(data, global, mb_begin, mb_end, s, max_length));
+  for (std::size_t s = begin; s < end; ++s) out.push_back(kto_example(data, global, mb_begin, mb_end, s, max_length, kl));
   return out;
 }
 
@@ -245,7 +260,8 @@ model::Batch dpo_batch(const std::vector<const PreferencePair*>& mb, double ld_a
   tw->assign(b.tokens.size(), 0.0f);
   for (std::size_t k = 0; k < mb.size(); ++k) {
     const auto* p = mb[k];
-    const int shared = std::min(p->chosen_tokens(), p->rejected_tokens());
+    // LD-DPO's weight past the shorter completion; a KTO example's two sequences are not a pair (no ld_alpha)
+    const int shared = p->label >= 0 ? std::numeric_limits<int>::max() : std::min(p->chosen_tokens(), p->rejected_tokens());
     for (int s = 0; s < 2; ++s) {
       const int seq = static_cast<int>(2 * k) + s;
       for (int t = p->prompt_len; t < b.length(seq); ++t)
@@ -458,8 +474,9 @@ double DpoTrainer::train_step(DpoSums* sums) {
         const auto& other = train_[global[kto_partner(global, a * M, (a + 1) * M, s)]];
         completion_tokens += e.chosen_tokens();
         last_tokens_ += static_cast<std::int64_t>(
-            e.chosen.size() + std::min<std::size_t>(static_cast<std::size_t>(e.prompt_len) + other.completion.size(),
-                                                    static_cast<std::size_t>(opts_.kto_max_length)));
+            e.chosen.size() + (!opts_.kto_kl ? 1
+                                             : std::min<std::size_t>(static_cast<std::size_t>(e.prompt_len) + other.completion.size(),
+                                                                     static_cast<std::size_t>(opts_.kto_max_length))));
       }
       continue;
     }
@@ -486,7 +503,7 @@ double DpoTrainer::train_step(DpoSums* sums) {
     std::vector<const PreferencePair*> mb;
     if (kto) {
       kto_mb = kto_micro_batch(train_, global, static_cast<std::size_t>(a) * M, static_cast<std::size_t>(a + 1) * M,
-                               first, first + static_cast<std::size_t>(micro), opts_.kto_max_length);
+                               first, first + static_cast<std::size_t>(micro), opts_.kto_max_length, opts_.kto_kl);
       for (const auto& x : kto_mb) mb.push_back(&x);
     } else {
       for (int i = 0; i < micro; ++i) mb.push_back(&train_[global[first + static_cast<std::size_t>(i)]]);
@@ -503,7 +520,8 @@ double DpoTrainer::train_step(DpoSums* sums) {
     const std::vector<double> pw = opts_.loss.use_weighting ? wpo_weights(mb, b, lp.data(), stats) : std::vector<double>();
     DpoLossOptions lo = opts_.loss;
     if (kto) {  // the global micro-batch's KL estimate (trl's: each micro-batch's, gathered); NaN stays NaN (torch's clamp)
-      const double z = env_.allreduce_sum(kto_kl_sum(pol, ref)) / static_cast<double>(M);
+      // apo_zero_unpaired: none (trl: 0)
+      const double z = opts_.kto_kl ? env_.allreduce_sum(kto_kl_sum(pol, ref)) / static_cast<double>(M) : 0.0;
       lo.kto_kl = std::isnan(z) ? z : std::max(0.0, z);
       if (rank == 0) sums->kto_kl += lo.kto_kl, sums->kto_kl_count += 1;
     }
@@ -550,7 +568,7 @@ DpoSums DpoTrainer::evaluate() {
     for (std::size_t i = i0; i < i1; ++i)
       if (kto)
         kto_mb.push_back(kto_example(eval_, order, i / block * block, std::min(N, (i / block + 1) * block), i,
-                                     opts_.kto_max_length));
+                                     opts_.kto_max_length, opts_.kto_kl));
       else
         mb.push_back(&eval_[i]);
     for (const auto& x : kto_mb) mb.push_back(&x);
@@ -581,7 +599,7 @@ DpoSums DpoTrainer::evaluate() {
   }
   if (kto) {
     DpoLossOptions o = opts_.loss;
-    const double z = env_.allreduce_sum(kl_sum) / static_cast<double>(N);
+    const double z = opts_.kto_kl ? env_.allreduce_sum(kl_sum) / static_cast<double>(N) : 0.0;
     o.kto_kl = std::isnan(z) ? z : std::max(0.0, z);
     for (const DpoPairIn& in : held) s.add(in, dpo_pair_loss(o, in));
     if (env_.rank() == 0) s.kto_kl = o.kto_kl, s.kto_kl_count = 1;
@@ -748,7 +766,8 @@ DpoResult DpoTrainer::run() {
   if (rank0 && !opts_.log_dir.empty()) {
     std::ostringstream s;  // job_summary.txt, written whole (RunLog::write_summary)
     const bool kto = opts_.loss.type == DpoLossType::Kto;
-    s << "mgrl " << build_info().version << (kto ? " kto (" : " dpo (") << dpo_loss_label(opts_.loss) << ", beta "
+    s << "mgrl " << build_info().version << (kto ? " kto (" : " dpo (")
+      << (kto && !opts_.kto_kl ? std::string("apo_zero_unpaired") : dpo_loss_label(opts_.loss)) << ", beta "
       << opts_.loss.beta << ")\n"
       << "ranks: " << env_.size() << "\n"
       << "wall time: " << human_time(res.seconds) << " (" << res.seconds << " s)\n"

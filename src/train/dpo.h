@@ -40,6 +40,9 @@ struct DpoOptions {
   // reference pass (a starting adapter, full fine-tuning: no adapter to switch off; the KL sequences are paired per
   // micro-batch, so their reference cannot be scored before training); the sequences' length cap (kto.max_length).
   bool kto_frozen_reference = false;
+  // kto.loss_type: true "kto" (the KL estimate from the KL sequences), false "apo_zero_unpaired" (trl: no KL estimate,
+  // 0 in the loss and the logs; no KL sequences: kto_example puts a placeholder of one unscored token in their slot).
+  bool kto_kl = true;
   int kto_max_length = 1024;
   std::int64_t max_steps = 100;
   std::int64_t stop_at_step = 0;
@@ -111,12 +114,17 @@ double kto_kl_sum(const std::vector<double>& pol, const std::vector<double>& ref
 // example; s itself only in a block of one example.
 std::size_t kto_partner(const std::vector<std::size_t>& global, std::size_t mb_begin, std::size_t mb_end, std::size_t s);
 // The example at slot s with its KL sequence: its prompt followed by its partner's completion, cut to max_length.
+// Without the KL estimate (kl false: apo_zero_unpaired) the KL sequence's slot holds kto_no_kl_sequence's placeholder.
 PreferencePair kto_example(const std::vector<PreferencePair>& data, const std::vector<std::size_t>& global,
-                           std::size_t mb_begin, std::size_t mb_end, std::size_t s, int max_length);
+                           std::size_t mb_begin, std::size_t mb_end, std::size_t s, int max_length, bool kl = true);
+// The KL sequence's placeholder: the example's first token alone, before its prompt ends (or, with no prompt, at
+// position 0, which predicts nothing): no token of it is scored, its log-prob is 0 under every policy, its pass one
+// token.
+void kto_no_kl_sequence(PreferencePair& x);
 // kto_example for one rank's share [begin, end) of a global micro-batch [mb_begin, mb_end).
 std::vector<PreferencePair> kto_micro_batch(const std::vector<PreferencePair>& data, const std::vector<std::size_t>& global,
                                             std::size_t mb_begin, std::size_t mb_end, std::size_t begin, std::size_t end,
-                                            int max_length);
+                                            int max_length, bool kl = true);
 // Adds trl's token metrics of a training forward of dpo_batch(mb) (its TokenStats) to sums (KTO: the completions'
 // tokens only, by label).
 void dpo_token_metrics(const std::vector<const PreferencePair*>& mb, const model::Batch& b, const model::TokenStats& ts,
