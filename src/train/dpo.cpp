@@ -173,10 +173,13 @@ DpoTrainer::DpoTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transfo
   for (const auto& p : train_) longest_completion = std::max(longest_completion, p.completion.size());
   for (const auto& p : train_)
     lens.push_back(static_cast<long long>(
-        p.chosen.size() + (kto ? (!opts_.kto_kl ? 1  // the placeholder (kto_no_kl_sequence)
-                                                : std::min<std::size_t>(static_cast<std::size_t>(p.prompt_len) + longest_completion,
-                                                                        static_cast<std::size_t>(opts_.kto_max_length)))
-                               : p.rejected.size())));
+        // KTO: a training pass holds the completions and a one-token placeholder each, the KL pass before it the
+        // KL sequences (kto_policy_kl_logps)
+        kto ? std::max(p.chosen.size() + 1,
+                       !opts_.kto_kl ? 0
+                                     : std::min<std::size_t>(static_cast<std::size_t>(p.prompt_len) + longest_completion,
+                                                             static_cast<std::size_t>(opts_.kto_max_length)))
+            : p.chosen.size() + p.rejected.size()));
   const auto top = std::min<std::size_t>(lens.size(), static_cast<std::size_t>(micro));
   std::partial_sort(lens.begin(), lens.begin() + static_cast<std::ptrdiff_t>(top), lens.end(), std::greater<long long>());
   long long most = 0;
@@ -508,15 +511,29 @@ double DpoTrainer::train_step(DpoSums* sums) {
     } else {
       for (int i = 0; i < micro; ++i) mb.push_back(&train_[global[first + static_cast<std::size_t>(i)]]);
     }
+    const std::uint64_t dropout = model::dropout_seed(opts_.seed, state_.step);
+    // KTO: the KL sequences' log-probs (the reference's, then the policy's by a forward without a backward: trl scores
+    // them under no_grad) from passes of those sequences alone; the training pass then holds the completions, a
+    // placeholder in each KL slot. Until 2026-11-29 one pass held both and the backward ran over the KL tokens too,
+    // with weight 0 (a third of a step's work when the two are as long).
+    std::vector<double> kl_ref, kl_pol;
+    if (kto && opts_.kto_kl) {
+      const model::Batch kb = kto_kl_batch(kto_mb, first);
+      kl_ref = kto_kl_logps(kb, kto_mb, false, dropout);
+      kl_pol = kto_kl_logps(kb, kto_mb, true, dropout);
+      for (auto& x : kto_mb) kto_no_kl_sequence(x);
+    }
     model::Batch b = dpo_batch(mb, opts_.ld_alpha, &tw);
     reference(mb, b, tw, &ref);  // before the policy's pass, which backward() then needs untouched
+    for (std::size_t k = 0; k < kl_ref.size(); ++k) ref[2 * k + 1] = kl_ref[k];
     lp.assign(b.tokens.size(), 0.0f);
     b.seq_keys.clear();  // chosen and rejected of the pair in slot g of the global batch: keys 2g and 2g + 1
     for (int k = 0; k < 2 * micro; ++k) b.seq_keys.push_back(static_cast<std::uint64_t>(2 * first + static_cast<std::size_t>(k)));
-    model_.forward(b, lp.data(), true, true, model::dropout_seed(opts_.seed, state_.step));
+    model_.forward(b, lp.data(), true, true, dropout);
     const model::TokenStats stats = model_.token_stats();
     dpo_token_metrics(mb, b, stats, sums);
     pol = dpo_sequence_logps(b, tw, lp.data());
+    for (std::size_t k = 0; k < kl_pol.size(); ++k) pol[2 * k + 1] = kl_pol[k];
     const std::vector<double> pw = opts_.loss.use_weighting ? wpo_weights(mb, b, lp.data(), stats) : std::vector<double>();
     DpoLossOptions lo = opts_.loss;
     if (kto) {  // the global micro-batch's KL estimate (trl's: each micro-batch's, gathered); NaN stays NaN (torch's clamp)
@@ -538,6 +555,32 @@ double DpoTrainer::train_step(DpoSums* sums) {
   model_.ops().phase_end(kernels::Phase::Optimizer);
   last_norm_ = norm;
   return loss;
+}
+
+model::Batch kto_kl_batch(const std::vector<PreferencePair>& mb, std::size_t first) {
+  model::Batch kb;
+  for (std::size_t k = 0; k < mb.size(); ++k) {
+    kb.add(mb[k].rejected);
+    kb.scored_from.push_back(mb[k].prompt_len);
+    kb.seq_keys.push_back(static_cast<std::uint64_t>(2 * (first + k) + 1));  // the KL sequence's dropout key, as before
+  }
+  return kb;
+}
+
+std::vector<double> DpoTrainer::kto_kl_logps(const model::Batch& kb, const std::vector<PreferencePair>& mb, bool policy,
+                                             std::uint64_t dropout) {
+  std::vector<float> lp(kb.tokens.size(), 0.0f);
+  if (policy)
+    model_.forward(kb, lp.data(), true, true, dropout);  // the training mode (LoRA dropout, when on), no backward
+  else if (frozen_)
+    frozen_->with_frozen([&] { model_.score(kb, lp.data(), true); });
+  else
+    model_.score(kb, lp.data(), false);
+  std::vector<double> out(mb.size(), 0.0);
+  for (std::size_t k = 0; k < mb.size(); ++k)
+    for (int t = mb[k].prompt_len; t < kb.length(static_cast<int>(k)); ++t)
+      out[k] += lp[static_cast<std::size_t>(kb.offsets[k] + t)];
+  return out;
 }
 
 DpoSums DpoTrainer::evaluate() {

@@ -121,6 +121,9 @@ PreferencePair kto_example(const std::vector<PreferencePair>& data, const std::v
 // position 0, which predicts nothing): no token of it is scored, its log-prob is 0 under every policy, its pass one
 // token.
 void kto_no_kl_sequence(PreferencePair& x);
+// The KL sequences of KTO examples alone (their rejected), scored from their prompt's end, the dropout key of the one
+// of global slot first + k 2 (first + k) + 1 (as in DPO's packing, where it is the rejected).
+model::Batch kto_kl_batch(const std::vector<PreferencePair>& mb, std::size_t first);
 // kto_example for one rank's share [begin, end) of a global micro-batch [mb_begin, mb_end).
 std::vector<PreferencePair> kto_micro_batch(const std::vector<PreferencePair>& data, const std::vector<std::size_t>& global,
                                             std::size_t mb_begin, std::size_t mb_end, std::size_t begin, std::size_t end,
@@ -153,6 +156,10 @@ class DpoTrainer {
   void reference(const std::vector<const PreferencePair*>& mb, const model::Batch& b, const std::vector<float>& tw,
                  std::vector<double>* ref);
   double train_step(DpoSums* sums);
+  // KTO: the log-prob of each KL sequence of a micro-batch (kto_kl_batch(mb)) under the reference, or under the
+  // policy by a training-mode forward with no backward.
+  std::vector<double> kto_kl_logps(const model::Batch& kb, const std::vector<PreferencePair>& mb, bool policy,
+                                   std::uint64_t dropout);
 
   const dist::MpiEnv& env_;
   dist::Comm& comm_;

@@ -33,6 +33,11 @@ done
 kl=$("$check" field "$work/a/metrics.jsonl" kl)
 echo "$kl"
 [ "$(echo "$kl" | awk '{for (i = 3; i <= NF; ++i) if ($i > 0) n++; print n + 0}')" -ge 1 ] || fail "the KL estimate is never above 0"
+# Step 1's policy is its reference (a fresh adapter against the adapter switched off; below, a starting adapter against
+# its frozen copy): the KL sequences, scored in passes of their own (the policy's without a backward), give a KL of
+# exactly 0 and the loss is 0.5, as the completions' log-ratios are 0
+first_step() { "$check" field "$work/$1/metrics.jsonl" "$2" | awk '{print $3}'; }
+[ "$(first_step a kl) $(first_step a loss)" = "0 0.5" ] || fail "step 1: kl $(first_step a kl), loss $(first_step a loss)"
 echo "trains: trl's metrics, the balance said"
 run a2 2 "$@"
 "$check" weights "$(ck a 4)" "$(ck a2 4)" --rtol=1e-5 || fail "2 ranks differ"
@@ -48,6 +53,8 @@ run start2 2 "$@" --lora.adapter="$work/adapter" --train.grad_accum=2
 grep -q "reference a frozen copy of the starting weights" "$work/start.log" || fail "start: $(grep '^kto:' "$work/start.log")"
 grep -q "^eval before step 0 | loss 0.5000 | kl 0.0000" "$work/start.log" ||
   fail "the reference is not the starting adapter: $(grep '^eval before' "$work/start.log")"
+[ "$(first_step start kl) $(first_step start loss)" = "0 0.5" ] ||
+  fail "from an adapter, step 1: kl $(first_step start kl), loss $(first_step start loss)"
 "$check" weights "$(ck start 4)" "$(ck start2 4)" --rtol=1e-6 --moments || fail "from an adapter: 2 ranks differ"
 echo "the same weights on 1 and 2 ranks (grad_accum 1 and 2, and from a starting adapter)"
 run paired 1 "$@" --data.input="$pairs"
