@@ -148,10 +148,9 @@ int run_plan(dist::MpiEnv& env, const io::Config& cfg) {
                             budget / static_cast<double>(model::InferenceEngine::kMergeShare));
     } else if (mode == "dpo" || mode == "kto") {
       seq_len = std::min(max_pos, cfg.get_int(mode + ".max_length"));
-      // chosen and rejected; KTO: an example's completion and its KL sequence (apo_zero_unpaired: none, a one-token
-      // placeholder in its slot)
-      const bool kl_sequences = mode == "dpo" || cfg.get_string("kto.loss_type") == "kto";
-      micro = std::max<std::int64_t>(1, (kl_sequences ? 2 : 1) * per_rank / accum);
+      // chosen and rejected; KTO: an example's completion (and a one-token placeholder; its KL sequence goes
+      // through a pass of its own, no longer)
+      micro = std::max<std::int64_t>(1, (mode == "dpo" ? 2 : 1) * per_rank / accum);
       // KTO's reference from a starting adapter or with full fine-tuning: a frozen copy of the starting weights
       in.reference_copy = mode == "kto" && (in.full_finetune || !cfg.get_string("lora.adapter").empty());
       in.scoring = true;
