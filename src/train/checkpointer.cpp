@@ -159,8 +159,10 @@ std::string reference_description(const std::string& identity, const std::string
   };
   if (kind == "base") return "the base model (the adapter switched off)";
   if (kind == "adapter") return "the starting adapter (lora.adapter = " + get("lora.adapter") + ")";
-  return "the starting weights (model.path = " + get("model.path") + ")";
+  return "the starting weights (" + base_source(config_text) + ")";
 }
+
+std::string identity_kind(const std::string& identity) { return identity.substr(0, identity.find('\n')); }
 
 dist::MpiEnv::Patience file_patience(std::size_t trainable, const std::string& what) {
   const double bytes = 3.0 * 4.0 * static_cast<double>(trainable);
@@ -277,16 +279,26 @@ Checkpoint Checkpointer::read_checked(const std::string& path) const {
     log::warn_once(what + "; going on over this run's (checkpoint.allow_other_base)");
   }
   // Another reference policy than its run's: another objective from here on (DPO/KTO/GRPO against the base model
-  // where the run's was its starting adapter, or against another adapter). Resumed with a warning that lora.adapter
-  // differed, or in silence when the adapter's file had been rewritten, until 2026-11-29.
-  if (!ck.reference.empty() && !opts_.reference.empty() && ck.reference != opts_.reference)
+  // where the run's was its starting adapter, or against another adapter: other tensors or another lora_alpha).
+  // Resumed with a warning that lora.adapter differed, or in silence when the adapter's files had been rewritten,
+  // until 2026-11-29.
+  if (!ck.reference.empty() && !opts_.reference.empty() && ck.reference != opts_.reference) {
+    const std::string then = identity_kind(ck.reference), now = identity_kind(opts_.reference);
+    const std::string how =
+        then == "model" ? "Resume over the weights it started from (its model.path, or model.init = \"random\" with its "
+                          "train.seed)"
+        : then == "adapter" ? "Resume with its lora.adapter as it was"
+                            : "Resume without lora.adapter, as its run started";
     throw UserError(path + ": its run's reference policy was " + reference_description(ck.reference, ck.config_text) +
                     ", this run's is " + reference_description(opts_.reference, opts_.config_text) +
-                    (ck.reference.compare(0, 8, "adapter\n") == 0 && opts_.reference.compare(0, 8, "adapter\n") == 0
-                         ? " (other weights)"
-                         : "") +
-                    ": the objective would change under the run. Resume with its lora.adapter as it was, or start a "
-                    "new run (another checkpoint.dir) from this checkpoint's weights (mgrl export, then lora.adapter)");
+                    (then == now ? " (other weights)" : "") + ": the objective would change under the run. " + how +
+                    ", or start a new run (another checkpoint.dir) from this checkpoint's weights (mgrl export)");
+  }
+  // Written before checkpoints kept it: nothing to compare; said, as this run's reference is taken as its run's.
+  if (ck.reference.empty() && !opts_.reference.empty())
+    log::warn_once(path + ": written before checkpoints kept the reference policy (2026-11-29): this run's, " +
+                   reference_description(opts_.reference, opts_.config_text) +
+                   ", is taken as its run's (a run started from lora.adapter must be resumed with it)");
   if (ck.params.size() != tr.n)
     throw UserError(path + ": holds " + std::to_string(ck.params.size()) + " trainable values, this run has " +
                     std::to_string(tr.n));

@@ -76,7 +76,10 @@ std::string reference_identity(kernels::Ops& ops, model::Transformer& m, const T
   if (initial_is_base) return "base";
   std::vector<float> host(tr.n);
   ops.download(host.data(), tr.params, tr.n * sizeof(float));
-  std::string id = "adapter\n";
+  // The adapter's scale (lora_alpha / r, or / sqrt(r) with rsLoRA, from its adapter_config.json) weighs its tensors
+  char scale[64];
+  std::snprintf(scale, sizeof scale, "scale %.9g\n", static_cast<double>(m.lora()->config().scale()));
+  std::string id = std::string("adapter\n") + scale;
   for (const auto& t : tr.tensors) {
     std::size_t count = 1;
     for (const auto d : t.shape) count *= static_cast<std::size_t>(d);
