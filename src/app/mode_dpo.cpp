@@ -185,17 +185,27 @@ int run_dpo(Context& ctx) {
       for (const auto& p : eval_data.pairs) longest_prompt = std::max(longest_prompt, static_cast<std::size_t>(p.prompt_len));
       check_eval_generation_fits(cfg, mc, longest_prompt, "the longest held-out prompt of " + cfg.get_string("eval.input"));
     }
-    std::size_t longest = 1;
+    // The longest sequence: DPO's chosen or rejected; KTO's completion, or (kto) a KL sequence, a prompt with
+    // another example's completion, at most max_length.
+    std::size_t longest = 1, longest_prompt = 0, longest_completion = 0;
     for (const auto* set : {&train_data, &eval_data})
-      for (const auto& p : set->pairs)  // KTO's KL sequences are at most max_length long
-        longest = std::max({longest, p.chosen.size(), kto ? static_cast<std::size_t>(max_length) : p.rejected.size()});
+      for (const auto& p : set->pairs) {
+        longest = std::max({longest, p.chosen.size(), kto ? std::size_t{0} : p.rejected.size()});
+        longest_prompt = std::max(longest_prompt, static_cast<std::size_t>(p.prompt_len));
+        longest_completion = std::max(longest_completion, p.completion.size());
+      }
+    const bool kl_sequences = kto && cfg.get_string("kto.loss_type") == "kto";
+    if (kl_sequences)
+      longest = std::max(longest, std::min(longest_prompt + longest_completion, static_cast<std::size_t>(max_length)));
+    // A training pass holds two sequences a pair (DPO), one an example (KTO: its KL sequences have a pass of their
+    // own, a one-token placeholder in their slot); an evaluation pass holds both of KTO's (kto) too.
     const std::int64_t batch = cfg.get_int("train.batch_size"), accum = cfg.get_int("train.grad_accum");
     check_batch_fits(mc, "train.batch_size", batch,
-                     2.0 * static_cast<double>(batch) / env.size() / static_cast<double>(accum),
+                     (kto ? 1.0 : 2.0) * static_cast<double>(batch) / env.size() / static_cast<double>(accum),
                      static_cast<double>(longest), "lower it, or raise train.grad_accum");
     check_batch_fits(mc, "eval.batch_size", cfg.get_int("eval.batch_size"),
-                     2.0 * static_cast<double>(cfg.get_int("eval.batch_size")), static_cast<double>(longest),
-                     "lower it");
+                     (kto && !kl_sequences ? 1.0 : 2.0) * static_cast<double>(cfg.get_int("eval.batch_size")),
+                     static_cast<double>(longest), "lower it");
   });
   // Said once every start-up check has passed (an error comes alone).
   std::vector<std::string> data_notes;

@@ -158,7 +158,7 @@ int run_plan(dist::MpiEnv& env, const io::Config& cfg) {
       seq_len = std::min(max_pos, cfg.get_int("train.max_seq_len"));
       micro = std::max<std::int64_t>(1, per_rank / accum);
     }
-    in.train_tokens = micro * seq_len;
+    in.train_tokens = micro * seq_len + (mode == "kto" ? micro : 0);  // KTO: a one-token placeholder an example
     model::set_runtime_allowances(in);
     if (const double rss = in.cuda ? 0 : resident_bytes_now(); rss > in.runtime_bytes) {
       in.runtime_bytes = rss;

@@ -174,7 +174,7 @@ DpoTrainer::DpoTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transfo
   for (const auto& p : train_)
     lens.push_back(static_cast<long long>(
         // KTO: a training pass holds the completions and a one-token placeholder each, the KL pass before it the
-        // KL sequences (kto_policy_kl_logps)
+        // KL sequences (kto_kl_logps)
         kto ? std::max(p.chosen.size() + 1,
                        !opts_.kto_kl ? 0
                                      : std::min<std::size_t>(static_cast<std::size_t>(p.prompt_len) + longest_completion,

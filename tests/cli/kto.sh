@@ -11,7 +11,8 @@
 # - preference pairs (PAIRS, DPO's data) are read unpaired and train;
 # - a checkpoint at step 2 resumes to the straight run's weights bit for bit;
 # - kto.loss_type = "apo_zero_unpaired": no KL estimate (kl 0 in every log line), other weights than kto's, the
-#   same on 1 and 2 ranks, and a micro-batch of one example trains (kto's needs two).
+#   same on 1 and 2 ranks, and a micro-batch of one example trains (kto's needs two);
+# - with LoRA dropout (kto.disable_dropout = false) 1 and 2 ranks train the same weights, other than without.
 set -uo pipefail
 work=$1 check=$2 pairs=$3
 shift 3
@@ -57,6 +58,13 @@ grep -q "^eval before step 0 | loss 0.5000 | kl 0.0000" "$work/start.log" ||
   fail "from an adapter, step 1: kl $(first_step start kl), loss $(first_step start loss)"
 "$check" weights "$(ck start 4)" "$(ck start2 4)" --rtol=1e-6 --moments || fail "from an adapter: 2 ranks differ"
 echo "the same weights on 1 and 2 ranks (grad_accum 1 and 2, and from a starting adapter)"
+# LoRA dropout (kto.disable_dropout = false): each sequence's mask by its slot in the step, the KL sequences' in their
+# own pass, so 1 and 2 ranks train the same weights; and the dropout acts
+run drop 1 "$@" --lora.dropout=0.2 --kto.disable_dropout=false
+run drop2 2 "$@" --lora.dropout=0.2 --kto.disable_dropout=false
+"$check" weights "$(ck drop 4)" "$(ck drop2 4)" --rtol=1e-5 --moments || fail "dropout: 2 ranks differ"
+"$check" weights "$(ck a 4)" "$(ck drop 4)" --rtol=1e-4 --moments > /dev/null && fail "dropout did not act"
+echo "dropout: the same on 1 and 2 ranks, and it acts"
 run paired 1 "$@" --data.input="$pairs"
 grep -q "96 training examples" "$work/paired.log" || fail "pairs: $(grep '^kto:' "$work/paired.log")"
 "$check" weights "$(ck a 4)" "$(ck paired 4)" --rtol=1e-5 > /dev/null && fail "pairs trained the labelled file's weights"

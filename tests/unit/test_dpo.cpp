@@ -470,6 +470,58 @@ TEST(KtoLoss, DerivativeMatchesFiniteDifferences) {
 // load_kto: labelled completions; preference pairs unpaired as trl (chosen rows of the block, then rejected); prompts of
 // max_length left out; the KL completions as kto_example pairs them within blocks of the file (the held-out pairing:
 // trl's add_kl_completion_ids on the kept examples); errors name the line.
+// KTO's KL sequences are scored in a pass of their own (kto_kl_batch; the policy's by a training-mode forward with no
+// backward): the same log-probs as in DPO's packing beside the completions (which the trainer used until 2026-11-29),
+// with LoRA dropout too (each KL sequence keeps its mask: key 2 g + 1 of global slot g), which acts.
+TEST(KtoKl, OwnPassEqualsThePackedOneDropoutToo) {
+  const std::string dir = kData + "/kto/kto_base";
+  nlohmann::json c;
+  std::ifstream(dir + "/case.json") >> c;
+  const std::string model_dir = kData + "/models/" + c["model"].get<std::string>();
+  auto ops = kernels::make_cpu_ops();
+  const std::size_t first = 3;  // this rank's share starts at global slot 3
+  std::vector<double> kl_no_dropout;
+  for (double dropout : {0.0, 0.3}) {
+    model::Transformer net(io::parse_hf_config(model_dir + "/config.json"), *ops);
+    net.load_weights(model_dir);
+    model::LoraConfig lc = model::read_peft_config(dir + "/adapter/adapter_config.json");
+    lc.dropout = dropout;
+    net.add_lora(lc, 0).load_peft(dir + "/adapter");
+    std::vector<PreferencePair> ex;
+    for (const auto& e : c["examples"]) {
+      PreferencePair p;
+      const auto prompt = e["prompt_ids"].get<std::vector<std::int32_t>>();
+      p.prompt_len = static_cast<std::int32_t>(prompt.size());
+      p.label = e["label"].get<bool>() ? 1 : 0;
+      p.chosen = p.rejected = prompt;
+      for (int x : e["completion_ids"]) p.chosen.push_back(x);
+      for (int x : e["KL_completion_ids"]) p.rejected.push_back(x);
+      ex.push_back(p);
+    }
+    const std::uint64_t seed = model::dropout_seed(11, 2);
+    std::vector<const PreferencePair*> mb;
+    for (const auto& p : ex) mb.push_back(&p);
+    std::vector<float> tw;
+    model::Batch b = dpo_batch(mb, 1.0, &tw);
+    for (std::size_t k = 0; k < 2 * ex.size(); ++k) b.seq_keys.push_back(2 * first + k);
+    std::vector<float> lp(b.tokens.size(), 0.0f);
+    net.forward(b, lp.data(), true, true, seed);
+    const auto packed = dpo_sequence_logps(b, tw, lp.data());
+    const model::Batch kb = kto_kl_batch(ex, first);
+    ASSERT_EQ(kb.B(), static_cast<int>(ex.size()));
+    std::vector<float> klp(kb.tokens.size(), 0.0f);
+    net.forward(kb, klp.data(), true, true, seed);
+    for (std::size_t k = 0; k < ex.size(); ++k) {
+      double own = 0;
+      for (int t = ex[k].prompt_len; t < kb.length(static_cast<int>(k)); ++t)
+        own += klp[static_cast<std::size_t>(kb.offsets[k] + t)];
+      EXPECT_NEAR(own, packed[2 * k + 1], 1e-5 * std::fabs(packed[2 * k + 1])) << "example " << k << ", dropout " << dropout;
+      if (dropout == 0.0) kl_no_dropout.push_back(own);
+      else EXPECT_GT(std::fabs(own - kl_no_dropout[k]), 1e-3) << "example " << k << ": dropout did not act";
+    }
+  }
+}
+
 TEST(KtoData, UnpairedRotatedAndLabelled) {
   const auto tok = io::Tokenizer::from_dir(kSource + "/inputs/quickstart");
   const std::string f = test::write_temp("kto.jsonl",
