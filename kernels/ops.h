@@ -207,6 +207,14 @@ class Ops {
                                                 float softcap = 0.0f, float* stats = nullptr) = 0;
   virtual void lm_head_logits(float* logits, const void* h, const void* W, int T, int D, int V, float logit_scale,
                               float softcap = 0.0f) = 0;
+  // Knowledge distillation's divergence (trl's DistillationTrainer) fused with the student's LM head and its backward
+  // (cpu/lm_head.h lm_head_divergence): div, entropy [T] f32 (either may be null), dh [T, D] storage (null: no
+  // backward), dW [V, D] f32 (may be null), weights [T] f32 (with dh), the student's h [T, D] and W [V, D], the
+  // teacher's th [T, Dt] and tW [V, Dt] in storage dtype; beta in [0, 1]. The op allocates its own scratch.
+  virtual void lm_head_divergence(float* div, float* entropy, void* dh, float* dW, const float* weights,
+                                  const void* h, const void* W, int T, int D, int V, float logit_scale, float softcap,
+                                  const void* th, const void* tW, int Dt, float t_logit_scale, float t_softcap,
+                                  float beta) = 0;
 
   // ---- inference with a KV cache (kernels/cpu/kv_cache.h, kernels/cpu/sampling.h) ----
   // The cache is paged (KvPages): per layer one k and one v pool of blocks [n_blocks, block_size, n_kv, head_dim] in

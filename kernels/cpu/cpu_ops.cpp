@@ -221,6 +221,12 @@ class CpuOps final : public Ops {
                       float softcap = 0.0f) override {
     cpu::lm_head_logits(logits, F(h), F(W), T, D, V, logit_scale, softcap);
   }
+  void lm_head_divergence(float* div, float* entropy, void* dh, float* dW, const float* weights, const void* h,
+                          const void* W, int T, int D, int V, float logit_scale, float softcap, const void* th,
+                          const void* tW, int Dt, float t_logit_scale, float t_softcap, float beta) override {
+    cpu::lm_head_divergence(div, entropy, F(dh), dW, weights, F(h), F(W), T, D, V, logit_scale, softcap, F(th), F(tW),
+                            Dt, t_logit_scale, t_softcap, beta, nullptr);
+  }
   void kv_store(void* cache_k, void* cache_v, const void* k, const void* v, const std::int32_t* slot,
                 const std::int32_t* pos, int T, const KvPages& pages, int n_kv, int head_dim) override {
     cpu::kv_store(F(cache_k), F(cache_v), F(k), F(v), slot, pos, T, pages, n_kv, head_dim);

@@ -173,4 +173,83 @@ void lm_head_logprob_forward_backward(float* logprob, float* lse, float* dh, flo
   head_pass(logprob, lse, dh, dW, weights, h, W, targets, lse, T, D, V, logit_scale, scratch, softcap, stats);
 }
 
+void lm_head_divergence(float* div, float* entropy, float* dh, float* dW, const float* weights, const float* h,
+                        const float* W, int T, int D, int V, float logit_scale, float softcap, const float* th,
+                        const float* tW, int Dt, float t_logit_scale, float t_softcap, float beta, float* scratch) {
+  MGRL_CHECK(beta >= 0.0f && beta <= 1.0f, "lm_head_divergence: beta " + std::to_string(beta) + " outside [0, 1]");
+  MGRL_CHECK(!dh || weights, "lm_head_divergence: the backward needs the rows' weights");
+  std::vector<float> own;
+  if (!scratch) {
+    own.resize(static_cast<size_t>(lm_head_divergence_scratch_floats(V)));
+    scratch = own.data();
+  }
+  float* zs = scratch;                              // the chunk's student logits, then its dlogits
+  float* zt = scratch + lm_head_scratch_floats(V);  // the chunk's teacher logits
+  const int mode = beta == 0.0f ? 0 : beta == 1.0f ? 1 : 2;
+  const double lb = mode == 2 ? std::log(static_cast<double>(beta)) : 0.0,
+               l1b = mode == 2 ? std::log(1.0 - static_cast<double>(beta)) : 0.0;
+  std::vector<double> lps(static_cast<size_t>(V)), lpt(static_cast<size_t>(V)), lm(mode == 2 ? V : 0);
+  for (int t0 = 0; t0 < T; t0 += kLmHeadChunkRows) {
+    const int n = std::min(kLmHeadChunkRows, T - t0);
+    const float* hc = h + static_cast<int64_t>(t0) * D;
+    chunk_logits(zs, hc, W, n, D, V, logit_scale, softcap);
+    chunk_logits(zt, th + static_cast<int64_t>(t0) * Dt, tW, n, Dt, V, t_logit_scale, t_softcap);
+    for (int r = 0; r < n; ++r) {
+      const int t = t0 + r;
+      float* s = zs + static_cast<int64_t>(r) * V;
+      const float* q = zt + static_cast<int64_t>(r) * V;
+      // log-softmax of both rows (double sums)
+      double ms = -INFINITY, mt = -INFINITY;
+      for (int v = 0; v < V; ++v) ms = std::max(ms, static_cast<double>(s[v])), mt = std::max(mt, static_cast<double>(q[v]));
+      double ss = 0.0, st = 0.0;
+      for (int v = 0; v < V; ++v) ss += std::exp(s[v] - ms), st += std::exp(q[v] - mt);
+      const double lse_s = ms + std::log(ss), lse_t = mt + std::log(st);
+      double ent = lse_s, d = 0.0, aux = 0.0;  // aux: KL(p_s || p_t), or KL(p_s || m)
+      for (int v = 0; v < V; ++v) {
+        lps[v] = s[v] - lse_s;
+        lpt[v] = q[v] - lse_t;
+        const double ps = std::exp(lps[v]), pt = std::exp(lpt[v]);
+        ent -= ps * s[v];
+        if (mode == 0) {
+          d += pt * (lpt[v] - lps[v]);
+        } else if (mode == 1) {
+          aux += ps * (lps[v] - lpt[v]);
+        } else {
+          const double a = lps[v] + l1b, b = lpt[v] + lb, top = std::max(a, b);
+          lm[v] = top + std::log(std::exp(a - top) + std::exp(b - top));
+          aux += ps * (lps[v] - lm[v]);
+          d += beta * pt * (lpt[v] - lm[v]);
+        }
+      }
+      d = mode == 0 ? d : mode == 1 ? aux : d + (1.0 - beta) * aux;
+      if (div) div[t] = static_cast<float>(d);
+      if (entropy) entropy[t] = static_cast<float>(ent);
+      if (!dh) continue;
+      const float w = weights[t];
+      const float inv = softcap > 0.0f ? 1.0f / (logit_scale * softcap) : 0.0f;
+      for (int v = 0; v < V; ++v) {
+        if (w == 0.0f) {
+          s[v] = 0.0f;
+          continue;
+        }
+        const double ps = std::exp(lps[v]);
+        const double g = mode == 0   ? ps - std::exp(lpt[v])
+                         : mode == 1 ? ps * (lps[v] - lpt[v] - aux)
+                                     : (1.0 - beta) * ps * (lps[v] - lm[v] - aux);
+        float gv = static_cast<float>(g) * w * logit_scale;
+        if (softcap > 0.0f) {  // the logit is logit_scale * softcap * tanh(raw / softcap)
+          const float tnh = s[v] * inv;
+          gv *= 1.0f - tnh * tnh;
+        }
+        s[v] = gv;
+      }
+    }
+    if (!dh) continue;
+    // dh[n, D] = dl[n, V] @ W[V, D]; dW[V, D] += dl^T @ h
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, D, V, 1.0f, zs, V, W, D, 0.0f,
+                dh + static_cast<int64_t>(t0) * D, D);
+    if (dW) cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, D, n, 1.0f, zs, V, hc, D, 1.0f, dW, D);
+  }
+}
+
 }  // namespace mgrl::kernels::cpu

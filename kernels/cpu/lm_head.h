@@ -51,6 +51,24 @@ void lm_head_logprob_forward_backward(float* logprob, float* lse, float* dh, flo
                                       float logit_scale, float* scratch, float softcap = 0.0f,
                                       float* stats = nullptr);
 
+// Knowledge distillation's divergence (trl's DistillationTrainer, the generalized JSD of Agarwal et al. 2024), fused
+// with the student's LM head and its backward. Row t: the student's logits z_s = logit_scale * h W^T (softcap as
+// above), the teacher's z_t = t_logit_scale * th tW^T (t_softcap likewise; th [T, Dt], tW [V, Dt]: the teacher may
+// be wider or narrower, the vocabulary is shared), p_s = softmax(z_s), p_t = softmax(z_t) (logit_scale =
+// t_logit_scale = 1 / temperature, as trl), and
+//   beta = 0:         div[t] = KL(p_t || p_s)                                   (forward KL)
+//   beta = 1:         div[t] = KL(p_s || p_t)                                   (reverse KL)
+//   0 < beta < 1:     m = (1 - beta) p_s + beta p_t,  div[t] = beta KL(p_t || m) + (1 - beta) KL(p_s || m)
+// entropy[t] = H(p_s). With dh non-null, the backward of loss = sum_t weights[t] div[t]: the gradient in z_s of a row
+// (g = p_s - p_t; p_s (log p_s - log p_t - KL(p_s || p_t)); (1 - beta) p_s (log p_s - log m - KL(p_s || m))) times
+// weights[t] and logit_scale (and the softcap's tanh derivative) gives dh [T, D] (written) and dW [V, D]
+// (accumulated; skipped when null). Rows with weights[t] = 0 have no gradient. scratch:
+// lm_head_divergence_scratch_floats(V) floats, or null to let the op allocate it.
+inline int64_t lm_head_divergence_scratch_floats(int V) { return 2 * lm_head_scratch_floats(V); }
+void lm_head_divergence(float* div, float* entropy, float* dh, float* dW, const float* weights, const float* h,
+                        const float* W, int T, int D, int V, float logit_scale, float softcap, const float* th,
+                        const float* tW, int Dt, float t_logit_scale, float t_softcap, float beta, float* scratch);
+
 // Full logits[T, V] = logit_scale * h @ W^T, for a few rows (tests, debugging, sampling).
 void lm_head_logits(float* logits, const float* h, const float* W, int T, int D, int V, float logit_scale,
                     float softcap = 0.0f);

@@ -309,6 +309,12 @@ class CudaOps final : public Ops {
     cuda::lm_head_logprob_forward_backward(ctx(), logprob, lse, dh, dW, weights, h, W, targets, T, D, V, logit_scale,
                                            scratch, softcap, stats);
   }
+  void lm_head_divergence(float* div, float* entropy, void* dh, float* dW, const float* weights, const void* h,
+                          const void* W, int T, int D, int V, float logit_scale, float softcap, const void* th,
+                          const void* tW, int Dt, float t_logit_scale, float t_softcap, float beta) override {
+    cuda::lm_head_divergence(ctx(), div, entropy, dh, dW, weights, h, W, T, D, V, logit_scale, softcap, th, tW, Dt,
+                             t_logit_scale, t_softcap, beta);
+  }
   void lm_head_logits(float* logits, const void* h, const void* W, int T, int D, int V, float logit_scale,
                       float softcap = 0.0f) override {
     cuda::lm_head_logits(ctx(), logits, h, W, T, D, V, logit_scale, softcap);

@@ -342,6 +342,11 @@ void lm_head_logprob_forward_backward(const Ctx& c, float* logprob, float* lse, 
   head_pass(c, logprob, lse, dh, dW, weights, h, W, targets, lse, T, D, V, logit_scale, scratch, softcap, stats);
 }
 
+void lm_head_divergence(const Ctx&, float*, float*, void*, float*, const float*, const void*, const void*, int, int,
+                        int, float, float, const void*, const void*, int, float, float, float) {
+  MGRL_CHECK(false, "lm_head_divergence: no CUDA kernel yet");  // TEMPORARY: replaced before this branch lands
+}
+
 void lm_head_logits(const Ctx& c, float* logits, const void* h, const void* W, int T, int D, int V,
                     float logit_scale, float softcap) {
   check_sizes(T, D, V);

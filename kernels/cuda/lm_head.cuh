@@ -37,6 +37,12 @@ void lm_head_logprob_forward_backward(const Ctx& c, float* logprob, float* lse, 
                                       const float* weights, const void* h, const void* W, const std::int32_t* targets,
                                       int T, int D, int V, float logit_scale, void* scratch, float softcap = 0.0f,
                                       float* stats = nullptr);
+// Knowledge distillation's divergence fused with the student's LM head and its backward: semantics of
+// kernels/cpu/lm_head.h lm_head_divergence (div, entropy, weights [T] and dW [V, D] f32; h, W, th, tW, dh in storage
+// dtype); the op takes stream-ordered scratch itself.
+void lm_head_divergence(const Ctx& c, float* div, float* entropy, void* dh, float* dW, const float* weights,
+                        const void* h, const void* W, int T, int D, int V, float logit_scale, float softcap,
+                        const void* th, const void* tW, int Dt, float t_logit_scale, float t_softcap, float beta);
 // logits [T, V] f32 = logit_scale * h @ W^T, in one GEMM (then the soft-cap, when there is one).
 void lm_head_logits(const Ctx& c, float* logits, const void* h, const void* W, int T, int D, int V,
                     float logit_scale, float softcap = 0.0f);

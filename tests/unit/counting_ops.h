@@ -202,6 +202,12 @@ class CountingOps final : public kernels::Ops {
     ++calls["lm_head_logits"];
     in->lm_head_logits(logits, h, W, T, D, V, ls, cap);
   }
+  void lm_head_divergence(float* div, float* ent, void* dh, float* dW, const float* w, const void* h, const void* W,
+                          int T, int D, int V, float ls, float cap, const void* th, const void* tW, int Dt, float tls,
+                          float tcap, float beta) override {
+    ++calls["lm_head_divergence"];
+    in->lm_head_divergence(div, ent, dh, dW, w, h, W, T, D, V, ls, cap, th, tW, Dt, tls, tcap, beta);
+  }
   void kv_store(void* ck, void* cv, const void* k, const void* v, const std::int32_t* slot, const std::int32_t* pos,
                 int T, const kernels::KvPages& pages, int kv, int d) override {
     ++calls["kv_store"];

@@ -1,0 +1,101 @@
+// test_distill.cpp: knowledge distillation (`mgrl distill`, trl's DistillationTrainer): the divergence fused with the
+// LM head (Ops::lm_head_divergence) against trl's own ChunkedDivergenceFunction (tests/data/distill/ops, written by
+// tools/make_distill_fixtures.py): forward KL, reverse KL and the generalized JSD, temperatures, soft-capping, rows of
+// weight 0; the per-token divergence, the student's entropy and the gradients of its hidden states and LM head.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "io/safetensors.h"
+#include "kernels/ops.h"
+
+namespace mgrl {
+namespace {
+
+const std::string kData = MGRL_TEST_DATA_DIR;
+
+std::vector<std::string> op_cases() {
+  std::vector<std::string> out;
+  std::ifstream in(kData + "/distill/ops/cases.json");
+  if (!in) return out;
+  nlohmann::json j;
+  in >> j;
+  for (const auto& c : j["cases"]) out.push_back(c["name"].get<std::string>());
+  return out;
+}
+
+// |got - want| within rtol of the largest |want| (the values of one tensor share a scale), element by element.
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, double rtol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double scale = 1e-6;
+  for (float x : want) scale = std::max(scale, static_cast<double>(std::fabs(x)));
+  int bad = 0;
+  for (std::size_t i = 0; i < got.size(); ++i)
+    if (std::fabs(static_cast<double>(got[i]) - want[i]) > rtol * scale && ++bad <= 3)
+      ADD_FAILURE() << what << "[" << i << "]: " << got[i] << " vs trl's " << want[i] << " (scale " << scale << ")";
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << got.size() << " values off";
+}
+
+TEST(DistillOps, FixturesPresent) { EXPECT_GE(op_cases().size(), 4u) << "tests/data/distill/ops holds too few cases"; }
+
+class DistillOpCase : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(DistillOpCase, DivergenceEntropyAndGradientsMatchTrl) {
+  nlohmann::json spec;
+  {
+    std::ifstream in(kData + "/distill/ops/cases.json");
+    nlohmann::json j;
+    in >> j;
+    for (const auto& c : j["cases"])
+      if (c["name"] == GetParam()) spec = c;
+  }
+  io::SafetensorsFile f(kData + "/distill/ops/" + GetParam() + ".safetensors");
+  const auto get = [&f](const char* name) { return io::to_f32(f.get(name)); };
+  const int T = spec["T"], V = spec["V"], D = spec["D"], Dt = spec["Dt"];
+  const float beta = spec["beta"].get<float>(), inv_t = 1.0f / spec["temperature"].get<float>();
+  const float s_cap = spec.value("s_softcap", 0.0f), t_cap = spec.value("t_softcap", 0.0f);
+  const auto h = get("h"), W = get("W"), th = get("th"), tW = get("tW"), weights = get("weights");
+  auto ops = kernels::make_cpu_ops();
+  std::vector<float> div(T), ent(T), dh(static_cast<std::size_t>(T) * D, 7.0f), dW(static_cast<std::size_t>(V) * D, 0.0f);
+  ops->lm_head_divergence(div.data(), ent.data(), dh.data(), dW.data(), weights.data(), h.data(), W.data(), T, D, V,
+                          inv_t, s_cap, th.data(), tW.data(), Dt, inv_t, t_cap, beta);
+  expect_close(div, get("div"), 2e-5, "divergence");
+  expect_close(ent, get("entropy"), 2e-5, "entropy");
+  expect_close(dh, get("grad_h"), 2e-5, "dh");
+  expect_close(dW, get("grad_W"), 2e-5, "dW");
+  // The forward alone (no backward) gives the same divergence and entropy
+  std::vector<float> div2(T), ent2(T);
+  ops->lm_head_divergence(div2.data(), ent2.data(), nullptr, nullptr, nullptr, h.data(), W.data(), T, D, V, inv_t,
+                          s_cap, th.data(), tW.data(), Dt, inv_t, t_cap, beta);
+  EXPECT_EQ(div2, div);
+  EXPECT_EQ(ent2, ent);
+}
+
+INSTANTIATE_TEST_SUITE_P(Trl, DistillOpCase, ::testing::ValuesIn(op_cases()));
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(DistillOpCase);
+
+// The divergence of a student equal to its teacher is 0 for every beta, and its gradient 0.
+TEST(DistillOps, EqualDistributionsGiveZero) {
+  const int T = 5, V = 11, D = 6;
+  std::vector<float> h(T * D), W(V * D);
+  for (std::size_t i = 0; i < h.size(); ++i) h[i] = std::sin(0.7 * i);
+  for (std::size_t i = 0; i < W.size(); ++i) W[i] = std::cos(1.3 * i);
+  auto ops = kernels::make_cpu_ops();
+  const std::vector<float> weights(T, 1.0f);
+  for (float beta : {0.0f, 0.3f, 1.0f}) {
+    std::vector<float> div(T, -1.0f), dh(T * D, 1.0f);
+    ops->lm_head_divergence(div.data(), nullptr, dh.data(), nullptr, weights.data(), h.data(), W.data(), T, D, V, 1.0f,
+                            0.0f, h.data(), W.data(), D, 1.0f, 0.0f, beta);
+    for (float d : div) EXPECT_NEAR(d, 0.0f, 1e-6) << "beta " << beta;
+    for (float g : dh) EXPECT_NEAR(g, 0.0f, 1e-6) << "beta " << beta;
+  }
+}
+
+}  // namespace
+}  // namespace mgrl
