@@ -496,6 +496,35 @@ void TrainExecutor::forward_with_loss(const Batch& batch, const float* weights, 
   forward_pass(batch, nullptr, true, true, dropout_seed, 1.0f, &fused);
 }
 
+void TrainExecutor::forward_with_divergence(const Batch& batch, const float* weights, double grad_scale,
+                                            double* loss_acc, const Teacher& teacher, float beta,
+                                            float inv_temperature, std::uint64_t dropout_seed, double* entropy_acc) {
+  MGRL_CHECK(weights && loss_acc && teacher.rows && teacher.head,
+             "forward_with_divergence() needs the loss weights, the loss accumulator and the teacher's rows and head");
+  cur_ = train_arena_.get();
+  FusedLoss fused{weights, grad_scale, loss_acc, entropy_acc};
+  fused.teacher = &teacher;
+  fused.beta = beta;
+  forward_pass(batch, nullptr, true, true, dropout_seed, inv_temperature, &fused);
+}
+
+const void* TrainExecutor::head_input(const Batch& batch, int* rows) {
+  struct Restore {
+    TrainExecutor* t;
+    ~Restore() {
+      t->cur_ = t->train_arena_.get();
+      t->head_input_only_ = false;
+    }
+  } restore{this};
+  cur_ = score_arena_.get();
+  head_input_only_ = true;
+  head_input_rows_ = nullptr;
+  forward_pass(batch, nullptr, true, false, 0, 1.0f);
+  MGRL_CHECK(head_input_rows_ != nullptr, "head_input(): the pass did not reach the LM head");
+  *rows = cur_->R;
+  return head_input_rows_;
+}
+
 void TrainExecutor::score(const Batch& batch, float* logprobs, bool use_lora, float logit_scale) {
   struct Restore {
     TrainExecutor* t;
@@ -600,6 +629,41 @@ void TrainExecutor::forward_pass(const Batch& batch, float* logprobs, bool use_l
   if (cur_->compact) {
     ops_.gather_rows(W.tmp, W.xf, W.sel, R, D);
     hx = W.tmp;
+  }
+  if (head_input_only_) {  // head_input(): the rows the LM head would read
+    head_input_rows_ = hx;
+    cur_->stats_done = false;
+    return;
+  }
+  if (fused && fused->teacher) {
+    // The distillation's LM head: the divergence per row into lp, the student's entropy into stats (with
+    // entropy_acc), and its gradient for the weights (scaled as forward_with_loss scales them) into dxf.
+    const Teacher& t = *fused->teacher;
+    MGRL_CHECK(t.R == R, "forward_with_divergence(): the teacher's rows (" + std::to_string(t.R) +
+                             ") are not this pass's (" + std::to_string(R) + "): another batch?");
+    upload_loss_weights(fused->weights);
+    const bool scaled = fused->grad_scale != 1.0;
+    if (scaled) {
+      W.host_wgrad.resize(W.host_wrow.size());
+      for (std::size_t i = 0; i < W.host_wrow.size(); ++i)
+        W.host_wgrad[i] = static_cast<float>(W.host_wrow[i] * fused->grad_scale);
+      ops_.upload(W.wrow, W.host_wgrad.data(), W.host_wgrad.size() * sizeof(float));
+    }
+    float* entropy = fused->stats_acc ? W.stats : nullptr;
+    ops_.lm_head_divergence(W.lp, entropy, cur_->compact ? W.dh : W.dxf, def_.head_grad(), W.wrow, hx, def_.head(),
+                            R, D, V, logit_scale, def_.final_softcap(), t.rows, t.head, t.Dt, logit_scale, t.softcap,
+                            fused->beta);
+    if (cur_->compact) {
+      ops_.zero(W.dxf, static_cast<std::size_t>(T) * row_bytes);
+      ops_.scatter_rows(W.dxf, W.dh, W.sel, R, D);
+    }
+    if (scaled) ops_.upload(W.wrow, W.host_wrow.data(), W.host_wrow.size() * sizeof(float));
+    ops_.weighted_sum_accumulate(fused->loss_acc, W.lp, W.wrow, static_cast<std::size_t>(R), 1.0);
+    if (entropy) ops_.weighted_sum_accumulate(fused->stats_acc, W.stats, W.wrow, static_cast<std::size_t>(R), 1.0);
+    cur_->weights_ready = true;
+    cur_->head_done = true;
+    cur_->stats_done = false;  // W.stats holds entropies alone, not token_stats()'s four rows
+    return;
   }
   if (fused) {
     // The backward's weights (scaled) into wrow for the head's pass, then the loss's (unscaled) for the loss: two

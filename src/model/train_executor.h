@@ -43,6 +43,27 @@ class TrainExecutor {
   // GRPO, DPO, PPO and scoring keep forward/add_loss/backward: their weights depend on this forward's log-probs.
   void forward_with_loss(const Batch& batch, const float* weights, double grad_scale, double* loss_acc,
                          std::uint64_t dropout_seed = 0, double* stats_acc = nullptr);
+  // Knowledge distillation's teacher (trl's DistillationTrainer; `mgrl distill`): what the LM head would read.
+  struct Teacher {
+    const void* rows = nullptr;  // the teacher's head_input() rows [R, Dt] (storage dtype, backend memory)
+    int R = 0, Dt = 0;
+    const void* head = nullptr;  // its LM head [V, Dt] (storage dtype)
+    float softcap = 0.0f;        // its final-logit soft-capping (0: none)
+  };
+  // A no-grad pass (the scoring arena's buffers, as score()) up to the LM head: its input rows, the final norm's
+  // output of the rows that predict a scored token (Batch::scored_from; all rows when the head would run on all),
+  // [*rows, hidden] in backend memory, valid until this executor's next scoring pass. The teacher of
+  // forward_with_divergence runs this on the student's batch: the same rows in the same order.
+  const void* head_input(const Batch& batch, int* rows);
+  // The distillation's training forward: forward_with_loss with the loss sum_i weights[i] * D_i instead of the
+  // log-likelihood, D_i the divergence (Ops::lm_head_divergence: beta 0 forward KL, 1 reverse KL, else the generalized
+  // JSD) between this model's and the teacher's next-token distributions at temperature 1 / inv_temperature, both
+  // predicting token i; its gradient into the final hidden state for weights * grad_scale, added to *loss_acc with
+  // the unscaled weights; entropy_acc (one double, backend memory, optional): adds sum_i weights[i] * H_i, H_i the
+  // entropy of this model's distribution. backward(nullptr) then starts after the LM head.
+  void forward_with_divergence(const Batch& batch, const float* weights, double grad_scale, double* loss_acc,
+                               const Teacher& teacher, float beta, float inv_temperature,
+                               std::uint64_t dropout_seed = 0, double* entropy_acc = nullptr);
   // Allocates the activations for batches of up to max_tokens tokens now (training arena; scoring arena too when
   // `scoring`), so that no later forward allocates: memory is planned once, from the run's maxima.
   void plan(int max_tokens, bool scoring = false);
@@ -104,12 +125,16 @@ class TrainExecutor {
   struct ArenaSpec;
   ArenaSpec spec(bool grads) const;
   static void layout(const ArenaSpec& s, int T, Arena& arena, const std::function<void*(std::size_t)>& raw);
-  struct FusedLoss {  // forward_with_loss's arguments
+  struct FusedLoss {  // forward_with_loss's arguments (and forward_with_divergence's)
     const float* weights;
     double grad_scale;
     double* loss_acc;
     double* stats_acc;
+    const Teacher* teacher = nullptr;  // the divergence instead of the log-likelihood
+    float beta = 0.0f;
   };
+  bool head_input_only_ = false;         // head_input(): the pass stops before the LM head
+  const void* head_input_rows_ = nullptr;  // where it left them
   bool token_stats_ = false;  // training forwards compute the LM head's entropy and top-1 stats (add_loss)
   float embedding_noise_ = 0;  // NEFTune's alpha (set_embedding_noise)
   bool score_stats_ = false;  // score() passes do

@@ -79,6 +79,23 @@ class Transformer {
     train_->backward(weights, layer_done, dhidden, entropy_weights);
   }
   std::vector<float> final_hidden() const { return train_->final_hidden(); }
+  // Knowledge distillation (TrainExecutor::head_input, forward_with_divergence)
+  using Teacher = TrainExecutor::Teacher;
+  // This model as the teacher of a student's batch: its LM head's input rows (a no-grad pass) and its head.
+  Teacher as_teacher(const Batch& batch) {
+    Teacher t;
+    t.rows = train_->head_input(batch, &t.R);
+    t.Dt = static_cast<int>(def_->config().hidden_size);
+    t.head = def_->head();
+    t.softcap = def_->final_softcap();
+    return t;
+  }
+  void forward_with_divergence(const Batch& batch, const float* weights, double grad_scale, double* loss_acc,
+                               const Teacher& teacher, float beta, float inv_temperature,
+                               std::uint64_t dropout_seed = 0, double* entropy_acc = nullptr) {
+    train_->forward_with_divergence(batch, weights, grad_scale, loss_acc, teacher, beta, inv_temperature,
+                                    dropout_seed, entropy_acc);
+  }
   std::vector<float> input_embedding_grad() const { return train_->input_embedding_grad(); }
   std::vector<float> logits() const { return train_->logits(); }
   std::size_t activation_bytes(int T) const { return train_->activation_bytes(T); }

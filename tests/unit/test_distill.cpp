@@ -1,7 +1,10 @@
 // test_distill.cpp: knowledge distillation (`mgrl distill`, trl's DistillationTrainer): the divergence fused with the
 // LM head (Ops::lm_head_divergence) against trl's own ChunkedDivergenceFunction (tests/data/distill/ops, written by
 // tools/make_distill_fixtures.py): forward KL, reverse KL and the generalized JSD, temperatures, soft-capping, rows of
-// weight 0; the per-token divergence, the student's entropy and the gradients of its hidden states and LM head.
+// weight 0; the per-token divergence, the student's entropy and the gradients of its hidden states and LM head. And a
+// whole step (tests/data/distill/<case>): the teacher's pass to its LM head's input (Transformer::as_teacher) and the
+// student's fused forward (forward_with_divergence) and backward against trl's DistillationTrainer._compute_loss:
+// the loss, the entropy and every LoRA gradient, for teachers wider, narrower and soft-capped.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,8 +15,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/hf_config.h"
 #include "io/safetensors.h"
 #include "kernels/ops.h"
+#include "model/batch.h"
+#include "model/transformer.h"
+#include "tests/unit/lora_grads.h"
 
 namespace mgrl {
 namespace {
@@ -96,6 +103,58 @@ TEST(DistillOps, EqualDistributionsGiveZero) {
     for (float g : dh) EXPECT_NEAR(g, 0.0f, 1e-6) << "beta " << beta;
   }
 }
+
+std::vector<std::string> step_cases() {
+  std::vector<std::string> out;
+  for (const char* name : {"jsd_qwen2", "forward_kl_llama", "reverse_kl_gemma2_softcap"})
+    if (std::ifstream(kData + "/distill/" + name + "/case.json")) out.push_back(name);
+  return out;
+}
+
+TEST(DistillStep, FixturesPresent) { EXPECT_EQ(step_cases().size(), 3u); }
+
+class DistillStepCase : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(DistillStepCase, LossEntropyAndLoraGradientsMatchTrl) {
+  const std::string dir = kData + "/distill/" + GetParam();
+  nlohmann::json c;
+  std::ifstream(dir + "/case.json") >> c;
+  const std::string student_dir = kData + "/models/" + c["student"].get<std::string>();
+  const std::string teacher_dir = kData + "/distill/teachers/" + c["teacher"].get<std::string>();
+  auto ops = kernels::make_cpu_ops();
+  const auto student = test::lora_model(*ops, student_dir, student_dir);
+  model::Transformer teacher(io::parse_hf_config(teacher_dir + "/config.json"), *ops);
+  teacher.load_weights(teacher_dir);
+
+  model::Batch b;
+  std::vector<float> w;
+  double tokens = 0;
+  for (const auto& s : c["sequences"]) tokens += static_cast<double>(s["completion_ids"].size());
+  for (const auto& s : c["sequences"]) {
+    auto seq = s["prompt_ids"].get<std::vector<std::int32_t>>();
+    const int prompt = static_cast<int>(seq.size());
+    for (int x : s["completion_ids"]) seq.push_back(x);
+    b.add(seq);
+    b.scored_from.push_back(prompt);
+    for (int t = 0; t < static_cast<int>(seq.size()); ++t) w.push_back(t >= prompt ? static_cast<float>(1.0 / tokens) : 0.0f);
+  }
+  const model::Transformer::Teacher t = teacher.as_teacher(b);
+  double* acc = static_cast<double*>(ops->alloc(2 * sizeof(double)));
+  ops->zero(acc, 2 * sizeof(double));
+  student->forward_with_divergence(b, w.data(), 1.0, acc, t, c["beta"].get<float>(),
+                                   1.0f / c["temperature"].get<float>(), 0, acc + 1);
+  student->backward(nullptr);
+  double got[2];
+  ops->download(got, acc, sizeof got);
+  ops->release(acc);
+  const double want = c["loss"].get<double>(), want_ent = c["entropy"].get<double>();
+  EXPECT_NEAR(got[0], want, 1e-5 * std::fabs(want)) << "loss";
+  EXPECT_NEAR(got[1], want_ent, 1e-5 * std::fabs(want_ent)) << "entropy";
+  test::expect_lora_grads_match(*student, *ops, dir + "/grads.safetensors");
+}
+
+INSTANTIATE_TEST_SUITE_P(Trl, DistillStepCase, ::testing::ValuesIn(step_cases()));
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(DistillStepCase);
 
 }  // namespace
 }  // namespace mgrl
