@@ -1479,6 +1479,81 @@ TEST_P(OpsCuda, LmHeadForwardBackward) {
   }
 }
 
+// Knowledge distillation's divergence fused with the student's LM head against the CPU: forward KL (beta 0), reverse
+// KL (beta 1) and the generalized JSD (beta 0.4), plain and soft-capped (the teacher with a cap of its own), tempered
+// (logit_scale = t_logit_scale = 1 / 0.8), a teacher of another width (Dt != D), 37 rows, V not a multiple of 4 (the
+// row kernels' scalar path) and a multiple (their 16-byte loads), rows of weight 0 (dh rows exactly 0). div, entropy,
+// dh and the increment of dW; then div, entropy and dW null (dh bitwise as with them), and the forward alone (div and
+// entropy bitwise as with the backward).
+TEST_P(OpsCuda, LmHeadDivergenceMatchesCpu) {
+  const int T = 37, D = 67, Dt = 45;
+  const float inv_t = 1.0f / 0.8f;
+  Vec wv = randu(sz(T), 305, 0.1f, 1.0f);
+  for (int t = 0; t < T; t += 5) wv[sz(t)] = 0.0f;
+  Pair weights = f32(wv);
+  Pair h = storage(randu(sz(T, D), 301));
+  Pair th = storage(randu(sz(T, Dt), 303));
+  for (const int V : {301, 304}) {
+    Pair W = storage(randu(sz(V, D), 302 + V));
+    Pair tW = storage(randu(sz(V, Dt), 304 + V));
+    const Vec dW0 = randu(sz(V, D), 306, -0.01f, 0.01f);
+    for (const float beta : {0.0f, 1.0f, 0.4f})
+      for (const float cap : {0.0f, 2.5f}) {
+        const float t_cap = cap > 0.0f ? 3.0f : 0.0f;
+        const std::string tag = "V" + std::to_string(V) + " beta" + std::to_string(beta).substr(0, 3) + " cap" +
+                                std::to_string(cap).substr(0, 3) + " ";
+        // The op on one backend: the CPU's pointers (.c) or the GPU's (.g); a null Pair* passes null.
+        auto run = [&](bool gpu, const Pair* div, const Pair* ent, const Pair* dh, const Pair* dW) {
+          Ops& ops = gpu ? *gpu_ : *cpu_;
+          auto at = [gpu](const Pair* p) -> void* { return p ? (gpu ? p->g : p->c) : nullptr; };
+          ops.lm_head_divergence(static_cast<float*>(at(div)), static_cast<float*>(at(ent)), at(dh),
+                                 static_cast<float*>(at(dW)), dh ? static_cast<const float*>(at(&weights)) : nullptr,
+                                 at(&h), at(&W), T, D, V, inv_t, cap, at(&th), at(&tW), Dt, inv_t, t_cap, beta);
+        };
+        // Everything: outputs filled with values the op must overwrite (dW: a start it must add to).
+        Pair div = f32(Vec(sz(T), 9.0f)), ent = f32(Vec(sz(T), 9.0f));
+        Pair dh = storage(Vec(sz(T, D), 7.0f));
+        Pair dW = f32(dW0);
+        run(false, &div, &ent, &dh, &dW);
+        run(true, &div, &ent, &dh, &dW);
+        expect_close(tag + "divergence", div, kGemmF32Tol);
+        expect_close(tag + "divergence entropy", ent, kGemmF32Tol);
+        expect_close(tag + "divergence dh", dh, tol());
+        Vec inc_c = cpu_values(dW), inc_g = gpu_values(dW);
+        for (std::size_t i = 0; i < dW0.size(); ++i) {
+          inc_c[i] -= dW0[i];
+          inc_g[i] -= dW0[i];
+        }
+        expect_close_vec(tag + "divergence dW increment", inc_c, inc_g, tol());
+        const Vec dh_g = gpu_values(dh);
+        for (int t = 0; t < T; t += 5)
+          for (int d = 0; d < D; ++d) ASSERT_EQ(dh_g[sz(t, D) + sz(d)], 0.0f) << tag << "dh of row " << t << " (weight 0)";
+        for (const float x : cpu_values(div)) EXPECT_GT(x, 1e-3f) << tag << "the CPU's divergences: the test checks little";
+        // No div, entropy or dW: dh as above.
+        Pair dh2 = storage(Vec(sz(T, D), 7.0f));
+        run(false, nullptr, nullptr, &dh2, nullptr);
+        run(true, nullptr, nullptr, &dh2, nullptr);
+        expect_close(tag + "divergence dh (no div, dW)", dh2, tol());
+        EXPECT_EQ(gpu_values(dh2), dh_g) << tag << "GPU dh: without div, entropy and dW vs with";
+        // The forward alone: div and entropy as with the backward.
+        Pair div3 = f32(Vec(sz(T), 9.0f)), ent3 = f32(Vec(sz(T), 9.0f));
+        run(false, &div3, &ent3, nullptr, nullptr);
+        run(true, &div3, &ent3, nullptr, nullptr);
+        expect_close(tag + "divergence (forward alone)", div3, kGemmF32Tol);
+        expect_close(tag + "divergence entropy (forward alone)", ent3, kGemmF32Tol);
+        EXPECT_EQ(gpu_values(div3), gpu_values(div)) << tag << "GPU div: forward alone vs with the backward";
+        EXPECT_EQ(gpu_values(ent3), gpu_values(ent)) << tag << "GPU entropy: forward alone vs with the backward";
+      }
+  }
+  // No rows: nothing to do (null pointers untouched); beta outside [0, 1]: refused.
+  EXPECT_NO_THROW(gpu_->lm_head_divergence(nullptr, nullptr, nullptr, nullptr, nullptr, h.g, h.g, 0, D, 301, 1.0f,
+                                           0.0f, th.g, th.g, Dt, 1.0f, 0.0f, 0.5f));
+  EXPECT_THROW(gpu_->lm_head_divergence(nullptr, nullptr, nullptr, nullptr, nullptr, h.g, h.g, T, D, 301, 1.0f, 0.0f,
+                                        th.g, th.g, Dt, 1.0f, 0.0f, 1.5f),
+               FatalError);
+  gpu_->synchronize();
+}
+
 // KV cache: store (exact copy), cached attention over interleaved rows of several slots (prefill), then one
 // decode row per slot, through a block table (one block per slot, or blocks of 8 and 16 positions scattered over a
 // pool with spare blocks); a position outside the cache is reported at the next synchronisation.
