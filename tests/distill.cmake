@@ -6,3 +6,23 @@ target_compile_definitions(test_distill PRIVATE MGRL_TEST_DATA_DIR="${CMAKE_CURR
                                                 MGRL_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 add_test(NAME unit.distill COMMAND test_distill)
 set_tests_properties(unit.distill PROPERTIES LABELS unit TIMEOUT 120)
+
+# `mgrl distill` end to end (tests/cli/distill.sh): it trains (the divergence falls), trl's metrics, the held-out
+# divergence; 1 and 2 ranks and grad_accum 2 the same weights; beta acts; resume exact, refused under another teacher.
+set(DISTILL_ARGS distill --runtime.backend=cpu --model.path=${MODELS}/qwen2_bias_tied
+    --model.tokenizer=${PROJECT_SOURCE_DIR}/inputs/quickstart --data.input=${CMAKE_CURRENT_SOURCE_DIR}/data/sft/train.jsonl
+    --eval.input=${CMAKE_CURRENT_SOURCE_DIR}/data/sft/heldout.jsonl
+    --distill.teacher=${CMAKE_CURRENT_SOURCE_DIR}/data/distill/teachers/qwen2_wide --train.batch_size=4
+    --train.max_steps=4 --train.lr=5e-3 --lora.r=4 --lora.alpha=8 --distill.max_prompt_length=16
+    --distill.max_completion_length=8 --checkpoint.resume=none)
+mgrl_add_cli_test(distill.end_to_end 0 "PASS: distill" - 0
+  -- bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/distill.sh ${CMAKE_CURRENT_BINARY_DIR}/distill ${CHECK}
+  ${MODELS}/qwen2_bias_tied ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${MGRL_MPIEXEC_FLAGS} -- ${RUN1} ${DISTILL_ARGS})
+set_tests_properties(cli.distill.end_to_end PROPERTIES TIMEOUT 240 PROCESSORS 2)
+mgrl_add_cli_test(distill.teacher_required 2 - "^mgrl: error: missing required key 'distill.teacher' for mode distill" 1
+  -- ${RUN1} distill --runtime.backend=cpu --model.path=${MODELS}/qwen2_bias_tied
+  --model.tokenizer=${PROJECT_SOURCE_DIR}/inputs/quickstart --data.input=${CMAKE_CURRENT_SOURCE_DIR}/data/sft/train.jsonl)
+mgrl_add_cli_test(distill.teacher_of_another_vocabulary 2 - "^mgrl: error: [^\\n]*llama_gqa/config.json: the teacher's vocab_size is 211, the student's 173" 1
+  -- ${RUN1} ${DISTILL_ARGS} --distill.teacher=${MODELS}/llama_gqa)
+mgrl_add_cli_test(distill.beta_out_of_range 2 - "^mgrl: error: [^\\n]*distill.beta" 1
+  -- ${RUN1} ${DISTILL_ARGS} --distill.beta=1.5)

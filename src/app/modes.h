@@ -64,6 +64,8 @@ int run_grpo(Context& ctx);
 int run_dpo(Context& ctx);
 // `mgrl ppo`: reinforcement learning with a value head and GAE, as trl's PPO trainer (docs/ppo.md).
 int run_ppo(Context& ctx);
+// `mgrl distill` (mode_distill.cpp): on-policy knowledge distillation from distill.teacher (rl/distill.h)
+int run_distill(Context& ctx);
 // `mgrl reward`: the [[reward]] functions on a JSONL of {prompt, completion, ...} lines, JSON lines out.
 int run_reward(Context& ctx);
 // `mgrl export`: a checkpoint as a PEFT adapter directory, optionally also merged into a full model.

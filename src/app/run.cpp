@@ -87,7 +87,8 @@ int run(dist::MpiEnv& env, int argc, char** argv) {
 
     // Training stops gracefully on SIGUSR1 / SIGUSR2 / SIGTERM / SIGINT / SIGHUP (checkpoint, exit kExitStopped); others keep
     // the default actions.
-    const bool training = mode == "sft" || mode == "grpo" || mode == "dpo" || mode == "kto" || mode == "ppo";
+    const bool training =
+        mode == "sft" || mode == "grpo" || mode == "dpo" || mode == "kto" || mode == "ppo" || mode == "distill";
     if (training) {
       stop::install_handlers(env.rank() == 0);
       fault::point("training_setup", env.rank(), 0);  // tests: a long set-up that a stop signal interrupts
@@ -110,6 +111,7 @@ int run(dist::MpiEnv& env, int argc, char** argv) {
     else if (mode == "grpo") rc = exit_code(run_grpo(ctx));
     else if (mode == "dpo" || mode == "kto") rc = exit_code(run_dpo(ctx));
     else if (mode == "ppo") rc = exit_code(run_ppo(ctx));
+    else if (mode == "distill") rc = exit_code(run_distill(ctx));
     else if (mode == "reward") rc = run_reward(ctx);
     else if (mode == "export") rc = run_export(ctx);
     else if (mode == "score") rc = run_score(ctx);

@@ -5,7 +5,7 @@
 namespace mgrl::io {
 
 const std::vector<std::string>& mgrl_modes() {
-  static const std::vector<std::string> modes{"info", "sft", "grpo", "dpo", "kto", "ppo", "reward", "export", "score",
+  static const std::vector<std::string> modes{"info", "sft", "grpo", "dpo", "kto", "ppo", "distill", "reward", "export", "score",
                                               "generate", "render", "plan", "help-config"};
   return modes;
 }
@@ -18,7 +18,8 @@ const Schema& mgrl_schema() {
     add({"mode", T::String, std::nullopt,
          "what to run: info (ranks, devices, versions), sft (supervised fine-tuning), grpo (reinforcement learning "
          "with group-relative policy optimisation), dpo (direct preference optimisation on preference pairs), ppo "
-         "(reinforcement learning with a value head and GAE, as trl's PPO trainer), reward "
+         "(reinforcement learning with a value head and GAE, as trl's PPO trainer), distill (on-policy knowledge "
+         "distillation from a teacher model, as trl's DistillationTrainer), reward "
          "(score completions with the [[reward]] functions), export (a checkpoint as a PEFT adapter or merged model), "
          "score (log-probs of token sequences), generate (completions of prompts), render (the text, tokens and "
          "assistant mask of chat data), plan (the memory a run needs per rank, from the model's shape alone) or help-config (this list); the command line may name it instead",
@@ -42,7 +43,7 @@ const Schema& mgrl_schema() {
          {}, 0.0, 86400.0, {}});
     add({"model.path", T::String, std::nullopt,
          "Hugging Face model directory: config.json and model.safetensors (or a sharded index)", {}, {}, {},
-         {"score", "generate", "sft", "grpo", "dpo", "kto", "ppo", "unless model.shape"}});
+         {"score", "generate", "sft", "grpo", "dpo", "kto", "ppo", "distill", "unless model.shape"}});
     add({"model.shape", T::String, Value(std::string("")),
          "a built-in model shape instead of model.path's config.json (sft, grpo, dpo, ppo with model.init = \"random\", "
          "and plan): tiny-llama, llama-3.2-1b, llama-3.2-3b, llama-3.1-8b, llama-3.1-70b, qwen2.5-0.5b, -1.5b, -3b, "
@@ -94,7 +95,7 @@ const Schema& mgrl_schema() {
          "{\"prompt\": text}, {\"messages\": [{\"role\", \"content\"}]} or {\"prompt_tokens\": [ids]} per line; "
          "dpo: {\"prompt\", \"chosen\", \"rejected\"} per line (docs/dpo.md); kto: {\"prompt\", \"completion\", "
          "\"label\"} or DPO's pairs per line (docs/kto.md); render: {\"messages\": [...]} per line",
-         {}, {}, {}, {"score", "generate", "sft", "grpo", "dpo", "kto", "ppo", "reward", "render"}});
+         {}, {}, {}, {"score", "generate", "sft", "grpo", "dpo", "kto", "ppo", "distill", "reward", "render"}});
     add({"chat.template", T::String, Value(std::string("")),
          "a Jinja chat template file (.jinja) used instead of the model's own (tokenizer_config.json chat_template or "
          "chat_template.jinja); empty: the model's. Only with chat_format = auto",
@@ -511,6 +512,29 @@ const Schema& mgrl_schema() {
          "compute the reference log-probs of every pair once before training instead of once per batch (always so "
          "with full fine-tuning or a starting lora.adapter, whose reference is the starting weights)", {}, {}, {},
          {}});
+    // [distill] (docs/distill.md): trl's DistillationTrainer (trl 1.16) under its names and defaults.
+    add({"distill.teacher", T::String, std::nullopt,
+         "the teacher: a Hugging Face model directory (config.json, safetensors) of the student's vocabulary, any width "
+         "or depth; frozen, in the student's dtype", {}, {}, {}, {"distill"}});
+    add({"distill.beta", T::Float, Value(1.0),
+         "the divergence: 0 forward KL(teacher || student), 1 reverse KL(student || teacher) (trl's default), between: "
+         "the generalized JSD with the mixture (1 - beta) p_student + beta p_teacher", {}, 0.0, 1.0, {}});
+    add({"distill.temperature", T::Float, Value(1.0),
+         "sampling temperature of the student's completions, and of both models' distributions in the divergence (as "
+         "trl)", {}, 1e-6, {}, {}});
+    add({"distill.max_prompt_length", T::Int, Value(std::int64_t{512}),
+         "longest prompt in tokens; longer prompts keep their last tokens", {}, 1.0, {}, {}});
+    add({"distill.max_completion_length", T::Int, Value(std::int64_t{512}),
+         "most tokens the student generates per completion (trl's default)", {}, 1.0, {}, {}});
+    add({"distill.top_p", T::Float, Value(1.0), "nucleus sampling; 1: off", {}, 0.0, 1.0, {}});
+    add({"distill.top_k", T::Int, Value(std::int64_t{0}), "sample among the k most likely tokens; 0: off", {}, 0.0,
+         {}, {}});
+    add({"distill.min_p", T::Float, Value(0.0), "drop tokens less likely than min_p times the most likely; 0: off",
+         {}, 0.0, 1.0, {}});
+    add({"distill.repetition_penalty", T::Float, Value(1.0),
+         "trl's repetition_penalty in the student's sampling; 1: off", {}, 1e-6, {}, {}});
+    add({"distill.stop", T::StringList, Value(std::vector<std::string>{}),
+         "strings that end a completion (its tokens up to there are kept)", {}, {}, {}, {}});
     // [kto] (docs/kto.md): trl's KTOTrainer (trl 1.16) under its names and defaults.
     add({"kto.loss_type", T::String, Value(std::string("kto")),
          "kto (the KTO paper's loss, against a KL estimate from each example's prompt with another's completion) or "

@@ -508,6 +508,21 @@ void TrainExecutor::forward_with_divergence(const Batch& batch, const float* wei
   forward_pass(batch, nullptr, true, true, dropout_seed, inv_temperature, &fused);
 }
 
+void TrainExecutor::score_divergence(const Batch& batch, const float* weights, double* loss_acc,
+                                     const Teacher& teacher, float beta, float inv_temperature, double* entropy_acc) {
+  MGRL_CHECK(weights && loss_acc && teacher.rows && teacher.head,
+             "score_divergence() needs the weights, the accumulator and the teacher's rows and head");
+  struct Restore {
+    TrainExecutor* t;
+    ~Restore() { t->cur_ = t->train_arena_.get(); }
+  } restore{this};
+  cur_ = score_arena_.get();
+  FusedLoss fused{weights, 1.0, loss_acc, entropy_acc};
+  fused.teacher = &teacher;
+  fused.beta = beta;
+  forward_pass(batch, nullptr, true, false, 0, inv_temperature, &fused);
+}
+
 const void* TrainExecutor::head_input(const Batch& batch, int* rows) {
   struct Restore {
     TrainExecutor* t;
@@ -537,7 +552,7 @@ void TrainExecutor::score(const Batch& batch, float* logprobs, bool use_lora, fl
 void TrainExecutor::forward_pass(const Batch& batch, float* logprobs, bool use_lora, bool train,
                                std::uint64_t dropout_seed, float logit_scale, const FusedLoss* fused) {
   MGRL_CHECK(!train || cur_->grads, "a training forward needs the training arena");
-  MGRL_CHECK(!fused || train, "the LM head's backward in the forward needs a training forward");
+  MGRL_CHECK(!fused || train || fused->teacher, "the LM head's backward in the forward needs a training forward");
   const kernels::PhaseScope phase(ops_, kernels::Phase::Forward);
   const int B = batch.B(), T = batch.T();
   const int V = static_cast<int>(cfg_.vocab_size), D = static_cast<int>(cfg_.hidden_size);
@@ -642,7 +657,7 @@ void TrainExecutor::forward_pass(const Batch& batch, float* logprobs, bool use_l
     MGRL_CHECK(t.R == R, "forward_with_divergence(): the teacher's rows (" + std::to_string(t.R) +
                              ") are not this pass's (" + std::to_string(R) + "): another batch?");
     upload_loss_weights(fused->weights);
-    const bool scaled = fused->grad_scale != 1.0;
+    const bool scaled = train && fused->grad_scale != 1.0;
     if (scaled) {
       W.host_wgrad.resize(W.host_wrow.size());
       for (std::size_t i = 0; i < W.host_wrow.size(); ++i)
@@ -650,9 +665,16 @@ void TrainExecutor::forward_pass(const Batch& batch, float* logprobs, bool use_l
       ops_.upload(W.wrow, W.host_wgrad.data(), W.host_wgrad.size() * sizeof(float));
     }
     float* entropy = fused->stats_acc ? W.stats : nullptr;
-    ops_.lm_head_divergence(W.lp, entropy, cur_->compact ? W.dh : W.dxf, def_.head_grad(), W.wrow, hx, def_.head(),
-                            R, D, V, logit_scale, def_.final_softcap(), t.rows, t.head, t.Dt, logit_scale, t.softcap,
-                            fused->beta);
+    ops_.lm_head_divergence(W.lp, entropy, train ? (cur_->compact ? W.dh : W.dxf) : nullptr,
+                            train ? def_.head_grad() : nullptr, W.wrow, hx, def_.head(), R, D, V, logit_scale,
+                            def_.final_softcap(), t.rows, t.head, t.Dt, logit_scale, t.softcap, fused->beta);
+    if (!train) {  // score_divergence: the loss and the entropy alone
+      ops_.weighted_sum_accumulate(fused->loss_acc, W.lp, W.wrow, static_cast<std::size_t>(R), 1.0);
+      if (entropy) ops_.weighted_sum_accumulate(fused->stats_acc, W.stats, W.wrow, static_cast<std::size_t>(R), 1.0);
+      cur_->weights_ready = false;
+      cur_->stats_done = false;
+      return;
+    }
     if (cur_->compact) {
       ops_.zero(W.dxf, static_cast<std::size_t>(T) * row_bytes);
       ops_.scatter_rows(W.dxf, W.dh, W.sel, R, D);

@@ -64,6 +64,10 @@ class TrainExecutor {
   void forward_with_divergence(const Batch& batch, const float* weights, double grad_scale, double* loss_acc,
                                const Teacher& teacher, float beta, float inv_temperature,
                                std::uint64_t dropout_seed = 0, double* entropy_acc = nullptr);
+  // The same without a gradient, in the scoring arena (held-out evaluation): sum_i weights[i] * D_i into *loss_acc,
+  // the entropies into *entropy_acc (optional).
+  void score_divergence(const Batch& batch, const float* weights, double* loss_acc, const Teacher& teacher, float beta,
+                        float inv_temperature, double* entropy_acc = nullptr);
   // Allocates the activations for batches of up to max_tokens tokens now (training arena; scoring arena too when
   // `scoring`), so that no later forward allocates: memory is planned once, from the run's maxima.
   void plan(int max_tokens, bool scoring = false);

@@ -96,6 +96,10 @@ class Transformer {
     train_->forward_with_divergence(batch, weights, grad_scale, loss_acc, teacher, beta, inv_temperature,
                                     dropout_seed, entropy_acc);
   }
+  void score_divergence(const Batch& batch, const float* weights, double* loss_acc, const Teacher& teacher, float beta,
+                        float inv_temperature, double* entropy_acc = nullptr) {
+    train_->score_divergence(batch, weights, loss_acc, teacher, beta, inv_temperature, entropy_acc);
+  }
   std::vector<float> input_embedding_grad() const { return train_->input_embedding_grad(); }
   std::vector<float> logits() const { return train_->logits(); }
   std::size_t activation_bytes(int T) const { return train_->activation_bytes(T); }

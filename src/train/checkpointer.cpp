@@ -159,6 +159,7 @@ std::string reference_description(const std::string& identity, const std::string
   };
   if (kind == "base") return "the base model (the adapter switched off)";
   if (kind == "adapter") return "the starting adapter (lora.adapter = " + get("lora.adapter") + ")";
+  if (kind == "teacher") return "the teacher (distill.teacher = " + get("distill.teacher") + ")";
   return "the starting weights (" + base_source(config_text) + ")";
 }
 
@@ -288,6 +289,7 @@ Checkpoint Checkpointer::read_checked(const std::string& path) const {
         then == "model" ? "Resume over the weights it started from (its model.path, or model.init = \"random\" with its "
                           "train.seed)"
         : then == "adapter" ? "Resume with its lora.adapter as it was"
+        : then == "teacher" ? "Resume with its distill.teacher as it was"
                             : "Resume without lora.adapter, as its run started";
     throw UserError(path + ": its run's reference policy was " + reference_description(ck.reference, ck.config_text) +
                     ", this run's is " + reference_description(opts_.reference, opts_.config_text) +

@@ -146,7 +146,15 @@ TEST_P(DistillStepCase, LossEntropyAndLoraGradientsMatchTrl) {
   student->backward(nullptr);
   double got[2];
   ops->download(got, acc, sizeof got);
+  // The held-out pass (no gradient, the scoring arena): the same loss and entropy
+  ops->zero(acc, 2 * sizeof(double));
+  student->score_divergence(b, w.data(), acc, teacher.as_teacher(b), c["beta"].get<float>(),
+                            1.0f / c["temperature"].get<float>(), acc + 1);
+  double scored[2];
+  ops->download(scored, acc, sizeof scored);
   ops->release(acc);
+  EXPECT_NEAR(scored[0], got[0], 1e-6 * std::fabs(got[0])) << "score_divergence's loss";
+  EXPECT_NEAR(scored[1], got[1], 1e-6 * std::fabs(got[1])) << "score_divergence's entropy";
   const double want = c["loss"].get<double>(), want_ent = c["entropy"].get<double>();
   EXPECT_NEAR(got[0], want, 1e-5 * std::fabs(want)) << "loss";
   EXPECT_NEAR(got[1], want_ent, 1e-5 * std::fabs(want_ent)) << "entropy";
