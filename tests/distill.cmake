@@ -15,6 +15,7 @@ set(DISTILL_ARGS distill --runtime.backend=cpu --model.path=${MODELS}/qwen2_bias
     --distill.teacher=${CMAKE_CURRENT_SOURCE_DIR}/data/distill/teachers/qwen2_wide --train.batch_size=4
     --train.max_steps=4 --train.lr=5e-3 --lora.r=4 --lora.alpha=8 --distill.max_prompt_length=16
     --distill.max_completion_length=8 --checkpoint.resume=none)
+string(JOIN " " DISTILL_STR ${DISTILL_ARGS})
 mgrl_add_cli_test(distill.end_to_end 0 "PASS: distill" - 0
   -- bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/distill.sh ${CMAKE_CURRENT_BINARY_DIR}/distill ${CHECK}
   ${MODELS}/qwen2_bias_tied ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${MGRL_MPIEXEC_FLAGS} -- ${RUN1} ${DISTILL_ARGS})
@@ -26,3 +27,8 @@ mgrl_add_cli_test(distill.teacher_of_another_vocabulary 2 - "^mgrl: error: [^\\n
   -- ${RUN1} ${DISTILL_ARGS} --distill.teacher=${MODELS}/llama_gqa)
 mgrl_add_cli_test(distill.beta_out_of_range 2 - "^mgrl: error: [^\\n]*distill.beta" 1
   -- ${RUN1} ${DISTILL_ARGS} --distill.beta=1.5)
+mgrl_add_cli_test(distill.shard_base_refused 2 - "^mgrl: error: key 'model.shard_base' is not available in mgrl distill" 1
+  -- ${RUN1} ${DISTILL_ARGS} --model.shard_base=true)
+# A teacher with fewer positions than prompt + completion (its config.json copied with max_position_embeddings 20)
+mgrl_add_cli_test(distill.teacher_positions_refused 2 - "^mgrl: error: distill.max_prompt_length \\+ distill.max_completion_length \\(24\\) exceeds the teacher's max_position_embeddings \\(20" 1
+  -- bash -c "mkdir -p ${CMAKE_CURRENT_BINARY_DIR}/distill_short && cp ${CMAKE_CURRENT_SOURCE_DIR}/data/distill/teachers/qwen2_wide/model.safetensors ${CMAKE_CURRENT_BINARY_DIR}/distill_short/ && sed 's/\"max_position_embeddings\": 64/\"max_position_embeddings\": 20/' ${CMAKE_CURRENT_SOURCE_DIR}/data/distill/teachers/qwen2_wide/config.json > ${CMAKE_CURRENT_BINARY_DIR}/distill_short/config.json && exec ${RUN1} ${DISTILL_STR} --distill.teacher=${CMAKE_CURRENT_BINARY_DIR}/distill_short")

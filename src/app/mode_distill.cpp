@@ -56,9 +56,11 @@ int run_distill(Context& ctx) {
   TrainingModel tm = build_training_model(ctx, mc, full);
   model::Transformer& net = *tm.net;
   // The teacher: frozen, no adapter, in the student's dtype and backend.
+  // The teacher: dense in the storage dtype (model.quantize is the student's: trl loads its teacher unquantized too)
   model::ModelOptions to = model_options(cfg, false);
   to.full_finetune = false;
   to.recompute = false;
+  to.quantize = model::Quantize::None;
   auto teacher = std::make_unique<model::Transformer>(tc, *tm.ops, to);
   load_model(ctx, *teacher, teacher_dir, "");
 
@@ -102,7 +104,7 @@ int run_distill(Context& ctx) {
                   "rank%s; %s (beta %g) at temperature %g; %d prompts x 1 completion per step; %lld steps = %.3g "
                   "epochs",
                   random_init ? "random-init" : "pretrained", io::model_name(mc).c_str(), io::model_name(tc).c_str(),
-                  tc.num_hidden_layers, static_cast<long long>(tc.hidden_size), inputs.train.size(),
+                  static_cast<int>(tc.num_hidden_layers), static_cast<long long>(tc.hidden_size), inputs.train.size(),
                   inputs.eval.size(), full ? "full fine-tuning" : "LoRA", env.size(), env.size() == 1 ? "" : "s", kind,
                   static_cast<double>(o.beta), static_cast<double>(o.sampling.temperature), o.batch_prompts,
                   static_cast<long long>(o.max_steps), epochs);

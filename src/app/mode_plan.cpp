@@ -103,30 +103,43 @@ int run_plan(dist::MpiEnv& env, const io::Config& cfg) {
     if (in.lora) in.lora_cfg = training_lora_config(cfg);
 
     mode = cfg.mode_before_cli();
-    if (mode != "sft" && mode != "grpo" && mode != "dpo" && mode != "kto" && mode != "ppo") mode = "sft";
+    if (mode != "sft" && mode != "grpo" && mode != "dpo" && mode != "kto" && mode != "ppo" && mode != "distill")
+      mode = "sft";
     const std::int64_t max_pos = mc.max_position_embeddings > 0 ? mc.max_position_embeddings : (1 << 30);
     const std::int64_t batch = cfg.get_int("train.batch_size"), accum = cfg.get_int("train.grad_accum");
     const std::int64_t per_rank = std::max<std::int64_t>(1, batch / in.ranks);
-    if (mode == "grpo" || mode == "ppo") {
+    if (mode == "grpo" || mode == "ppo" || mode == "distill") {
       // PPO samples one response per prompt and trains on mini-batches of the rollout batch; its scoring pass
-      // (old log-probs and values, and the reference with the adapter off) always runs.
-      const bool ppo = mode == "ppo";
-      const std::int64_t G = ppo ? 1 : cfg.get_int("grpo.num_generations");
-      const std::int64_t prompt = cfg.get_int(ppo ? "ppo.max_prompt_length" : "grpo.max_prompt_length");
-      const std::int64_t completion = cfg.get_int(ppo ? "ppo.response_length" : "grpo.max_completion_length");
+      // (old log-probs and values, and the reference with the adapter off) always runs. distill samples one
+      // completion per prompt and holds its teacher (below).
+      const bool ppo = mode == "ppo", distill = mode == "distill";
+      const std::int64_t G = ppo || distill ? 1 : cfg.get_int("grpo.num_generations");
+      const std::int64_t prompt = cfg.get_int(ppo ? "ppo.max_prompt_length"
+                                              : distill ? "distill.max_prompt_length"
+                                                        : "grpo.max_prompt_length");
+      const std::int64_t completion = cfg.get_int(ppo ? "ppo.response_length"
+                                                  : distill ? "distill.max_completion_length"
+                                                            : "grpo.max_completion_length");
       seq_len = std::min(max_pos, prompt + completion);
       micro = ppo ? std::max<std::int64_t>(1, per_rank / std::max<std::int64_t>(1, cfg.get_int("ppo.num_mini_batches")))
                   : std::max<std::int64_t>(1, per_rank * G / accum);
       // The scoring pass runs for the reference (grpo.beta > 0) and the old policy (a round serving several steps).
-      in.scoring = ppo || cfg.get_float("grpo.beta") > 0 || cfg.get_int("grpo.num_iterations") > 1 ||
-                   cfg.get_int("grpo.steps_per_generation") > 1;
-      in.reference_copy = !ppo && cfg.get_float("grpo.beta") > 0 &&
+      in.scoring = ppo || (!distill && (cfg.get_float("grpo.beta") > 0 || cfg.get_int("grpo.num_iterations") > 1 ||
+                                        cfg.get_int("grpo.steps_per_generation") > 1));
+      in.reference_copy = !ppo && !distill && cfg.get_float("grpo.beta") > 0 &&
                           (in.full_finetune ||
                            (cfg.get_string("grpo.reference") == "initial" && !cfg.get_string("lora.adapter").empty()));
+      if (distill) {
+        if (!cfg.is_set("distill.teacher") || cfg.get_string("distill.teacher").empty())
+          throw UserError("mgrl plan of a distill run needs its teacher: set distill.teacher (its config.json is read)");
+        in.teacher = true;
+        in.teacher_model = io::parse_hf_config(cfg.get_string("distill.teacher") + "/config.json");
+      }
       // The rollout's paged cache as rl::Generator sizes it (Generator::kv_pool), for the prompts a rank generates in
       // a round (grpo.steps_per_generation steps' worth).
       in.generate = true;
-      const std::int64_t round_prompts = per_rank * (ppo ? 1 : cfg.get_int("grpo.steps_per_generation"));
+      const std::int64_t round_prompts =
+          per_rank * (ppo || distill ? 1 : cfg.get_int("grpo.steps_per_generation"));
       const rl::Generator::KvPool pool = rl::Generator::kv_pool(
           static_cast<int>(cfg.get_int("generate.max_sequences")), static_cast<int>(G), round_prompts, static_cast<int>(prompt),
           static_cast<int>(completion), static_cast<int>(cfg.get_int("generate.kv_block_size")));

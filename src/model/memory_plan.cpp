@@ -166,6 +166,17 @@ MemoryPlan memory_plan(const PlanInput& in) {
       add("scoring pass", static_cast<double>(arena_bytes(c, in.storage, lora, false, false, T, head)),
           "no-grad log-probs (old policy / reference) in buffers of their own");
   }
+  if (in.teacher) {
+    const io::ModelConfig& t = in.teacher_model;
+    add("teacher weights", base_weight_bytes(t, in.storage, "none", false, false, 1),
+        "the teacher's " + std::to_string(static_cast<long long>(io::parameter_count(t))) + " parameters as stored");
+    if (T > 0) {
+      add("teacher pass", static_cast<double>(arena_bytes(t, in.storage, nullptr, false, false, T, 0)),
+          "its no-grad pass over the micro-batch to the LM head's input");
+      add("teacher logits chunk", static_cast<double>(head),
+          "the teacher's logits beside the student's, a chunk of rows at a time (the divergence)");
+    }
+  }
   if (in.generate) {
     add("KV cache", static_cast<double>(kv_cache_bytes(c, in.storage, in.kv_slots, in.kv_max_len, in.kv_blocks,
                                                        in.kv_block_size)),

@@ -64,6 +64,10 @@ struct PlanInput {
   int kv_slots = 0, kv_max_len = 0, kv_blocks = 0, kv_block_size = 16;
   std::int64_t infer_tokens = 0, infer_rows = 0;
   bool merged_lora = false;  // generate.merge_lora in effect: the adapted projections once more, merged (sampling)
+  // mgrl distill: the teacher's weights (dense, the storage dtype) and its no-grad pass to the LM head's input over
+  // the training micro-batch; the LM head's divergence scratch (both models' logits chunks) instead of the log-probs'.
+  bool teacher = false;
+  io::ModelConfig teacher_model;
   // Runtime overhead: CUDA context and library workspaces, or the CPU process's own memory.
   double runtime_bytes = 0;
   std::string runtime_note;

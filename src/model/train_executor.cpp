@@ -127,6 +127,15 @@ void TrainExecutor::plan(int max_tokens, bool scoring) {
   reserve(max_tokens, 1);
 }
 
+void TrainExecutor::plan_scoring(int max_tokens) {
+  struct Restore {
+    TrainExecutor* t;
+    ~Restore() { t->cur_ = t->train_arena_.get(); }
+  } restore{this};
+  cur_ = score_arena_.get();
+  reserve(max_tokens, 1);
+}
+
 TrainExecutor::ArenaSpec TrainExecutor::spec(bool grads) const {
   const LoraParams* lora = def_.lora();
   ArenaSpec s{&cfg_, opts_.recompute, grads, ops_.storage_size(),

@@ -71,6 +71,8 @@ class TrainExecutor {
   // Allocates the activations for batches of up to max_tokens tokens now (training arena; scoring arena too when
   // `scoring`), so that no later forward allocates: memory is planned once, from the run's maxima.
   void plan(int max_tokens, bool scoring = false);
+  // The scoring arena alone (a model that only scores: distillation's teacher).
+  void plan_scoring(int max_tokens);
   // A no-grad scoring pass, as forward(train = false) but in activation buffers of its own: it never disturbs what a
   // pending backward() needs.
   void score(const Batch& batch, float* logprobs, bool use_lora = true, float logit_scale = 1.0f);

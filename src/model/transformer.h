@@ -60,6 +60,7 @@ class Transformer {
     train_->forward(batch, logprobs, use_lora, train, dropout_seed, logit_scale);
   }
   void plan(int max_tokens, bool scoring = false) { train_->plan(max_tokens, scoring); }
+  void plan_scoring(int max_tokens) { train_->plan_scoring(max_tokens); }
   void score(const Batch& batch, float* logprobs, bool use_lora = true, float logit_scale = 1.0f) {
     train_->score(batch, logprobs, use_lora, logit_scale);
   }

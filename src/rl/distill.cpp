@@ -39,7 +39,7 @@ DistillTrainer::DistillTrainer(const dist::MpiEnv& env, dist::Comm& comm, model:
   if (teacher_.config().vocab_size != model_.config().vocab_size)
     throw UserError("distill.teacher: its vocabulary has " + std::to_string(teacher_.config().vocab_size) +
                     " tokens, the student's " + std::to_string(model_.config().vocab_size) +
-                    ": the two distributions must be over the same tokens (a teacher of the student's family)");
+                    ": the two distributions must be over the same tokens (the same vocab_size)");
   if (!(opts_.sampling.temperature > 0))
     throw UserError("distill.temperature must be above 0: it divides both models' logits in the divergence");
   tr_ = train::trainable_of(model_, model_.base_grads() != nullptr);
@@ -69,7 +69,19 @@ DistillTrainer::DistillTrainer(const dist::MpiEnv& env, dist::Comm& comm, model:
             " completions (train.batch_size / ranks / train.grad_accum), each up to its prompt + "
             "distill.max_completion_length = " + std::to_string(opts_.max_completion_length) + " tokens",
         "lower train.batch_size or distill.max_completion_length, raise train.grad_accum");
-    env_.agree([&] { model_.plan(static_cast<int>(most)); });
+    // and the teacher's no-grad pass over the same micro-batch (its scoring arena only), planned now so that a run
+    // that does not fit fails at the start, not at its first step
+    env_.agree([&] {
+      model_.plan(static_cast<int>(most));
+      try {
+        teacher_.plan_scoring(static_cast<int>(most));
+      } catch (const OutOfMemory& e) {
+        throw UserError("the teacher's pass over a training micro-batch of " + std::to_string(micro) +
+                        " completions (" + std::to_string(most) + " tokens) does not fit beside the student (" +
+                        e.what() + "): lower train.batch_size or distill.max_completion_length, raise "
+                        "train.grad_accum");
+      }
+    });
   }
   opt_->start(state_);  // the loss scale of a fresh run; a resume takes the checkpoint's
 }
@@ -148,7 +160,7 @@ double DistillTrainer::train_step() {
     for (std::size_t k = 0; k < s.sequences.size(); ++k) {
       const int len = static_cast<int>(s.sequences[k].size()) - s.prompt_len[k];
       all += static_cast<long long>(s.sequences[k].size());
-      clipped += s.finish[k] == "length" ? 1 : 0;
+      clipped += s.finish[k] != "eos" ? 1 : 0;  // as trl: not ended by EOS (cut at the length, or by a stop string)
       shortest = std::min(shortest, len);
       longest = std::max(longest, len);
     }

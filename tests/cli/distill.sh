@@ -5,6 +5,7 @@
 # - it trains: the divergence falls from its first step to its last, trl's metrics in metrics.jsonl (loss, entropy,
 #   completions/*), a held-out divergence before the end; the phase table has generation;
 # - 1 and 2 ranks, and grad_accum 2, train the same weights (a completion depends on its slot, not on the ranks);
+#   dynamic loss scaling the same bit for bit (the gradient scaled, the loss accumulated unscaled);
 # - beta 0 and 0.5 train other weights than beta 1;
 # - a checkpoint at step 2 resumes to the straight run's weights bit for bit; under another teacher
 #   (OTHER_TEACHER, of the same vocabulary) the resume is refused in one line (exit 2).
@@ -32,6 +33,13 @@ run a2 2 "$@"
 run acc 1 "$@" --train.grad_accum=2
 "$check" weights "$(ck a 4)" "$(ck acc 4)" --rtol=1e-5 --moments || fail "grad_accum 2 differs"
 echo "the same weights on 1 and 2 ranks and with grad_accum 2"
+run ls 1 "$@" --train.loss_scaling=dynamic
+"$check" weights "$(ck a 4)" "$(ck ls 4)" --exact || fail "dynamic loss scaling changed the weights"
+for key in loss entropy; do
+  [ "$("$check" field "$work/a/metrics.jsonl" $key)" = "$("$check" field "$work/ls/metrics.jsonl" $key)" ] ||
+    fail "dynamic loss scaling changed the logged $key: $("$check" field "$work/ls/metrics.jsonl" $key)"
+done
+echo "dynamic loss scaling: the same weights bit for bit"
 run fwd 1 "$@" --distill.beta=0
 run jsd 1 "$@" --distill.beta=0.5
 "$check" weights "$(ck a 4)" "$(ck fwd 4)" --rtol=1e-4 > /dev/null && fail "beta 0 trained beta 1's weights"
