@@ -12,7 +12,8 @@
 #   ctest      ctest -L gpu, then tests/test_ops_cuda and test_model_cuda verbosely (each comparison's error)
 #   sanitize   compute-sanitizer memcheck, racecheck, synccheck, initcheck over the gpu tests ($SANITIZE_TESTS,
 #              default test_model_cuda test_ops_cuda; tools: $SANITIZE_TOOLS)
-#   sanitize_runs  the same tools over 2 steps each of SFT and GRPO (the Qwen2 test fixture, CUDA backend)
+#   sanitize_runs  the same tools over 2 steps each of SFT, GRPO and distill (the Qwen2 test fixture, CUDA backend;
+#              distill's teacher: tests/data/distill/teachers/qwen2_wide)
 #   attention  perf/bench_attention (tiled vs naive) and perf/bench_attention_torch.py (torch sdpa flash)
 #   norm       perf/bench_norm (RMSNorm forward, dx, residual + norm in GB/s beside a copy) as built and with
 #              MGRL_FUSED_NORM=0
@@ -128,6 +129,12 @@ run_stage() {
 SFT_SMALL="$mgrl sft --runtime.backend=cuda --model.path=$models/qwen2_bias_tied --model.tokenizer=$root/inputs/quickstart \
  --data.input=$root/tests/data/sft/train.jsonl --train.batch_size=4 --train.max_steps=2 --lora.r=4 --lora.alpha=8 \
  --checkpoint.resume=none --log.dir=/tmp/gp_sft --checkpoint.dir=/tmp/gp_sft/ck"
+DISTILL_SMALL="$mgrl distill --runtime.backend=cuda --model.path=$models/qwen2_bias_tied \
+ --model.tokenizer=$root/inputs/quickstart --data.input=$root/tests/data/sft/train.jsonl \
+ --eval.input=$root/tests/data/sft/heldout.jsonl --distill.teacher=$root/tests/data/distill/teachers/qwen2_wide \
+ --train.batch_size=4 --train.max_steps=2 --lora.r=4 --lora.alpha=8 --distill.max_prompt_length=16 \
+ --distill.max_completion_length=8 --distill.beta=0.5 --checkpoint.resume=none --log.dir=/tmp/gp_distill \
+ --checkpoint.dir=/tmp/gp_distill/ck"
 GRPO_SMALL="$mgrl $root/tests/data/grpo_cli/grpo.toml --runtime.backend=cuda --model.path=$models/qwen2_bias_tied \
  --model.tokenizer=$root/inputs/quickstart --data.input=$root/tests/data/sft/train.jsonl --train.max_steps=2 \
  --log.dir=/tmp/gp_grpo --checkpoint.dir=/tmp/gp_grpo/ck"
@@ -158,9 +165,10 @@ stage_ctest_quick() {
 stage_sanitize_runs() {
   local t
   for t in ${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck}; do
-    run_stage "sanrun_$t" 600 "rm -rf /tmp/gp_sft /tmp/gp_grpo; echo '--- sft 2 steps'; \
+    run_stage "sanrun_$t" 600 "rm -rf /tmp/gp_sft /tmp/gp_grpo /tmp/gp_distill; echo '--- sft 2 steps'; \
       compute-sanitizer --tool $t --error-exitcode 99 --print-limit 20 $SFT_SMALL; echo \"rc \$?\"; \
-      echo '--- grpo 2 steps'; compute-sanitizer --tool $t --error-exitcode 99 --print-limit 20 $GRPO_SMALL; echo \"rc \$?\""
+      echo '--- grpo 2 steps'; compute-sanitizer --tool $t --error-exitcode 99 --print-limit 20 $GRPO_SMALL; echo \"rc \$?\"; \
+      echo '--- distill 2 steps'; compute-sanitizer --tool $t --error-exitcode 99 --print-limit 20 $DISTILL_SMALL; echo \"rc \$?\""
   done
 }
 stage_sanitize() {
