@@ -961,4 +961,15 @@ void log_merge_lora(rl::GenerationOptions::Merge m, model::Transformer& net) {
   log::info(buf);
 }
 
+rl::CacheSettings cache_settings(const io::Config& cfg, rl::GenerationOptions::Merge merge, model::Transformer& net) {
+  rl::CacheSettings c;
+  c.max_sequences = static_cast<int>(cfg.get_int("generate.max_sequences"));
+  c.max_prefill_tokens = static_cast<int>(cfg.get_int("generate.max_prefill_tokens"));
+  c.sync_interval = static_cast<int>(cfg.get_int("generate.sync_interval"));
+  c.kv_block_size = static_cast<int>(cfg.get_int("generate.kv_block_size"));
+  c.merge_lora = merge;
+  log_merge_lora(merge, net);
+  return c;
+}
+
 }  // namespace mgrl::app

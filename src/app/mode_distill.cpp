@@ -81,12 +81,7 @@ int run_distill(Context& ctx) {
   o.sampling.min_p = static_cast<float>(cfg.get_float("distill.min_p"));
   o.repetition_penalty = static_cast<float>(cfg.get_float("distill.repetition_penalty"));
   o.stop = cfg.get_strings("distill.stop");
-  o.max_sequences = static_cast<int>(cfg.get_int("generate.max_sequences"));
-  o.max_prefill_tokens = static_cast<int>(cfg.get_int("generate.max_prefill_tokens"));
-  o.sync_interval = static_cast<int>(cfg.get_int("generate.sync_interval"));
-  o.kv_block_size = static_cast<int>(cfg.get_int("generate.kv_block_size"));
-  o.merge_lora = merge;
-  log_merge_lora(merge, net);
+  o.cache = cache_settings(cfg, merge, net);
   o.seed = tm.seed;
   o.shuffle = cfg.get_bool("data.shuffle");
   o.log_every = static_cast<int>(cfg.get_int("log.every_steps"));

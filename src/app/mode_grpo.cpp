@@ -94,12 +94,7 @@ int run_grpo(Context& ctx) {
   o.sampling.min_p = static_cast<float>(cfg.get_float("grpo.min_p"));
   o.repetition_penalty = static_cast<float>(cfg.get_float("grpo.repetition_penalty"));
   o.stop = cfg.get_strings("grpo.stop");
-  o.max_sequences = static_cast<int>(cfg.get_int("generate.max_sequences"));
-  o.max_prefill_tokens = static_cast<int>(cfg.get_int("generate.max_prefill_tokens"));
-  o.sync_interval = static_cast<int>(cfg.get_int("generate.sync_interval"));
-  o.merge_lora = merge;
-  log_merge_lora(merge, net);
-  o.kv_block_size = static_cast<int>(cfg.get_int("generate.kv_block_size"));
+  o.cache = cache_settings(cfg, merge, net);
   o.loss.loss_type = cfg.get_string("grpo.loss_type");
   o.loss.beta = cfg.get_float("grpo.beta");
   o.loss.epsilon = cfg.get_float("grpo.epsilon");

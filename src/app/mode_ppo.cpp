@@ -88,12 +88,7 @@ int run_ppo(Context& ctx) {
   o.num_mini_batches = static_cast<int>(cfg.get_int("ppo.num_mini_batches"));
   o.value_lr = cfg.get_float("ppo.value_lr");
   o.sampling.temperature = static_cast<float>(cfg.get_float("ppo.temperature"));
-  o.max_sequences = static_cast<int>(cfg.get_int("generate.max_sequences"));
-  o.max_prefill_tokens = static_cast<int>(cfg.get_int("generate.max_prefill_tokens"));
-  o.sync_interval = static_cast<int>(cfg.get_int("generate.sync_interval"));
-  o.merge_lora = merge;
-  log_merge_lora(merge, net);
-  o.kv_block_size = static_cast<int>(cfg.get_int("generate.kv_block_size"));
+  o.cache = cache_settings(cfg, merge, net);
   o.seed = seed;
   o.shuffle = cfg.get_bool("data.shuffle");
   o.log_every = static_cast<int>(cfg.get_int("log.every_steps"));

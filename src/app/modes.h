@@ -284,5 +284,8 @@ rl::GenerationOptions::Merge merge_lora_option(const io::Config& cfg, const io::
 // One line on rank 0 when the generations will sample from merged weights (m not Off and the model has an adapter):
 // the projections merged and the copy's memory.
 void log_merge_lora(rl::GenerationOptions::Merge m, model::Transformer& net);
+// The generate.* keys of a training mode that samples, with merge_lora resolved (merge_lora_option), said once
+// (log_merge_lora).
+rl::CacheSettings cache_settings(const io::Config& cfg, rl::GenerationOptions::Merge merge, model::Transformer& net);
 
 }  // namespace mgrl::app

@@ -100,11 +100,7 @@ DistillTrainer::Sampled DistillTrainer::sample(const std::vector<PromptRow>& row
   g.seed = seed;
   g.eos_ids = stop_ids(model_.config(), &tok_);
   g.stop_strings = opts_.stop;
-  g.max_sequences = opts_.max_sequences;
-  g.max_prefill_tokens = opts_.max_prefill_tokens;
-  g.kv_block_size = opts_.kv_block_size;
-  g.sync_interval = opts_.sync_interval;
-  g.merge_lora = opts_.merge_lora;
+  opts_.cache.apply(g);
   g.use_lora = true;
   // Each completion's draws depend on the seed and its slot in the global batch only (Prompt::index): any rank
   // count samples the same completions.

@@ -42,8 +42,7 @@ struct DistillOptions {
   kernels::Ops::Sampling sampling;
   float repetition_penalty = 1.0f;
   std::vector<std::string> stop;
-  int max_sequences = 64, max_prefill_tokens = 2048, kv_block_size = 16, sync_interval = 8;
-  GenerationOptions::Merge merge_lora = GenerationOptions::Merge::Off;
+  CacheSettings cache;  // generate.*
   std::uint64_t seed = 0;
   bool shuffle = true;
   int log_every = 1;

@@ -60,6 +60,22 @@ struct GenerationOptions {
   std::function<bool(bool)> lockstep;
 };
 
+// The KV cache and scheduling settings of the generate.* keys as the training modes that sample pass them on
+// (GRPO, PPO, distill): generate.max_sequences, max_prefill_tokens, kv_block_size, sync_interval and merge_lora
+// (resolved: app's merge_lora_option).
+struct CacheSettings {
+  int max_sequences = 64, max_prefill_tokens = 2048, kv_block_size = 16, sync_interval = 8;
+  GenerationOptions::Merge merge_lora = GenerationOptions::Merge::Off;
+  // Into g; max_sequences at least `at_least` (GRPO: a prompt's G completions in flight together).
+  void apply(GenerationOptions& g, int at_least = 1) const {
+    g.max_sequences = max_sequences > at_least ? max_sequences : at_least;
+    g.max_prefill_tokens = max_prefill_tokens;
+    g.kv_block_size = kv_block_size;
+    g.sync_interval = sync_interval;
+    g.merge_lora = merge_lora;
+  }
+};
+
 // The lockstep of a sharded base over the ranks of env: whether any rank has work (an allreduce of one number).
 std::function<bool(bool)> lockstep_over(const dist::MpiEnv& env);
 

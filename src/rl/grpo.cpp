@@ -429,11 +429,7 @@ void GrpoTrainer::new_round() {
     g.seed = random_bits(opts_.seed ^ 0x6772706f726f6c6cull, static_cast<std::uint64_t>(state_.step));
     g.eos_ids = stop_ids(model_.config(), &tok_);
     g.stop_strings = opts_.stop;
-    g.max_sequences = std::max(opts_.max_sequences, G);
-    g.max_prefill_tokens = opts_.max_prefill_tokens;
-    g.kv_block_size = opts_.kv_block_size;
-    g.sync_interval = opts_.sync_interval;
-    g.merge_lora = opts_.merge_lora;
+    opts_.cache.apply(g, G);
     g.use_lora = true;
     if (model_.definition().sharded()) g.lockstep = lockstep_over(env_);
     std::vector<Prompt> prompts;
@@ -944,11 +940,7 @@ EvalResult GrpoTrainer::evaluate() {
     g.seed = random_bits(opts_.seed ^ 0x6576616c6576616cull, 0);
     g.eos_ids = stop_ids(model_.config(), &tok_);
     g.stop_strings = opts_.stop;
-    g.max_sequences = std::max(opts_.max_sequences, G);
-    g.max_prefill_tokens = opts_.max_prefill_tokens;
-    g.kv_block_size = opts_.kv_block_size;
-    g.sync_interval = opts_.sync_interval;
-    g.merge_lora = opts_.merge_lora;
+    opts_.cache.apply(g, G);
     if (model_.definition().sharded()) g.lockstep = lockstep_over(env_);
     std::vector<Prompt> prompts;
     for (std::size_t i = lo; i < hi; ++i) prompts.push_back({static_cast<std::int64_t>(i), eval_[i].tokens});

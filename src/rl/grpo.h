@@ -56,11 +56,7 @@ struct GrpoOptions {
   kernels::Ops::Sampling sampling;
   float repetition_penalty = 1.0f;  // grpo.repetition_penalty (GenerationOptions): the rollouts' and pass@k's
   std::vector<std::string> stop;
-  int max_sequences = 64;
-  int max_prefill_tokens = 2048;  // generate.max_prefill_tokens
-  int kv_block_size = 16;         // generate.kv_block_size
-  int sync_interval = 8;          // generate.sync_interval
-  GenerationOptions::Merge merge_lora = GenerationOptions::Merge::Off;  // generate.merge_lora (resolved)
+  CacheSettings cache;  // generate.*
   GrpoLossOptions loss;
   std::string scale_rewards = "group";
   // loss.loss_type = rloo (trl's RLOOTrainer): the leave-one-out advantages normalised over the round

@@ -112,11 +112,7 @@ PpoEval PpoTrainer::evaluate() {
     g.max_new_tokens = opts_.eval_max_new_tokens;
     g.sampling.temperature = 0;  // greedy
     g.eos_ids = stop_ids(model_.config(), &tok_);
-    g.max_sequences = opts_.max_sequences;
-    g.max_prefill_tokens = opts_.max_prefill_tokens;
-    g.kv_block_size = opts_.kv_block_size;
-    g.sync_interval = opts_.sync_interval;
-    g.merge_lora = opts_.merge_lora;
+    opts_.cache.apply(g);
     if (lockstep) g.lockstep = lockstep_over(env_);
     Generator gen(model_, g, [&](const std::vector<std::int32_t>& ids) { return tok_.decode(ids, true); });
     std::vector<RewardSample> samples;
@@ -165,11 +161,7 @@ void PpoTrainer::update(nlohmann::json* metrics) {
     g.sampling = opts_.sampling;
     g.seed = random_bits(opts_.seed ^ 0x70706f726f6c6c73ull, static_cast<std::uint64_t>(update_index));
     g.eos_ids = stop_ids(model_.config(), &tok_);
-    g.max_sequences = opts_.max_sequences;
-    g.max_prefill_tokens = opts_.max_prefill_tokens;
-    g.kv_block_size = opts_.kv_block_size;
-    g.sync_interval = opts_.sync_interval;
-    g.merge_lora = opts_.merge_lora;
+    opts_.cache.apply(g);
     g.use_lora = true;
     // A sharded base: the ranks' responses end at different steps, so the ranks agree on every generation step.
     if (model_.definition().sharded()) g.lockstep = lockstep_over(env_);

@@ -45,9 +45,7 @@ struct PpoTrainOptions {
   int num_ppo_epochs = 4, num_mini_batches = 1;
   double value_lr = 0;            // 0: the policy's learning rate
   kernels::Ops::Sampling sampling;
-  int max_sequences = 64, max_prefill_tokens = 2048, kv_block_size = 16;
-  int sync_interval = 8;  // generate.sync_interval
-  GenerationOptions::Merge merge_lora = GenerationOptions::Merge::Off;  // generate.merge_lora (resolved)
+  CacheSettings cache;  // generate.*
   std::uint64_t seed = 0;
   bool shuffle = true;  // data.shuffle: each epoch in a seeded random order; false: the data's order
   int rollouts_every = 1;
