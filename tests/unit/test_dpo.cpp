@@ -67,9 +67,11 @@ TEST(DpoPairLoss, DerivativesMatchFiniteDifferences) {
   EXPECT_EQ(checked, 99);
   // The sigmoid loss at equal log-ratios is log 2; with a huge margin it stays finite (no exp overflow).
   EXPECT_NEAR(dpo_pair_loss({}, {-5, -7, -5, -7, 1, 1}).loss, std::log(2.0), 1e-15);
-  const auto far = dpo_pair_loss({DpoLossType::Sigmoid, 1.0, 0}, {0, -5000, 0, 0, 1, 1});
+  DpoLossOptions beta1;  // sigmoid, beta 1
+  beta1.beta = 1.0;
+  const auto far = dpo_pair_loss(beta1, {0, -5000, 0, 0, 1, 1});
   EXPECT_EQ(far.loss, 0.0);
-  const auto wrong = dpo_pair_loss({DpoLossType::Sigmoid, 1.0, 0}, {-5000, 0, 0, 0, 1, 1});
+  const auto wrong = dpo_pair_loss(beta1, {-5000, 0, 0, 0, 1, 1});
   EXPECT_NEAR(wrong.loss, 5000.0, 1e-9);
   EXPECT_NEAR(wrong.d_chosen, -1.0, 1e-12);
 }
