@@ -97,6 +97,8 @@ STEP_CASES = [
     dict(name="forward_kl_llama", student="llama_gqa", teacher="llama_narrow", beta=0.0, temperature=1.0),
     dict(name="reverse_kl_gemma2_softcap", student="gemma2_softcap", teacher="gemma2_softcap", beta=1.0,
          temperature=1.2),
+    # full fine-tuning: the gradient of every weight of the student (tied embeddings: the head's part included)
+    dict(name="full_jsd_qwen2", student="qwen2_bias_tied", teacher="qwen2_wide", beta=0.3, temperature=1.0, full=True),
 ]
 
 
@@ -121,7 +123,15 @@ def teacher_dir(name, out):
 
 def make_step_case(spec, out, tokenizer_file):
     torch.manual_seed(0)
-    student = base_model(spec["student"])
+    if spec.get("full"):
+        tmp = tempfile.mkdtemp()
+        for f in ("config.json", "model.safetensors"):
+            shutil.copy(os.path.join(ROOT, "tests", "data", "models", spec["student"], f), tmp)
+        student = transformers.AutoModelForCausalLM.from_pretrained(tmp, dtype=torch.float64,
+                                                                    attn_implementation="eager")
+        shutil.rmtree(tmp)
+    else:
+        student = base_model(spec["student"])
     vocab = student.config.vocab_size
     tdir = teacher_dir(spec["teacher"], out)
     teacher = transformers.AutoModelForCausalLM.from_pretrained(tdir, dtype=torch.float64, attn_implementation="eager")
@@ -135,7 +145,8 @@ def make_step_case(spec, out, tokenizer_file):
     trainer = DistillationTrainer(model=student, teacher_model=teacher, args=cfg, train_dataset=ds,
                                   processing_class=tok)
     pm = trainer.model
-    for n, p in lora_named(pm).items():
+    trained = dict(pm.named_parameters()) if spec.get("full") else lora_named(pm)
+    for n, p in trained.items():
         p.requires_grad_(True)
     pm.train()
     # Prompts of one length (no left padding, whose positions mgrl's packing has not), completions of 1 to 6 tokens
@@ -159,10 +170,10 @@ def make_step_case(spec, out, tokenizer_file):
     d = os.path.join(out, spec["name"])
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d)
-    save_file({peft_key(n): p.grad.float().contiguous() for n, p in sorted(lora_named(pm).items())},
+    save_file({(n if spec.get("full") else peft_key(n)): p.grad.float().contiguous() for n, p in sorted(trained.items())},
               os.path.join(d, "grads.safetensors"), metadata={"format": "pt"})
     case = {
-        "student": spec["student"], "teacher": spec["teacher"], "beta": spec["beta"],
+        "student": spec["student"], "teacher": spec["teacher"], "beta": spec["beta"], "full": bool(spec.get("full")),
         "temperature": spec["temperature"],
         "versions": {"trl": trl.__version__, "torch": torch.__version__, "transformers": transformers.__version__},
         "sequences": [{"prompt_ids": prompts[i].tolist(), "completion_ids": comps[i, :n].tolist()}

@@ -106,12 +106,12 @@ TEST(DistillOps, EqualDistributionsGiveZero) {
 
 std::vector<std::string> step_cases() {
   std::vector<std::string> out;
-  for (const char* name : {"jsd_qwen2", "forward_kl_llama", "reverse_kl_gemma2_softcap"})
+  for (const char* name : {"jsd_qwen2", "forward_kl_llama", "reverse_kl_gemma2_softcap", "full_jsd_qwen2"})
     if (std::ifstream(kData + "/distill/" + name + "/case.json")) out.push_back(name);
   return out;
 }
 
-TEST(DistillStep, FixturesPresent) { EXPECT_EQ(step_cases().size(), 3u); }
+TEST(DistillStep, FixturesPresent) { EXPECT_EQ(step_cases().size(), 4u); }
 
 class DistillStepCase : public ::testing::TestWithParam<std::string> {};
 
@@ -122,7 +122,16 @@ TEST_P(DistillStepCase, LossEntropyAndLoraGradientsMatchTrl) {
   const std::string student_dir = kData + "/models/" + c["student"].get<std::string>();
   const std::string teacher_dir = kData + "/distill/teachers/" + c["teacher"].get<std::string>();
   auto ops = kernels::make_cpu_ops();
-  const auto student = test::lora_model(*ops, student_dir, student_dir);
+  const bool full = c.value("full", false);  // full fine-tuning: every weight's gradient
+  std::unique_ptr<model::Transformer> student;
+  if (full) {
+    model::ModelOptions mo;
+    mo.full_finetune = true;
+    student = std::make_unique<model::Transformer>(io::parse_hf_config(student_dir + "/config.json"), *ops, mo);
+    student->load_weights(student_dir);
+  } else {
+    student = test::lora_model(*ops, student_dir, student_dir);
+  }
   model::Transformer teacher(io::parse_hf_config(teacher_dir + "/config.json"), *ops);
   teacher.load_weights(teacher_dir);
 
@@ -158,7 +167,22 @@ TEST_P(DistillStepCase, LossEntropyAndLoraGradientsMatchTrl) {
   const double want = c["loss"].get<double>(), want_ent = c["entropy"].get<double>();
   EXPECT_NEAR(got[0], want, 1e-5 * std::fabs(want)) << "loss";
   EXPECT_NEAR(got[1], want_ent, 1e-5 * std::fabs(want_ent)) << "entropy";
-  test::expect_lora_grads_match(*student, *ops, dir + "/grads.safetensors");
+  if (!full) {
+    test::expect_lora_grads_match(*student, *ops, dir + "/grads.safetensors");
+    return;
+  }
+  io::SafetensorsFile grads(dir + "/grads.safetensors");
+  std::vector<float> host(student->base_numel());
+  ops->download(host.data(), student->base_grads(), host.size() * sizeof(float));
+  int compared = 0;
+  for (const auto& t : student->base_tensors()) {
+    const auto want_g = io::to_f32(grads.get(t.name));
+    const std::vector<float> got_g(host.begin() + static_cast<std::ptrdiff_t>(t.offset),
+                                   host.begin() + static_cast<std::ptrdiff_t>(t.offset + want_g.size()));
+    expect_close(got_g, want_g, 1e-4, t.name);
+    ++compared;
+  }
+  EXPECT_EQ(compared, static_cast<int>(grads.tensors().size())) << "trl's student has other weights";
 }
 
 INSTANTIATE_TEST_SUITE_P(Trl, DistillStepCase, ::testing::ValuesIn(step_cases()));
