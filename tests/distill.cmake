@@ -32,3 +32,10 @@ mgrl_add_cli_test(distill.shard_base_refused 2 - "^mgrl: error: key 'model.shard
 # A teacher with fewer positions than prompt + completion (its config.json copied with max_position_embeddings 20)
 mgrl_add_cli_test(distill.teacher_positions_refused 2 - "^mgrl: error: distill.max_prompt_length \\+ distill.max_completion_length \\(24\\) exceeds the teacher's max_position_embeddings \\(20" 1
   -- bash -c "mkdir -p ${CMAKE_CURRENT_BINARY_DIR}/distill_short && cp ${CMAKE_CURRENT_SOURCE_DIR}/data/distill/teachers/qwen2_wide/model.safetensors ${CMAKE_CURRENT_BINARY_DIR}/distill_short/ && sed 's/\"max_position_embeddings\": 64/\"max_position_embeddings\": 20/' ${CMAKE_CURRENT_SOURCE_DIR}/data/distill/teachers/qwen2_wide/config.json > ${CMAKE_CURRENT_BINARY_DIR}/distill_short/config.json && exec ${RUN1} ${DISTILL_STR} --distill.teacher=${CMAKE_CURRENT_BINARY_DIR}/distill_short")
+# The same run on the GPU (label gpu; skipped without one): bf16 (fp16 before sm_80) student and teacher, the CUDA
+# divergence kernel, generation on the device; it must finish with a finite loss every step and the held-out pass.
+if(MGRL_WITH_CUDA)
+  add_test(NAME gpu.distill_cuda COMMAND bash -c
+    "rm -rf ${CMAKE_CURRENT_BINARY_DIR}/distill_cuda && mkdir -p ${CMAKE_CURRENT_BINARY_DIR}/distill_cuda && ${RUN1} ${DISTILL_STR} --runtime.backend=cuda --distill.beta=0.5 --log.dir=${CMAKE_CURRENT_BINARY_DIR}/distill_cuda > ${CMAKE_CURRENT_BINARY_DIR}/distill_cuda/out.log 2>&1; rc=$?; cat ${CMAKE_CURRENT_BINARY_DIR}/distill_cuda/out.log; if [ $rc = 2 ] && ! nvidia-smi -L >/dev/null 2>&1; then exit 77; fi; [ $rc = 0 ] || exit $rc; grep -q '^held-out loss [0-9]' ${CMAKE_CURRENT_BINARY_DIR}/distill_cuda/out.log && ${CHECK} field ${CMAKE_CURRENT_BINARY_DIR}/distill_cuda/metrics.jsonl loss | awk '{ if (NF != 6) exit 1; for (i = 3; i <= NF; ++i) if (!($i > 0 && $i < 100)) exit 1 }'")
+  set_tests_properties(gpu.distill_cuda PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 120)
+endif()
