@@ -659,48 +659,16 @@ void TrainExecutor::forward_pass(const Batch& batch, float* logprobs, bool use_l
     cur_->stats_done = false;
     return;
   }
-  if (fused && fused->teacher) {
-    // The distillation's LM head: the divergence per row into lp, the student's entropy into stats (with
-    // entropy_acc), and its gradient for the weights (scaled as forward_with_loss scales them) into dxf.
-    const Teacher& t = *fused->teacher;
-    MGRL_CHECK(t.R == R, "forward_with_divergence(): the teacher's rows (" + std::to_string(t.R) +
-                             ") are not this pass's (" + std::to_string(R) + "): another batch?");
-    upload_loss_weights(fused->weights);
-    const bool scaled = train && fused->grad_scale != 1.0;
-    if (scaled) {
-      W.host_wgrad.resize(W.host_wrow.size());
-      for (std::size_t i = 0; i < W.host_wrow.size(); ++i)
-        W.host_wgrad[i] = static_cast<float>(W.host_wrow[i] * fused->grad_scale);
-      ops_.upload(W.wrow, W.host_wgrad.data(), W.host_wgrad.size() * sizeof(float));
-    }
-    float* entropy = fused->stats_acc ? W.stats : nullptr;
-    ops_.lm_head_divergence(W.lp, entropy, train ? (cur_->compact ? W.dh : W.dxf) : nullptr,
-                            train ? def_.head_grad() : nullptr, W.wrow, hx, def_.head(), R, D, V, logit_scale,
-                            def_.final_softcap(), t.rows, t.head, t.Dt, logit_scale, t.softcap, fused->beta);
-    if (!train) {  // score_divergence: the loss and the entropy alone
-      ops_.weighted_sum_accumulate(fused->loss_acc, W.lp, W.wrow, static_cast<std::size_t>(R), 1.0);
-      if (entropy) ops_.weighted_sum_accumulate(fused->stats_acc, W.stats, W.wrow, static_cast<std::size_t>(R), 1.0);
-      cur_->weights_ready = false;
-      cur_->stats_done = false;
-      return;
-    }
-    if (cur_->compact) {
-      ops_.zero(W.dxf, static_cast<std::size_t>(T) * row_bytes);
-      ops_.scatter_rows(W.dxf, W.dh, W.sel, R, D);
-    }
-    if (scaled) ops_.upload(W.wrow, W.host_wrow.data(), W.host_wrow.size() * sizeof(float));
-    ops_.weighted_sum_accumulate(fused->loss_acc, W.lp, W.wrow, static_cast<std::size_t>(R), 1.0);
-    if (entropy) ops_.weighted_sum_accumulate(fused->stats_acc, W.stats, W.wrow, static_cast<std::size_t>(R), 1.0);
-    cur_->weights_ready = true;
-    cur_->head_done = true;
-    cur_->stats_done = false;  // W.stats holds entropies alone, not token_stats()'s four rows
-    return;
-  }
   if (fused) {
     // The backward's weights (scaled) into wrow for the head's pass, then the loss's (unscaled) for the loss: two
     // uploads into one buffer, ordered on the backend's queue, each from a host vector kept until the next forward.
+    // The LM head: the log-likelihood (forward_with_loss), or the distillation's divergence per row into lp with the
+    // student's entropy into stats (forward_with_divergence; score_divergence: no gradient, train false).
+    const Teacher* t = fused->teacher;
+    MGRL_CHECK(!t || t->R == R, "forward_with_divergence(): the teacher's rows (" + std::to_string(t ? t->R : 0) +
+                                    ") are not this pass's (" + std::to_string(R) + "): another batch?");
     upload_loss_weights(fused->weights);
-    const bool scaled = fused->grad_scale != 1.0;
+    const bool scaled = train && fused->grad_scale != 1.0;
     if (scaled) {
       W.host_wgrad.resize(W.host_wrow.size());
       // As SFT scales its weights for backward(): the f32 weight times the double scale, rounded to f32.
@@ -709,18 +677,32 @@ void TrainExecutor::forward_pass(const Batch& batch, float* logprobs, bool use_l
       ops_.upload(W.wrow, W.host_wgrad.data(), W.host_wgrad.size() * sizeof(float));
     }
     // Compact: the scored rows' dh into W.dh (free until the backward), then scattered into a zeroed dxf.
-    ops_.lm_head_logprob_forward_backward(W.lp, W.lse_head, cur_->compact ? W.dh : W.dxf, def_.head_grad(), W.wrow,
-                                          hx, def_.head(), W.targets, R, D, V, logit_scale, W.head_scratch,
-                                          def_.final_softcap(), stats);
-    if (cur_->compact) {
+    void* dh = train ? (cur_->compact ? W.dh : W.dxf) : nullptr;
+    if (t)
+      ops_.lm_head_divergence(W.lp, fused->stats_acc ? W.stats : nullptr, dh, train ? def_.head_grad() : nullptr,
+                              W.wrow, hx, def_.head(), R, D, V, logit_scale, def_.final_softcap(), t->rows, t->head,
+                              t->Dt, logit_scale, t->softcap, fused->beta);
+    else
+      ops_.lm_head_logprob_forward_backward(W.lp, W.lse_head, dh, def_.head_grad(), W.wrow, hx, def_.head(),
+                                            W.targets, R, D, V, logit_scale, W.head_scratch, def_.final_softcap(),
+                                            stats);
+    if (train && cur_->compact) {
       ops_.zero(W.dxf, static_cast<std::size_t>(T) * row_bytes);
       ops_.scatter_rows(W.dxf, W.dh, W.sel, R, D);
     }
     if (scaled) ops_.upload(W.wrow, W.host_wrow.data(), W.host_wrow.size() * sizeof(float));
-    ops_.weighted_sum_accumulate(fused->loss_acc, W.lp, W.wrow, static_cast<std::size_t>(R), -1.0);
-    if (fused->stats_acc) add_stats(fused->stats_acc);
-    cur_->weights_ready = true;
-    cur_->head_done = true;
+    // loss += -sum w logprob, or + sum w divergence
+    ops_.weighted_sum_accumulate(fused->loss_acc, W.lp, W.wrow, static_cast<std::size_t>(R), t ? 1.0 : -1.0);
+    if (fused->stats_acc && t)
+      ops_.weighted_sum_accumulate(fused->stats_acc, W.stats, W.wrow, static_cast<std::size_t>(R), 1.0);
+    else if (fused->stats_acc)
+      add_stats(fused->stats_acc);
+    cur_->weights_ready = train;
+    cur_->head_done = train;
+    if (t) {  // W.stats holds entropies alone, not token_stats()'s four rows
+      cur_->stats_done = false;
+      return;
+    }
   } else {
     ops_.lm_head_logprob_forward(W.lp, W.lse_head, hx, def_.head(), W.targets, R, D, V, logit_scale,
                                  W.head_scratch, def_.final_softcap(), stats);

@@ -36,12 +36,10 @@ DistillTrainer::DistillTrainer(const dist::MpiEnv& env, dist::Comm& comm, model:
   if ((opts_.batch_prompts / ranks) % opts_.grad_accum != 0)
     throw UserError("train.batch_size / ranks (" + std::to_string(opts_.batch_prompts / ranks) +
                     ") must be divisible by train.grad_accum (" + std::to_string(opts_.grad_accum) + ")");
-  if (teacher_.config().vocab_size != model_.config().vocab_size)
-    throw UserError("distill.teacher: its vocabulary has " + std::to_string(teacher_.config().vocab_size) +
-                    " tokens, the student's " + std::to_string(model_.config().vocab_size) +
-                    ": the two distributions must be over the same tokens (the same vocab_size)");
-  if (!(opts_.sampling.temperature > 0))
-    throw UserError("distill.temperature must be above 0: it divides both models' logits in the divergence");
+  // Refused before with the keys named (mode_distill: the teacher's config.json; the schema: distill.temperature).
+  MGRL_CHECK(teacher_.config().vocab_size == model_.config().vocab_size,
+             "DistillTrainer: a teacher of another vocabulary than the student's");
+  MGRL_CHECK(opts_.sampling.temperature > 0, "DistillTrainer: a temperature that is not above 0");
   tr_ = train::trainable_of(model_, model_.base_grads() != nullptr);
   // The teacher is the objective: a resume under another (another distill.teacher, or its files changed) is refused
   // (Checkpointer), as another reference policy is.

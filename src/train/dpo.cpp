@@ -416,12 +416,15 @@ void DpoTrainer::reference(const std::vector<const PreferencePair*>& mb, const m
     return;
   }
   std::vector<float> lp(b.tokens.size(), 0.0f);
-  if (frozen_) {  // KTO's frozen reference: the starting weights swapped in for this pass
-    frozen_->with_frozen([&] { model_.score(b, lp.data(), true); });
-  } else {
-    model_.score(b, lp.data(), false);  // the adapter switched off: the base model, no second copy of the weights
-  }
+  score_reference(b, lp.data());
   *ref = dpo_sequence_logps(b, tw, lp.data());
+}
+
+void DpoTrainer::score_reference(const model::Batch& b, float* lp) {
+  if (frozen_)  // KTO's frozen reference: the starting weights swapped in for this pass
+    frozen_->with_frozen([&] { model_.score(b, lp, true); });
+  else
+    model_.score(b, lp, false);  // the adapter switched off: the base model, no second copy of the weights
 }
 
 void DpoTrainer::precompute(std::vector<PreferencePair>& pairs) {
@@ -572,10 +575,8 @@ std::vector<double> DpoTrainer::kto_kl_logps(const model::Batch& kb, const std::
   std::vector<float> lp(kb.tokens.size(), 0.0f);
   if (policy)
     model_.forward(kb, lp.data(), true, true, dropout);  // the training mode (LoRA dropout, when on), no backward
-  else if (frozen_)
-    frozen_->with_frozen([&] { model_.score(kb, lp.data(), true); });
   else
-    model_.score(kb, lp.data(), false);
+    score_reference(kb, lp.data());
   std::vector<double> out(mb.size(), 0.0);
   for (std::size_t k = 0; k < mb.size(); ++k)
     for (int t = mb[k].prompt_len; t < kb.length(static_cast<int>(k)); ++t)

@@ -155,6 +155,8 @@ class DpoTrainer {
   // The reference's sequence log-probs of a micro-batch: precomputed, or the adapter switched off.
   void reference(const std::vector<const PreferencePair*>& mb, const model::Batch& b, const std::vector<float>& tw,
                  std::vector<double>* ref);
+  // The reference's per-token log-probs of a batch (not precomputed): the frozen copy swapped in, or the adapter off.
+  void score_reference(const model::Batch& b, float* lp);
   double train_step(DpoSums* sums);
   // KTO: the log-prob of each KL sequence of a micro-batch (kto_kl_batch(mb)) under the reference, or under the
   // policy by a training-mode forward with no backward.
