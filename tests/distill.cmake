@@ -27,8 +27,18 @@ mgrl_add_cli_test(distill.teacher_of_another_vocabulary 2 - "^mgrl: error: [^\\n
   -- ${RUN1} ${DISTILL_ARGS} --distill.teacher=${MODELS}/llama_gqa)
 mgrl_add_cli_test(distill.beta_out_of_range 2 - "^mgrl: error: [^\\n]*distill.beta" 1
   -- ${RUN1} ${DISTILL_ARGS} --distill.beta=1.5)
-mgrl_add_cli_test(distill.shard_base_refused 2 - "^mgrl: error: key 'model.shard_base' is not available in mgrl distill" 1
-  -- ${RUN1} ${DISTILL_ARGS} --model.shard_base=true)
+# model.shard_base: the student's base and the teacher sharded over the ranks (tests/cli/distill_shard_base.sh): bit for
+# bit the unsharded run at 1, 2 and 4 ranks (3 held-out prompts: a rank without any), over an NF4 student, resumed.
+mgrl_add_cli_test(distill.shard_base_equals_unsharded 0 "(?s)(shard[124] = plain[124]: weights bitwise, 9 metrics.*){3}keep4 = plain4.*q2s = q2: weights bitwise.*PASS: distill shard_base" - 0
+  -- bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/distill_shard_base.sh ${CMAKE_CURRENT_BINARY_DIR}/distill_shard ${CHECK}
+  ${CMAKE_CURRENT_SOURCE_DIR}/data/sft/heldout.jsonl ${CMAKE_CURRENT_SOURCE_DIR}/data/distill/teachers/qwen2_deep
+  ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${MGRL_MPIEXEC_FLAGS}
+  -- ${RUN1} ${DISTILL_ARGS})
+set_tests_properties(cli.distill.shard_base_equals_unsharded PROPERTIES TIMEOUT 240 PROCESSORS 4)
+# A teacher that does not fit beside the student (tests/cli/distill_teacher_beyond_memory.sh: its config.json alone)
+mgrl_add_cli_test(distill.teacher_beyond_memory_refused 2 - "^mgrl: error: [^\\n]*distill_big_teacher/config.json: the teacher's [0-9.e+]+ parameters need [0-9.]+ GiB beside the student's [0-9.]+ GiB, more than the [0-9.]+ GiB of this machine \\(model.shard_base = true shards both over the ranks\\)" 1
+  -- bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/distill_teacher_beyond_memory.sh ${CMAKE_CURRENT_BINARY_DIR}/distill_big_teacher
+  -- ${RUN1} ${DISTILL_ARGS} --log.dir= --checkpoint.dir=)
 # A teacher with fewer positions than prompt + completion (its config.json copied with max_position_embeddings 20)
 mgrl_add_cli_test(distill.teacher_positions_refused 2 - "^mgrl: error: distill.max_prompt_length \\+ distill.max_completion_length \\(24\\) exceeds the teacher's max_position_embeddings \\(20" 1
   -- bash -c "mkdir -p ${CMAKE_CURRENT_BINARY_DIR}/distill_short && cp ${CMAKE_CURRENT_SOURCE_DIR}/data/distill/teachers/qwen2_wide/model.safetensors ${CMAKE_CURRENT_BINARY_DIR}/distill_short/ && sed 's/\"max_position_embeddings\": 64/\"max_position_embeddings\": 20/' ${CMAKE_CURRENT_SOURCE_DIR}/data/distill/teachers/qwen2_wide/config.json > ${CMAKE_CURRENT_BINARY_DIR}/distill_short/config.json && exec ${RUN1} ${DISTILL_STR} --distill.teacher=${CMAKE_CURRENT_BINARY_DIR}/distill_short")

@@ -114,6 +114,14 @@ mgrl_add_cli_test(kto.end_to_end 0 "PASS: kto" - 0
   ${CMAKE_CURRENT_SOURCE_DIR}/data/dpo_cli/train.jsonl ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${MGRL_MPIEXEC_FLAGS}
   -- ${RUN1} ${KTO_ARGS})
 set_tests_properties(cli.kto.end_to_end PROPERTIES TIMEOUT 240 PROCESSORS 2)
+# KTO on a sharded base (model.shard_base; 5 random layers, more than the two gathered at a time): 2 and 4 ranks
+# train and evaluate (13 held-out pairs in batches of 3, every 2 steps) what the unsharded runs do, bit for bit
+# (tests/cli/kto_shard_base.sh).
+mgrl_add_cli_test(kto.shard_base_equals_unsharded_on_2_4_ranks 0 "(?s)2 ranks: sharded = unsharded.*4 ranks: sharded = unsharded.*PASS" - 0
+  -- bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/kto_shard_base.sh ${DPO}/kto_shard ${CHECK}
+  ${CMAKE_CURRENT_SOURCE_DIR}/data/dpo_cli/heldout.jsonl ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${MGRL_MPIEXEC_FLAGS}
+  -- ${RUN1} ${KTO_ARGS})
+set_tests_properties(cli.kto.shard_base_equals_unsharded_on_2_4_ranks PROPERTIES TIMEOUT 120 PROCESSORS 4)
 mgrl_add_cli_test(kto.micro_batch_of_one_refused 2 - "^mgrl: error: mgrl kto needs train.batch_size / train.grad_accum >= 2 \\(got 1\\)" 1
   -- ${RUN1} ${KTO_ARGS} --train.batch_size=2 --train.grad_accum=2)
 mgrl_add_cli_test(kto.broken_label_names_line 2 - "^mgrl: error: [^\\n]*bad.jsonl:2: expected \\{\"prompt\", \"chosen\", \"rejected\"\\}: no \"rejected\"" 1

@@ -84,6 +84,11 @@ TEACHERS = {
                      dict(vocab_size=211, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                           num_attention_heads=4, num_key_value_heads=4, head_dim=8, max_position_embeddings=64,
                           tie_word_embeddings=True, rms_norm_eps=1e-6, bos_token_id=1, eos_token_id=2)),
+    # deeper than two layers: model.shard_base gathers its layers again in every pass (tests/cli/distill_shard_base.sh)
+    "qwen2_deep": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM,
+                   dict(vocab_size=173, hidden_size=32, intermediate_size=48, num_hidden_layers=5,
+                        num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=64,
+                        tie_word_embeddings=True, rms_norm_eps=1e-6, bos_token_id=1, eos_token_id=2)),
     "gemma2_softcap": (transformers.Gemma2Config, transformers.Gemma2ForCausalLM,
                        dict(vocab_size=199, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                             num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=64,
@@ -199,6 +204,8 @@ def main():
     tokfile = os.path.join(ROOT, "inputs", "quickstart", "tokenizer.json")
     for spec in STEP_CASES:
         make_step_case(spec, a.out, tokfile)
+    for name in TEACHERS:  # the teachers no step case uses (the CLI tests')
+        teacher_dir(name, a.out)
 
 
 if __name__ == "__main__":

@@ -744,7 +744,7 @@ void refuse_output_over_inputs(const std::string& key, const std::string& output
 }
 
 void check_model_fits(const Context& ctx, const io::ModelConfig& mc, const std::string& config_json, bool full,
-                      bool reference_copy) {
+                      bool reference_copy, const io::ModelConfig* teacher, const std::string& teacher_json) {
   refuse_sharded_full_finetune(ctx.cfg);
   const bool gpu = ctx.device.backend == dist::Backend::Cuda;
   const std::size_t stored = gpu ? 2 : 4;  // bytes a stored weight
@@ -765,6 +765,22 @@ void check_model_fits(const Context& ctx, const io::ModelConfig& mc, const std::
             (nf4 ? model::nf4_workspace_bytes(mc, stored) : 0.0);
   }
   const double memory = static_cast<double>(gpu ? ctx.device.gpu.memory_bytes : io::host_memory_bytes());
+  if (teacher) {  // mgrl distill: its teacher beside the student, dense as stored, sharded as the student's base
+    const int parts = ctx.cfg.get_bool("model.shard_base") ? ctx.env.size() : 1;
+    const double t = model::base_weight_bytes(*teacher, stored, "none", false, parts > 1, parts) +
+                     (parts > 1 ? 2.0 * model::layer_weight_bytes(*teacher, stored, "none", false) : 0.0);
+    if (memory > 0 && bytes + t > memory) {
+      char buf[240];
+      std::snprintf(buf, sizeof buf, "%.3g parameters need %.1f GiB beside the student's %.1f GiB, more than the "
+                    "%.1f GiB of %s",
+                    io::parameter_count(*teacher), t / (1024.0 * 1024.0 * 1024.0), bytes / (1024.0 * 1024.0 * 1024.0),
+                    memory / (1024.0 * 1024.0 * 1024.0), gpu ? "this rank's GPU" : "this machine");
+      throw UserError(teacher_json + ": the teacher's " + buf +
+                      (parts > 1 ? std::string(" (model.shard_base shards both over the ranks: more ranks hold less)")
+                                 : std::string(" (model.shard_base = true shards both over the ranks)")));
+    }
+    return;
+  }
   if (memory > 0 && bytes > memory) {
     char buf[200];
     std::snprintf(buf, sizeof buf, "%.3g parameters need %.1f GiB %s, more than the %.1f GiB of %s",

@@ -31,9 +31,6 @@ int run_distill(Context& ctx) {
   io::ModelConfig tc;
   rl::GenerationOptions::Merge merge = rl::GenerationOptions::Merge::Off;
   env.agree([&] {
-    if (cfg.get_bool("model.shard_base"))
-      throw UserError("key 'model.shard_base' is not available in mgrl distill yet (its teacher is not sharded): "
-                      "leave it out");
     inputs = load_rl_inputs(ctx, full, "distill.max_prompt_length", "distill.max_completion_length");
     tc = io::parse_hf_config(teacher_dir + "/config.json");
     if (tc.vocab_size != inputs.model.vocab_size)
@@ -44,6 +41,7 @@ int run_distill(Context& ctx) {
       throw UserError("distill.max_prompt_length + distill.max_completion_length (" + std::to_string(inputs.longest) +
                       ") exceeds the teacher's max_position_embeddings (" +
                       std::to_string(tc.max_position_embeddings) + ", " + teacher_dir + "/config.json): lower them");
+    check_model_fits(ctx, inputs.model, "", full, false, &tc, teacher_dir + "/config.json");
     if (!full) merge = merge_lora_option(cfg, inputs.model, ctx.device.backend == dist::Backend::Cuda);
     for (const auto& s : cfg.get_strings("distill.stop"))
       if (s.empty()) throw UserError("key 'distill.stop': an empty stop string would end every completion at once");
@@ -55,13 +53,17 @@ int run_distill(Context& ctx) {
   const io::ModelConfig& mc = inputs.model;
   TrainingModel tm = build_training_model(ctx, mc, full);
   model::Transformer& net = *tm.net;
-  // The teacher: frozen, no adapter, in the student's dtype and backend.
-  // The teacher: dense in the storage dtype (model.quantize is the student's: trl loads its teacher unquantized too)
+  // The teacher: frozen, no adapter, in the student's dtype and backend, dense in the storage dtype (model.quantize
+  // is the student's: trl loads its teacher unquantized too). model.shard_base shards it as the student's base, over
+  // a gatherer of its own: its layers are gathered for its no-grad pass only (model.shard_base_keep, which keeps a
+  // training forward's layers for its backward, is the student's).
   model::ModelOptions to = model_options(cfg, false);
   to.full_finetune = false;
   to.recompute = false;
   to.quantize = model::Quantize::None;
-  auto teacher = std::make_unique<model::Transformer>(tc, *tm.ops, to);
+  to.shard_keep = false;
+  train::CommGatherer teacher_gatherer(ctx.comm, *tm.ops);
+  auto teacher = std::make_unique<model::Transformer>(tc, *tm.ops, to, to.shard_base ? &teacher_gatherer : nullptr);
   load_model(ctx, *teacher, teacher_dir, "");
 
   rl::DistillOptions o;

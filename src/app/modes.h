@@ -191,8 +191,11 @@ std::pair<std::size_t, std::size_t> shard(const dist::MpiEnv& env, std::size_t n
 void refuse_sharded_full_finetune(const io::Config& cfg);  // UserError: model.shard_base with train.full_finetune
 // With full fine-tuning, a frozen copy of the starting weights and a swap buffer (8 bytes a parameter) when the mode
 // keeps one as its reference (GRPO with grpo.beta > 0, KTO).
+// teacher (mgrl distill, its config.json teacher_json): the student's check is then the teacher's, the teacher's
+// weights (dense, as stored; sharded as the student's base) counted beside the student's.
 void check_model_fits(const Context& ctx, const io::ModelConfig& mc, const std::string& config_json, bool full,
-                      bool reference_copy = false);
+                      bool reference_copy = false, const io::ModelConfig* teacher = nullptr,
+                      const std::string& teacher_json = "");
 // Collective, at the start of a training mode (one agreement; UserError on every rank). Rank 0 creates log.dir and
 // checkpoint.dir (when set) and checks that the run's files can be written there: metrics.jsonl and
 // job_summary.txt regular files or absent, rollouts/ (rollouts: GRPO, PPO) a directory or absent and not the

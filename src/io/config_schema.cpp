@@ -63,7 +63,7 @@ const Schema& mgrl_schema() {
          "recompute each layer's activations in the backward pass instead of keeping them (less memory)", {}, {}, {},
          {}});
     add({"model.shard_base", T::Bool, Value(false),
-         "store 1/P of every decoder layer's frozen base weights on each of the P ranks and all-gather each layer just before it runs (forward and backward; ZeRO-3 / FSDP for the frozen part); the embeddings, the final norm and the LM head stay whole; LoRA weights, gradients and AdamW state stay replicated. Results are bitwise those of the unsharded run. sft, grpo, dpo, ppo, generate and score; not with train.full_finetune. NF4 base weights (model.quantize = \"nf4\" or a bitsandbytes 4-bit directory) are sharded as stored: a gather moves NF4 bytes",
+         "store 1/P of every decoder layer's frozen base weights on each of the P ranks and all-gather each layer just before it runs (forward and backward; ZeRO-3 / FSDP for the frozen part); the embeddings, the final norm and the LM head stay whole; LoRA weights, gradients and AdamW state stay replicated. Results are bitwise those of the unsharded run. sft, grpo, dpo, kto, ppo, distill (its teacher sharded too), generate and score; not with train.full_finetune. NF4 base weights (model.quantize = \"nf4\" or a bitsandbytes 4-bit directory) are sharded as stored: a gather moves NF4 bytes",
          {}, {}, {}, {}});
     add({"model.shard_base_keep", T::Bool, Value(false),
          "with model.shard_base: keep the layers gathered by a training forward until the end of its backward (no second gather, but the whole base in the workspace at the step's peak)",

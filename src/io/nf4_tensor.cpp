@@ -113,6 +113,7 @@ Nf4Tensor read_bnb_nf4(const SafetensorsModel& m, const std::string& name, const
                     std::to_string(w.numel()) + " elements; packed NF4 codes of " + shape_str(shape) + " are U8 x " +
                     std::to_string((n + 1) / 2));
   t.codes = copy_of<std::uint8_t>(w);
+  m.release_pages(w);  // copied: the file's pages of it leave this process's memory
   t.code = copy_of<float>(companion(m, name, ".quant_map", DType::F32, 16));
   finite(t.code, ".quant_map");
   const std::int64_t blocks = t.blocks();

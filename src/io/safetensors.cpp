@@ -341,6 +341,19 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
 
 SafetensorsFile::~SafetensorsFile() { unmap(); }
 
+bool SafetensorsFile::release_pages(const TensorInfo& t) const noexcept {
+  const auto base = reinterpret_cast<std::uintptr_t>(map_), begin = reinterpret_cast<std::uintptr_t>(t.data);
+  if (!map_ || !t.data || begin < base || begin - base > map_size_ || t.nbytes > map_size_ - (begin - base))
+    return false;
+  const long page = ::sysconf(_SC_PAGESIZE);
+  if (page <= 0) return true;
+  const auto p = static_cast<std::uintptr_t>(page);
+  // whole pages only: a page shared with the tensor before or after stays (it is read still)
+  const std::uintptr_t lo = (begin + p - 1) / p * p, hi = (begin + t.nbytes) / p * p;
+  if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+  return true;
+}
+
 void SafetensorsFile::unmap() noexcept {
   if (map_) ::munmap(map_, map_size_);
   map_ = nullptr;
@@ -495,6 +508,11 @@ std::string SafetensorsModel::stored_name(const std::string& name) const {
       return stored + name.substr(as.size());
     }
   return name;
+}
+
+void SafetensorsModel::release_pages(const TensorInfo& t) const noexcept {
+  for (const auto& f : files_)
+    if (f.release_pages(t)) return;
 }
 
 const TensorInfo& SafetensorsModel::get(const std::string& name, const Shape& expected_shape) const {

@@ -52,6 +52,11 @@ class SafetensorsFile {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   const TensorInfo* find(const std::string& name) const;  // nullptr when absent
   const TensorInfo& get(const std::string& name) const;   // UserError "FILE: tensor 'x' not found"
+  // Once a tensor of this file is copied out: its pages leave this process's resident memory (madvise MADV_DONTNEED
+  // on the whole pages inside its bytes; read again, they are read from the file again), so that loading a model
+  // holds one tensor of the file at a time beside the weights, not the whole file. False (nothing done) when t's
+  // bytes are not of this file's mapping.
+  bool release_pages(const TensorInfo& t) const noexcept;
 
  private:
   void unmap() noexcept;
@@ -87,6 +92,8 @@ class SafetensorsModel {
   std::size_t rename_prefix(const std::string& stored, const std::string& as);
   // The name a tensor is stored under (the inverse of rename_prefix; `name` itself when not renamed).
   std::string stored_name(const std::string& name) const;
+  // SafetensorsFile::release_pages of the file that holds t (a tensor this model found).
+  void release_pages(const TensorInfo& t) const noexcept;
 
  private:
   std::string dir_;

@@ -605,6 +605,7 @@ void ModelDef::load_weights(const std::string& dir) {
     const io::TensorInfo& info = model.get(t.name, t.shape);
     host.resize(static_cast<std::size_t>(info.numel()));
     io::copy_finite_to_f32(info, host.data());
+    model.release_pages(info);  // the file's copy of it leaves this process's memory (one tensor mapped at a time)
     const auto sample = fingerprint_sample(host);
     add_to_fingerprint(t.name, sample.data(), sample.size() * sizeof(std::uint16_t));
     upload_tensor(i, host);

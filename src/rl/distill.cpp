@@ -16,6 +16,7 @@
 #include "core/stop.h"
 #include "dist/device.h"
 #include "io/hf_config.h"
+#include "train/idle_pass.h"
 #include "train/run_log.h"
 #include "train/stop_agreement.h"
 
@@ -100,6 +101,7 @@ DistillTrainer::Sampled DistillTrainer::sample(const std::vector<PromptRow>& row
   g.stop_strings = opts_.stop;
   opts_.cache.apply(g);
   g.use_lora = true;
+  if (model_.definition().sharded()) g.lockstep = lockstep_over(env_);  // every rank steps (and gathers) together
   // Each completion's draws depend on the seed and its slot in the global batch only (Prompt::index): any rank
   // count samples the same completions.
   std::vector<Prompt> prompts;
@@ -215,6 +217,9 @@ std::pair<double, double> DistillTrainer::evaluate() {
     const model::Transformer::Teacher t = teacher_.as_teacher(b);
     model_.score_divergence(b, w.data(), acc_, t, opts_.beta, 1.0f / opts_.sampling.temperature, acc_ + 1);
   }
+  // model.shard_base: each pass gathers the layers collectively; a rank with fewer held-out chunks runs as many
+  // one-token passes more, the teacher's and the student's in the order of a chunk's.
+  train::idle_passes({&teacher_, &model_}, hi - lo, N, env_.size(), chunk);
   double local[2] = {0, 0};
   ops.download(local, acc_, sizeof local);
   const long long tokens = env_.allreduce_sum(static_cast<long long>(s.completion_tokens));
@@ -266,7 +271,7 @@ DistillResult DistillTrainer::run() {
       const double tps = window_seconds > 0 ? static_cast<double>(window_all) / window_seconds : 0;
       const double mean_loss = window_steps > 0 ? window_loss / static_cast<double>(window_steps) : loss;
       const double mean_entropy = window_steps > 0 ? window_entropy / static_cast<double>(window_steps) : 0;
-      char line[320];
+      char line[480];
       int n = std::snprintf(line, sizeof(line),
                             "step %lld/%lld | loss %.4f | entropy %.3f | lr %.2e | grad norm %.3f | completion length "
                             "%.1f | %.0f tok/s | generation %.0f%%",
@@ -280,6 +285,13 @@ DistillResult DistillTrainer::run() {
       else
         n += std::snprintf(line + n, sizeof(line) - static_cast<std::size_t>(n), " | peak host mem %.2f GiB",
                            train::host_peak_rss_gib());
+      n += train::shard_text(line + n, sizeof(line) - static_cast<std::size_t>(n), model_.definition());
+      const model::ModelDef& td = teacher_.definition();
+      if (td.sharded())
+        n += std::snprintf(line + n, sizeof(line) - static_cast<std::size_t>(n),
+                           " | teacher %.1f MiB/rank + gather %.1f MiB",
+                           static_cast<double>(td.base_bytes_held()) / (1 << 20),
+                           static_cast<double>(td.gather_workspace_bytes()) / (1 << 20));
       train::scaler_text(line + n, sizeof(line) - static_cast<std::size_t>(n), state_, opt_->scaling());
       rlog.line(line);
       nlohmann::json rec = {{"step", state_.step},
@@ -295,6 +307,11 @@ DistillResult DistillTrainer::run() {
                             {"generation_seconds", window_gen},
                             {"skipped_steps", state_.skipped_steps}};
       if (opt_->scaling()) train::scaler_record(rec, state_, last_outcome_);
+      train::shard_record(rec, model_.definition());
+      if (td.sharded()) {
+        rec["teacher_bytes_per_rank"] = td.base_bytes_held();
+        rec["teacher_gather_workspace_bytes"] = td.gather_workspace_bytes();
+      }
       emit(rec);
       window_seconds = window_loss = window_entropy = window_gen = 0;
       window_all = window_steps = 0;

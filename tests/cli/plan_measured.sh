@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # plan_measured.sh: `mgrl plan --plan.target=cpu` against the measured peak host memory (the largest process's
-# max RSS, tests/cli/peak_rss) of the same run on the CPU backend, one rank (qlora_shard_np2: two ranks, planned with
+# max RSS, tests/cli/peak_rss) of the same run on the CPU backend, one rank (*_np2: two ranks, planned with
 # --gpus 2), one thread: within 10% or the test fails.
 # usage: plan_measured.sh MGRL PEAK_RSS SOURCE_DIR CASE    (CASE: sft, sft_recompute, grpo, shape_load, qlora,
-#        qlora_shard_np2; qlora_shard_np2 launches with $MPIRUN 2 $MPIFLAGS, e.g. MPIRUN="mpiexec -n")
+#        qlora_shard_np2, sft_files, distill, distill_shard_np2; the *_np2 cases launch with $MPIRUN 2 $MPIFLAGS, e.g.
+#        MPIRUN="mpiexec -n")
 set -eu
 mgrl=$1 peak_rss=$2 src=$3 case=$4
 work=$(mktemp -d)
@@ -60,6 +61,36 @@ case $case in
     run=(sft "${common[@]}" "${model[@]}" --model.tokenizer="$src/inputs/quickstart" --data.input=sft.jsonl
          --train.batch_size=8 --train.max_seq_len=64 --model.quantize=nf4 --model.quantize_double=true
          --model.shard_base=true) ;;
+  # A model read from its files (half llama_50m's layers, 25M parameters, written here by mgrl itself: a random-init
+  # full fine-tuning step at lr 0, exported): each tensor's mapped pages leave the process once copied, so that the
+  # load holds one tensor of the file beside the weights (until 2026-11-29 the whole file: 19% above the plan).
+  # Distillation: that model as the teacher beside a student of 2 such layers (the teacher the larger), its pass to the LM head's input over the
+  # micro-batch, both models' logits chunks; on two ranks both sharded (model.shard_base).
+  sft_files|distill|distill_shard_np2)
+    mkdir t4
+    sed 's/"num_hidden_layers": 8/"num_hidden_layers": 4/' "$src/tests/data/plan/llama_50m/config.json" > t4/config.json
+    "$mgrl" sft "${common[@]}" --model.path=t4 --model.tokenizer="$src/inputs/quickstart" --data.input=sft.jsonl \
+      --train.full_finetune=true --train.batch_size=1 --train.max_seq_len=128 --train.lr=0 --checkpoint.dir=tck \
+      > teacher.out 2>&1 || { cat teacher.out; echo "FAIL: the teacher's run"; exit 1; }
+    "$mgrl" export --export.checkpoint=tck/step_00000001.h5 --export.output=teacher > teacher.out 2>&1 ||
+      { cat teacher.out; echo "FAIL: the teacher's export"; exit 1; }
+    [ "$(stat -c %s teacher/model.safetensors)" -gt 100000000 ] || { echo "FAIL: the exported model is not f32"; exit 1; }
+    if [ "$case" = sft_files ]; then
+      run=(sft --runtime.backend=cpu --runtime.threads=1 --checkpoint.dir= --log.dir=runs --train.max_steps=1
+           --model.path=teacher --model.tokenizer="$src/inputs/quickstart" --data.input=sft.jsonl --train.batch_size=2
+           --train.max_seq_len=64)
+    else
+      echo 'mode = "distill"' > distill.toml  # mgrl plan reads the mode from its config file
+      run=(distill distill.toml "${common[@]}" --model.path=m_noeos --model.tokenizer=tok_noeos --data.input=grpo.jsonl
+           --model.num_layers=2 --distill.teacher=teacher --train.batch_size=2 --distill.max_prompt_length=13
+           --distill.max_completion_length=32)
+    fi
+    if [ "$case" = distill_shard_np2 ]; then
+      ranks=2
+      # shellcheck disable=SC2206  # MPIRUN and MPIFLAGS are words
+      launch=(${MPIRUN:?MPIRUN names the MPI launcher and its rank-count flag} 2 ${MPIFLAGS:-})
+      run+=(--model.shard_base=true --train.batch_size=4)
+    fi ;;
   *) echo "unknown case $case"; exit 2 ;;
 esac
 plan_json=$("$mgrl" plan "${run[@]:1}" --plan.target=cpu --gpus "$ranks" --json)

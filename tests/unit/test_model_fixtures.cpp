@@ -756,7 +756,9 @@ TEST(RopeFreq, YarnMatchesTransformers) {
       EXPECT_NEAR(f[j], w, 2.5e-7 * w) << name << " j=" << j;  // transformers' fp32 steps, a rounding apart at most
       if (f[j] < plain[j] * 0.999f && f[j] > plain[j] / static_cast<float>(y.factor) * 1.001f) ++ramp;
     }
-    if (name != "attention_factor") EXPECT_GT(ramp, 0) << name << ": the ramp is not exercised";
+    if (name != "attention_factor") {
+      EXPECT_GT(ramp, 0) << name << ": the ramp is not exercised";
+    }
   }
 }
 
