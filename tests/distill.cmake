@@ -29,14 +29,22 @@ mgrl_add_cli_test(distill.beta_out_of_range 2 - "^mgrl: error: [^\\n]*distill.be
   -- ${RUN1} ${DISTILL_ARGS} --distill.beta=1.5)
 # model.shard_base: the student's base and the teacher sharded over the ranks (tests/cli/distill_shard_base.sh): bit for
 # bit the unsharded run at 1, 2 and 4 ranks (3 held-out prompts: a rank without any), over an NF4 student, resumed.
-mgrl_add_cli_test(distill.shard_base_equals_unsharded 0 "(?s)(shard[124] = plain[124]: weights bitwise, 9 metrics.*){3}keep4 = plain4.*q2s = q2: weights bitwise.*PASS: distill shard_base" - 0
+mgrl_add_cli_test(distill.shard_base_equals_unsharded 0 "(?s)(shard[124] = plain[124]: weights bitwise, 9 metrics.*){3}acc2s = acc2.*keep4 = plain4.*q2s = q2: weights bitwise.*PASS: distill shard_base" - 0
   -- bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/distill_shard_base.sh ${CMAKE_CURRENT_BINARY_DIR}/distill_shard ${CHECK}
   ${CMAKE_CURRENT_SOURCE_DIR}/data/sft/heldout.jsonl ${CMAKE_CURRENT_SOURCE_DIR}/data/distill/teachers/qwen2_deep
   ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${MGRL_MPIEXEC_FLAGS}
   -- ${RUN1} ${DISTILL_ARGS})
 set_tests_properties(cli.distill.shard_base_equals_unsharded PROPERTIES TIMEOUT 240 PROCESSORS 4)
+# An NF4 teacher (tests/cli/distill_teacher_nf4.sh): bitsandbytes' 4-bit directories train what their bf16 source
+# quantized at load (distill.teacher_quantize) trains, bit for bit (fp32 and double-quantized absmax); sharded on 2
+# ranks the same; the dense teacher trains other weights; mgrl plan counts it.
+mgrl_add_cli_test(distill.teacher_nf4 0 "(?s)bitsandbytes' directory = quantized at load.*double-quantized.*other weights.*sharded = unsharded.*PASS: distill NF4 teacher" - 0
+  -- bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/distill_teacher_nf4.sh ${CMAKE_CURRENT_BINARY_DIR}/distill_nf4 ${CHECK}
+  ${CMAKE_CURRENT_SOURCE_DIR}/data/nf4 ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${MGRL_MPIEXEC_FLAGS}
+  -- ${RUN1} ${DISTILL_ARGS})
+set_tests_properties(cli.distill.teacher_nf4 PROPERTIES TIMEOUT 240 PROCESSORS 2)
 # A teacher that does not fit beside the student (tests/cli/distill_teacher_beyond_memory.sh: its config.json alone)
-mgrl_add_cli_test(distill.teacher_beyond_memory_refused 2 - "^mgrl: error: [^\\n]*distill_big_teacher/config.json: the teacher's [0-9.e+]+ parameters need [0-9.]+ GiB beside the student's [0-9.]+ GiB, more than the [0-9.]+ GiB of this machine \\(model.shard_base = true shards both over the ranks\\)" 1
+mgrl_add_cli_test(distill.teacher_beyond_memory_refused 2 - "^mgrl: error: [^\\n]*distill_big_teacher/config.json: the teacher's [0-9.e+]+ parameters need [0-9.]+ GiB beside the student's [0-9.]+ GiB, more than the [0-9.]+ GiB of this machine \\(model.shard_base = true shards both over the ranks. distill.teacher_quantize = \"nf4\" stores its projections in 4 bits\\)" 1
   -- bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/distill_teacher_beyond_memory.sh ${CMAKE_CURRENT_BINARY_DIR}/distill_big_teacher
   -- ${RUN1} ${DISTILL_ARGS} --log.dir= --checkpoint.dir=)
 # A teacher with fewer positions than prompt + completion (its config.json copied with max_position_embeddings 20)

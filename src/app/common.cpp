@@ -759,16 +759,23 @@ void check_model_fits(const Context& ctx, const io::ModelConfig& mc, const std::
   } else {
     const bool dq = nf4 && (mc.bnb4bit ? mc.bnb4bit->double_quant : ctx.cfg.get_bool("model.quantize_double"));
     const std::string quantize = nf4 ? "nf4" : "none";
-    const int parts = ctx.cfg.get_bool("model.shard_base") ? ctx.env.size() : 1;
-    bytes = model::base_weight_bytes(mc, stored, quantize, dq, parts > 1, parts) +
-            (parts > 1 ? 2.0 * model::layer_weight_bytes(mc, stored, quantize, dq) : 0.0) +
+    const bool shard = ctx.cfg.get_bool("model.shard_base");  // two gathered layers even on one rank (ModelDef)
+    const int parts = shard ? ctx.env.size() : 1;
+    bytes = model::base_weight_bytes(mc, stored, quantize, dq, shard, parts) +
+            (shard ? 2.0 * model::layer_weight_bytes(mc, stored, quantize, dq) : 0.0) +
             (nf4 ? model::nf4_workspace_bytes(mc, stored) : 0.0);
   }
   const double memory = static_cast<double>(gpu ? ctx.device.gpu.memory_bytes : io::host_memory_bytes());
-  if (teacher) {  // mgrl distill: its teacher beside the student, dense as stored, sharded as the student's base
-    const int parts = ctx.cfg.get_bool("model.shard_base") ? ctx.env.size() : 1;
-    const double t = model::base_weight_bytes(*teacher, stored, "none", false, parts > 1, parts) +
-                     (parts > 1 ? 2.0 * model::layer_weight_bytes(*teacher, stored, "none", false) : 0.0);
+  if (teacher) {  // mgrl distill: its teacher beside the student, as stored, sharded as the student's base
+    const bool shard = ctx.cfg.get_bool("model.shard_base");
+    const int parts = shard ? ctx.env.size() : 1;
+    const bool tnf4 = teacher->bnb4bit || ctx.cfg.get_string("distill.teacher_quantize") == "nf4";
+    const bool tdq = tnf4 && (teacher->bnb4bit ? teacher->bnb4bit->double_quant
+                                               : ctx.cfg.get_bool("distill.teacher_quantize_double"));
+    const std::string tq = tnf4 ? "nf4" : "none";
+    const double t = model::base_weight_bytes(*teacher, stored, tq, tdq, shard, parts) +
+                     (shard ? 2.0 * model::layer_weight_bytes(*teacher, stored, tq, tdq) : 0.0) +
+                     (tnf4 ? model::nf4_workspace_bytes(*teacher, stored) : 0.0);
     if (memory > 0 && bytes + t > memory) {
       char buf[240];
       std::snprintf(buf, sizeof buf, "%.3g parameters need %.1f GiB beside the student's %.1f GiB, more than the "
@@ -776,8 +783,10 @@ void check_model_fits(const Context& ctx, const io::ModelConfig& mc, const std::
                     io::parameter_count(*teacher), t / (1024.0 * 1024.0 * 1024.0), bytes / (1024.0 * 1024.0 * 1024.0),
                     memory / (1024.0 * 1024.0 * 1024.0), gpu ? "this rank's GPU" : "this machine");
       throw UserError(teacher_json + ": the teacher's " + buf +
-                      (parts > 1 ? std::string(" (model.shard_base shards both over the ranks: more ranks hold less)")
-                                 : std::string(" (model.shard_base = true shards both over the ranks)")));
+                      (parts > 1 ? std::string(" (model.shard_base shards both over the ranks: more ranks hold less")
+                                 : std::string(" (model.shard_base = true shards both over the ranks")) +
+                      (tnf4 ? std::string(")") : std::string("; distill.teacher_quantize = \"nf4\" stores its "
+                                                             "projections in 4 bits)")));
     }
     return;
   }

@@ -26,6 +26,10 @@ int run_distill(Context& ctx) {
   const bool random_init = cfg.get_string("model.init") == "random";
   const bool full = cfg.get_bool("train.full_finetune");
   const std::string teacher_dir = cfg.get_string("distill.teacher");
+  const bool teacher_nf4 = cfg.get_string("distill.teacher_quantize") == "nf4";
+  if (given_for_this_mode(cfg, "distill.teacher_quantize_double") && !teacher_nf4)
+    log::warn_once("distill.teacher_quantize_double is ignored: it qualifies distill.teacher_quantize = \"nf4\", "
+                   "which is not set");
 
   RlInputs inputs;
   io::ModelConfig tc;
@@ -53,14 +57,16 @@ int run_distill(Context& ctx) {
   const io::ModelConfig& mc = inputs.model;
   TrainingModel tm = build_training_model(ctx, mc, full);
   model::Transformer& net = *tm.net;
-  // The teacher: frozen, no adapter, in the student's dtype and backend, dense in the storage dtype (model.quantize
-  // is the student's: trl loads its teacher unquantized too). model.shard_base shards it as the student's base, over
-  // a gatherer of its own: its layers are gathered for its no-grad pass only (model.shard_base_keep, which keeps a
-  // training forward's layers for its backward, is the student's).
+  // The teacher: frozen, no adapter, in the student's dtype and backend; its projections NF4 with
+  // distill.teacher_quantize (model.quantize is the student's) or from a bitsandbytes 4-bit directory, dense
+  // otherwise. model.shard_base shards it as the student's base, over a gatherer of its own: its layers are gathered
+  // for its no-grad pass only (model.shard_base_keep, which keeps a training forward's layers for its backward, is
+  // the student's).
   model::ModelOptions to = model_options(cfg, false);
   to.full_finetune = false;
   to.recompute = false;
-  to.quantize = model::Quantize::None;
+  to.quantize = teacher_nf4 ? model::Quantize::Nf4 : model::Quantize::None;
+  to.quantize_double = cfg.get_bool("distill.teacher_quantize_double");
   to.shard_keep = false;
   train::CommGatherer teacher_gatherer(ctx.comm, *tm.ops);
   auto teacher = std::make_unique<model::Transformer>(tc, *tm.ops, to, to.shard_base ? &teacher_gatherer : nullptr);
@@ -97,11 +103,12 @@ int run_distill(Context& ctx) {
     const char* kind = o.beta == 0.0f ? "forward KL" : o.beta == 1.0f ? "reverse KL" : "generalized JSD";
     char line[480];
     std::snprintf(line, sizeof(line),
-                  "distill: %s %s from teacher %s (%d layers, hidden %lld), %zu prompts, %zu held-out, %s on %d "
+                  "distill: %s %s from teacher %s (%d layers, hidden %lld%s), %zu prompts, %zu held-out, %s on %d "
                   "rank%s; %s (beta %g) at temperature %g; %d prompts x 1 completion per step; %lld steps = %.3g "
                   "epochs",
                   random_init ? "random-init" : "pretrained", io::model_name(mc).c_str(), io::model_name(tc).c_str(),
-                  static_cast<int>(tc.num_hidden_layers), static_cast<long long>(tc.hidden_size), inputs.train.size(),
+                  static_cast<int>(tc.num_hidden_layers), static_cast<long long>(tc.hidden_size),
+                  teacher->definition().quantized() ? ", NF4 projections" : "", inputs.train.size(),
                   inputs.eval.size(), full ? "full fine-tuning" : "LoRA", env.size(), env.size() == 1 ? "" : "s", kind,
                   static_cast<double>(o.beta), static_cast<double>(o.sampling.temperature), o.batch_prompts,
                   static_cast<long long>(o.max_steps), epochs);

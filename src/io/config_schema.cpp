@@ -515,7 +515,16 @@ const Schema& mgrl_schema() {
     // [distill] (docs/distill.md): trl's DistillationTrainer (trl 1.16) under its names and defaults.
     add({"distill.teacher", T::String, std::nullopt,
          "the teacher: a Hugging Face model directory (config.json, safetensors) of the student's vocabulary, any width "
-         "or depth; frozen, in the student's dtype", {}, {}, {}, {"distill"}});
+         "or depth; frozen, in the student's dtype (NF4 projections: distill.teacher_quantize or a bitsandbytes 4-bit "
+         "directory); sharded over the ranks with model.shard_base", {}, {}, {}, {"distill"}});
+    add({"distill.teacher_quantize", T::String, Value(std::string("none")),
+         "the teacher's projections quantized at load: none, or nf4 (4-bit NormalFloat in bitsandbytes' layout, as "
+         "model.quantize: trl's teacher_model_init_kwargs with a BitsAndBytesConfig); a teacher directory that "
+         "transformers saved in bitsandbytes 4-bit form is read as NF4 whatever this says",
+         {"none", "nf4"}, {}, {}, {}});
+    add({"distill.teacher_quantize_double", T::Bool, Value(false),
+         "with distill.teacher_quantize = \"nf4\": double quantization of the teacher's absmax (as "
+         "model.quantize_double)", {}, {}, {}, {}});
     add({"distill.beta", T::Float, Value(1.0),
          "the divergence: 0 forward KL(teacher || student), 1 reverse KL(student || teacher) (trl's default), between: "
          "the generalized JSD with the mixture (1 - beta) p_student + beta p_teacher", {}, 0.0, 1.0, {}});

@@ -168,12 +168,17 @@ MemoryPlan memory_plan(const PlanInput& in) {
   }
   if (in.teacher) {
     const io::ModelConfig& t = in.teacher_model;
-    add("teacher weights", base_weight_bytes(t, in.storage, "none", false, in.shard_base, in.ranks),
+    const std::string& tq = in.teacher_quantize;
+    add("teacher weights", base_weight_bytes(t, in.storage, tq, in.teacher_double_quant, in.shard_base, in.ranks),
         "the teacher's " + std::to_string(static_cast<long long>(io::parameter_count(t))) + " parameters as stored" +
+            (tq == "nf4" ? std::string(" (NF4 projections)") : std::string()) +
             (in.shard_base ? ", decoder layers 1/" + std::to_string(in.ranks) + " per rank (model.shard_base)" : ""));
     if (in.shard_base)
-      add("teacher gather workspace", 2 * layer_weight_bytes(t, in.storage, "none", false),
+      add("teacher gather workspace", 2 * layer_weight_bytes(t, in.storage, tq, in.teacher_double_quant),
           "two of the teacher's layers as stored (the layer in use and the next one prefetched)");
+    if (tq == "nf4")
+      add("teacher dequantize workspace", nf4_workspace_bytes(t, in.storage),
+          std::string("one of the teacher's layers dequantized to ") + (in.storage == 4 ? "f32" : "bf16/fp16"));
     if (T > 0) {
       add("teacher pass", static_cast<double>(arena_bytes(t, in.storage, nullptr, false, false, T, 0)),
           "its no-grad pass over the micro-batch to the LM head's input");

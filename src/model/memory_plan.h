@@ -64,10 +64,12 @@ struct PlanInput {
   int kv_slots = 0, kv_max_len = 0, kv_blocks = 0, kv_block_size = 16;
   std::int64_t infer_tokens = 0, infer_rows = 0;
   bool merged_lora = false;  // generate.merge_lora in effect: the adapted projections once more, merged (sampling)
-  // mgrl distill: the teacher's weights (dense, the storage dtype) and its no-grad pass to the LM head's input over
+  // mgrl distill: the teacher's weights (as stored; sharded as the base with shard_base) and its no-grad pass to the LM head's input over
   // the training micro-batch; the LM head's divergence scratch (both models' logits chunks) instead of the log-probs'.
   bool teacher = false;
   io::ModelConfig teacher_model;
+  std::string teacher_quantize = "none";  // "nf4": distill.teacher_quantize or a bitsandbytes 4-bit teacher
+  bool teacher_double_quant = false;
   // Runtime overhead: CUDA context and library workspaces, or the CPU process's own memory.
   double runtime_bytes = 0;
   std::string runtime_note;

@@ -287,11 +287,13 @@ DistillResult DistillTrainer::run() {
                            train::host_peak_rss_gib());
       n += train::shard_text(line + n, sizeof(line) - static_cast<std::size_t>(n), model_.definition());
       const model::ModelDef& td = teacher_.definition();
-      if (td.sharded())
-        n += std::snprintf(line + n, sizeof(line) - static_cast<std::size_t>(n),
-                           " | teacher %.1f MiB/rank + gather %.1f MiB",
-                           static_cast<double>(td.base_bytes_held()) / (1 << 20),
-                           static_cast<double>(td.gather_workspace_bytes()) / (1 << 20));
+      if (td.sharded()) {
+        const int k = std::snprintf(line + n, sizeof(line) - static_cast<std::size_t>(n),
+                                    " | teacher %.1f MiB/rank + gather %.1f MiB",
+                                    static_cast<double>(td.base_bytes_held()) / (1 << 20),
+                                    static_cast<double>(td.gather_workspace_bytes()) / (1 << 20));
+        n = std::min(n + std::max(k, 0), static_cast<int>(sizeof(line)) - 1);  // a cut line stays inside `line`
+      }
       train::scaler_text(line + n, sizeof(line) - static_cast<std::size_t>(n), state_, opt_->scaling());
       rlog.line(line);
       nlohmann::json rec = {{"step", state_.step},

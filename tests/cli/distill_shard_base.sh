@@ -6,7 +6,8 @@
 # end). Both models have 5 layers (the student random, model.num_layers; TEACHER), more than the two a rank keeps
 # gathered, so that every pass gathers. HELDOUT: its first 3 lines are the held-out prompts, so that 2 ranks hold 1
 # and 2 of them and 4 ranks 0, 1, 1, 1 (a rank without any still gathers with the others: the teacher's pass and the
-# student's, in a chunk's order). 4 ranks also with model.shard_base_keep (the student's layers kept for its
+# student's, in a chunk's order; with grad_accum 2 on 2 ranks, chunks of one: 1 and 2 of them). 4 ranks also with
+# model.shard_base_keep (the student's layers kept for its
 # backward); 2 ranks also over an NF4 (QLoRA) student; a sharded run stopped at step 2 resumes to the straight run bit
 # for bit; the step line says the memory of both on a rank.
 set -uo pipefail
@@ -40,6 +41,10 @@ for n in 1 2 4; do
   grep -q "^step 4/4 .* | base [0-9.]* MiB/rank + gather [0-9.]* MiB | teacher [0-9.]* MiB/rank + gather [0-9.]* MiB" \
     "$work/shard$n.log" || fail "shard$n: the step line does not say the memory: $(grep '^step 4/4' "$work/shard$n.log")"
 done
+# grad_accum 2 on 2 ranks: micro-batches of one, and held-out chunks of one (1 and 2 of them: an idle pass)
+run acc2 2 "$@" --train.grad_accum=2
+run acc2s 2 "$@" --train.grad_accum=2 --model.shard_base=true
+same acc2 acc2s 4
 run keep4 4 "$@" --model.shard_base=true --model.shard_base_keep=true
 same plain4 keep4 4
 # the ranks, sharded or not, sample and train the same (the completions depend on their slots only)

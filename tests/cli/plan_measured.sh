@@ -3,7 +3,8 @@
 # max RSS, tests/cli/peak_rss) of the same run on the CPU backend, one rank (*_np2: two ranks, planned with
 # --gpus 2), one thread: within 10% or the test fails.
 # usage: plan_measured.sh MGRL PEAK_RSS SOURCE_DIR CASE    (CASE: sft, sft_recompute, grpo, shape_load, qlora,
-#        qlora_shard_np2, sft_files, distill, distill_shard_np2; the *_np2 cases launch with $MPIRUN 2 $MPIFLAGS, e.g.
+#        qlora_shard_np2, sft_files, distill, distill_shard_np2,
+#        distill_teacher_nf4; the *_np2 cases launch with $MPIRUN 2 $MPIFLAGS, e.g.
 #        MPIRUN="mpiexec -n")
 set -eu
 mgrl=$1 peak_rss=$2 src=$3 case=$4
@@ -64,9 +65,10 @@ case $case in
   # A model read from its files (half llama_50m's layers, 25M parameters, written here by mgrl itself: a random-init
   # full fine-tuning step at lr 0, exported): each tensor's mapped pages leave the process once copied, so that the
   # load holds one tensor of the file beside the weights (until 2026-11-29 the whole file: 19% above the plan).
-  # Distillation: that model as the teacher beside a student of 2 such layers (the teacher the larger), its pass to the LM head's input over the
-  # micro-batch, both models' logits chunks; on two ranks both sharded (model.shard_base).
-  sft_files|distill|distill_shard_np2)
+  # Distillation: that model as the teacher beside a student of 2 such layers (the teacher the larger), its pass to
+  # the LM head's input over the micro-batch, both models' logits chunks; on two ranks both sharded
+  # (model.shard_base); the teacher quantized to NF4 at load (distill.teacher_quantize).
+  sft_files|distill|distill_shard_np2|distill_teacher_nf4)
     mkdir t4
     sed 's/"num_hidden_layers": 8/"num_hidden_layers": 4/' "$src/tests/data/plan/llama_50m/config.json" > t4/config.json
     "$mgrl" sft "${common[@]}" --model.path=t4 --model.tokenizer="$src/inputs/quickstart" --data.input=sft.jsonl \
@@ -85,6 +87,7 @@ case $case in
            --model.num_layers=2 --distill.teacher=teacher --train.batch_size=2 --distill.max_prompt_length=13
            --distill.max_completion_length=32)
     fi
+    [ "$case" = distill_teacher_nf4 ] && run+=(--distill.teacher_quantize=nf4)
     if [ "$case" = distill_shard_np2 ]; then
       ranks=2
       # shellcheck disable=SC2206  # MPIRUN and MPIFLAGS are words
