@@ -88,6 +88,17 @@ LossMix loss_mix(const io::Config& cfg) {
   return mix;
 }
 
+// The start-up line's reference: `otherwise` unless it is a frozen copy (moving with TR-DPO's syncs).
+std::string reference_text(const train::DpoOptions& o, const std::string& otherwise) {
+  if (o.sync_ref_every > 0) {
+    char b[160];
+    std::snprintf(b, sizeof b, "a copy of the starting weights, mixed with the policy every %lld steps (alpha %g: "
+                  "TR-DPO)", static_cast<long long>(o.sync_ref_every), static_cast<double>(o.sync_ref_alpha));
+    return b;
+  }
+  return o.frozen_reference ? "a frozen copy of the starting weights" : otherwise;
+}
+
 }  // namespace
 
 int run_dpo(Context& ctx) {
@@ -141,9 +152,16 @@ int run_dpo(Context& ctx) {
                           "available in mgrl: leave one of them out");
       }
     }
+    // TR-DPO (sync_ref_model): the reference is a copy of the trainable weights, scored per batch (trl refuses
+    // precompute_ref_log_probs with it, as a reference that moves cannot be scored before training).
+    const std::string section = kto ? "kto." : "dpo.";
+    if (cfg.get_bool(section + "sync_ref_model") && !kto && cfg.get_bool("dpo.precompute_ref_log_probs"))
+      throw UserError("key 'dpo.sync_ref_model' with dpo.precompute_ref_log_probs = true: a reference that moves "
+                      "with training cannot be scored before it (trl refuses the pair too): leave one of them out");
     std::string model_src;
     mc = training_model_config(cfg, &model_src);
-    check_model_fits(ctx, mc, model_src, full, kto);  // KTO: a frozen copy of the starting weights (full fine-tuning)
+    // a frozen copy of the starting weights (full fine-tuning): KTO's reference, and any run whose reference moves
+    check_model_fits(ctx, mc, model_src, full, kto || cfg.get_bool(section + "sync_ref_model"));
     tok = std::make_unique<io::Tokenizer>(io::Tokenizer::from_dir(tokenizer_dir(cfg)));
     if (tok->vocab_size() > mc.vocab_size)
       throw UserError(tok->path() + ": the tokenizer has " + std::to_string(tok->vocab_size()) +
@@ -250,7 +268,7 @@ int run_dpo(Context& ctx) {
     o.loss.undesirable_weight = cfg.get_float("kto.undesirable_weight");
     // The reference: the adapter switched off, or (a starting adapter, full fine-tuning) a frozen copy of the
     // starting weights swapped in for the reference passes.
-    o.kto_frozen_reference = full || !fresh_adapter;
+    o.frozen_reference = full || !fresh_adapter;
     o.kto_max_length = max_length;
     o.kto_kl = cfg.get_string("kto.loss_type") == "kto";
   } else {
@@ -267,6 +285,17 @@ int run_dpo(Context& ctx) {
     // and a starting adapter have no such switch, so their reference is scored once, before training.
     o.precompute_ref = cfg.get_bool("dpo.precompute_ref_log_probs") || full || !fresh_adapter;
   }
+  const std::string section = kto ? "kto." : "dpo.";
+  if (cfg.get_bool(section + "sync_ref_model")) {  // TR-DPO: the reference a frozen copy that moves, scored per batch
+    o.frozen_reference = true;
+    o.precompute_ref = false;
+    o.sync_ref_every = cfg.get_int(section + "ref_model_sync_steps");
+    o.sync_ref_alpha = static_cast<float>(cfg.get_float(section + "ref_model_mixup_alpha"));
+  } else {
+    for (const char* key : {"ref_model_sync_steps", "ref_model_mixup_alpha"})
+      if (given_for_this_mode(cfg, section + key))
+        log::warn_once(section + key + " is ignored: it qualifies " + section + "sync_ref_model = true, which is not set");
+  }
   o.initial_is_base = fresh_adapter;
   read_supervised_keys(cfg, ctx.device, scaling, seed,
                        run_steps(cfg, train_data.pairs.size(), cfg.get_int("train.batch_size"), 1, kto ? "examples" : "pairs"),
@@ -276,7 +305,7 @@ int run_dpo(Context& ctx) {
   {
     const double epochs = static_cast<double>(o.max_steps) * static_cast<double>(o.global_batch) /
                           static_cast<double>(std::max<std::size_t>(1, train_data.pairs.size()));
-    char line[360];
+    char line[512];
     if (kto)
       std::snprintf(line, sizeof(line),
                     "kto: %s %s, %zu training examples, %zu held-out, %s on %d rank%s, loss %s, beta %g, weights %g desirable, "
@@ -284,7 +313,7 @@ int run_dpo(Context& ctx) {
                     random_init ? "random-init" : "pretrained", io::model_name(mc).c_str(), train_data.pairs.size(),
                     eval_data.pairs.size(), full ? "full fine-tuning" : "LoRA", env.size(), env.size() == 1 ? "" : "s",
                     o.kto_kl ? "kto" : "apo_zero_unpaired", o.loss.beta, o.loss.desirable_weight, o.loss.undesirable_weight,
-                    o.kto_frozen_reference ? "a frozen copy of the starting weights" : "the adapter switched off",
+                    reference_text(o, "the adapter switched off").c_str(),
                     static_cast<long long>(o.max_steps), o.global_batch, epochs);
     else
       std::snprintf(line, sizeof(line),
@@ -294,7 +323,8 @@ int run_dpo(Context& ctx) {
                     eval_data.pairs.size(), full ? "full fine-tuning" : "LoRA", env.size(), env.size() == 1 ? "" : "s",
                     train::dpo_loss_label(o.loss).c_str(), o.loss.sft_weight != 0 ? " + sft" : "",
                     o.loss.use_weighting ? " (WPO-weighted)" : "", o.loss.beta,
-                    o.precompute_ref ? "log-probs of the starting weights, computed once" : "the adapter switched off",
+                    reference_text(o, o.precompute_ref ? "log-probs of the starting weights, computed once"
+                                                       : "the adapter switched off").c_str(),
                     static_cast<long long>(o.max_steps), o.global_batch, epochs);
     log::info(line);
   }

@@ -46,6 +46,15 @@ int run_grpo(Context& ctx) {
     if (!full) merge = merge_lora_option(cfg, inputs.model, ctx.device.backend == dist::Backend::Cuda);
     for (const auto& s : cfg.get_strings("grpo.stop"))
       if (s.empty()) throw UserError("key 'grpo.stop': an empty stop string would end every completion at once");
+    if (cfg.get_bool("grpo.sync_ref_model")) {  // TR-DPO: a reference to move
+      if (cfg.get_float("grpo.beta") == 0)
+        throw UserError("key 'grpo.sync_ref_model' with grpo.beta = 0: without the KL term there is no reference "
+                        "policy to move (trl refuses the pair too): set grpo.beta > 0, or leave sync_ref_model out");
+      if (cfg.get_string("grpo.reference") == "base" && !cfg.get_string("lora.adapter").empty())
+        throw UserError("key 'grpo.sync_ref_model' with grpo.reference = \"base\" and a lora.adapter: the reference "
+                        "mixed into is a copy of the trainable weights, which start as that adapter, not the base: "
+                        "set grpo.reference = \"initial\"");
+    }
     // Sampling that keeps the most likely token alone makes the completions of a prompt the same: their rewards are
     // equal, their advantages 0, and nothing is learned (exit 0, every step, until 2026-11-28).
     std::string narrow;
@@ -169,6 +178,14 @@ int run_grpo(Context& ctx) {
   o.steps_per_generation = static_cast<int>(spg);
   o.mask_truncated = cfg.get_bool("grpo.mask_truncated_completions");
   o.reference = cfg.get_string("grpo.reference");
+  if (cfg.get_bool("grpo.sync_ref_model")) {
+    o.sync_ref_every = cfg.get_int("grpo.ref_model_sync_steps");
+    o.sync_ref_alpha = static_cast<float>(cfg.get_float("grpo.ref_model_mixup_alpha"));
+  } else {
+    for (const char* key : {"grpo.ref_model_sync_steps", "grpo.ref_model_mixup_alpha"})
+      if (given_for_this_mode(cfg, key))
+        log::warn_once(std::string(key) + " is ignored: it qualifies grpo.sync_ref_model = true, which is not set");
+  }
   o.balance = cfg.get_string("grpo.balance");
   o.seed = seed;
   o.shuffle = cfg.get_bool("data.shuffle");
@@ -192,13 +209,19 @@ int run_grpo(Context& ctx) {
     const double epochs = static_cast<double>(o.max_steps) * static_cast<double>(o.batch_prompts) /
                           static_cast<double>(std::max(1, o.num_iterations)) /
                           static_cast<double>(std::max<std::size_t>(1, train_data.size()));
-    char line[400];
+    char sync_text[120] = "";
+    if (o.sync_ref_every > 0)
+      std::snprintf(sync_text, sizeof sync_text, " (the reference mixed with the policy every %lld steps, alpha %g: "
+                    "TR-DPO)", static_cast<long long>(o.sync_ref_every), static_cast<double>(o.sync_ref_alpha));
+    char line[520];
     std::snprintf(line, sizeof(line),
                   "grpo: %s %s, %zu prompts, %zu held-out, %s on %d rank%s; %d prompts x %d completions per step, "
-                  "loss %s, beta %g, %zu reward function%s; %lld steps = %.3g epochs%s",
+                  "loss %s, beta %g%s, %zu reward function%s; %lld steps = %.3g epochs%s",
                   random_init ? "random-init" : "pretrained", io::model_name(mc).c_str(), train_data.size(),
                   eval_data.size(), full ? "full fine-tuning" : "LoRA", env.size(), env.size() == 1 ? "" : "s",
-                  o.batch_prompts, o.num_generations, o.loss.loss_type.c_str(), o.loss.beta, rewards->size(),
+                  o.batch_prompts, o.num_generations, o.loss.loss_type.c_str(), o.loss.beta,
+                  sync_text,
+                  rewards->size(),
                   rewards->size() == 1 ? "" : "s", static_cast<long long>(o.max_steps), epochs,
                   o.steps_per_generation > 1 ? ("; one generation round per " + std::to_string(o.steps_per_generation) +
                                                 " steps (" + std::to_string(o.batch_prompts * o.steps_per_generation) +

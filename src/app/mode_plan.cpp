@@ -127,7 +127,7 @@ int run_plan(dist::MpiEnv& env, const io::Config& cfg) {
       in.scoring = ppo || (!distill && (cfg.get_float("grpo.beta") > 0 || cfg.get_int("grpo.num_iterations") > 1 ||
                                         cfg.get_int("grpo.steps_per_generation") > 1));
       in.reference_copy = !ppo && !distill && cfg.get_float("grpo.beta") > 0 &&
-                          (in.full_finetune ||
+                          (in.full_finetune || cfg.get_bool("grpo.sync_ref_model") ||
                            (cfg.get_string("grpo.reference") == "initial" && !cfg.get_string("lora.adapter").empty()));
       if (distill) {
         if (!cfg.is_set("distill.teacher") || cfg.get_string("distill.teacher").empty())
@@ -169,7 +169,9 @@ int run_plan(dist::MpiEnv& env, const io::Config& cfg) {
       // through a pass of its own, no longer)
       micro = std::max<std::int64_t>(1, (mode == "dpo" ? 2 : 1) * per_rank / accum);
       // KTO's reference from a starting adapter or with full fine-tuning: a frozen copy of the starting weights
-      in.reference_copy = mode == "kto" && (in.full_finetune || !cfg.get_string("lora.adapter").empty());
+      // and any run whose reference moves (TR-DPO: dpo/kto.sync_ref_model)
+      in.reference_copy = (mode == "kto" && (in.full_finetune || !cfg.get_string("lora.adapter").empty())) ||
+                          cfg.get_bool(mode + ".sync_ref_model");
       in.scoring = true;
     } else {
       seq_len = std::min(max_pos, cfg.get_int("train.max_seq_len"));

@@ -359,6 +359,22 @@ const Schema& mgrl_schema() {
          "reference policy of the KL term: initial (the policy at the start of the run: base model + starting "
          "adapter, kept as a frozen copy of the adapter only) or base (the adapter switched off)",
          {"initial", "base"}, {}, {}, {}});
+    // TR-DPO (trl's sync_ref_model): the reference policy moves towards the policy, for dpo, kto and grpo.
+    const auto add_sync_ref = [&add](const std::string& mode) {
+      add({mode + ".sync_ref_model", T::Bool, Value(false),
+           "TR-DPO (trl's sync_ref_model): every " + mode + ".ref_model_sync_steps steps the reference policy becomes "
+           "(1 - alpha) reference + alpha policy (alpha = " + mode + ".ref_model_mixup_alpha), weight by weight: "
+           "the full model with train.full_finetune, the adapter's A and B with LoRA (trl: full fine-tuning only). "
+           "The reference is then a copy of the trainable weights (8 bytes a value), kept in every checkpoint",
+           {}, {}, {}, {}});
+      add({mode + ".ref_model_mixup_alpha", T::Float, Value(0.6),
+           "TR-DPO's alpha: the policy's share of the reference at a sync (" + mode + ".sync_ref_model)", {}, 0.0,
+           1.0, {}});
+      add({mode + ".ref_model_sync_steps", T::Int, Value(std::int64_t{512}),
+           "TR-DPO's tau: optimizer steps between two syncs of the reference (" + mode + ".sync_ref_model)", {}, 1.0,
+           {}, {}});
+    };
+    add_sync_ref("grpo");
     add({"grpo.epsilon", T::Float, Value(0.2), "lower clipping range: ratios below 1 - epsilon are clipped", {}, 0.0,
          1.0, {}});
     add({"grpo.epsilon_high", T::Float, Value(0.0),
@@ -544,6 +560,7 @@ const Schema& mgrl_schema() {
          "trl's repetition_penalty in the student's sampling; 1: off", {}, 1e-6, {}, {}});
     add({"distill.stop", T::StringList, Value(std::vector<std::string>{}),
          "strings that end a completion (its tokens up to there are kept)", {}, {}, {}, {}});
+    add_sync_ref("dpo");
     // [kto] (docs/kto.md): trl's KTOTrainer (trl 1.16) under its names and defaults.
     add({"kto.loss_type", T::String, Value(std::string("kto")),
          "kto (the KTO paper's loss, against a KL estimate from each example's prompt with another's completion) or "
@@ -557,6 +574,7 @@ const Schema& mgrl_schema() {
          "are fewer, so that desirable_weight x their count / undesirable_weight x theirs lies in [1, 4/3])",
          {}, 0.0, {}, {}});
     add({"kto.undesirable_weight", T::Float, Value(1.0), "weight of the undesirable examples' losses", {}, 0.0, {}, {}});
+    add_sync_ref("kto");
     add({"kto.max_length", T::Int, Value(std::int64_t{1024}),
          "longest sequence (prompt + completion, and prompt + KL completion) in tokens: longer ones keep their start; "
          "examples whose prompt alone is this long are left out (as trl)", {}, 2.0, {}, {}});

@@ -49,6 +49,7 @@ const std::string kData = "/data_fingerprint";   // the same
 const std::string kLogPosition = "/log_position";  // the same
 const std::string kLoraConfig = "/lora_config";    // the same
 const std::string kReference = "/reference";       // absent in files written before 2026-11-29 (and their seal)
+const std::string kReferenceWeights = "/reference_weights";  // a synced reference's weights (sync_ref_model) only
 const std::string kStep = "/state/step";
 const std::string kTokensSeen = "/state/tokens_seen";
 const std::string kSkippedSteps = "/state/skipped_steps";
@@ -144,6 +145,9 @@ void check_writable(const Checkpoint& ck) {
   MGRL_CHECK(ck.adam_m.size() == ck.params.size() && ck.adam_v.size() == ck.params.size(),
              "params (" + std::to_string(ck.params.size()) + "), exp_avg (" + std::to_string(ck.adam_m.size()) +
                  ") and exp_avg_sq (" + std::to_string(ck.adam_v.size()) + ") differ in size");
+  MGRL_CHECK(ck.reference_params.empty() || ck.reference_params.size() == ck.params.size(),
+             "reference weights (" + std::to_string(ck.reference_params.size()) + ") and params (" +
+                 std::to_string(ck.params.size()) + ") differ in size");
   std::set<std::string> names;
   for (const auto& t : ck.tensors) {
     MGRL_CHECK(!t.name.empty() && t.name.find_first_of("/\n") == std::string::npos,
@@ -346,6 +350,10 @@ Checkpoint read_file(const io::H5Reader& r, bool sealed, const std::string& expe
   ck.params = read_flat(r, version, kTrainable, ck.tensors, total);
   ck.adam_m = read_flat(r, version, kExpAvg, ck.tensors, total);
   ck.adam_v = read_flat(r, version, kExpAvgSq, ck.tensors, total);
+  if (r.has(kReferenceWeights)) {
+    check_members(r, kReferenceWeights, names);
+    ck.reference_params = read_flat(r, version, kReferenceWeights, ck.tensors, total);
+  }
   if (r.has(kExtra)) ck.extra = read_text(r, version, kExtra);
   // Said once the file is read (a damaged one gets its error line alone).
   if (version < kFirstVersionWithChecksums)
@@ -379,7 +387,8 @@ void write_checkpoint(const std::string& dir, const Checkpoint& ck) {
   // a reader verifies the whole file before libhdf5 parses it. The user block is sized for these datasets.
   std::vector<std::string> datasets;
   for (const auto& t : ck.tensors)
-    for (const auto* group : {&kTrainable, &kExpAvg, &kExpAvgSq}) datasets.push_back(*group + "/" + t.name);
+    for (const auto* group : {&kTrainable, &kExpAvg, &kExpAvgSq, &kReferenceWeights})
+      if (group != &kReferenceWeights || !ck.reference_params.empty()) datasets.push_back(*group + "/" + t.name);
   // Every dataset written below, the optional ones included (until 2026-11-29 six of them were left out of the sum:
   // a checkpoint whose other names summed to just under a power of two failed to seal at its first write).
   for (const auto* name : {&kOrder, &kConfig, &kIdentity, &kStep, &kTokensSeen, &kSkippedSteps, &kOverflowSteps,
@@ -416,6 +425,8 @@ void write_checkpoint(const std::string& dir, const Checkpoint& ck) {
       put(kTrainable + "/" + t.name, DType::F32, dims, ck.params.data() + t.offset, nbytes);
       put(kExpAvg + "/" + t.name, DType::F32, dims, ck.adam_m.data() + t.offset, nbytes);
       put(kExpAvgSq + "/" + t.name, DType::F32, dims, ck.adam_v.data() + t.offset, nbytes);
+      if (!ck.reference_params.empty())
+        put(kReferenceWeights + "/" + t.name, DType::F32, dims, ck.reference_params.data() + t.offset, nbytes);
     }
     fault::point("checkpoint_write", 0, ck.state.step);  // tests: fail half way through the file (core/fault.h)
     put_string(kOrder, order);

@@ -76,6 +76,9 @@ struct Checkpoint {
   // The trainer's reference policy (train::reference_identity); "" without one (SFT, GRPO with beta 0) and in files
   // written before 2026-11-29.
   std::string reference;
+  // The reference policy's weights where they move with training (dpo/kto/grpo.sync_ref_model, TR-DPO: mixed into
+  // the policy every ref_model_sync_steps steps), in the tensors' layout; empty otherwise and in older files.
+  std::vector<float> reference_params;
   std::string extra;  // the loop's own state (GRPO: the batch of a generation round in progress), JSON; may be ""
 };
 

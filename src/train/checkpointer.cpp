@@ -225,6 +225,7 @@ void Checkpointer::write(const TrainState& st, const std::string& extra) {
   ops_.download(ck.params.data(), tr.params, tr.n * 4);
   ops_.download(ck.adam_m.data(), opt_.exp_avg(), tr.n * 4);
   ops_.download(ck.adam_v.data(), opt_.exp_avg_sq(), tr.n * 4);
+  if (synced_) ck.reference_params = synced_->values();
   // A diverged run's weights are never written: a checkpoint with a non-finite value could only replace (and,
   // under keep_last, prune) intact ones.
   for (const std::vector<float>* v : {&ck.params, &ck.adam_m, &ck.adam_v})
@@ -304,6 +305,18 @@ Checkpoint Checkpointer::read_checked(const std::string& path) const {
   if (ck.params.size() != tr.n)
     throw UserError(path + ": holds " + std::to_string(ck.params.size()) + " trainable values, this run has " +
                     std::to_string(tr.n));
+  // A reference that moved with training (sync_ref_model) is part of the run's state: without its weights a resume
+  // past the first sync would go on against another reference, and a run without the sync would take the starting
+  // weights as its reference again.
+  if (synced_ && ck.reference_params.empty() && ck.state.step >= sync_every_)
+    throw UserError(path + ": step " + std::to_string(ck.state.step) + ", written without the weights of a reference "
+                    "policy that moves with training, but this run mixes the policy into its reference every " +
+                    std::to_string(sync_every_) + " steps (sync_ref_model) and would go on against another one: "
+                    "resume with sync_ref_model as its run had it (off), or start a new run (another checkpoint.dir)");
+  if (!synced_ && !ck.reference_params.empty())
+    throw UserError(path + ": its run's reference policy moved with training (sync_ref_model), this run's would be "
+                    "its starting weights again: resume with sync_ref_model = true as its run had it, or start a new "
+                    "run (another checkpoint.dir)");
   return ck;
 }
 
@@ -316,6 +329,7 @@ void Checkpointer::apply(const Checkpoint& ck, const std::string& path, TrainSta
   tr.params_changed();
   ops_.upload(opt_.exp_avg(), ck.adam_m.data(), tr.n * 4);
   ops_.upload(opt_.exp_avg_sq(), ck.adam_v.data(), tr.n * 4);
+  if (synced_ && !ck.reference_params.empty()) synced_->set_values(ck.reference_params);
   changed_ = changed_settings(ck.config_text, opts_.config_text);  // said once the resume is accepted
   resumed_log_position_ = ck.log_position;
   resumed_ = true;

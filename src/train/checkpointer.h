@@ -12,6 +12,7 @@
 #include "kernels/ops.h"
 #include "train/checkpoint.h"
 #include "train/optimizer.h"
+#include "train/trainable.h"
 
 namespace mgrl::train {
 
@@ -78,6 +79,14 @@ class Checkpointer {
     Checkpointer* c_;
   };
   [[nodiscard]] LogAttachment attach_log(std::function<std::string()> position);
+  // A reference policy that moves with training (sync_ref_model, TR-DPO: `ref` mixed into the policy every `every`
+  // steps): its weights go into every checkpoint (/reference_weights) and a resume sets them back. A resume of a
+  // checkpoint without them past its first sync (its run had no sync), or of one with them in a run without
+  // (reference null: the starting weights would be the reference again), is refused. Before resume().
+  void keep_synced_reference(FrozenCopy* ref, std::int64_t every) {
+    synced_ = ref;
+    sync_every_ = every;
+  }
   // FNV-1a of this rank's trainable weights, hex.
   std::string params_hash() const;
   // The newest checkpoint of this run: the last one written, else the one resumed from; "" when none.
@@ -101,7 +110,9 @@ class Checkpointer {
   std::string resumed_log_position_;  // the resumed checkpoint's Checkpoint::log_position
   bool resumed_ = false;
   std::function<std::string()> log_position_;
-  KnownCheckpoints known_;  // rank 0: what pruning needs not read back (written, resumed from) or must not touch
+  KnownCheckpoints known_;
+  FrozenCopy* synced_ = nullptr;  // keep_synced_reference
+  std::int64_t sync_every_ = 0;  // rank 0: what pruning needs not read back (written, resumed from) or must not touch
 };
 
 }  // namespace mgrl::train

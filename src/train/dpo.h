@@ -36,10 +36,15 @@ struct DpoOptions {
   // The starting trainable weights are the base model's function (a fresh adapter, B = 0): the reference is the base
   // (train::reference_identity, which checkpoints keep).
   bool initial_is_base = false;
-  // KTO: the reference is the starting weights held as a frozen copy of the trainable ones, swapped in for the
-  // reference pass (a starting adapter, full fine-tuning: no adapter to switch off; the KL sequences are paired per
-  // micro-batch, so their reference cannot be scored before training); the sequences' length cap (kto.max_length).
-  bool kto_frozen_reference = false;
+  // The reference is the starting weights held as a frozen copy of the trainable ones, swapped in for the reference
+  // pass: KTO from a starting adapter or with full fine-tuning (no adapter to switch off; the KL sequences are paired
+  // per micro-batch, so their reference cannot be scored before training), and any run whose reference moves.
+  bool frozen_reference = false;
+  // TR-DPO (dpo/kto.sync_ref_model): every sync_ref_every steps (0: never) the frozen reference becomes
+  // (1 - sync_ref_alpha) reference + sync_ref_alpha policy; needs frozen_reference and not precompute_ref.
+  std::int64_t sync_ref_every = 0;
+  float sync_ref_alpha = 0.6f;
+  // KTO: the sequences' length cap (kto.max_length).
   // kto.loss_type: true "kto" (the KL estimate from the KL sequences), false "apo_zero_unpaired" (trl: no KL estimate,
   // 0 in the loss and the logs; no KL sequences: kto_example puts a placeholder of one unscored token in their slot).
   bool kto_kl = true;
@@ -178,7 +183,7 @@ class DpoTrainer {
   StepOutcome last_outcome_ = StepOutcome::Updated;
   double last_norm_ = 0;
   std::int64_t last_tokens_ = 0;
-  std::unique_ptr<FrozenCopy> frozen_;  // KTO's frozen reference (kto_frozen_reference), or none
+  std::unique_ptr<FrozenCopy> frozen_;  // the frozen reference (frozen_reference), or none
 };
 
 }  // namespace mgrl::train

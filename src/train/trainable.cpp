@@ -1,7 +1,9 @@
 // trainable.cpp: the flat trainable buffer of a model (LoRA or full fine-tuning).
 #include "train/trainable.h"
 
+#include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdio>
 
 #include "core/error.h"
@@ -106,6 +108,30 @@ void FrozenCopy::with_frozen(const std::function<void()>& pass) {
   pass();
   ops_.copy(tr_.params, swap_, tr_.n * sizeof(float));
   tr_.params_changed();
+}
+
+void FrozenCopy::mix_in(float alpha) {
+  constexpr std::size_t kChunk = std::size_t{1} << 22;  // floats a pass: 16 MiB of each buffer on the host
+  std::vector<float> ref(std::min(kChunk, tr_.n)), cur(ref.size());
+  for (std::size_t at = 0; at < tr_.n; at += kChunk) {
+    const std::size_t n = std::min(kChunk, tr_.n - at);
+    ops_.download(ref.data(), initial_ + at, n * sizeof(float));
+    ops_.download(cur.data(), tr_.params + at, n * sizeof(float));
+    for (std::size_t i = 0; i < n; ++i) ref[i] = std::fma(alpha, cur[i], ref[i] * (1.0f - alpha));
+    ops_.upload(initial_ + at, ref.data(), n * sizeof(float));
+  }
+}
+
+std::vector<float> FrozenCopy::values() const {
+  std::vector<float> v(tr_.n);
+  ops_.download(v.data(), initial_, tr_.n * sizeof(float));
+  return v;
+}
+
+void FrozenCopy::set_values(const std::vector<float>& v) {
+  MGRL_CHECK(v.size() == tr_.n, "FrozenCopy::set_values: " + std::to_string(v.size()) + " values for " +
+                                    std::to_string(tr_.n));
+  ops_.upload(initial_, v.data(), tr_.n * sizeof(float));
 }
 
 }  // namespace mgrl::train

@@ -4,6 +4,13 @@
 //                                                       different steps (only weights and moments compared);
 //                                                       --moments: the AdamW moments too agree within X (a
 //                                                       gradient scale changes them, not Adam's update)
+//                                                       Checkpoints of a synced reference (sync_ref_model): its
+//                                                       weights (/reference_weights) too when both have them,
+//                                                       bitwise with --exact
+//   check_train hf_weights A.h5 DIR/FILE.safetensors --rtol=X [--reference]  the trainable weights of a full
+//                                                       fine-tuning checkpoint (--reference: its synced reference's)
+//                                                       agree with the file's tensors of the same names within
+//                                                       X (relative norm over all); prints the largest of one
 //   check_train state A.h5                                prints the step, skipped and overflowed steps, loss scale
 //                                                       and the scaler's clean-step count of a checkpoint
 //   check_train losses A.jsonl B.jsonl --after=N         the "loss" of every record of A whose window (the steps
@@ -108,6 +115,45 @@ int main(int argc, char** argv) {
                   a.names().size(), b.names().size());
       return same > 0 && bad == 0 ? 0 : 1;
     }
+    if (cmd == "hf_weights" && argc >= 4) {
+      const auto ck = train::read_checkpoint(argv[2]);
+      const bool ref = opt(argc, argv, "--reference") != nullptr;
+      const double rtol = opt(argc, argv, "--rtol=") ? std::atof(opt(argc, argv, "--rtol=")) : 0;
+      const std::vector<float>& v = ref ? ck.reference_params : ck.params;
+      if (v.empty()) {
+        std::printf("check_train: %s holds no %s\n", argv[2], ref ? "synced reference weights" : "weights");
+        return 1;
+      }
+      io::SafetensorsFile f(argv[3]);
+      double worst = 0, num = 0, den = 0;
+      std::string worst_name;
+      std::size_t compared = 0;
+      for (const auto& t : ck.tensors) {
+        const io::TensorInfo* x = f.find(t.name);
+        if (!x || x->shape != t.shape) {
+          std::printf("check_train: tensor %s %s in %s\n", t.name.c_str(), x ? "has another shape" : "is missing",
+                      argv[3]);
+          return 1;
+        }
+        const std::vector<float> want = io::to_f32(*x);
+        const std::vector<float> got(v.begin() + static_cast<std::ptrdiff_t>(t.offset),
+                                     v.begin() + static_cast<std::ptrdiff_t>(t.offset + want.size()));
+        bool same = false;
+        const double e = rel(got, want, &same);
+        if (e > worst || worst_name.empty()) worst = e, worst_name = t.name;
+        for (std::size_t i = 0; i < want.size(); ++i) {
+          num += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
+          den += static_cast<double>(want[i]) * want[i];
+        }
+        ++compared;
+      }
+      // The criterion: the relative norm over all of them (a tensor whose gradient is rounding noise alone, such
+      // as a key projection's bias under softmax, differs more on its own)
+      const double all = std::sqrt(num / (den > 0 ? den : 1));
+      std::printf("check_train: %zu %stensors compared: relative difference %.3g over all, the largest of one %.3g "
+                  "(%s)\n", compared, ref ? "reference " : "", all, worst, worst_name.c_str());
+      return compared > 0 && all <= rtol ? 0 : 1;
+    }
     if (cmd == "weights" && argc >= 4) {
       const auto a = train::read_checkpoint(argv[2]), b = train::read_checkpoint(argv[3]);
       const bool exact = opt(argc, argv, "--exact") != nullptr;
@@ -118,7 +164,16 @@ int main(int argc, char** argv) {
                   "bitwise equal: %s\n",
                   static_cast<long long>(a.state.step), static_cast<long long>(b.state.step), ep, em, ev,
                   sp && sm && sv ? "yes" : "no");
-      if (a.params.size() != b.params.size()) return 1;
+      bool ref_ok = true;  // the synced reference's weights (sync_ref_model) agree, where either has them
+      if (!a.reference_params.empty() || !b.reference_params.empty()) {
+        const bool both = a.reference_params.size() == b.reference_params.size();
+        bool bits = false;
+        const double er = both ? rel(a.reference_params, b.reference_params, &bits) : 1.0;
+        std::printf("check_train: synced reference weights: %s, relative difference %.3g; bitwise equal: %s\n",
+                    both ? "in both" : "in one only", er, bits ? "yes" : "no");
+        ref_ok = !both || (exact ? bits : er <= rtol);  // in one only: a run with the sync and one without
+      }
+      if (a.params.size() != b.params.size() || !ref_ok) return 1;
       if (opt(argc, argv, "--any-step")) return exact ? (sp && sm && sv ? 0 : 1) : (ep <= rtol ? 0 : 1);
       if (a.state.step != b.state.step) return 1;
       if (exact) return sp && sm && sv && a.state.cursor.epoch == b.state.cursor.epoch &&
