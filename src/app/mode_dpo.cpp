@@ -93,7 +93,7 @@ std::string reference_text(const train::DpoOptions& o, const std::string& otherw
   if (o.sync_ref_every > 0) {
     char b[160];
     std::snprintf(b, sizeof b, "a copy of the starting weights, mixed with the policy every %lld steps (alpha %g: "
-                  "TR-DPO)", static_cast<long long>(o.sync_ref_every), static_cast<double>(o.sync_ref_alpha));
+                  "TR-DPO)", static_cast<long long>(o.sync_ref_every), o.sync_ref_alpha);
     return b;
   }
   return o.frozen_reference ? "a frozen copy of the starting weights" : otherwise;
@@ -290,7 +290,7 @@ int run_dpo(Context& ctx) {
     o.frozen_reference = true;
     o.precompute_ref = false;
     o.sync_ref_every = cfg.get_int(section + "ref_model_sync_steps");
-    o.sync_ref_alpha = static_cast<float>(cfg.get_float(section + "ref_model_mixup_alpha"));
+    o.sync_ref_alpha = cfg.get_float(section + "ref_model_mixup_alpha");
   } else {
     for (const char* key : {"ref_model_sync_steps", "ref_model_mixup_alpha"})
       if (given_for_this_mode(cfg, section + key))

@@ -180,7 +180,7 @@ int run_grpo(Context& ctx) {
   o.reference = cfg.get_string("grpo.reference");
   if (cfg.get_bool("grpo.sync_ref_model")) {
     o.sync_ref_every = cfg.get_int("grpo.ref_model_sync_steps");
-    o.sync_ref_alpha = static_cast<float>(cfg.get_float("grpo.ref_model_mixup_alpha"));
+    o.sync_ref_alpha = cfg.get_float("grpo.ref_model_mixup_alpha");
   } else {
     for (const char* key : {"grpo.ref_model_sync_steps", "grpo.ref_model_mixup_alpha"})
       if (given_for_this_mode(cfg, key))
@@ -212,7 +212,7 @@ int run_grpo(Context& ctx) {
     char sync_text[120] = "";
     if (o.sync_ref_every > 0)
       std::snprintf(sync_text, sizeof sync_text, " (the reference mixed with the policy every %lld steps, alpha %g: "
-                    "TR-DPO)", static_cast<long long>(o.sync_ref_every), static_cast<double>(o.sync_ref_alpha));
+                    "TR-DPO)", static_cast<long long>(o.sync_ref_every), o.sync_ref_alpha);
     char line[520];
     std::snprintf(line, sizeof(line),
                   "grpo: %s %s, %zu prompts, %zu held-out, %s on %d rank%s; %d prompts x %d completions per step, "

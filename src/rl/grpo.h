@@ -77,7 +77,7 @@ struct GrpoOptions {
   // TR-DPO (grpo.sync_ref_model; beta > 0): every sync_ref_every steps (0: never) the reference, then a copy of the
   // trainable weights, becomes (1 - sync_ref_alpha) reference + sync_ref_alpha policy.
   std::int64_t sync_ref_every = 0;
-  float sync_ref_alpha = 0.6f;
+  double sync_ref_alpha = 0.6;
   std::string balance = "tokens";     // tokens | none: how prompts and completions are split over ranks
   std::uint64_t seed = 0;
   bool shuffle = true;  // data.shuffle: each epoch in a seeded random order; false: the data's order

@@ -165,8 +165,9 @@ std::string reference_description(const std::string& identity, const std::string
 
 std::string identity_kind(const std::string& identity) { return identity.substr(0, identity.find('\n')); }
 
-dist::MpiEnv::Patience file_patience(std::size_t trainable, const std::string& what) {
-  const double bytes = 3.0 * 4.0 * static_cast<double>(trainable);
+// copies: the trainable values' copies in the file (weights, two moments; and a synced reference's weights)
+dist::MpiEnv::Patience file_patience(std::size_t trainable, const std::string& what, int copies) {
+  const double bytes = copies * 4.0 * static_cast<double>(trainable);
   char size[32];
   if (bytes >= 1e9) std::snprintf(size, sizeof size, "%.1f GB", bytes / 1e9);
   else std::snprintf(size, sizeof size, "%.1f MB", bytes / 1e6);
@@ -209,7 +210,7 @@ void Checkpointer::save(const TrainState& st, const std::string& extra) {
         if (env_.rank() == 0) write(st, extra);
         else fault::point("checkpoint_write", env_.rank(), st.step);  // tests: a rank failing while rank 0 writes
       },
-      file_patience(opt_.trainable().n, "rank 0's write of " + checkpoint_path(opts_.dir, st.step)));
+      file_patience(opt_.trainable().n, "rank 0's write of " + checkpoint_path(opts_.dir, st.step), copies()));
   last_ = checkpoint_path(opts_.dir, st.step);
 }
 
@@ -228,11 +229,13 @@ void Checkpointer::write(const TrainState& st, const std::string& extra) {
   if (synced_) ck.reference_params = synced_->values();
   // A diverged run's weights are never written: a checkpoint with a non-finite value could only replace (and,
   // under keep_last, prune) intact ones.
-  for (const std::vector<float>* v : {&ck.params, &ck.adam_m, &ck.adam_v})
+  for (const std::vector<float>* v : {&ck.params, &ck.adam_m, &ck.adam_v, &ck.reference_params})
     for (const float x : *v)
       if (!std::isfinite(x))
         throw UserError(checkpoint_path(opts_.dir, st.step) + ": not written: the " +
-                        (v == &ck.params ? "trainable weights" : "AdamW moments") +
+                        (v == &ck.params ? "trainable weights"
+                         : v == &ck.reference_params ? "reference weights (sync_ref_model)"
+                                                     : "AdamW moments") +
                         " hold non-finite values (the run diverged; lower train.lr?); " +
                         (last_.empty() ? std::string("no checkpoint was written before it")
                                        : "the last checkpoint before it: " + last_));
@@ -314,7 +317,7 @@ Checkpoint Checkpointer::read_checked(const std::string& path) const {
                     std::to_string(sync_every_) + " steps (sync_ref_model) and would go on against another one: "
                     "resume with sync_ref_model as its run had it (off), or start a new run (another checkpoint.dir)");
   if (!synced_ && !ck.reference_params.empty())
-    throw UserError(path + ": its run's reference policy moved with training (sync_ref_model), this run's would be "
+    throw UserError(path + ": its run's reference policy moves with training (sync_ref_model), this run's would be "
                     "its starting weights again: resume with sync_ref_model = true as its run had it, or start a new "
                     "run (another checkpoint.dir)");
   return ck;
@@ -436,7 +439,7 @@ std::string Checkpointer::resume_checkpoint(TrainState& st, std::string* extra) 
               damage = e.what();
             }
           },
-          file_patience(opt_.trainable().n, "the ranks' reads of " + path));
+          file_patience(opt_.trainable().n, "the ranks' reads of " + path, copies()));
       const int damaged_somewhere = env_.allreduce_max(damage.empty() ? 0 : 1);
       if (damaged_somewhere) {
         const int speaker = env_.allreduce_min(damage.empty() ? env_.size() : env_.rank());
@@ -476,7 +479,7 @@ std::string Checkpointer::resume_checkpoint(TrainState& st, std::string* extra) 
   if (!opts_.resume.empty() && opts_.resume != "none") from = opts_.resume;
   env_.agree([&] {
     if (!from.empty()) load(from, st, extra);
-  }, from.empty() ? dist::Patience() : file_patience(opt_.trainable().n, "the ranks' reads of " + from));
+  }, from.empty() ? dist::Patience() : file_patience(opt_.trainable().n, "the ranks' reads of " + from, copies()));
   // checkpoint.dir holding checkpoints of later steps than this run starts from (an earlier run's, with resume =
   // none; those after the one resumed, with resume = a path): this run would replace them one by one, pruning
   // would count them among the newest and delete this run's own, and a later resume = auto would take the earlier

@@ -87,6 +87,8 @@ class Checkpointer {
     synced_ = ref;
     sync_every_ = every;
   }
+  // The trainable values' copies a checkpoint holds: weights, two moments, and a synced reference's weights.
+  int copies() const { return synced_ ? 4 : 3; }
   // FNV-1a of this rank's trainable weights, hex.
   std::string params_hash() const;
   // The newest checkpoint of this run: the last one written, else the one resumed from; "" when none.
@@ -110,9 +112,9 @@ class Checkpointer {
   std::string resumed_log_position_;  // the resumed checkpoint's Checkpoint::log_position
   bool resumed_ = false;
   std::function<std::string()> log_position_;
-  KnownCheckpoints known_;
+  KnownCheckpoints known_;  // rank 0: what pruning needs not read back (written, resumed from) or must not touch
   FrozenCopy* synced_ = nullptr;  // keep_synced_reference
-  std::int64_t sync_every_ = 0;  // rank 0: what pruning needs not read back (written, resumed from) or must not touch
+  std::int64_t sync_every_ = 0;
 };
 
 }  // namespace mgrl::train

@@ -110,14 +110,15 @@ void FrozenCopy::with_frozen(const std::function<void()>& pass) {
   tr_.params_changed();
 }
 
-void FrozenCopy::mix_in(float alpha) {
+void FrozenCopy::mix_in(double alpha) {
+  const float keep = static_cast<float>(1.0 - alpha), take = static_cast<float>(alpha);
   constexpr std::size_t kChunk = std::size_t{1} << 22;  // floats a pass: 16 MiB of each buffer on the host
   std::vector<float> ref(std::min(kChunk, tr_.n)), cur(ref.size());
   for (std::size_t at = 0; at < tr_.n; at += kChunk) {
     const std::size_t n = std::min(kChunk, tr_.n - at);
     ops_.download(ref.data(), initial_ + at, n * sizeof(float));
     ops_.download(cur.data(), tr_.params + at, n * sizeof(float));
-    for (std::size_t i = 0; i < n; ++i) ref[i] = std::fma(alpha, cur[i], ref[i] * (1.0f - alpha));
+    for (std::size_t i = 0; i < n; ++i) ref[i] = std::fma(take, cur[i], ref[i] * keep);
     ops_.upload(initial_ + at, ref.data(), n * sizeof(float));
   }
 }

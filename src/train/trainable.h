@@ -50,9 +50,10 @@ class FrozenCopy {
   // Runs pass() with the frozen weights in place of the trainable ones, then puts those back.
   void with_frozen(const std::function<void()>& pass);
   // TR-DPO's reference update (trl's SyncRefModelCallback, sync_ref_model): frozen = (1 - alpha) frozen + alpha
-  // trainable, element by element in f32 (the product alpha * trainable fused into the sum, as torch's add_ with
-  // alpha), on the host in chunks (once every ref_model_sync_steps steps).
-  void mix_in(float alpha);
+  // trainable, element by element in f32 as torch does it (mul_ by float(1 - alpha), 1 - alpha taken in double;
+  // then add_ with alpha: the product fused into the sum), on the host in chunks (once every ref_model_sync_steps
+  // steps).
+  void mix_in(double alpha);
   // The frozen weights (a checkpoint of a run whose reference moves), and setting them back on resume.
   std::vector<float> values() const;
   void set_values(const std::vector<float>& v);

@@ -4,9 +4,9 @@
 //                                                       different steps (only weights and moments compared);
 //                                                       --moments: the AdamW moments too agree within X (a
 //                                                       gradient scale changes them, not Adam's update)
-//                                                       Checkpoints of a synced reference (sync_ref_model): its
-//                                                       weights (/reference_weights) too when both have them,
-//                                                       bitwise with --exact
+//                 [--reference-in-one]                  Checkpoints of a synced reference (sync_ref_model): its
+//                                                       weights (/reference_weights) too, bitwise with --exact;
+//                                                       in one only: a failure unless --reference-in-one
 //   check_train hf_weights A.h5 DIR/FILE.safetensors --rtol=X [--reference]  the trainable weights of a full
 //                                                       fine-tuning checkpoint (--reference: its synced reference's)
 //                                                       agree with the file's tensors of the same names within
@@ -171,7 +171,8 @@ int main(int argc, char** argv) {
         const double er = both ? rel(a.reference_params, b.reference_params, &bits) : 1.0;
         std::printf("check_train: synced reference weights: %s, relative difference %.3g; bitwise equal: %s\n",
                     both ? "in both" : "in one only", er, bits ? "yes" : "no");
-        ref_ok = !both || (exact ? bits : er <= rtol);  // in one only: a run with the sync and one without
+        // in one only: fails, unless --reference-in-one (a run with the sync against one without)
+        ref_ok = both ? (exact ? bits : er <= rtol) : opt(argc, argv, "--reference-in-one") != nullptr;
       }
       if (a.params.size() != b.params.size() || !ref_ok) return 1;
       if (opt(argc, argv, "--any-step")) return exact ? (sp && sm && sv ? 0 : 1) : (ep <= rtol ? 0 : 1);

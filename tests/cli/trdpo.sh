@@ -45,7 +45,7 @@ near() {  # NAME CASE: every step's loss of run NAME within 2e-6 of trl's (FIXTU
   want=$(sed -n 's/^ *"loss": \(.*\),$/\1/p' "$fixtures/$2/case.json" | tr '\n' ' ')
   [ "$(echo $want | wc -w)" -eq 5 ] || fail "$2: trl's losses: $want"
   echo "$got" | awk -v want="$want" '{ n = split(want, w, " "); if (NF != n) exit 1;
-    for (i = 1; i <= n; ++i) { d = $i - w[i]; if (d < 0) d = -d; if (d > 2e-6) exit 1 } }' ||
+    for (i = 1; i <= n; ++i) { d = $i - w[i]; if (d < 0) d = -d; if (!(d <= 2e-6)) exit 1 } }' ||
     fail "$1: losses $got, trl's $want"
   echo "$1: every step's loss within 2e-6 of trl's ($want)"
 }
@@ -77,7 +77,7 @@ echo "resume across a sync: the straight run's weights and reference bit for bit
 run np2 2 "$mgrl" "${full[@]}" "${sync[@]}"
 "$check" weights "$(ck sync 5)" "$(ck np2 5)" --rtol=1e-4 > /dev/null || fail "2 ranks: other weights"
 echo "2 ranks: the same weights and reference"
-refused resume_without_sync "step_00000003.h5: its run's reference policy moved with training \(sync_ref_model\)" \
+refused resume_without_sync "step_00000003.h5: its run's reference policy moves with training \(sync_ref_model\)" \
   "$mgrl" "${full[@]}" --checkpoint.dir="$work/res/ck" --checkpoint.resume="$work/res/ck/step_00000003.h5"
 refused resume_with_sync "step_00000003.h5: step 3, written without the weights of a reference policy that moves" \
   "$mgrl" "${full[@]}" "${sync[@]}" --checkpoint.dir="$work/plain/ck" --checkpoint.resume="$work/plain/ck/step_00000003.h5"
@@ -87,9 +87,20 @@ refused precompute "key 'dpo.sync_ref_model' with dpo.precompute_ref_log_probs =
 lora=("${dpo[@]}" --train.max_steps=4)
 run lplain 1 "$mgrl" "${lora[@]}"
 run lsync 1 "$mgrl" "${lora[@]}" "${sync[@]}"
-"$check" weights "$(ck lplain 2)" "$(ck lsync 2)" --any-step --exact > /dev/null || fail "LoRA: step 2 differs"
-"$check" weights "$(ck lplain 3)" "$(ck lsync 3)" --rtol=1e-6 > /dev/null && fail "LoRA: the sync changed nothing"
+"$check" weights "$(ck lplain 2)" "$(ck lsync 2)" --any-step --exact --reference-in-one > /dev/null ||
+  fail "LoRA: step 2 differs"
+"$check" weights "$(ck lplain 3)" "$(ck lsync 3)" --rtol=1e-6 --reference-in-one > /dev/null &&
+  fail "LoRA: the sync changed nothing"
 echo "LoRA: the run without the sync until the first, other weights after it"
+# the boundary: a run without the sync stopped at step 1 (before the first sync) resumes with it to the straight
+# synced run bit for bit; stopped at step 2 (= ref_model_sync_steps: the synced run mixed there) it is refused
+run lb 1 "$mgrl" "${lora[@]}" --train.stop_at_step=1
+run lb 1 "$mgrl" "${lora[@]}" "${sync[@]}" --checkpoint.resume=auto
+"$check" weights "$(ck lsync 4)" "$(ck lb 4)" --exact | grep -q "synced reference weights: in both, .* bitwise equal: yes" ||
+  fail "LoRA: resumed with the sync before its first: other weights or reference"
+refused lora_at_tau "step_00000002.h5: step 2, written without the weights of a reference policy that moves" \
+  "$mgrl" "${lora[@]}" "${sync[@]}" --checkpoint.dir="$work/lplain/ck" --checkpoint.resume="$work/lplain/ck/step_00000002.h5"
+echo "LoRA: resumed with the sync from before its first sync exact, from its step refused"
 # KTO and GRPO: the same, and an exact resume across a sync
 for m in kto grpo; do
   if [ $m = kto ]; then args=("${kto[@]}" --train.max_steps=4); else args=("${grpo[@]}" --grpo.beta=0.04 --train.max_steps=4); fi
@@ -97,8 +108,10 @@ for m in kto grpo; do
   run ${m}plain 1 "$mgrl" "${args[@]}"
   run ${m}sync 1 "$mgrl" "${args[@]}" "${s[@]}"
   grep -q "mixed with the policy every 2 steps" "$work/${m}sync.log" || fail "$m: the start-up line"
-  "$check" weights "$(ck ${m}plain 2)" "$(ck ${m}sync 2)" --any-step --exact > /dev/null || fail "$m: step 2 differs"
-  "$check" weights "$(ck ${m}plain 4)" "$(ck ${m}sync 4)" --rtol=1e-6 > /dev/null && fail "$m: the sync changed nothing"
+  "$check" weights "$(ck ${m}plain 2)" "$(ck ${m}sync 2)" --any-step --exact --reference-in-one > /dev/null ||
+    fail "$m: step 2 differs"
+  "$check" weights "$(ck ${m}plain 4)" "$(ck ${m}sync 4)" --rtol=1e-6 --reference-in-one > /dev/null &&
+    fail "$m: the sync changed nothing"
   run ${m}res 1 "$mgrl" "${args[@]}" "${s[@]}" --train.stop_at_step=3
   run ${m}res 1 "$mgrl" "${args[@]}" "${s[@]}" --checkpoint.resume=auto
   "$check" weights "$(ck ${m}sync 4)" "$(ck ${m}res 4)" --exact > /dev/null || fail "$m: resume not exact"
@@ -109,4 +122,6 @@ refused grpo_beta0 "key 'grpo.sync_ref_model' with grpo.beta = 0" "$mgrl" "${grp
 echo 'mode = "dpo"' > "$work/dpo.toml"  # mgrl plan reads the mode from its config file
 "$mgrl" plan "$work/dpo.toml" "${full[@]:1}" "${sync[@]}" --plan.target=cpu | grep -E "^  reference copy " ||
   fail "plan: no reference copy"
+"$mgrl" plan "$work/dpo.toml" "${full[@]:1}" --plan.target=cpu | grep -qE "^  reference copy " &&
+  fail "plan: a reference copy without the sync (the reference log-probs are computed once)"
 echo "PASS: trdpo"

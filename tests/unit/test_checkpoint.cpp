@@ -384,6 +384,7 @@ std::string difference(const Checkpoint& a, const Checkpoint& b) {
   if (!bits(a.params, b.params)) return "params";
   if (!bits(a.adam_m, b.adam_m)) return "exp_avg";
   if (!bits(a.adam_v, b.adam_v)) return "exp_avg_sq";
+  if (!bits(a.reference_params, b.reference_params)) return "reference weights";
   if (a.tensors.size() != b.tensors.size()) return "tensor count";
   for (std::size_t i = 0; i < a.tensors.size(); ++i)
     if (a.tensors[i].name != b.tensors[i].name || a.tensors[i].shape != b.tensors[i].shape ||
@@ -854,6 +855,7 @@ TEST(Checkpoint, TheSealFitsWithEveryOptionalDataset) {
     ck.log_position = "12 /tmp/metrics.jsonl";
     ck.lora_config = "{\"r\": 4}";
     ck.reference = "base";
+    ck.reference_params = random_bits(6, 10);  // a synced reference's weights (sync_ref_model)
     ck.extra = "{}";
     ASSERT_NO_THROW(write_checkpoint(dir, ck)) << "a tensor name of " << len << " characters";
     const Checkpoint r = read_checkpoint(checkpoint_path(dir, len), ck.model_identity);
@@ -861,6 +863,31 @@ TEST(Checkpoint, TheSealFitsWithEveryOptionalDataset) {
     EXPECT_EQ(r.reference, "base") << len;
     EXPECT_EQ(r.lora_config, ck.lora_config) << len;
   }
+}
+
+TEST(Checkpoint, SyncedReferenceWeightsRoundTripAndAreVerified) {
+  // TR-DPO (sync_ref_model): the reference's weights move with training, a fourth copy of the trainable layout
+  // (/reference_weights/<name>), read back bit for bit; absent from other checkpoints; a damaged byte of them names
+  // the dataset; a size other than the weights' is a programming error.
+  const std::string dir = fresh_dir("synced_reference");
+  Checkpoint ck = sample(7);
+  ck.reference_params = random_bits(ck.params.size(), 4);
+  write_checkpoint(dir, ck);
+  const Checkpoint r = read_checkpoint(checkpoint_path(dir, 7), ck.model_identity);
+  expect_bits_equal(r.reference_params, ck.reference_params, "reference weights");
+  EXPECT_EQ(difference(r, ck), "");
+  write_checkpoint(dir, sample(8));
+  EXPECT_TRUE(read_checkpoint(checkpoint_path(dir, 8), ck.model_identity).reference_params.empty());
+  const std::string good = read_bytes(checkpoint_path(dir, 7));
+  const std::size_t at = offset_of(good, ck.reference_params.data() + 16, 240) + 241;
+  std::string bytes = good;
+  bytes[at] = static_cast<char>(bytes[at] ^ 0x10);
+  const std::string bad = dir + "/step_00000007.h5";
+  std::ofstream(bad, std::ios::binary | std::ios::trunc) << bytes;
+  EXPECT_ERROR(bad, read_error(bad), "the data of '/reference_weights/" + kA + "' do not match their checksum");
+  Checkpoint wrong = sample(9);
+  wrong.reference_params = random_bits(5, 4);
+  EXPECT_THROW(write_checkpoint(dir, wrong), FatalError);
 }
 
 TEST(Checkpoint, FormatVersionFromTheFuture) {
