@@ -12,8 +12,9 @@
 #   ctest      ctest -L gpu, then tests/test_ops_cuda and test_model_cuda verbosely (each comparison's error)
 #   sanitize   compute-sanitizer memcheck, racecheck, synccheck, initcheck over the gpu tests ($SANITIZE_TESTS,
 #              default test_model_cuda test_ops_cuda; tools: $SANITIZE_TOOLS)
-#   sanitize_runs  the same tools over 2 steps each of SFT, GRPO and distill (the Qwen2 test fixture, CUDA backend;
-#              distill's teacher: tests/data/distill/teachers/qwen2_wide)
+#   sanitize_runs  the same tools over 2 steps each of SFT, GRPO, distill and DPO with sync_ref_model (full fine-tuning)
+#              (the Qwen2 test fixture, CUDA backend; distill's teacher: tests/data/distill/teachers/qwen2_wide,
+#              quantized to NF4 at load)
 #   attention  perf/bench_attention (tiled vs naive) and perf/bench_attention_torch.py (torch sdpa flash)
 #   norm       perf/bench_norm (RMSNorm forward, dx, residual + norm in GB/s beside a copy) as built and with
 #              MGRL_FUSED_NORM=0
@@ -133,8 +134,14 @@ DISTILL_SMALL="$mgrl distill --runtime.backend=cuda --model.path=$models/qwen2_b
  --model.tokenizer=$root/inputs/quickstart --data.input=$root/tests/data/sft/train.jsonl \
  --eval.input=$root/tests/data/sft/heldout.jsonl --distill.teacher=$root/tests/data/distill/teachers/qwen2_wide \
  --train.batch_size=4 --train.max_steps=2 --lora.r=4 --lora.alpha=8 --distill.max_prompt_length=16 \
- --distill.max_completion_length=8 --distill.beta=0.5 --checkpoint.resume=none --log.dir=/tmp/gp_distill \
+ --distill.max_completion_length=8 --distill.beta=0.5 --distill.teacher_quantize=nf4 --checkpoint.resume=none \
+ --log.dir=/tmp/gp_distill \
  --checkpoint.dir=/tmp/gp_distill/ck"
+# TR-DPO on the GPU: full fine-tuning (bf16 weights, fp32 master copy), the reference mixed after each step
+DPO_SYNC_SMALL="$mgrl dpo --runtime.backend=cuda --model.path=$models/qwen2_bias_tied \
+ --model.tokenizer=$root/inputs/quickstart --data.input=$root/tests/data/dpo_cli/train.jsonl --train.batch_size=4 \
+ --train.max_steps=2 --train.full_finetune=true --dpo.sync_ref_model=true --dpo.ref_model_sync_steps=1 \
+ --checkpoint.resume=none --log.dir=/tmp/gp_dpo --checkpoint.dir=/tmp/gp_dpo/ck"
 GRPO_SMALL="$mgrl $root/tests/data/grpo_cli/grpo.toml --runtime.backend=cuda --model.path=$models/qwen2_bias_tied \
  --model.tokenizer=$root/inputs/quickstart --data.input=$root/tests/data/sft/train.jsonl --train.max_steps=2 \
  --log.dir=/tmp/gp_grpo --checkpoint.dir=/tmp/gp_grpo/ck"
@@ -165,10 +172,11 @@ stage_ctest_quick() {
 stage_sanitize_runs() {
   local t
   for t in ${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck}; do
-    run_stage "sanrun_$t" 600 "rm -rf /tmp/gp_sft /tmp/gp_grpo /tmp/gp_distill; echo '--- sft 2 steps'; \
+    run_stage "sanrun_$t" 600 "rm -rf /tmp/gp_sft /tmp/gp_grpo /tmp/gp_distill /tmp/gp_dpo; echo '--- sft 2 steps'; \
       compute-sanitizer --tool $t --error-exitcode 99 --print-limit 20 $SFT_SMALL; echo \"rc \$?\"; \
       echo '--- grpo 2 steps'; compute-sanitizer --tool $t --error-exitcode 99 --print-limit 20 $GRPO_SMALL; echo \"rc \$?\"; \
-      echo '--- distill 2 steps'; compute-sanitizer --tool $t --error-exitcode 99 --print-limit 20 $DISTILL_SMALL; echo \"rc \$?\""
+      echo '--- distill 2 steps'; compute-sanitizer --tool $t --error-exitcode 99 --print-limit 20 $DISTILL_SMALL; echo \"rc \$?\"; \
+      echo '--- dpo sync_ref_model 2 steps'; compute-sanitizer --tool $t --error-exitcode 99 --print-limit 20 $DPO_SYNC_SMALL; echo \"rc \$?\""
   done
 }
 stage_sanitize() {

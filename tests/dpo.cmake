@@ -122,6 +122,13 @@ mgrl_add_cli_test(dpo.sync_ref_model 0 "(?s)plain: every step's loss within 2e-6
   ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${MGRL_MPIEXEC_FLAGS} -- ${RUN1} ${DPO_ARGS} -- ${KTO_ARGS}
   -- ${GRPO_ARGS})
 set_tests_properties(cli.dpo.sync_ref_model PROPERTIES TIMEOUT 240 PROCESSORS 2)
+# The same on the GPU (label gpu; skipped without one): full fine-tuning with fp32 master weights, the mix on the
+# master copy, a resume across a sync (tests/cli/gpu_dpo_sync.sh).
+if(MGRL_WITH_CUDA)
+  add_test(NAME gpu.dpo_sync_ref_cuda COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/gpu_dpo_sync.sh ${DPO}/gpu_sync
+           ${CHECK} -- ${RUN1} ${DPO_ARGS})
+  set_tests_properties(gpu.dpo_sync_ref_cuda PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 180)
+endif()
 # KTO on a sharded base (model.shard_base; 5 random layers, more than the two gathered at a time): 2 and 4 ranks
 # train and evaluate (13 held-out pairs in batches of 3, every 2 steps) what the unsharded runs do, bit for bit
 # (tests/cli/kto_shard_base.sh).
