@@ -7,7 +7,23 @@
 #   run NAME RANKS ARGS...: on_ranks RANKS ARGS with a checkpoint every step in $work/NAME/ck, the run log in
 #     $work/NAME and its output in $work/NAME.log, failing with its last lines; ck NAME STEP: that run's checkpoint.
 #   fail MSG: prints FAIL: MSG, exits 1.
+#   split_parts NAME... --words WORDS...: WORDS up to each "--" into the arrays NAME... in turn
+#     (split_parts kto dpo grpo --words "$@": kto=(...) dpo=(...) grpo=(...)).
 fail() { echo "FAIL: $*"; exit 1; }
+split_parts() {
+  local names=() n
+  while [ "$#" -gt 0 ] && [ "$1" != "--words" ]; do names+=("$1"); shift; done
+  shift
+  for n in "${names[@]}"; do eval "$n=()"; done
+  local i=0 word
+  for word in "$@"; do
+    if [ "$word" = "--" ]; then
+      [ $((i + 1)) -lt ${#names[@]} ] && i=$((i + 1))
+      continue
+    fi
+    eval "${names[$i]}+=(\"\$word\")"
+  done
+}
 on_ranks() {
   local n=$1
   shift

@@ -22,12 +22,7 @@ take_launcher "$@"
 set -- "${rest[@]}"
 mgrl=$1
 shift
-kto=() dpo=() grpo=()
-part=kto
-for a in "$@"; do
-  if [ "$a" = "--" ]; then [ $part = kto ] && part=dpo || part=grpo; continue; fi
-  case $part in kto) kto+=("$a") ;; dpo) dpo+=("$a") ;; grpo) grpo+=("$a") ;; esac
-done
+split_parts kto dpo grpo --words "$@"
 refused() {  # NAME RANKS PATTERN ARGS...: the resume exits 2 with one error line matching PATTERN
   local name=$1 ranks=$2 pattern=$3
   shift 3

@@ -23,12 +23,7 @@ take_launcher "$@"
 set -- "${rest[@]}"
 mgrl=$1
 shift
-dpo=() kto=() grpo=()
-part=dpo
-for a in "$@"; do
-  if [ "$a" = "--" ]; then [ $part = dpo ] && part=kto || part=grpo; continue; fi
-  case $part in dpo) dpo+=("$a") ;; kto) kto+=("$a") ;; grpo) grpo+=("$a") ;; esac
-done
+split_parts dpo kto grpo --words "$@"
 refused() {  # NAME PATTERN ARGS...: exit 2 with one error line matching PATTERN
   local name=$1 pattern=$2
   shift 2
