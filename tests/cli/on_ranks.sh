@@ -9,7 +9,20 @@
 #   fail MSG: prints FAIL: MSG, exits 1.
 #   split_parts NAME... --words WORDS...: WORDS up to each "--" into the arrays NAME... in turn
 #     (split_parts kto dpo grpo --words "$@": kto=(...) dpo=(...) grpo=(...)).
+#   refused NAME RANKS PATTERN ARGS...: on_ranks RANKS ARGS exits 2 with one error line, matching PATTERN (grep -E),
+#     its output in $work/NAME.out; prints "NAME: refused".
 fail() { echo "FAIL: $*"; exit 1; }
+refused() {
+  local name=$1 ranks=$2 pattern=$3
+  shift 3
+  on_ranks "$ranks" "$@" > "$work/$name.out" 2>&1
+  local rc=$?
+  [ $rc -eq 2 ] || fail "$name: exit $rc, not 2: $(tail -n 2 "$work/$name.out")"
+  grep -qE "$pattern" "$work/$name.out" || fail "$name: $(grep 'error' "$work/$name.out" | head -n 2)"
+  [ "$(grep -c '^mgrl: error' "$work/$name.out")" -eq 1 ] ||
+    fail "$name: not one error line: $(grep -c '^mgrl: error' "$work/$name.out")"
+  echo "$name: refused"
+}
 split_parts() {
   local names=() n
   while [ "$#" -gt 0 ] && [ "$1" != "--words" ]; do names+=("$1"); shift; done

@@ -23,16 +23,6 @@ set -- "${rest[@]}"
 mgrl=$1
 shift
 split_parts kto dpo grpo --words "$@"
-refused() {  # NAME RANKS PATTERN ARGS...: the resume exits 2 with one error line matching PATTERN
-  local name=$1 ranks=$2 pattern=$3
-  shift 3
-  on_ranks "$ranks" "$@" > "$work/$name.out" 2>&1
-  local rc=$?
-  [ $rc -eq 2 ] || fail "$name: exit $rc, not 2: $(tail -n 2 "$work/$name.out")"
-  grep -qE "$pattern" "$work/$name.out" || fail "$name: $(grep 'error' "$work/$name.out" | head -n 2)"
-  [ "$(grep -c '^mgrl: error' "$work/$name.out")" -eq 1 ] || fail "$name: not one error line: $(grep -c '^mgrl: error' "$work/$name.out")"
-  echo "$name: refused"
-}
 export_adapter() {  # RUN OUTPUT
   "$mgrl" export --checkpoint.dir="$work/$1/ck" --export.output="$2" > "$work/export_$1.log" 2>&1 ||
     fail "export $1: $(tail -n 2 "$work/export_$1.log")"
