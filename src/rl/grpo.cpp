@@ -967,15 +967,18 @@ EvalResult GrpoTrainer::evaluate() {
   run(1, greedy, opts_.eval_max_new_tokens, &values);
   wait_for_rewards(env_, rewards_, per_rank, opts_.threads);
   double reward = 0, scored = 0;  // the mean over the scorable completions (trl's nanmean)
-  long long right = 0;
+  long long right = 0, unjudged = 0;
   for (const auto& v : values) {
     const double t = rewards_.total(v);
     if (!std::isnan(t)) reward += t, scored += 1;
     right += correct(v) ? 1 : 0;
+    unjudged += accuracy_fn_ >= 0 && std::isnan(v[static_cast<std::size_t>(accuracy_fn_)]) ? 1 : 0;
   }
+  // Four collectives: one statement each, so that every rank runs them in the same written order.
   scored = env_.allreduce_sum(scored);
   reward = env_.allreduce_sum(reward);
   res.mean_reward = scored > 0 ? reward / scored : std::nan("");
+  res.unjudged = env_.allreduce_sum(unjudged);
   if (accuracy_fn_ >= 0) res.accuracy = static_cast<double>(env_.allreduce_sum(right)) / static_cast<double>(N);
   if (opts_.pass_k > 0 && accuracy_fn_ >= 0) {
     const int n = std::max(opts_.pass_k, opts_.num_samples);
@@ -1029,11 +1032,14 @@ GrpoResult GrpoTrainer::run() {
       k += std::snprintf(line + k, sizeof(line) - static_cast<std::size_t>(k), " | held-out accuracy %.1f%% (%lld/%zu)",
                          100.0 * e.accuracy, static_cast<long long>(std::llround(e.accuracy * static_cast<double>(e.prompts))),
                          e.prompts);
+    if (e.accuracy >= 0 && e.unjudged > 0)  // no value from the accuracy reward: not counted correct
+      k += std::snprintf(line + k, sizeof(line) - static_cast<std::size_t>(k), ", %lld unjudged (null)", e.unjudged);
     if (e.pass_k >= 0)
       std::snprintf(line + k, sizeof(line) - static_cast<std::size_t>(k), " | pass@%d %.1f%%", opts_.pass_k, 100.0 * e.pass_k);
     rlog.line(line);
     nlohmann::json j = {{"step", state_.step}, {"eval_reward", e.mean_reward}};
     if (e.accuracy >= 0) j["eval_accuracy"] = e.accuracy;
+    if (e.accuracy >= 0) j["eval_unjudged"] = e.unjudged;
     if (e.pass_k >= 0) j["eval_pass_at_k"] = e.pass_k;
     rlog.emit(j, state_.step);
   };

@@ -96,6 +96,9 @@ struct GrpoOptions {
 struct EvalResult {
   double mean_reward = -1, accuracy = -1, pass_k = -1;
   std::size_t prompts = 0;
+  // Greedy completions whose accuracy reward has no value (null: a judge that failed with on_error = "null", a
+  // reward program printing null): counted as not correct, and said (eval_unjudged).
+  long long unjudged = 0;
 };
 
 struct GrpoResult {
