@@ -117,7 +117,7 @@ set_tests_properties(cli.kto.end_to_end PROPERTIES TIMEOUT 240 PROCESSORS 2)
 # TR-DPO (sync_ref_model) in dpo, kto and grpo: against trl's DPOTrainer (tests/data/trdpo: losses, weights and the
 # synced reference), resumes across a sync exact, the resumes that would change the reference refused, LoRA, KTO and
 # GRPO (tests/cli/trdpo.sh).
-mgrl_add_cli_test(dpo.sync_ref_model 0 "(?s)plain: every step's loss within 2e-6.*sync: every step's loss within 2e-6.*trl: the same losses.*resume across a sync.*2 ranks.*resume_without_sync: refused.*resume_with_sync: refused.*precompute: refused.*LoRA: the run without.*lora_at_tau: refused.*LoRA: resumed with the sync.*kto: the sync acts.*grpo: the sync acts.*grpo_beta0: refused.*PASS: trdpo" - 0
+mgrl_add_cli_test(dpo.sync_ref_model 0 "(?s)plain: every step's loss within 2e-6.*sync: every step's loss within 2e-6.*trl: the same losses.*resume across a sync.*2 ranks.*resume_without_sync: refused.*resume_with_sync: refused.*precompute: refused.*LoRA: the run without.*lora_at_tau: refused.*LoRA: resumed with the sync.*kto: the sync acts.*grpo: the sync acts.*grpo: a sync inside a generation round.*grpo_beta0: refused.*PASS: trdpo" - 0
   -- bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/trdpo.sh ${DPO}/trdpo ${CHECK} ${CMAKE_CURRENT_SOURCE_DIR}/data/trdpo
   ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${MGRL_MPIEXEC_FLAGS} -- ${RUN1} ${DPO_ARGS} -- ${KTO_ARGS}
   -- ${GRPO_ARGS})

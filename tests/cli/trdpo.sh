@@ -11,7 +11,8 @@
 # - a checkpoint of a run without the sync resumed with it past its first sync, and one of a synced run resumed
 #   without it: refused in one line (exit 2);
 # - LoRA (mgrl's extension; trl syncs full fine-tuning only): before the first sync bit for bit the run without it,
-#   after it other weights; KTO and GRPO (beta > 0) the same, and their resumes across a sync are exact;
+#   after it other weights; KTO and GRPO (beta > 0) the same, and their resumes across a sync are exact (GRPO's
+#   also with a sync inside a generation round);
 # - dpo.precompute_ref_log_probs and grpo.beta = 0 with the sync refused in one line; the start-up line says the
 #   sync; `mgrl plan` counts the reference copy.
 set -uo pipefail
@@ -102,6 +103,14 @@ for m in kto grpo; do
   "$check" weights "$(ck ${m}sync 4)" "$(ck ${m}res 4)" --exact > /dev/null || fail "$m: resume not exact"
   echo "$m: the sync acts after step 2; resume across it exact"
 done
+# GRPO's rounds serve 2 steps (grpo.toml: num_iterations 2): with a sync after every step one falls inside a round
+# (after step 3), whose reference log-probs were taken at its start; stopped there and resumed: exact
+g1=("${grpo[@]}" --grpo.beta=0.04 --train.max_steps=4 --grpo.sync_ref_model=true --grpo.ref_model_sync_steps=1)
+run g1 1 "$mgrl" "${g1[@]}"
+run g1res 1 "$mgrl" "${g1[@]}" --train.stop_at_step=3
+run g1res 1 "$mgrl" "${g1[@]}" --checkpoint.resume=auto
+"$check" weights "$(ck g1 4)" "$(ck g1res 4)" --exact > /dev/null || fail "grpo: a resume inside a round not exact"
+echo "grpo: a sync inside a generation round, resumed there: exact"
 refused grpo_beta0 1 "key 'grpo.sync_ref_model' with grpo.beta = 0" "$mgrl" "${grpo[@]}" --grpo.beta=0 \
   --grpo.sync_ref_model=true --checkpoint.dir=
 echo 'mode = "dpo"' > "$work/dpo.toml"  # mgrl plan reads the mode from its config file
