@@ -743,6 +743,11 @@ void refuse_output_over_inputs(const std::string& key, const std::string& output
   }
 }
 
+std::pair<bool, bool> teacher_nf4(const io::Config& cfg, const io::ModelConfig& tc) {
+  const bool nf4 = tc.bnb4bit || cfg.get_string("distill.teacher_quantize") == "nf4";
+  return {nf4, nf4 && (tc.bnb4bit ? tc.bnb4bit->double_quant : cfg.get_bool("distill.teacher_quantize_double"))};
+}
+
 void check_model_fits(const Context& ctx, const io::ModelConfig& mc, const std::string& config_json, bool full,
                       bool reference_copy, const io::ModelConfig* teacher, const std::string& teacher_json) {
   refuse_sharded_full_finetune(ctx.cfg);
@@ -753,29 +758,19 @@ void check_model_fits(const Context& ctx, const io::ModelConfig& mc, const std::
   // The same arithmetic as `mgrl plan` (model/memory_plan.h). Full fine-tuning (never sharded: the modes refuse it)
   // adds f32 gradients and two AdamW moments (12 bytes), and on the GPU the fp32 master weights (4).
   const bool nf4 = !full && (mc.bnb4bit || ctx.cfg.get_string("model.quantize") == "nf4");
+  const bool shard = ctx.cfg.get_bool("model.shard_base");  // two gathered layers even on one rank (ModelDef)
+  const int parts = shard ? ctx.env.size() : 1;
   double bytes = 0;
   if (full) {
     bytes = io::parameter_count(mc) * ((gpu ? 18.0 : 16.0) + (reference_copy ? 8.0 : 0.0));
   } else {
     const bool dq = nf4 && (mc.bnb4bit ? mc.bnb4bit->double_quant : ctx.cfg.get_bool("model.quantize_double"));
-    const std::string quantize = nf4 ? "nf4" : "none";
-    const bool shard = ctx.cfg.get_bool("model.shard_base");  // two gathered layers even on one rank (ModelDef)
-    const int parts = shard ? ctx.env.size() : 1;
-    bytes = model::base_weight_bytes(mc, stored, quantize, dq, shard, parts) +
-            (shard ? 2.0 * model::layer_weight_bytes(mc, stored, quantize, dq) : 0.0) +
-            (nf4 ? model::nf4_workspace_bytes(mc, stored) : 0.0);
+    bytes = model::resident_weight_bytes(mc, stored, nf4 ? "nf4" : "none", dq, shard, parts);
   }
   const double memory = static_cast<double>(gpu ? ctx.device.gpu.memory_bytes : io::host_memory_bytes());
   if (teacher) {  // mgrl distill: its teacher beside the student, as stored, sharded as the student's base
-    const bool shard = ctx.cfg.get_bool("model.shard_base");
-    const int parts = shard ? ctx.env.size() : 1;
-    const bool tnf4 = teacher->bnb4bit || ctx.cfg.get_string("distill.teacher_quantize") == "nf4";
-    const bool tdq = tnf4 && (teacher->bnb4bit ? teacher->bnb4bit->double_quant
-                                               : ctx.cfg.get_bool("distill.teacher_quantize_double"));
-    const std::string tq = tnf4 ? "nf4" : "none";
-    const double t = model::base_weight_bytes(*teacher, stored, tq, tdq, shard, parts) +
-                     (shard ? 2.0 * model::layer_weight_bytes(*teacher, stored, tq, tdq) : 0.0) +
-                     (tnf4 ? model::nf4_workspace_bytes(*teacher, stored) : 0.0);
+    const auto [tnf4, tdq] = teacher_nf4(ctx.cfg, *teacher);
+    const double t = model::resident_weight_bytes(*teacher, stored, tnf4 ? "nf4" : "none", tdq, shard, parts);
     if (memory > 0 && bytes + t > memory) {
       char buf[240];
       std::snprintf(buf, sizeof buf, "%.3g parameters need %.1f GiB beside the student's %.1f GiB, more than the "
@@ -783,7 +778,7 @@ void check_model_fits(const Context& ctx, const io::ModelConfig& mc, const std::
                     io::parameter_count(*teacher), t / (1024.0 * 1024.0 * 1024.0), bytes / (1024.0 * 1024.0 * 1024.0),
                     memory / (1024.0 * 1024.0 * 1024.0), gpu ? "this rank's GPU" : "this machine");
       throw UserError(teacher_json + ": the teacher's " + buf +
-                      (parts > 1 ? std::string(" (model.shard_base shards both over the ranks: more ranks hold less")
+                      (shard ? std::string(" (model.shard_base shards both over the ranks: more ranks hold less")
                                  : std::string(" (model.shard_base = true shards both over the ranks")) +
                       (tnf4 ? std::string(")") : std::string("; distill.teacher_quantize = \"nf4\" stores its "
                                                              "projections in 4 bits)")));
@@ -984,6 +979,26 @@ void log_merge_lora(rl::GenerationOptions::Merge m, model::Transformer& net) {
                 static_cast<double>(model::InferenceEngine::merged_bytes(net.config(), net.ops().storage_size(), lc)) /
                     (1024.0 * 1024.0));
   log::info(buf);
+}
+
+train::RefSync ref_sync_option(const io::Config& cfg, const std::string& section) {
+  train::RefSync s;
+  if (cfg.get_bool(section + "sync_ref_model")) {
+    s.every = cfg.get_int(section + "ref_model_sync_steps");
+    s.alpha = cfg.get_float(section + "ref_model_mixup_alpha");
+    return s;
+  }
+  for (const char* key : {"ref_model_sync_steps", "ref_model_mixup_alpha"})
+    if (given_for_this_mode(cfg, section + key))
+      log::warn_once(section + key + " is ignored: it qualifies " + section + "sync_ref_model = true, which is not set");
+  return s;
+}
+
+std::string ref_sync_text(const train::RefSync& s) {
+  char b[120];
+  std::snprintf(b, sizeof b, "mixed with the policy every %lld steps (alpha %g: TR-DPO)",
+                static_cast<long long>(s.every), s.alpha);
+  return b;
 }
 
 rl::CacheSettings cache_settings(const io::Config& cfg, rl::GenerationOptions::Merge merge, model::Transformer& net) {

@@ -90,12 +90,7 @@ LossMix loss_mix(const io::Config& cfg) {
 
 // The start-up line's reference: `otherwise` unless it is a frozen copy (moving with TR-DPO's syncs).
 std::string reference_text(const train::DpoOptions& o, const std::string& otherwise) {
-  if (o.sync_ref_every > 0) {
-    char b[160];
-    std::snprintf(b, sizeof b, "a copy of the starting weights, mixed with the policy every %lld steps (alpha %g: "
-                  "TR-DPO)", static_cast<long long>(o.sync_ref_every), o.sync_ref_alpha);
-    return b;
-  }
+  if (o.ref_sync.on()) return "a copy of the starting weights, " + ref_sync_text(o.ref_sync);
   return o.frozen_reference ? "a frozen copy of the starting weights" : otherwise;
 }
 
@@ -154,14 +149,13 @@ int run_dpo(Context& ctx) {
     }
     // TR-DPO (sync_ref_model): the reference is a copy of the trainable weights, scored per batch (trl refuses
     // precompute_ref_log_probs with it, as a reference that moves cannot be scored before training).
-    const std::string section = kto ? "kto." : "dpo.";
-    if (cfg.get_bool(section + "sync_ref_model") && !kto && cfg.get_bool("dpo.precompute_ref_log_probs"))
+    if (cfg.get_bool(sec + "sync_ref_model") && !kto && cfg.get_bool("dpo.precompute_ref_log_probs"))
       throw UserError("key 'dpo.sync_ref_model' with dpo.precompute_ref_log_probs = true: a reference that moves "
                       "with training cannot be scored before it (trl refuses the pair too): leave one of them out");
     std::string model_src;
     mc = training_model_config(cfg, &model_src);
     // a frozen copy of the starting weights (full fine-tuning): KTO's reference, and any run whose reference moves
-    check_model_fits(ctx, mc, model_src, full, kto || cfg.get_bool(section + "sync_ref_model"));
+    check_model_fits(ctx, mc, model_src, full, kto || cfg.get_bool(sec + "sync_ref_model"));
     tok = std::make_unique<io::Tokenizer>(io::Tokenizer::from_dir(tokenizer_dir(cfg)));
     if (tok->vocab_size() > mc.vocab_size)
       throw UserError(tok->path() + ": the tokenizer has " + std::to_string(tok->vocab_size()) +
@@ -285,16 +279,10 @@ int run_dpo(Context& ctx) {
     // and a starting adapter have no such switch, so their reference is scored once, before training.
     o.precompute_ref = cfg.get_bool("dpo.precompute_ref_log_probs") || full || !fresh_adapter;
   }
-  const std::string section = kto ? "kto." : "dpo.";
-  if (cfg.get_bool(section + "sync_ref_model")) {  // TR-DPO: the reference a frozen copy that moves, scored per batch
+  o.ref_sync = ref_sync_option(cfg, sec);
+  if (o.ref_sync.on()) {  // TR-DPO: the reference a frozen copy that moves, scored per batch
     o.frozen_reference = true;
     o.precompute_ref = false;
-    o.sync_ref_every = cfg.get_int(section + "ref_model_sync_steps");
-    o.sync_ref_alpha = cfg.get_float(section + "ref_model_mixup_alpha");
-  } else {
-    for (const char* key : {"ref_model_sync_steps", "ref_model_mixup_alpha"})
-      if (given_for_this_mode(cfg, section + key))
-        log::warn_once(section + key + " is ignored: it qualifies " + section + "sync_ref_model = true, which is not set");
   }
   o.initial_is_base = fresh_adapter;
   read_supervised_keys(cfg, ctx.device, scaling, seed,

@@ -178,14 +178,7 @@ int run_grpo(Context& ctx) {
   o.steps_per_generation = static_cast<int>(spg);
   o.mask_truncated = cfg.get_bool("grpo.mask_truncated_completions");
   o.reference = cfg.get_string("grpo.reference");
-  if (cfg.get_bool("grpo.sync_ref_model")) {
-    o.sync_ref_every = cfg.get_int("grpo.ref_model_sync_steps");
-    o.sync_ref_alpha = cfg.get_float("grpo.ref_model_mixup_alpha");
-  } else {
-    for (const char* key : {"grpo.ref_model_sync_steps", "grpo.ref_model_mixup_alpha"})
-      if (given_for_this_mode(cfg, key))
-        log::warn_once(std::string(key) + " is ignored: it qualifies grpo.sync_ref_model = true, which is not set");
-  }
+  o.ref_sync = ref_sync_option(cfg, "grpo.");
   o.balance = cfg.get_string("grpo.balance");
   o.seed = seed;
   o.shuffle = cfg.get_bool("data.shuffle");
@@ -209,10 +202,7 @@ int run_grpo(Context& ctx) {
     const double epochs = static_cast<double>(o.max_steps) * static_cast<double>(o.batch_prompts) /
                           static_cast<double>(std::max(1, o.num_iterations)) /
                           static_cast<double>(std::max<std::size_t>(1, train_data.size()));
-    char sync_text[120] = "";
-    if (o.sync_ref_every > 0)
-      std::snprintf(sync_text, sizeof sync_text, " (the reference mixed with the policy every %lld steps, alpha %g: "
-                    "TR-DPO)", static_cast<long long>(o.sync_ref_every), o.sync_ref_alpha);
+    const std::string sync_text = o.ref_sync.on() ? ", reference " + ref_sync_text(o.ref_sync) : "";
     char line[520];
     std::snprintf(line, sizeof(line),
                   "grpo: %s %s, %zu prompts, %zu held-out, %s on %d rank%s; %d prompts x %d completions per step, "
@@ -220,8 +210,7 @@ int run_grpo(Context& ctx) {
                   random_init ? "random-init" : "pretrained", io::model_name(mc).c_str(), train_data.size(),
                   eval_data.size(), full ? "full fine-tuning" : "LoRA", env.size(), env.size() == 1 ? "" : "s",
                   o.batch_prompts, o.num_generations, o.loss.loss_type.c_str(), o.loss.beta,
-                  sync_text,
-                  rewards->size(),
+                  sync_text.c_str(), rewards->size(),
                   rewards->size() == 1 ? "" : "s", static_cast<long long>(o.max_steps), epochs,
                   o.steps_per_generation > 1 ? ("; one generation round per " + std::to_string(o.steps_per_generation) +
                                                 " steps (" + std::to_string(o.batch_prompts * o.steps_per_generation) +

@@ -134,10 +134,9 @@ int run_plan(dist::MpiEnv& env, const io::Config& cfg) {
           throw UserError("mgrl plan of a distill run needs its teacher: set distill.teacher (its config.json is read)");
         in.teacher = true;
         in.teacher_model = io::parse_hf_config(cfg.get_string("distill.teacher") + "/config.json");
-        const auto& bnb = in.teacher_model.bnb4bit;
-        in.teacher_quantize = bnb || cfg.get_string("distill.teacher_quantize") == "nf4" ? "nf4" : "none";
-        in.teacher_double_quant = bnb ? bnb->double_quant
-                                      : in.teacher_quantize == "nf4" && cfg.get_bool("distill.teacher_quantize_double");
+        const auto [nf4, dq] = teacher_nf4(cfg, in.teacher_model);
+        in.teacher_quantize = nf4 ? "nf4" : "none";
+        in.teacher_double_quant = dq;
       }
       // The rollout's paged cache as rl::Generator sizes it (Generator::kv_pool), for the prompts a rank generates in
       // a round (grpo.steps_per_generation steps' worth).

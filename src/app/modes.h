@@ -188,7 +188,10 @@ std::pair<std::size_t, std::size_t> shard(const dist::MpiEnv& env, std::size_t n
 // parameter on the CPU backend (16 with full fine-tuning: grads and two AdamW moments), 2 on a GPU.
 // NF4 and model.shard_base (1/P of the decoder layers on each of the P ranks, plus two gathered) as configured;
 // refuse_sharded_full_finetune first, for every training mode.
-void refuse_sharded_full_finetune(const io::Config& cfg);  // UserError: model.shard_base with train.full_finetune
+void refuse_sharded_full_finetune(const io::Config& cfg);
+// mgrl distill's teacher: {its projections NF4 (distill.teacher_quantize = "nf4", or a bitsandbytes 4-bit
+// directory), double-quantized (distill.teacher_quantize_double, or the directory's)}.
+std::pair<bool, bool> teacher_nf4(const io::Config& cfg, const io::ModelConfig& tc);  // UserError: model.shard_base with train.full_finetune
 // With full fine-tuning, a frozen copy of the starting weights and a swap buffer (8 bytes a parameter) when the mode
 // keeps one as its reference (GRPO with grpo.beta > 0, KTO).
 // teacher (mgrl distill, its config.json teacher_json): the student's check is then the teacher's, the teacher's
@@ -290,5 +293,10 @@ void log_merge_lora(rl::GenerationOptions::Merge m, model::Transformer& net);
 // The generate.* keys of a training mode that samples, with merge_lora resolved (merge_lora_option), said once
 // (log_merge_lora).
 rl::CacheSettings cache_settings(const io::Config& cfg, rl::GenerationOptions::Merge merge, model::Transformer& net);
+// TR-DPO's keys of a mode (section "dpo.", "kto." or "grpo."): <section>sync_ref_model's settings, or (off) none and
+// a warning for each of ref_model_sync_steps and ref_model_mixup_alpha given without it.
+train::RefSync ref_sync_option(const io::Config& cfg, const std::string& section);
+// The start-up lines' words for it: "mixed with the policy every N steps (alpha A: TR-DPO)".
+std::string ref_sync_text(const train::RefSync& s);
 
 }  // namespace mgrl::app

@@ -99,6 +99,13 @@ double nf4_workspace_bytes(const io::ModelConfig& c, std::size_t storage) {
   return bytes;
 }
 
+double resident_weight_bytes(const io::ModelConfig& c, std::size_t storage, const std::string& quantize,
+                             bool double_quant, bool shard, int ranks) {
+  return base_weight_bytes(c, storage, quantize, double_quant, shard, ranks) +
+         (shard ? 2.0 * layer_weight_bytes(c, storage, quantize, double_quant) : 0.0) +
+         (quantize == "nf4" ? nf4_workspace_bytes(c, storage) : 0.0);
+}
+
 MemoryPlan memory_plan(const PlanInput& in) {
   const io::ModelConfig& c = in.model;
   MemoryPlan p;

@@ -40,6 +40,10 @@ double layer_weight_bytes(const io::ModelConfig& c, std::size_t storage, const s
 // The dequantization workspace of an NF4 base: one decoder layer's seven projections dense in the storage dtype,
 // each 16-byte aligned (model::ModelDef allocates this once; every layer is dequantized into it in turn).
 double nf4_workspace_bytes(const io::ModelConfig& c, std::size_t storage);
+// What a rank holds of a frozen model's weights at the least: base_weight_bytes, two gathered layers when sharded
+// (model.shard_base; shard_base_keep holds them all), and with NF4 the dequantize workspace.
+double resident_weight_bytes(const io::ModelConfig& c, std::size_t storage, const std::string& quantize,
+                             bool double_quant, bool shard, int ranks);
 
 struct PlanInput {
   io::ModelConfig model;

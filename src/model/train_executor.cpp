@@ -116,15 +116,9 @@ void TrainExecutor::reset() {
 }
 
 void TrainExecutor::plan(int max_tokens, bool scoring) {
-  struct Restore {
-    TrainExecutor* t;
-    ~Restore() { t->cur_ = t->train_arena_.get(); }
-  } restore{this};
   cur_ = train_arena_.get();
   reserve(max_tokens, 1);
-  if (!scoring) return;
-  cur_ = score_arena_.get();
-  reserve(max_tokens, 1);
+  if (scoring) plan_scoring(max_tokens);
 }
 
 void TrainExecutor::plan_scoring(int max_tokens) {

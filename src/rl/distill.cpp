@@ -286,14 +286,7 @@ DistillResult DistillTrainer::run() {
         n += std::snprintf(line + n, sizeof(line) - static_cast<std::size_t>(n), " | peak host mem %.2f GiB",
                            train::host_peak_rss_gib());
       n += train::shard_text(line + n, sizeof(line) - static_cast<std::size_t>(n), model_.definition());
-      const model::ModelDef& td = teacher_.definition();
-      if (td.sharded()) {
-        const int k = std::snprintf(line + n, sizeof(line) - static_cast<std::size_t>(n),
-                                    " | teacher %.1f MiB/rank + gather %.1f MiB",
-                                    static_cast<double>(td.base_bytes_held()) / (1 << 20),
-                                    static_cast<double>(td.gather_workspace_bytes()) / (1 << 20));
-        n = std::min(n + std::max(k, 0), static_cast<int>(sizeof(line)) - 1);  // a cut line stays inside `line`
-      }
+      n += train::shard_text(line + n, sizeof(line) - static_cast<std::size_t>(n), teacher_.definition(), "teacher");
       train::scaler_text(line + n, sizeof(line) - static_cast<std::size_t>(n), state_, opt_->scaling());
       rlog.line(line);
       nlohmann::json rec = {{"step", state_.step},
@@ -310,10 +303,7 @@ DistillResult DistillTrainer::run() {
                             {"skipped_steps", state_.skipped_steps}};
       if (opt_->scaling()) train::scaler_record(rec, state_, last_outcome_);
       train::shard_record(rec, model_.definition());
-      if (td.sharded()) {
-        rec["teacher_bytes_per_rank"] = td.base_bytes_held();
-        rec["teacher_gather_workspace_bytes"] = td.gather_workspace_bytes();
-      }
+      train::shard_record(rec, teacher_.definition(), "teacher");
       emit(rec);
       window_seconds = window_loss = window_entropy = window_gen = 0;
       window_all = window_steps = 0;

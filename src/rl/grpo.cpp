@@ -172,11 +172,11 @@ GrpoTrainer::GrpoTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Trans
   const bool full = model_.base_grads() != nullptr;
   // TR-DPO (sync_ref_model): a copy whatever the starting weights, as it moves.
   if (opts_.loss.beta > 0 &&
-      (full || opts_.sync_ref_every > 0 || (opts_.reference == "initial" && !initial_is_base_))) {
+      (full || opts_.ref_sync.on() || (opts_.reference == "initial" && !initial_is_base_))) {
     frozen_ = std::make_unique<train::FrozenCopy>(model_.ops(), tr_);
   }
-  MGRL_CHECK(opts_.sync_ref_every == 0 || frozen_, "GrpoTrainer: sync_ref_model without a reference (beta 0)");
-  if (opts_.sync_ref_every > 0) ckpt_->keep_synced_reference(frozen_.get(), opts_.sync_ref_every);
+  MGRL_CHECK(!opts_.ref_sync.on() || frozen_, "GrpoTrainer: sync_ref_model without a reference (beta 0)");
+  if (opts_.ref_sync.on()) ckpt_->keep_synced_reference(frozen_.get(), opts_.ref_sync.every);
   accuracy_fn_ = rewards_.accuracy_index(opts_.accuracy_reward);  // the reward that decides correctness in evaluation
   // Until 2026-11-28 pass@k was left out of the evaluation without a word.
   if (opts_.pass_k > 0 && accuracy_fn_ < 0)
@@ -897,7 +897,7 @@ double GrpoTrainer::train_step(nlohmann::json* metrics) {
   model_.ops().phase_begin(kernels::Phase::Optimizer);
   last_outcome_ = opt_->step(state_, norm, loss);
   // TR-DPO: trl's SyncRefModelCallback at the end of every ref_model_sync_steps-th step (a skipped one too)
-  if (opts_.sync_ref_every > 0 && state_.step % opts_.sync_ref_every == 0) frozen_->mix_in(opts_.sync_ref_alpha);
+  if (opts_.ref_sync.due(state_.step)) frozen_->mix_in(opts_.ref_sync.alpha);
   model_.ops().phase_end(kernels::Phase::Optimizer);
   last_norm_ = norm;
   state_.tokens_seen += static_cast<std::int64_t>(batch_tokens);

@@ -74,10 +74,8 @@ struct GrpoOptions {
   int steps_per_generation = 1;
   bool mask_truncated = false;
   std::string reference = "initial";  // initial | base
-  // TR-DPO (grpo.sync_ref_model; beta > 0): every sync_ref_every steps (0: never) the reference, then a copy of the
-  // trainable weights, becomes (1 - sync_ref_alpha) reference + sync_ref_alpha policy.
-  std::int64_t sync_ref_every = 0;
-  double sync_ref_alpha = 0.6;
+  // TR-DPO (grpo.sync_ref_model; beta > 0): the reference, then a copy of the trainable weights, mixed with the policy.
+  train::RefSync ref_sync;
   std::string balance = "tokens";     // tokens | none: how prompts and completions are split over ranks
   std::uint64_t seed = 0;
   bool shuffle = true;  // data.shuffle: each epoch in a seeded random order; false: the data's order

@@ -153,7 +153,7 @@ DpoTrainer::DpoTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transfo
   tr_ = trainable_of(model_, model_.base_grads() != nullptr);
   opts_.checkpoint.reference = reference_identity(model_.ops(), model_, tr_, opts_.initial_is_base);
   if (opts_.frozen_reference) frozen_ = std::make_unique<FrozenCopy>(model_.ops(), tr_);  // before a resume
-  MGRL_CHECK(opts_.sync_ref_every == 0 || (frozen_ && !opts_.precompute_ref),
+  MGRL_CHECK(!opts_.ref_sync.on() || (frozen_ && !opts_.precompute_ref),
              "DpoTrainer: sync_ref_model without a frozen reference scored per batch");
   model_.set_token_stats(true);  // trl's entropy, mean_token_accuracy and logits/* of the training forwards
   if (opts_.loss.use_weighting) model_.set_score_stats(true);  // WPO's weights of the held-out pairs
@@ -164,7 +164,7 @@ DpoTrainer::DpoTrainer(const dist::MpiEnv& env, dist::Comm& comm, model::Transfo
       env_, model_.ops(), *opt_,
       opts_.checkpoint,
       model_identity(io::architecture_name(model_.config().arch), tr_.tensors));
-  if (opts_.sync_ref_every > 0) ckpt_->keep_synced_reference(frozen_.get(), opts_.sync_ref_every);
+  if (opts_.ref_sync.on()) ckpt_->keep_synced_reference(frozen_.get(), opts_.ref_sync.every);
   guard_ = std::make_unique<DivergenceGuard>(env_, opts_.max_nonfinite_steps, opts_.scaling.enabled);
   state_.rank_rng.assign(static_cast<std::size_t>(ranks), 0);
   opt_->start(state_);  // the loss scale of a fresh run; a resume takes the checkpoint's
@@ -559,7 +559,7 @@ double DpoTrainer::train_step(DpoSums* sums) {
   model_.ops().phase_begin(kernels::Phase::Optimizer);
   last_outcome_ = opt_->step(state_, norm, loss);  // a non-finite step is skipped on every rank together
   // TR-DPO: trl's SyncRefModelCallback at the end of every ref_model_sync_steps-th step (a skipped one too)
-  if (opts_.sync_ref_every > 0 && state_.step % opts_.sync_ref_every == 0) frozen_->mix_in(opts_.sync_ref_alpha);
+  if (opts_.ref_sync.due(state_.step)) frozen_->mix_in(opts_.ref_sync.alpha);
   model_.ops().phase_end(kernels::Phase::Optimizer);
   last_norm_ = norm;
   return loss;

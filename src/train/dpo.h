@@ -40,10 +40,9 @@ struct DpoOptions {
   // pass: KTO from a starting adapter or with full fine-tuning (no adapter to switch off; the KL sequences are paired
   // per micro-batch, so their reference cannot be scored before training), and any run whose reference moves.
   bool frozen_reference = false;
-  // TR-DPO (dpo/kto.sync_ref_model): every sync_ref_every steps (0: never) the frozen reference becomes
-  // (1 - sync_ref_alpha) reference + sync_ref_alpha policy; needs frozen_reference and not precompute_ref.
-  std::int64_t sync_ref_every = 0;
-  double sync_ref_alpha = 0.6;
+  // TR-DPO (dpo/kto.sync_ref_model): the frozen reference mixed with the policy; needs frozen_reference and not
+  // precompute_ref.
+  RefSync ref_sync;
   // KTO: the sequences' length cap (kto.max_length).
   // kto.loss_type: true "kto" (the KL estimate from the KL sequences), false "apo_zero_unpaired" (trl: no KL estimate,
   // 0 in the loss and the logs; no KL sequences: kto_example puts a placeholder of one unscored token in their slot).

@@ -329,18 +329,18 @@ void RunLog::flush() {
   }
 }
 
-int shard_text(char* out, std::size_t size, const model::ModelDef& def) {
+int shard_text(char* out, std::size_t size, const model::ModelDef& def, const std::string& what) {
   if (!def.sharded() || size == 0) return 0;
-  const int n = std::snprintf(out, size, " | base %.1f MiB/rank + gather %.1f MiB",
+  const int n = std::snprintf(out, size, " | %s %.1f MiB/rank + gather %.1f MiB", what.c_str(),
                               static_cast<double>(def.base_bytes_held()) / (1 << 20),
                               static_cast<double>(def.gather_workspace_bytes()) / (1 << 20));
   return std::min(n, static_cast<int>(size) - 1);
 }
 
-void shard_record(nlohmann::json& rec, const model::ModelDef& def) {
+void shard_record(nlohmann::json& rec, const model::ModelDef& def, const std::string& what) {
   if (!def.sharded()) return;
-  rec["base_bytes_per_rank"] = def.base_bytes_held();
-  rec["gather_workspace_bytes"] = def.gather_workspace_bytes();
+  rec[what + "_bytes_per_rank"] = def.base_bytes_held();
+  rec[(what == "base" ? "" : what + "_") + "gather_workspace_bytes"] = def.gather_workspace_bytes();
 }
 
 int scaler_text(char* out, std::size_t size, const TrainState& st, bool scaling) {

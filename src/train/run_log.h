@@ -41,9 +41,11 @@ void scaler_record(nlohmann::json& rec, const TrainState& st, StepOutcome outcom
 // model.shard_base: writes " | base X MiB/rank + gather Y MiB" (what this rank holds of the base, and the gather
 // workspace beside it) into out, at most size bytes with its '\0'; returns the characters written (0, and nothing
 // written, when the base is not sharded). shard_record adds the same two figures to a metrics record
-// (base_bytes_per_rank, gather_workspace_bytes), when sharded.
-int shard_text(char* out, std::size_t size, const model::ModelDef& def);
-void shard_record(nlohmann::json& rec, const model::ModelDef& def);
+// (base_bytes_per_rank, gather_workspace_bytes), when sharded. `what`: another sharded model's name in place of
+// "base" (distillation's teacher: " | teacher X MiB/rank + gather Y MiB", teacher_bytes_per_rank,
+// teacher_gather_workspace_bytes).
+int shard_text(char* out, std::size_t size, const model::ModelDef& def, const std::string& what = "base");
+void shard_record(nlohmann::json& rec, const model::ModelDef& def, const std::string& what = "base");
 // job_summary.txt's line about loss scaling ("" when it is off), ending in '\n'.
 std::string scaler_summary(const TrainState& st, bool scaling);
 

@@ -2,6 +2,7 @@
 // weights, as one flat f32 buffer with its gradients and the names and shapes of its tensors.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -37,6 +38,15 @@ bool decays(const std::string& name);
 // The LoRA parameters of the model, or (full fine-tuning) its base weights: f32 storage trains them in place,
 // other storage (the GPU) trains their fp32 master copy.
 Trainable trainable_of(model::Transformer& m, bool full_finetune);
+
+// TR-DPO (dpo/kto/grpo.sync_ref_model, trl's SyncRefModelCallback): after every `every`-th optimizer step (0: never;
+// a skipped step counts) the reference becomes (1 - alpha) reference + alpha policy (FrozenCopy::mix_in).
+struct RefSync {
+  std::int64_t every = 0;
+  double alpha = 0.6;
+  bool on() const { return every > 0; }
+  bool due(std::int64_t step) const { return every > 0 && step % every == 0; }
+};
 
 // A frozen copy of the trainable weights as they are when it is made (the starting adapter, or with full fine-tuning
 // every starting weight) and a swap buffer, on the backend: the reference policy of GRPO (grpo.beta > 0) and KTO when
